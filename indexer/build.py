@@ -1,0 +1,62 @@
+"""corpus -> texts -> vectors -> index: the one function the ``index`` command is a shell over."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexer.corpus import Rejection, read_corpus
+from indexer.strategy import Strategy
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    index_dir: Path
+    strategy: Strategy
+    entries: int
+    vectors: int
+    dimension: int
+    rejected: list[Rejection]
+    rejection_summary: str
+    seconds: float
+
+
+def build_index(
+    corpus_path: str | Path,
+    index_dir: str | Path,
+    strategy: Strategy | None = None,
+    *,
+    text_fields: Sequence[str] | None = None,
+    id_field: str | None = None,
+    fmt: str | None = None,
+    batch_size: int = 32,
+    progress: bool = False,
+) -> BuildReport:
+    """Index a corpus file into ``index_dir``, replacing any index there only once complete."""
+    from indexer.embedding import Embedder
+    from indexer.store import write_index
+
+    started = time.perf_counter()
+    corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    embedder = Embedder(strategy, batch_size=batch_size)
+    vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
+    source = {
+        "path": str(Path(corpus_path).resolve()),
+        "text_fields": list(text_fields or ["text"]),
+        "id_field": id_field,
+        "rows": corpus.rows,
+        "rejected": len(corpus.rejected),
+    }
+    write_index(index_dir, embedder.strategy, corpus.entries, vectors, owners, source=source)
+    return BuildReport(
+        index_dir=Path(index_dir),
+        strategy=embedder.strategy,
+        entries=len(corpus.entries),
+        vectors=len(vectors),
+        dimension=embedder.dimension,
+        rejected=corpus.rejected,
+        rejection_summary=corpus.rejection_summary(),
+        seconds=time.perf_counter() - started,
+    )

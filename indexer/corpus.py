@@ -1,0 +1,200 @@
+"""Corpus files -> entries to index (id, text, every field of the row), and the rows rejected.
+
+Formats: CSV and TSV with a header, JSON Lines, plain text (one entry per line). A row that cannot
+be used is never dropped silently: it is kept as a Rejection with its row number and reason.
+Bytes that are not UTF-8 reject their row only (decoded with ``surrogateescape``, then detected).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from indexer.errors import SemsearchError
+
+FORMATS = ("csv", "tsv", "jsonl", "text")
+_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
+             ".txt": "text", ".text": "text"}
+RESERVED = ("_rowid", "_id", "_text", "_chunks")
+"""Column names the index uses for itself; an input field may not take them."""
+_SURROGATE = re.compile("[\udc80-\udcff]")
+csv.field_size_limit(1 << 30)
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    text: str
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    row: int
+    reason: str
+
+
+@dataclass
+class Corpus:
+    entries: list[Entry] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return len(self.entries) + len(self.rejected)
+
+    def rejection_summary(self) -> str:
+        """'2 empty text, 1 duplicate id': reasons grouped by their kind (the part before ':')."""
+        kinds = Counter(r.reason.split(":")[0] for r in self.rejected)
+        return ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+
+
+def detect_format(path: Path, fmt: str | None) -> str:
+    if fmt:
+        if fmt not in FORMATS:
+            raise SemsearchError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+        return fmt
+    found = _SUFFIXES.get(path.suffix.lower())
+    if found is None:
+        raise SemsearchError(
+            f"cannot tell the format of {path.name!r} from its extension: "
+            f"use --format {'|'.join(FORMATS)}"
+        )
+    return found
+
+
+def _read_text(path: Path) -> str:
+    if not path.exists():
+        raise SemsearchError(f"no such file: {path}")
+    if not path.is_file():
+        raise SemsearchError(f"not a file: {path}")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SemsearchError(f"cannot read {path}: {exc.strerror}") from None
+    if b"\x00" in raw[:8192]:
+        raise SemsearchError(f"{path} looks binary (NUL bytes), not a text corpus")
+    return raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8", errors="surrogateescape")
+
+
+def _rows(text: str, fmt: str, path: Path) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    """(row number, row) pairs; a string row is the reason it could not be parsed."""
+    if fmt == "text":
+        for number, line in enumerate(text.splitlines(), 1):
+            yield number, {"text": line}
+    elif fmt == "jsonl":
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                yield number, "empty line"
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                yield number, "invalid JSON" + ("" if not _SURROGATE.search(line) else " (not UTF-8)")
+                continue
+            yield number, row if isinstance(row, dict) else "not a JSON object"
+    else:
+        dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
+        reader = csv.reader(text.splitlines(keepends=True), **dialect)
+        header = next(reader, None)
+        if not header or not any(h.strip() for h in header):
+            raise SemsearchError(f"{path} has no header row")
+        if _SURROGATE.search("".join(header)):
+            raise SemsearchError(f"{path}: the header row is not valid UTF-8")
+        header = [h.strip() for h in header]
+        duplicated = [h for h, n in Counter(header).items() if n > 1]
+        if duplicated:
+            raise SemsearchError(f"{path}: duplicate column names: {', '.join(duplicated)}")
+        for number, values in enumerate(reader, 1):
+            if not values or not any(v.strip() for v in values):
+                yield number, "empty line"
+            elif len(values) != len(header):
+                yield number, f"wrong field count: {len(values)} fields, header has {len(header)}"
+            else:
+                yield number, dict(zip(header, values, strict=True))
+
+
+def _text_value(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def read_corpus(
+    path: str | Path,
+    *,
+    text_fields: Sequence[str] | None = None,
+    id_field: str | None = None,
+    fmt: str | None = None,
+) -> Corpus:
+    """Read a corpus file. ``text_fields``: fields joined (by a space) into the embedded text,
+    default ``text``. ``id_field``: the external id, default the ``id`` field if rows have one,
+    else the row number."""
+    path = Path(path)
+    fmt = detect_format(path, fmt)
+    text = _read_text(path)
+    wanted = list(text_fields or ["text"])
+    corpus = Corpus()
+    seen: dict[str, int] = {}
+    names: set[str] = set()
+    for number, row in _rows(text, fmt, path):
+        if isinstance(row, str):
+            corpus.rejected.append(Rejection(number, row))
+            continue
+        if not names and id_field is None and fmt != "text" and "id" in row:
+            id_field = "id"
+        names.update(row)
+        reason = _check_row(row, wanted, id_field)
+        if reason:
+            corpus.rejected.append(Rejection(number, reason))
+            continue
+        entry_id = str(row[id_field]).strip() if id_field else str(number)
+        if entry_id in seen:
+            corpus.rejected.append(
+                Rejection(number, f"duplicate id: {entry_id!r} (first at row {seen[entry_id]})")
+            )
+            continue
+        seen[entry_id] = number
+        joined = " ".join(_text_value(row[f]).strip() for f in wanted)
+        corpus.entries.append(Entry(entry_id, joined, row))
+    clash = sorted(names.intersection(RESERVED))
+    if clash:
+        raise SemsearchError(f"field names {', '.join(clash)} are reserved: rename them")
+    missing = [f for f in [*wanted, *([id_field] if id_field else [])] if names and f not in names]
+    if missing:
+        raise SemsearchError(
+            f"no row of {path.name} has field {', '.join(map(repr, missing))}; fields are: "
+            f"{', '.join(sorted(names))} (choose with --text-field / --id-field)"
+        )
+    if not corpus.entries:
+        detail = f" ({corpus.rejection_summary()})" if corpus.rejected else ""
+        raise SemsearchError(f"empty corpus: no usable rows in {path}{detail}")
+    return corpus
+
+
+def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None) -> str | None:
+    """Why a parsed row cannot be indexed, or None."""
+    for name in wanted:
+        if name not in row or row[name] is None:
+            return f"missing text: no field {name!r}"
+        value = _text_value(row[name])
+        if value is None:
+            return f"text not a string: field {name!r}"
+    if not any(_text_value(row[name]).strip() for name in wanted):
+        return "empty text"
+    if id_field and (row.get(id_field) is None or not str(row[id_field]).strip()):
+        return f"missing id: field {id_field!r}"
+    if any(_SURROGATE.search(v) for v in row.values() if isinstance(v, str)) or any(
+        _SURROGATE.search(k) for k in row
+    ):
+        return "invalid UTF-8"
+    return None
+

