@@ -139,8 +139,8 @@ def read_corpus(
     default ``text``. ``id_field``: the external id, default the ``id`` field if rows have one,
     else the row number."""
     path = Path(path)
-    fmt = detect_format(path, fmt)
     text = _read_text(path)
+    fmt = detect_format(path, fmt)
     wanted = list(text_fields or ["text"])
     corpus = Corpus()
     seen: dict[str, int] = {}

@@ -8,7 +8,8 @@ inference runs under ``torch.inference_mode()``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -40,6 +41,8 @@ class Embedder:
 
     def __init__(self, strategy: Strategy | None = None, *, batch_size: int = 32):
         strategy = strategy or Strategy()
+        if Path(strategy.model).is_dir():  # stored in the index: must not depend on the cwd
+            strategy = replace(strategy, model=str(Path(strategy.model).resolve()))
         self.tokenizer, self.network = load_model(strategy.model, need_pooler=strategy.pooling == "pooler")
         config = self.network.config
         num_layers = int(config.num_hidden_layers)
@@ -55,7 +58,8 @@ class Embedder:
         self.dimension = self.strategy.dimension(int(config.hidden_size))
         self.layers = [i % (num_layers + 1) for i in self.strategy.layers]
         if self.strategy.pooling != "pooler":
-            self._drop_layers_after(max(self.layers))
+            # keep one block at least: with none, some models report no hidden states at all
+            self._drop_layers_after(max(1, *self.layers))
         special = (self.tokenizer.cls_token_id, self.tokenizer.sep_token_id,
                    self.tokenizer.bos_token_id, self.tokenizer.eos_token_id)
         self.pooling = Pooling(

@@ -122,10 +122,10 @@ def index_command(corpus: Path, index_dir: Path, text_field: str, id_field: str 
     fields = [f.strip() for f in text_field.split(",") if f.strip()]
     report = build_index(corpus, index_dir, strategy, text_fields=fields, id_field=id_field, fmt=fmt,
                          batch_size=batch_size, progress=_progress())
-    rate = report.entries / report.seconds if report.seconds else 0.0
+    rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
         f"indexed {report.entries} entries ({report.vectors} vectors, dim {report.dimension}) into "
-        f"{report.index_dir} in {report.seconds:.1f}s ({rate:.0f} entries/s)", err=True,
+        f"{report.index_dir} in {report.seconds:.1f}s (embedding {rate:.0f} entries/s)", err=True,
     )
     click.echo(f"strategy: {report.strategy.describe()}", err=True)
     if report.rejected:
@@ -265,3 +265,7 @@ def info_command(index_dir: Path, as_json: bool) -> None:
 
 def main() -> None:
     cli(prog_name="semsearch")
+
+
+if __name__ == "__main__":
+    main()

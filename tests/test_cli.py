@@ -1,0 +1,108 @@
+"""The real `semsearch` command in a subprocess: outputs people read and parse, and every bad input
+ends as one clear line on stderr with a non-zero exit, never a traceback, never a damaged index."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from indexer.store import CURRENT
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "search.cli", *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+def assert_clean_failure(result: subprocess.CompletedProcess, message: str) -> None:
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory, tiny_model) -> Path:
+    root = tmp_path_factory.mktemp("cli")
+    corpus = root / "faq.csv"
+    corpus.write_text("id,question,answer\nq1,How do I pay?,By card.\nq2,Where do I park?,At a dock.\n"
+                      "q1,How do I pay?,\n,No id here,x\n", encoding="utf-8")
+    result = run("index", corpus, "-o", root / "idx", "--model", tiny_model, "--text-field", "question")
+    assert result.returncode == 0, result.stderr
+    assert "indexed 2 entries" in result.stderr
+    assert "rejected 2 rows: 1 duplicate id, 1 missing id" in result.stderr
+    assert "row 3: duplicate id: 'q1' (first at row 1)" in result.stderr
+    return root / "idx"
+
+
+def test_query_json_and_table(index):
+    result = run("query", index, "Where do I park?", "-k", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["query"] == "Where do I park?" and record["query_id"] is None
+    top = record["hits"][0]
+    assert (top["rank"], top["id"], top["text"], top["fields"]["answer"]) == (1, "q2", "Where do I park?", "At a dock.")
+    assert top["score"] == pytest.approx(1.0, abs=1e-4)
+    table = run("query", index, "Where do I park?", "-k", "1")
+    assert "q2" in table.stdout and "answer: At a dock." in table.stdout
+
+
+def test_queries_file_gives_one_json_line_per_query(index, tmp_path):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"id": "a", "text": "How do I pay?"}\n{"id": "b", "text": "Where do I park?"}\n')
+    result = run("query", index, "--queries", queries, "-k", "1", "--json")
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["query_id"], r["hits"][0]["id"]) for r in records] == [("a", "q1"), ("b", "q2")]
+    plain = run("query", index, "--queries", "-", "-k", "1", "--json", stdin="How do I pay?\n\n")
+    assert [json.loads(line)["query_id"] for line in plain.stdout.splitlines()] == [1]
+
+
+def test_similar_ranks_lines_of_stdin(tiny_model):
+    result = run("similar", "a red bike", "-", "--model", tiny_model, "--json",
+                 stdin="completely different words\na red bike\n\nsomething else\n")
+    assert result.returncode == 0, result.stderr
+    hits = json.loads(result.stdout)["hits"]
+    assert len(hits) == 3 and hits[0]["text"] == "a red bike" and hits[0]["id"] == "2"
+
+
+def test_info(index):
+    result = run("info", index, "--json")
+    info = json.loads(result.stdout)
+    assert (info["entries"], info["vectors"], info["dimension"]) == (2, 2, 32)
+    assert info["strategy"]["layers"] == [-2] and info["size_bytes"] > 0
+
+
+def test_bad_inputs_are_one_line_errors(index, tmp_path, tiny_model):
+    before = (index / CURRENT).read_text()
+    bad_utf8 = tmp_path / "bad.csv"
+    bad_utf8.write_bytes(b"text\n\xff\xfe\n")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("text\n\n", encoding="utf-8")
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / CURRENT).write_text("v-missing\n")
+    cases = [
+        (("index", tmp_path / "missing.csv", "-o", index), "no such file"),
+        (("index", tmp_path / "x.unknown", "-o", index, "--model", tiny_model), "no such file"),
+        (("index", empty, "-o", index, "--model", tiny_model), "empty corpus"),
+        (("index", bad_utf8, "-o", index, "--model", tiny_model), "empty corpus: no usable rows"),
+        (("index", empty, "-o", index, "--text-field", "question"), "has field 'question'"),
+        (("index", empty, "-o", index, "--model", "/no/such/model"), "cannot load model"),
+        (("query", index, "   "), "empty query"),
+        (("query", index, "hi", "--layers", "-1"), "built with"),
+        (("query", tmp_path / "nowhere", "hi"), "no index at"),
+        (("query", damaged, "hi"), "names a missing version"),
+        (("query", tmp_path, "hi"), "not a semsearch index"),
+    ]
+    for args, message in cases:
+        assert_clean_failure(run(*args), message)
+    assert (index / CURRENT).read_text() == before
+    unknown = tmp_path / "x.unknown"
+    unknown.write_text("hello\n")
+    assert_clean_failure(run("index", unknown, "-o", index, "--model", tiny_model), "cannot tell the format")
+    assert_clean_failure(run("query", index), "give a QUESTION or --queries")

@@ -1,0 +1,83 @@
+"""Reading corpora: every format, field choice, and each bad row counted with its reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from indexer.corpus import read_corpus
+from indexer.errors import SemsearchError
+
+
+def write(path, content: str | bytes):
+    if isinstance(content, str):
+        content = content.encode("utf-8")
+    path.write_bytes(content)
+    return path
+
+
+def test_csv_with_joined_fields_and_id(tmp_path):
+    path = write(tmp_path / "faq.csv", 'id,question,answer\nq1,"How, really?",Like this.\nq2,Why?,"Because\nof that."\n')
+    corpus = read_corpus(path, text_fields=["question", "answer"])
+    assert [(e.id, e.text) for e in corpus.entries] == [("q1", "How, really? Like this."),
+                                                        ("q2", "Why? Because\nof that.")]
+    assert corpus.entries[0].fields == {"id": "q1", "question": "How, really?", "answer": "Like this."}
+
+
+def test_tsv_keeps_quotes_and_row_number_ids(tmp_path):
+    path = write(tmp_path / "s.tsv", 'sentence\tscore\nHe said "hi\tthere\n"Quoted" text\t2\n')
+    corpus = read_corpus(path, text_fields=["sentence"])
+    assert [e.text for e in corpus.entries] == ['He said "hi', '"Quoted" text']
+    assert [e.id for e in corpus.entries] == ["1", "2"]
+
+
+def test_jsonl_and_text(tmp_path):
+    rows = [{"id": 7, "text": "first", "tags": ["a"]}, {"id": 8, "text": "second"}]
+    path = write(tmp_path / "c.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    corpus = read_corpus(path)
+    assert [(e.id, e.text) for e in corpus.entries] == [("7", "first"), ("8", "second")]
+    lines = read_corpus(write(tmp_path / "c.txt", "one\ntwo\n"))
+    assert [(e.id, e.text) for e in lines.entries] == [("1", "one"), ("2", "two")]
+
+
+def test_bad_rows_are_counted_with_reasons(tmp_path):
+    content = (b"id,text\n1,good\n2,\n1,duplicate\n3,bad \xff byte\n4,a,b\n,no id\n5,  \n6,fine\n")
+    corpus = read_corpus(write(tmp_path / "bad.csv", content))
+    assert [e.id for e in corpus.entries] == ["1", "6"]
+    reasons = {r.row: r.reason for r in corpus.rejected}
+    assert reasons[2] == "empty text"
+    assert reasons[3].startswith("duplicate id: '1'")
+    assert reasons[4] == "invalid UTF-8"
+    assert reasons[5].startswith("wrong field count")
+    assert reasons[6].startswith("missing id")
+    assert reasons[7] == "empty text"
+    assert corpus.rows == 8
+
+
+def test_bad_jsonl_rows(tmp_path):
+    content = '{"text": "ok"}\nnot json\n[1, 2]\n\n{"text": {"nested": 1}}\n{"other": "x"}\n'
+    corpus = read_corpus(write(tmp_path / "c.jsonl", content))
+    assert len(corpus.entries) == 1
+    assert sorted(r.reason.split(":")[0] for r in corpus.rejected) == [
+        "empty line", "invalid JSON", "missing text", "not a JSON object", "text not a string"]
+    assert "missing text" in corpus.rejection_summary()
+
+
+@pytest.mark.parametrize(
+    "name,content,message",
+    [("missing.csv", None, "no such file"),
+     ("c.xml", "<a/>", "cannot tell the format"),
+     ("c.csv", "id,question\n1,hi\n", "has field 'text'"),
+     ("c.csv", "id,text\n1,\n2, \n", "empty corpus"),
+     ("c.csv", "", "no header"),
+     ("c.txt", "\n\n", "empty corpus"),
+     ("c.csv", "_id,text\n1,x\n", "reserved"),
+     ("c.bin", b"\x00\x01\x02binary", "binary")],
+)
+def test_unusable_corpus_is_one_clear_error(tmp_path, name, content, message):
+    path = tmp_path / name
+    if content is not None:
+        write(path, content)
+    with pytest.raises(SemsearchError, match=message):
+        read_corpus(path, fmt="text" if name.endswith(".bin") else None)
