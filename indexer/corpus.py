@@ -83,34 +83,30 @@ def _read_text(path: Path) -> str:
     return raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8", errors="surrogateescape")
 
 
-def _rows(text: str, fmt: str, path: Path) -> Iterator[tuple[int, dict[str, Any] | str]]:
-    """(row number, row) pairs; a string row is the reason it could not be parsed."""
+Rows = Iterator[tuple[int, "dict[str, Any] | str"]]
+
+
+def _rows(text: str, fmt: str, path: Path) -> tuple[list[str], Rows]:
+    """The header's field names (empty for formats without one) and (row number, row) pairs;
+    a string row is the reason it could not be parsed."""
+    lines = text.splitlines()
     if fmt == "text":
-        for number, line in enumerate(text.splitlines(), 1):
-            yield number, {"text": line}
-    elif fmt == "jsonl":
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                yield number, "empty line"
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                yield number, "invalid JSON" + ("" if not _SURROGATE.search(line) else " (not UTF-8)")
-                continue
-            yield number, row if isinstance(row, dict) else "not a JSON object"
-    else:
-        dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
-        reader = csv.reader(text.splitlines(keepends=True), **dialect)
-        header = next(reader, None)
-        if not header or not any(h.strip() for h in header):
-            raise SemsearchError(f"{path} has no header row")
-        if _SURROGATE.search("".join(header)):
-            raise SemsearchError(f"{path}: the header row is not valid UTF-8")
-        header = [h.strip() for h in header]
-        duplicated = [h for h, n in Counter(header).items() if n > 1]
-        if duplicated:
-            raise SemsearchError(f"{path}: duplicate column names: {', '.join(duplicated)}")
+        return [], ((n, {"text": line}) for n, line in enumerate(lines, 1))
+    if fmt == "jsonl":
+        return [], (_json_row(n, line) for n, line in enumerate(lines, 1))
+    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
+    reader = csv.reader(text.splitlines(keepends=True), **dialect)
+    header = next(reader, None)
+    if not header or not any(h.strip() for h in header):
+        raise SemsearchError(f"{path} has no header row")
+    if _SURROGATE.search("".join(header)):
+        raise SemsearchError(f"{path}: the header row is not valid UTF-8")
+    header = [h.strip() for h in header]
+    duplicated = [h for h, n in Counter(header).items() if n > 1]
+    if duplicated:
+        raise SemsearchError(f"{path}: duplicate column names: {', '.join(duplicated)}")
+
+    def rows() -> Rows:
         for number, values in enumerate(reader, 1):
             if not values or not any(v.strip() for v in values):
                 yield number, "empty line"
@@ -118,6 +114,18 @@ def _rows(text: str, fmt: str, path: Path) -> Iterator[tuple[int, dict[str, Any]
                 yield number, f"wrong field count: {len(values)} fields, header has {len(header)}"
             else:
                 yield number, dict(zip(header, values, strict=True))
+
+    return header, rows()
+
+
+def _json_row(number: int, line: str) -> tuple[int, dict[str, Any] | str]:
+    if not line.strip():
+        return number, "empty line"
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return number, "invalid JSON" + (" (not UTF-8)" if _SURROGATE.search(line) else "")
+    return number, row if isinstance(row, dict) else "not a JSON object"
 
 
 def _text_value(value: Any) -> str | None:
@@ -144,12 +152,15 @@ def read_corpus(
     wanted = list(text_fields or ["text"])
     corpus = Corpus()
     seen: dict[str, int] = {}
-    names: set[str] = set()
-    for number, row in _rows(text, fmt, path):
+    header, rows = _rows(text, fmt, path)
+    names: set[str] = set(header)
+    if header and id_field is None and "id" in header:
+        id_field = "id"
+    for number, row in rows:
         if isinstance(row, str):
             corpus.rejected.append(Rejection(number, row))
             continue
-        if not names and id_field is None and fmt != "text" and "id" in row:
+        if not names and id_field is None and fmt == "jsonl" and "id" in row:
             id_field = "id"
         names.update(row)
         reason = _check_row(row, wanted, id_field)
