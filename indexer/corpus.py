@@ -19,8 +19,15 @@ from typing import Any
 from indexer.errors import SemsearchError
 
 FORMATS = ("csv", "tsv", "jsonl", "text")
-_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
-             ".txt": "text", ".text": "text"}
+_SUFFIXES = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".txt": "text",
+    ".text": "text",
+}
 RESERVED = ("_rowid", "_id", "_text", "_chunks")
 """Column names the index uses for itself; an input field may not take them."""
 _SURROGATE = re.compile("[\udc80-\udcff]")
@@ -63,8 +70,7 @@ def detect_format(path: Path, fmt: str | None) -> str:
     found = _SUFFIXES.get(path.suffix.lower())
     if found is None:
         raise SemsearchError(
-            f"cannot tell the format of {path.name!r} from its extension: "
-            f"use --format {'|'.join(FORMATS)}"
+            f"cannot tell the format of {path.name!r} from its extension: use --format {'|'.join(FORMATS)}"
         )
     return found
 
@@ -208,4 +214,3 @@ def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None)
     ):
         return "invalid UTF-8"
     return None
-

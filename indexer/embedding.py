@@ -60,8 +60,12 @@ class Embedder:
         if self.strategy.pooling != "pooler":
             # keep one block at least: with none, some models report no hidden states at all
             self._drop_layers_after(max(1, *self.layers))
-        special = (self.tokenizer.cls_token_id, self.tokenizer.sep_token_id,
-                   self.tokenizer.bos_token_id, self.tokenizer.eos_token_id)
+        special = (
+            self.tokenizer.cls_token_id,
+            self.tokenizer.sep_token_id,
+            self.tokenizer.bos_token_id,
+            self.tokenizer.eos_token_id,
+        )
         self.pooling = Pooling(
             self.strategy.pooling,
             skip_special=self.strategy.skip_special,
@@ -147,4 +151,3 @@ class Embedder:
         if self.strategy.normalize:
             vectors = torch.nn.functional.normalize(vectors.float(), p=2, dim=1)
         return vectors.float()
-

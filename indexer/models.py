@@ -70,8 +70,11 @@ def sentence_transformers_config(location: str) -> SentenceTransformersConfig:
         if str(module.get("type", "")).endswith("models.Pooling"):
             config = _read_json(_model_file(location, f"{module.get('path', '')}/config.json"))
             if config:
-                modes = tuple(k for k in ("pooling_mode_cls_token", "pooling_mode_mean_tokens",
-                                          "pooling_mode_max_tokens") if config.get(k))
+                modes = tuple(
+                    k
+                    for k in ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens")
+                    if config.get(k)
+                )
                 pooling = _ST_POOLING_KEYS.get(modes)
     st_config = _read_json(_model_file(location, "sentence_bert_config.json")) or {}
     max_length = st_config.get("max_seq_length")
@@ -95,9 +98,7 @@ def load_model(model: str, *, need_pooler: bool = False) -> tuple[Any, Any]:
     location = model_location(model)
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True)
-        network, info = AutoModel.from_pretrained(
-            location, local_files_only=True, output_loading_info=True
-        )
+        network, info = AutoModel.from_pretrained(location, local_files_only=True, output_loading_info=True)
     except (OSError, ValueError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SemsearchError(

@@ -125,9 +125,7 @@ def write_index(
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "source": source,
         }
-        db["meta"].insert_all(
-            ({"key": k, "value": json.dumps(v)} for k, v in meta.items()), pk="key"
-        )
+        db["meta"].insert_all(({"key": k, "value": json.dumps(v)} for k, v in meta.items()), pk="key")
         db.close()
         index = faiss.IndexIDMap(faiss.IndexFlatIP(int(vectors.shape[1])))
         index.add_with_ids(vectors, rowids[owners])

@@ -53,9 +53,7 @@ class Strategy:
         if self.combine not in COMBINES:
             raise SemsearchError(f"combine must be one of {', '.join(COMBINES)}, not {self.combine!r}")
         if self.pooling not in (AUTO, *POOLINGS):
-            raise SemsearchError(
-                f"pooling must be one of auto, {', '.join(POOLINGS)}, not {self.pooling!r}"
-            )
+            raise SemsearchError(f"pooling must be one of auto, {', '.join(POOLINGS)}, not {self.pooling!r}")
         if self.pooling == "pooler" and self.layers not in (None, (-1,)):
             raise SemsearchError("pooling 'pooler' reads the model's last layer: drop --layers")
         if self.max_length is not None and self.max_length < 4:
@@ -93,8 +91,7 @@ class Strategy:
             raise SemsearchError(f"max_length {max_length} exceeds the model's limit {model_limit}")
         if self.chunk_overlap is not None and self.chunk_overlap >= max_length - 2:
             raise SemsearchError(
-                f"chunk overlap {self.chunk_overlap} must be smaller than max_length - 2 "
-                f"({max_length - 2})"
+                f"chunk overlap {self.chunk_overlap} must be smaller than max_length - 2 ({max_length - 2})"
             )
         return replace(self, layers=layers, pooling=pooling, max_length=max_length)
 

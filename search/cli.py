@@ -58,14 +58,23 @@ def strategy_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The embedding-strategy options, collected into ``asked``: only those the user gave."""
     options = [
         click.option("--model", help="Hugging Face name or local path (default: bundled all-MiniLM-L6-v2)."),
-        click.option("--layers", callback=_parse_layers,
-                     help="Hidden state(s) to read: -2, or -4,-3,-2,-1 (0 = embeddings). Default: auto."),
+        click.option(
+            "--layers",
+            callback=_parse_layers,
+            help="Hidden state(s) to read: -2, or -4,-3,-2,-1 (0 = embeddings). Default: auto.",
+        ),
         click.option("--combine", type=click.Choice(COMBINES), help="How several layers combine."),
-        click.option("--pooling", type=click.Choice((AUTO, *POOLINGS)),
-                     help="Token pooling (auto: the model's own config, else mean)."),
-        click.option("--skip-special/--keep-special", default=None,
-                     help="Leave [CLS]/[SEP] out of mean/max pooling."),
-        click.option("--max-length", type=click.IntRange(min=4), help="Tokens per text (default: model limit)."),
+        click.option(
+            "--pooling",
+            type=click.Choice((AUTO, *POOLINGS)),
+            help="Token pooling (auto: the model's own config, else mean).",
+        ),
+        click.option(
+            "--skip-special/--keep-special", default=None, help="Leave [CLS]/[SEP] out of mean/max pooling."
+        ),
+        click.option(
+            "--max-length", type=click.IntRange(min=4), help="Tokens per text (default: model limit)."
+        ),
         click.option("--normalize/--no-normalize", default=None, help="L2-normalise vectors."),
     ]
     names = ("model", "layers", "combine", "pooling", "skip_special", "max_length", "normalize")
@@ -98,21 +107,46 @@ def cli() -> None:
 
 @cli.command("index")
 @click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--output", "index_dir", required=True, type=click.Path(path_type=Path),
-              help="Index directory (replaced atomically when the new index is complete).")
-@click.option("--text-field", default="text", show_default=True,
-              help="Field(s) to embed, comma-separated and joined: question,answer")
+@click.option(
+    "-o",
+    "--output",
+    "index_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Index directory (replaced atomically when the new index is complete).",
+)
+@click.option(
+    "--text-field",
+    default="text",
+    show_default=True,
+    help="Field(s) to embed, comma-separated and joined: question,answer",
+)
 @click.option("--id-field", help="Field with the entry id (default: 'id' if present, else row number).")
-@click.option("--format", "fmt", type=click.Choice(["csv", "tsv", "jsonl", "text"]),
-              help="Corpus format (default: from the file extension).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "tsv", "jsonl", "text"]),
+    help="Corpus format (default: from the file extension).",
+)
 @click.option("--chunk", is_flag=True, help="Split long documents into overlapping windows.")
-@click.option("--chunk-overlap", type=click.IntRange(min=0),
-              help=f"Tokens shared by neighbouring windows (implies --chunk; default {DEFAULT_CHUNK_OVERLAP}).")
+@click.option(
+    "--chunk-overlap",
+    type=click.IntRange(min=0),
+    help=f"Tokens shared by neighbouring windows (implies --chunk; default {DEFAULT_CHUNK_OVERLAP}).",
+)
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
 @strategy_options
-def index_command(corpus: Path, index_dir: Path, text_field: str, id_field: str | None,
-                  fmt: str | None, chunk: bool, chunk_overlap: int | None, batch_size: int,
-                  asked: dict[str, Any]) -> None:
+def index_command(
+    corpus: Path,
+    index_dir: Path,
+    text_field: str,
+    id_field: str | None,
+    fmt: str | None,
+    chunk: bool,
+    chunk_overlap: int | None,
+    batch_size: int,
+    asked: dict[str, Any],
+) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
     from indexer.build import build_index
 
@@ -120,12 +154,21 @@ def index_command(corpus: Path, index_dir: Path, text_field: str, id_field: str 
         chunk_overlap = DEFAULT_CHUNK_OVERLAP
     strategy = _strategy(asked, chunk_overlap=chunk_overlap)
     fields = [f.strip() for f in text_field.split(",") if f.strip()]
-    report = build_index(corpus, index_dir, strategy, text_fields=fields, id_field=id_field, fmt=fmt,
-                         batch_size=batch_size, progress=_progress())
+    report = build_index(
+        corpus,
+        index_dir,
+        strategy,
+        text_fields=fields,
+        id_field=id_field,
+        fmt=fmt,
+        batch_size=batch_size,
+        progress=_progress(),
+    )
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
         f"indexed {report.entries} entries ({report.vectors} vectors, dim {report.dimension}) into "
-        f"{report.index_dir} in {report.seconds:.1f}s (embedding {rate:.0f} entries/s)", err=True,
+        f"{report.index_dir} in {report.seconds:.1f}s (embedding {rate:.0f} entries/s)",
+        err=True,
     )
     click.echo(f"strategy: {report.strategy.describe()}", err=True)
     if report.rejected:
@@ -167,7 +210,9 @@ def _wrap(label: str, value: Any, indent: int) -> str:
     text = " ".join(str(value).split())
     text = text if len(text) <= 400 else text[:399] + "…"
     prefix = " " * indent
-    return textwrap.fill(f"{label}{text}", width=width, initial_indent=prefix, subsequent_indent=prefix + "  ")
+    return textwrap.fill(
+        f"{label}{text}", width=width, initial_indent=prefix, subsequent_indent=prefix + "  "
+    )
 
 
 def _print_hits(query: str, hits: Iterable[Any], hidden: set[str]) -> None:
@@ -184,12 +229,20 @@ def _print_hits(query: str, hits: Iterable[Any], hidden: set[str]) -> None:
 @cli.command("query")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.argument("question", required=False)
-@click.option("--queries", "queries_file", help="File of queries: JSONL with id and text, or plain lines ('-' = stdin).")
+@click.option(
+    "--queries", "queries_file", help="File of queries: JSONL with id and text, or plain lines ('-' = stdin)."
+)
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Hits per query.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per query.")
 @strategy_options
-def query_command(index_dir: Path, question: str | None, queries_file: str | None, k: int,
-                  as_json: bool, asked: dict[str, Any]) -> None:
+def query_command(
+    index_dir: Path,
+    question: str | None,
+    queries_file: str | None,
+    k: int,
+    as_json: bool,
+    asked: dict[str, Any],
+) -> None:
     """Search INDEX_DIR for QUESTION (or for every query in --queries)."""
     from search.engine import SearchEngine, check_queries
 

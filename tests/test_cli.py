@@ -14,8 +14,13 @@ from indexer.store import CURRENT
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "search.cli", *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "search.cli", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def assert_clean_failure(result: subprocess.CompletedProcess, message: str) -> None:
@@ -33,8 +38,11 @@ def assert_clean_failure(result: subprocess.CompletedProcess, message: str) -> N
 def index(tmp_path_factory, tiny_model) -> Path:
     root = tmp_path_factory.mktemp("cli")
     corpus = root / "faq.csv"
-    corpus.write_text("id,question,answer\nq1,How do I pay?,By card.\nq2,Where do I park?,At a dock.\n"
-                      "q1,How do I pay?,\n,No id here,x\n", encoding="utf-8")
+    corpus.write_text(
+        "id,question,answer\nq1,How do I pay?,By card.\nq2,Where do I park?,At a dock.\n"
+        "q1,How do I pay?,\n,No id here,x\n",
+        encoding="utf-8",
+    )
     result = run("index", corpus, "-o", root / "idx", "--model", tiny_model, "--text-field", "question")
     assert result.returncode == 0, result.stderr
     assert "indexed 2 entries" in result.stderr
@@ -49,7 +57,12 @@ def test_query_json_and_table(index):
     record = json.loads(result.stdout)
     assert record["query"] == "Where do I park?" and record["query_id"] is None
     top = record["hits"][0]
-    assert (top["rank"], top["id"], top["text"], top["fields"]["answer"]) == (1, "q2", "Where do I park?", "At a dock.")
+    assert (top["rank"], top["id"], top["text"], top["fields"]["answer"]) == (
+        1,
+        "q2",
+        "Where do I park?",
+        "At a dock.",
+    )
     assert top["score"] == pytest.approx(1.0, abs=1e-4)
     table = run("query", index, "Where do I park?", "-k", "1")
     assert "q2" in table.stdout and "answer: At a dock." in table.stdout
@@ -66,8 +79,15 @@ def test_queries_file_gives_one_json_line_per_query(index, tmp_path):
 
 
 def test_similar_ranks_lines_of_stdin(tiny_model):
-    result = run("similar", "a red bike", "-", "--model", tiny_model, "--json",
-                 stdin="completely different words\na red bike\n\nsomething else\n")
+    result = run(
+        "similar",
+        "a red bike",
+        "-",
+        "--model",
+        tiny_model,
+        "--json",
+        stdin="completely different words\na red bike\n\nsomething else\n",
+    )
     assert result.returncode == 0, result.stderr
     hits = json.loads(result.stdout)["hits"]
     assert len(hits) == 3 and hits[0]["text"] == "a red bike" and hits[0]["id"] == "2"

@@ -18,10 +18,15 @@ def write(path, content: str | bytes):
 
 
 def test_csv_with_joined_fields_and_id(tmp_path):
-    path = write(tmp_path / "faq.csv", 'id,question,answer\nq1,"How, really?",Like this.\nq2,Why?,"Because\nof that."\n')
+    path = write(
+        tmp_path / "faq.csv",
+        'id,question,answer\nq1,"How, really?",Like this.\nq2,Why?,"Because\nof that."\n',
+    )
     corpus = read_corpus(path, text_fields=["question", "answer"])
-    assert [(e.id, e.text) for e in corpus.entries] == [("q1", "How, really? Like this."),
-                                                        ("q2", "Why? Because\nof that.")]
+    assert [(e.id, e.text) for e in corpus.entries] == [
+        ("q1", "How, really? Like this."),
+        ("q2", "Why? Because\nof that."),
+    ]
     assert corpus.entries[0].fields == {"id": "q1", "question": "How, really?", "answer": "Like this."}
 
 
@@ -42,7 +47,7 @@ def test_jsonl_and_text(tmp_path):
 
 
 def test_bad_rows_are_counted_with_reasons(tmp_path):
-    content = (b"id,text\n1,good\n2,\n1,duplicate\n3,bad \xff byte\n4,a,b\n,no id\n5,  \n6,fine\n")
+    content = b"id,text\n1,good\n2,\n1,duplicate\n3,bad \xff byte\n4,a,b\n,no id\n5,  \n6,fine\n"
     corpus = read_corpus(write(tmp_path / "bad.csv", content))
     assert [e.id for e in corpus.entries] == ["1", "6"]
     reasons = {r.row: r.reason for r in corpus.rejected}
@@ -60,20 +65,27 @@ def test_bad_jsonl_rows(tmp_path):
     corpus = read_corpus(write(tmp_path / "c.jsonl", content))
     assert len(corpus.entries) == 1
     assert sorted(r.reason.split(":")[0] for r in corpus.rejected) == [
-        "empty line", "invalid JSON", "missing text", "not a JSON object", "text not a string"]
+        "empty line",
+        "invalid JSON",
+        "missing text",
+        "not a JSON object",
+        "text not a string",
+    ]
     assert "missing text" in corpus.rejection_summary()
 
 
 @pytest.mark.parametrize(
     "name,content,message",
-    [("missing.csv", None, "no such file"),
-     ("c.xml", "<a/>", "cannot tell the format"),
-     ("c.csv", "id,question\n1,hi\n", "has field 'text'"),
-     ("c.csv", "id,text\n1,\n2, \n", "empty corpus"),
-     ("c.csv", "", "no header"),
-     ("c.txt", "\n\n", "empty corpus"),
-     ("c.csv", "_id,text\n1,x\n", "reserved"),
-     ("c.bin", b"\x00\x01\x02binary", "binary")],
+    [
+        ("missing.csv", None, "no such file"),
+        ("c.xml", "<a/>", "cannot tell the format"),
+        ("c.csv", "id,question\n1,hi\n", "has field 'text'"),
+        ("c.csv", "id,text\n1,\n2, \n", "empty corpus"),
+        ("c.csv", "", "no header"),
+        ("c.txt", "\n\n", "empty corpus"),
+        ("c.csv", "_id,text\n1,x\n", "reserved"),
+        ("c.bin", b"\x00\x01\x02binary", "binary"),
+    ],
 )
 def test_unusable_corpus_is_one_clear_error(tmp_path, name, content, message):
     path = tmp_path / name

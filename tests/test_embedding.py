@@ -27,10 +27,19 @@ def full_hidden_states(model_dir: str, text: str):
     return out.hidden_states, out.pooler_output, encoded["input_ids"]
 
 
-LAYER_CHOICES = [((-1,), "mean"), ((0,), "mean"), ((-4, -3, -2, -1), "sum"),
-                 ((-4, -3, -2, -1), "concat"), ((1, -1), "mean")]
-GRID = [(layers, combine, pooling) for layers, combine in LAYER_CHOICES for pooling in POOLINGS
-        if pooling != "pooler" or layers == (-1,)]  # pooler reads the last layer only
+LAYER_CHOICES = [
+    ((-1,), "mean"),
+    ((0,), "mean"),
+    ((-4, -3, -2, -1), "sum"),
+    ((-4, -3, -2, -1), "concat"),
+    ((1, -1), "mean"),
+]
+GRID = [
+    (layers, combine, pooling)
+    for layers, combine in LAYER_CHOICES
+    for pooling in POOLINGS
+    if pooling != "pooler" or layers == (-1,)
+]  # pooler reads the last layer only
 
 
 @pytest.mark.parametrize("layers,combine,pooling", GRID)
@@ -44,8 +53,13 @@ def test_padding_never_changes_a_vector(tiny_model, layers, combine, pooling):
 
 @pytest.mark.parametrize(
     "layers,combine,pooling,width",
-    [((-1,), "mean", "mean", 32), ((-4, -3, -2, -1), "concat", "mean", 128),
-     ((-4, -3, -2, -1), "sum", "mean-max", 64), ((-2,), "mean", "cls", 32), ((-1,), "mean", "pooler", 32)],
+    [
+        ((-1,), "mean", "mean", 32),
+        ((-4, -3, -2, -1), "concat", "mean", 128),
+        ((-4, -3, -2, -1), "sum", "mean-max", 64),
+        ((-2,), "mean", "cls", 32),
+        ((-1,), "mean", "pooler", 32),
+    ],
 )
 def test_dimension_matches_strategy(tiny_model, layers, combine, pooling, width):
     embedder = Embedder(Strategy(model=tiny_model, layers=layers, combine=combine, pooling=pooling))
@@ -90,7 +104,11 @@ def test_auto_strategy_without_sentence_transformers_config(tiny_model):
 
 
 def test_auto_strategy_follows_bundled_models_own_config(bundled):
-    assert (bundled.strategy.layers, bundled.strategy.pooling, bundled.strategy.max_length) == ((-1,), "mean", 256)
+    assert (bundled.strategy.layers, bundled.strategy.pooling, bundled.strategy.max_length) == (
+        (-1,),
+        "mean",
+        256,
+    )
 
 
 def test_truncation_and_chunking(tiny_model):

@@ -20,8 +20,13 @@ from indexer.errors import SemsearchError
 from indexer.store import CURRENT, DATABASE, VECTORS, open_index
 from search import SearchEngine
 
-TEXTS = ["How do I reset my password?", "Which cards do you accept?", "Where can I park my bike?",
-         "Can I take my dog on the train?", "What happens if I return the bike late?"]
+TEXTS = [
+    "How do I reset my password?",
+    "Which cards do you accept?",
+    "Where can I park my bike?",
+    "Can I take my dog on the train?",
+    "What happens if I return the bike late?",
+]
 
 
 def faq(tmp_path: Path, texts=TEXTS, name="faq.csv") -> Path:
@@ -74,8 +79,9 @@ def test_failed_rebuild_leaves_previous_index_answering(tmp_path, tiny_model):
     with pytest.raises(SemsearchError, match="empty corpus"):
         build_index(empty, tmp_path / "idx", strategy, text_fields=["question"])
     with pytest.raises(SemsearchError, match="out of range"):
-        build_index(faq(tmp_path), tmp_path / "idx", Strategy(model=tiny_model, layers=(9,)),
-                    text_fields=["question"])
+        build_index(
+            faq(tmp_path), tmp_path / "idx", Strategy(model=tiny_model, layers=(9,)), text_fields=["question"]
+        )
     assert (tmp_path / "idx" / CURRENT).read_text() == before
     assert SearchEngine(tmp_path / "idx").search(TEXTS[1], k=1)[0].id == "k1"
     assert len([p for p in (tmp_path / "idx").iterdir() if p.name.startswith("v-")]) == 1
@@ -95,15 +101,29 @@ def test_run_killed_at_any_point_leaves_last_complete_index(tmp_path, tiny_model
     build_index(faq(tmp_path), tmp_path / "idx", Strategy(model=tiny_model), text_fields=["question"])
     big = tmp_path / "big.txt"
     big.write_text("\n".join(f"sentence number {i} about bikes and parking" for i in range(30000)))
-    command = [sys.executable, "-m", "search.cli", "index", str(big), "-o", str(tmp_path / "idx"),
-               "--model", tiny_model, "--format", "text"]
+    command = [
+        sys.executable,
+        "-m",
+        "search.cli",
+        "index",
+        str(big),
+        "-o",
+        str(tmp_path / "idx"),
+        "--model",
+        tiny_model,
+        "--format",
+        "text",
+    ]
     killed = 0
     for delay in (0.5, 2.0, 4.0, 6.0, "writing"):
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if delay == "writing":  # wait until the new version directory exists, then kill
             deadline = time.time() + 120
-            while time.time() < deadline and process.poll() is None and \
-                    len([p for p in (tmp_path / "idx").iterdir() if p.name.startswith("v-")]) < 2:
+            while (
+                time.time() < deadline
+                and process.poll() is None
+                and len([p for p in (tmp_path / "idx").iterdir() if p.name.startswith("v-")]) < 2
+            ):
                 time.sleep(0.005)
         else:
             time.sleep(delay)

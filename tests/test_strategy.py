@@ -32,8 +32,14 @@ def test_layer_out_of_range(layers):
 
 
 def test_invalid_values():
-    for bad in ({"combine": "avg"}, {"pooling": "median"}, {"layers": ()}, {"max_length": 2},
-                {"chunk_overlap": -1}, {"pooling": "pooler", "layers": (-2,)}):
+    for bad in (
+        {"combine": "avg"},
+        {"pooling": "median"},
+        {"layers": ()},
+        {"max_length": 2},
+        {"chunk_overlap": -1},
+        {"pooling": "pooler", "layers": (-2,)},
+    ):
         with pytest.raises(SemsearchError):
             Strategy(**bad)
     with pytest.raises(SemsearchError, match="overlap"):
