@@ -58,7 +58,7 @@ class Pooling:
 
     def __call__(
         self,
-        tokens: torch.Tensor,
+        tokens: torch.Tensor | None,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         pooler_output: torch.Tensor | None = None,
@@ -67,4 +67,5 @@ class Pooling:
             if pooler_output is None:
                 raise SemsearchError("this model has no pooler output: choose another pooling")
             return pooler_output
+        assert tokens is not None, "token vectors are needed for every mode but pooler"
         return MODES[self.mode](tokens, self.token_mask(input_ids, attention_mask))
