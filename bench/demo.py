@@ -77,8 +77,14 @@ def main() -> None:
         print("| pipeline | entries/s | ratio |\n|---|---|---|")
         print(f"| semsearch | {len(texts) / ours:.0f} | {peer / ours:.2f}x |")
         print(f"| sentence-transformers + faiss | {len(texts) / peer:.0f} | 1.00x |")
-        command = [str(Path(sys.executable).parent / "semsearch"), "query", str(index_dir),
-                   "how much does a day pass cost", "-k", "3"]
+        command = [
+            str(Path(sys.executable).parent / "semsearch"),
+            "query",
+            str(index_dir),
+            "how much does a day pass cost",
+            "-k",
+            "3",
+        ]
         walls = []
         for _ in range(args.repeats):
             started = time.perf_counter()

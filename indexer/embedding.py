@@ -141,7 +141,9 @@ class Embedder:
         """One float32 vector per text (queries, sentences): always truncated at max_length."""
         return self.run(self.tokenize(texts), [self.head], progress=progress)[0]
 
-    def embed_documents(self, texts: Sequence[str], *, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def embed_documents(
+        self, texts: Sequence[str], *, progress: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Vectors for documents and the text index of each (several per text when chunking)."""
         tokenized = self.tokenize(texts, chunk=True)
         return self.run(tokenized, [self.head], progress=progress)[0], tokenized.owners
@@ -153,8 +155,10 @@ class Embedder:
 
         The strategies share this embedder's model and max_length; they differ after the network.
         """
-        heads = [self.make_head(replace(s, model=self.strategy.model, max_length=self.strategy.max_length))
-                 for s in strategies]
+        heads = [
+            self.make_head(replace(s, model=self.strategy.model, max_length=self.strategy.max_length))
+            for s in strategies
+        ]
         found = _layer_stack(self.network)
         if found is not None and len(getattr(*found)) < self.num_layers:
             raise SemsearchError("embed_grid needs an Embedder built with all_layers=True")
