@@ -205,25 +205,32 @@ def _read_queries(path: str) -> list[tuple[Any, str]]:
     return queries
 
 
-def _wrap(label: str, value: Any, indent: int) -> str:
-    width = max(40, shutil.get_terminal_size((100, 20)).columns)
+def _short(value: Any, limit: int = 400) -> str:
     text = " ".join(str(value).split())
-    text = text if len(text) <= 400 else text[:399] + "…"
-    prefix = " " * indent
-    return textwrap.fill(
-        f"{label}{text}", width=width, initial_indent=prefix, subsequent_indent=prefix + "  "
-    )
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _print_hits(query: str, hits: Iterable[Any], hidden: set[str]) -> None:
+def _print_hits(
+    query: str, hits: Iterable[Any], lead_field: str | None = None, hidden: Iterable[str] = ()
+) -> None:
+    """A ranked table: rank, score, id, then the lead text (e.g. the FAQ question) and other fields."""
+    indent = " " * 25
+    width = max(40, shutil.get_terminal_size((100, 20)).columns - len(indent))
     click.echo(f"\nquery: {query}")
     click.echo(f"{'rank':>4}  {'score':>6}  {'id':<10} text")
     for hit in hits:
-        first = _wrap("", hit.text, 0).lstrip()
-        click.echo(f"{hit.rank:>4}  {hit.score:6.3f}  {hit.id:<10} {first}")
+        lead = hit.fields.get(lead_field) if lead_field else None
+        lead = hit.text if lead in (None, "") else lead
+        body = textwrap.wrap(_short(lead), width) or [""]
+        click.echo(f"{hit.rank:>4}  {hit.score:6.3f}  {hit.id:<10} {body[0]}")
+        for line in body[1:]:
+            click.echo(indent + line)
         for name, value in hit.fields.items():
-            if name not in hidden and value not in (None, ""):
-                click.echo(_wrap(f"{name}: ", value, 25))
+            if name in hidden or name == lead_field or value in (None, ""):
+                continue
+            lines = textwrap.wrap(f"{name}: {_short(value)}", width, subsequent_indent="  ")
+            for line in lines:
+                click.echo(indent + line)
 
 
 @cli.command("query")
@@ -253,13 +260,15 @@ def query_command(
     engine = SearchEngine(index_dir, strategy=asked)
     results = engine.search_many([text for _, text in queries], k)
     source = engine.index.meta.get("source", {})
-    hidden = set(source.get("text_fields") or []) | {source.get("id_field") or "id"}
+    text_fields = source.get("text_fields") or []
+    lead_field = text_fields[0] if text_fields else None
+    hidden = {source.get("id_field") or "id"} | ({lead_field} if len(text_fields) == 1 else set())
     for (query_id, text), hits in zip(queries, results, strict=True):
         if as_json:
             record = {"query_id": query_id, "query": text, "hits": [h.to_dict() for h in hits]}
             click.echo(json.dumps(record, ensure_ascii=False))
         else:
-            _print_hits(text, hits, hidden)
+            _print_hits(text, hits, lead_field, hidden)
 
 
 @cli.command("similar")
@@ -285,7 +294,7 @@ def similar_command(sentence: str, file: str, k: int | None, as_json: bool, aske
     if as_json:
         click.echo(json.dumps({"query": sentence, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
     else:
-        _print_hits(sentence, hits, set())
+        _print_hits(sentence, hits)
 
 
 @cli.command("info")
