@@ -9,6 +9,7 @@ from pathlib import Path
 
 from indexer.corpus import Rejection, read_corpus
 from indexer.strategy import Strategy
+from indexer.transform import Transform
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ def build_index(
     embed_started = time.perf_counter()
     vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
     embed_seconds = time.perf_counter() - embed_started
+    transform = None
+    if embedder.strategy.postprocess != "none":
+        transform = Transform.fit(embedder.strategy.postprocess, vectors, embedder.strategy.whiten_dims)
+        vectors = transform.apply(vectors)
     source = {
         "path": str(Path(corpus_path).resolve()),
         "text_fields": list(text_fields or ["text"]),
@@ -53,13 +58,15 @@ def build_index(
         "rows": corpus.rows,
         "rejected": len(corpus.rejected),
     }
-    write_index(index_dir, embedder.strategy, corpus.entries, vectors, owners, source=source)
+    write_index(
+        index_dir, embedder.strategy, corpus.entries, vectors, owners, source=source, transform=transform
+    )
     return BuildReport(
         index_dir=Path(index_dir),
         strategy=embedder.strategy,
         entries=len(corpus.entries),
         vectors=len(vectors),
-        dimension=embedder.dimension,
+        dimension=vectors.shape[1],
         rejected=corpus.rejected,
         rejection_summary=corpus.rejection_summary(),
         seconds=time.perf_counter() - started,

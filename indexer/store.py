@@ -28,11 +28,13 @@ import numpy as np
 from indexer.corpus import Entry
 from indexer.errors import SemsearchError
 from indexer.strategy import Strategy
+from indexer.transform import Transform
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
 VECTORS = "vectors.faiss"
 DATABASE = "meta.db"
+TRANSFORM = "transform.npz"
 
 
 @dataclass
@@ -45,6 +47,7 @@ class StoredIndex:
     meta: dict[str, Any]
     vectors: Any  # faiss.Index
     db: Any  # sqlite_utils.Database
+    transform: Transform | None
 
     def rows(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
         if not rowids:
@@ -87,6 +90,7 @@ def write_index(
     owners: np.ndarray,
     *,
     source: dict[str, Any],
+    transform: Transform | None = None,
 ) -> Path:
     """Write a complete new version beside the live one, then swap it in. Returns the version dir.
 
@@ -130,8 +134,11 @@ def write_index(
         index = faiss.IndexIDMap(faiss.IndexFlatIP(int(vectors.shape[1])))
         index.add_with_ids(vectors, rowids[owners])
         faiss.write_index(index, str(version / VECTORS))
-        for name in (DATABASE, VECTORS):
-            _fsync(version / name)
+        if transform is not None:
+            transform.save(version / TRANSFORM)
+        for name in (DATABASE, VECTORS, TRANSFORM):
+            if (version / name).exists():
+                _fsync(version / name)
         _fsync(version)
         pointer = index_dir / f".{CURRENT}.{secrets.token_hex(4)}"
         pointer.write_text(version.name + "\n", encoding="utf-8")
@@ -198,4 +205,9 @@ def open_index(index_dir: str | Path) -> StoredIndex:
     if vectors.d != meta.get("dimension"):
         raise SemsearchError(f"damaged index {index_dir}: vector dimension {vectors.d} != stored")
     strategy = Strategy.from_dict(meta["strategy"])
-    return StoredIndex(index_dir, version, strategy, meta, vectors, db)
+    transform = None
+    if strategy.postprocess != "none":
+        if not (version / TRANSFORM).is_file():
+            raise SemsearchError(f"damaged index {index_dir}: {TRANSFORM} is missing")
+        transform = Transform.load(version / TRANSFORM)
+    return StoredIndex(index_dir, version, strategy, meta, vectors, db, transform)

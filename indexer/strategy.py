@@ -18,6 +18,7 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 AUTO = "auto"
 COMBINES = ("mean", "sum", "concat")
 POOLINGS = ("cls", "mean", "max", "mean-max", "pooler")
+POSTPROCESSES = ("none", "center", "whiten")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Strategy:
         windows overlapping by that many tokens (a document scores as its best window).
         Queries are always truncated.
     normalize: L2-normalise output vectors (an index always stores unit vectors).
+    postprocess: ``center`` or ``whiten`` the vectors with statistics fitted on the indexed texts
+        (anisotropy correction, see ``indexer.transform``); ``whiten_dims`` keeps that many.
     """
 
     model: str = DEFAULT_MODEL
@@ -44,6 +47,8 @@ class Strategy:
     max_length: int | None = None
     chunk_overlap: int | None = None
     normalize: bool = True
+    postprocess: str = "none"
+    whiten_dims: int | None = None
 
     def __post_init__(self) -> None:
         if self.layers is not None:
@@ -58,6 +63,12 @@ class Strategy:
             raise SemsearchError("pooling 'pooler' reads the model's last layer: drop --layers")
         if self.max_length is not None and self.max_length < 4:
             raise SemsearchError(f"max_length must be at least 4 tokens, not {self.max_length}")
+        if self.postprocess not in POSTPROCESSES:
+            raise SemsearchError(
+                f"postprocess must be one of {', '.join(POSTPROCESSES)}, not {self.postprocess!r}"
+            )
+        if self.whiten_dims is not None and (self.postprocess != "whiten" or self.whiten_dims < 1):
+            raise SemsearchError("whiten_dims needs postprocess 'whiten' and a positive number")
         if self.chunk_overlap is not None and self.chunk_overlap < 0:
             raise SemsearchError(f"chunk overlap must be >= 0, not {self.chunk_overlap}")
 
@@ -117,6 +128,10 @@ class Strategy:
             parts.append(f"chunk_overlap={self.chunk_overlap}")
         if not self.normalize:
             parts.append("no-normalize")
+        if self.postprocess != "none":
+            parts.append(
+                f"postprocess={self.postprocess}" + (f"-{self.whiten_dims}" if self.whiten_dims else "")
+            )
         return " ".join(parts)
 
     def conflicts(self, asked: dict[str, Any]) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from indexer.errors import SemsearchError
-from indexer.strategy import AUTO, COMBINES, POOLINGS, Strategy
+from indexer.strategy import AUTO, COMBINES, POOLINGS, POSTPROCESSES, Strategy
 
 DEFAULT_CHUNK_OVERLAP = 32
 
@@ -76,8 +76,24 @@ def strategy_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "--max-length", type=click.IntRange(min=4), help="Tokens per text (default: model limit)."
         ),
         click.option("--normalize/--no-normalize", default=None, help="L2-normalise vectors."),
+        click.option(
+            "--postprocess",
+            type=click.Choice(POSTPROCESSES),
+            help="Anisotropy correction fitted on the indexed texts: center or whiten.",
+        ),
+        click.option("--whiten-dims", type=click.IntRange(min=1), help="Dimensions kept by whitening."),
     ]
-    names = ("model", "layers", "combine", "pooling", "skip_special", "max_length", "normalize")
+    names = (
+        "model",
+        "layers",
+        "combine",
+        "pooling",
+        "skip_special",
+        "max_length",
+        "normalize",
+        "postprocess",
+        "whiten_dims",
+    )
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> Any:
@@ -323,6 +339,356 @@ def info_command(index_dir: Path, as_json: bool) -> None:
         return
     for key, value in info.items():
         click.echo(f"{key + ':':<12} {value}")
+
+
+def _echo_scores(scores: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(scores))
+        return
+    for key, value in scores.items():
+        if isinstance(value, float):
+            value = f"{value:.4f}" if abs(value) <= 1 else f"{value:.2f}"
+        click.echo(f"{key + ':':<11} {value}")
+
+
+def pair_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        [
+            click.argument("pairs", type=click.Path(dir_okay=False, path_type=Path)),
+            click.option(
+                "--sentence1", default="sentence1", show_default=True, help="Column of the first sentence."
+            ),
+            click.option(
+                "--sentence2", default="sentence2", show_default=True, help="Column of the second sentence."
+            ),
+            click.option("--score", default="score", show_default=True, help="Column of the gold score."),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def retrieval_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        [
+            click.option(
+                "--corpus",
+                type=click.Path(dir_okay=False, path_type=Path),
+                help="Corpus (JSONL with id, text, ...; or CSV/TSV/text).",
+            ),
+            click.option(
+                "--queries",
+                "queries_file",
+                required=True,
+                type=click.Path(dir_okay=False, path_type=Path),
+                help="Queries: JSONL with id and text.",
+            ),
+            click.option(
+                "--qrels",
+                required=True,
+                type=click.Path(dir_okay=False, path_type=Path),
+                help="Judgements: query_id doc_id relevance (TSV, header optional).",
+            ),
+            click.option("--text-field", default="text", show_default=True, help="Corpus field(s) to embed."),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+@cli.group("evaluate")
+def evaluate_group() -> None:
+    """Score one strategy on sentence pairs (sts) or on queries with judgements (retrieval)."""
+
+
+@evaluate_group.command("sts")
+@pair_options
+@click.option("--json", "as_json", is_flag=True)
+@strategy_options
+def evaluate_sts_command(
+    pairs: Path, sentence1: str, sentence2: str, score: str, as_json: bool, asked: dict[str, Any]
+) -> None:
+    """Spearman and Pearson (x100) of cosine vs gold score on PAIRS (STS Benchmark format accepted)."""
+    from search.evaluate import evaluate_sts, read_pairs
+
+    _echo_scores(evaluate_sts(read_pairs(pairs, sentence1, sentence2, score), _strategy(asked)), as_json)
+
+
+@evaluate_group.command("retrieval")
+@retrieval_options
+@click.option(
+    "--index", "index_dir", type=click.Path(path_type=Path), help="Use this index instead of building one."
+)
+@click.option("--json", "as_json", is_flag=True)
+@strategy_options
+def evaluate_retrieval_command(
+    corpus: Path | None,
+    queries_file: Path,
+    qrels: Path,
+    text_field: str,
+    index_dir: Path | None,
+    as_json: bool,
+    asked: dict[str, Any],
+) -> None:
+    """MRR@10, nDCG@10, Recall@1/@10 and Success@1/@3 of the queries against the qrels."""
+    from search.evaluate import evaluate_retrieval, read_retrieval_set
+
+    if (corpus is None) == (index_dir is None):
+        raise click.UsageError("give --corpus (to build an index) or --index (one of them)")
+    if index_dir is not None and asked:
+        raise click.UsageError("--index is queried with its stored strategy: drop the strategy options")
+    data = read_retrieval_set(queries_file, qrels)
+    fields = [f.strip() for f in text_field.split(",") if f.strip()]
+    scores = evaluate_retrieval(
+        data, index_dir=index_dir, corpus=corpus, strategy=_strategy(asked), text_fields=fields
+    )
+    _echo_scores(scores, as_json)
+
+
+def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        [
+            click.option(
+                "--model", help="Hugging Face name or local path (default: bundled all-MiniLM-L6-v2)."
+            ),
+            click.option(
+                "--max-length", type=click.IntRange(min=4), help="Tokens per text (default: model limit)."
+            ),
+            click.option("--skip-special", is_flag=True, help="Leave [CLS]/[SEP] out of mean/max pooling."),
+            click.option(
+                "--poolings", default=",".join(POOLINGS), show_default=True, help="Poolings to try."
+            ),
+            click.option(
+                "--postprocess",
+                "postprocesses",
+                default="none",
+                show_default=True,
+                help="Post-processings to try, e.g. none,center,whiten.",
+            ),
+            click.option("--whiten-dims", type=click.IntRange(min=1), help="Dimensions kept by whitening."),
+            click.option(
+                "--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), help="Write all cells."
+            ),
+            click.option(
+                "--heatmap",
+                type=click.Path(dir_okay=False, path_type=Path),
+                help="Write a PNG heatmap (needs matplotlib: pip install 'semsearch[plot]').",
+            ),
+            click.option("--top", default=15, show_default=True, help="Rows of the printed table."),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _sweep_setup(
+    model: str | None,
+    max_length: int | None,
+    skip_special: bool,
+    poolings: str,
+    postprocesses: str,
+    whiten_dims: int | None,
+) -> tuple[Strategy, list[str], list[str]]:
+    base = Strategy(
+        **({"model": model} if model else {}),
+        max_length=max_length,
+        skip_special=skip_special,
+        postprocess="whiten" if whiten_dims else "none",
+        whiten_dims=whiten_dims,
+    )
+    pools = [p.strip() for p in poolings.split(",") if p.strip()]
+    posts = [p.strip() for p in postprocesses.split(",") if p.strip()]
+    for name in pools:
+        if name not in POOLINGS:
+            raise click.BadParameter(f"unknown pooling {name!r}", param_hint="--poolings")
+    for name in posts:
+        if name not in POSTPROCESSES:
+            raise click.BadParameter(f"unknown post-processing {name!r}", param_hint="--postprocess")
+    return base, pools, posts
+
+
+def _report_sweep(
+    cells: list[Any],
+    metric: str,
+    csv_path: Path | None,
+    heatmap: Path | None,
+    top: int,
+    title: str,
+    reproduce_prefix: str,
+) -> None:
+    from search.sweep import reproduce, write_csv, write_heatmap
+
+    metrics = [m for m in cells[0].scores if m not in ("pairs", "queries")]
+    click.echo(f"{'#':>3}  {'layers':<26} {'pooling':<9} {'post':<7} " + " ".join(f"{m:>9}" for m in metrics))
+    for rank, cell in enumerate(cells[:top], 1):
+        values = " ".join(
+            f"{cell.scores[m]:9.3f}" if cell.scores[m] < 2 else f"{cell.scores[m]:9.2f}" for m in metrics
+        )
+        click.echo(
+            f"{rank:>3}  {cell.row:<26} {cell.strategy.pooling:<9} {cell.strategy.postprocess:<7} {values}"
+        )
+    best = cells[0]
+    click.echo(
+        f"\nbest by {metric}: {best.row}, {best.strategy.pooling}, {best.strategy.postprocess}: "
+        f"{best.scores[metric]:.3f}"
+    )
+    click.echo(f"reproduce: {reproduce_prefix} {reproduce(best.strategy)}")
+    if csv_path:
+        write_csv(cells, csv_path)
+        click.echo(f"wrote {csv_path}", err=True)
+    if heatmap:
+        try:
+            write_heatmap(cells, metric, heatmap, title)
+            click.echo(f"wrote {heatmap}", err=True)
+        except ImportError:
+            click.echo("no heatmap: matplotlib is not installed (pip install 'semsearch[plot]')", err=True)
+
+
+@cli.group("sweep")
+def sweep_group() -> None:
+    """Score a grid of layer x pooling strategies from one forward pass per text."""
+
+
+@sweep_group.command("sts")
+@pair_options
+@sweep_options
+def sweep_sts_command(
+    pairs: Path,
+    sentence1: str,
+    sentence2: str,
+    score: str,
+    model: str | None,
+    max_length: int | None,
+    skip_special: bool,
+    poolings: str,
+    postprocesses: str,
+    whiten_dims: int | None,
+    csv_path: Path | None,
+    heatmap: Path | None,
+    top: int,
+) -> None:
+    """Every strategy of the grid on sentence pairs, ranked by Spearman."""
+    from search.evaluate import read_pairs
+    from search.sweep import sweep_sts
+
+    base, pools, posts = _sweep_setup(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
+    data = read_pairs(pairs, sentence1, sentence2, score)
+    cells = sweep_sts(data, base, poolings=pools, postprocesses=posts, progress=_progress())
+    _report_sweep(cells, "spearman", csv_path, heatmap, top, pairs.name, "semsearch index CORPUS -o INDEX")
+
+
+@sweep_group.command("retrieval")
+@retrieval_options
+@click.option(
+    "--metric",
+    default="mrr@10",
+    show_default=True,
+    type=click.Choice(["mrr@10", "ndcg@10", "recall@1", "recall@10", "success@1", "success@3"]),
+)
+@sweep_options
+def sweep_retrieval_command(
+    corpus: Path | None,
+    queries_file: Path,
+    qrels: Path,
+    text_field: str,
+    metric: str,
+    model: str | None,
+    max_length: int | None,
+    skip_special: bool,
+    poolings: str,
+    postprocesses: str,
+    whiten_dims: int | None,
+    csv_path: Path | None,
+    heatmap: Path | None,
+    top: int,
+) -> None:
+    """Every strategy of the grid on a retrieval set, ranked by --metric."""
+    from search.evaluate import read_retrieval_set
+    from search.sweep import sweep_retrieval
+
+    if corpus is None:
+        raise click.UsageError("give --corpus")
+    base, pools, posts = _sweep_setup(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
+    data = read_retrieval_set(queries_file, qrels)
+    fields = [f.strip() for f in text_field.split(",") if f.strip()]
+    cells = sweep_retrieval(
+        data,
+        corpus,
+        base,
+        text_fields=fields,
+        poolings=pools,
+        postprocesses=posts,
+        progress=_progress(),
+        metric=metric,
+    )
+    _report_sweep(
+        cells,
+        metric,
+        csv_path,
+        heatmap,
+        top,
+        corpus.name,
+        f"semsearch index {corpus} -o INDEX --text-field {text_field}",
+    )
+
+
+@cli.command("words")
+@click.argument("text")
+@click.option("--word", help="Show every occurrence of this word and their cosine matrix.")
+@click.option(
+    "--merge",
+    type=click.Choice(["mean", "sum", "first", "last"]),
+    default="mean",
+    show_default=True,
+    help="How word pieces merge into a word vector.",
+)
+@click.option("--json", "as_json", is_flag=True)
+@strategy_options
+def words_command(text: str, word: str | None, merge: str, as_json: bool, asked: dict[str, Any]) -> None:
+    """Contextual word vectors of TEXT (default layers: sum of the last four)."""
+    from dataclasses import replace
+
+    from indexer.embedding import Embedder
+    from indexer.words import WORD_STRATEGY, cosine_matrix, word_vectors
+
+    embedder = Embedder(replace(WORD_STRATEGY, **asked))
+    words = word_vectors(embedder, text, merge)
+    if word is not None:
+        words = [(w, v) for w, v in words if w.lower() == word.lower()]
+        if not words:
+            raise SemsearchError(f"the word {word!r} does not occur in the text")
+    matrix = cosine_matrix([v for _, v in words])
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "strategy": embedder.strategy.describe(),
+                    "words": [w for w, _ in words],
+                    "cosine": matrix.round(4).tolist(),
+                }
+            )
+        )
+        return
+    click.echo(f"strategy: {embedder.strategy.describe()}, word pieces merged by {merge}")
+    if word is None:
+        click.echo(" ".join(f"{i}:{w}" for i, (w, _) in enumerate(words)))
+        return
+    context = [_context(text, i, word) for i in range(len(words))]
+    for i, snippet in enumerate(context):
+        click.echo(f"  [{i}] {snippet}")
+    click.echo("cosine " + " ".join(f"{f'[{j}]':>6}" for j in range(len(words))))
+    for i, row in enumerate(matrix):
+        click.echo(f"{f'[{i}]':>6} " + " ".join(f"{value:6.3f}" for value in row))
+
+
+def _context(text: str, occurrence: int, word: str) -> str:
+    """A few words around the n-th occurrence of ``word``, to tell the occurrences apart."""
+    tokens = text.split()
+    hits = [i for i, t in enumerate(tokens) if t.strip(".,;:!?\"'()").lower() == word.lower()]
+    if occurrence >= len(hits):
+        return word
+    i = hits[occurrence]
+    return " ".join(tokens[max(0, i - 3) : i + 3])
 
 
 def main() -> None:

@@ -66,6 +66,8 @@ class SearchEngine:
         if k < 1:
             raise SemsearchError(f"k must be at least 1, not {k}")
         vectors = self.embedder.embed(list(queries))
+        if self.index.transform is not None:
+            vectors = self.index.transform.apply(vectors)
         return [self._lookup(vector, k) for vector in vectors]
 
     def _lookup(self, vector: np.ndarray, k: int) -> list[Hit]:

@@ -9,6 +9,7 @@ import numpy as np
 from indexer.embedding import Embedder
 from indexer.errors import SemsearchError
 from indexer.strategy import Strategy
+from indexer.transform import Transform
 from search.engine import Hit, check_queries
 
 
@@ -27,6 +28,10 @@ def rank_similar(
         raise SemsearchError("no sentences to rank: the input has no non-empty lines")
     embedder = embedder or Embedder(strategy)
     vectors = embedder.embed([sentence] + [c for _, c in kept])
+    if embedder.strategy.postprocess != "none":  # no corpus here: fit on the texts being ranked
+        vectors = Transform.fit(embedder.strategy.postprocess, vectors, embedder.strategy.whiten_dims).apply(
+            vectors
+        )
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
     scores = vectors[1:] @ vectors[0]
     order = np.argsort(-scores, kind="stable")[: k or len(kept)]

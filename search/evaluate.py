@@ -1,0 +1,194 @@
+"""Measure a strategy on the user's own data: STS (correlation of cosine with gold similarity) and
+retrieval (MRR, nDCG, recall and success of ranked hits against relevance judgements).
+
+Retrieval metrics are written here (a few lines each, BEIR/trec_eval definitions with linear gain)
+rather than pulled from pytrec_eval or ranx: those bring a compiler step or numba for arithmetic
+this small. Correlations come from scipy.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from indexer.corpus import read_corpus
+from indexer.errors import SemsearchError
+from indexer.strategy import Strategy
+
+
+@dataclass(frozen=True)
+class Pairs:
+    first: list[str]
+    second: list[str]
+    gold: np.ndarray
+
+    def sentences(self) -> list[str]:
+        """Each distinct sentence once, so a sentence shared by pairs is embedded once."""
+        return list(dict.fromkeys(self.first + self.second))
+
+
+def _float(value: str) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def read_pairs(path: str | Path, s1: str = "sentence1", s2: str = "sentence2", score: str = "score") -> Pairs:
+    """Sentence pairs with gold scores from CSV/TSV with a header, JSONL, or the original STS
+    Benchmark files (tab-separated, no header: genre, file, year, id, score, s1, s2, ...)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SemsearchError(f"no such file: {path}")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.splitlines()
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        rows = [json.loads(line) for line in lines if line.strip()]
+    else:
+        tabbed = "\t" in (lines[0] if lines else "")
+        reader = csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tabbed else {}))
+        table = [row for row in reader if row]
+        if not table:
+            raise SemsearchError(f"{path} is empty")
+        header = [h.strip() for h in table[0]]
+        if {s1, s2, score} <= set(header):
+            rows = [dict(zip(header, row, strict=False)) for row in table[1:]]
+        elif len(header) >= 7 and _float(header[4]) is not None:  # STS Benchmark as distributed
+            rows = [{score: r[4], s1: r[5], s2: r[6]} for r in table if len(r) >= 7]
+        else:
+            raise SemsearchError(
+                f"{path}: no columns {s1!r}, {s2!r}, {score!r} in the header "
+                f"({', '.join(header[:8])}); name them with --sentence1/--sentence2/--score"
+            )
+    usable = [r for r in rows if r.get(s1) and r.get(s2) and _float(r.get(score)) is not None]
+    if len(usable) < 3:
+        raise SemsearchError(f"{path}: fewer than 3 usable sentence pairs")
+    return Pairs(
+        [str(r[s1]) for r in usable],
+        [str(r[s2]) for r in usable],
+        np.array([_float(r[score]) for r in usable]),
+    )
+
+
+def sts_scores(first: np.ndarray, second: np.ndarray, gold: np.ndarray) -> dict[str, float]:
+    """Spearman and Pearson x100 between pair cosines and gold scores."""
+    from scipy.stats import pearsonr, spearmanr
+
+    a = first / np.linalg.norm(first, axis=1, keepdims=True).clip(min=1e-12)
+    b = second / np.linalg.norm(second, axis=1, keepdims=True).clip(min=1e-12)
+    cosines = (a * b).sum(axis=1)
+    return {
+        "spearman": float(spearmanr(cosines, gold).statistic * 100),
+        "pearson": float(pearsonr(cosines, gold).statistic * 100),
+        "pairs": len(gold),
+    }
+
+
+def pair_vectors(pairs: Pairs, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``vectors`` (one per ``pairs.sentences()``) for the first and second sentences."""
+    position = {s: i for i, s in enumerate(pairs.sentences())}
+    return vectors[[position[s] for s in pairs.first]], vectors[[position[s] for s in pairs.second]]
+
+
+def evaluate_sts(pairs: Pairs, strategy: Strategy | None = None) -> dict[str, float]:
+    """Embed every sentence once with the strategy (post-processing fitted on these sentences)."""
+    from indexer.embedding import Embedder
+    from indexer.transform import Transform
+
+    embedder = Embedder(strategy)
+    vectors = embedder.embed(pairs.sentences())
+    if embedder.strategy.postprocess != "none":
+        vectors = Transform.fit(embedder.strategy.postprocess, vectors, embedder.strategy.whiten_dims).apply(
+            vectors
+        )
+    return {**sts_scores(*pair_vectors(pairs, vectors), pairs.gold), "strategy": embedder.strategy.describe()}
+
+
+def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+    """BEIR layout: ``query_id doc_id relevance`` (tab or space separated, header optional)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SemsearchError(f"no such file: {path}")
+    qrels: dict[str, dict[str, int]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) == 4:  # TREC: query_id iteration doc_id relevance
+            parts = [parts[0], parts[2], parts[3]]
+        if len(parts) != 3 or _float(parts[2]) is None:
+            if number == 1:
+                continue  # header
+            raise SemsearchError(f"{path} line {number}: expected 'query_id doc_id relevance'")
+        if float(parts[2]) > 0:
+            qrels.setdefault(parts[0], {})[parts[1]] = int(float(parts[2]))
+    if not qrels:
+        raise SemsearchError(f"{path}: no positive relevance judgements")
+    return qrels
+
+
+def retrieval_metrics(
+    ranked: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]], k: int = 10
+) -> dict[str, float]:
+    """MRR@k, nDCG@k (linear gain), Recall@1/@k and Success@1/@3 averaged over judged queries."""
+    totals = dict.fromkeys(("mrr@10", "ndcg@10", "recall@1", "recall@10", "success@1", "success@3"), 0.0)
+    judged = [q for q in ranked if q in qrels]
+    if not judged:
+        raise SemsearchError("no query has relevance judgements: check that the query ids match the qrels")
+    for query_id in judged:
+        relevant = qrels[query_id]
+        hits = list(ranked[query_id])[:k]
+        gains = [relevant.get(doc, 0) for doc in hits]
+        first = next((rank for rank, g in enumerate(gains, 1) if g > 0), None)
+        totals["mrr@10"] += 1 / first if first else 0.0
+        dcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(gains, 1))
+        ideal = sorted(relevant.values(), reverse=True)[:k]
+        totals["ndcg@10"] += dcg / sum(g / math.log2(rank + 1) for rank, g in enumerate(ideal, 1))
+        totals["recall@1"] += sum(g > 0 for g in gains[:1]) / len(relevant)
+        totals["recall@10"] += sum(g > 0 for g in gains) / len(relevant)
+        totals["success@1"] += float(first == 1)
+        totals["success@3"] += float(first is not None and first <= 3)
+    return {**{name: value / len(judged) for name, value in totals.items()}, "queries": len(judged)}
+
+
+@dataclass(frozen=True)
+class RetrievalSet:
+    queries: list[tuple[str, str]]  # (id, text)
+    qrels: dict[str, dict[str, int]]
+
+
+def read_retrieval_set(queries: str | Path, qrels: str | Path) -> RetrievalSet:
+    judged = read_qrels(qrels)
+    rows = read_corpus(queries)
+    return RetrievalSet([(e.id, e.text) for e in rows.entries], judged)
+
+
+def evaluate_retrieval(
+    data: RetrievalSet,
+    *,
+    index_dir: str | Path | None = None,
+    corpus: str | Path | None = None,
+    strategy: Strategy | None = None,
+    text_fields: Sequence[str] | None = None,
+) -> dict[str, float]:
+    """Query an existing index, or build a temporary one from ``corpus`` with ``strategy``."""
+    from indexer.build import build_index
+    from search.engine import SearchEngine
+
+    with tempfile.TemporaryDirectory(prefix="semsearch-eval-") as tmp:
+        if index_dir is None:
+            if corpus is None:
+                raise SemsearchError("give a corpus to index, or an existing index")
+            index_dir = Path(tmp) / "index"
+            build_index(corpus, index_dir, strategy, text_fields=text_fields)
+        engine = SearchEngine(index_dir)
+        results = engine.search_many([text for _, text in data.queries], k=10)
+        ranked = {qid: [h.id for h in hits] for (qid, _), hits in zip(data.queries, results, strict=True)}
+        return {**retrieval_metrics(ranked, data.qrels), "strategy": engine.strategy.describe()}

@@ -1,0 +1,214 @@
+"""Which layer and pooling win on *your* data: a grid of strategies scored from one forward pass
+per text (all hidden states at once), so the whole grid costs about as much as one strategy.
+
+Grid: every single hidden state 0..L, last four summed / averaged / concatenated, first-last
+average, times cls / mean / max / mean-max, plus the pooler output; optionally times
+post-processing (none / center / whiten).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from indexer.corpus import read_corpus
+from indexer.strategy import POOLINGS, Strategy
+from indexer.transform import Transform
+from search.evaluate import Pairs, RetrievalSet, pair_vectors, retrieval_metrics, sts_scores
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid cell: a row label (the layer choice), the strategy, and its scores."""
+
+    row: str
+    strategy: Strategy
+    scores: dict[str, float]
+
+
+def layer_rows(num_layers: int) -> list[tuple[str, tuple[int, ...], str]]:
+    """(label, layers, combine) for every layer choice of the grid."""
+    names = {0: " (embeddings)", num_layers - 1: " (second-to-last)", num_layers: " (last)"}
+    rows = [(f"layer {i}{names.get(i, '')}", (i,), "mean") for i in range(num_layers + 1)]
+    last4 = tuple(range(-min(4, num_layers + 1), 0))
+    rows += [(f"last4 {combine}", last4, combine) for combine in ("sum", "mean", "concat")]
+    rows.append(("first-last mean", (0, -1), "mean"))
+    return rows
+
+
+def grid(base: Strategy, num_layers: int, poolings: Sequence[str] = POOLINGS) -> list[tuple[str, Strategy]]:
+    cells = []
+    for label, layers, combine in layer_rows(num_layers):
+        for pooling in poolings:
+            if pooling == "pooler":
+                if layers == (num_layers,):  # the pooler reads the last layer: one cell, in that row
+                    cells.append((label, replace(base, layers=(-1,), combine="mean", pooling="pooler")))
+                continue
+            cells.append((label, replace(base, layers=layers, combine=combine, pooling=pooling)))
+    return cells
+
+
+def _postprocessed(vectors: np.ndarray, fit_on: np.ndarray, strategy: Strategy) -> np.ndarray:
+    if strategy.postprocess == "none":
+        return vectors
+    return Transform.fit(strategy.postprocess, fit_on, strategy.whiten_dims).apply(vectors)
+
+
+def _embed_grid(base: Strategy, texts: Sequence[Sequence[str]], poolings: Sequence[str], progress: bool):
+    """Resolved (row, strategy) cells and, per text list, each cell's vectors."""
+    from indexer.embedding import Embedder
+
+    embedder = Embedder(replace(base, postprocess="none", whiten_dims=None), all_layers=True)
+    cells = grid(embedder.strategy, embedder.num_layers, poolings)
+    strategies = [s for _, s in cells]
+    vectors = [embedder.embed_grid(t, strategies, progress=progress) for t in texts]
+    return cells, vectors
+
+
+def sweep_sts(
+    pairs: Pairs,
+    base: Strategy | None = None,
+    *,
+    poolings: Sequence[str] = POOLINGS,
+    postprocesses: Sequence[str] = ("none",),
+    progress: bool = False,
+) -> list[Cell]:
+    """Every cell's Spearman/Pearson on the pairs, best first."""
+    base = base or Strategy()
+    cells, (vectors,) = _embed_grid(base, [pairs.sentences()], poolings, progress)
+    results = []
+    for (row, strategy), raw in zip(cells, vectors, strict=True):
+        for post in postprocesses:
+            cell = replace(
+                strategy, postprocess=post, whiten_dims=base.whiten_dims if post == "whiten" else None
+            )
+            processed = _postprocessed(raw, raw, cell)
+            results.append(Cell(row, cell, sts_scores(*pair_vectors(pairs, processed), pairs.gold)))
+    return sorted(results, key=lambda c: -c.scores["spearman"])
+
+
+def sweep_retrieval(
+    data: RetrievalSet,
+    corpus: str | Path,
+    base: Strategy | None = None,
+    *,
+    text_fields: Sequence[str] | None = None,
+    poolings: Sequence[str] = POOLINGS,
+    postprocesses: Sequence[str] = ("none",),
+    progress: bool = False,
+    metric: str = "mrr@10",
+) -> list[Cell]:
+    """Every cell's retrieval metrics (exact cosine search, as the index does), best first."""
+    base = base or Strategy()
+    entries = read_corpus(corpus, text_fields=text_fields).entries
+    doc_ids = np.array([e.id for e in entries])
+    cells, (docs, queries) = _embed_grid(
+        base, [[e.text for e in entries], [text for _, text in data.queries]], poolings, progress
+    )
+    k = min(10, len(entries))
+    results = []
+    for (row, strategy), doc_raw, query_raw in zip(cells, docs, queries, strict=True):
+        for post in postprocesses:
+            cell = replace(
+                strategy, postprocess=post, whiten_dims=base.whiten_dims if post == "whiten" else None
+            )
+            d = _postprocessed(doc_raw, doc_raw, cell)
+            q = _postprocessed(query_raw, doc_raw, cell)
+            d = d / np.linalg.norm(d, axis=1, keepdims=True).clip(min=1e-12)
+            q = q / np.linalg.norm(q, axis=1, keepdims=True).clip(min=1e-12)
+            scores = q @ d.T
+            top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+            ranked = {qid: doc_ids[top[i]].tolist() for i, (qid, _) in enumerate(data.queries)}
+            results.append(Cell(row, cell, retrieval_metrics(ranked, data.qrels)))
+    return sorted(results, key=lambda c: -c.scores[metric])
+
+
+def reproduce(strategy: Strategy) -> str:
+    """The `semsearch index` options that give this cell's strategy."""
+    parts = [f"--model {strategy.model}"] if strategy.model != Strategy().model else []
+    parts.append("--layers " + ",".join(str(i) for i in strategy.layers or ()))
+    if strategy.layers and len(strategy.layers) > 1:
+        parts.append(f"--combine {strategy.combine}")
+    parts.append(f"--pooling {strategy.pooling}")
+    if strategy.skip_special:
+        parts.append("--skip-special")
+    if strategy.postprocess != "none":
+        parts.append(f"--postprocess {strategy.postprocess}")
+        if strategy.whiten_dims:
+            parts.append(f"--whiten-dims {strategy.whiten_dims}")
+    return " ".join(parts)
+
+
+def write_csv(cells: Sequence[Cell], path: Path) -> None:
+    metrics = list(cells[0].scores)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["row", "layers", "combine", "pooling", "postprocess", *metrics, "options"])
+        for c in cells:
+            s = c.strategy
+            layers = ",".join(map(str, s.layers or ()))
+            writer.writerow(
+                [
+                    c.row,
+                    layers,
+                    s.combine,
+                    s.pooling,
+                    s.postprocess,
+                    *[c.scores[m] for m in metrics],
+                    reproduce(s),
+                ]
+            )
+
+
+def write_heatmap(cells: Sequence[Cell], metric: str, path: Path, title: str) -> None:
+    """Layers x pooling, one panel per post-processing, the best cell boxed (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(dict.fromkeys(c.row for c in sorted(cells, key=lambda c: _row_order(c.row))))
+    cols = [p for p in POOLINGS if any(c.strategy.pooling == p for c in cells)]
+    posts = list(dict.fromkeys(c.strategy.postprocess for c in cells))
+    best = max(cells, key=lambda c: c.scores[metric])
+    fig, axes = plt.subplots(
+        1, len(posts), figsize=(2.2 + 1.3 * len(cols) * len(posts), 1.2 + 0.38 * len(rows)), squeeze=False
+    )
+    for ax, post in zip(axes[0], posts, strict=True):
+        grid_values = np.full((len(rows), len(cols)), np.nan)
+        for c in cells:
+            if c.strategy.postprocess == post:
+                grid_values[rows.index(c.row), cols.index(c.strategy.pooling)] = c.scores[metric]
+        image = ax.imshow(grid_values, cmap="viridis", aspect="auto")
+        for (i, j), value in np.ndenumerate(grid_values):
+            if not np.isnan(value):
+                ax.text(
+                    j,
+                    i,
+                    f"{value:.3g}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if value < np.nanmean(grid_values) else "black",
+                )
+        if best.strategy.postprocess == post:
+            i, j = rows.index(best.row), cols.index(best.strategy.pooling)
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
+        ax.set_xticks(range(len(cols)), cols, fontsize=8)
+        ax.set_yticks(range(len(rows)), rows, fontsize=8)
+        ax.set_title(f"postprocess: {post}", fontsize=9)
+        fig.colorbar(image, ax=ax, fraction=0.04)
+    fig.suptitle(f"{title}: {metric} (best boxed: {best.row}, {best.strategy.pooling})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _row_order(label: str) -> tuple[int, int]:
+    if label.startswith("layer "):
+        return (0, int(label.split()[1]))
+    return (1, ["last4 sum", "last4 mean", "last4 concat", "first-last mean"].index(label))
