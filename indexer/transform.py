@@ -38,7 +38,7 @@ class Transform:
         covariance = np.cov(vectors - mean, rowvar=False)
         u, s, _ = np.linalg.svd(covariance)
         # a floor on the variances keeps directions the corpus never varies in from exploding
-        matrix = u[:, :out_dim] / np.sqrt(np.maximum(s[:out_dim], 1e-6 * s[0]))
+        matrix = u[:, :out_dim] / np.sqrt(np.maximum(s[:out_dim], max(1e-6 * s[0], 1e-12)))
         return cls(mean.astype(np.float32), matrix.astype(np.float32))
 
     @property

@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,11 +85,13 @@ def sts_scores(first: np.ndarray, second: np.ndarray, gold: np.ndarray) -> dict[
     a = first / np.linalg.norm(first, axis=1, keepdims=True).clip(min=1e-12)
     b = second / np.linalg.norm(second, axis=1, keepdims=True).clip(min=1e-12)
     cosines = (a * b).sum(axis=1)
-    return {
-        "spearman": float(spearmanr(cosines, gold).statistic * 100),
-        "pearson": float(pearsonr(cosines, gold).statistic * 100),
-        "pairs": len(gold),
-    }
+    with warnings.catch_warnings():  # constant cosines (e.g. layer-0 [CLS]) give NaN, said in the table
+        warnings.simplefilter("ignore")
+        return {
+            "spearman": float(spearmanr(cosines, gold).statistic * 100),
+            "pearson": float(pearsonr(cosines, gold).statistic * 100),
+            "pairs": len(gold),
+        }
 
 
 def pair_vectors(pairs: Pairs, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -88,7 +88,7 @@ def sweep_sts(
             )
             processed = _postprocessed(raw, raw, cell)
             results.append(Cell(row, cell, sts_scores(*pair_vectors(pairs, processed), pairs.gold)))
-    return sorted(results, key=lambda c: -c.scores["spearman"])
+    return _best_first(results, "spearman")
 
 
 def sweep_retrieval(
@@ -124,7 +124,12 @@ def sweep_retrieval(
             top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
             ranked = {qid: doc_ids[top[i]].tolist() for i, (qid, _) in enumerate(data.queries)}
             results.append(Cell(row, cell, retrieval_metrics(ranked, data.qrels)))
-    return sorted(results, key=lambda c: -c.scores[metric])
+    return _best_first(results, metric)
+
+
+def _best_first(cells: list[Cell], metric: str) -> list[Cell]:
+    """Highest score first; a cell with no score (constant vectors give NaN correlations) last."""
+    return sorted(cells, key=lambda c: -c.scores[metric] if np.isfinite(c.scores[metric]) else np.inf)
 
 
 def reproduce(strategy: Strategy) -> str:
@@ -174,7 +179,7 @@ def write_heatmap(cells: Sequence[Cell], metric: str, path: Path, title: str) ->
     rows = list(dict.fromkeys(c.row for c in sorted(cells, key=lambda c: _row_order(c.row))))
     cols = [p for p in POOLINGS if any(c.strategy.pooling == p for c in cells)]
     posts = list(dict.fromkeys(c.strategy.postprocess for c in cells))
-    best = max(cells, key=lambda c: c.scores[metric])
+    best = _best_first(list(cells), metric)[0]
     fig, axes = plt.subplots(
         1, len(posts), figsize=(2.2 + 1.3 * len(cols) * len(posts), 1.2 + 0.38 * len(rows)), squeeze=False
     )

@@ -133,3 +133,41 @@ def test_bad_inputs_are_one_line_errors(index, tmp_path, tiny_model):
     unknown.write_text("hello\n")
     assert_clean_failure(run("index", unknown, "-o", index, "--model", tiny_model), "cannot tell the format")
     assert_clean_failure(run("query", index), "give a QUESTION or --queries")
+
+
+def test_evaluate_sweep_and_words_commands(tmp_path, tiny_model):
+    pairs = tmp_path / "pairs.tsv"
+    rows = [
+        ("A man plays guitar.", "Someone plays music.", 4.2),
+        ("A dog runs.", "Stocks fell.", 0.2),
+        ("It is raining.", "Rain is falling.", 4.8),
+        ("A cat sleeps.", "Parliament votes.", 0.0),
+    ]
+    pairs.write_text("score\tsentence1\tsentence2\n" + "".join(f"{g}\t{a}\t{b}\n" for a, b, g in rows))
+    result = run("evaluate", "sts", pairs, "--model", tiny_model, "--json")
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads(result.stdout)) >= {"spearman", "pearson", "pairs", "strategy"}
+    sweep = run(
+        "sweep",
+        "sts",
+        pairs,
+        "--model",
+        tiny_model,
+        "--poolings",
+        "mean,cls",
+        "--csv",
+        tmp_path / "s.csv",
+        "--heatmap",
+        tmp_path / "s.png",
+    )
+    assert sweep.returncode == 0, sweep.stderr
+    assert "reproduce: semsearch index CORPUS -o INDEX --model" in sweep.stdout
+    assert (tmp_path / "s.png").stat().st_size > 0
+    assert len((tmp_path / "s.csv").read_text().splitlines()) == 1 + 8 * 2
+    words = run("words", "the bank of the river and the bank vault", "--word", "bank", "--json")
+    assert words.returncode == 0, words.stderr
+    out = json.loads(words.stdout)
+    assert out["words"] == ["bank", "bank"] and len(out["cosine"]) == 2
+    assert_clean_failure(run("words", "no such thing here", "--word", "bank"), "does not occur")
+    assert_clean_failure(run("evaluate", "sts", pairs, "--sentence1", "left"), "--sentence1")
+    assert_clean_failure(run("sweep", "sts", pairs, "--poolings", "median"), "unknown pooling")

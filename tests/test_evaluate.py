@@ -1,0 +1,132 @@
+"""Measuring strategies: pair and qrels readers, metric definitions, the sweep agreeing with a
+single evaluation, and the published numbers reproduced on the real data."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.errors import SemsearchError
+from indexer.strategy import Strategy
+from search.evaluate import (
+    evaluate_retrieval,
+    evaluate_sts,
+    read_pairs,
+    read_qrels,
+    read_retrieval_set,
+    retrieval_metrics,
+)
+from search.sweep import reproduce, sweep_retrieval, sweep_sts, write_csv, write_heatmap
+from tests.conftest import shared_file
+
+PAIRS = [
+    ("A man is playing a guitar.", "A person plays guitar.", 4.6),
+    ("A dog runs in the park.", "A cat sleeps on a sofa.", 0.8),
+    ("The stock market fell sharply.", "Shares dropped steeply today.", 4.0),
+    ("A woman is slicing onions.", "Someone is cutting vegetables.", 3.5),
+    ("Kids play football outside.", "The parliament passed a law.", 0.1),
+    ("A plane lands at the airport.", "An aircraft touches down.", 4.8),
+]
+
+
+def write_pairs(tmp_path: Path) -> Path:
+    path = tmp_path / "pairs.tsv"
+    lines = ["score\tsentence1\tsentence2"] + [f"{g}\t{a}\t{b}" for a, b, g in PAIRS]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_pair_formats(tmp_path):
+    assert read_pairs(write_pairs(tmp_path)).first[0] == PAIRS[0][0]
+    original = tmp_path / "sts-dev.csv"  # STS Benchmark as distributed: no header, 7+ fields
+    original.write_text(
+        "".join(f'main-news\tf\t2012\t{i}\t{g}\t{a} "q"\t{b}\textra\n' for i, (a, b, g) in enumerate(PAIRS)),
+        encoding="utf-8",
+    )
+    pairs = read_pairs(original)
+    assert pairs.first[0] == PAIRS[0][0] + ' "q"' and pairs.gold.tolist() == [g for _, _, g in PAIRS]
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text("\n".join(json.dumps({"a": a, "b": b, "y": g}) for a, b, g in PAIRS), encoding="utf-8")
+    assert len(read_pairs(jsonl, "a", "b", "y").gold) == len(PAIRS)
+    with pytest.raises(SemsearchError, match="--sentence1"):
+        read_pairs(write_pairs(tmp_path), s1="left")
+
+
+def test_retrieval_metrics_by_hand():
+    qrels = {"q1": {"d1": 1, "d2": 1}, "q2": {"d9": 2}, "q3": {"d3": 1}}
+    ranked = {"q1": ["d5", "d1", "d2"], "q2": ["d9"], "q3": ["d7", "d8"], "unjudged": ["d1"]}
+    m = retrieval_metrics(ranked, qrels)
+    assert m["queries"] == 3
+    assert m["mrr@10"] == pytest.approx((1 / 2 + 1 + 0) / 3)
+    ndcg_q1 = (1 / math.log2(3) + 1 / math.log2(4)) / (1 + 1 / math.log2(3))
+    assert m["ndcg@10"] == pytest.approx((ndcg_q1 + 1 + 0) / 3)
+    assert m["recall@1"] == pytest.approx((0 + 1 + 0) / 3)
+    assert m["recall@10"] == pytest.approx((1 + 1 + 0) / 3)
+    assert m["success@1"] == pytest.approx(1 / 3) and m["success@3"] == pytest.approx(2 / 3)
+
+
+def test_qrels_with_header_trec_and_errors(tmp_path):
+    path = tmp_path / "qrels.tsv"
+    path.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\nq2 0 d3 2\n", encoding="utf-8")
+    assert read_qrels(path) == {"q1": {"d1": 1}, "q2": {"d3": 2}}
+    path.write_text("q1\td1\t1\nbroken line\n", encoding="utf-8")
+    with pytest.raises(SemsearchError, match="line 2"):
+        read_qrels(path)
+
+
+def test_sweep_cell_equals_evaluate_with_that_strategy(tmp_path, tiny_model):
+    pairs = read_pairs(write_pairs(tmp_path))
+    cells = sweep_sts(pairs, Strategy(model=tiny_model), postprocesses=("none", "center"))
+    assert len(cells) == 2 * (4 * (4 + 4) + 1)  # (layers 0..3 + 4 combos) x 4 poolings + pooler, x 2
+    for cell in (cells[0], cells[len(cells) // 2], *[c for c in cells if c.strategy.pooling == "pooler"]):
+        alone = evaluate_sts(pairs, cell.strategy)
+        assert alone["spearman"] == pytest.approx(cell.scores["spearman"], abs=1e-6)
+        assert alone["pearson"] == pytest.approx(cell.scores["pearson"], abs=1e-4)
+    assert "--layers" in reproduce(cells[0].strategy)
+    write_csv(cells, tmp_path / "sweep.csv")
+    assert len((tmp_path / "sweep.csv").read_text().splitlines()) == len(cells) + 1
+    pytest.importorskip("matplotlib")
+    write_heatmap(cells, "spearman", tmp_path / "sweep.png", "pairs")
+    assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_retrieval_sweep_cell_equals_evaluate(tmp_path):
+    """Real model, and no cls cells: a layer's [CLS] vectors before fine-tuning sit at cosine 0.99999
+    of each other, so float noise alone orders them."""
+    corpus = tmp_path / "corpus.jsonl"
+    docs = [{"id": f"d{i}", "text": a} for i, (a, _, _) in enumerate(PAIRS)]
+    corpus.write_text("\n".join(json.dumps(d) for d in docs), encoding="utf-8")
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("\n".join(json.dumps({"id": f"q{i}", "text": b}) for i, (_, b, _) in enumerate(PAIRS)))
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query_id\tdoc_id\trelevance\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(len(PAIRS))))
+    data = read_retrieval_set(queries, qrels)
+    cells = sweep_retrieval(data, corpus, Strategy(), postprocesses=("none", "center"))
+    checked = [c for c in cells if c.strategy.pooling != "cls"]
+    for cell in checked[:3] + checked[-3:]:
+        alone = evaluate_retrieval(data, corpus=corpus, strategy=cell.strategy)
+        for metric in ("mrr@10", "ndcg@10", "recall@1"):
+            assert alone[metric] == pytest.approx(cell.scores[metric], abs=1e-9), (cell.row, cell.strategy)
+
+
+def test_bundled_model_on_stsb_dev_matches_published_and_beats_second_to_last():
+    pairs = read_pairs(shared_file("stsb", "stsb-dev.tsv"))
+    default = evaluate_sts(pairs)
+    assert default["spearman"] == pytest.approx(86.72, abs=0.05)  # MTEB: all-MiniLM-L6-v2 dev 86.72
+    second_to_last = evaluate_sts(pairs, Strategy(layers=(-2,), pooling="mean"))
+    assert default["spearman"] - second_to_last["spearman"] > 5
+
+
+def test_stackfaq_default_beats_tfidf_floor():
+    root = ("stackfaq",)
+    data = read_retrieval_set(shared_file(*root, "queries.jsonl"), shared_file(*root, "qrels.tsv"))
+    scores = evaluate_retrieval(
+        data, corpus=shared_file(*root, "corpus.jsonl"), text_fields=["text", "answer"]
+    )
+    assert scores["queries"] == 499
+    assert scores["mrr@10"] > 0.718  # the README's TF-IDF floor for text+answer
+    assert np.isfinite(scores["ndcg@10"])
