@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.corpus import Rejection, read_corpus
+from indexer.corpus import Corpus, Rejection, read_corpus
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 
@@ -38,11 +38,28 @@ def build_index(
     progress: bool = False,
 ) -> BuildReport:
     """Index a corpus file into ``index_dir``, replacing any index there only once complete."""
+    from indexer.store import prepare_target, writer_lock
+
+    corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    prepare_target(Path(index_dir))
+    with writer_lock(Path(index_dir)):
+        return _build(corpus, corpus_path, index_dir, strategy, text_fields, id_field, batch_size, progress)
+
+
+def _build(
+    corpus: Corpus,
+    corpus_path: str | Path,
+    index_dir: str | Path,
+    strategy: Strategy | None,
+    text_fields: Sequence[str] | None,
+    id_field: str | None,
+    batch_size: int,
+    progress: bool,
+) -> BuildReport:
     from indexer.embedding import Embedder
     from indexer.store import write_index
 
     started = time.perf_counter()
-    corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
     embedder = Embedder(strategy, batch_size=batch_size)
     embed_started = time.perf_counter()
     vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)

@@ -28,7 +28,7 @@ _SUFFIXES = {
     ".txt": "text",
     ".text": "text",
 }
-RESERVED = ("_rowid", "_id", "_text", "_chunks")
+RESERVED = ("_rowid", "_id", "_text", "_hash", "_chunks")
 """Column names the index uses for itself; an input field may not take them."""
 _SURROGATE = re.compile("[\udc80-\udcff]")
 csv.field_size_limit(1 << 30)

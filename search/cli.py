@@ -187,12 +187,17 @@ def index_command(
         err=True,
     )
     click.echo(f"strategy: {report.strategy.describe()}", err=True)
-    if report.rejected:
-        click.echo(f"rejected {len(report.rejected)} rows: {report.rejection_summary}", err=True)
-        for rejection in report.rejected[:10]:
+    _echo_rejections(report.rejected, report.rejection_summary)
+
+
+def _echo_rejections(rejected: list[Any], summary: str) -> None:
+    """Every unusable row is counted; the first ten are listed with their reasons."""
+    if rejected:
+        click.echo(f"rejected {len(rejected)} rows: {summary}", err=True)
+        for rejection in rejected[:10]:
             click.echo(f"  row {rejection.row}: {rejection.reason}", err=True)
-        if len(report.rejected) > 10:
-            click.echo(f"  ... and {len(report.rejected) - 10} more", err=True)
+        if len(rejected) > 10:
+            click.echo(f"  ... and {len(rejected) - 10} more", err=True)
 
 
 def _read_queries(path: str) -> list[tuple[Any, str]]:
@@ -256,6 +261,7 @@ def _print_hits(
     "--queries", "queries_file", help="File of queries: JSONL with id and text, or plain lines ('-' = stdin)."
 )
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Hits per query.")
+@click.option("--where", help="Filter on stored fields before the search: \"category = 'billing'\".")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per query.")
 @strategy_options
 def query_command(
@@ -263,6 +269,7 @@ def query_command(
     question: str | None,
     queries_file: str | None,
     k: int,
+    where: str | None,
     as_json: bool,
     asked: dict[str, Any],
 ) -> None:
@@ -274,7 +281,7 @@ def query_command(
     queries = _read_queries(queries_file) if queries_file else [(None, question)]
     check_queries([text for _, text in queries])
     engine = SearchEngine(index_dir, strategy=asked)
-    results = engine.search_many([text for _, text in queries], k)
+    results = engine.search_many([text for _, text in queries], k, where)
     source = engine.index.meta.get("source", {})
     text_fields = source.get("text_fields") or []
     lead_field = text_fields[0] if text_fields else None
@@ -285,6 +292,94 @@ def query_command(
             click.echo(json.dumps(record, ensure_ascii=False))
         else:
             _print_hits(text, hits, lead_field, hidden)
+
+
+@cli.command("add")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--text-field", help="Field(s) to embed (default: the ones the index was built with).")
+@click.option("--id-field", help="Field with the entry id (default: the index's own).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "tsv", "jsonl", "text"]))
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+def add_command(
+    index_dir: Path,
+    corpus: Path,
+    text_field: str | None,
+    id_field: str | None,
+    fmt: str | None,
+    batch_size: int,
+) -> None:
+    """Upsert CORPUS into INDEX_DIR by id: new and changed texts are embedded, unchanged ones skipped."""
+    from indexer.update import add_to_index
+
+    fields = [f.strip() for f in text_field.split(",") if f.strip()] if text_field else None
+    report = add_to_index(
+        index_dir,
+        corpus,
+        text_fields=fields,
+        id_field=id_field,
+        fmt=fmt,
+        batch_size=batch_size,
+        progress=_progress(),
+    )
+    click.echo(
+        f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "
+        f"rejected {len(report.rejected)}: {report.count} entries in {index_dir} ({report.seconds:.1f}s)",
+        err=True,
+    )
+    _echo_rejections(report.rejected, report.rejection_summary)
+
+
+@cli.command("delete")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--id", "ids", multiple=True, help="External id to delete (repeatable).")
+@click.option(
+    "--ids-file", type=click.Path(dir_okay=False, path_type=Path), help="File of ids, one per line."
+)
+def delete_command(index_dir: Path, ids: tuple[str, ...], ids_file: Path | None) -> None:
+    """Delete entries by id from INDEX_DIR (rows and vectors)."""
+    from indexer.update import delete_from_index, read_ids
+
+    report = delete_from_index(index_dir, [*ids, *(read_ids(ids_file) if ids_file else [])])
+    click.echo(f"deleted {report.deleted}: {report.count} entries left in {index_dir}", err=True)
+    if report.not_found:
+        shown = ", ".join(report.not_found[:10]) + (" ..." if len(report.not_found) > 10 else "")
+        click.echo(f"not found ({len(report.not_found)}): {shown}", err=True)
+
+
+@cli.command("compact")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+def compact_command(index_dir: Path) -> None:
+    """Rewrite INDEX_DIR's vectors and vacuum its database after many updates."""
+    from indexer.update import compact_index
+
+    click.echo(f"compacted {index_dir}: {compact_index(index_dir)} bytes", err=True)
+
+
+@cli.command("serve")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Interface to bind (localhost only by default)."
+)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--max-batch",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Most queries embedded in one micro-batch (1 turns batching off).",
+)
+def serve_command(index_dir: Path, host: str, port: int, max_batch: int) -> None:
+    """Serve INDEX_DIR over HTTP: POST /search, /search/batch, /similar; GET /info, /health; docs at /docs."""
+    try:
+        import uvicorn
+
+        from search.server import create_app
+    except ImportError:
+        raise SemsearchError("serving needs the 'serve' extra: pip install 'semsearch[serve]'") from None
+    app = create_app(index_dir, max_batch=max_batch)
+    click.echo(f"serving {index_dir} on http://{host}:{port} (docs: /docs)", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 @cli.command("similar")

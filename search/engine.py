@@ -12,8 +12,9 @@ import numpy as np
 from indexer.corpus import RESERVED
 from indexer.embedding import Embedder
 from indexer.errors import SemsearchError
-from indexer.store import open_index
+from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
+from search.filters import parse_filter
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,15 @@ def check_strategy(stored: Strategy, asked: dict[str, Any]) -> None:
 
 
 class SearchEngine:
-    """Opens an index once and keeps the model warm; ``search`` is the hot path."""
+    """Opens an index once and keeps the model warm; ``search`` is the hot path.
+
+    ``reload_if_changed`` picks up a new version written by ``add``/``delete``/``index`` (the model
+    is reloaded only if the strategy changed). Each call works on the version it started with.
+    """
 
     def __init__(self, index_dir: str | Path, *, strategy: dict[str, Any] | None = None):
-        self.index = open_index(index_dir)
+        self.path = Path(index_dir)
+        self.index = open_index(self.path)
         check_strategy(self.index.strategy, strategy or {})
         self.embedder = Embedder(self.index.strategy)
 
@@ -57,27 +63,67 @@ class SearchEngine:
     def strategy(self) -> Strategy:
         return self.index.strategy
 
-    def search(self, query: str, k: int = 10) -> list[Hit]:
-        return self.search_many([query], k)[0]
+    def reload_if_changed(self) -> bool:
+        if live_version(self.path) == self.index.version.name:
+            return False
+        fresh = open_index(self.path)
+        if fresh.strategy != self.index.strategy:
+            self.embedder = Embedder(fresh.strategy)
+        self.index = fresh
+        return True
 
-    def search_many(self, queries: Sequence[str], k: int = 10) -> list[list[Hit]]:
-        """Embed all queries in one pass, then look each up."""
+    def search(self, query: str, k: int = 10, where: str | None = None) -> list[Hit]:
+        return self.search_many([query], k, where)[0]
+
+    def search_many(self, queries: Sequence[str], k: int = 10, where: str | None = None) -> list[list[Hit]]:
+        """Embed all queries in one pass, then look each up (among the entries ``where`` allows)."""
+        index = self.index
+        allowed = self.allowed(where, index)
+        return self.lookup(self.embed_queries(queries, index), k, allowed, index)
+
+    def embed_queries(self, queries: Sequence[str], index: StoredIndex | None = None) -> np.ndarray:
         check_queries(queries)
+        vectors = self.embedder.embed(list(queries))
+        transform = (index or self.index).transform
+        return vectors if transform is None else transform.apply(vectors)
+
+    def allowed(self, where: str | None, index: StoredIndex | None = None) -> Allowed | None:
+        """The entries a filter admits, found in SQLite before any vector is compared."""
+        if where is None:
+            return None
+        index = index or self.index
+        condition = parse_filter(where, [c for c in index.columns() if c not in RESERVED])
+        rows = index.db.execute(
+            f"select _rowid, _chunks from entries where {condition.sql}", condition.params
+        )
+        found = rows.fetchall()
+        ids = np.array([r[0] for r in found], dtype=np.int64)
+        return Allowed(ids, int(sum(r[1] for r in found)))
+
+    def lookup(
+        self, vectors: np.ndarray, k: int, allowed: Allowed | None = None, index: StoredIndex | None = None
+    ) -> list[list[Hit]]:
         if k < 1:
             raise SemsearchError(f"k must be at least 1, not {k}")
-        vectors = self.embedder.embed(list(queries))
-        if self.index.transform is not None:
-            vectors = self.index.transform.apply(vectors)
-        return [self._lookup(vector, k) for vector in vectors]
+        index = index or self.index
+        return [self._lookup(vector, k, allowed, index) for vector in vectors]
 
-    def _lookup(self, vector: np.ndarray, k: int) -> list[Hit]:
+    def _lookup(self, vector: np.ndarray, k: int, allowed: Allowed | None, index: StoredIndex) -> list[Hit]:
         """Top-k entries; a chunked entry may hold several of the nearest vectors, so widen the
         search until k distinct entries are found (the first, best chunk gives the score)."""
-        total = self.index.vectors.ntotal
-        wanted = min(k, self.index.meta["count"])
-        fetch = min(k if total == self.index.meta["count"] else 2 * k, total)
+        import faiss
+
+        if allowed is None:
+            entries, total, params = index.meta["count"], index.vectors.ntotal, None
+        else:
+            entries, total = len(allowed.ids), allowed.vectors
+            params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(allowed.ids))
+        if entries == 0:
+            return []
+        wanted = min(k, entries)
+        fetch = min(k if total == entries else 2 * k, total)
         while True:
-            scores, ids = self.index.vectors.search(vector[None, :], fetch)
+            scores, ids = index.vectors.search(vector[None, :], fetch, params=params)
             best: dict[int, float] = {}
             for rowid, score in zip(ids[0].tolist(), scores[0].tolist(), strict=True):
                 if rowid >= 0 and rowid not in best:
@@ -86,10 +132,18 @@ class SearchEngine:
                 break
             fetch = min(2 * fetch, total)
         top = list(best.items())[:k]
-        rows = self.index.rows([rowid for rowid, _ in top])
+        rows = index.rows([rowid for rowid, _ in top])
         hits = []
         for rank, (rowid, score) in enumerate(top, 1):
             row = rows[rowid]
             fields = {name: value for name, value in row.items() if name not in RESERVED}
             hits.append(Hit(rank, row["_id"], float(score), row["_text"], fields))
         return hits
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """Row ids a filter admits and how many vectors they hold (chunked entries hold several)."""
+
+    ids: np.ndarray
+    vectors: int

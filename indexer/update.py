@@ -1,0 +1,152 @@
+"""Keep an index alive without rebuilds: upsert a corpus by external id, delete ids, compact.
+
+Entries are embedded with the index's stored strategy (and its fitted transform); an entry whose
+text is unchanged (same content hash) is not embedded again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexer.corpus import Rejection, read_corpus
+from indexer.errors import SemsearchError
+from indexer.store import Change, apply_change, content_hash, live_meta, open_index, writer_lock
+
+
+@dataclass(frozen=True)
+class UpdateReport:
+    added: int
+    updated: int
+    unchanged: int
+    rejected: list[Rejection]
+    rejection_summary: str
+    deleted: int
+    not_found: list[str]
+    count: int
+    seconds: float
+
+
+def _stored_fields(value: object) -> object:
+    """How SQLite gives a field back, so an unchanged row compares equal to its stored copy."""
+    return json.dumps(value) if isinstance(value, (dict, list)) else value
+
+
+def add_to_index(
+    index_dir: str | Path,
+    corpus_path: str | Path,
+    *,
+    text_fields: Sequence[str] | None = None,
+    id_field: str | None = None,
+    fmt: str | None = None,
+    batch_size: int = 32,
+    progress: bool = False,
+) -> UpdateReport:
+    """Upsert every usable row of a corpus by id. Text and id fields default to the index's own."""
+    from indexer.embedding import Embedder
+
+    started = time.perf_counter()
+    index_dir = Path(index_dir)
+    live = open_index(index_dir)
+    source = live.meta.get("source", {})
+    text_fields = list(text_fields or source.get("text_fields") or ["text"])
+    id_field = id_field or source.get("id_field")
+    corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    with writer_lock(index_dir):
+        live = open_index(index_dir)  # the live state under the lock is what we change
+        columns = [c for c in live.columns() if c not in ("_rowid", "_text", "_chunks")]
+        stored = {
+            row[0]: dict(zip(columns, row, strict=True))
+            for row in live.db.execute(f"select {', '.join(map(_quote, columns))} from entries")
+        }
+        live.db.close()
+        added, changed, metadata_only = [], [], []
+        for entry in corpus.entries:
+            old = stored.get(entry.id)
+            if old is None:
+                added.append(entry)
+            elif old["_hash"] != content_hash(entry.text):
+                changed.append(entry)
+            elif any(old.get(k) != _stored_fields(v) for k, v in entry.fields.items()):
+                metadata_only.append(entry)
+        to_embed = added + changed
+        vectors = owners = None
+        if to_embed:
+            embedder = Embedder(live.strategy, batch_size=batch_size)
+            vectors, owners = embedder.embed_documents([e.text for e in to_embed], progress=progress)
+            if live.transform is not None:
+                vectors = live.transform.apply(vectors)
+        if to_embed or metadata_only:
+            change = Change(
+                upserts=to_embed + metadata_only,
+                vectors=vectors,
+                owners=owners,
+                reembed=frozenset(e.id for e in changed + added),
+            )
+            apply_change(index_dir, change)
+    unchanged = len(corpus.entries) - len(to_embed) - len(metadata_only)
+    return UpdateReport(
+        len(added),
+        len(changed) + len(metadata_only),
+        unchanged,
+        corpus.rejected,
+        corpus.rejection_summary(),
+        0,
+        [],
+        _count(index_dir),
+        time.perf_counter() - started,
+    )
+
+
+def delete_from_index(index_dir: str | Path, ids: Sequence[str]) -> UpdateReport:
+    """Remove entries (rows and all their vectors) by external id; unknown ids are reported."""
+    started = time.perf_counter()
+    index_dir = Path(index_dir)
+    ids = list(dict.fromkeys(str(i).strip() for i in ids if str(i).strip()))
+    if not ids:
+        raise SemsearchError("no ids to delete: give --id ID or --ids-file FILE")
+    with writer_lock(index_dir):
+        live = open_index(index_dir)
+        marks = ",".join("?" * len(ids))
+        found = {row[0] for row in live.db.execute(f"select _id from entries where _id in ({marks})", ids)}
+        live.db.close()
+        if found:
+            apply_change(index_dir, Change(deletes=[i for i in ids if i in found]))
+    return UpdateReport(
+        0,
+        0,
+        0,
+        [],
+        "",
+        len(found),
+        [i for i in ids if i not in found],
+        _count(index_dir),
+        time.perf_counter() - started,
+    )
+
+
+def compact_index(index_dir: str | Path) -> int:
+    """Rewrite the vectors and VACUUM the database; returns the bytes on disk afterwards."""
+    index_dir = Path(index_dir)
+    with writer_lock(index_dir):
+        apply_change(index_dir, Change(), compact=True)
+    return open_index(index_dir).size_on_disk()
+
+
+def _count(index_dir: Path) -> int:
+    return int(live_meta(index_dir)["count"])
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def read_ids(path: str | Path) -> list[str]:
+    """One id per line (blank lines ignored)."""
+    try:
+        return [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SemsearchError(f"cannot read ids from {path}: {exc}") from None
