@@ -84,8 +84,6 @@ def _read_text(path: Path) -> str:
         raw = path.read_bytes()
     except OSError as exc:
         raise SemsearchError(f"cannot read {path}: {exc.strerror}") from None
-    if b"\x00" in raw[:8192]:
-        raise SemsearchError(f"{path} looks binary (NUL bytes), not a text corpus")
     return raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8", errors="surrogateescape")
 
 
@@ -209,6 +207,8 @@ def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None)
         return "empty text"
     if id_field and (row.get(id_field) is None or not str(row[id_field]).strip()):
         return f"missing id: field {id_field!r}"
+    if any("\x00" in v for v in row.values() if isinstance(v, str)):
+        return "binary data: NUL bytes"
     if any(_SURROGATE.search(v) for v in row.values() if isinstance(v, str)) or any(
         _SURROGATE.search(k) for k in row
     ):

@@ -58,6 +58,7 @@ class MicroBatcher:
         self.max_wait = max_wait
         self.queue: asyncio.Queue[tuple[list[str], asyncio.Future]] = asyncio.Queue()
         self.task: asyncio.Task | None = None
+        self.largest = 0  # most queries embedded in one pass so far: shows batching at work
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         if self.task is None:
@@ -82,6 +83,7 @@ class MicroBatcher:
                 waiting.append(item)
                 size += len(item[0])
             texts = [t for item, _ in waiting for t in item]
+            self.largest = max(self.largest, len(texts))
             try:
                 vectors = await asyncio.to_thread(self.engine.embedder.embed, texts)
             except Exception as exc:  # hand the failure to every waiting request
@@ -170,6 +172,7 @@ def create_app(
             "dimension": index.meta["dimension"],
             "version": index.version.name,
             "reloads": state["reloads"],
+            "largest_batch": batcher.largest,
         }
 
     @app.get("/health")

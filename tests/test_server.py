@@ -1,0 +1,144 @@
+"""The HTTP API: answers, 4xx for every bad request, reload after an update, micro-batching, and
+the real `semsearch serve` process bound to localhost."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from indexer import Strategy, build_index  # noqa: E402
+from indexer.update import add_to_index, delete_from_index  # noqa: E402
+from search.server import create_app  # noqa: E402
+
+ROWS = [
+    ("a1", "How do I pay for a ride?", "billing"),
+    ("a2", "Where can I park the bike?", "stations"),
+    ("a3", "Can I get a refund?", "billing"),
+    ("a4", "Is there an app?", "app"),
+]
+
+
+@pytest.fixture
+def index(tmp_path, tiny_model):
+    corpus = tmp_path / "faq.csv"
+    corpus.write_text("id,text,category\n" + "".join(f'{i},"{t}",{c}\n' for i, t, c in ROWS))
+    build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model))
+    return tmp_path / "idx"
+
+
+def test_endpoints_and_bad_requests(index):
+    with TestClient(create_app(index)) as client:
+        assert client.get("/health").json() == {"status": "ok"}
+        top = client.post("/search", json={"query": ROWS[1][1], "k": 2}).json()["hits"][0]
+        assert (top["id"], top["fields"]["category"]) == ("a2", "stations")
+        filtered = client.post("/search", json={"query": ROWS[1][1], "k": 5, "where": "category = 'billing'"})
+        assert [h["fields"]["category"] for h in filtered.json()["hits"]] == ["billing", "billing"]
+        batch = client.post("/search/batch", json={"queries": [ROWS[0][1], ROWS[3][1]], "k": 1}).json()
+        assert [r["hits"][0]["id"] for r in batch["results"]] == ["a1", "a4"]
+        similar = client.post(
+            "/similar", json={"sentence": "x y", "candidates": ["x y", "other words"]}
+        ).json()
+        assert similar["hits"][0]["text"] == "x y"
+        info = client.get("/info").json()
+        assert info["entries"] == 4 and info["strategy"]["layers"] == [-2]
+        assert client.get("/openapi.json").status_code == 200
+        bad = [
+            ("/search", {"query": "", "k": 1}),
+            ("/search", {"query": "   "}),
+            ("/search", {"query": "x", "k": 0}),
+            ("/search", {"query": "x", "k": 101}),
+            ("/search", {"query": "x" * 2001}),
+            ("/search", {"query": "x", "where": "category = 'a' OR 1=1"}),
+            ("/search", {"k": 3}),
+            ("/search/batch", {"queries": []}),
+            ("/search/batch", {"queries": ["x"] * 65}),
+            ("/search/batch", {"queries": ["ok", ""]}),
+            ("/similar", {"sentence": "x", "candidates": []}),
+        ]
+        for path, body in bad:
+            response = client.post(path, json=body)
+            assert 400 <= response.status_code < 500, (path, body, response.status_code)
+            assert "Traceback" not in response.text
+        assert (
+            client.post(
+                "/search", content=b"not json", headers={"content-type": "application/json"}
+            ).status_code
+            == 422
+        )
+        huge = client.post(
+            "/search", content=b"{" + b" " * (1 << 20) + b"}", headers={"content-type": "application/json"}
+        )
+        assert huge.status_code == 413
+
+
+def test_picks_up_add_and_delete_without_restart(index, tmp_path):
+    app = create_app(index)
+    with TestClient(app) as client:
+        more = tmp_path / "more.csv"
+        more.write_text('id,text,category\nb1,"Do you rent tandems?",riding\n')
+        add_to_index(index, more)
+        assert client.post("/reload").json()["reloads"] == 1
+        assert (
+            client.post("/search", json={"query": "Do you rent tandems?", "k": 1}).json()["hits"][0]["id"]
+            == "b1"
+        )
+        delete_from_index(index, ["b1", "a1"])
+        client.post("/reload")
+        ids = {h["id"] for h in client.post("/search", json={"query": "tandems", "k": 10}).json()["hits"]}
+        assert ids == {"a2", "a3", "a4"}
+
+
+def test_concurrent_queries_are_embedded_together(index):
+    app = create_app(index)
+
+    async def burst() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            responses = await asyncio.gather(
+                *[client.post("/search", json={"query": f"question {i}", "k": 2}) for i in range(24)]
+            )
+            info = (await client.get("/info")).json()
+        return [r.status_code for r in responses] + [info["largest_batch"]]
+
+    *codes, largest = asyncio.run(burst())
+    assert codes == [200] * 24
+    assert largest > 1
+
+
+def test_serve_binds_localhost_by_default(index):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "search.cli", "serve", str(index), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("server did not start")
+        if shutil.which("ss"):  # the listening socket's local address is loopback only
+            listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True)
+            assert [line.split()[3] for line in listening.stdout.splitlines()] == [f"127.0.0.1:{port}"]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

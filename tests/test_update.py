@@ -1,0 +1,209 @@
+"""Keeping an index alive: upserts, deletes, stable ids, filters before the search, the writer
+lock, SIGKILL during add/delete, and a corpus of bad rows whose counts add up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer import Strategy, build_index
+from indexer.corpus import read_corpus
+from indexer.errors import SemsearchError
+from indexer.store import open_index, writer_lock
+from indexer.update import add_to_index, compact_index, delete_from_index
+from search import SearchEngine
+
+
+def write_csv(path: Path, rows: list[tuple[str, str, str]]) -> Path:
+    lines = ["id,text,category"] + [f'{i},"{t}",{c}' for i, t, c in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+BASE = [
+    (f"e{i}", f"entry number {i} about {topic}", topic)
+    for i, topic in enumerate(["bikes", "billing", "parking", "billing", "bikes", "app"] * 5)
+]
+
+
+@pytest.fixture
+def index(tmp_path, tiny_model) -> Path:
+    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
+    return tmp_path / "idx"
+
+
+def rowids(index_dir: Path) -> dict[str, int]:
+    live = open_index(index_dir)
+    return dict(live.db.execute("select _id, _rowid from entries"))
+
+
+def faiss_ids(index_dir: Path) -> set[int]:
+    import faiss
+
+    vectors = open_index(index_dir).vectors  # keep the index alive while its id map is read
+    return set(faiss.vector_to_array(vectors.id_map).tolist())
+
+
+def test_upsert_counts_and_stable_ids(index, tmp_path):
+    before = rowids(index)
+    update = [
+        ("e0", BASE[0][1], "bikes"),  # unchanged
+        ("e1", "a completely new text", "billing"),  # text changed: embedded again
+        ("e2", BASE[2][1], "moved"),  # only metadata changed
+        ("n1", "a brand new entry", "app"),
+        ("n2", "", "app"),
+    ]  # new; empty text rejected
+    report = add_to_index(index, write_csv(tmp_path / "u.csv", update))
+    assert (report.added, report.updated, report.unchanged, len(report.rejected)) == (1, 2, 1, 1)
+    assert report.count == len(BASE) + 1
+    after = rowids(index)
+    assert all(after[k] == v for k, v in before.items())  # ids never shift
+    assert after["n1"] == max(before.values()) + 1
+    engine = SearchEngine(index)
+    top = engine.search("a completely new text", k=1)[0]
+    assert (top.id, top.score) == ("e1", pytest.approx(1.0, abs=1e-4))
+    assert engine.search(BASE[2][1], k=1)[0].fields["category"] == "moved"
+    assert faiss_ids(index) == set(after.values())  # one vector per entry, none left over
+    again = add_to_index(index, write_csv(tmp_path / "u.csv", update))
+    assert (again.added, again.updated, again.unchanged) == (0, 0, 4)
+
+
+def test_delete_removes_rows_and_vectors_and_ids_are_not_reused(index, tmp_path):
+    before = rowids(index)
+    report = delete_from_index(index, ["e3", "e5", "missing"])
+    assert (report.deleted, report.not_found, report.count) == (2, ["missing"], len(BASE) - 2)
+    after = rowids(index)
+    assert "e3" not in after and faiss_ids(index) == set(after.values())
+    assert all(h.id not in ("e3", "e5") for h in SearchEngine(index).search(BASE[3][1], k=len(BASE)))
+    add_to_index(index, write_csv(tmp_path / "n.csv", [("e3", "back again", "app")]))
+    assert rowids(index)["e3"] > max(before.values())
+    size = compact_index(index)
+    assert size > 0 and open_index(index).meta["count"] == len(BASE) - 1
+    with pytest.raises(SemsearchError, match="no ids"):
+        delete_from_index(index, [])
+
+
+def test_filter_runs_before_the_search(index):
+    engine = SearchEngine(index)
+    hits = engine.search("entry about bikes", k=8, where="category = 'billing'")
+    assert len(hits) == 8 and {h.fields["category"] for h in hits} == {"billing"}
+    hits = engine.search("bikes", k=50, where="category IN ('app', 'parking') AND NOT id = 'e2'")
+    assert len(hits) == 9 and "e2" not in {h.id for h in hits}
+    assert engine.search("bikes", k=5, where="category = 'none such'") == []
+    quote = engine.search("x", k=3, where="category = 'it''s'")
+    assert quote == []
+    for bad in (
+        "category = 'a' OR 1=1",
+        "category = 'x'; drop table entries",
+        "_text = 'x'",
+        "nosuch = 1",
+        "category = (select 1)",
+    ):
+        with pytest.raises(SemsearchError, match="filter"):
+            engine.search("x", k=3, where=bad)
+    assert open_index(index).meta["count"] == len(BASE)
+
+
+def test_second_writer_fails_clearly_while_readers_go_on(index, tmp_path, tiny_model):
+    with writer_lock(index):
+        with pytest.raises(SemsearchError, match="another semsearch process is writing"):
+            add_to_index(index, write_csv(tmp_path / "u.csv", [("z", "new text", "app")]))
+        with pytest.raises(SemsearchError, match="another semsearch process is writing"):
+            build_index(tmp_path / "base.csv", index, Strategy(model=tiny_model))
+        assert SearchEngine(index).search("bikes", k=1)  # readers are never blocked
+
+
+@pytest.mark.parametrize("operation", ["add", "delete"])
+def test_sigkill_during_add_or_delete_leaves_last_complete_state(index, tmp_path, tiny_model, operation):
+    big = tmp_path / "big.csv"
+    big.write_text(
+        "id,text,category\n" + "".join(f"b{i},sentence {i} about bikes,bulk\n" for i in range(30000))
+    )
+    if operation == "add":
+        command = ["add", str(index), str(big)]
+    else:
+        add_to_index(index, big)
+        ids = tmp_path / "ids.txt"
+        ids.write_text("\n".join(f"b{i}" for i in range(30000)))
+        command = ["delete", str(index), "--ids-file", str(ids)]
+    states = {len(BASE), len(BASE) + 30000}
+    killed = 0
+    delays = (0.3, 1.0, 2.0, 3.5, "writing") if operation == "add" else (0.2, 0.6, "writing", "writing")
+    for delay in delays:
+        if operation == "delete" and open_index(index).meta["count"] == len(BASE):
+            add_to_index(index, big)  # the last delete finished: give the next one work again
+        process = subprocess.Popen(
+            [sys.executable, "-m", "search.cli", *command],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        if delay == "writing":
+            deadline = time.time() + 120
+            while (
+                time.time() < deadline
+                and process.poll() is None
+                and len([p for p in index.iterdir() if p.name.startswith("v-")]) < 3
+            ):
+                time.sleep(0.002)
+        else:
+            time.sleep(delay)
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            killed += 1
+        process.wait()
+        live = open_index(index)  # loads, counts agree (checked at open), and answers
+        assert live.meta["count"] in states
+        assert SearchEngine(index).search("bikes", k=1)
+    assert killed >= 2
+
+
+def test_bad_rows_on_purpose_every_row_accounted_for(tmp_path, tiny_model):
+    rng = np.random.default_rng(1)
+    good = [
+        json.dumps({"id": f"g{i}", "text": f"row {i} talks about {rng.integers(1000)}"}) for i in range(10000)
+    ]
+    bad = [
+        "",
+        "   ",  # empty lines
+        json.dumps({"id": "huge", "text": "word " * 200_000}),  # a 1 MB text: indexed (truncated)
+        json.dumps({"id": "g5", "text": "duplicate id"}),
+        json.dumps({"id": "cols", "question": "mixed-up columns", "answer": "no text field"}),
+        json.dumps({"id": "empty", "text": ""}),
+        json.dumps({"id": "obj", "text": {"nested": True}}),
+        "[1, 2, 3]",
+        "{not json",
+        json.dumps({"text": "no id"}),
+    ]
+    raw = ("\n".join(good[:5000] + bad + good[5000:])).encode("utf-8")
+    raw += b"\n" + bytes(rng.integers(0, 256, 300, dtype=np.uint8)).replace(b"\n", b" ")  # binary garbage
+    raw += b'\n{"id": "latin1", "text": "caf\xe9"}\n'  # invalid UTF-8
+    path = tmp_path / "torture.jsonl"
+    path.write_bytes(raw)
+    lines = len(raw.decode("utf-8", "replace").splitlines())
+    corpus = read_corpus(path)
+    assert len(corpus.entries) + len(corpus.rejected) == lines
+    report = build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    assert report.entries == 10001 and len(report.rejected) == lines - 10001
+    reasons = report.rejection_summary
+    for kind in (
+        "empty line",
+        "duplicate id",
+        "missing text",
+        "empty text",
+        "text not a string",
+        "not a JSON object",
+        "invalid JSON",
+        "missing id",
+    ):
+        assert kind in reasons, reasons
+    assert "invalid UTF-8" in reasons or "(not UTF-8)" in " ".join(r.reason for r in report.rejected)
+    top = SearchEngine(tmp_path / "idx").search("word " * 300, k=1)[0]  # both truncated alike
+    assert top.id == "huge" and len(top.text) == len("word " * 200_000) - 1
