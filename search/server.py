@@ -1,7 +1,7 @@
 """The HTTP API (FastAPI + uvicorn, the ``serve`` extra): the engine over JSON, for applications.
 
 The model loads once. Queries that arrive together are embedded together: a single worker takes
-every query waiting (up to ``max_batch``, after at most ``max_wait`` seconds) and embeds them in
+every query waiting (up to ``max_batch``) and embeds them in
 one forward pass, so throughput grows with load instead of queries queueing one by one for the
 CPU. A new index version written by ``add``/``delete``/``index`` is picked up between requests
 (checked at most every ``reload_every`` seconds, or at once with ``POST /reload``); a request
@@ -52,10 +52,9 @@ class SimilarRequest(BaseModel):
 class MicroBatcher:
     """Collects concurrent embedding requests and runs them as one batch in a worker thread."""
 
-    def __init__(self, engine: SearchEngine, max_batch: int, max_wait: float):
+    def __init__(self, engine: SearchEngine, max_batch: int):
         self.engine = engine
         self.max_batch = max_batch
-        self.max_wait = max_wait
         self.queue: asyncio.Queue[tuple[list[str], asyncio.Future]] = asyncio.Queue()
         self.task: asyncio.Task | None = None
         self.largest = 0  # most queries embedded in one pass so far: shows batching at work
@@ -68,20 +67,14 @@ class MicroBatcher:
         return await future
 
     async def _work(self) -> None:
+        """Greedy batching: while one batch is embedded, new requests queue up; the next batch takes
+        all of them. No timer, so a lone request waits for nothing."""
         while True:
             waiting = [await self.queue.get()]
-            deadline = time.monotonic() + self.max_wait
             size = len(waiting[0][0])
-            while size < self.max_batch:
-                timeout = deadline - time.monotonic()
-                if timeout <= 0:
-                    break
-                try:
-                    item = await asyncio.wait_for(self.queue.get(), timeout)
-                except TimeoutError:
-                    break
-                waiting.append(item)
-                size += len(item[0])
+            while size < self.max_batch and not self.queue.empty():
+                waiting.append(self.queue.get_nowait())
+                size += len(waiting[-1][0])
             texts = [t for item, _ in waiting for t in item]
             self.largest = max(self.largest, len(texts))
             try:
@@ -96,12 +89,10 @@ class MicroBatcher:
                 start += len(item)
 
 
-def create_app(
-    index_dir: str | Path, *, max_batch: int = MAX_BATCH, max_wait: float = 0.004, reload_every: float = 1.0
-) -> FastAPI:
+def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_every: float = 1.0) -> FastAPI:
     """Load the index and model now (so a bad index fails before the server binds)."""
     engine = SearchEngine(index_dir)
-    batcher = MicroBatcher(engine, max_batch, max_wait)
+    batcher = MicroBatcher(engine, max_batch)
     state = {"checked": time.monotonic(), "reloads": 0}
     app = FastAPI(title="semsearch", description="Semantic search over a semsearch index.", version="0.1.0")
 

@@ -1,0 +1,125 @@
+"""Load on the HTTP API from a second process over loopback: 1, 8 and 32 concurrent clients for a
+bounded time each, requests/s, p50/p99 latency and errors. The same run serves the same index with
+micro-batching off (--max-batch 1, one forward pass per request, as a naive server does) so the
+gain is a ratio measured side by side.
+
+    .venv/bin/python bench/load.py [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def drive(url: str, clients: int, seconds: float, questions: list[str]) -> dict[str, float]:
+    latencies: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+
+    async def client(http: httpx.AsyncClient) -> None:
+        nonlocal errors
+        rng = random.Random()
+        while time.perf_counter() < stop:
+            started = time.perf_counter()
+            try:
+                response = await http.post(f"{url}/search", json={"query": rng.choice(questions), "k": 5})
+                if response.status_code != 200:
+                    errors += 1
+            except httpx.HTTPError:
+                errors += 1
+            latencies.append(time.perf_counter() - started)
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+        began = time.perf_counter()
+        await asyncio.gather(*[client(http) for _ in range(clients)])
+        elapsed = time.perf_counter() - began
+    latencies.sort()
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50": statistics.median(latencies) * 1000,
+        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+        "errors": errors,
+        "requests": len(latencies),
+    }
+
+
+def serve(index_dir: Path, max_batch: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "semsearch"),
+            "serve",
+            str(index_dir),
+            "--port",
+            str(port),
+            "--max-batch",
+            str(max_batch),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit("server did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    from indexer import build_index
+
+    questions = [json.loads(line)["text"] for line in (ROOT / "data" / "demo_questions.jsonl").open()]
+    with tempfile.TemporaryDirectory() as tmp:
+        index_dir = Path(tmp) / "index"
+        build_index(ROOT / "data" / "demo_faq.csv", index_dir, text_fields=["question", "answer"])
+        results = {}
+        for max_batch in (64, 1):
+            process, url = serve(index_dir, max_batch)
+            try:
+                asyncio.run(drive(url, 4, 2.0, questions))  # warm up
+                for clients in (1, 8, 32):
+                    results[max_batch, clients] = asyncio.run(drive(url, clients, args.seconds, questions))
+            finally:
+                process.terminate()
+                process.wait()
+    print(f"POST /search k=5 on the demo FAQ (211 entries), {args.seconds:.0f}s per row, loopback\n")
+    print("| micro-batching | clients | requests/s | p50 ms | p99 ms | errors | req/s vs off |")
+    print("|---|---|---|---|---|---|---|")
+    for (max_batch, clients), r in results.items():
+        ratio = r["rps"] / results[1, clients]["rps"]
+        label = "on (64)" if max_batch > 1 else "off (1)"
+        cells = [label, clients, f"{r['rps']:.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", r["errors"]]
+        print("| " + " | ".join(map(str, cells)) + f" | {ratio:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
