@@ -99,6 +99,19 @@ class Embedder:
         if not all_layers and self.strategy.pooling != "pooler":
             # keep one block at least: with none, some models report no hidden states at all
             self._drop_layers_after(max(1, *self.head.layers))
+        if self.strategy.backend != "torch":
+            if all_layers:
+                raise SemsearchError("sweeps run on the torch backend")
+            from indexer.onnx_backend import OnnxNetwork
+
+            pooler = self.strategy.pooling == "pooler"
+            self.network = OnnxNetwork(
+                self.network,
+                model_location(self.strategy.model),
+                [] if pooler else self.head.layers,
+                pooler,
+                self.strategy.backend,
+            )
 
     def make_head(self, strategy: Strategy) -> Head:
         """Resolve a strategy against this model ('auto' -> concrete, ranges checked)."""

@@ -19,6 +19,7 @@ AUTO = "auto"
 COMBINES = ("mean", "sum", "concat")
 POOLINGS = ("cls", "mean", "max", "mean-max", "pooler")
 POSTPROCESSES = ("none", "center", "whiten")
+BACKENDS = ("torch", "onnx", "onnx-int8")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class Strategy:
     normalize: L2-normalise output vectors (an index always stores unit vectors).
     postprocess: ``center`` or ``whiten`` the vectors with statistics fitted on the indexed texts
         (anisotropy correction, see ``indexer.transform``); ``whiten_dims`` keeps that many.
+    backend: ``torch`` (reference), ``onnx`` (ONNX Runtime, same vectors) or ``onnx-int8``
+        (int8 weights: faster, slightly different vectors); see ``indexer.onnx_backend``.
     """
 
     model: str = DEFAULT_MODEL
@@ -49,6 +52,7 @@ class Strategy:
     normalize: bool = True
     postprocess: str = "none"
     whiten_dims: int | None = None
+    backend: str = "torch"
 
     def __post_init__(self) -> None:
         if self.layers is not None:
@@ -69,6 +73,8 @@ class Strategy:
             )
         if self.whiten_dims is not None and (self.postprocess != "whiten" or self.whiten_dims < 1):
             raise SemsearchError("whiten_dims needs postprocess 'whiten' and a positive number")
+        if self.backend not in BACKENDS:
+            raise SemsearchError(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
         if self.chunk_overlap is not None and self.chunk_overlap < 0:
             raise SemsearchError(f"chunk overlap must be >= 0, not {self.chunk_overlap}")
 
@@ -128,6 +134,8 @@ class Strategy:
             parts.append(f"chunk_overlap={self.chunk_overlap}")
         if not self.normalize:
             parts.append("no-normalize")
+        if self.backend != "torch":
+            parts.append(f"backend={self.backend}")
         if self.postprocess != "none":
             parts.append(
                 f"postprocess={self.postprocess}" + (f"-{self.whiten_dims}" if self.whiten_dims else "")

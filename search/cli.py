@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from indexer.errors import SemsearchError
-from indexer.strategy import AUTO, COMBINES, POOLINGS, POSTPROCESSES, Strategy
+from indexer.strategy import AUTO, BACKENDS, COMBINES, POOLINGS, POSTPROCESSES, Strategy
 
 DEFAULT_CHUNK_OVERLAP = 32
 
@@ -82,6 +82,11 @@ def strategy_options(command: Callable[..., Any]) -> Callable[..., Any]:
             help="Anisotropy correction fitted on the indexed texts: center or whiten.",
         ),
         click.option("--whiten-dims", type=click.IntRange(min=1), help="Dimensions kept by whitening."),
+        click.option(
+            "--backend",
+            type=click.Choice(BACKENDS),
+            help="Inference: torch (default), onnx (same vectors), onnx-int8 (faster, lossy).",
+        ),
     ]
     names = (
         "model",
@@ -93,6 +98,7 @@ def strategy_options(command: Callable[..., Any]) -> Callable[..., Any]:
         "normalize",
         "postprocess",
         "whiten_dims",
+        "backend",
     )
 
     @functools.wraps(command)
