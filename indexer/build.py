@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.corpus import Corpus, Rejection, read_corpus
+from indexer.corpus import Rejection, read_corpus
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 
@@ -36,48 +36,43 @@ def build_index(
     fmt: str | None = None,
     batch_size: int = 32,
     progress: bool = False,
+    index_kind: str = "auto",
 ) -> BuildReport:
-    """Index a corpus file into ``index_dir``, replacing any index there only once complete."""
-    from indexer.store import prepare_target, writer_lock
+    """Index a corpus file into ``index_dir``, replacing any index there only once complete.
+    ``index_kind``: ``auto`` (exact below ``vector_index.EXACT_LIMIT`` vectors, IVF above),
+    ``flat`` or ``ivf``."""
+    from indexer.embedding import Embedder
+    from indexer.store import prepare_target, write_index, writer_lock
 
+    started = time.perf_counter()
     corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
     prepare_target(Path(index_dir))
     with writer_lock(Path(index_dir)):
-        return _build(corpus, corpus_path, index_dir, strategy, text_fields, id_field, batch_size, progress)
-
-
-def _build(
-    corpus: Corpus,
-    corpus_path: str | Path,
-    index_dir: str | Path,
-    strategy: Strategy | None,
-    text_fields: Sequence[str] | None,
-    id_field: str | None,
-    batch_size: int,
-    progress: bool,
-) -> BuildReport:
-    from indexer.embedding import Embedder
-    from indexer.store import write_index
-
-    started = time.perf_counter()
-    embedder = Embedder(strategy, batch_size=batch_size)
-    embed_started = time.perf_counter()
-    vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
-    embed_seconds = time.perf_counter() - embed_started
-    transform = None
-    if embedder.strategy.postprocess != "none":
-        transform = Transform.fit(embedder.strategy.postprocess, vectors, embedder.strategy.whiten_dims)
-        vectors = transform.apply(vectors)
-    source = {
-        "path": str(Path(corpus_path).resolve()),
-        "text_fields": list(text_fields or ["text"]),
-        "id_field": id_field,
-        "rows": corpus.rows,
-        "rejected": len(corpus.rejected),
-    }
-    write_index(
-        index_dir, embedder.strategy, corpus.entries, vectors, owners, source=source, transform=transform
-    )
+        embedder = Embedder(strategy, batch_size=batch_size)
+        embed_started = time.perf_counter()
+        vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
+        embed_seconds = time.perf_counter() - embed_started
+        transform = None
+        if embedder.strategy.postprocess != "none":
+            transform = Transform.fit(embedder.strategy.postprocess, vectors, embedder.strategy.whiten_dims)
+            vectors = transform.apply(vectors)
+        source = {
+            "path": str(Path(corpus_path).resolve()),
+            "text_fields": list(text_fields or ["text"]),
+            "id_field": id_field,
+            "rows": corpus.rows,
+            "rejected": len(corpus.rejected),
+        }
+        write_index(
+            index_dir,
+            embedder.strategy,
+            corpus.entries,
+            vectors,
+            owners,
+            source=source,
+            transform=transform,
+            index_kind=index_kind,
+        )
     return BuildReport(
         index_dir=Path(index_dir),
         strategy=embedder.strategy,

@@ -36,6 +36,7 @@ from indexer.corpus import Entry
 from indexer.errors import SemsearchError
 from indexer.strategy import Strategy
 from indexer.transform import Transform
+from indexer.vector_index import build_vector_index
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
@@ -180,6 +181,7 @@ def write_index(
     *,
     source: dict[str, Any],
     transform: Transform | None = None,
+    index_kind: str = "auto",
 ) -> Path:
     """Write a complete new index beside the live one, then swap it in. Returns the version dir.
     The caller holds ``writer_lock``.
@@ -212,13 +214,13 @@ def write_index(
                 "count": len(entries),
                 "vectors": int(vectors.shape[0]),
                 "next_rowid": len(entries) + 1,
+                "index_kind": index_kind,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "source": source,
             },
         )
         db.close()
-        index = faiss.IndexIDMap(faiss.IndexFlatIP(int(vectors.shape[1])))
-        index.add_with_ids(vectors, rowids[owners])
+        index = build_vector_index(vectors, rowids[owners], index_kind)
         faiss.write_index(index, str(version / VECTORS))
         if transform is not None:
             transform.save(version / TRANSFORM)
@@ -247,7 +249,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
     import sqlite_utils
 
     index_dir = Path(index_dir)
-    live = open_index(index_dir)
+    live = open_index(index_dir, mmap=False)  # changed in memory, written to the new version
     live.db.close()
 
     def fill(version: Path) -> None:
@@ -309,10 +311,12 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
 
 
 def _compacted(index: Any) -> Any:
-    """A fresh IndexIDMap holding exactly the live vectors (flat indexes remove in place already,
-    so this mostly matters for index kinds that only mark removals)."""
+    """A fresh IndexIDMap holding exactly the live vectors (flat and IVF indexes remove in place
+    already, so this mostly returns memory the removals left allocated)."""
     import faiss
 
+    if not isinstance(index, faiss.IndexIDMap):
+        return index
     ids = faiss.vector_to_array(index.id_map).astype(np.int64)
     vectors = index.index.reconstruct_n(0, index.ntotal)
     fresh = faiss.IndexIDMap(faiss.IndexFlatIP(index.d))
@@ -320,17 +324,18 @@ def _compacted(index: Any) -> Any:
     return fresh
 
 
-def open_index(index_dir: str | Path) -> StoredIndex:
-    """Open the live version, checking everything that could make answers wrong."""
+def open_index(index_dir: str | Path, *, mmap: bool = True) -> StoredIndex:
+    """Open the live version, checking everything that could make answers wrong. The vectors are
+    memory-mapped (not copied into memory) unless the caller will change them."""
     index_dir = Path(index_dir)
     if not index_dir.is_dir():
         raise SemsearchError(f"no index at {index_dir}")
     for attempt in range(3):  # a writer may swap versions between reading CURRENT and opening it
         try:
-            return _open_version(index_dir)
+            return _open_version(index_dir, mmap)
         except _VersionGone:
             time.sleep(0.05 * (attempt + 1))
-    return _open_version(index_dir, final=True)
+    return _open_version(index_dir, mmap, final=True)
 
 
 def live_meta(index_dir: str | Path) -> dict[str, Any]:
@@ -351,7 +356,7 @@ class _VersionGone(Exception):
     pass
 
 
-def _open_version(index_dir: Path, final: bool = False) -> StoredIndex:
+def _open_version(index_dir: Path, mmap: bool, final: bool = False) -> StoredIndex:
     import faiss
 
     name = live_version(index_dir)
@@ -376,7 +381,8 @@ def _open_version(index_dir: Path, final: bool = False) -> StoredIndex:
             f"reads version {FORMAT_VERSION}: rebuild it with 'semsearch index'"
         )
     try:
-        vectors = faiss.read_index(str(version / VECTORS))
+        flags = getattr(faiss, "IO_FLAG_MMAP_IFC", faiss.IO_FLAG_MMAP) if mmap else 0  # IFC: flat codes too
+        vectors = faiss.read_index(str(version / VECTORS), flags)
     except RuntimeError:
         raise SemsearchError(f"damaged index {index_dir}: cannot read {VECTORS}") from None
     if count != meta.get("count") or vectors.ntotal != meta.get("vectors"):

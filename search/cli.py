@@ -157,6 +157,13 @@ def cli() -> None:
     help=f"Tokens shared by neighbouring windows (implies --chunk; default {DEFAULT_CHUNK_OVERLAP}).",
 )
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--index-kind",
+    type=click.Choice(["auto", "flat", "ivf"]),
+    default="auto",
+    show_default=True,
+    help="Exact search, or IVF (approximate, tuned to recall@10 >= 0.97); auto: by size.",
+)
 @strategy_options
 def index_command(
     corpus: Path,
@@ -167,6 +174,7 @@ def index_command(
     chunk: bool,
     chunk_overlap: int | None,
     batch_size: int,
+    index_kind: str,
     asked: dict[str, Any],
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
@@ -185,6 +193,7 @@ def index_command(
         fmt=fmt,
         batch_size=batch_size,
         progress=_progress(),
+        index_kind=index_kind,
     )
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(

@@ -14,6 +14,7 @@ from indexer.embedding import Embedder
 from indexer.errors import SemsearchError
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
+from indexer.vector_index import search_parameters
 from search.filters import parse_filter
 
 
@@ -117,7 +118,7 @@ class SearchEngine:
             entries, total, params = index.meta["count"], index.vectors.ntotal, None
         else:
             entries, total = len(allowed.ids), allowed.vectors
-            params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(allowed.ids))
+            params = search_parameters(index.vectors, faiss.IDSelectorBatch(allowed.ids))
         if entries == 0:
             return []
         wanted = min(k, entries)

@@ -19,8 +19,9 @@ def private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path_factory.getbasetemp() / "onnx-cache"))
 
 
-@pytest.mark.parametrize("strategy", [Strategy(), Strategy(layers=(-4, -3, -2, -1), combine="concat"),
-                                      Strategy(pooling="pooler")])
+@pytest.mark.parametrize(
+    "strategy", [Strategy(), Strategy(layers=(-4, -3, -2, -1), combine="concat"), Strategy(pooling="pooler")]
+)
 def test_onnx_matches_torch_fp32(bundled, strategy):
     sentences = real_sentences()[:120]
     reference = Embedder(strategy).embed(sentences)
