@@ -371,6 +371,18 @@ def compact_command(index_dir: Path) -> None:
     click.echo(f"compacted {index_dir}: {compact_index(index_dir)} bytes", err=True)
 
 
+@cli.command("merge")
+@click.argument("shards", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("-o", "--output", "index_dir", required=True, type=click.Path(path_type=Path))
+@click.option("--index-kind", type=click.Choice(["auto", "flat", "ivf"]), default="auto", show_default=True)
+def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str) -> None:
+    """Merge shard directories written by workers (indexer.shards.embed_shard) into one index."""
+    from indexer.shards import merge_shards
+
+    count = merge_shards(list(shards), index_dir, index_kind=index_kind)
+    click.echo(f"merged {len(shards)} shards: {count} entries in {index_dir}", err=True)
+
+
 @cli.command("serve")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.option(

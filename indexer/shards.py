@@ -1,0 +1,86 @@
+"""Embedding on many machines: each worker writes a shard (its entries and their vectors, with the
+strategy that made them); one merge step turns the shards into an ordinary index. The workers can
+be any engine's (Ray tasks, Spark partitions, a batch queue): a shard is plain files.
+
+    shard/entries.jsonl   one {"id", "text", "fields"} per entry
+    shard/vectors.npy     float32 vectors; shard/owners.npy: entry position of each vector
+    shard/strategy.json   the resolved strategy (all shards of an index must agree)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from indexer.corpus import Entry
+from indexer.errors import SemsearchError
+from indexer.strategy import Strategy
+
+
+def embed_shard(entries: Sequence[Entry], out_dir: str | Path, strategy: Strategy | None = None) -> Path:
+    """Embed ``entries`` with ``strategy`` into a shard directory (a worker's whole job)."""
+    from indexer.embedding import Embedder
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    embedder = Embedder(strategy)
+    vectors, owners = embedder.embed_documents([e.text for e in entries])
+    np.save(out / "vectors.npy", vectors)
+    np.save(out / "owners.npy", owners)
+    with (out / "entries.jsonl").open("w", encoding="utf-8") as f:
+        for e in entries:
+            f.write(json.dumps({"id": e.id, "text": e.text, "fields": e.fields}, ensure_ascii=False) + "\n")
+    (out / "strategy.json").write_text(json.dumps(embedder.strategy.to_dict()), encoding="utf-8")
+    return out
+
+
+def merge_shards(shards: Sequence[str | Path], index_dir: str | Path, *, index_kind: str = "auto") -> int:
+    """Merge shard directories into one index (atomic, like a build). Returns the entry count."""
+    from indexer.store import prepare_target, write_index, writer_lock
+    from indexer.transform import Transform
+
+    if not shards:
+        raise SemsearchError("no shards to merge")
+    entries: list[Entry] = []
+    vectors, owners = [], []
+    strategy = None
+    for shard in map(Path, shards):
+        try:
+            found = Strategy.from_dict(json.loads((shard / "strategy.json").read_text(encoding="utf-8")))
+            part = [
+                Entry(r["id"], r["text"], r["fields"])
+                for r in map(json.loads, (shard / "entries.jsonl").open())
+            ]
+            shard_vectors, shard_owners = np.load(shard / "vectors.npy"), np.load(shard / "owners.npy")
+        except (OSError, ValueError, KeyError) as exc:
+            raise SemsearchError(f"not a readable shard: {shard}: {exc}") from None
+        if strategy is not None and found != strategy:
+            raise SemsearchError(f"shard {shard} was embedded with another strategy: {found.describe()}")
+        strategy = found
+        owners.append(shard_owners + len(entries))
+        vectors.append(shard_vectors)
+        entries += part
+    ids = [e.id for e in entries]
+    if len(set(ids)) != len(ids):
+        raise SemsearchError("the shards share entry ids: each entry must be in one shard only")
+    merged = np.concatenate(vectors)
+    transform = None
+    if strategy.postprocess != "none":  # fitted on the whole corpus, as a single build would
+        transform = Transform.fit(strategy.postprocess, merged, strategy.whiten_dims)
+        merged = transform.apply(merged)
+    prepare_target(Path(index_dir))
+    with writer_lock(Path(index_dir)):
+        write_index(
+            index_dir,
+            strategy,
+            entries,
+            merged,
+            np.concatenate(owners),
+            transform=transform,
+            source={"shards": [str(Path(s).resolve()) for s in shards], "text_fields": ["text"]},
+            index_kind=index_kind,
+        )
+    return len(entries)
