@@ -55,6 +55,11 @@ class SearchEngine:
     """
 
     def __init__(self, index_dir: str | Path, *, strategy: dict[str, Any] | None = None):
+        import faiss
+
+        # One query at a time gains nothing from FAISS threads, and their OpenMP spin-wait after each
+        # search steals the cores torch needs for the next query: measured 10.2 -> 5.2 ms per query.
+        faiss.omp_set_num_threads(1)
         self.path = Path(index_dir)
         self.index = open_index(self.path)
         check_strategy(self.index.strategy, strategy or {})

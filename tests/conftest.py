@@ -3,7 +3,12 @@ the real evaluation data beside the checkout (tests that need it skip where it i
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,3 +55,27 @@ def bundled():
     from indexer.embedding import Embedder
 
     return Embedder()
+
+
+def kill_during(command: list[str], index_dir: Path, when: float | str) -> bool:
+    """Run `semsearch COMMAND` and SIGKILL it after ``when`` seconds or, for "writing", as soon as
+    its new version directory appears. True if it was killed before it finished."""
+    versions = {p.name for p in index_dir.iterdir()} if index_dir.is_dir() else set()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "search.cli", *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    if when == "writing":
+        deadline = time.time() + 120
+        while (
+            time.time() < deadline
+            and process.poll() is None
+            and not any(p.name.startswith("v-") and p.name not in versions for p in index_dir.iterdir())
+        ):
+            time.sleep(0.002)
+    else:
+        time.sleep(float(when))
+    killed = process.poll() is None
+    if killed:
+        os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    return killed

@@ -4,12 +4,7 @@ runs killed mid-way, and damage detected at load."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +14,7 @@ from indexer import Strategy, build_index
 from indexer.errors import SemsearchError
 from indexer.store import CURRENT, DATABASE, VECTORS, open_index
 from search import SearchEngine
+from tests.conftest import kill_during
 
 TEXTS = [
     "How do I reset my password?",
@@ -101,36 +97,10 @@ def test_run_killed_at_any_point_leaves_last_complete_index(tmp_path, tiny_model
     build_index(faq(tmp_path), tmp_path / "idx", Strategy(model=tiny_model), text_fields=["question"])
     big = tmp_path / "big.txt"
     big.write_text("\n".join(f"sentence number {i} about bikes and parking" for i in range(30000)))
-    command = [
-        sys.executable,
-        "-m",
-        "search.cli",
-        "index",
-        str(big),
-        "-o",
-        str(tmp_path / "idx"),
-        "--model",
-        tiny_model,
-        "--format",
-        "text",
-    ]
+    command = ["index", str(big), "-o", str(tmp_path / "idx"), "--model", tiny_model, "--format", "text"]
     killed = 0
-    for delay in (0.5, 2.0, 4.0, 6.0, "writing"):
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if delay == "writing":  # wait until the new version directory exists, then kill
-            deadline = time.time() + 120
-            while (
-                time.time() < deadline
-                and process.poll() is None
-                and len([p for p in (tmp_path / "idx").iterdir() if p.name.startswith("v-")]) < 2
-            ):
-                time.sleep(0.005)
-        else:
-            time.sleep(delay)
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-            killed += 1
-        process.wait()
+    for when in (0.5, 2.0, 4.0, 6.0, "writing"):
+        killed += kill_during(command, tmp_path / "idx", when)
         index = open_index(tmp_path / "idx")
         assert index.meta["count"] in (5, 30000)
         assert SearchEngine(tmp_path / "idx").search("bikes", k=1)

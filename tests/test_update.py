@@ -4,11 +4,6 @@ lock, SIGKILL during add/delete, and a corpus of bad rows whose counts add up.""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +15,7 @@ from indexer.errors import SemsearchError
 from indexer.store import open_index, writer_lock
 from indexer.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
+from tests.conftest import kill_during
 
 
 def write_csv(path: Path, rows: list[tuple[str, str, str]]) -> Path:
@@ -137,28 +133,10 @@ def test_sigkill_during_add_or_delete_leaves_last_complete_state(index, tmp_path
     states = {len(BASE), len(BASE) + 30000}
     killed = 0
     delays = (0.3, 1.0, 2.0, 3.5, "writing") if operation == "add" else (0.2, 0.6, "writing", "writing")
-    for delay in delays:
+    for when in delays:
         if operation == "delete" and open_index(index).meta["count"] == len(BASE):
             add_to_index(index, big)  # the last delete finished: give the next one work again
-        process = subprocess.Popen(
-            [sys.executable, "-m", "search.cli", *command],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        if delay == "writing":
-            deadline = time.time() + 120
-            while (
-                time.time() < deadline
-                and process.poll() is None
-                and len([p for p in index.iterdir() if p.name.startswith("v-")]) < 3
-            ):
-                time.sleep(0.002)
-        else:
-            time.sleep(delay)
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-            killed += 1
-        process.wait()
+        killed += kill_during(command, index, when)
         live = open_index(index)  # loads, counts agree (checked at open), and answers
         assert live.meta["count"] in states
         assert SearchEngine(index).search("bikes", k=1)
