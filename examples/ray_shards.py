@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("-o", "--output", default="ray-index")
     args = parser.parse_args()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     corpus = read_corpus(args.corpus, text_fields=args.text_field.split(","))
     strategy = Strategy()  # every worker embeds with the same stored strategy
     with tempfile.TemporaryDirectory() as tmp:
