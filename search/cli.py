@@ -441,6 +441,7 @@ def similar_command(sentence: str, file: str, k: int | None, as_json: bool, aske
 def info_command(index_dir: Path, as_json: bool) -> None:
     """Strategy, model, size and source of an index."""
     from indexer.store import open_index
+    from indexer.vector_index import kind_of
 
     index = open_index(index_dir)
     meta = index.meta
@@ -451,6 +452,7 @@ def info_command(index_dir: Path, as_json: bool) -> None:
         "entries": meta["count"],
         "vectors": meta["vectors"],
         "dimension": meta["dimension"],
+        "index_kind": kind_of(index.vectors),
         "size_bytes": index.size_on_disk(),
         "created": meta["created"],
         "source": meta.get("source", {}).get("path"),
