@@ -215,15 +215,22 @@ def _echo_rejections(rejected: list[Any], summary: str) -> None:
             click.echo(f"  ... and {len(rejected) - 10} more", err=True)
 
 
-def _read_queries(path: str) -> list[tuple[Any, str]]:
-    """(id, text) pairs from JSON Lines with id/text, or from plain lines (id = line number)."""
+def _read_lines(path: str) -> list[str]:
+    """Lines of a UTF-8 file, or of stdin for '-'."""
+    if path != "-" and not Path(path).is_file():
+        raise SemsearchError(f"no such file: {path}")
     stream = click.open_file(path, encoding="utf-8", errors="strict")
     try:
-        lines = stream.read().splitlines()
+        return stream.read().splitlines()
     except UnicodeDecodeError:
         raise SemsearchError(f"{path} is not valid UTF-8") from None
     finally:
         stream.close()
+
+
+def _read_queries(path: str) -> list[tuple[Any, str]]:
+    """(id, text) pairs from JSON Lines with id/text, or from plain lines (id = line number)."""
+    lines = _read_lines(path)
     queries = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -419,16 +426,7 @@ def similar_command(sentence: str, file: str, k: int | None, as_json: bool, aske
     """Rank the lines of FILE (default: stdin) by similarity to SENTENCE; no index needed."""
     from search.similar import rank_similar
 
-    if file != "-" and not Path(file).is_file():
-        raise SemsearchError(f"no such file: {file}")
-    stream = click.open_file(file, encoding="utf-8", errors="strict")
-    try:
-        candidates = stream.read().splitlines()
-    except UnicodeDecodeError:
-        raise SemsearchError(f"{file} is not valid UTF-8") from None
-    finally:
-        stream.close()
-    hits = rank_similar(sentence, candidates, _strategy(asked), k=k)
+    hits = rank_similar(sentence, _read_lines(file), _strategy(asked), k=k)
     if as_json:
         click.echo(json.dumps({"query": sentence, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
     else:
