@@ -109,9 +109,9 @@ def main() -> None:
             lambda q, flat=peer_index: flat.search(peer.encode([q], normalize_embeddings=True), 10), questions
         )
         _, exact_rows = peer_index.search(query_vectors, 10)
-        for kind in ("flat", "ivf"):
+        for kind, storage in (("flat", "float32"), ("ivf", "float32"), ("ivf", "sq8")):
             started = time.perf_counter()
-            index = build_vector_index(vectors, ids, kind)
+            index = build_vector_index(vectors, ids, kind, storage)
             build_s = time.perf_counter() - started
             faiss.omp_set_num_threads(1)  # as SearchEngine does for one query at a time
             with tempfile.NamedTemporaryFile(suffix=".faiss") as f:
@@ -122,6 +122,7 @@ def main() -> None:
             search_ms = latencies(lambda v, index=index: index.search(v[None, :], 10), list(query_vectors))
             _, found = index.search(query_vectors, 10)
             label = "exact (flat)" if kind == "flat" else f"IVF nlist={index.nlist} nprobe={index.nprobe}"
+            label += ", sq8" if storage == "sq8" else ""
             print(
                 f"| {size:,} | {label} (built {build_s:.1f}s) | {np.percentile(ms, 50):.1f} "
                 f"({np.percentile(search_ms, 50):.2f}) | "

@@ -37,10 +37,11 @@ def build_index(
     batch_size: int = 32,
     progress: bool = False,
     index_kind: str = "auto",
+    storage: str = "float32",
 ) -> BuildReport:
     """Index a corpus file into ``index_dir``, replacing any index there only once complete.
     ``index_kind``: ``auto`` (exact below ``vector_index.EXACT_LIMIT`` vectors, IVF above),
-    ``flat`` or ``ivf``."""
+    ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``."""
     from indexer.embedding import Embedder
     from indexer.store import prepare_target, write_index, writer_lock
 
@@ -72,6 +73,7 @@ def build_index(
             source=source,
             transform=transform,
             index_kind=index_kind,
+            storage=storage,
         )
     return BuildReport(
         index_dir=Path(index_dir),

@@ -4,7 +4,7 @@ Layout::
 
     INDEX_DIR/CURRENT              name of the live version (replaced atomically)
     INDEX_DIR/.lock                held (flock) by the one writer; readers never take it
-    INDEX_DIR/v-.../vectors.faiss  IndexIDMap over IndexFlatIP of unit float32 vectors
+    INDEX_DIR/v-.../vectors.faiss  unit vectors, exact or IVF, ids = row ids (``vector_index``)
     INDEX_DIR/v-.../meta.db        SQLite: ``entries`` (one row per entry) and ``meta``
     INDEX_DIR/v-.../transform.npz  fitted centering/whitening, when the strategy has one
 
@@ -182,6 +182,7 @@ def write_index(
     source: dict[str, Any],
     transform: Transform | None = None,
     index_kind: str = "auto",
+    storage: str = "float32",
 ) -> Path:
     """Write a complete new index beside the live one, then swap it in. Returns the version dir.
     The caller holds ``writer_lock``.
@@ -215,12 +216,13 @@ def write_index(
                 "vectors": int(vectors.shape[0]),
                 "next_rowid": len(entries) + 1,
                 "index_kind": index_kind,
+                "storage": storage,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "source": source,
             },
         )
         db.close()
-        index = build_vector_index(vectors, rowids[owners], index_kind)
+        index = build_vector_index(vectors, rowids[owners], index_kind, storage)
         faiss.write_index(index, str(version / VECTORS))
         if transform is not None:
             transform.save(version / TRANSFORM)
@@ -289,8 +291,6 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
                 row["_chunks"] = stored[entry.id][1]
         if rows:
             db["entries"].upsert_all(rows, pk="_rowid", alter=True, batch_size=1000)
-        if compact:
-            index = _compacted(index)
         count = db["entries"].count
         _write_meta(
             db,
@@ -308,20 +308,6 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
         faiss.write_index(index, str(version / VECTORS))
 
     return _commit_version(index_dir, fill)
-
-
-def _compacted(index: Any) -> Any:
-    """A fresh IndexIDMap holding exactly the live vectors (flat and IVF indexes remove in place
-    already, so this mostly returns memory the removals left allocated)."""
-    import faiss
-
-    if not isinstance(index, faiss.IndexIDMap):
-        return index
-    ids = faiss.vector_to_array(index.id_map).astype(np.int64)
-    vectors = index.index.reconstruct_n(0, index.ntotal)
-    fresh = faiss.IndexIDMap(faiss.IndexFlatIP(index.d))
-    fresh.add_with_ids(vectors, ids)
-    return fresh
 
 
 def open_index(index_dir: str | Path, *, mmap: bool = True) -> StoredIndex:

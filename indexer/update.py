@@ -129,7 +129,8 @@ def delete_from_index(index_dir: str | Path, ids: Sequence[str]) -> UpdateReport
 
 
 def compact_index(index_dir: str | Path) -> int:
-    """Rewrite the vectors and VACUUM the database; returns the bytes on disk afterwards."""
+    """VACUUM the database after many updates; returns the bytes on disk afterwards. (The vector
+    file needs nothing: every version is written with the live vectors only.)"""
     index_dir = Path(index_dir)
     with writer_lock(index_dir):
         apply_change(index_dir, Change(), compact=True)

@@ -164,6 +164,13 @@ def cli() -> None:
     show_default=True,
     help="Exact search, or IVF (approximate, tuned to recall@10 >= 0.97); auto: by size.",
 )
+@click.option(
+    "--storage",
+    type=click.Choice(["float32", "float16", "sq8"]),
+    default="float32",
+    show_default=True,
+    help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged).",
+)
 @strategy_options
 def index_command(
     corpus: Path,
@@ -175,6 +182,7 @@ def index_command(
     chunk_overlap: int | None,
     batch_size: int,
     index_kind: str,
+    storage: str,
     asked: dict[str, Any],
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
@@ -194,6 +202,7 @@ def index_command(
         batch_size=batch_size,
         progress=_progress(),
         index_kind=index_kind,
+        storage=storage,
     )
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
@@ -372,7 +381,7 @@ def delete_command(index_dir: Path, ids: tuple[str, ...], ids_file: Path | None)
 @cli.command("compact")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 def compact_command(index_dir: Path) -> None:
-    """Rewrite INDEX_DIR's vectors and vacuum its database after many updates."""
+    """Vacuum INDEX_DIR's database after many updates (a new complete version, like any write)."""
     from indexer.update import compact_index
 
     click.echo(f"compacted {index_dir}: {compact_index(index_dir)} bytes", err=True)
@@ -450,7 +459,7 @@ def info_command(index_dir: Path, as_json: bool) -> None:
         "entries": meta["count"],
         "vectors": meta["vectors"],
         "dimension": meta["dimension"],
-        "index_kind": kind_of(index.vectors),
+        "index_kind": f"{kind_of(index.vectors)}, {meta.get('storage', 'float32')}",
         "size_bytes": index.size_on_disk(),
         "created": meta["created"],
         "source": meta.get("source", {}).get("path"),

@@ -71,3 +71,37 @@ def test_vectors_are_memory_mapped(tmp_path, tiny_model, kind):
     live = open_index(tmp_path / "idx")
     assert live.vectors.ntotal == 400
     assert str(live.version / "vectors.faiss") in Path("/proc/self/maps").read_text()
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+@pytest.mark.parametrize("storage,max_ratio", [("float16", 0.55), ("sq8", 0.3)])
+def test_compressed_storage_keeps_the_ranking(tmp_path, kind, storage, max_ratio):
+    import faiss
+
+    drawn = clustered(40300, dimension=64)
+    vectors, queries = drawn[:40000], drawn[40000:]
+    ids = np.arange(1, 40001, dtype=np.int64)
+    index = build_vector_index(vectors, ids, kind, storage)
+    _, rows = faiss.knn(queries, vectors, 10, metric=faiss.METRIC_INNER_PRODUCT)
+    _, found = index.search(queries, 10)
+    assert recall_at_10(found, ids[rows]) >= 0.9
+    path, raw = tmp_path / "v.faiss", tmp_path / "raw.faiss"
+    faiss.write_index(index, str(path))
+    faiss.write_index(build_vector_index(vectors, ids, kind), str(raw))
+    assert path.stat().st_size / raw.stat().st_size <= max_ratio
+    index.remove_ids(ids[:10])  # updates keep working
+    assert index.ntotal == 39990
+
+
+def test_sq8_index_end_to_end(tmp_path, tiny_model):
+    corpus = tmp_path / "c.csv"
+    corpus.write_text("id,text\n" + "".join(f"d{i},line {i} about topic {i % 17}\n" for i in range(500)))
+    build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model), storage="sq8")
+    assert open_index(tmp_path / "idx").meta["storage"] == "sq8"
+    more = tmp_path / "more.csv"
+    more.write_text("id,text\nnew,a fresh line about tandem bicycles\n")
+    add_to_index(tmp_path / "idx", more)
+    delete_from_index(tmp_path / "idx", ["d3"])
+    engine = SearchEngine(tmp_path / "idx")
+    assert engine.search("a fresh line about tandem bicycles", k=1)[0].id == "new"
+    assert engine.search("line 7 about topic 7", k=1)[0].id == "d7"
