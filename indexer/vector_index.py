@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from indexer.errors import SemsearchError
+
 EXACT_LIMIT = 30_000
 """Below this many vectors a full scan (IndexFlatIP) takes about 2 ms here: exact it is. (At
 100k a single-query scan measured 12.6 ms against 0.2 ms for the tuned IVF, see bench/query.py.)"""
@@ -29,6 +31,8 @@ def build_vector_index(
 ) -> Any:
     import faiss
 
+    if kind not in KINDS or storage not in STORAGES:
+        raise SemsearchError(f"index kind must be one of {KINDS} and storage one of {STORAGES}")
     n, dimension = vectors.shape
     inner = faiss.METRIC_INNER_PRODUCT
     quantizer_type = {"float16": faiss.ScalarQuantizer.QT_fp16, "sq8": faiss.ScalarQuantizer.QT_8bit}.get(

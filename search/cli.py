@@ -15,8 +15,10 @@ from typing import Any
 
 import click
 
+from indexer.corpus import FORMATS
 from indexer.errors import SemsearchError
 from indexer.strategy import AUTO, BACKENDS, COMBINES, POOLINGS, POSTPROCESSES, Strategy
+from indexer.vector_index import KINDS, STORAGES
 
 DEFAULT_CHUNK_OVERLAP = 32
 
@@ -147,7 +149,7 @@ def cli() -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["csv", "tsv", "jsonl", "text"]),
+    type=click.Choice(FORMATS),
     help="Corpus format (default: from the file extension).",
 )
 @click.option("--chunk", is_flag=True, help="Split long documents into overlapping windows.")
@@ -159,14 +161,14 @@ def cli() -> None:
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
 @click.option(
     "--index-kind",
-    type=click.Choice(["auto", "flat", "ivf"]),
+    type=click.Choice(KINDS),
     default="auto",
     show_default=True,
     help="Exact search, or IVF (approximate, tuned to recall@10 >= 0.97); auto: by size.",
 )
 @click.option(
     "--storage",
-    type=click.Choice(["float32", "float16", "sq8"]),
+    type=click.Choice(STORAGES),
     default="float32",
     show_default=True,
     help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged).",
@@ -330,7 +332,7 @@ def query_command(
 @click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--text-field", help="Field(s) to embed (default: the ones the index was built with).")
 @click.option("--id-field", help="Field with the entry id (default: the index's own).")
-@click.option("--format", "fmt", type=click.Choice(["csv", "tsv", "jsonl", "text"]))
+@click.option("--format", "fmt", type=click.Choice(FORMATS))
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
 def add_command(
     index_dir: Path,
@@ -390,7 +392,7 @@ def compact_command(index_dir: Path) -> None:
 @cli.command("merge")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("-o", "--output", "index_dir", required=True, type=click.Path(path_type=Path))
-@click.option("--index-kind", type=click.Choice(["auto", "flat", "ivf"]), default="auto", show_default=True)
+@click.option("--index-kind", type=click.Choice(KINDS), default="auto", show_default=True)
 def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str) -> None:
     """Merge shard directories written by workers (indexer.shards.embed_shard) into one index."""
     from indexer.shards import merge_shards
