@@ -53,10 +53,8 @@ def build_index(
         embed_started = time.perf_counter()
         vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
         embed_seconds = time.perf_counter() - embed_started
-        transform = None
-        if embedder.strategy.postprocess != "none":
-            transform = Transform.fit(embedder.strategy.postprocess, vectors, embedder.strategy.whiten_dims)
-            vectors = transform.apply(vectors)
+        transform = Transform.for_strategy(embedder.strategy, vectors)
+        vectors = Transform.apply_optional(transform, vectors)
         source = {
             "path": str(Path(corpus_path).resolve()),
             "text_fields": list(text_fields or ["text"]),

@@ -67,10 +67,8 @@ def merge_shards(shards: Sequence[str | Path], index_dir: str | Path, *, index_k
     if len(set(ids)) != len(ids):
         raise SemsearchError("the shards share entry ids: each entry must be in one shard only")
     merged = np.concatenate(vectors)
-    transform = None
-    if strategy.postprocess != "none":  # fitted on the whole corpus, as a single build would
-        transform = Transform.fit(strategy.postprocess, merged, strategy.whiten_dims)
-        merged = transform.apply(merged)
+    transform = Transform.for_strategy(strategy, merged)  # on the whole corpus, as a build would
+    merged = Transform.apply_optional(transform, merged)
     prepare_target(Path(index_dir))
     with writer_lock(Path(index_dir)):
         write_index(

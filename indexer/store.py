@@ -264,14 +264,13 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
             i: (rowid, chunks) for i, rowid, chunks in db.execute("select _id, _rowid, _chunks from entries")
         }
         existing = {i: rowid for i, (rowid, _) in stored.items()}
-        dropped = [existing[i] for i in change.deletes if i in existing]
-        dropped += [existing[e.id] for e in change.upserts if e.id in change.reembed and e.id in existing]
-        if dropped:
-            index.remove_ids(np.array(dropped, dtype=np.int64))
         gone = [existing[i] for i in change.deletes if i in existing]
+        replaced = [existing[e.id] for e in change.upserts if e.id in change.reembed and e.id in existing]
+        if gone or replaced:
+            index.remove_ids(np.array(gone + replaced, dtype=np.int64))
         if gone:
             db.execute(f"delete from entries where _rowid in ({','.join('?' * len(gone))})", gone)
-        next_rowid = int(live.meta.get("next_rowid", (max(existing.values(), default=0)) + 1))
+        next_rowid = int(live.meta["next_rowid"])
         rowids = []
         for entry in change.upserts:
             if entry.id in existing:

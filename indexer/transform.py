@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.errors import SemsearchError
+from indexer.strategy import Strategy
 
 KINDS = ("none", "center", "whiten")
 
@@ -40,6 +41,17 @@ class Transform:
         # a floor on the variances keeps directions the corpus never varies in from exploding
         matrix = u[:, :out_dim] / np.sqrt(np.maximum(s[:out_dim], max(1e-6 * s[0], 1e-12)))
         return cls(mean.astype(np.float32), matrix.astype(np.float32))
+
+    @classmethod
+    def for_strategy(cls, strategy: Strategy, fit_on: np.ndarray) -> Transform | None:
+        """The strategy's post-processing fitted on ``fit_on``, or None when it has none."""
+        if strategy.postprocess == "none":
+            return None
+        return cls.fit(strategy.postprocess, fit_on, strategy.whiten_dims)
+
+    @staticmethod
+    def apply_optional(transform: Transform | None, vectors: np.ndarray) -> np.ndarray:
+        return vectors if transform is None else transform.apply(vectors)
 
     @property
     def dimension(self) -> int | None:

@@ -50,8 +50,7 @@ def add_to_index(
 
     started = time.perf_counter()
     index_dir = Path(index_dir)
-    live = open_index(index_dir)
-    source = live.meta.get("source", {})
+    source = live_meta(index_dir).get("source", {})
     text_fields = list(text_fields or source.get("text_fields") or ["text"])
     id_field = id_field or source.get("id_field")
     corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)

@@ -115,6 +115,11 @@ def strategy_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _split(text: str) -> list[str]:
+    """A comma-separated option as a list: "question, answer" -> ["question", "answer"]."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def _strategy(asked: dict[str, Any], **extra: Any) -> Strategy:
     return Strategy(**asked, **extra)
 
@@ -193,7 +198,7 @@ def index_command(
     if chunk and chunk_overlap is None:
         chunk_overlap = DEFAULT_CHUNK_OVERLAP
     strategy = _strategy(asked, chunk_overlap=chunk_overlap)
-    fields = [f.strip() for f in text_field.split(",") if f.strip()]
+    fields = _split(text_field)
     report = build_index(
         corpus,
         index_dir,
@@ -345,7 +350,7 @@ def add_command(
     """Upsert CORPUS into INDEX_DIR by id: new and changed texts are embedded, unchanged ones skipped."""
     from indexer.update import add_to_index
 
-    fields = [f.strip() for f in text_field.split(",") if f.strip()] if text_field else None
+    fields = _split(text_field) if text_field else None
     report = add_to_index(
         index_dir,
         corpus,
@@ -571,7 +576,7 @@ def evaluate_retrieval_command(
     if index_dir is not None and asked:
         raise click.UsageError("--index is queried with its stored strategy: drop the strategy options")
     data = read_retrieval_set(queries_file, qrels)
-    fields = [f.strip() for f in text_field.split(",") if f.strip()]
+    fields = _split(text_field)
     scores = evaluate_retrieval(
         data, index_dir=index_dir, corpus=corpus, strategy=_strategy(asked), text_fields=fields
     )
@@ -629,8 +634,8 @@ def _sweep_setup(
         postprocess="whiten" if whiten_dims else "none",
         whiten_dims=whiten_dims,
     )
-    pools = [p.strip() for p in poolings.split(",") if p.strip()]
-    posts = [p.strip() for p in postprocesses.split(",") if p.strip()]
+    pools = _split(poolings)
+    posts = _split(postprocesses)
     for name in pools:
         if name not in POOLINGS:
             raise click.BadParameter(f"unknown pooling {name!r}", param_hint="--poolings")
@@ -743,7 +748,7 @@ def sweep_retrieval_command(
         raise click.UsageError("give --corpus")
     base, pools, posts = _sweep_setup(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
     data = read_retrieval_set(queries_file, qrels)
-    fields = [f.strip() for f in text_field.split(",") if f.strip()]
+    fields = _split(text_field)
     cells = sweep_retrieval(
         data,
         corpus,

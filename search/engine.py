@@ -14,6 +14,7 @@ from indexer.embedding import Embedder
 from indexer.errors import SemsearchError
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
+from indexer.transform import Transform
 from indexer.vector_index import search_parameters
 from search.filters import parse_filter
 
@@ -90,8 +91,7 @@ class SearchEngine:
     def embed_queries(self, queries: Sequence[str], index: StoredIndex | None = None) -> np.ndarray:
         check_queries(queries)
         vectors = self.embedder.embed(list(queries))
-        transform = (index or self.index).transform
-        return vectors if transform is None else transform.apply(vectors)
+        return Transform.apply_optional((index or self.index).transform, vectors)
 
     def allowed(self, where: str | None, index: StoredIndex | None = None) -> Allowed | None:
         """The entries a filter admits, found in SQLite before any vector is compared."""

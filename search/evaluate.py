@@ -107,10 +107,7 @@ def evaluate_sts(pairs: Pairs, strategy: Strategy | None = None) -> dict[str, fl
 
     embedder = Embedder(strategy)
     vectors = embedder.embed(pairs.sentences())
-    if embedder.strategy.postprocess != "none":
-        vectors = Transform.fit(embedder.strategy.postprocess, vectors, embedder.strategy.whiten_dims).apply(
-            vectors
-        )
+    vectors = Transform.apply_optional(Transform.for_strategy(embedder.strategy, vectors), vectors)
     return {**sts_scores(*pair_vectors(pairs, vectors), pairs.gold), "strategy": embedder.strategy.describe()}
 
 

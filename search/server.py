@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from indexer.errors import SemsearchError
 from indexer.store import live_version
+from indexer.transform import Transform
 from search.engine import SearchEngine, check_queries
 from search.similar import rank_similar
 
@@ -127,8 +128,7 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
         index = engine.index
         allowed = engine.allowed(where, index)
         vectors = await batcher.embed(queries)
-        if index.transform is not None:
-            vectors = index.transform.apply(vectors)
+        vectors = Transform.apply_optional(index.transform, vectors)
         return [[hit.to_dict() for hit in hits] for hits in engine.lookup(vectors, k, allowed, index)]
 
     @app.post("/search")

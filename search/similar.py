@@ -28,10 +28,8 @@ def rank_similar(
         raise SemsearchError("no sentences to rank: the input has no non-empty lines")
     embedder = embedder or Embedder(strategy)
     vectors = embedder.embed([sentence] + [c for _, c in kept])
-    if embedder.strategy.postprocess != "none":  # no corpus here: fit on the texts being ranked
-        vectors = Transform.fit(embedder.strategy.postprocess, vectors, embedder.strategy.whiten_dims).apply(
-            vectors
-        )
+    # no corpus here: post-processing is fitted on the texts being ranked
+    vectors = Transform.apply_optional(Transform.for_strategy(embedder.strategy, vectors), vectors)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
     scores = vectors[1:] @ vectors[0]
     order = np.argsort(-scores, kind="stable")[: k or len(kept)]

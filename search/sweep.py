@@ -52,12 +52,6 @@ def grid(base: Strategy, num_layers: int, poolings: Sequence[str] = POOLINGS) ->
     return cells
 
 
-def _postprocessed(vectors: np.ndarray, fit_on: np.ndarray, strategy: Strategy) -> np.ndarray:
-    if strategy.postprocess == "none":
-        return vectors
-    return Transform.fit(strategy.postprocess, fit_on, strategy.whiten_dims).apply(vectors)
-
-
 def _embed_grid(base: Strategy, texts: Sequence[Sequence[str]], poolings: Sequence[str], progress: bool):
     """Resolved (row, strategy) cells and, per text list, each cell's vectors."""
     from indexer.embedding import Embedder
@@ -86,7 +80,7 @@ def sweep_sts(
             cell = replace(
                 strategy, postprocess=post, whiten_dims=base.whiten_dims if post == "whiten" else None
             )
-            processed = _postprocessed(raw, raw, cell)
+            processed = Transform.apply_optional(Transform.for_strategy(cell, raw), raw)
             results.append(Cell(row, cell, sts_scores(*pair_vectors(pairs, processed), pairs.gold)))
     return _best_first(results, "spearman")
 
@@ -116,8 +110,9 @@ def sweep_retrieval(
             cell = replace(
                 strategy, postprocess=post, whiten_dims=base.whiten_dims if post == "whiten" else None
             )
-            d = _postprocessed(doc_raw, doc_raw, cell)
-            q = _postprocessed(query_raw, doc_raw, cell)
+            transform = Transform.for_strategy(cell, doc_raw)  # fitted on the corpus, as an index is
+            d = Transform.apply_optional(transform, doc_raw)
+            q = Transform.apply_optional(transform, query_raw)
             d = d / np.linalg.norm(d, axis=1, keepdims=True).clip(min=1e-12)
             q = q / np.linalg.norm(q, axis=1, keepdims=True).clip(min=1e-12)
             scores = q @ d.T
