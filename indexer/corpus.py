@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 
 FORMATS = ("csv", "tsv", "jsonl", "text")
 _SUFFIXES = {
@@ -65,11 +65,11 @@ class Corpus:
 def detect_format(path: Path, fmt: str | None) -> str:
     if fmt:
         if fmt not in FORMATS:
-            raise SemsearchError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+            raise BadInput(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
         return fmt
     found = _SUFFIXES.get(path.suffix.lower())
     if found is None:
-        raise SemsearchError(
+        raise BadInput(
             f"cannot tell the format of {path.name!r} from its extension: use --format {'|'.join(FORMATS)}"
         )
     return found
@@ -77,13 +77,13 @@ def detect_format(path: Path, fmt: str | None) -> str:
 
 def _read_text(path: Path) -> str:
     if not path.exists():
-        raise SemsearchError(f"no such file: {path}")
+        raise BadInput(f"no such file: {path}")
     if not path.is_file():
-        raise SemsearchError(f"not a file: {path}")
+        raise BadInput(f"not a file: {path}")
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise SemsearchError(f"cannot read {path}: {exc.strerror}") from None
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     return raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8", errors="surrogateescape")
 
 
@@ -102,13 +102,13 @@ def _rows(text: str, fmt: str, path: Path) -> tuple[list[str], Rows]:
     reader = csv.reader(text.splitlines(keepends=True), **dialect)
     header = next(reader, None)
     if not header or not any(h.strip() for h in header):
-        raise SemsearchError(f"{path} has no header row")
+        raise BadInput(f"{path} has no header row")
     if _SURROGATE.search("".join(header)):
-        raise SemsearchError(f"{path}: the header row is not valid UTF-8")
+        raise BadInput(f"{path}: the header row is not valid UTF-8")
     header = [h.strip() for h in header]
     duplicated = [h for h, n in Counter(header).items() if n > 1]
     if duplicated:
-        raise SemsearchError(f"{path}: duplicate column names: {', '.join(duplicated)}")
+        raise BadInput(f"{path}: duplicate column names: {', '.join(duplicated)}")
 
     def rows() -> Rows:
         for number, values in enumerate(reader, 1):
@@ -182,16 +182,16 @@ def read_corpus(
         corpus.entries.append(Entry(entry_id, joined, row))
     clash = sorted(names.intersection(RESERVED))
     if clash:
-        raise SemsearchError(f"field names {', '.join(clash)} are reserved: rename them")
+        raise BadInput(f"field names {', '.join(clash)} are reserved: rename them")
     missing = [f for f in [*wanted, *([id_field] if id_field else [])] if names and f not in names]
     if missing:
-        raise SemsearchError(
+        raise BadInput(
             f"no row of {path.name} has field {', '.join(map(repr, missing))}; fields are: "
             f"{', '.join(sorted(names))} (choose with --text-field / --id-field)"
         )
     if not corpus.entries:
         detail = f" ({corpus.rejection_summary()})" if corpus.rejected else ""
-        raise SemsearchError(f"empty corpus: no usable rows in {path}{detail}")
+        raise BadInput(f"empty corpus: no usable rows in {path}{detail}")
     return corpus
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 from indexer.models import load_model, model_location, sentence_transformers_config
 from indexer.pooling import Pooling
 from indexer.strategy import Strategy
@@ -101,7 +101,7 @@ class Embedder:
             self._drop_layers_after(max(1, *self.head.layers))
         if self.strategy.backend != "torch":
             if all_layers:
-                raise SemsearchError("sweeps run on the torch backend")
+                raise BadInput("sweeps run on the torch backend")
             from indexer.onnx_backend import OnnxNetwork
 
             pooler = self.strategy.pooling == "pooler"
@@ -174,7 +174,7 @@ class Embedder:
         ]
         found = _layer_stack(self.network)
         if found is not None and len(getattr(*found)) < self.num_layers:
-            raise SemsearchError("embed_grid needs an Embedder built with all_layers=True")
+            raise BadInput("embed_grid needs an Embedder built with all_layers=True")
         return self.run(self.tokenize(texts), heads, progress=progress)
 
     def run(self, tokenized: Tokenized, heads: Sequence[Head], *, progress: bool = False) -> list[np.ndarray]:

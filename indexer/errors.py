@@ -1,5 +1,34 @@
-"""The one exception users see: its message is printed as a single line by the CLI."""
+"""The exceptions users see. A caller tells them apart by class, never by message text: the CLI
+maps each kind to an exit code and the server to an HTTP status (``search.cli``, ``search.server``).
+
+    SemsearchError          base of all of them
+    ├── BadInput            the user can fix the input (file, option, query, filter): exit 1, 400
+    │   └── FilterError     a ``--where`` condition that cannot be read or is too large
+    ├── StrategyConflict    asked for another strategy than the index's: exit 3, 409
+    ├── IndexLocked         another process is writing the index: exit 4, 409
+    └── IndexDamaged        the index on disk is missing parts or inconsistent: exit 5, 503
+"""
 
 
 class SemsearchError(Exception):
-    """Bad input, a missing or damaged index, a model that cannot be loaded: anything the user can fix."""
+    """Anything the user can act on; its message is printed as a single line by the CLI."""
+
+
+class BadInput(SemsearchError):
+    """Bad input: a file, option, query or model the user named cannot be used as given."""
+
+
+class FilterError(BadInput):
+    """A metadata filter that cannot be parsed, names an unknown field, or is too large."""
+
+
+class StrategyConflict(SemsearchError):
+    """A request for a strategy other than the one the index was built with."""
+
+
+class IndexLocked(SemsearchError):
+    """Another writer holds the index's lock."""
+
+
+class IndexDamaged(SemsearchError):
+    """The index on disk cannot be trusted: missing files, wrong counts, a CURRENT outside it."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 from indexer.strategy import DEFAULT_MODEL
 
 # sentence-transformers pooling config keys, in the order they concatenate.
@@ -101,12 +101,12 @@ def load_model(model: str, *, need_pooler: bool = False) -> tuple[Any, Any]:
         network, info = AutoModel.from_pretrained(location, local_files_only=True, output_loading_info=True)
     except (OSError, ValueError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SemsearchError(
+        raise BadInput(
             f"cannot load model {model!r} offline (not a model directory, nor in the Hugging Face "
             f"cache): {first}"
         ) from None
     if not getattr(tokenizer, "is_fast", False):
-        raise SemsearchError(f"model {model!r} has no fast tokenizer (tokenizer.json); not supported")
+        raise BadInput(f"model {model!r} has no fast tokenizer (tokenizer.json); not supported")
     if need_pooler and any("pooler" in key for key in info.get("missing_keys", [])):
-        raise SemsearchError(f"model {model!r} has no trained pooler weights: choose another pooling")
+        raise BadInput(f"model {model!r} has no trained pooler weights: choose another pooling")
     return tokenizer, network.eval()

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 
 
 def cache_dir() -> Path:
@@ -69,9 +69,7 @@ def _export(
         from onnxruntime.quantization import QuantType, quantize_dynamic
         from onnxruntime.transformers import optimizer
     except ImportError:
-        raise SemsearchError(
-            "the onnx backends need the 'onnx' extra: pip install 'semsearch[onnx]'"
-        ) from None
+        raise BadInput("the onnx backends need the 'onnx' extra: pip install 'semsearch[onnx]'") from None
     import tempfile
     import warnings
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 
 
 def _cls(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -42,7 +42,7 @@ class Pooling:
 
     def __init__(self, mode: str, *, skip_special: bool = False, special_ids: Iterable[int] = ()):
         if mode not in (*MODES, "pooler"):
-            raise SemsearchError(f"unknown pooling {mode!r}")
+            raise BadInput(f"unknown pooling {mode!r}")
         self.mode = mode
         self.skip_special = skip_special
         self.special_ids = torch.tensor(sorted(set(special_ids)), dtype=torch.long)
@@ -65,7 +65,7 @@ class Pooling:
     ) -> torch.Tensor:
         if self.mode == "pooler":
             if pooler_output is None:
-                raise SemsearchError("this model has no pooler output: choose another pooling")
+                raise BadInput("this model has no pooler output: choose another pooling")
             return pooler_output
         assert tokens is not None, "token vectors are needed for every mode but pooler"
         return MODES[self.mode](tokens, self.token_mask(input_ids, attention_mask))

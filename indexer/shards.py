@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.corpus import Entry
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 from indexer.strategy import Strategy
 
 
@@ -43,7 +43,7 @@ def merge_shards(shards: Sequence[str | Path], index_dir: str | Path, *, index_k
     from indexer.transform import Transform
 
     if not shards:
-        raise SemsearchError("no shards to merge")
+        raise BadInput("no shards to merge")
     entries: list[Entry] = []
     vectors, owners = [], []
     strategy = None
@@ -56,16 +56,16 @@ def merge_shards(shards: Sequence[str | Path], index_dir: str | Path, *, index_k
             ]
             shard_vectors, shard_owners = np.load(shard / "vectors.npy"), np.load(shard / "owners.npy")
         except (OSError, ValueError, KeyError) as exc:
-            raise SemsearchError(f"not a readable shard: {shard}: {exc}") from None
+            raise BadInput(f"not a readable shard: {shard}: {exc}") from None
         if strategy is not None and found != strategy:
-            raise SemsearchError(f"shard {shard} was embedded with another strategy: {found.describe()}")
+            raise BadInput(f"shard {shard} was embedded with another strategy: {found.describe()}")
         strategy = found
         owners.append(shard_owners + len(entries))
         vectors.append(shard_vectors)
         entries += part
     ids = [e.id for e in entries]
     if len(set(ids)) != len(ids):
-        raise SemsearchError("the shards share entry ids: each entry must be in one shard only")
+        raise BadInput("the shards share entry ids: each entry must be in one shard only")
     merged = np.concatenate(vectors)
     transform = Transform.for_strategy(strategy, merged)  # on the whole corpus, as a build would
     merged = Transform.apply_optional(transform, merged)

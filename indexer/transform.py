@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput, IndexDamaged
 from indexer.strategy import Strategy
 
 KINDS = ("none", "center", "whiten")
@@ -26,16 +26,16 @@ class Transform:
     @classmethod
     def fit(cls, kind: str, vectors: np.ndarray, dims: int | None = None) -> Transform:
         if kind not in KINDS[1:]:
-            raise SemsearchError(f"unknown post-processing {kind!r}: use one of {', '.join(KINDS)}")
+            raise BadInput(f"unknown post-processing {kind!r}: use one of {', '.join(KINDS)}")
         vectors = np.asarray(vectors, dtype=np.float64)
         if len(vectors) < 2:
-            raise SemsearchError(f"{kind} needs at least 2 texts to fit on")
+            raise BadInput(f"{kind} needs at least 2 texts to fit on")
         mean = vectors.mean(axis=0)
         if kind == "center":
             return cls(mean.astype(np.float32), None)
         out_dim = dims or vectors.shape[1]
         if out_dim > vectors.shape[1]:
-            raise SemsearchError(f"whitening to {out_dim} dimensions: vectors only have {vectors.shape[1]}")
+            raise BadInput(f"whitening to {out_dim} dimensions: vectors only have {vectors.shape[1]}")
         covariance = np.cov(vectors - mean, rowvar=False)
         u, s, _ = np.linalg.svd(covariance)
         # a floor on the variances keeps directions the corpus never varies in from exploding
@@ -78,4 +78,4 @@ class Transform:
             with np.load(path) as data:
                 return cls(data["mean"], data.get("matrix"))
         except (OSError, ValueError, KeyError) as exc:
-            raise SemsearchError(f"damaged index: cannot read {path.name}: {exc}") from None
+            raise IndexDamaged(f"damaged index: cannot read {path.name}: {exc}") from None

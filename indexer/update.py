@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.corpus import Rejection, read_corpus
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 from indexer.store import Change, apply_change, content_hash, live_meta, open_index, writer_lock
 
 
@@ -106,7 +106,7 @@ def delete_from_index(index_dir: str | Path, ids: Sequence[str]) -> UpdateReport
     index_dir = Path(index_dir)
     ids = list(dict.fromkeys(str(i).strip() for i in ids if str(i).strip()))
     if not ids:
-        raise SemsearchError("no ids to delete: give --id ID or --ids-file FILE")
+        raise BadInput("no ids to delete: give --id ID or --ids-file FILE")
     with writer_lock(index_dir):
         live = open_index(index_dir)
         marks = ",".join("?" * len(ids))
@@ -149,4 +149,4 @@ def read_ids(path: str | Path) -> list[str]:
     try:
         return [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError) as exc:
-        raise SemsearchError(f"cannot read ids from {path}: {exc}") from None
+        raise BadInput(f"cannot read ids from {path}: {exc}") from None

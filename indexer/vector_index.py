@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 
 EXACT_LIMIT = 30_000
 """Below this many vectors a full scan (IndexFlatIP) takes about 2 ms here: exact it is. (At
@@ -32,7 +32,7 @@ def build_vector_index(
     import faiss
 
     if kind not in KINDS or storage not in STORAGES:
-        raise SemsearchError(f"index kind must be one of {KINDS} and storage one of {STORAGES}")
+        raise BadInput(f"index kind must be one of {KINDS} and storage one of {STORAGES}")
     n, dimension = vectors.shape
     inner = faiss.METRIC_INNER_PRODUCT
     quantizer_type = {"float16": faiss.ScalarQuantizer.QT_fp16, "sq8": faiss.ScalarQuantizer.QT_8bit}.get(

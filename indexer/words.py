@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from indexer.embedding import Embedder
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 from indexer.strategy import Strategy
 
 WORD_STRATEGY = Strategy(layers=(-4, -3, -2, -1), combine="sum", pooling="mean")
@@ -26,9 +26,9 @@ MERGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 def word_vectors(embedder: Embedder, text: str, merge: str = "mean") -> list[tuple[str, np.ndarray]]:
     """(word, vector) for each word of ``text``, in order; special tokens are left out."""
     if merge not in MERGES:
-        raise SemsearchError(f"merge must be one of {', '.join(MERGES)}, not {merge!r}")
+        raise BadInput(f"merge must be one of {', '.join(MERGES)}, not {merge!r}")
     if not text.strip():
-        raise SemsearchError("empty text: give a sentence")
+        raise BadInput("empty text: give a sentence")
     encoded = embedder.tokenizer(
         text,
         truncation=True,

@@ -16,11 +16,25 @@ from typing import Any
 import click
 
 from indexer.corpus import FORMATS
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
 from indexer.strategy import AUTO, BACKENDS, COMBINES, POOLINGS, POSTPROCESSES, Strategy
 from indexer.vector_index import KINDS, STORAGES
 
 DEFAULT_CHUNK_OVERLAP = 32
+
+
+EXIT_CODES: dict[type[SemsearchError], int] = {
+    StrategyConflict: 3,
+    IndexLocked: 4,
+    IndexDamaged: 5,
+}
+"""Exit code by kind of error (bad input and anything else the user can fix: 1), for scripts."""
+
+
+class _UserError(click.ClickException):
+    def __init__(self, error: SemsearchError):
+        super().__init__(str(error))
+        self.exit_code = next((code for kind, code in EXIT_CODES.items() if isinstance(error, kind)), 1)
 
 
 class _Group(click.Group):
@@ -30,7 +44,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except SemsearchError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise _UserError(exc) from None
         except KeyboardInterrupt:
             click.echo("Interrupted: nothing was changed.", err=True)
             ctx.exit(130)
@@ -234,12 +248,12 @@ def _echo_rejections(rejected: list[Any], summary: str) -> None:
 def _read_lines(path: str) -> list[str]:
     """Lines of a UTF-8 file, or of stdin for '-'."""
     if path != "-" and not Path(path).is_file():
-        raise SemsearchError(f"no such file: {path}")
+        raise BadInput(f"no such file: {path}")
     stream = click.open_file(path, encoding="utf-8", errors="strict")
     try:
         return stream.read().splitlines()
     except UnicodeDecodeError:
-        raise SemsearchError(f"{path} is not valid UTF-8") from None
+        raise BadInput(f"{path} is not valid UTF-8") from None
     finally:
         stream.close()
 
@@ -256,11 +270,11 @@ def _read_queries(path: str) -> list[tuple[Any, str]]:
                 row = json.loads(line)
                 queries.append((row.get("id", number), str(row["text"])))
             except (ValueError, KeyError, AttributeError):
-                raise SemsearchError(f"{path} line {number}: expected JSON with 'text' (and 'id')") from None
+                raise BadInput(f"{path} line {number}: expected JSON with 'text' (and 'id')") from None
         else:
             queries.append((number, line))
     if not queries:
-        raise SemsearchError(f"no queries in {path}")
+        raise BadInput(f"no queries in {path}")
     return queries
 
 
@@ -426,7 +440,7 @@ def serve_command(index_dir: Path, host: str, port: int, max_batch: int) -> None
 
         from search.server import create_app
     except ImportError:
-        raise SemsearchError("serving needs the 'serve' extra: pip install 'semsearch[serve]'") from None
+        raise BadInput("serving needs the 'serve' extra: pip install 'semsearch[serve]'") from None
     app = create_app(index_dir, max_batch=max_batch)
     click.echo(f"serving {index_dir} on http://{host}:{port} (docs: /docs)", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
@@ -794,7 +808,7 @@ def words_command(text: str, word: str | None, merge: str, as_json: bool, asked:
     if word is not None:
         words = [(w, v) for w, v in words if w.lower() == word.lower()]
         if not words:
-            raise SemsearchError(f"the word {word!r} does not occur in the text")
+            raise BadInput(f"the word {word!r} does not occur in the text")
     matrix = cosine_matrix([v for _, v in words])
     if as_json:
         click.echo(

@@ -11,7 +11,7 @@ import numpy as np
 
 from indexer.corpus import RESERVED
 from indexer.embedding import Embedder
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput, StrategyConflict
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
 from indexer.transform import Transform
@@ -35,14 +35,14 @@ def check_queries(queries: Sequence[str]) -> None:
     """An empty query has no meaning to embed: refuse it rather than return arbitrary hits."""
     for query in queries:
         if not isinstance(query, str) or not query.strip():
-            raise SemsearchError("empty query: give some text to search for")
+            raise BadInput("empty query: give some text to search for")
 
 
 def check_strategy(stored: Strategy, asked: dict[str, Any]) -> None:
     """Queries embed with the stored strategy; asking for another one is an error naming it."""
     differing = stored.conflicts(asked)
     if differing:
-        raise SemsearchError(
+        raise StrategyConflict(
             f"this index was built with {stored.describe()}; queries always use it "
             f"({', '.join(differing)} differ): rebuild the index to change the strategy"
         )
@@ -110,7 +110,7 @@ class SearchEngine:
         self, vectors: np.ndarray, k: int, allowed: Allowed | None = None, index: StoredIndex | None = None
     ) -> list[list[Hit]]:
         if k < 1:
-            raise SemsearchError(f"k must be at least 1, not {k}")
+            raise BadInput(f"k must be at least 1, not {k}")
         index = index or self.index
         return [self._lookup(vector, k, allowed, index) for vector in vectors]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.corpus import read_corpus
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 from indexer.strategy import Strategy
 
 
@@ -47,7 +47,7 @@ def read_pairs(path: str | Path, s1: str = "sentence1", s2: str = "sentence2", s
     Benchmark files (tab-separated, no header: genre, file, year, id, score, s1, s2, ...)."""
     path = Path(path)
     if not path.is_file():
-        raise SemsearchError(f"no such file: {path}")
+        raise BadInput(f"no such file: {path}")
     text = path.read_text(encoding="utf-8", errors="replace")
     lines = text.splitlines()
     if path.suffix.lower() in (".jsonl", ".ndjson"):
@@ -57,20 +57,20 @@ def read_pairs(path: str | Path, s1: str = "sentence1", s2: str = "sentence2", s
         reader = csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tabbed else {}))
         table = [row for row in reader if row]
         if not table:
-            raise SemsearchError(f"{path} is empty")
+            raise BadInput(f"{path} is empty")
         header = [h.strip() for h in table[0]]
         if {s1, s2, score} <= set(header):
             rows = [dict(zip(header, row, strict=False)) for row in table[1:]]
         elif len(header) >= 7 and _float(header[4]) is not None:  # STS Benchmark as distributed
             rows = [{score: r[4], s1: r[5], s2: r[6]} for r in table if len(r) >= 7]
         else:
-            raise SemsearchError(
+            raise BadInput(
                 f"{path}: no columns {s1!r}, {s2!r}, {score!r} in the header "
                 f"({', '.join(header[:8])}); name them with --sentence1/--sentence2/--score"
             )
     usable = [r for r in rows if r.get(s1) and r.get(s2) and _float(r.get(score)) is not None]
     if len(usable) < 3:
-        raise SemsearchError(f"{path}: fewer than 3 usable sentence pairs")
+        raise BadInput(f"{path}: fewer than 3 usable sentence pairs")
     return Pairs(
         [str(r[s1]) for r in usable],
         [str(r[s2]) for r in usable],
@@ -115,7 +115,7 @@ def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
     """BEIR layout: ``query_id doc_id relevance`` (tab or space separated, header optional)."""
     path = Path(path)
     if not path.is_file():
-        raise SemsearchError(f"no such file: {path}")
+        raise BadInput(f"no such file: {path}")
     qrels: dict[str, dict[str, int]] = {}
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         parts = line.split()
@@ -126,11 +126,11 @@ def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
         if len(parts) != 3 or _float(parts[2]) is None:
             if number == 1:
                 continue  # header
-            raise SemsearchError(f"{path} line {number}: expected 'query_id doc_id relevance'")
+            raise BadInput(f"{path} line {number}: expected 'query_id doc_id relevance'")
         if float(parts[2]) > 0:
             qrels.setdefault(parts[0], {})[parts[1]] = int(float(parts[2]))
     if not qrels:
-        raise SemsearchError(f"{path}: no positive relevance judgements")
+        raise BadInput(f"{path}: no positive relevance judgements")
     return qrels
 
 
@@ -141,7 +141,7 @@ def retrieval_metrics(
     totals = dict.fromkeys(("mrr@10", "ndcg@10", "recall@1", "recall@10", "success@1", "success@3"), 0.0)
     judged = [q for q in ranked if q in qrels]
     if not judged:
-        raise SemsearchError("no query has relevance judgements: check that the query ids match the qrels")
+        raise BadInput("no query has relevance judgements: check that the query ids match the qrels")
     for query_id in judged:
         relevant = qrels[query_id]
         hits = list(ranked[query_id])[:k]
@@ -185,7 +185,7 @@ def evaluate_retrieval(
     with tempfile.TemporaryDirectory(prefix="semsearch-eval-") as tmp:
         if index_dir is None:
             if corpus is None:
-                raise SemsearchError("give a corpus to index, or an existing index")
+                raise BadInput("give a corpus to index, or an existing index")
             index_dir = Path(tmp) / "index"
             build_index(corpus, index_dir, strategy, text_fields=text_fields)
         engine = SearchEngine(index_dir)

@@ -17,7 +17,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.errors import SemsearchError
+from indexer.errors import FilterError
 
 _TOKEN = re.compile(
     r"""\s*(?:(?P<number>-?\d+(?:\.\d+)?)|'(?P<string>(?:[^']|'')*)'|"(?P<quoted>(?:[^"]|"")+)"|"""
@@ -40,7 +40,7 @@ def _tokens(text: str) -> list[tuple[str, Any]]:
     while position < len(text):
         match = _TOKEN.match(text, position)
         if not match or match.end() == position:
-            raise SemsearchError(f"filter: cannot read {text[position : position + 20]!r}")
+            raise FilterError(f"filter: cannot read {text[position : position + 20]!r}")
         position = match.end()
         kind = match.lastgroup
         value = match.group(kind)
@@ -75,14 +75,14 @@ class _Parser:
     def take(self, kind: str, value: str | None = None, what: str = "") -> Any:
         if not self.peek(kind, value):
             found = self.tokens[self.position][1] if self.position < len(self.tokens) else "the end"
-            raise SemsearchError(f"filter: expected {what or value or kind}, found {found!r}")
+            raise FilterError(f"filter: expected {what or value or kind}, found {found!r}")
         self.position += 1
         return self.tokens[self.position - 1][1]
 
     def parse(self) -> str:
         sql = self.expr()
         if self.position != len(self.tokens):
-            raise SemsearchError(f"filter: unexpected {self.tokens[self.position][1]!r}")
+            raise FilterError(f"filter: unexpected {self.tokens[self.position][1]!r}")
         return sql
 
     def expr(self) -> str:
@@ -117,9 +117,7 @@ class _Parser:
     def condition(self) -> str:
         name = self.take("field", what="a field name")
         if name not in self.fields:
-            raise SemsearchError(
-                f"filter: unknown field {name!r}; fields are: {', '.join(sorted(self.fields))}"
-            )
+            raise FilterError(f"filter: unknown field {name!r}; fields are: {', '.join(sorted(self.fields))}")
         column = '"' + name.replace('"', '""') + '"'
         if self.peek("op"):
             op = {"==": "=", "<>": "!="}.get(self.tokens[self.position][1], self.tokens[self.position][1])
@@ -147,12 +145,12 @@ class _Parser:
             self.position += bool(is_not)
             self.take("keyword", "NULL")
             return f"{column} IS {is_not}NULL"
-        raise SemsearchError(f"filter: expected a comparison after {name!r} (=, !=, <, >, IN, LIKE, IS NULL)")
+        raise FilterError(f"filter: expected a comparison after {name!r} (=, !=, <, >, IN, LIKE, IS NULL)")
 
 
 def parse_filter(text: str, fields: Collection[str]) -> Filter:
     """Parse ``text`` into parameterised SQL over ``fields``; anything else is a clear error."""
     if not text or not text.strip():
-        raise SemsearchError("filter: empty condition")
+        raise FilterError("filter: empty condition")
     parser = _Parser(text, fields)
     return Filter(parser.parse(), parser.params)

@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
 from indexer.store import live_version
 from indexer.transform import Transform
 from search.engine import SearchEngine, check_queries
@@ -30,6 +30,15 @@ MAX_BODY = 1 << 20
 MAX_QUERY = 2000
 MAX_K = 100
 MAX_BATCH = 64
+
+
+def http_status(error: SemsearchError) -> int:
+    """409 for a conflict with the index's state, 503 for an index that cannot serve, else 400."""
+    if isinstance(error, (StrategyConflict, IndexLocked)):
+        return 409
+    if isinstance(error, IndexDamaged):
+        return 503
+    return 400
 
 
 class SearchRequest(BaseModel):
@@ -106,7 +115,7 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
 
     @app.exception_handler(SemsearchError)
     async def user_error(request: Request, exc: SemsearchError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse({"error": str(exc)}, status_code=http_status(exc))
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -140,7 +149,7 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
     async def search_batch(body: BatchRequest) -> dict[str, Any]:
         """Top-k entries for each of up to 64 queries, embedded in one pass."""
         if any(len(q) > MAX_QUERY for q in body.queries):
-            raise SemsearchError(f"a query is longer than {MAX_QUERY} characters")
+            raise BadInput(f"a query is longer than {MAX_QUERY} characters")
         results = await search(body.queries, body.k, body.where)
         return {"results": [{"query": q, "hits": h} for q, h in zip(body.queries, results, strict=True)]}
 

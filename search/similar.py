@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from indexer.embedding import Embedder
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from search.engine import Hit, check_queries
@@ -25,7 +25,7 @@ def rank_similar(
     check_queries([sentence])
     kept = [(i, c) for i, c in enumerate(candidates, 1) if c.strip()]
     if not kept:
-        raise SemsearchError("no sentences to rank: the input has no non-empty lines")
+        raise BadInput("no sentences to rank: the input has no non-empty lines")
     embedder = embedder or Embedder(strategy)
     vectors = embedder.embed([sentence] + [c for _, c in kept])
     # no corpus here: post-processing is fitted on the texts being ranked
