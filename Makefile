@@ -1,31 +1,38 @@
 # Plain entry points: `make demo` and `make test` set everything up from nothing.
 # torch is installed first, pinned, so pip never pulls a multi-GB CUDA build on a CPU machine.
+# The demo needs the package alone; the tests also need the dev extra (pytest, ruff, the peer
+# sentence-transformers, ONNX Runtime, the server), installed only by `make test`.
 VENV   ?= .venv
 PYTHON ?= python3
 TORCH  ?= torch==2.13.0
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+BASE   := $(VENV)/.installed-base
+DEV    := $(VENV)/.installed-dev
 
 .PHONY: install demo test lint clean
 
-$(STAMP): pyproject.toml
+$(BASE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(BASE)
+
+$(DEV): $(BASE)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEV)
 
-install: $(STAMP)
+install: $(DEV)
 
-demo: $(STAMP)
+demo: $(BASE)
 	$(BIN)/semsearch index data/demo_faq.csv -o demo-index --text-field question,answer
 	$(BIN)/semsearch info demo-index
 	$(BIN)/semsearch query demo-index --queries data/demo_sample.txt -k 3
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check .
 
 # pytest exits 5 when it collects no test: that is a failure of the suite, said plainly.
-test: $(STAMP) lint
+test: $(DEV) lint
 	$(BIN)/python -m pytest -q -rs; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 

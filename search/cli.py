@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -284,12 +284,15 @@ def _short(value: Any, limit: int = 400) -> str:
 
 
 def _print_hits(
-    query: str, hits: Iterable[Any], lead_field: str | None = None, hidden: Iterable[str] = ()
+    query: str, hits: Sequence[Any], lead_field: str | None = None, hidden: Iterable[str] = ()
 ) -> None:
     """A ranked table: rank, score, id, then the lead text (e.g. the FAQ question) and other fields."""
     indent = " " * 25
     width = max(40, shutil.get_terminal_size((100, 20)).columns - len(indent))
     click.echo(f"\nquery: {query}")
+    if not hits:
+        click.echo("no match")
+        return
     click.echo(f"{'rank':>4}  {'score':>6}  {'id':<10} text")
     for hit in hits:
         lead = hit.fields.get(lead_field) if lead_field else None
@@ -385,10 +388,8 @@ def add_command(
 @cli.command("delete")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.option("--id", "ids", multiple=True, help="External id to delete (repeatable).")
-@click.option(
-    "--ids-file", type=click.Path(dir_okay=False, path_type=Path), help="File of ids, one per line."
-)
-def delete_command(index_dir: Path, ids: tuple[str, ...], ids_file: Path | None) -> None:
+@click.option("--ids-file", help="File of ids, one per line ('-' = stdin).")
+def delete_command(index_dir: Path, ids: tuple[str, ...], ids_file: str | None) -> None:
     """Delete entries by id from INDEX_DIR (rows and vectors)."""
     from indexer.update import delete_from_index, read_ids
 

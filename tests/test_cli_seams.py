@@ -1,0 +1,85 @@
+"""The CLI at its seams: exit codes by kind of error, filter errors as filter errors, "no match"
+said plainly, ids from stdin, and a writer that can wait for the lock."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from indexer.store import CURRENT, LOCK
+from tests.test_cli import assert_clean_failure, run
+
+
+@pytest.fixture
+def index(tmp_path, tiny_model) -> Path:
+    corpus = tmp_path / "faq.csv"
+    corpus.write_text(
+        "id,text,category\nq1,How do I pay?,billing\nq2,Where do I park?,stations\nq3,Refunds?,billing\n",
+        encoding="utf-8",
+    )
+    result = run("index", corpus, "-o", tmp_path / "idx", "--model", tiny_model)
+    assert result.returncode == 0, result.stderr
+    return tmp_path / "idx"
+
+
+def test_exit_codes_tell_the_kind_of_error(index, tmp_path):
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / CURRENT).write_text("v-missing\n")
+    bad_input = run("query", index, "hi", "--where", "nope = 1")
+    conflict = run("query", index, "hi", "--layers", "-1")
+    broken = run("query", damaged, "hi")
+    assert_clean_failure(bad_input, "unknown field 'nope'")
+    assert_clean_failure(conflict, "built with")
+    assert_clean_failure(broken, "names a missing version")
+    assert (bad_input.returncode, conflict.returncode, broken.returncode) == (1, 3, 5)
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("(" * 490 + "category = 'billing'" + ")" * 490, "filter: nested deeper"),
+        ("NOT " * 248 + "category = 'billing'", "filter: nested deeper"),
+        (" OR ".join(["category = 'billing'"] * 1001), "filter: longer than"),
+        (" OR ".join(["category = 'b'"] * 100), "filter: more than"),
+        ('category = "billing"', "single quotes"),
+    ],
+    ids=["parens", "nots", "ors", "terms", "double-quoted-value"],
+)
+def test_filter_errors_are_filter_errors(index, where, message):
+    result = run("query", index, "hi", "--where", where)
+    assert_clean_failure(result, message)
+    assert result.returncode == 1 and "unexpected" not in result.stderr
+
+
+def test_zero_hits_say_no_match(index):
+    result = run("query", index, "How do I pay?", "--where", "category = 'none such'")
+    assert result.returncode == 0, result.stderr
+    assert "no match" in result.stdout
+    assert "rank" not in result.stdout  # no empty table header
+    as_json = run("query", index, "How do I pay?", "--where", "category = 'none such'", "--json")
+    assert json.loads(as_json.stdout)["hits"] == []
+
+
+def test_delete_reads_ids_from_stdin(index):
+    result = run("delete", index, "--ids-file", "-", stdin="q1\n\nq3\nq9\n")
+    assert result.returncode == 0, result.stderr
+    assert "deleted 2" in result.stderr and "not found (1): q9" in result.stderr
+
+
+def test_a_second_writer_fails_at_once_or_waits(index):
+    with (index / LOCK).open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        locked = run("delete", index, "--id", "q1")
+        assert_clean_failure(locked, "another semsearch process")
+        assert locked.returncode == 4
+        threading.Timer(1.0, lambda: fcntl.flock(handle, fcntl.LOCK_UN)).start()
+        started = time.monotonic()
+        waited = run("delete", index, "--id", "q1", "--wait", "30")
+    assert waited.returncode == 0, waited.stderr
+    assert "deleted 1" in waited.stderr and time.monotonic() - started >= 1.0
