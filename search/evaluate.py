@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.corpus import read_corpus
 from indexer.errors import BadInput
 from indexer.strategy import Strategy
+from search.queries import Query, read_queries
 
 
 @dataclass(frozen=True)
@@ -160,14 +160,14 @@ def retrieval_metrics(
 
 @dataclass(frozen=True)
 class RetrievalSet:
-    queries: list[tuple[str, str]]  # (id, text)
+    queries: list[Query]
     qrels: dict[str, dict[str, int]]
 
 
 def read_retrieval_set(queries: str | Path, qrels: str | Path) -> RetrievalSet:
+    """Queries (``search.queries.read_queries``: BEIR's queries.jsonl too) and their judgements."""
     judged = read_qrels(qrels)
-    rows = read_corpus(queries)
-    return RetrievalSet([(e.id, e.text) for e in rows.entries], judged)
+    return RetrievalSet(read_queries(str(queries)), judged)
 
 
 def evaluate_retrieval(
@@ -189,6 +189,6 @@ def evaluate_retrieval(
             index_dir = Path(tmp) / "index"
             build_index(corpus, index_dir, strategy, text_fields=text_fields)
         engine = SearchEngine(index_dir)
-        results = engine.search_many([text for _, text in data.queries], k=10)
-        ranked = {qid: [h.id for h in hits] for (qid, _), hits in zip(data.queries, results, strict=True)}
+        results = engine.search_many([q.text for q in data.queries], k=10)
+        ranked = {q.id: [h.id for h in hits] for q, hits in zip(data.queries, results, strict=True)}
         return {**retrieval_metrics(ranked, data.qrels), "strategy": engine.strategy.describe()}

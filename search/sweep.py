@@ -101,7 +101,7 @@ def sweep_retrieval(
     entries = read_corpus(corpus, text_fields=text_fields).entries
     doc_ids = np.array([e.id for e in entries])
     cells, (docs, queries) = _embed_grid(
-        base, [[e.text for e in entries], [text for _, text in data.queries]], poolings, progress
+        base, [[e.text for e in entries], [q.text for q in data.queries]], poolings, progress
     )
     k = min(10, len(entries))
     results = []
@@ -117,7 +117,7 @@ def sweep_retrieval(
             q = q / np.linalg.norm(q, axis=1, keepdims=True).clip(min=1e-12)
             scores = q @ d.T
             top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-            ranked = {qid: doc_ids[top[i]].tolist() for i, (qid, _) in enumerate(data.queries)}
+            ranked = {q.id: doc_ids[top[i]].tolist() for i, q in enumerate(data.queries)}
             results.append(Cell(row, cell, retrieval_metrics(ranked, data.qrels)))
     return _best_first(results, metric)
 
