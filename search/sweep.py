@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from indexer.corpus import read_corpus
+from indexer.errors import BadInput
 from indexer.strategy import POOLINGS, Strategy
 from indexer.transform import Transform
-from search.evaluate import Pairs, RetrievalSet, pair_vectors, retrieval_metrics, sts_scores
+from search.evaluate import Pairs, RetrievalSet, metric_names, pair_vectors, retrieval_metrics, sts_scores
 
 
 @dataclass(frozen=True)
@@ -94,16 +95,21 @@ def sweep_retrieval(
     poolings: Sequence[str] = POOLINGS,
     postprocesses: Sequence[str] = ("none",),
     progress: bool = False,
-    metric: str = "mrr@10",
+    k: int = 10,
+    metric: str | None = None,
 ) -> list[Cell]:
-    """Every cell's retrieval metrics (exact cosine search, as the index does), best first."""
+    """Every cell's retrieval metrics at cutoff ``k`` (exact cosine search, as the index does),
+    best first by ``metric`` (default ``mrr@k``)."""
+    metric = metric or f"mrr@{k}"
+    if metric not in metric_names(k):
+        raise BadInput(f"metric must be one of {', '.join(metric_names(k))}, not {metric!r}")
     base = base or Strategy()
     entries = read_corpus(corpus, text_fields=text_fields).entries
     doc_ids = np.array([e.id for e in entries])
     cells, (docs, queries) = _embed_grid(
         base, [[e.text for e in entries], [q.text for q in data.queries]], poolings, progress
     )
-    k = min(10, len(entries))
+    top_k = min(k, len(entries))
     results = []
     for (row, strategy), doc_raw, query_raw in zip(cells, docs, queries, strict=True):
         for post in postprocesses:
@@ -116,9 +122,9 @@ def sweep_retrieval(
             d = d / np.linalg.norm(d, axis=1, keepdims=True).clip(min=1e-12)
             q = q / np.linalg.norm(q, axis=1, keepdims=True).clip(min=1e-12)
             scores = q @ d.T
-            top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+            top = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]
             ranked = {q.id: doc_ids[top[i]].tolist() for i, q in enumerate(data.queries)}
-            results.append(Cell(row, cell, retrieval_metrics(ranked, data.qrels)))
+            results.append(Cell(row, cell, retrieval_metrics(ranked, data.qrels, k)))
     return _best_first(results, metric)
 
 
