@@ -37,12 +37,8 @@ def word_vectors(embedder: Embedder, text: str, merge: str = "mean") -> list[tup
         return_tensors="pt",
     )
     with torch.inference_mode():
-        output = embedder.network(
-            input_ids=encoded["input_ids"],
-            attention_mask=encoded["attention_mask"],
-            output_hidden_states=True,
-        )
-        tokens = embedder.head.tokens(output.hidden_states)[0]
+        output = embedder.network(encoded["input_ids"], encoded["attention_mask"])
+        tokens = embedder.head.tokens(output)[0]
     words: dict[int, list[int]] = {}
     for position, word in enumerate(encoded.word_ids(0)):
         if word is not None:
