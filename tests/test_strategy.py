@@ -10,7 +10,7 @@ import pytest
 from indexer.embedding import Embedder
 from indexer.errors import SemsearchError, StrategyConflict
 from indexer.models import model_fingerprint
-from indexer.strategy import DEFAULT_MODEL, Strategy
+from indexer.strategy import DEFAULT_CHUNK_OVERLAP, DEFAULT_MODEL, Strategy
 from search.engine import check_strategy
 
 MODEL = {"num_layers": 12, "model_limit": 512}
@@ -122,3 +122,10 @@ def test_old_stored_strategies_without_a_fingerprint_still_load(tiny_model):
     old = Strategy.from_dict(stored)
     assert old.model_fingerprint is None
     check_strategy(old, {"model": tiny_model, "pooling": "auto"})
+
+
+def test_chunking_default_lives_in_the_strategy():
+    assert Strategy().chunked().chunk_overlap == DEFAULT_CHUNK_OVERLAP == 32
+    assert Strategy(layers=(-1,)).chunked(8) == Strategy(layers=(-1,), chunk_overlap=8)
+    with pytest.raises(SemsearchError, match="overlap"):
+        Strategy().chunked(-1)
