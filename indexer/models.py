@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from indexer.errors import BadInput
+from indexer.errors import BadInput, StrategyConflict
 from indexer.strategy import DEFAULT_MODEL, Strategy
 
 FINGERPRINTED = (
@@ -123,6 +123,7 @@ def _file_hash(path: str, size: int, mtime_ns: int) -> str:
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
+    known = {k: v for k, v in known.items() if Path(k.split("|")[0]).exists()}  # forget removed files
     known[key] = digest.hexdigest()
     try:  # a cache only: failing to write it costs time, never correctness
         store.parent.mkdir(parents=True, exist_ok=True)
@@ -148,11 +149,18 @@ def model_fingerprint(directory: str | Path) -> str:
 
 
 def identified(strategy: Strategy) -> Strategy:
-    """The strategy with a local model located absolutely and fingerprinted (others as they are)."""
+    """The strategy with a local model located absolutely and fingerprinted (others as they are).
+    A strategy that already names a fingerprint (a stored one) must still find that model there."""
     if not is_local(strategy.model):
         return strategy
     location = str(Path(strategy.model).resolve())
-    return replace(strategy, model=location, model_fingerprint=model_fingerprint(location))
+    found = model_fingerprint(location)
+    if strategy.model_fingerprint not in (None, found):
+        raise StrategyConflict(
+            f"the model at {location} has changed since these vectors were made "
+            f"({strategy.model_fingerprint[:19]}, now {found[:19]}): rebuild the index with it"
+        )
+    return replace(strategy, model=location, model_fingerprint=found)
 
 
 @dataclass(frozen=True)

@@ -54,9 +54,9 @@ def _read_shard(shard: Path) -> tuple[Strategy, dict[str, Any], list[Entry], np.
     from indexer.models import identified
 
     try:
-        strategy = identified(
-            Strategy.from_dict(json.loads((shard / "strategy.json").read_text(encoding="utf-8")))
-        )
+        strategy = Strategy.from_dict(json.loads((shard / "strategy.json").read_text(encoding="utf-8")))
+        if strategy.model_fingerprint is None:  # written before fingerprints: identify it here
+            strategy = identified(strategy)
         source_file = shard / "source.json"
         source = (
             json.loads(source_file.read_text(encoding="utf-8"))

@@ -129,3 +129,13 @@ def test_chunking_default_lives_in_the_strategy():
     assert Strategy(layers=(-1,)).chunked(8) == Strategy(layers=(-1,), chunk_overlap=8)
     with pytest.raises(SemsearchError, match="overlap"):
         Strategy().chunked(-1)
+
+
+def test_a_model_changed_on_disk_since_the_index_is_refused(tiny_model, tmp_path):
+    """Vectors of another model would be silently wrong: the stored fingerprint must still hold."""
+    moved = shutil.copytree(tiny_model, tmp_path / "model")
+    stored = Embedder(Strategy(model=str(moved))).strategy
+    random_bert(tmp_path / "retrained", tiny_model, seed=2)
+    shutil.copy(tmp_path / "retrained" / "model.safetensors", moved / "model.safetensors")
+    with pytest.raises(StrategyConflict, match="changed"):
+        Embedder(stored)
