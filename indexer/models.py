@@ -125,14 +125,23 @@ def _file_hash(path: str, size: int, mtime_ns: int) -> str:
             digest.update(block)
     known = {k: v for k, v in known.items() if Path(k.split("|")[0]).exists()}  # forget removed files
     known[key] = digest.hexdigest()
-    try:  # a cache only: failing to write it costs time, never correctness
-        store.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=store.parent, delete=False, encoding="utf-8") as tmp:
-            json.dump(known, tmp)
-        os.replace(tmp.name, store)
-    except OSError:
-        pass
+    _save_json(store, known)
     return known[key]
+
+
+def _save_json(path: Path, data: dict[str, Any]) -> None:
+    """Write a cache file atomically; failing to costs time later, never correctness."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(temporary, path)
+    except OSError:
+        Path(temporary).unlink(missing_ok=True)
 
 
 def model_fingerprint(directory: str | Path) -> str:
@@ -199,7 +208,8 @@ def model_facts(model: str) -> ModelFacts:
 
 def resolve_strategy(request: Strategy, facts: ModelFacts | None = None) -> Strategy:
     """The strategy a request means on its model: ``auto`` filled in, ranges checked, the model
-    located and identified. Two requests are the same strategy when they resolve equal."""
+    located and identified. Two requests ask for the same strategy when their resolutions show no
+    ``Strategy.differences``."""
     located = identified(request)
     facts = facts or model_facts(located.model)
     return located.resolve(
