@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from indexer.errors import BadInput
-from indexer.models import load_model, model_location, sentence_transformers_config
+from indexer.models import ModelFacts, identified, load_model, model_location, resolve_strategy
+from indexer.network import Network, NetworkOutput, TorchNetwork
 from indexer.pooling import Pooling
 from indexer.strategy import Strategy
 
@@ -30,15 +30,6 @@ class Tokenized:
     owners: np.ndarray
 
 
-def _layer_stack(network: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
-    """The module holding the transformer blocks as a ModuleList, for BERT-like families."""
-    for parent_name, attr in (("encoder", "layer"), ("transformer", "layer"), ("", "layers")):
-        parent = getattr(network, parent_name) if parent_name else network
-        if parent is not None and isinstance(getattr(parent, attr, None), torch.nn.ModuleList):
-            return parent, attr
-    return None
-
-
 class Head:
     """The strategy's part after the network: pick layers, combine them, pool, normalise."""
 
@@ -47,9 +38,9 @@ class Head:
         self.layers = [i % (num_layers + 1) for i in strategy.layers or (-1,)]
         self.pooling = Pooling(strategy.pooling, skip_special=strategy.skip_special, special_ids=special_ids)
 
-    def tokens(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
+    def tokens(self, output: NetworkOutput) -> torch.Tensor:
         """Per-token vectors of the chosen layers, combined: ``[batch, tokens, width]``."""
-        picked = [hidden_states[i] for i in self.layers]
+        picked = [output.hidden_states[i] for i in self.layers]
         if len(picked) == 1:
             return picked[0]
         if self.strategy.combine == "concat":
@@ -57,9 +48,11 @@ class Head:
         stacked = torch.stack(picked)
         return stacked.sum(0) if self.strategy.combine == "sum" else stacked.mean(0)
 
-    def __call__(self, output: Any, input_ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
-        tokens = None if self.strategy.pooling == "pooler" else self.tokens(output.hidden_states)
-        vectors = self.pooling(tokens, input_ids, attention, getattr(output, "pooler_output", None)).float()
+    def __call__(
+        self, output: NetworkOutput, input_ids: torch.Tensor, attention: torch.Tensor
+    ) -> torch.Tensor:
+        tokens = None if self.strategy.pooling == "pooler" else self.tokens(output)
+        vectors = self.pooling(tokens, input_ids, attention, output.pooler_output).float()
         if self.strategy.normalize:
             vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
         return vectors
@@ -68,23 +61,18 @@ class Head:
 class Embedder:
     """A loaded model plus the resolved strategy; ``embed`` and ``embed_documents`` give vectors.
 
-    ``all_layers`` keeps every block (for sweeps over strategies); otherwise the network is cut
-    after the deepest layer the strategy reads.
+    ``all_layers`` keeps every block (for sweeps over strategies, ``embed_grid``); otherwise the
+    network is cut after the deepest layer the strategy reads. The strategy's backend picks the
+    ``Network`` (``indexer.network``): torch, or ONNX Runtime.
     """
 
     def __init__(self, strategy: Strategy | None = None, *, batch_size: int = 32, all_layers: bool = False):
-        strategy = strategy or Strategy()
-        if Path(strategy.model).is_dir():  # stored in the index: must not depend on the cwd
-            strategy = replace(strategy, model=str(Path(strategy.model).resolve()))
-        self.tokenizer, self.network = load_model(strategy.model, need_pooler=strategy.pooling == "pooler")
-        config = self.network.config
-        self.num_layers = int(config.num_hidden_layers)
-        self.hidden_size = int(config.hidden_size)
-        self._limit = min(
-            int(getattr(config, "max_position_embeddings", 512) or 512),
-            int(self.tokenizer.model_max_length),
+        request = identified(strategy or Strategy())  # located and fingerprinted, not cwd-relative
+        self.tokenizer, model = load_model(request.model, need_pooler=request.pooling == "pooler")
+        self.facts = ModelFacts.of(
+            model.config, self.tokenizer.model_max_length, model_location(request.model)
         )
-        self._st = sentence_transformers_config(model_location(strategy.model))
+        self.num_layers, self.hidden_size = self.facts.num_layers, self.facts.hidden_size
         special = (
             self.tokenizer.cls_token_id,
             self.tokenizer.sep_token_id,
@@ -93,44 +81,32 @@ class Embedder:
         )
         self.special_ids = [i for i in special if i is not None]
         self.batch_size = batch_size
-        self.head = self.make_head(strategy)
+        self.all_layers = all_layers
+        self.head = self.make_head(request)
         self.strategy = self.head.strategy
         self.dimension = self.strategy.dimension(self.hidden_size)
-        if not all_layers and self.strategy.pooling != "pooler":
-            # keep one block at least: with none, some models report no hidden states at all
-            self._drop_layers_after(max(1, *self.head.layers))
-        if self.strategy.backend != "torch":
-            if all_layers:
-                raise BadInput("sweeps run on the torch backend")
-            from indexer.onnx_backend import OnnxNetwork
+        self.network = self._network(model)
 
-            pooler = self.strategy.pooling == "pooler"
-            self.network = OnnxNetwork(
-                self.network,
-                model_location(self.strategy.model),
-                [] if pooler else self.head.layers,
-                pooler,
-                self.strategy.backend,
-            )
+    def _network(self, model: Any) -> Network:
+        pooler = self.strategy.pooling == "pooler"
+        network = TorchNetwork(model, None if self.all_layers or pooler else max(self.head.layers))
+        if self.strategy.backend == "torch":
+            return network
+        if self.all_layers:
+            raise BadInput("sweeps run on the torch backend")
+        from indexer.onnx_backend import OnnxNetwork
+
+        return OnnxNetwork(
+            network.model,
+            model_location(self.strategy.model),
+            [] if pooler else self.head.layers,
+            pooler,
+            self.strategy.backend,
+        )
 
     def make_head(self, strategy: Strategy) -> Head:
         """Resolve a strategy against this model ('auto' -> concrete, ranges checked)."""
-        resolved = strategy.resolve(
-            num_layers=self.num_layers,
-            model_limit=self._limit,
-            st_pooling=self._st.pooling,
-            st_max_length=self._st.max_length,
-        )
-        return Head(resolved, self.num_layers, self.special_ids)
-
-    def _drop_layers_after(self, deepest: int) -> None:
-        """Run only the blocks up to the deepest hidden state read: later ones are wasted work."""
-        found = _layer_stack(self.network)
-        if found is not None:
-            parent, attr = found
-            blocks = getattr(parent, attr)
-            if deepest < len(blocks):
-                setattr(parent, attr, torch.nn.ModuleList(list(blocks)[:deepest]))
+        return Head(resolve_strategy(strategy, self.facts), self.num_layers, self.special_ids)
 
     def tokenize(self, texts: Sequence[str], *, chunk: bool = False) -> Tokenized:
         """One batched tokeniser call; with ``chunk`` long texts become overlapping windows."""
@@ -172,8 +148,7 @@ class Embedder:
             self.make_head(replace(s, model=self.strategy.model, max_length=self.strategy.max_length))
             for s in strategies
         ]
-        found = _layer_stack(self.network)
-        if found is not None and len(getattr(*found)) < self.num_layers:
+        if not self.all_layers:
             raise BadInput("embed_grid needs an Embedder built with all_layers=True")
         return self.run(self.tokenize(texts), heads, progress=progress)
 
@@ -200,9 +175,7 @@ class Embedder:
                 for row, piece in enumerate(pieces):
                     input_ids[row, : len(piece)] = torch.tensor(piece)
                     attention[row, : len(piece)] = 1
-                output = self.network(
-                    input_ids=input_ids, attention_mask=attention, output_hidden_states=True, return_dict=True
-                )
+                output = self.network(input_ids, attention)
                 for out, head in zip(outs, heads, strict=True):
                     out[batch] = head(output, input_ids, attention).numpy()
                 bar.update(len(batch))

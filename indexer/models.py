@@ -1,20 +1,40 @@
-"""Finding and loading a model offline: the bundled default, a local directory or a cached name.
+"""Finding, identifying and loading a model offline: the bundled default, a local directory or a
+cached name; and resolving a strategy request against what the model says about itself.
 
 Nothing here downloads: every load is ``local_files_only``. A model that is not on disk is a
-clear error, not a hang on the network.
+clear error, not a hang on the network. A local model is identified by a fingerprint of its files,
+not by where it lies, so the same model at another path (another cwd, another machine) is the same.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
+import os
+import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from indexer.errors import BadInput
-from indexer.strategy import DEFAULT_MODEL
+from indexer.errors import BadInput, StrategyConflict
+from indexer.strategy import DEFAULT_MODEL, Strategy
+
+FINGERPRINTED = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "*.model",
+    "*.safetensors",
+    "*.bin",
+)
+"""The files that decide a model's vectors: its config, its tokenizer and its weights."""
 
 # sentence-transformers pooling config keys, in the order they concatenate.
 _ST_POOLING_KEYS = {
@@ -23,6 +43,16 @@ _ST_POOLING_KEYS = {
     ("pooling_mode_max_tokens",): "max",
     ("pooling_mode_mean_tokens", "pooling_mode_max_tokens"): "mean-max",
 }
+
+
+def cache_root() -> Path:
+    """Where derived files are kept (ONNX exports, file hashes): ``$SEMSEARCH_CACHE``."""
+    return Path(os.environ.get("SEMSEARCH_CACHE", Path.home() / ".cache" / "semsearch"))
+
+
+def is_local(model: str) -> bool:
+    """A model given as a directory (not the bundled name, not a Hugging Face id)."""
+    return model != DEFAULT_MODEL and Path(model).is_dir()
 
 
 def model_location(model: str) -> str:
@@ -79,6 +109,115 @@ def sentence_transformers_config(location: str) -> SentenceTransformersConfig:
     st_config = _read_json(_model_file(location, "sentence_bert_config.json")) or {}
     max_length = st_config.get("max_seq_length")
     return SentenceTransformersConfig(pooling, int(max_length) if max_length else None)
+
+
+@functools.lru_cache(maxsize=256)
+def _file_hash(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of one file, cached on disk by (path, size, mtime) so a model is read once."""
+    key = f"{path}|{size}|{mtime_ns}"
+    store = cache_root() / "file-hashes.json"
+    known = _read_json(store) or {}
+    if key in known:
+        return known[key]
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    known = {k: v for k, v in known.items() if Path(k.split("|")[0]).exists()}  # forget removed files
+    known[key] = digest.hexdigest()
+    _save_json(store, known)
+    return known[key]
+
+
+def _save_json(path: Path, data: dict[str, Any]) -> None:
+    """Write a cache file atomically; failing to costs time later, never correctness."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(temporary, path)
+    except OSError:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def model_fingerprint(directory: str | Path) -> str:
+    """``sha256:...`` over the names and bytes of a local model's config, tokenizer and weights."""
+    root = Path(directory).resolve()
+    files = sorted({p for pattern in FINGERPRINTED for p in root.glob(pattern) if p.is_file()})
+    if not files:
+        raise BadInput(f"{directory} holds no model files (config.json, weights)")
+    digest = hashlib.sha256()
+    for path in files:
+        stat = path.stat()
+        digest.update(f"{path.name}\0{_file_hash(str(path), stat.st_size, stat.st_mtime_ns)}\n".encode())
+    return "sha256:" + digest.hexdigest()
+
+
+def identified(strategy: Strategy) -> Strategy:
+    """The strategy with a local model located absolutely and fingerprinted (others as they are).
+    A strategy that already names a fingerprint (a stored one) must still find that model there."""
+    if not is_local(strategy.model):
+        return strategy
+    location = str(Path(strategy.model).resolve())
+    found = model_fingerprint(location)
+    if strategy.model_fingerprint not in (None, found):
+        raise StrategyConflict(
+            f"the model at {location} has changed since these vectors were made "
+            f"({strategy.model_fingerprint[:19]}, now {found[:19]}): rebuild the index with it"
+        )
+    return replace(strategy, model=location, model_fingerprint=found)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a model says about itself that an ``auto`` strategy field resolves from."""
+
+    num_layers: int
+    hidden_size: int
+    limit: int
+    st: SentenceTransformersConfig
+
+    @classmethod
+    def of(cls, config: Any, tokenizer_limit: int | float, location: str) -> ModelFacts:
+        return cls(
+            int(config.num_hidden_layers),
+            int(config.hidden_size),
+            int(min(int(getattr(config, "max_position_embeddings", 512) or 512), tokenizer_limit)),
+            sentence_transformers_config(location),
+        )
+
+
+def model_facts(model: str) -> ModelFacts:
+    """The facts from the model's config files alone (no weights loaded)."""
+    from transformers import AutoConfig
+
+    _quiet_transformers()
+    location = model_location(model)
+    try:
+        config = AutoConfig.from_pretrained(location, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadInput(f"cannot read model {model!r} offline: {first}") from None
+    tokenizer_config = _read_json(_model_file(location, "tokenizer_config.json")) or {}
+    return ModelFacts.of(config, tokenizer_config.get("model_max_length") or float("inf"), location)
+
+
+def resolve_strategy(request: Strategy, facts: ModelFacts | None = None) -> Strategy:
+    """The strategy a request means on its model: ``auto`` filled in, ranges checked, the model
+    located and identified. Two requests ask for the same strategy when their resolutions show no
+    ``Strategy.differences``."""
+    located = identified(request)
+    facts = facts or model_facts(located.model)
+    return located.resolve(
+        num_layers=facts.num_layers,
+        model_limit=facts.limit,
+        st_pooling=facts.st.pooling,
+        st_max_length=facts.st.max_length,
+    )
 
 
 def _quiet_transformers() -> None:

@@ -17,17 +17,17 @@ import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import torch
 
 from indexer.errors import BadInput
+from indexer.models import cache_root
+from indexer.network import NetworkOutput
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("SEMSEARCH_CACHE", Path.home() / ".cache" / "semsearch")) / "onnx"
+    return cache_root() / "onnx"
 
 
 class _Outputs(torch.nn.Module):
@@ -114,8 +114,8 @@ def _export(
 
 
 class OnnxNetwork:
-    """Callable like the torch network for what the Embedder reads: ``hidden_states[i]`` for the
-    exported layers and ``pooler_output``."""
+    """A ``Network`` on ONNX Runtime: ``hidden_states[i]`` for the exported layers and the pooler
+    output. ``network`` is the (cut) torch model, exported on first use."""
 
     def __init__(
         self, network: torch.nn.Module, location: str, layers: Sequence[int], pooler: bool, backend: str
@@ -135,14 +135,14 @@ class OnnxNetwork:
         options.log_severity_level = 3
         self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: Any) -> SimpleNamespace:
+    def __call__(self, input_ids: torch.Tensor, attention: torch.Tensor) -> NetworkOutput:
         outputs = self.session.run(
             None,
             {
                 "input_ids": input_ids.numpy().astype(np.int64),
-                "attention_mask": attention_mask.numpy().astype(np.int64),
+                "attention_mask": attention.numpy().astype(np.int64),
             },
         )
         states = {layer: torch.from_numpy(out) for layer, out in zip(self.layers, outputs, strict=False)}
         pooler = torch.from_numpy(outputs[-1]) if self.pooler else None
-        return SimpleNamespace(hidden_states=states, pooler_output=pooler)
+        return NetworkOutput(states, pooler)

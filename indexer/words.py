@@ -1,10 +1,15 @@
 """Contextual word vectors: the tutorial's "bank" example. Word pieces are merged back into the
 words they came from (by the fast tokenizer's word ids), from the layers the strategy chooses
-(default: sum of the last four, which suits token features better than any single layer)."""
+(default: sum of the last four, which suits token features better than any single layer).
+
+Each word keeps its character offsets in the text, so an occurrence is found and shown by where the
+tokenizer put it ("bank's" holds the word "bank"), never by splitting the text again.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,8 +28,18 @@ MERGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def word_vectors(embedder: Embedder, text: str, merge: str = "mean") -> list[tuple[str, np.ndarray]]:
-    """(word, vector) for each word of ``text``, in order; special tokens are left out."""
+@dataclass(frozen=True)
+class Word:
+    """One word of a text: its characters ``text[start:end]`` and its contextual vector."""
+
+    text: str
+    start: int
+    end: int
+    vector: np.ndarray
+
+
+def word_vectors(embedder: Embedder, text: str, merge: str = "mean") -> list[Word]:
+    """Each word of ``text``, in order, with its vector; special tokens are left out."""
     if merge not in MERGES:
         raise BadInput(f"merge must be one of {', '.join(MERGES)}, not {merge!r}")
     if not text.strip():
@@ -37,12 +52,8 @@ def word_vectors(embedder: Embedder, text: str, merge: str = "mean") -> list[tup
         return_tensors="pt",
     )
     with torch.inference_mode():
-        output = embedder.network(
-            input_ids=encoded["input_ids"],
-            attention_mask=encoded["attention_mask"],
-            output_hidden_states=True,
-        )
-        tokens = embedder.head.tokens(output.hidden_states)[0]
+        output = embedder.network(encoded["input_ids"], encoded["attention_mask"])
+        tokens = embedder.head.tokens(output)[0]
     words: dict[int, list[int]] = {}
     for position, word in enumerate(encoded.word_ids(0)):
         if word is not None:
@@ -51,8 +62,28 @@ def word_vectors(embedder: Embedder, text: str, merge: str = "mean") -> list[tup
     result = []
     for positions in words.values():
         start, end = offsets[positions[0]][0], offsets[positions[-1]][1]
-        result.append((text[start:end], MERGES[merge](tokens[positions]).float().numpy()))
+        result.append(Word(text[start:end], start, end, MERGES[merge](tokens[positions]).float().numpy()))
     return result
+
+
+def occurrences(words: Sequence[Word], word: str) -> list[Word]:
+    """The words equal to ``word`` (ignoring case), in text order."""
+    wanted = word.strip().lower()
+    return [w for w in words if w.text.lower() == wanted]
+
+
+def context(text: str, word: Word, width: int = 30) -> str:
+    """The occurrence in brackets with about ``width`` characters each side, cut at whitespace
+    ("…" where cut), to tell occurrences of one word apart."""
+    start, end = max(0, word.start - width), min(len(text), word.end + width)
+    left, right = text[start : word.start], text[word.end : end]
+    if start > 0:
+        cut = left.split(None, 1)  # drop a word cut in half, unless it is all there is
+        left = "…" + (cut[1] if len(cut) == 2 and not text[start - 1].isspace() else left)
+    if end < len(text):
+        cut = right.rsplit(None, 1)
+        right = (cut[0] if len(cut) == 2 and not text[end].isspace() else right) + "…"
+    return " ".join(f"{left}[{text[word.start : word.end]}]{right}".split())
 
 
 def cosine_matrix(vectors: list[np.ndarray]) -> np.ndarray:

@@ -802,21 +802,21 @@ def words_command(text: str, word: str | None, merge: str, as_json: bool, asked:
     from dataclasses import replace
 
     from indexer.embedding import Embedder
-    from indexer.words import WORD_STRATEGY, cosine_matrix, word_vectors
+    from indexer.words import WORD_STRATEGY, context, cosine_matrix, occurrences, word_vectors
 
     embedder = Embedder(replace(WORD_STRATEGY, **asked))
     words = word_vectors(embedder, text, merge)
     if word is not None:
-        words = [(w, v) for w, v in words if w.lower() == word.lower()]
+        words = occurrences(words, word)
         if not words:
             raise BadInput(f"the word {word!r} does not occur in the text")
-    matrix = cosine_matrix([v for _, v in words])
+    matrix = cosine_matrix([w.vector for w in words])
     if as_json:
         click.echo(
             json.dumps(
                 {
                     "strategy": embedder.strategy.describe(),
-                    "words": [w for w, _ in words],
+                    "words": [w.text for w in words],
                     "cosine": matrix.round(4).tolist(),
                 }
             )
@@ -824,24 +824,13 @@ def words_command(text: str, word: str | None, merge: str, as_json: bool, asked:
         return
     click.echo(f"strategy: {embedder.strategy.describe()}, word pieces merged by {merge}")
     if word is None:
-        click.echo(" ".join(f"{i}:{w}" for i, (w, _) in enumerate(words)))
+        click.echo(" ".join(f"{i}:{w.text}" for i, w in enumerate(words)))
         return
-    context = [_context(text, i, word) for i in range(len(words))]
-    for i, snippet in enumerate(context):
-        click.echo(f"  [{i}] {snippet}")
+    for i, occurrence in enumerate(words):
+        click.echo(f"  [{i}] {context(text, occurrence)}")
     click.echo("cosine " + " ".join(f"{f'[{j}]':>6}" for j in range(len(words))))
     for i, row in enumerate(matrix):
         click.echo(f"{f'[{i}]':>6} " + " ".join(f"{value:6.3f}" for value in row))
-
-
-def _context(text: str, occurrence: int, word: str) -> str:
-    """A few words around the n-th occurrence of ``word``, to tell the occurrences apart."""
-    tokens = text.split()
-    hits = [i for i, t in enumerate(tokens) if t.strip(".,;:!?\"'()").lower() == word.lower()]
-    if occurrence >= len(hits):
-        return word
-    i = hits[occurrence]
-    return " ".join(tokens[max(0, i - 3) : i + 3])
 
 
 def main() -> None:

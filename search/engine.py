@@ -39,8 +39,18 @@ def check_queries(queries: Sequence[str]) -> None:
 
 
 def check_strategy(stored: Strategy, asked: dict[str, Any]) -> None:
-    """Queries embed with the stored strategy; asking for another one is an error naming it."""
-    differing = stored.conflicts(asked)
+    """Queries embed with the stored strategy; asking for another one is an error naming it.
+
+    ``asked`` is a request (it may say ``auto``, or give the model by a relative path): it is
+    resolved over the stored strategy and compared with it, the model by its identity.
+    """
+    if not asked:
+        return
+    from indexer.models import identified, resolve_strategy
+
+    unidentified = {"model_fingerprint": None} if "model" in asked else {}
+    request = resolve_strategy(Strategy.from_dict({**stored.to_dict(), **unidentified, **asked}))
+    differing = identified(stored).differences(request)
     if differing:
         raise StrategyConflict(
             f"this index was built with {stored.describe()}; queries always use it "

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.corpus import read_corpus
 from indexer.errors import BadInput
 from indexer.strategy import Strategy
+from search.queries import Query, read_queries
 
 
 @dataclass(frozen=True)
@@ -134,11 +134,19 @@ def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
     return qrels
 
 
+def metric_names(k: int = 10) -> list[str]:
+    """The retrieval metrics, named by the cutoff they are computed at."""
+    return [f"mrr@{k}", f"ndcg@{k}", "recall@1", f"recall@{k}", "success@1", "success@3"]
+
+
 def retrieval_metrics(
     ranked: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]], k: int = 10
 ) -> dict[str, float]:
     """MRR@k, nDCG@k (linear gain), Recall@1/@k and Success@1/@3 averaged over judged queries."""
-    totals = dict.fromkeys(("mrr@10", "ndcg@10", "recall@1", "recall@10", "success@1", "success@3"), 0.0)
+    if k < 1:
+        raise BadInput(f"k must be at least 1, not {k}")
+    mrr, ndcg, recall1, recall, success1, success3 = metric_names(k)
+    totals = dict.fromkeys(metric_names(k), 0.0)
     judged = [q for q in ranked if q in qrels]
     if not judged:
         raise BadInput("no query has relevance judgements: check that the query ids match the qrels")
@@ -147,27 +155,27 @@ def retrieval_metrics(
         hits = list(ranked[query_id])[:k]
         gains = [relevant.get(doc, 0) for doc in hits]
         first = next((rank for rank, g in enumerate(gains, 1) if g > 0), None)
-        totals["mrr@10"] += 1 / first if first else 0.0
+        totals[mrr] += 1 / first if first else 0.0
         dcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(gains, 1))
         ideal = sorted(relevant.values(), reverse=True)[:k]
-        totals["ndcg@10"] += dcg / sum(g / math.log2(rank + 1) for rank, g in enumerate(ideal, 1))
-        totals["recall@1"] += sum(g > 0 for g in gains[:1]) / len(relevant)
-        totals["recall@10"] += sum(g > 0 for g in gains) / len(relevant)
-        totals["success@1"] += float(first == 1)
-        totals["success@3"] += float(first is not None and first <= 3)
+        totals[ndcg] += dcg / sum(g / math.log2(rank + 1) for rank, g in enumerate(ideal, 1))
+        totals[recall1] += sum(g > 0 for g in gains[:1]) / len(relevant)
+        totals[recall] += sum(g > 0 for g in gains) / len(relevant)
+        totals[success1] += float(first == 1)
+        totals[success3] += float(first is not None and first <= 3)
     return {**{name: value / len(judged) for name, value in totals.items()}, "queries": len(judged)}
 
 
 @dataclass(frozen=True)
 class RetrievalSet:
-    queries: list[tuple[str, str]]  # (id, text)
+    queries: list[Query]
     qrels: dict[str, dict[str, int]]
 
 
 def read_retrieval_set(queries: str | Path, qrels: str | Path) -> RetrievalSet:
+    """Queries (``search.queries.read_queries``: BEIR's queries.jsonl too) and their judgements."""
     judged = read_qrels(qrels)
-    rows = read_corpus(queries)
-    return RetrievalSet([(e.id, e.text) for e in rows.entries], judged)
+    return RetrievalSet(read_queries(str(queries)), judged)
 
 
 def evaluate_retrieval(
@@ -177,8 +185,10 @@ def evaluate_retrieval(
     corpus: str | Path | None = None,
     strategy: Strategy | None = None,
     text_fields: Sequence[str] | None = None,
+    k: int = 10,
 ) -> dict[str, float]:
-    """Query an existing index, or build a temporary one from ``corpus`` with ``strategy``."""
+    """Query an existing index, or build a temporary one from ``corpus`` with ``strategy``;
+    metrics at cutoff ``k``."""
     from indexer.build import build_index
     from search.engine import SearchEngine
 
@@ -189,6 +199,6 @@ def evaluate_retrieval(
             index_dir = Path(tmp) / "index"
             build_index(corpus, index_dir, strategy, text_fields=text_fields)
         engine = SearchEngine(index_dir)
-        results = engine.search_many([text for _, text in data.queries], k=10)
-        ranked = {qid: [h.id for h in hits] for (qid, _), hits in zip(data.queries, results, strict=True)}
-        return {**retrieval_metrics(ranked, data.qrels), "strategy": engine.strategy.describe()}
+        results = engine.search_many([q.text for q in data.queries], k=k)
+        ranked = {q.id: [h.id for h in hits] for q, hits in zip(data.queries, results, strict=True)}
+        return {**retrieval_metrics(ranked, data.qrels, k), "strategy": engine.strategy.describe()}

@@ -16,9 +16,60 @@ from pathlib import Path
 import numpy as np
 
 from indexer.corpus import read_corpus
-from indexer.strategy import POOLINGS, Strategy
+from indexer.errors import BadInput
+from indexer.strategy import POOLINGS, POSTPROCESSES, Strategy
 from indexer.transform import Transform
-from search.evaluate import Pairs, RetrievalSet, pair_vectors, retrieval_metrics, sts_scores
+from search.evaluate import Pairs, RetrievalSet, metric_names, pair_vectors, retrieval_metrics, sts_scores
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep runs: the shared strategy (model, length, special tokens, whitening width) and
+    the poolings and post-processings crossed with every layer choice."""
+
+    base: Strategy
+    poolings: tuple[str, ...] = POOLINGS
+    postprocesses: tuple[str, ...] = ("none",)
+
+    @classmethod
+    def checked(cls, base: Strategy, poolings: Sequence[str], postprocesses: Sequence[str]) -> SweepPlan:
+        """The plan, or ``BadInput`` naming what is wrong: checked against the model's config
+        files only, so a mistake costs no model load and no pass over the data."""
+        from indexer.models import resolve_strategy
+
+        pools, posts = tuple(dict.fromkeys(poolings)), tuple(dict.fromkeys(postprocesses))
+        for kind, names, known in (("pooling", pools, POOLINGS), ("post-processing", posts, POSTPROCESSES)):
+            if not names:
+                raise BadInput(f"give at least one {kind} to sweep over")
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise BadInput(f"unknown {kind} {unknown[0]!r}: choose from {', '.join(known)}")
+        if base.whiten_dims is not None and "whiten" not in posts:
+            raise BadInput("whiten_dims needs 'whiten' among the post-processings")
+        resolve_strategy(base)  # the model is there, layer and length ranges fit it
+        return cls(base, pools, posts)
+
+
+def plan_sweep(
+    *,
+    model: str | None = None,
+    max_length: int | None = None,
+    skip_special: bool = False,
+    poolings: Sequence[str] = POOLINGS,
+    postprocesses: Sequence[str] = ("none",),
+    whiten_dims: int | None = None,
+) -> SweepPlan:
+    """A checked plan from plain values (what the ``sweep`` options give)."""
+    if whiten_dims is not None and whiten_dims < 1:
+        raise BadInput(f"whiten_dims must be a positive number for whitening, not {whiten_dims}")
+    base = Strategy(
+        **({"model": model} if model else {}),
+        max_length=max_length,
+        skip_special=skip_special,
+        postprocess="whiten" if whiten_dims else "none",
+        whiten_dims=whiten_dims,
+    )
+    return SweepPlan.checked(base, poolings, postprocesses)
 
 
 @dataclass(frozen=True)
@@ -72,8 +123,9 @@ def sweep_sts(
     progress: bool = False,
 ) -> list[Cell]:
     """Every cell's Spearman/Pearson on the pairs, best first."""
-    base = base or Strategy()
-    cells, (vectors,) = _embed_grid(base, [pairs.sentences()], poolings, progress)
+    plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses)
+    base, postprocesses = plan.base, plan.postprocesses
+    cells, (vectors,) = _embed_grid(base, [pairs.sentences()], plan.poolings, progress)
     results = []
     for (row, strategy), raw in zip(cells, vectors, strict=True):
         for post in postprocesses:
@@ -94,16 +146,22 @@ def sweep_retrieval(
     poolings: Sequence[str] = POOLINGS,
     postprocesses: Sequence[str] = ("none",),
     progress: bool = False,
-    metric: str = "mrr@10",
+    k: int = 10,
+    metric: str | None = None,
 ) -> list[Cell]:
-    """Every cell's retrieval metrics (exact cosine search, as the index does), best first."""
-    base = base or Strategy()
+    """Every cell's retrieval metrics at cutoff ``k`` (exact cosine search, as the index does),
+    best first by ``metric`` (default ``mrr@k``)."""
+    metric = metric or f"mrr@{k}"
+    if metric not in metric_names(k):
+        raise BadInput(f"metric must be one of {', '.join(metric_names(k))}, not {metric!r}")
+    plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses)
+    base, postprocesses = plan.base, plan.postprocesses
     entries = read_corpus(corpus, text_fields=text_fields).entries
     doc_ids = np.array([e.id for e in entries])
     cells, (docs, queries) = _embed_grid(
-        base, [[e.text for e in entries], [text for _, text in data.queries]], poolings, progress
+        base, [[e.text for e in entries], [q.text for q in data.queries]], plan.poolings, progress
     )
-    k = min(10, len(entries))
+    top_k = min(k, len(entries))
     results = []
     for (row, strategy), doc_raw, query_raw in zip(cells, docs, queries, strict=True):
         for post in postprocesses:
@@ -116,9 +174,9 @@ def sweep_retrieval(
             d = d / np.linalg.norm(d, axis=1, keepdims=True).clip(min=1e-12)
             q = q / np.linalg.norm(q, axis=1, keepdims=True).clip(min=1e-12)
             scores = q @ d.T
-            top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-            ranked = {qid: doc_ids[top[i]].tolist() for i, (qid, _) in enumerate(data.queries)}
-            results.append(Cell(row, cell, retrieval_metrics(ranked, data.qrels)))
+            top = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]
+            ranked = {q.id: doc_ids[top[i]].tolist() for i, q in enumerate(data.queries)}
+            results.append(Cell(row, cell, retrieval_metrics(ranked, data.qrels, k)))
     return _best_first(results, metric)
 
 

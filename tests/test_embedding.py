@@ -9,6 +9,7 @@ import torch
 
 from indexer.embedding import Embedder
 from indexer.errors import SemsearchError
+from indexer.network import TorchNetwork
 from indexer.strategy import POOLINGS, Strategy
 
 SHORT = "A cat sat."
@@ -94,8 +95,13 @@ def test_layers_and_pooling_read_the_right_hidden_states(tiny_model):
 
 def test_forward_stops_at_deepest_layer_needed(tiny_model):
     embedder = Embedder(Strategy(model=tiny_model, layers=(1,)))
-    assert len(embedder.network.encoder.layer) == 1
-    assert len(Embedder(Strategy(model=tiny_model, pooling="pooler")).network.encoder.layer) == 3
+    assert isinstance(embedder.network, TorchNetwork)
+    assert len(embedder.network.model.encoder.layer) == 1
+    assert len(Embedder(Strategy(model=tiny_model, pooling="pooler")).network.model.encoder.layer) == 3
+    assert (
+        len(Embedder(Strategy(model=tiny_model, layers=(1,)), all_layers=True).network.model.encoder.layer)
+        == 3
+    )
 
 
 def test_auto_strategy_without_sentence_transformers_config(tiny_model):

@@ -69,6 +69,25 @@ def test_retrieval_metrics_by_hand():
     assert m["success@1"] == pytest.approx(1 / 3) and m["success@3"] == pytest.approx(2 / 3)
 
 
+def test_metric_names_follow_k(tmp_path):
+    qrels = {"q1": {"d6": 1}}
+    ranked = {"q1": ["d1", "d2", "d3", "d4", "d5", "d6"]}
+    m = retrieval_metrics(ranked, qrels, k=5)
+    assert set(m) == {"mrr@5", "ndcg@5", "recall@1", "recall@5", "success@1", "success@3", "queries"}
+    assert m["mrr@5"] == 0.0 and m["recall@5"] == 0.0  # d6 is ranked 6th: outside the top 5
+    assert retrieval_metrics(ranked, qrels)["mrr@10"] == pytest.approx(1 / 6)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps({"id": f"d{i}", "text": a}) for i, (a, _, _) in enumerate(PAIRS)))
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(json.dumps({"id": "q0", "text": PAIRS[0][1]}))
+    judged = tmp_path / "qrels.tsv"
+    judged.write_text("q0\td0\t1\n")
+    data = read_retrieval_set(queries, judged)
+    assert "mrr@5" in evaluate_retrieval(data, corpus=corpus, k=5)
+    cells = sweep_retrieval(data, corpus, poolings=("mean",), k=5)
+    assert "ndcg@5" in cells[0].scores and "ndcg@10" not in cells[0].scores
+
+
 def test_qrels_with_header_trec_and_errors(tmp_path):
     path = tmp_path / "qrels.tsv"
     path.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\nq2 0 d3 2\n", encoding="utf-8")

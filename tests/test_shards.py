@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from indexer import Strategy, build_index
-from indexer.corpus import read_corpus
+from indexer.corpus import Entry, read_corpus
 from indexer.errors import SemsearchError
 from indexer.shards import embed_shard, merge_shards
 from indexer.store import open_index
 from search import SearchEngine
-from tests.conftest import DATA
+from tests.conftest import DATA, ROOT
 
 
 def test_merged_shards_answer_like_a_single_build(tmp_path, tiny_model):
@@ -31,3 +35,49 @@ def test_merged_shards_answer_like_a_single_build(tmp_path, tiny_model):
         merge_shards([shards[0], other], tmp_path / "bad")
     with pytest.raises(SemsearchError, match="share entry ids"):
         merge_shards([shards[0], shards[0]], tmp_path / "bad")
+
+
+def test_shards_of_one_model_at_two_paths_merge_with_their_fields_and_storage(tmp_path, tiny_model):
+    """Two machines hold the same model at different paths; the workers say which fields made
+    the text, and the merge keeps them (and takes a storage) like a build would."""
+    corpus = read_corpus(DATA / "demo_faq.csv", text_fields=["question", "answer"])
+    copy = shutil.copytree(tiny_model, tmp_path / "machine-b" / "model")
+    fields = {"text_fields": ["question", "answer"], "id_field": "id"}
+    a = embed_shard(corpus.entries[::2], tmp_path / "a", Strategy(model=tiny_model), **fields)
+    b = embed_shard(corpus.entries[1::2], tmp_path / "b", Strategy(model=str(copy)), **fields)
+    assert merge_shards([a, b], tmp_path / "merged", storage="float16") == len(corpus.entries)
+    meta = open_index(tmp_path / "merged").meta
+    assert meta["source"]["text_fields"] == ["question", "answer"] and meta["source"]["id_field"] == "id"
+    assert meta["storage"] == "float16"
+    other = embed_shard(
+        corpus.entries[:3], tmp_path / "c", Strategy(model=tiny_model), text_fields=["question"]
+    )
+    with pytest.raises(SemsearchError, match="text fields"):
+        merge_shards([a, other], tmp_path / "bad")
+
+
+def test_shard_files_are_utf8_whatever_the_locale(tmp_path, tiny_model):
+    """Python warns where a file is opened in the locale's encoding; none of those may be a shard
+    file (the opener reported is the last frame in our code)."""
+    entries = [Entry("e1", "Café crème, naïve façade", {"text": "Café crème, naïve façade"})]
+    shard = embed_shard(entries, tmp_path / "s", Strategy(model=tiny_model))
+    script = """
+import sys, traceback, warnings
+from indexer.shards import merge_shards
+warnings.simplefilter("error", EncodingWarning)
+try:
+    merge_shards([sys.argv[1]], sys.argv[2])
+except EncodingWarning as exc:
+    ours = [f for f in traceback.extract_tb(exc.__traceback__) if "/indexer/" in f.filename]
+    print(f"{ours[-1].filename}:{ours[-1].lineno}")
+"""
+    done = subprocess.run(
+        [sys.executable, "-X", "warn_default_encoding", "-c", script, str(shard), str(tmp_path / "probe")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0 and "shards.py" not in done.stdout, done.stdout + done.stderr[-2000:]
+    merge_shards([shard], tmp_path / "index")
+    stored = open_index(tmp_path / "index").db.execute("select _text from entries").fetchone()[0]
+    assert stored == "Café crème, naïve façade"

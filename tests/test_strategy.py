@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
-from indexer.errors import SemsearchError
-from indexer.strategy import Strategy
+from indexer.embedding import Embedder
+from indexer.errors import SemsearchError, StrategyConflict
+from indexer.models import model_fingerprint
+from indexer.strategy import DEFAULT_CHUNK_OVERLAP, DEFAULT_MODEL, Strategy
+from search.engine import check_strategy
 
 MODEL = {"num_layers": 12, "model_limit": 512}
 
@@ -49,7 +55,87 @@ def test_invalid_values():
 def test_round_trip_and_conflicts():
     s = Strategy(layers=(-2,), pooling="mean", max_length=128)
     assert Strategy.from_dict(s.to_dict()) == s
-    assert s.conflicts({"layers": [-2], "pooling": "mean"}) == []
-    assert s.conflicts({"layers": (-1,), "pooling": "cls"}) == ["layers", "pooling"]
+    assert s.differences(Strategy(layers=[-2], pooling="mean", max_length=128)) == []
+    assert s.differences(Strategy(layers=(-1,), pooling="cls", max_length=128)) == ["layers", "pooling"]
+    moved = Strategy(model="/a/model", model_fingerprint="sha256:1")
+    assert moved.differences(Strategy(model="/b/copy", model_fingerprint="sha256:1")) == []
+    assert moved.differences(Strategy(model="/a/model", model_fingerprint="sha256:2")) == ["model"]
     with pytest.raises(SemsearchError, match="unknown fields"):
         Strategy.from_dict({**s.to_dict(), "future": 1})
+
+
+def random_bert(target, tokenizer_from: str, seed: int) -> str:
+    """Another 3-layer random BERT (same shapes as ``tiny_model``, other weights)."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    target.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(Path(tokenizer_from) / name, target / name)
+    torch.manual_seed(seed)
+    config = BertConfig(
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    BertModel(config).save_pretrained(target)
+    return str(target)
+
+
+def test_requests_that_resolve_to_the_stored_strategy_are_accepted(tiny_model, tmp_path, monkeypatch):
+    stored = Embedder(Strategy(model=tiny_model)).strategy  # auto: layers (-2,), pooling mean
+    check_strategy(stored, {"pooling": "auto"})
+    check_strategy(stored, {"layers": (-2,), "pooling": "mean", "max_length": 128})
+    check_strategy(stored, {"layers": [-2]})
+    monkeypatch.chdir(Path(tiny_model).parent)  # the same directory, given relatively
+    check_strategy(stored, {"model": Path(tiny_model).name, "pooling": "auto"})
+    copy = shutil.copytree(tiny_model, tmp_path / "elsewhere" / "copy")  # the same model moved
+    check_strategy(stored, {"model": str(copy)})
+    with pytest.raises(StrategyConflict, match="pooling"):
+        check_strategy(stored, {"pooling": "cls"})
+    with pytest.raises(StrategyConflict, match="layers"):
+        check_strategy(stored, {"layers": (-1,)})
+
+
+def test_different_local_models_conflict_whatever_their_path(tiny_model, tmp_path):
+    stored = Embedder(Strategy(model=tiny_model)).strategy
+    assert stored.model_fingerprint and stored.model == str(Path(tiny_model).resolve())
+    other = random_bert(tmp_path / "other", tiny_model, seed=1)
+    with pytest.raises(StrategyConflict, match="model"):
+        check_strategy(stored, {"model": other})
+    assert model_fingerprint(other) != stored.model_fingerprint
+    assert model_fingerprint(tiny_model) == stored.model_fingerprint  # cached: same answer
+
+
+def test_bundled_model_is_identified_by_name(bundled):
+    assert bundled.strategy.model == DEFAULT_MODEL and bundled.strategy.model_fingerprint is None
+    check_strategy(bundled.strategy, {"pooling": "auto", "layers": (-1,), "model": DEFAULT_MODEL})
+
+
+def test_old_stored_strategies_without_a_fingerprint_still_load(tiny_model):
+    stored = Embedder(Strategy(model=tiny_model)).strategy.to_dict()
+    del stored["model_fingerprint"]
+    old = Strategy.from_dict(stored)
+    assert old.model_fingerprint is None
+    check_strategy(old, {"model": tiny_model, "pooling": "auto"})
+
+
+def test_chunking_default_lives_in_the_strategy():
+    assert Strategy().chunked().chunk_overlap == DEFAULT_CHUNK_OVERLAP == 32
+    assert Strategy(layers=(-1,)).chunked(8) == Strategy(layers=(-1,), chunk_overlap=8)
+    with pytest.raises(SemsearchError, match="overlap"):
+        Strategy().chunked(-1)
+
+
+def test_a_model_changed_on_disk_since_the_index_is_refused(tiny_model, tmp_path):
+    """Vectors of another model would be silently wrong: the stored fingerprint must still hold."""
+    moved = shutil.copytree(tiny_model, tmp_path / "model")
+    stored = Embedder(Strategy(model=str(moved))).strategy
+    random_bert(tmp_path / "retrained", tiny_model, seed=2)
+    shutil.copy(tmp_path / "retrained" / "model.safetensors", moved / "model.safetensors")
+    with pytest.raises(StrategyConflict, match="changed"):
+        Embedder(stored)

@@ -1,0 +1,76 @@
+"""Query files, read one way for ``query --queries`` and the retrieval evaluation.
+
+JSON Lines (ours ``{"id", "text"}`` or BEIR's ``{"_id", "text"}``; ``query`` is also read as the
+text) or plain lines, one query each. A query id is always a string: the JSON id as text, else the
+line number, so ids from a file match the string ids of qrels and of the index.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from indexer.errors import BadInput
+
+ID_KEYS = ("id", "_id")
+TEXT_KEYS = ("text", "query")
+
+
+@dataclass(frozen=True)
+class Query:
+    id: str
+    text: str
+
+
+def _lines(path: str) -> list[str]:
+    """Lines of a UTF-8 file, or of stdin for ``-``."""
+    try:
+        if path == "-":
+            return sys.stdin.read().splitlines()
+        if not Path(path).is_file():
+            raise BadInput(f"no such file: {path}")
+        return Path(path).read_text(encoding="utf-8").removeprefix("\ufeff").splitlines()
+    except UnicodeDecodeError:
+        raise BadInput(f"{path} is not valid UTF-8") from None
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _json_query(row: Any, number: int) -> Query | None:
+    """The query of one parsed JSON line, or None when the line has no usable text."""
+    if not isinstance(row, dict):
+        return None
+    text = next((row[key] for key in TEXT_KEYS if key in row), None)
+    if not isinstance(text, str) or not text.strip():
+        return None
+    query_id = next((row[key] for key in ID_KEYS if row.get(key) is not None), number)
+    return Query(str(query_id), text.strip())
+
+
+def read_queries(path: str) -> list[Query]:
+    """Every query of ``path`` (``-`` = stdin) in order; blank lines are skipped.
+
+    The file is JSON Lines when its first non-blank line starts with ``{``, else plain lines.
+    A line that cannot be read is an error naming it: a query is never dropped silently.
+    """
+    lines = _lines(path)
+    numbered = [(n, line.strip()) for n, line in enumerate(lines, 1) if line.strip()]
+    if not numbered:
+        raise BadInput(f"no queries in {path}")
+    if not numbered[0][1].startswith("{"):
+        return [Query(str(n), line) for n, line in numbered]
+    queries = []
+    for number, line in numbered:
+        try:
+            query = _json_query(json.loads(line), number)
+        except ValueError:
+            query = None
+        if query is None:
+            raise BadInput(
+                f"{path} line {number}: expected a JSON object with a non-empty 'text' (and 'id' or '_id')"
+            )
+        queries.append(query)
+    return queries
