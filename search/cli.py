@@ -17,11 +17,16 @@ import click
 
 from indexer.corpus import FORMATS
 from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
-from indexer.strategy import AUTO, BACKENDS, COMBINES, POOLINGS, POSTPROCESSES, Strategy
+from indexer.strategy import (
+    AUTO,
+    BACKENDS,
+    COMBINES,
+    DEFAULT_CHUNK_OVERLAP,
+    POOLINGS,
+    POSTPROCESSES,
+    Strategy,
+)
 from indexer.vector_index import KINDS, STORAGES
-
-DEFAULT_CHUNK_OVERLAP = 32
-
 
 EXIT_CODES: dict[type[SemsearchError], int] = {
     StrategyConflict: 3,
@@ -209,9 +214,9 @@ def index_command(
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
     from indexer.build import build_index
 
-    if chunk and chunk_overlap is None:
-        chunk_overlap = DEFAULT_CHUNK_OVERLAP
-    strategy = _strategy(asked, chunk_overlap=chunk_overlap)
+    strategy = _strategy(asked)
+    if chunk or chunk_overlap is not None:
+        strategy = strategy.chunked(chunk_overlap)
     fields = _split(text_field)
     report = build_index(
         corpus,
@@ -243,39 +248,6 @@ def _echo_rejections(rejected: list[Any], summary: str) -> None:
             click.echo(f"  row {rejection.row}: {rejection.reason}", err=True)
         if len(rejected) > 10:
             click.echo(f"  ... and {len(rejected) - 10} more", err=True)
-
-
-def _read_lines(path: str) -> list[str]:
-    """Lines of a UTF-8 file, or of stdin for '-'."""
-    if path != "-" and not Path(path).is_file():
-        raise BadInput(f"no such file: {path}")
-    stream = click.open_file(path, encoding="utf-8", errors="strict")
-    try:
-        return stream.read().splitlines()
-    except UnicodeDecodeError:
-        raise BadInput(f"{path} is not valid UTF-8") from None
-    finally:
-        stream.close()
-
-
-def _read_queries(path: str) -> list[tuple[Any, str]]:
-    """(id, text) pairs from JSON Lines with id/text, or from plain lines (id = line number)."""
-    lines = _read_lines(path)
-    queries = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if line.lstrip().startswith("{"):
-            try:
-                row = json.loads(line)
-                queries.append((row.get("id", number), str(row["text"])))
-            except (ValueError, KeyError, AttributeError):
-                raise BadInput(f"{path} line {number}: expected JSON with 'text' (and 'id')") from None
-        else:
-            queries.append((number, line))
-    if not queries:
-        raise BadInput(f"no queries in {path}")
-    return queries
 
 
 def _short(value: Any, limit: int = 400) -> str:
@@ -330,23 +302,24 @@ def query_command(
 ) -> None:
     """Search INDEX_DIR for QUESTION (or for every query in --queries)."""
     from search.engine import SearchEngine, check_queries
+    from search.queries import Query, read_queries
 
     if (question is None) == (queries_file is None):
         raise click.UsageError("give a QUESTION or --queries FILE (one of them)")
-    queries = _read_queries(queries_file) if queries_file else [(None, question)]
-    check_queries([text for _, text in queries])
+    queries = read_queries(queries_file) if queries_file else [Query("1", question)]
+    check_queries([q.text for q in queries])
     engine = SearchEngine(index_dir, strategy=asked)
-    results = engine.search_many([text for _, text in queries], k, where)
+    results = engine.search_many([q.text for q in queries], k, where)
     source = engine.index.meta.get("source", {})
     text_fields = source.get("text_fields") or []
     lead_field = text_fields[0] if text_fields else None
     hidden = {source.get("id_field") or "id"} | ({lead_field} if len(text_fields) == 1 else set())
-    for (query_id, text), hits in zip(queries, results, strict=True):
+    for query, hits in zip(queries, results, strict=True):
         if as_json:
-            record = {"query_id": query_id, "query": text, "hits": [h.to_dict() for h in hits]}
+            record = {"query_id": query.id, "query": query.text, "hits": [h.to_dict() for h in hits]}
             click.echo(json.dumps(record, ensure_ascii=False))
         else:
-            _print_hits(text, hits, lead_field, hidden)
+            _print_hits(query.text, hits, lead_field, hidden)
 
 
 @cli.command("add")
@@ -413,11 +386,12 @@ def compact_command(index_dir: Path) -> None:
 @click.argument("shards", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("-o", "--output", "index_dir", required=True, type=click.Path(path_type=Path))
 @click.option("--index-kind", type=click.Choice(KINDS), default="auto", show_default=True)
-def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str) -> None:
+@click.option("--storage", type=click.Choice(STORAGES), default="float32", show_default=True)
+def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, storage: str) -> None:
     """Merge shard directories written by workers (indexer.shards.embed_shard) into one index."""
     from indexer.shards import merge_shards
 
-    count = merge_shards(list(shards), index_dir, index_kind=index_kind)
+    count = merge_shards(list(shards), index_dir, index_kind=index_kind, storage=storage)
     click.echo(f"merged {len(shards)} shards: {count} entries in {index_dir}", err=True)
 
 
@@ -455,9 +429,10 @@ def serve_command(index_dir: Path, host: str, port: int, max_batch: int) -> None
 @strategy_options
 def similar_command(sentence: str, file: str, k: int | None, as_json: bool, asked: dict[str, Any]) -> None:
     """Rank the lines of FILE (default: stdin) by similarity to SENTENCE; no index needed."""
+    from search.queries import read_lines
     from search.similar import rank_similar
 
-    hits = rank_similar(sentence, _read_lines(file), _strategy(asked), k=k)
+    hits = rank_similar(sentence, read_lines(file), _strategy(asked), k=k)
     if as_json:
         click.echo(json.dumps({"query": sentence, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
     else:
@@ -543,6 +518,9 @@ def retrieval_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 help="Judgements: query_id doc_id relevance (TSV, header optional).",
             ),
             click.option("--text-field", default="text", show_default=True, help="Corpus field(s) to embed."),
+            click.option(
+                "-k", default=10, show_default=True, type=click.IntRange(min=1), help="Metric cutoff."
+            ),
         ]
     ):
         command = option(command)
@@ -579,11 +557,12 @@ def evaluate_retrieval_command(
     queries_file: Path,
     qrels: Path,
     text_field: str,
+    k: int,
     index_dir: Path | None,
     as_json: bool,
     asked: dict[str, Any],
 ) -> None:
-    """MRR@10, nDCG@10, Recall@1/@10 and Success@1/@3 of the queries against the qrels."""
+    """MRR@k, nDCG@k, Recall@1/@k and Success@1/@3 of the queries against the qrels."""
     from search.evaluate import evaluate_retrieval, read_retrieval_set
 
     if (corpus is None) == (index_dir is None):
@@ -593,7 +572,7 @@ def evaluate_retrieval_command(
     data = read_retrieval_set(queries_file, qrels)
     fields = _split(text_field)
     scores = evaluate_retrieval(
-        data, index_dir=index_dir, corpus=corpus, strategy=_strategy(asked), text_fields=fields
+        data, index_dir=index_dir, corpus=corpus, strategy=_strategy(asked), text_fields=fields, k=k
     )
     _echo_scores(scores, as_json)
 
@@ -634,30 +613,25 @@ def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def _sweep_setup(
+def _plan(
     model: str | None,
     max_length: int | None,
     skip_special: bool,
     poolings: str,
     postprocesses: str,
     whiten_dims: int | None,
-) -> tuple[Strategy, list[str], list[str]]:
-    base = Strategy(
-        **({"model": model} if model else {}),
+) -> Any:
+    """The sweep grid, checked by the library before any model loads."""
+    from search.sweep import plan_sweep
+
+    return plan_sweep(
+        model=model,
         max_length=max_length,
         skip_special=skip_special,
-        postprocess="whiten" if whiten_dims else "none",
+        poolings=_split(poolings),
+        postprocesses=_split(postprocesses),
         whiten_dims=whiten_dims,
     )
-    pools = _split(poolings)
-    posts = _split(postprocesses)
-    for name in pools:
-        if name not in POOLINGS:
-            raise click.BadParameter(f"unknown pooling {name!r}", param_hint="--poolings")
-    for name in posts:
-        if name not in POSTPROCESSES:
-            raise click.BadParameter(f"unknown post-processing {name!r}", param_hint="--postprocess")
-    return base, pools, posts
 
 
 def _report_sweep(
@@ -724,19 +698,18 @@ def sweep_sts_command(
     from search.evaluate import read_pairs
     from search.sweep import sweep_sts
 
-    base, pools, posts = _sweep_setup(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
+    plan = _plan(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
     data = read_pairs(pairs, sentence1, sentence2, score)
-    cells = sweep_sts(data, base, poolings=pools, postprocesses=posts, progress=_progress())
+    cells = sweep_sts(
+        data, plan.base, poolings=plan.poolings, postprocesses=plan.postprocesses, progress=_progress()
+    )
     _report_sweep(cells, "spearman", csv_path, heatmap, top, pairs.name, "semsearch index CORPUS -o INDEX")
 
 
 @sweep_group.command("retrieval")
 @retrieval_options
 @click.option(
-    "--metric",
-    default="mrr@10",
-    show_default=True,
-    type=click.Choice(["mrr@10", "ndcg@10", "recall@1", "recall@10", "success@1", "success@3"]),
+    "--metric", help="Metric to rank by: mrr@K (default), ndcg@K, recall@1, recall@K, success@1, success@3."
 )
 @sweep_options
 def sweep_retrieval_command(
@@ -744,7 +717,8 @@ def sweep_retrieval_command(
     queries_file: Path,
     qrels: Path,
     text_field: str,
-    metric: str,
+    k: int,
+    metric: str | None,
     model: str | None,
     max_length: int | None,
     skip_special: bool,
@@ -761,17 +735,19 @@ def sweep_retrieval_command(
 
     if corpus is None:
         raise click.UsageError("give --corpus")
-    base, pools, posts = _sweep_setup(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
+    plan = _plan(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
     data = read_retrieval_set(queries_file, qrels)
     fields = _split(text_field)
+    metric = metric or f"mrr@{k}"
     cells = sweep_retrieval(
         data,
         corpus,
-        base,
+        plan.base,
         text_fields=fields,
-        poolings=pools,
-        postprocesses=posts,
+        poolings=plan.poolings,
+        postprocesses=plan.postprocesses,
         progress=_progress(),
+        k=k,
         metric=metric,
     )
     _report_sweep(

@@ -25,7 +25,7 @@ class Query:
     text: str
 
 
-def _lines(path: str) -> list[str]:
+def read_lines(path: str) -> list[str]:
     """Lines of a UTF-8 file, or of stdin for ``-``."""
     try:
         if path == "-":
@@ -56,7 +56,7 @@ def read_queries(path: str) -> list[Query]:
     The file is JSON Lines when its first non-blank line starts with ``{``, else plain lines.
     A line that cannot be read is an error naming it: a query is never dropped silently.
     """
-    lines = _lines(path)
+    lines = read_lines(path)
     numbered = [(n, line.strip()) for n, line in enumerate(lines, 1) if line.strip()]
     if not numbered:
         raise BadInput(f"no queries in {path}")

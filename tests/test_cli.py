@@ -55,7 +55,7 @@ def test_query_json_and_table(index):
     result = run("query", index, "Where do I park?", "-k", "2", "--json")
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout)
-    assert record["query"] == "Where do I park?" and record["query_id"] is None
+    assert record["query"] == "Where do I park?" and record["query_id"] == "1"
     top = record["hits"][0]
     assert (top["rank"], top["id"], top["text"], top["fields"]["answer"]) == (
         1,
@@ -75,7 +75,7 @@ def test_queries_file_gives_one_json_line_per_query(index, tmp_path):
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(r["query_id"], r["hits"][0]["id"]) for r in records] == [("a", "q1"), ("b", "q2")]
     plain = run("query", index, "--queries", "-", "-k", "1", "--json", stdin="How do I pay?\n\n")
-    assert [json.loads(line)["query_id"] for line in plain.stdout.splitlines()] == [1]
+    assert [json.loads(line)["query_id"] for line in plain.stdout.splitlines()] == ["1"]
 
 
 def test_similar_ranks_lines_of_stdin(tiny_model):
