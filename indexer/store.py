@@ -117,7 +117,13 @@ def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
     """One writer at a time per index; the kernel drops the lock if the writer dies. ``wait``:
     seconds to keep trying while another writer holds it, then ``IndexLocked``."""
     deadline = time.monotonic() + wait
-    with (Path(index_dir) / LOCK).open("a+") as handle:
+    if not Path(index_dir).is_dir():
+        raise BadInput(f"no index at {index_dir}")
+    try:
+        handle = (Path(index_dir) / LOCK).open("a+")
+    except OSError as exc:
+        raise BadInput(f"cannot write to {index_dir}: {exc.strerror}") from None
+    with handle:
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -125,8 +131,7 @@ def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise IndexLocked(
-                        f"another semsearch process is writing to {index_dir}: try again when it has "
-                        "finished (or give it time with --wait)"
+                        f"another semsearch process is writing to {index_dir}: try again when it has finished"
                     ) from None
                 time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
         yield

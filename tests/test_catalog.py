@@ -129,3 +129,16 @@ def test_delete_and_read_any_number_of_ids(tmp_path, tiny_model):
     assert (report.deleted, len(report.not_found), report.count) == (60_000, 160_000, 40_000)
     live = open_index(index_dir)
     assert live.vectors.ntotal == 40_000 and live.rows([1])[1]["_id"] == "e0"
+
+
+def test_beir_corpus_builds_with_its_ids(tmp_path, tiny_model):
+    rows = [
+        {"_id": "doc1", "title": "Parking", "text": "Bikes park at the station.", "metadata": {}},
+        {"_id": "doc2", "title": "", "text": "We accept all major cards.", "metadata": {"src": "faq"}},
+    ]
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    build_index(path, tmp_path / "idx", Strategy(model=tiny_model), text_fields=["title", "text"])
+    top = SearchEngine(tmp_path / "idx").search("We accept all major cards.", k=1)[0]
+    assert (top.id, top.text, top.fields["title"]) == ("doc2", "We accept all major cards.", "")
+    assert json.loads(top.fields["metadata"]) == {"src": "faq"} and "_id" not in top.fields

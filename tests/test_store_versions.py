@@ -86,6 +86,12 @@ def test_writer_waits_for_the_lock_when_asked(tmp_path, tiny_model):
     assert report.deleted == 1
 
 
+def test_writing_to_a_missing_index_is_one_clear_error(tmp_path):
+    with pytest.raises(BadInput, match="no index at"):
+        delete_from_index(tmp_path / "nowhere", ["a"])
+    assert not (tmp_path / "nowhere").exists()
+
+
 def test_read_ids_from_stdin(monkeypatch):
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a\n\n b \nc\n"), encoding="utf-8"))
     assert read_ids("-") == ["a", "b", "c"]
@@ -98,6 +104,11 @@ def test_failed_first_build_leaves_no_directory(tmp_path, tiny_model):
     with pytest.raises(BadInput):
         build_index(bad, target, Strategy(model=tiny_model, layers=(9,)))  # fails after the directory is made
     assert not target.exists() and not (tmp_path / "new").exists()
+    clash = tmp_path / "clash.csv"
+    clash.write_text("id,text,Text\n1,a,b\n")
+    with pytest.raises(BadInput, match="differ only in case"):
+        build_index(clash, target, Strategy(model=tiny_model))
+    assert not (tmp_path / "new").exists()
     build_index(faq(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
     before = snapshot(tmp_path / "idx")
     with pytest.raises(BadInput):
