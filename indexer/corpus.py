@@ -147,9 +147,10 @@ def _csv_records(lines: list[str], fmt: str) -> Iterator[list[str] | str]:
                 consumed = reader.line_num
             return
         except csv.Error as exc:
-            spanned = reader.line_num - consumed > 1  # a quote that ran on over the next lines
             opened = start + consumed + 1
-            yield f"unterminated quote: opened on line {opened}" if spanned else f"bad CSV: {exc}"
+            raw = "".join(lines[opened - 1 : start + reader.line_num])
+            ran_on = reader.line_num - consumed > 1 or raw.count('"') % 2  # a quote left open
+            yield f"unterminated quote: opened on line {opened}" if ran_on else f"bad CSV: {exc}"
             start += consumed + 1
 
 

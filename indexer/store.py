@@ -201,14 +201,13 @@ def live_version(index_dir: Path) -> str | None:
 
 
 def _version_dir(index_dir: Path, name: str) -> Path:
-    """The live version's directory: a plain ``v-...`` name inside ``index_dir``, no symlink."""
+    """The live version's directory. Only a plain ``v-<time>-<hex>`` name (no path separators,
+    not a symlink) is accepted, so the directory is always inside ``index_dir``."""
     version = index_dir / name
-    if (
-        not VERSION_NAME.fullmatch(name)
-        or version.is_symlink()
-        or version.resolve().parent != index_dir.resolve()
-    ):
-        raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} names {name!r}, not a version in it")
+    if not VERSION_NAME.fullmatch(name) or version.is_symlink():
+        plain = re.fullmatch(r"[\w-]+", name) and not version.is_symlink()
+        what = f"a missing version {name!r}" if plain else f"{name!r}, which is not a version directory in it"
+        raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} names {what}")
     return version
 
 

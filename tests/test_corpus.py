@@ -132,3 +132,7 @@ def test_unterminated_quote_rejects_its_row_and_keeps_the_rest(tmp_path):
     at_end = read_corpus(write(tmp_path / "d.csv", 'id,text\n1,fine\n2,"broken\n3,lost\n4,lost too\n'))
     assert [e.id for e in at_end.entries] == ["1", "3", "4"]
     assert at_end.rejected[0].reason == "unterminated quote: opened on line 3"
+    last = read_corpus(write(tmp_path / "e.csv", 'id,text\n1,fine\n2,"broken'))
+    assert [e.id for e in last.entries] == ["1"] and last.rejected[0].reason.startswith("unterminated quote")
+    stray = read_corpus(write(tmp_path / "f.csv", 'id,text\n1,"fine"x\n2,ok\n'))
+    assert [e.id for e in stray.entries] == ["2"] and stray.rejected[0].reason.startswith("bad CSV")
