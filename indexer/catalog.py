@@ -14,14 +14,18 @@ that adds the column), so a filter compares numbers as numbers in any corpus for
   ``1_000``, ``nan`` or ``inf``;
 - every non-empty value a number -> ``integer`` (all whole) or ``number`` (SQLite NUMERIC);
 - more numbers than other text (``"9.5"``, ``"n/a"``, ``"12"``) -> ``number``: the numbers are
-  stored and compared as numbers, the text stays text (SQLite orders text after every number,
-  so ``price < 10`` never admits ``n/a``);
+  stored and compared as numbers, the text stays text (SQLite orders text after every number:
+  ``price < 10`` never admits ``n/a``, ``price > 10`` does);
 - otherwise (or any JSON list/object, stored as JSON text) -> ``text``.
 
 In a numeric column an empty cell (or empty string) is NULL. NUMERIC stores a whole float as an
 integer: JSON ``10`` and ``10.0`` both come back as ``10``, ``9.5`` as ``9.5`` (a REAL column
 would give ``10.0``). A later ``add`` converts its values to the stored column types the same
 way. Upserting an entry replaces all its fields: one missing from the new row becomes NULL.
+
+(sqlite-utils' ``TypeTracker`` cannot express these rules: it is all-or-nothing per column, so
+one ``n/a`` makes a price column text, and it calls a JSON float such as 9.5 an integer, as
+``int(9.5)`` succeeds.)
 
 Operations that take many ids bind them as one JSON array (``json_each``), never one parameter
 per id, so they work past SQLite's bound-parameter limit.

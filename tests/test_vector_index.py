@@ -11,7 +11,7 @@ import pytest
 from indexer import Strategy, build_index
 from indexer.store import open_index
 from indexer.update import add_to_index, compact_index, delete_from_index
-from indexer.vector_index import RECALL_TARGET, build_vector_index, kind_of, recall_at_10
+from indexer.vector_index import RECALL_TARGET, build_vector_index, kind_of, recall_at_10, refit
 from search import SearchEngine
 
 
@@ -136,3 +136,20 @@ def test_add_and_compact_rechoose_the_kind_by_size(tmp_path, tiny_model, monkeyp
     live = open_index(tmp_path / "idx")
     assert kind_of(live.vectors) == "flat" and live.vectors.ntotal == 200
     assert SearchEngine(tmp_path / "idx").search("line 650 about topic 0", k=1)[0].id == "d650"
+
+
+def test_refit_retunes_ivf_when_the_size_has_doubled():
+    vectors = clustered(8000)
+    ids = np.arange(1, 8001, dtype=np.int64)
+    ivf = build_vector_index(vectors[:2000], ids[:2000], "ivf")
+    ivf.add_with_ids(vectors[2000:2500], ids[2000:2500])
+    same, tuned_for = refit(ivf, "ivf", "float32", 2000)
+    assert same is ivf and tuned_for == 2000  # grew by a quarter: kept as it is
+    ivf.add_with_ids(vectors[2500:], ids[2500:])
+    rebuilt, tuned_for = refit(ivf, "ivf", "float32", 2000)
+    assert rebuilt is not ivf and tuned_for == 8000 and rebuilt.ntotal == 8000
+    assert rebuilt.nlist > ivf.nlist and 1 <= rebuilt.nprobe <= rebuilt.nlist
+    assert refit(rebuilt, "ivf", "float32", 8000, force=True)[0] is not rebuilt  # compact retunes
+    exact, _ = refit(rebuilt, "auto", "float32", 8000)  # 8000 < EXACT_LIMIT: exact again
+    assert kind_of(exact) == "flat" and exact.ntotal == 8000
+    assert sorted(exact.search(vectors[:1], 1)[1][0].tolist()) == [1]
