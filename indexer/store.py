@@ -337,7 +337,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
             live.meta["index_kind"],
             live.meta.get("storage", "float32"),
             int(live.meta.get("tuned_for", live.meta["vectors"])),
-            force=compact,
+            retune=compact,
         )
         catalog.write_meta(
             {

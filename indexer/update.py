@@ -122,8 +122,8 @@ def delete_from_index(index_dir: str | Path, ids: Sequence[str], *, wait: float 
 
 
 def compact_index(index_dir: str | Path, *, wait: float = 0) -> int:
-    """VACUUM the database after many updates and refit the vector index to its size (exact or
-    IVF, lists retrained and probes retuned); returns the bytes on disk afterwards."""
+    """VACUUM the database after many updates and refit the vector index to its size (the kind
+    chosen again, IVF probes retuned: ``vector_index.refit``); returns the bytes on disk after."""
     index_dir = Path(index_dir)
     with writer_lock(index_dir, wait):
         apply_change(index_dir, Change(), compact=True)

@@ -12,7 +12,9 @@ Storage: ``float32`` (exact scores), ``float16`` (half the memory, scores to ~1e
 The kind follows the size as the index changes: ``add`` and ``compact`` call ``refit``, which
 rebuilds the index from its own vectors when the size crossed ``EXACT_LIMIT`` (unless the user
 forced a kind) or, for IVF, when the size moved by a factor of ``RETUNE_FACTOR`` since the lists
-were trained and the probes tuned; ``compact`` always retrains and retunes an IVF index.
+were trained and the probes tuned; ``compact`` also retunes the probes of an IVF index it keeps.
+(A rebuild re-encodes float16/sq8 vectors from their decoded values: sq8 recall@10 measured 0.947
+before and 0.914 after two rebuilds, hence rebuilds only on such size changes.)
 """
 
 from __future__ import annotations
@@ -76,14 +78,16 @@ def wanted_kind(asked: str, vectors: int) -> str:
     return "flat" if vectors < EXACT_LIMIT else "ivf"
 
 
-def refit(index: Any, asked: str, storage: str, tuned_for: int, *, force: bool = False) -> tuple[Any, int]:
-    """The index to keep after a change, and the size it was built and tuned for: ``index``
+def refit(index: Any, asked: str, storage: str, tuned_for: int, *, retune: bool = False) -> tuple[Any, int]:
+    """The index to keep after a change, and the size its lists were trained for: ``index``
     itself while it still fits its size, else one rebuilt from its vectors (see module doc).
-    ``force`` (compact) rebuilds an IVF index in any case."""
+    ``retune`` (compact): an IVF index kept as it is gets its probe count tuned again."""
     n = index.ntotal
     kind = wanted_kind(asked, n)
     moved = n > tuned_for * RETUNE_FACTOR or n * RETUNE_FACTOR < tuned_for
-    if kind == kind_of(index) and not (kind == "ivf" and (moved or force)):
+    if kind == kind_of(index) and not (kind == "ivf" and moved):
+        if kind == "ivf" and retune and n:
+            index.nprobe = tune_nprobe(index, *stored_vectors(index))
         return index, tuned_for
     if n == 0 or (kind == "ivf" and n < 64):  # nothing, or too little to train lists on
         return index, tuned_for
@@ -99,7 +103,9 @@ def stored_vectors(index: Any) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(index, faiss.IndexIVF):
         ids = np.concatenate([get_invlist(index.invlists, i)[0] for i in range(index.nlist)])
         index.set_direct_map_type(faiss.DirectMap.Hashtable)
-        return index.reconstruct_batch(ids), ids
+        vectors = index.reconstruct_batch(ids)
+        index.set_direct_map_type(faiss.DirectMap.NoMap)  # not written with the index
+        return vectors, ids
     return index.index.reconstruct_n(0, index.ntotal), faiss.vector_to_array(index.id_map)
 
 

@@ -149,7 +149,9 @@ def test_refit_retunes_ivf_when_the_size_has_doubled():
     rebuilt, tuned_for = refit(ivf, "ivf", "float32", 2000)
     assert rebuilt is not ivf and tuned_for == 8000 and rebuilt.ntotal == 8000
     assert rebuilt.nlist > ivf.nlist and 1 <= rebuilt.nprobe <= rebuilt.nlist
-    assert refit(rebuilt, "ivf", "float32", 8000, force=True)[0] is not rebuilt  # compact retunes
+    tuned, rebuilt.nprobe = rebuilt.nprobe, rebuilt.nlist
+    assert refit(rebuilt, "ivf", "float32", 8000, retune=True) == (rebuilt, 8000)  # compact retunes
+    assert rebuilt.nprobe == tuned
     exact, _ = refit(rebuilt, "auto", "float32", 8000)  # 8000 < EXACT_LIMIT: exact again
     assert kind_of(exact) == "flat" and exact.ntotal == 8000
     assert sorted(exact.search(vectors[:1], 1)[1][0].tolist()) == [1]
