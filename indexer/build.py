@@ -59,7 +59,7 @@ def build_index(
         source = {
             "path": str(Path(corpus_path).resolve()),
             "text_fields": list(text_fields or ["text"]),
-            "id_field": id_field,
+            "id_field": corpus.id_field,
             "rows": corpus.rows,
             "rejected": len(corpus.rejected),
         }

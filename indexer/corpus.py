@@ -58,6 +58,8 @@ class Rejection:
 class Corpus:
     entries: list[Entry] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
+    id_field: str | None = None
+    """The field the ids came from (given or detected); None: row numbers."""
 
     @property
     def rows(self) -> int:
@@ -239,6 +241,7 @@ def read_corpus(
     if not corpus.entries:
         detail = f" ({corpus.rejection_summary()})" if corpus.rejected else ""
         raise BadInput(f"empty corpus: no usable rows in {path}{detail}")
+    corpus.id_field = id_field
     return corpus
 
 

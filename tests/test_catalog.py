@@ -142,3 +142,8 @@ def test_beir_corpus_builds_with_its_ids(tmp_path, tiny_model):
     top = SearchEngine(tmp_path / "idx").search("We accept all major cards.", k=1)[0]
     assert (top.id, top.text, top.fields["title"]) == ("doc2", "We accept all major cards.", "")
     assert json.loads(top.fields["metadata"]) == {"src": "faq"} and "_id" not in top.fields
+    assert open_index(tmp_path / "idx").info()["id_field"] == "_id"
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"_id": "doc2", "title": "Cards", "text": "Visa only."}) + "\n")
+    report = add_to_index(tmp_path / "idx", more)  # the same id field: an update, not a new entry
+    assert (report.added, report.updated, report.count) == (0, 1, 2)

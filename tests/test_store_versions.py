@@ -123,7 +123,7 @@ def test_info_describes_the_index(tmp_path, tiny_model):
     info = open_index(tmp_path / "idx").info()
     assert info["entries"] == 6 and info["vectors"] == 6 and info["index_kind"] == "flat"
     assert info["fields"] == {"id": "text", "text": "text", "category": "text"}
-    assert info["text_fields"] == ["text"] and info["id_field"] is None
+    assert info["text_fields"] == ["text"] and info["id_field"] == "id"  # detected, recorded
     assert info["strategy"]["model"] == tiny_model and info["model"] == tiny_model
     assert info["version"] == (tmp_path / "idx" / CURRENT).read_text().strip()
     assert info["size_bytes"] > 0 and "nprobe" not in info and info["storage"] == "float32"
