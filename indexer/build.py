@@ -38,17 +38,18 @@ def build_index(
     progress: bool = False,
     index_kind: str = "auto",
     storage: str = "float32",
+    wait: float = 0,
 ) -> BuildReport:
     """Index a corpus file into ``index_dir``, replacing any index there only once complete.
     ``index_kind``: ``auto`` (exact below ``vector_index.EXACT_LIMIT`` vectors, IVF above),
-    ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``."""
+    ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to
+    wait for another writer to finish. A failed first build leaves no directory behind."""
     from indexer.embedding import Embedder
-    from indexer.store import prepare_target, write_index, writer_lock
+    from indexer.store import building, write_index
 
     started = time.perf_counter()
     corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
-    prepare_target(Path(index_dir))
-    with writer_lock(Path(index_dir)):
+    with building(Path(index_dir), wait):
         embedder = Embedder(strategy, batch_size=batch_size)
         embed_started = time.perf_counter()
         vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
@@ -58,7 +59,7 @@ def build_index(
         source = {
             "path": str(Path(corpus_path).resolve()),
             "text_fields": list(text_fields or ["text"]),
-            "id_field": id_field,
+            "id_field": corpus.id_field,
             "rows": corpus.rows,
             "rejected": len(corpus.rejected),
         }

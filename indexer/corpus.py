@@ -3,6 +3,13 @@
 Formats: CSV and TSV with a header, JSON Lines, plain text (one entry per line). A row that cannot
 be used is never dropped silently: it is kept as a Rejection with its row number and reason.
 Bytes that are not UTF-8 reject their row only (decoded with ``surrogateescape``, then detected).
+A CSV quote left open at the end of the file rejects the row that opened it ("unterminated
+quote"); the lines it would have swallowed are read again as rows of their own.
+
+The id is the ``--id-field``, else a field ``id``, else ``_id`` (BEIR's corpus.jsonl), else the
+row number. ``_id`` is consumed as the id rather than kept as a field. Field names are SQLite
+column names, so two names that differ only in case, or a name the index uses itself
+(``RESERVED``), are an error naming them.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ import csv
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +58,8 @@ class Rejection:
 class Corpus:
     entries: list[Entry] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
+    id_field: str | None = None
+    """The field the ids came from (given or detected); None: row numbers."""
 
     @property
     def rows(self) -> int:
@@ -98,10 +107,9 @@ def _rows(text: str, fmt: str, path: Path) -> tuple[list[str], Rows]:
         return [], ((n, {"text": line}) for n, line in enumerate(lines, 1))
     if fmt == "jsonl":
         return [], (_json_row(n, line) for n, line in enumerate(lines, 1))
-    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
-    reader = csv.reader(text.splitlines(keepends=True), **dialect)
-    header = next(reader, None)
-    if not header or not any(h.strip() for h in header):
+    records = _csv_records(text.splitlines(keepends=True), fmt)
+    header = next(records, None)
+    if not isinstance(header, list) or not any(h.strip() for h in header):
         raise BadInput(f"{path} has no header row")
     if _SURROGATE.search("".join(header)):
         raise BadInput(f"{path}: the header row is not valid UTF-8")
@@ -109,10 +117,13 @@ def _rows(text: str, fmt: str, path: Path) -> tuple[list[str], Rows]:
     duplicated = [h for h, n in Counter(header).items() if n > 1]
     if duplicated:
         raise BadInput(f"{path}: duplicate column names: {', '.join(duplicated)}")
+    _check_case(header)
 
     def rows() -> Rows:
-        for number, values in enumerate(reader, 1):
-            if not values or not any(v.strip() for v in values):
+        for number, values in enumerate(records, 1):
+            if isinstance(values, str):
+                yield number, values
+            elif not values or not any(v.strip() for v in values):
                 yield number, "empty line"
             elif len(values) != len(header):
                 yield number, f"wrong field count: {len(values)} fields, header has {len(header)}"
@@ -120,6 +131,41 @@ def _rows(text: str, fmt: str, path: Path) -> tuple[list[str], Rows]:
                 yield number, dict(zip(header, values, strict=True))
 
     return header, rows()
+
+
+def _csv_records(lines: list[str], fmt: str) -> Iterator[list[str] | str]:
+    """CSV/TSV records; a string is why a record was rejected. Parsing is strict, so a quote
+    open until the end of the file, or closed lines later by a quote that is followed by more text,
+    is an error rather than one field holding the rows after it: that record is rejected and
+    parsing resumes on the line after the one it started on."""
+    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
+    start = 0
+    while start < len(lines):
+        reader = csv.reader(iter(lines[start:]), strict=True, **dialect)
+        consumed = 0  # lines taken by the records read so far
+        try:
+            for values in reader:
+                yield values
+                consumed = reader.line_num
+            return
+        except csv.Error as exc:
+            opened = start + consumed + 1
+            raw = "".join(lines[opened - 1 : start + reader.line_num])
+            ran_on = reader.line_num - consumed > 1 or raw.count('"') % 2  # a quote left open
+            yield f"unterminated quote: opened on line {opened}" if ran_on else f"bad CSV: {exc}"
+            start += consumed + 1
+
+
+def _check_case(names: Sequence[str]) -> None:
+    """SQLite column names are case-insensitive: 'text' and 'Text' would be one column."""
+    first: dict[str, str] = {}
+    for name in names:
+        other = first.setdefault(name.casefold(), name)
+        if other != name:
+            raise BadInput(
+                f"columns {other!r} and {name!r} differ only in case: SQLite column names are "
+                "case-insensitive; rename one"
+            )
 
 
 def _json_row(number: int, line: str) -> tuple[int, dict[str, Any] | str]:
@@ -149,7 +195,7 @@ def read_corpus(
 ) -> Corpus:
     """Read a corpus file. ``text_fields``: fields joined (by a space) into the embedded text,
     default ``text``. ``id_field``: the external id, default the ``id`` field if rows have one,
-    else the row number."""
+    else ``_id``, else the row number."""
     path = Path(path)
     text = _read_text(path)
     fmt = detect_format(path, fmt)
@@ -157,16 +203,16 @@ def read_corpus(
     corpus = Corpus()
     seen: dict[str, int] = {}
     header, rows = _rows(text, fmt, path)
-    names: set[str] = set(header)
-    if header and id_field is None and "id" in header:
-        id_field = "id"
+    names: dict[str, None] = dict.fromkeys(header)  # in order of appearance
+    if header and id_field is None:
+        id_field = _default_id(header)
     for number, row in rows:
         if isinstance(row, str):
             corpus.rejected.append(Rejection(number, row))
             continue
-        if not names and id_field is None and fmt == "jsonl" and "id" in row:
-            id_field = "id"
-        names.update(row)
+        if not names and id_field is None and fmt == "jsonl":
+            id_field = _default_id(row)
+        names.update(dict.fromkeys(row))
         reason = _check_row(row, wanted, id_field)
         if reason:
             corpus.rejected.append(Rejection(number, reason))
@@ -178,9 +224,12 @@ def read_corpus(
             )
             continue
         seen[entry_id] = number
-        joined = " ".join(_text_value(row[f]).strip() for f in wanted)
+        joined = " ".join(part for part in (_text_value(row[f]).strip() for f in wanted) if part)
+        if id_field == "_id":
+            row = {k: v for k, v in row.items() if k != "_id"}
         corpus.entries.append(Entry(entry_id, joined, row))
-    clash = sorted(names.intersection(RESERVED))
+    _check_case(list(names))
+    clash = sorted(n for n in names if n.casefold() in RESERVED and not (n == "_id" == id_field))
     if clash:
         raise BadInput(f"field names {', '.join(clash)} are reserved: rename them")
     missing = [f for f in [*wanted, *([id_field] if id_field else [])] if names and f not in names]
@@ -192,7 +241,12 @@ def read_corpus(
     if not corpus.entries:
         detail = f" ({corpus.rejection_summary()})" if corpus.rejected else ""
         raise BadInput(f"empty corpus: no usable rows in {path}{detail}")
+    corpus.id_field = id_field
     return corpus
+
+
+def _default_id(names: Collection[str]) -> str | None:
+    return "id" if "id" in names else "_id" if "_id" in names else None
 
 
 def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None) -> str | None:

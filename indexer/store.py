@@ -12,15 +12,20 @@ FAISS ids are ``entries._rowid``; a chunked document has several vectors under t
 hit always maps to its row with no guessing, and row ids never change or get reused. Every write
 (a build, an add, a delete) makes a complete new version directory (updates start from a copy of
 the live one), fsyncs it, and only then points ``CURRENT`` at it. The previous version is kept
-one more round so a reader that has just read ``CURRENT`` still finds its files.
+one more round so a reader that has just read ``CURRENT`` still finds its files. ``CURRENT`` may
+only name a plain version directory inside the index (no path separators, no symlink), so a
+damaged or tampered pointer can never make a query or a write use another directory.
+
+This module keeps the version logic; the two halves of a version have their own modules:
+``catalog`` (SQLite: entries and meta) and ``vector_index`` (FAISS).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
+import re
 import secrets
 import shutil
 import sqlite3
@@ -32,11 +37,12 @@ from typing import Any
 
 import numpy as np
 
+from indexer.catalog import Catalog, detect_types
 from indexer.corpus import Entry
 from indexer.errors import BadInput, IndexDamaged, IndexLocked
 from indexer.strategy import Strategy
 from indexer.transform import Transform
-from indexer.vector_index import build_vector_index
+from indexer.vector_index import build_vector_index, kind_of, read_vectors, refit, write_vectors
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
@@ -44,40 +50,58 @@ LOCK = ".lock"
 VECTORS = "vectors.faiss"
 DATABASE = "meta.db"
 TRANSFORM = "transform.npz"
-
-
-def content_hash(text: str) -> str:
-    """What decides whether an entry must be embedded again (the strategy is fixed per index)."""
-    import hashlib
-
-    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
+VERSION_NAME = re.compile(r"v-[0-9]{8}T[0-9]{6}-[0-9a-f]{8}")
 
 
 @dataclass
 class StoredIndex:
-    """An opened index: the strategy it was built with, its FAISS index and its database."""
+    """An opened index: the strategy it was built with, its FAISS index and its catalog."""
 
     path: Path
     version: Path
     strategy: Strategy
     meta: dict[str, Any]
     vectors: Any  # faiss.Index
-    db: sqlite3.Connection
+    catalog: Catalog
     transform: Transform | None
 
+    @property
+    def db(self) -> Any:  # sqlite3.Connection, read-only
+        return self.catalog.db
+
     def rows(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
-        if not rowids:
-            return {}
-        marks = ",".join("?" * len(rowids))
-        cursor = self.db.execute(f"select * from entries where _rowid in ({marks})", list(rowids))
-        names = [c[0] for c in cursor.description]
-        return {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
+        return self.catalog.rows(rowids)
 
     def columns(self) -> list[str]:
-        return [row[1] for row in self.db.execute("pragma table_info(entries)")]
+        return self.catalog.columns()
 
     def size_on_disk(self) -> int:
         return sum(f.stat().st_size for f in self.version.iterdir() if f.is_file())
+
+    def info(self) -> dict[str, Any]:
+        """What the CLI's ``info`` and the server's ``/info`` show."""
+        meta, source = self.meta, self.meta.get("source", {})
+        kind = kind_of(self.vectors)
+        return {
+            "path": str(self.path),
+            "version": self.version.name,
+            "strategy": self.strategy.to_dict(),
+            "description": self.strategy.describe(),
+            "model": meta["model"],
+            "entries": meta["count"],
+            "vectors": meta["vectors"],
+            "dimension": meta["dimension"],
+            "index_kind": kind,
+            "storage": meta.get("storage", "float32"),
+            **({"nprobe": int(self.vectors.nprobe)} if kind == "ivf" else {}),
+            "size_bytes": self.size_on_disk(),
+            "created": meta.get("created"),
+            "updated": meta.get("updated"),
+            "source": source.get("path"),
+            "text_fields": list(source.get("text_fields") or []),
+            "id_field": source.get("id_field"),
+            "fields": self.catalog.field_types(),
+        }
 
 
 def _fsync(path: Path) -> None:
@@ -89,19 +113,32 @@ def _fsync(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def writer_lock(index_dir: Path) -> Iterator[None]:
-    """One writer at a time per index; the kernel drops the lock if the writer dies."""
-    with (index_dir / LOCK).open("a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise IndexLocked(
-                f"another semsearch process is writing to {index_dir}: try again when it has finished"
-            ) from None
+def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
+    """One writer at a time per index; the kernel drops the lock if the writer dies. ``wait``:
+    seconds to keep trying while another writer holds it, then ``IndexLocked``."""
+    deadline = time.monotonic() + wait
+    if not Path(index_dir).is_dir():
+        raise BadInput(f"no index at {index_dir}")
+    try:
+        handle = (Path(index_dir) / LOCK).open("a+")
+    except OSError as exc:
+        raise BadInput(f"cannot write to {index_dir}: {exc.strerror}") from None
+    with handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise IndexLocked(
+                        f"another semsearch process is writing to {index_dir}: try again when it has finished"
+                    ) from None
+                time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
         yield
 
 
-def prepare_target(index_dir: Path) -> None:
+def prepare_target(index_dir: Path) -> Path | None:
+    """Make sure ``index_dir`` can take an index; returns the topmost directory this created."""
     if index_dir.exists() and not index_dir.is_dir():
         raise BadInput(f"{index_dir} exists and is not a directory")
     occupied = index_dir.is_dir() and any(p.name != LOCK for p in index_dir.iterdir())
@@ -109,10 +146,28 @@ def prepare_target(index_dir: Path) -> None:
         raise BadInput(
             f"{index_dir} exists, is not empty and is not a semsearch index: refusing to overwrite it"
         )
+    top, missing = None, index_dir.absolute()
+    while not missing.exists():
+        top, missing = missing, missing.parent
     try:
         index_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BadInput(f"cannot create {index_dir}: {exc.strerror}") from None
+    return top
+
+
+@contextlib.contextmanager
+def building(index_dir: Path, wait: float = 0) -> Iterator[None]:
+    """Prepare ``index_dir`` and hold its writer lock for a build. A build that fails before
+    any index exists there removes the directories it created: nothing is left behind."""
+    made = prepare_target(index_dir)
+    with writer_lock(index_dir, wait):
+        try:
+            yield
+        except BaseException:
+            if made is not None and live_version(index_dir) is None:
+                shutil.rmtree(made, ignore_errors=True)
+            raise
 
 
 def _commit_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
@@ -145,31 +200,26 @@ def live_version(index_dir: Path) -> str | None:
         return None
 
 
+def _version_dir(index_dir: Path, name: str) -> Path:
+    """The live version's directory. Only a plain ``v-<time>-<hex>`` name (no path separators,
+    not a symlink) is accepted, so the directory is always inside ``index_dir``."""
+    version = index_dir / name
+    if not VERSION_NAME.fullmatch(name) or version.is_symlink():
+        plain = re.fullmatch(r"[\w-]+", name) and not version.is_symlink()
+        what = f"a missing version {name!r}" if plain else f"{name!r}, which is not a version directory in it"
+        raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} names {what}")
+    return version
+
+
 def _remove_stale(index_dir: Path, keep: set[str | None]) -> None:
     """Older versions and leftovers of killed runs (an open reader keeps its unlinked files)."""
     for child in index_dir.iterdir():
         if child.name in keep:
             continue
-        if child.name.startswith("v-") and child.is_dir():
+        if child.name.startswith("v-") and child.is_dir() and not child.is_symlink():
             shutil.rmtree(child, ignore_errors=True)
         elif child.name.startswith(f".{CURRENT}."):
             child.unlink(missing_ok=True)
-
-
-def _entry_rows(entries: Sequence[Entry], rowids: Sequence[int], chunks: Sequence[int]) -> Iterator[dict]:
-    for rowid, entry, n in zip(rowids, entries, chunks, strict=True):
-        yield {
-            "_rowid": int(rowid),
-            "_id": entry.id,
-            "_text": entry.text,
-            "_hash": content_hash(entry.text),
-            "_chunks": int(n),
-            **entry.fields,
-        }
-
-
-def _write_meta(db: Any, meta: dict[str, Any]) -> None:
-    db["meta"].upsert_all(({"key": k, "value": json.dumps(v)} for k, v in meta.items()), pk="key")
 
 
 def write_index(
@@ -190,7 +240,6 @@ def write_index(
     ``owners[i]`` is the entry (position in ``entries``) that ``vectors[i]`` belongs to.
     """
     import faiss
-    import sqlite_utils
 
     index_dir = Path(index_dir)
     prepare_target(index_dir)
@@ -199,14 +248,10 @@ def write_index(
     rowids = np.arange(1, len(entries) + 1, dtype=np.int64)
 
     def fill(version: Path) -> None:
-        db = sqlite_utils.Database(version / DATABASE)
-        chunks = np.bincount(owners, minlength=len(entries))
-        db["entries"].insert_all(
-            _entry_rows(entries, rowids, chunks), pk="_rowid", alter=True, batch_size=1000
-        )
-        db["entries"].create_index(["_id"], unique=True)
-        _write_meta(
-            db,
+        index = build_vector_index(vectors, rowids[owners], index_kind, storage)
+        catalog = Catalog.create(version / DATABASE, detect_types(e.fields for e in entries))
+        catalog.put(entries, rowids, np.bincount(owners, minlength=len(entries)))
+        catalog.write_meta(
             {
                 "format_version": FORMAT_VERSION,
                 "strategy": strategy.to_dict(),
@@ -217,13 +262,14 @@ def write_index(
                 "next_rowid": len(entries) + 1,
                 "index_kind": index_kind,
                 "storage": storage,
+                "tuned_for": int(vectors.shape[0]),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "source": source,
-            },
+            }
         )
-        db.close()
-        index = build_vector_index(vectors, rowids[owners], index_kind, storage)
-        faiss.write_index(index, str(version / VECTORS))
+        catalog.commit()
+        catalog.close()
+        write_vectors(index, version / VECTORS)
         if transform is not None:
             transform.save(version / TRANSFORM)
 
@@ -244,67 +290,69 @@ class Change:
 def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False) -> Path:
     """Copy the live version, apply ``change`` to the copy, and swap it in (same guarantees as a build).
 
-    Row ids of existing entries never change; new entries get ids never used before. The caller
-    holds ``writer_lock``.
+    Row ids of existing entries never change; new entries get ids never used before. An upsert
+    replaces the entry's fields whole. The vector index is refitted to its new size
+    (``vector_index.refit``). ``compact`` also vacuums the database. The caller holds ``writer_lock``.
     """
-    import faiss
-    import sqlite_utils
-
     index_dir = Path(index_dir)
     live = open_index(index_dir, mmap=False)  # changed in memory, written to the new version
-    live.db.close()
+    live.catalog.close()
 
     def fill(version: Path) -> None:
         shutil.copyfile(live.version / DATABASE, version / DATABASE)
         if (live.version / TRANSFORM).exists():
             shutil.copyfile(live.version / TRANSFORM, version / TRANSFORM)
-        db = sqlite_utils.Database(version / DATABASE)
+        catalog = Catalog(version / DATABASE, readonly=False)
         index = live.vectors
-        stored = {
-            i: (rowid, chunks) for i, rowid, chunks in db.execute("select _id, _rowid, _chunks from entries")
-        }
-        existing = {i: rowid for i, (rowid, _) in stored.items()}
-        gone = [existing[i] for i in change.deletes if i in existing]
-        replaced = [existing[e.id] for e in change.upserts if e.id in change.reembed and e.id in existing]
+        known = catalog.rowids([e.id for e in change.upserts] + list(change.deletes))
+        gone = [known[i] for i in change.deletes if i in known]
+        replaced = [known[e.id] for e in change.upserts if e.id in change.reembed and e.id in known]
         if gone or replaced:
             index.remove_ids(np.array(gone + replaced, dtype=np.int64))
-        if gone:
-            db.execute(f"delete from entries where _rowid in ({','.join('?' * len(gone))})", gone)
+        catalog.delete(gone)
         next_rowid = int(live.meta["next_rowid"])
         rowids = []
         for entry in change.upserts:
-            if entry.id in existing:
-                rowids.append(existing[entry.id])
-            else:
-                rowids.append(next_rowid)
+            if entry.id not in known:
+                known[entry.id] = next_rowid
                 next_rowid += 1
-        counts = np.zeros(len(change.upserts), dtype=np.int64)
+            rowids.append(known[entry.id])
+        chunks = np.zeros(len(change.upserts), dtype=np.int64)
         if change.vectors is not None and len(change.vectors):
+            import faiss
+
             vectors = np.ascontiguousarray(change.vectors, dtype=np.float32)
             faiss.normalize_L2(vectors)
             index.add_with_ids(vectors, np.asarray(rowids, dtype=np.int64)[change.owners])
-            counts = np.bincount(change.owners, minlength=len(change.upserts))
-        rows = list(_entry_rows(change.upserts, rowids, counts))
-        for row, entry in zip(rows, change.upserts, strict=True):
+            chunks = np.bincount(change.owners, minlength=len(change.upserts))
+        kept = catalog.rows(
+            [r for e, r in zip(change.upserts, rowids, strict=True) if e.id not in change.reembed]
+        )
+        for i, entry in enumerate(change.upserts):
             if entry.id not in change.reembed:  # metadata-only update: its vectors stay
-                row["_chunks"] = stored[entry.id][1]
-        if rows:
-            db["entries"].upsert_all(rows, pk="_rowid", alter=True, batch_size=1000)
-        count = db["entries"].count
-        _write_meta(
-            db,
+                chunks[i] = kept[rowids[i]]["_chunks"]
+        catalog.put(change.upserts, rowids, chunks)
+        index, tuned_for = refit(
+            index,
+            live.meta["index_kind"],
+            live.meta.get("storage", "float32"),
+            int(live.meta.get("tuned_for", live.meta["vectors"])),
+            retune=compact,
+        )
+        catalog.write_meta(
             {
-                "count": count,
+                "count": catalog.count(),
                 "vectors": int(index.ntotal),
                 "next_rowid": next_rowid,
+                "tuned_for": tuned_for,
                 "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            },
+            }
         )
-        db.close()
+        catalog.commit()
         if compact:
-            with sqlite3.connect(version / DATABASE) as raw:
-                raw.execute("vacuum")
-        faiss.write_index(index, str(version / VECTORS))
+            catalog.vacuum()
+        catalog.close()
+        write_vectors(index, version / VECTORS)
 
     return _commit_version(index_dir, fill)
 
@@ -325,14 +373,15 @@ def open_index(index_dir: str | Path, *, mmap: bool = True) -> StoredIndex:
 
 def live_meta(index_dir: str | Path) -> dict[str, Any]:
     """The live version's meta table alone: cheap, no vectors loaded."""
-    name = live_version(Path(index_dir))
+    index_dir = Path(index_dir)
+    name = live_version(index_dir)
     if name is None:
         raise BadInput(f"{index_dir} is not a semsearch index (no {CURRENT} file)")
+    version = _version_dir(index_dir, name)
     try:
-        with contextlib.closing(
-            sqlite3.connect(f"file:{Path(index_dir) / name / DATABASE}?mode=ro", uri=True)
-        ) as db:
-            return {key: json.loads(value) for key, value in db.execute("select key, value from meta")}
+        catalog = Catalog(version / DATABASE)
+        with contextlib.closing(catalog.db):
+            return catalog.read_meta()
     except (sqlite3.DatabaseError, ValueError) as exc:
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
 
@@ -342,22 +391,20 @@ class _VersionGone(Exception):
 
 
 def _open_version(index_dir: Path, mmap: bool, final: bool = False) -> StoredIndex:
-    import faiss
-
     name = live_version(index_dir)
     if name is None:
         raise BadInput(f"{index_dir} is not a semsearch index (no {CURRENT} file)")
-    version = index_dir / name
-    if not name.startswith("v-") or not version.is_dir():
+    version = _version_dir(index_dir, name)
+    if not version.is_dir():
         if not final and name != live_version(index_dir):
             raise _VersionGone
         raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} names a missing version {name!r}")
     if not (version / DATABASE).is_file() or not (version / VECTORS).is_file():
         raise IndexDamaged(f"damaged index {index_dir}: {DATABASE} or {VECTORS} is missing")
     try:
-        db = sqlite3.connect(f"file:{version / DATABASE}?mode=ro", uri=True, check_same_thread=False)
-        meta = {key: json.loads(value) for key, value in db.execute("select key, value from meta")}
-        (count,) = db.execute("select count(*) from entries").fetchone()
+        catalog = Catalog(version / DATABASE)
+        meta = catalog.read_meta()
+        count = catalog.count()
     except (sqlite3.DatabaseError, ValueError) as exc:
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
     if meta.get("format_version") != FORMAT_VERSION:
@@ -366,8 +413,7 @@ def _open_version(index_dir: Path, mmap: bool, final: bool = False) -> StoredInd
             f"reads version {FORMAT_VERSION}: rebuild it with 'semsearch index'"
         )
     try:
-        flags = getattr(faiss, "IO_FLAG_MMAP_IFC", faiss.IO_FLAG_MMAP) if mmap else 0  # IFC: flat codes too
-        vectors = faiss.read_index(str(version / VECTORS), flags)
+        vectors = read_vectors(version / VECTORS, mmap=mmap)
     except RuntimeError:
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {VECTORS}") from None
     if count != meta.get("count") or vectors.ntotal != meta.get("vectors"):
@@ -383,4 +429,4 @@ def _open_version(index_dir: Path, mmap: bool, final: bool = False) -> StoredInd
         if not (version / TRANSFORM).is_file():
             raise IndexDamaged(f"damaged index {index_dir}: {TRANSFORM} is missing")
         transform = Transform.load(version / TRANSFORM)
-    return StoredIndex(index_dir, version, strategy, meta, vectors, db, transform)
+    return StoredIndex(index_dir, version, strategy, meta, vectors, catalog, transform)

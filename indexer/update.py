@@ -6,15 +6,16 @@ text is unchanged (same content hash) is not embedded again.
 
 from __future__ import annotations
 
-import json
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from indexer.catalog import comparable, content_hash
 from indexer.corpus import Rejection, read_corpus
 from indexer.errors import BadInput
-from indexer.store import Change, apply_change, content_hash, live_meta, open_index, writer_lock
+from indexer.store import Change, apply_change, live_meta, open_index, writer_lock
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,6 @@ class UpdateReport:
     seconds: float
 
 
-def _stored_fields(value: object) -> object:
-    """How SQLite gives a field back, so an unchanged row compares equal to its stored copy."""
-    return json.dumps(value) if isinstance(value, (dict, list)) else value
-
-
 def add_to_index(
     index_dir: str | Path,
     corpus_path: str | Path,
@@ -44,8 +40,10 @@ def add_to_index(
     fmt: str | None = None,
     batch_size: int = 32,
     progress: bool = False,
+    wait: float = 0,
 ) -> UpdateReport:
-    """Upsert every usable row of a corpus by id. Text and id fields default to the index's own."""
+    """Upsert every usable row of a corpus by id: an upserted entry's fields are replaced whole.
+    Text and id fields default to the index's own; ``wait``: seconds to wait for another writer."""
     from indexer.embedding import Embedder
 
     started = time.perf_counter()
@@ -54,22 +52,19 @@ def add_to_index(
     text_fields = list(text_fields or source.get("text_fields") or ["text"])
     id_field = id_field or source.get("id_field")
     corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
-    with writer_lock(index_dir):
+    with writer_lock(index_dir, wait):
         live = open_index(index_dir)  # the live state under the lock is what we change
-        columns = [c for c in live.columns() if c not in ("_rowid", "_text", "_chunks")]
-        stored = {
-            row[0]: dict(zip(columns, row, strict=True))
-            for row in live.db.execute(f"select {', '.join(map(_quote, columns))} from entries")
-        }
-        live.db.close()
+        stored = live.catalog.fingerprints()
+        types = live.catalog.types_for([e.fields for e in corpus.entries])
+        live.catalog.close()
         added, changed, metadata_only = [], [], []
         for entry in corpus.entries:
             old = stored.get(entry.id)
             if old is None:
                 added.append(entry)
-            elif old["_hash"] != content_hash(entry.text):
+            elif old[0] != content_hash(entry.text):
                 changed.append(entry)
-            elif any(old.get(k) != _stored_fields(v) for k, v in entry.fields.items()):
+            elif old[1] != comparable(entry.fields, types):
                 metadata_only.append(entry)
         to_embed = added + changed
         vectors = owners = None
@@ -100,18 +95,17 @@ def add_to_index(
     )
 
 
-def delete_from_index(index_dir: str | Path, ids: Sequence[str]) -> UpdateReport:
+def delete_from_index(index_dir: str | Path, ids: Sequence[str], *, wait: float = 0) -> UpdateReport:
     """Remove entries (rows and all their vectors) by external id; unknown ids are reported."""
     started = time.perf_counter()
     index_dir = Path(index_dir)
     ids = list(dict.fromkeys(str(i).strip() for i in ids if str(i).strip()))
     if not ids:
         raise BadInput("no ids to delete: give --id ID or --ids-file FILE")
-    with writer_lock(index_dir):
+    with writer_lock(index_dir, wait):
         live = open_index(index_dir)
-        marks = ",".join("?" * len(ids))
-        found = {row[0] for row in live.db.execute(f"select _id from entries where _id in ({marks})", ids)}
-        live.db.close()
+        found = set(live.catalog.rowids(ids))
+        live.catalog.close()
         if found:
             apply_change(index_dir, Change(deletes=[i for i in ids if i in found]))
     return UpdateReport(
@@ -127,11 +121,11 @@ def delete_from_index(index_dir: str | Path, ids: Sequence[str]) -> UpdateReport
     )
 
 
-def compact_index(index_dir: str | Path) -> int:
-    """VACUUM the database after many updates; returns the bytes on disk afterwards. (The vector
-    file needs nothing: every version is written with the live vectors only.)"""
+def compact_index(index_dir: str | Path, *, wait: float = 0) -> int:
+    """VACUUM the database after many updates and refit the vector index to its size (the kind
+    chosen again, IVF probes retuned: ``vector_index.refit``); returns the bytes on disk after."""
     index_dir = Path(index_dir)
-    with writer_lock(index_dir):
+    with writer_lock(index_dir, wait):
         apply_change(index_dir, Change(), compact=True)
     return open_index(index_dir).size_on_disk()
 
@@ -140,13 +134,10 @@ def _count(index_dir: Path) -> int:
     return int(live_meta(index_dir)["count"])
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def read_ids(path: str | Path) -> list[str]:
-    """One id per line (blank lines ignored)."""
+    """One id per line (blank lines ignored), from a file or from stdin for "-"."""
     try:
-        return [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+        text = sys.stdin.read() if str(path) == "-" else Path(path).read_text(encoding="utf-8")
+        return [line.strip() for line in text.splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"cannot read ids from {path}: {exc}") from None

@@ -83,7 +83,7 @@ def test_bad_jsonl_rows(tmp_path):
         ("c.csv", "id,text\n1,\n2, \n", "empty corpus"),
         ("c.csv", "", "no header"),
         ("c.txt", "\n\n", "empty corpus"),
-        ("c.csv", "_id,text\n1,x\n", "reserved"),
+        ("c.csv", "_rowid,text\n1,x\n", "reserved"),
         ("c.bin", b"\x00\x01\x02binary", "binary"),
     ],
 )
@@ -93,3 +93,46 @@ def test_unusable_corpus_is_one_clear_error(tmp_path, name, content, message):
         write(path, content)
     with pytest.raises(SemsearchError, match=message):
         read_corpus(path, fmt="text" if name.endswith(".bin") else None)
+
+
+def test_beir_corpus_as_distributed(tmp_path):
+    """BEIR's corpus.jsonl: ``_id`` is the id (not a field of its own), title and text joined."""
+    rows = [
+        {"_id": "d1", "title": "Bikes", "text": "How to park a bike.", "metadata": {}},
+        {"_id": "d2", "title": "", "text": "Cards we accept.", "metadata": {}},
+    ]
+    path = write(tmp_path / "corpus.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    corpus = read_corpus(path, text_fields=["title", "text"])
+    assert [(e.id, e.text) for e in corpus.entries] == [
+        ("d1", "Bikes How to park a bike."),
+        ("d2", "Cards we accept."),
+    ]
+    assert "_id" not in corpus.entries[0].fields and corpus.entries[0].fields["title"] == "Bikes"
+    with pytest.raises(SemsearchError, match="_rowid.*reserved"):
+        read_corpus(write(tmp_path / "clash.jsonl", '{"_id": "a", "text": "x", "_rowid": 3}\n'))
+
+
+def test_columns_differing_only_in_case_are_one_clear_error(tmp_path):
+    with pytest.raises(SemsearchError, match="'text' and 'Text' differ only in case"):
+        read_corpus(write(tmp_path / "c.csv", "id,text,Text\n1,a,b\n"))
+    rows = '{"id": 1, "text": "a", "tag": "x"}\n{"id": 2, "text": "b", "TAG": "y"}\n'
+    with pytest.raises(SemsearchError, match="differ only in case"):
+        read_corpus(write(tmp_path / "c.jsonl", rows))
+
+
+def test_unterminated_quote_rejects_its_row_and_keeps_the_rest(tmp_path):
+    path = write(tmp_path / "c.csv", 'id,text\n1,"fine"\n2,"broken\n3,also fine\n4,"multi\nline"\n')
+    corpus = read_corpus(path)
+    assert [(e.id, e.text) for e in corpus.entries] == [
+        ("1", "fine"),
+        ("3", "also fine"),
+        ("4", "multi\nline"),
+    ]
+    assert [(r.row, r.reason.split(":")[0]) for r in corpus.rejected] == [(2, "unterminated quote")]
+    at_end = read_corpus(write(tmp_path / "d.csv", 'id,text\n1,fine\n2,"broken\n3,lost\n4,lost too\n'))
+    assert [e.id for e in at_end.entries] == ["1", "3", "4"]
+    assert at_end.rejected[0].reason == "unterminated quote: opened on line 3"
+    last = read_corpus(write(tmp_path / "e.csv", 'id,text\n1,fine\n2,"broken'))
+    assert [e.id for e in last.entries] == ["1"] and last.rejected[0].reason.startswith("unterminated quote")
+    stray = read_corpus(write(tmp_path / "f.csv", 'id,text\n1,"fine"x\n2,ok\n'))
+    assert [e.id for e in stray.entries] == ["2"] and stray.rejected[0].reason.startswith("bad CSV")

@@ -10,8 +10,8 @@ import pytest
 
 from indexer import Strategy, build_index
 from indexer.store import open_index
-from indexer.update import add_to_index, delete_from_index
-from indexer.vector_index import RECALL_TARGET, build_vector_index, kind_of, recall_at_10
+from indexer.update import add_to_index, compact_index, delete_from_index
+from indexer.vector_index import RECALL_TARGET, build_vector_index, kind_of, recall_at_10, refit
 from search import SearchEngine
 
 
@@ -105,3 +105,53 @@ def test_sq8_index_end_to_end(tmp_path, tiny_model):
     engine = SearchEngine(tmp_path / "idx")
     assert engine.search("a fresh line about tandem bicycles", k=1)[0].id == "new"
     assert engine.search("line 7 about topic 7", k=1)[0].id == "d7"
+
+
+def test_add_and_compact_rechoose_the_kind_by_size(tmp_path, tiny_model, monkeypatch):
+    """Built exact below the threshold, add past it -> IVF with tuned probes; delete below it and
+    compact -> exact again. A kind the user forced stays."""
+    import indexer.vector_index
+
+    monkeypatch.setattr(indexer.vector_index, "EXACT_LIMIT", 300)
+
+    def lines(name: str, start: int, stop: int) -> Path:
+        path = tmp_path / name
+        path.write_text(
+            "id,text\n" + "".join(f"d{i},line {i} about topic {i % 13}\n" for i in range(start, stop))
+        )
+        return path
+
+    build_index(lines("a.csv", 0, 200), tmp_path / "idx", Strategy(model=tiny_model))
+    build_index(lines("a.csv", 0, 200), tmp_path / "forced", Strategy(model=tiny_model), index_kind="flat")
+    assert kind_of(open_index(tmp_path / "idx").vectors) == "flat"
+    add_to_index(tmp_path / "idx", lines("b.csv", 200, 700))
+    add_to_index(tmp_path / "forced", lines("b.csv", 200, 700))
+    live = open_index(tmp_path / "idx")
+    assert kind_of(live.vectors) == "ivf" and live.vectors.ntotal == 700
+    assert 1 <= live.vectors.nprobe < live.vectors.nlist and live.info()["nprobe"] == live.vectors.nprobe
+    assert SearchEngine(tmp_path / "idx").search("line 650 about topic 0", k=1)[0].id == "d650"
+    assert kind_of(open_index(tmp_path / "forced").vectors) == "flat"
+    delete_from_index(tmp_path / "idx", [f"d{i}" for i in range(500)])
+    compact_index(tmp_path / "idx")
+    live = open_index(tmp_path / "idx")
+    assert kind_of(live.vectors) == "flat" and live.vectors.ntotal == 200
+    assert SearchEngine(tmp_path / "idx").search("line 650 about topic 0", k=1)[0].id == "d650"
+
+
+def test_refit_retunes_ivf_when_the_size_has_doubled():
+    vectors = clustered(8000)
+    ids = np.arange(1, 8001, dtype=np.int64)
+    ivf = build_vector_index(vectors[:2000], ids[:2000], "ivf")
+    ivf.add_with_ids(vectors[2000:2500], ids[2000:2500])
+    same, tuned_for = refit(ivf, "ivf", "float32", 2000)
+    assert same is ivf and tuned_for == 2000  # grew by a quarter: kept as it is
+    ivf.add_with_ids(vectors[2500:], ids[2500:])
+    rebuilt, tuned_for = refit(ivf, "ivf", "float32", 2000)
+    assert rebuilt is not ivf and tuned_for == 8000 and rebuilt.ntotal == 8000
+    assert rebuilt.nlist > ivf.nlist and 1 <= rebuilt.nprobe <= rebuilt.nlist
+    tuned, rebuilt.nprobe = rebuilt.nprobe, rebuilt.nlist
+    assert refit(rebuilt, "ivf", "float32", 8000, retune=True) == (rebuilt, 8000)  # compact retunes
+    assert rebuilt.nprobe == tuned
+    exact, _ = refit(rebuilt, "auto", "float32", 8000)  # 8000 < EXACT_LIMIT: exact again
+    assert kind_of(exact) == "flat" and exact.ntotal == 8000
+    assert sorted(exact.search(vectors[:1], 1)[1][0].tolist()) == [1]

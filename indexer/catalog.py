@@ -1,0 +1,255 @@
+"""The catalog: the SQLite half of an index version (``meta.db``), one row per entry plus the
+index's meta, with typed operations on it. The vectors are the other half (``vector_index``).
+
+Tables::
+
+    entries(_rowid INTEGER PRIMARY KEY, _id TEXT UNIQUE, _text, _hash, _chunks, <user fields>)
+    meta(key TEXT PRIMARY KEY, value)    JSON values: strategy, counts, index kind, source, ...
+
+Field types are decided per column from the rows that first bring it (the build, or the ``add``
+that adds the column), so a filter compares numbers as numbers in any corpus format:
+
+- a value counts as a number when it is one (JSON) or when its text reads as one (CSV and TSV
+  cells, JSON strings): ``12``, ``-3``, ``9.5``, ``1e3``; not ``007`` (a code: leading zero),
+  ``1_000``, ``nan`` or ``inf``;
+- every non-empty value a number -> ``integer`` (all whole) or ``number`` (SQLite NUMERIC);
+- more numbers than other text (``"9.5"``, ``"n/a"``, ``"12"``) -> ``number``: the numbers are
+  stored and compared as numbers, the text stays text (SQLite orders text after every number:
+  ``price < 10`` never admits ``n/a``, ``price > 10`` does);
+- otherwise (or any JSON list/object, stored as JSON text) -> ``text``.
+
+In a numeric column an empty cell (or empty string) is NULL. NUMERIC stores a whole float as an
+integer: JSON ``10`` and ``10.0`` both come back as ``10``, ``9.5`` as ``9.5`` (a REAL column
+would give ``10.0``). A later ``add`` converts its values to the stored column types the same
+way. Upserting an entry replaces all its fields: one missing from the new row becomes NULL.
+
+(sqlite-utils' ``TypeTracker`` cannot express these rules: it is all-or-nothing per column, so
+one ``n/a`` makes a price column text, and it calls a JSON float such as 9.5 an integer, as
+``int(9.5)`` succeeds.)
+
+Operations that take many ids bind them as one JSON array (``json_each``), never one parameter
+per id, so they work past SQLite's bound-parameter limit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from indexer.corpus import RESERVED, Entry
+
+SQL_TYPES = {"integer": "INTEGER", "number": "NUMERIC", "text": "TEXT"}
+_FIELD_TYPES = {"INTEGER": "integer", "NUMERIC": "number", "REAL": "number", "FLOAT": "number"}
+_NUMBER = re.compile(r"[+-]?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_INT64 = 1 << 63
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _number(value: Any) -> int | float | None:
+    """The number a value stands for, or None. Whole floats become ints (NUMERIC semantics)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if not _NUMBER.fullmatch(text):
+            return None
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        return int(value) if value.is_integer() and abs(value) < _INT64 else value
+    if isinstance(value, int):
+        return value if -_INT64 <= value < _INT64 else None
+    return None
+
+
+def detect_types(rows: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """Field name -> ``integer``, ``number`` or ``text`` (the rules in the module docstring)."""
+    counts: dict[str, Counter] = {}
+    for row in rows:
+        for name, value in row.items():
+            seen = counts.setdefault(name, Counter())
+            if value is None or (isinstance(value, str) and not value.strip()):
+                continue
+            if isinstance(value, (dict, list)):
+                seen["structured"] += 1
+                continue
+            number = _number(value)
+            seen["text" if number is None else "integer" if isinstance(number, int) else "float"] += 1
+    types = {}
+    for name, seen in counts.items():
+        numbers = seen["integer"] + seen["float"]
+        if seen["structured"] or numbers <= seen["text"]:
+            types[name] = "text"
+        elif seen["float"] or seen["text"]:
+            types[name] = "number"
+        else:
+            types[name] = "integer"
+    return types
+
+
+def stored_value(value: Any, field_type: str) -> Any:
+    """What the column keeps for ``value``: numbers in numeric columns (empty -> NULL), text in
+    text columns, JSON text for lists and objects."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    if field_type == "text":
+        if isinstance(value, bool):
+            return str(int(value))
+        return str(value) if isinstance(value, (int, float)) else value
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    number = _number(value)
+    if number is None:
+        return value if isinstance(value, str) else str(value)
+    return number
+
+
+def comparable(fields: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:
+    """Fields as stored (casefolded names, NULLs left out): equal means nothing to update.
+    ``types``: casefolded name -> type (``Catalog.types_for``)."""
+    out = {}
+    for name, value in fields.items():
+        kept = stored_value(value, types[name.casefold()])
+        if kept is not None:
+            out[name.casefold()] = kept
+    return out
+
+
+class Catalog:
+    """One version's ``meta.db``, opened read-only (queries) or writable (a write in progress)."""
+
+    def __init__(self, path: Path, *, readonly: bool = True):
+        self.path = path
+        mode = "ro" if readonly else "rwc"
+        self.db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False)
+
+    @classmethod
+    def create(cls, path: Path, field_types: dict[str, str]) -> Catalog:
+        catalog = cls(path, readonly=False)
+        columns = ", ".join(f"{quote(n)} {SQL_TYPES[t]}" for n, t in field_types.items())
+        catalog.db.executescript(
+            "create table meta (key text primary key, value text);"
+            "create table entries (_rowid integer primary key, _id text not null unique, _text text,"
+            f" _hash text, _chunks integer{', ' + columns if columns else ''});"
+        )
+        return catalog
+
+    def close(self) -> None:
+        self.db.close()
+
+    def commit(self) -> None:
+        self.db.commit()
+
+    def vacuum(self) -> None:
+        self.db.commit()
+        self.db.execute("vacuum")
+
+    # meta
+
+    def read_meta(self) -> dict[str, Any]:
+        return {key: json.loads(value) for key, value in self.db.execute("select key, value from meta")}
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        self.db.executemany(
+            "insert or replace into meta (key, value) values (?, ?)",
+            [(k, json.dumps(v)) for k, v in meta.items()],
+        )
+
+    # columns
+
+    def columns(self) -> list[str]:
+        return [row[1] for row in self.db.execute("pragma table_info(entries)")]
+
+    def field_types(self) -> dict[str, str]:
+        """The user fields (not the index's own columns) and their types."""
+        return {
+            name: _FIELD_TYPES.get(declared.upper(), "text")
+            for _, name, declared, *_ in self.db.execute("pragma table_info(entries)")
+            if name not in RESERVED
+        }
+
+    def types_for(self, rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+        """Casefolded field name -> type, for the stored fields and any new ones ``rows`` bring
+        (typed from those rows). Names match case-insensitively, as SQLite's do."""
+        types = {name.casefold(): t for name, t in self.field_types().items()}
+        for name, field_type in detect_types(rows).items():
+            types.setdefault(name.casefold(), field_type)
+        return types
+
+    # entries
+
+    def count(self) -> int:
+        return self.db.execute("select count(*) from entries").fetchone()[0]
+
+    def put(self, entries: Sequence[Entry], rowids: Sequence[int], chunks: Sequence[int]) -> None:
+        """Insert entries, replacing any row with the same row id whole (fields it no longer has
+        become NULL)."""
+        types = self.types_for([e.fields for e in entries])
+        known = {name.casefold() for name in self.columns()}
+        for name in dict.fromkeys(n for e in entries for n in e.fields):
+            if name.casefold() not in known:
+                self.db.execute(
+                    f"alter table entries add column {quote(name)} {SQL_TYPES[types[name.casefold()]]}"
+                )
+                known.add(name.casefold())
+        by_columns: dict[tuple[str, ...], list[tuple]] = {}  # one statement per set of fields
+        for entry, rowid, n in zip(entries, rowids, chunks, strict=True):
+            names = tuple(entry.fields)
+            values = (int(rowid), entry.id, entry.text, content_hash(entry.text), int(n))
+            values += tuple(stored_value(entry.fields[name], types[name.casefold()]) for name in names)
+            by_columns.setdefault(names, []).append(values)
+        for names, rows in by_columns.items():
+            columns = ", ".join(map(quote, [*RESERVED, *names]))  # _rowid, _id, _text, _hash, _chunks
+            marks = ", ".join("?" * (len(RESERVED) + len(names)))
+            self.db.executemany(f"insert or replace into entries ({columns}) values ({marks})", rows)
+
+    def fingerprints(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Every entry: external id -> (content hash, fields as ``comparable`` gives them)."""
+        types = self.field_types()
+        folded = {name.casefold(): t for name, t in types.items()}
+        select = ", ".join(map(quote, ["_id", "_hash", *types]))
+        return {
+            row[0]: (row[1], comparable(dict(zip(types, row[2:], strict=True)), folded))
+            for row in self.db.execute(f"select {select} from entries")
+        }
+
+    def rowids(self, ids: Sequence[str]) -> dict[str, int]:
+        """External id -> row id, for the ids that exist."""
+        found = self.db.execute(
+            "select _id, _rowid from entries where _id in (select value from json_each(?))",
+            (json.dumps(ids),),
+        )
+        return dict(found.fetchall())
+
+    def rows(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """Row id -> the whole row, for the row ids that exist."""
+        if not len(rowids):
+            return {}
+        cursor = self.db.execute(
+            "select * from entries where _rowid in (select value from json_each(?))",
+            (json.dumps([int(r) for r in rowids]),),
+        )
+        names = [c[0] for c in cursor.description]
+        return {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
+
+    def delete(self, rowids: Sequence[int]) -> None:
+        self.db.execute(
+            "delete from entries where _rowid in (select value from json_each(?))",
+            (json.dumps([int(r) for r in rowids]),),
+        )
+
+
+def content_hash(text: str) -> str:
+    """What decides whether an entry must be embedded again (the strategy is fixed per index)."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]

@@ -1,0 +1,149 @@
+"""The catalog (SQLite half of an index): field types detected at build so numbers compare as
+numbers, document semantics for upserts, and operations on any number of ids."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer import Strategy, build_index
+from indexer.corpus import Entry
+from indexer.store import open_index, write_index, writer_lock
+from indexer.update import add_to_index, delete_from_index
+from search import SearchEngine
+
+PRICES = [("a", "9.5", "999"), ("b", "10", "2020"), ("c", "12", "2021")]
+
+
+def corpus(tmp_path: Path, fmt: str, rows=PRICES) -> Path:
+    path = tmp_path / f"c.{fmt}"
+    if fmt == "jsonl":
+        lines = [
+            json.dumps({"id": i, "text": f"item {i}", "price": float(p), "year": int(y)}) for i, p, y in rows
+        ]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    else:
+        sep = "," if fmt == "csv" else "\t"
+        lines = [sep.join(["id", "text", "price", "year"])] + [
+            sep.join([i, f"item {i}", p, y]) for i, p, y in rows
+        ]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def ids(engine: SearchEngine, where: str) -> set[str]:
+    return {h.id for h in engine.search("item", k=50, where=where)}
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+def test_numeric_fields_compare_as_numbers(tmp_path, tiny_model, fmt):
+    build_index(corpus(tmp_path, fmt), tmp_path / "idx", Strategy(model=tiny_model))
+    engine = SearchEngine(tmp_path / "idx")
+    assert ids(engine, "price < 10") == {"a"}
+    assert ids(engine, "year >= 2020") == {"b", "c"}
+    assert ids(engine, "price >= 9.5 AND price <= 10") == {"a", "b"}
+    hit = engine.search("item b", k=3, where="id = 'b'")[0]
+    assert hit.fields["year"] == 2020 and type(hit.fields["year"]) is int
+    assert hit.fields["price"] == 10 and type(hit.fields["price"]) is int  # NUMERIC: 10.0 comes back as 10
+
+
+def test_empty_cells_and_text_in_a_numeric_column(tmp_path, tiny_model):
+    rows = [
+        ("a", "9.5", "999"),
+        ("b", "", "2020"),
+        ("c", "n/a", "2021"),
+        ("d", "12", "2022"),
+        ("e", "10", ""),
+    ]
+    build_index(corpus(tmp_path, "csv", rows), tmp_path / "idx", Strategy(model=tiny_model))
+    engine = SearchEngine(tmp_path / "idx")
+    assert ids(engine, "price < 11") == {"a", "e"}  # 'n/a' and the empty cell are not numbers below 11
+    assert ids(engine, "price IS NULL") == {"b"} and ids(engine, "year IS NULL") == {"e"}
+    assert engine.search("item c", k=1, where="id = 'c'")[0].fields["price"] == "n/a"
+    assert open_index(tmp_path / "idx").info()["fields"]["price"] == "number"
+
+
+def test_added_rows_keep_the_column_types(tmp_path, tiny_model):
+    build_index(corpus(tmp_path, "csv"), tmp_path / "idx", Strategy(model=tiny_model))
+    more = tmp_path / "more.csv"
+    more.write_text("id,text,price,year,stock\nd,item d,7.5,1999,3\n", encoding="utf-8")
+    add_to_index(tmp_path / "idx", more)
+    engine = SearchEngine(tmp_path / "idx")
+    assert ids(engine, "price < 9") == {"d"} and ids(engine, "year < 2000") == {"a", "d"}
+    assert ids(engine, "stock > 2") == {"d"}  # a new column gets its type from the added rows
+    fields = engine.search("item d", k=1, where="id = 'd'")[0].fields
+    assert fields["price"] == 7.5 and type(fields["stock"]) is int
+
+
+def test_jsonl_integers_stay_integers(tmp_path, tiny_model):
+    rows = [{"id": "a", "text": "x", "n": 9.5, "m": 3}, {"id": "b", "text": "y", "n": 10, "m": 4}]
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    got = {r["_id"]: r for r in open_index(tmp_path / "idx").rows([1, 2]).values()}
+    assert (got["a"]["n"], got["b"]["n"], got["b"]["m"]) == (9.5, 10, 4)
+    assert type(got["b"]["n"]) is int and type(got["b"]["m"]) is int
+
+
+def test_upsert_replaces_the_fields_of_an_entry(tmp_path, tiny_model):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "a", "text": "x", "colour": "red", "size": 3}\n', encoding="utf-8")
+    build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    update = tmp_path / "u.jsonl"
+    update.write_text('{"id": "a", "text": "x", "size": 4}\n', encoding="utf-8")
+    report = add_to_index(tmp_path / "idx", update)
+    assert report.updated == 1
+    row = open_index(tmp_path / "idx").rows([1])[1]
+    assert (row["size"], row["colour"]) == (4, None)
+    again = add_to_index(tmp_path / "idx", update)
+    assert (again.updated, again.unchanged) == (0, 1)
+    update.write_text('{"id": "a", "text": "x"}\n', encoding="utf-8")  # dropping a field is a change too
+    assert add_to_index(tmp_path / "idx", update).updated == 1
+    assert open_index(tmp_path / "idx").rows([1])[1]["size"] is None
+
+
+def test_delete_and_read_any_number_of_ids(tmp_path, tiny_model):
+    """Past SQLite's bound-parameter limit (32,766 by default, 250,000 in Debian's build): one
+    call deletes 100,000 ids among 160,000 unknown ones, and rows() reads 260,000 row ids."""
+    n = 100_000
+    rng = np.random.default_rng(0)
+    entries = [Entry(f"e{i}", f"t{i}", {"id": f"e{i}"}) for i in range(n)]
+    index_dir = tmp_path / "idx"
+    index_dir.mkdir()
+    with writer_lock(index_dir):
+        write_index(
+            index_dir,
+            Strategy(model=tiny_model),
+            entries,
+            rng.normal(size=(n, 8)).astype(np.float32),
+            np.arange(n),
+            source={"path": "generated", "text_fields": ["text"]},
+            index_kind="flat",
+        )
+    assert len(open_index(index_dir).rows(list(range(1, 260_001)))) == n
+    gone = [f"e{i}" for i in range(40_000, n)] + [f"unknown{i}" for i in range(160_000)]
+    report = delete_from_index(index_dir, gone)
+    assert (report.deleted, len(report.not_found), report.count) == (60_000, 160_000, 40_000)
+    live = open_index(index_dir)
+    assert live.vectors.ntotal == 40_000 and live.rows([1])[1]["_id"] == "e0"
+
+
+def test_beir_corpus_builds_with_its_ids(tmp_path, tiny_model):
+    rows = [
+        {"_id": "doc1", "title": "Parking", "text": "Bikes park at the station.", "metadata": {}},
+        {"_id": "doc2", "title": "", "text": "We accept all major cards.", "metadata": {"src": "faq"}},
+    ]
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    build_index(path, tmp_path / "idx", Strategy(model=tiny_model), text_fields=["title", "text"])
+    top = SearchEngine(tmp_path / "idx").search("We accept all major cards.", k=1)[0]
+    assert (top.id, top.text, top.fields["title"]) == ("doc2", "We accept all major cards.", "")
+    assert json.loads(top.fields["metadata"]) == {"src": "faq"} and "_id" not in top.fields
+    assert open_index(tmp_path / "idx").info()["id_field"] == "_id"
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"_id": "doc2", "title": "Cards", "text": "Visa only."}) + "\n")
+    report = add_to_index(tmp_path / "idx", more)  # the same id field: an update, not a new entry
+    assert (report.added, report.updated, report.count) == (0, 1, 2)

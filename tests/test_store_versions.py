@@ -1,0 +1,129 @@
+"""The version directory logic: CURRENT may only name a version inside the index, a writer can
+wait for the lock, a failed first build leaves nothing behind, and info() describes the index."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from indexer import Strategy, build_index
+from indexer.errors import BadInput, IndexDamaged, IndexLocked
+from indexer.store import CURRENT, open_index, writer_lock
+from indexer.update import add_to_index, compact_index, delete_from_index, read_ids
+
+
+def faq(tmp_path: Path, name: str = "faq.csv", prefix: str = "k") -> Path:
+    path = tmp_path / name
+    path.write_text(
+        "id,text,category\n" + "".join(f"{prefix}{i},question number {i},c{i % 2}\n" for i in range(6)),
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture
+def two_indexes(tmp_path, tiny_model) -> tuple[Path, Path]:
+    build_index(faq(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    build_index(faq(tmp_path, "other.csv", "o"), tmp_path / "other", Strategy(model=tiny_model))
+    return tmp_path / "idx", tmp_path / "other"
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("pointer", ["relative", "absolute", "symlink"])
+def test_current_must_name_a_version_inside_the_index(two_indexes, tmp_path, pointer):
+    index, other = two_indexes
+    foreign = (other / CURRENT).read_text().strip()
+    if pointer == "relative":
+        name = f"{(index / CURRENT).read_text().strip()}/../../other/{foreign}"
+    elif pointer == "absolute":
+        name = str(other / foreign)
+    else:
+        name = "v-20990101T000000-deadbeef"
+        os.symlink(other / foreign, index / name)
+    (index / CURRENT).write_text(name + "\n")
+    before = snapshot(other)
+    more = tmp_path / "more.csv"
+    more.write_text("id,text\nnew,a new question\n")
+    with pytest.raises(IndexDamaged):
+        open_index(index)
+    with pytest.raises(IndexDamaged):
+        delete_from_index(index, ["o1"])
+    with pytest.raises(IndexDamaged):
+        add_to_index(index, more)
+    with pytest.raises(IndexDamaged):
+        compact_index(index)
+    assert snapshot(other) == before
+    assert open_index(other).meta["count"] == 6
+
+
+def test_writer_waits_for_the_lock_when_asked(tmp_path, tiny_model):
+    build_index(faq(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with writer_lock(tmp_path / "idx"):
+            taken.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait(30)
+    try:
+        with pytest.raises(IndexLocked):
+            delete_from_index(tmp_path / "idx", ["k1"], wait=0.2)
+        threading.Timer(0.3, release.set).start()
+        report = delete_from_index(tmp_path / "idx", ["k1"], wait=30)
+    finally:
+        release.set()
+        holder.join()
+    assert report.deleted == 1
+
+
+def test_writing_to_a_missing_index_is_one_clear_error(tmp_path):
+    with pytest.raises(BadInput, match="no index at"):
+        delete_from_index(tmp_path / "nowhere", ["a"])
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_read_ids_from_stdin(monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a\n\n b \nc\n"), encoding="utf-8"))
+    assert read_ids("-") == ["a", "b", "c"]
+
+
+def test_failed_first_build_leaves_no_directory(tmp_path, tiny_model):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,text\n1,fine\n")
+    target = tmp_path / "new" / "idx"
+    with pytest.raises(BadInput):
+        build_index(bad, target, Strategy(model=tiny_model, layers=(9,)))  # fails after the directory is made
+    assert not target.exists() and not (tmp_path / "new").exists()
+    clash = tmp_path / "clash.csv"
+    clash.write_text("id,text,Text\n1,a,b\n")
+    with pytest.raises(BadInput, match="differ only in case"):
+        build_index(clash, target, Strategy(model=tiny_model))
+    assert not (tmp_path / "new").exists()
+    build_index(faq(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    before = snapshot(tmp_path / "idx")
+    with pytest.raises(BadInput):
+        build_index(bad, tmp_path / "idx", Strategy(model=tiny_model, layers=(9,)))
+    assert {k: v for k, v in snapshot(tmp_path / "idx").items() if k != ".lock"} == {
+        k: v for k, v in before.items() if k != ".lock"
+    }
+
+
+def test_info_describes_the_index(tmp_path, tiny_model):
+    build_index(faq(tmp_path), tmp_path / "idx", Strategy(model=tiny_model), text_fields=["text"])
+    info = open_index(tmp_path / "idx").info()
+    assert info["entries"] == 6 and info["vectors"] == 6 and info["index_kind"] == "flat"
+    assert info["fields"] == {"id": "text", "text": "text", "category": "text"}
+    assert info["text_fields"] == ["text"] and info["id_field"] == "id"  # detected, recorded
+    assert info["strategy"]["model"] == tiny_model and info["model"] == tiny_model
+    assert info["version"] == (tmp_path / "idx" / CURRENT).read_text().strip()
+    assert info["size_bytes"] > 0 and "nprobe" not in info and info["storage"] == "float32"
