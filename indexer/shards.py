@@ -74,7 +74,7 @@ def merge_shards(
     shards: Sequence[str | Path], index_dir: str | Path, *, index_kind: str = "auto", storage: str = "float32"
 ) -> int:
     """Merge shard directories into one index (atomic, like a build). Returns the entry count."""
-    from indexer.store import prepare_target, write_index, writer_lock
+    from indexer.store import building, write_index
     from indexer.transform import Transform
 
     if not shards:
@@ -103,8 +103,7 @@ def merge_shards(
     merged = np.concatenate(vectors)
     transform = Transform.for_strategy(strategy, merged)  # on the whole corpus, as a build would
     merged = Transform.apply_optional(transform, merged)
-    prepare_target(Path(index_dir))
-    with writer_lock(Path(index_dir)):
+    with building(Path(index_dir)):
         write_index(
             index_dir,
             strategy,

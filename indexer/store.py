@@ -131,7 +131,8 @@ def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise IndexLocked(
-                        f"another semsearch process is writing to {index_dir}: try again when it has finished"
+                        f"another semsearch process is writing to {index_dir}: try again when it has "
+                        "finished, or wait for it (--wait SECONDS)"
                     ) from None
                 time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
         yield

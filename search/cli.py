@@ -134,6 +134,15 @@ def strategy_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+wait_option = click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seconds to wait for another writer of the index to finish (default: fail at once).",
+)
+
+
 def _split(text: str) -> list[str]:
     """A comma-separated option as a list: "question, answer" -> ["question", "answer"]."""
     return [part.strip() for part in text.split(",") if part.strip()]
@@ -197,6 +206,7 @@ def cli() -> None:
     show_default=True,
     help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged).",
 )
+@wait_option
 @strategy_options
 def index_command(
     corpus: Path,
@@ -209,6 +219,7 @@ def index_command(
     batch_size: int,
     index_kind: str,
     storage: str,
+    wait: float,
     asked: dict[str, Any],
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
@@ -229,6 +240,7 @@ def index_command(
         progress=_progress(),
         index_kind=index_kind,
         storage=storage,
+        wait=wait,
     )
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
@@ -329,6 +341,7 @@ def query_command(
 @click.option("--id-field", help="Field with the entry id (default: the index's own).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS))
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@wait_option
 def add_command(
     index_dir: Path,
     corpus: Path,
@@ -336,6 +349,7 @@ def add_command(
     id_field: str | None,
     fmt: str | None,
     batch_size: int,
+    wait: float,
 ) -> None:
     """Upsert CORPUS into INDEX_DIR by id: new and changed texts are embedded, unchanged ones skipped."""
     from indexer.update import add_to_index
@@ -349,6 +363,7 @@ def add_command(
         fmt=fmt,
         batch_size=batch_size,
         progress=_progress(),
+        wait=wait,
     )
     click.echo(
         f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "
@@ -362,11 +377,12 @@ def add_command(
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.option("--id", "ids", multiple=True, help="External id to delete (repeatable).")
 @click.option("--ids-file", help="File of ids, one per line ('-' = stdin).")
-def delete_command(index_dir: Path, ids: tuple[str, ...], ids_file: str | None) -> None:
+@wait_option
+def delete_command(index_dir: Path, ids: tuple[str, ...], ids_file: str | None, wait: float) -> None:
     """Delete entries by id from INDEX_DIR (rows and vectors)."""
     from indexer.update import delete_from_index, read_ids
 
-    report = delete_from_index(index_dir, [*ids, *(read_ids(ids_file) if ids_file else [])])
+    report = delete_from_index(index_dir, [*ids, *(read_ids(ids_file) if ids_file else [])], wait=wait)
     click.echo(f"deleted {report.deleted}: {report.count} entries left in {index_dir}", err=True)
     if report.not_found:
         shown = ", ".join(report.not_found[:10]) + (" ..." if len(report.not_found) > 10 else "")
@@ -375,11 +391,12 @@ def delete_command(index_dir: Path, ids: tuple[str, ...], ids_file: str | None) 
 
 @cli.command("compact")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-def compact_command(index_dir: Path) -> None:
+@wait_option
+def compact_command(index_dir: Path, wait: float) -> None:
     """Vacuum INDEX_DIR's database after many updates (a new complete version, like any write)."""
     from indexer.update import compact_index
 
-    click.echo(f"compacted {index_dir}: {compact_index(index_dir)} bytes", err=True)
+    click.echo(f"compacted {index_dir}: {compact_index(index_dir, wait=wait)} bytes", err=True)
 
 
 @cli.command("merge")
@@ -445,27 +462,22 @@ def similar_command(sentence: str, file: str, k: int | None, as_json: bool, aske
 def info_command(index_dir: Path, as_json: bool) -> None:
     """Strategy, model, size and source of an index."""
     from indexer.store import open_index
-    from indexer.vector_index import kind_of
 
-    index = open_index(index_dir)
-    meta = index.meta
-    info = {
-        "path": str(index.path),
-        "strategy": index.strategy.describe(),
-        "model": meta["model"],
-        "entries": meta["count"],
-        "vectors": meta["vectors"],
-        "dimension": meta["dimension"],
-        "index_kind": f"{kind_of(index.vectors)}, {meta.get('storage', 'float32')}",
-        "size_bytes": index.size_on_disk(),
-        "created": meta["created"],
-        "source": meta.get("source", {}).get("path"),
-        "text_fields": ",".join(meta.get("source", {}).get("text_fields") or []),
-    }
+    info = open_index(index_dir).info()
     if as_json:
-        click.echo(json.dumps({**info, "strategy": index.strategy.to_dict()}))
+        click.echo(json.dumps(info, ensure_ascii=False))
         return
-    for key, value in info.items():
+    shown = {
+        **info,
+        "strategy": info["description"],
+        "index_kind": f"{info['index_kind']}, {info['storage']}"
+        + (f", nprobe {info['nprobe']}" if "nprobe" in info else ""),
+        "text_fields": ",".join(info["text_fields"]),
+        "fields": ", ".join(f"{name} ({kind})" for name, kind in info["fields"].items()),
+    }
+    for key in ("description", "storage", "nprobe"):
+        shown.pop(key, None)
+    for key, value in shown.items():
         click.echo(f"{key + ':':<12} {value}")
 
 

@@ -8,6 +8,9 @@ a hand-written parser is shorter and stricter than walking a general SQL parser'
     factor:= NOT factor | '(' expr ')' | FIELD op VALUE | FIELD [NOT] IN '(' VALUE, ... ')'
            | FIELD IS [NOT] NULL | FIELD [NOT] LIKE 'pattern'
     op    := = == != <> < <= > >=      VALUE := 'text' | number
+
+Numbers compare as numbers (the catalog stores numeric columns as numbers); a text value left in
+a numeric column ("n/a") counts as unknown, like NULL, in ``<``, ``<=``, ``>``, ``>=`` with a number.
     FIELD := name (letters in any script, digits, _) | "any name" (double quotes)
 
 A filter is user input that reaches SQLite, so its size is bounded: at most ``MAX_FILTER_LENGTH``
@@ -35,6 +38,7 @@ _TOKEN = re.compile(
     r"""(?P<op><=|>=|!=|<>|==|=|<|>)|(?P<punct>[(),])|(?P<word>[^\W\d]\w*))"""
 )
 _KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "NULL", "LIKE"}
+_ORDERINGS = {"<", "<=", ">", ">="}
 _QUOTING = (
     "values go in single quotes ('billing'), "
     'field names with spaces or symbols in double quotes ("my field")'
@@ -173,7 +177,11 @@ class _Parser:
         if self.peek("op"):
             op = self.take("op")
             op = {"==": "=", "<>": "!="}.get(op, op)
-            return f"{column} {op} {self.value(name)}"
+            compared = f"{column} {op} {self.value(name)}"
+            if op in _ORDERINGS and isinstance(self.params[-1], (int, float)):
+                # SQLite orders text after every number: text in a numeric column is unknown here
+                return f"(CASE WHEN typeof({column}) IN ('integer', 'real') THEN {compared} END)"
+            return compared
         negate = ""
         if self.peek("keyword", "NOT"):
             self.position += 1

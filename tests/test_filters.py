@@ -76,3 +76,22 @@ def test_an_unreadable_field_name_says_how_to_quote():
         parse_filter("my field = 'q'", FIELDS)
     with pytest.raises(FilterError, match="double quotes"):
         parse_filter("price-eur < 3", [*FIELDS, "price-eur"])
+
+
+def test_numeric_comparisons_skip_text_in_a_mixed_column():
+    """SQLite orders text after every number: without a guard, 'n/a' would pass ``price > 10``."""
+    db = sqlite3.connect(":memory:")
+    db.execute("create table t (id integer, price numeric)")
+    db.executemany("insert into t values (?, ?)", [(1, 5), (2, 15), (3, "n/a"), (4, 9.5), (5, None)])
+
+    def ids(where: str) -> list[int]:
+        condition = parse_filter(where, ["price"])
+        return [
+            r[0] for r in db.execute(f"select id from t where {condition.sql} order by id", condition.params)
+        ]
+
+    assert ids("price > 10") == [2]
+    assert ids("price <= 10") == [1, 4]
+    assert ids("NOT price > 10") == [1, 4]
+    assert ids("price = 'n/a'") == [3]
+    assert ids("price > 'm'") == [3]  # a text value compares as text

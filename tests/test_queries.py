@@ -52,7 +52,6 @@ def test_beir_queries_and_qrels_evaluate_end_to_end(tmp_path, bundled):
     assert scores["queries"] == 3 and scores["success@1"] == 1.0
 
 
-@pytest.mark.skip(reason="needs BEIR corpus `_id` support from the corpus branch: enable after merging")
 def test_beir_corpus_evaluates_end_to_end(tmp_path, bundled):
     root = beir_set(tmp_path)
     data = read_retrieval_set(root / "queries.jsonl", root / "qrels" / "test.tsv")
