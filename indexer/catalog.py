@@ -14,8 +14,8 @@ that adds the column), so a filter compares numbers as numbers in any corpus for
   ``1_000``, ``nan`` or ``inf``;
 - every non-empty value a number -> ``integer`` (all whole) or ``number`` (SQLite NUMERIC);
 - more numbers than other text (``"9.5"``, ``"n/a"``, ``"12"``) -> ``number``: the numbers are
-  stored and compared as numbers, the text stays text (SQLite orders text after every number:
-  ``price < 10`` never admits ``n/a``, ``price > 10`` does);
+  stored and compared as numbers, the text stays text (a filter treats it as unknown in ``<``,
+  ``<=``, ``>``, ``>=`` with a number: see ``search.filters``);
 - otherwise (or any JSON list/object, stored as JSON text) -> ``text``.
 
 In a numeric column an empty cell (or empty string) is NULL. NUMERIC stores a whole float as an
