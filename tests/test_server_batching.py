@@ -1,0 +1,80 @@
+"""The micro-batcher under cancellation and reloads: it outlives any one request, and a request
+embeds with the embedder of the version it started on."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+from indexer.embedding import Embedder  # noqa: E402
+from search.server import create_app  # noqa: E402
+from tests.test_server import ROWS, build_faq  # noqa: E402
+
+
+class Gate:
+    """Holds the first embedding pass in the worker thread until ``release`` is set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        original = Embedder.embed
+
+        def gated(embedder: Embedder, texts, **options):
+            if not self.release.is_set():
+                self.entered.set()
+                self.release.wait(60)
+            return original(embedder, texts, **options)
+
+        monkeypatch.setattr(Embedder, "embed", gated)
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, 60)
+
+
+def client_for(app) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+
+
+def test_batcher_survives_a_cancelled_request(tmp_path, tiny_model, monkeypatch):
+    app = create_app(build_faq(tmp_path, tiny_model))
+    gate = Gate(monkeypatch)
+
+    async def run() -> int:
+        async with client_for(app) as client:
+            first = asyncio.create_task(client.post("/search", json={"query": ROWS[0][1]}))
+            await gate.wait_entered()
+            first.cancel()  # the client gives up while its query is being embedded
+            await asyncio.gather(first, return_exceptions=True)
+            gate.release.set()
+            response = await asyncio.wait_for(client.post("/search", json={"query": ROWS[1][1]}), 60)
+            return response.status_code
+
+    assert asyncio.run(run()) == 200
+
+
+def test_request_in_flight_during_a_reload_sees_one_version(tmp_path, tiny_model, monkeypatch):
+    index = build_faq(tmp_path, tiny_model)
+    app = create_app(index)
+    gate = Gate(monkeypatch)
+
+    async def run() -> list[int]:
+        async with client_for(app) as client:
+            first = asyncio.create_task(client.post("/search", json={"query": ROWS[0][1]}))
+            await gate.wait_entered()  # the worker is busy: the next query waits in the queue
+            second = asyncio.create_task(client.post("/search", json={"query": ROWS[1][1]}))
+            await asyncio.sleep(0.5)  # lets it reach the queue on the old version
+            # the new version has another strategy and dimension (two layers concatenated)
+            await asyncio.to_thread(build_faq, tmp_path, tiny_model, layers=(-1, -2), combine="concat")
+            assert (await client.post("/reload")).json()["reloads"] == 1
+            gate.release.set()
+            responses = await asyncio.gather(first, second)
+            third = await client.post("/search", json={"query": ROWS[2][1], "k": 1})
+            dimension = (await client.get("/info")).json()["dimension"]
+            return [r.status_code for r in [*responses, third]] + [dimension]
+
+    assert asyncio.run(run()) == [200, 200, 200, 64]
