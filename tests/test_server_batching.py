@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import numpy as np
 import pytest
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 from indexer.embedding import Embedder  # noqa: E402
-from search.server import create_app  # noqa: E402
+from search.server import MicroBatcher, create_app  # noqa: E402
 from tests.test_server import ROWS, build_faq  # noqa: E402
 
 
@@ -78,3 +79,54 @@ def test_request_in_flight_during_a_reload_sees_one_version(tmp_path, tiny_model
             return [r.status_code for r in [*responses, third]] + [dimension]
 
     assert asyncio.run(run()) == [200, 200, 200, 64]
+
+
+class Recorder:
+    """A stand-in embedder that records each pass; a pass of ["hold"] waits for ``gate``."""
+
+    def __init__(self, name: str, calls: list, gate: threading.Event):
+        self.name, self.calls, self.gate = name, calls, gate
+
+    def embed(self, texts):
+        self.calls.append((self.name, list(texts)))
+        if list(texts) == ["hold"]:
+            self.gate.wait(60)
+        return np.zeros((len(texts), 1), dtype=np.float32)
+
+
+def test_batcher_drops_work_nobody_waits_for_and_keeps_embedders_apart():
+    calls: list = []
+    gate = threading.Event()
+    a, b = Recorder("a", calls, gate), Recorder("b", calls, gate)
+    batcher = MicroBatcher(64)
+
+    async def run() -> None:
+        hold = asyncio.ensure_future(batcher.embed(a, ["hold"]))
+        while not calls:  # the worker is busy with "hold": the next three wait in the queue
+            await asyncio.sleep(0.01)
+        gone = asyncio.ensure_future(batcher.embed(a, ["gone"]))
+        kept_a = asyncio.ensure_future(batcher.embed(a, ["a1"]))
+        kept_b = asyncio.ensure_future(batcher.embed(b, ["b1"]))
+        await asyncio.sleep(0)
+        gone.cancel()
+        gate.set()
+        await asyncio.gather(hold, kept_a, kept_b)
+
+    asyncio.run(run())
+    assert calls == [("a", ["hold"]), ("a", ["a1"]), ("b", ["b1"])]
+    assert batcher.dropped == 1
+
+
+def test_batcher_restarts_a_worker_that_ended():
+    calls: list = []
+    embedder = Recorder("a", calls, threading.Event())
+    batcher = MicroBatcher(64)
+
+    async def run() -> None:
+        await batcher.embed(embedder, ["first"])
+        batcher.task.cancel()
+        await asyncio.gather(batcher.task, return_exceptions=True)
+        await asyncio.wait_for(batcher.embed(embedder, ["second"]), 60)
+
+    asyncio.run(run())
+    assert calls == [("a", ["first"]), ("a", ["second"])]
