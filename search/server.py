@@ -11,8 +11,8 @@ at most every ``reload_every`` seconds, or at once with ``POST /reload``). A req
 snapshot of the engine (index, embedder, transform) and uses it throughout, so it always works on
 one complete version.
 
-Bounds: a body is at most ``MAX_BODY`` bytes however it is sent (chunked too), and a request may
-have at most ``MAX_TEXT_CHARS`` characters of text embedded. A request whose client hangs up is
+Bounds: a body is at most ``MAX_BODY`` bytes however it is sent (chunked too), and the texts of
+one request may cost the model at most ``MAX_REQUEST_TOKENS`` tokens. A request whose client hangs up is
 dropped from the queue before it costs any model time.
 
 Errors: every error answer is ``{"error": "<one line>"}``. Input the server cannot read or that
@@ -49,10 +49,11 @@ MAX_K = 100
 MAX_BATCH = 64  # queries in one /search/batch, and default texts per forward pass
 MAX_CANDIDATES = 1000
 MAX_WHERE = 1000  # characters in a filter
-# Characters of text one request may have embedded (all its queries, or the sentence and all the
-# candidates): what bounds the model time a single request can take, about 25 s of one CPU core
-# with the default model at the worst (texts long enough to be cut at max_length).
-MAX_TEXT_CHARS = 64_000
+# Model work one request may cause, in tokens: each text counts its characters (WordPiece makes at
+# most one token of a character), capped at the strategy's max_length (where the model cuts it).
+# As much as a full batch of 64 queries at 256 tokens: about 10 s of this 2-core machine under load
+# with the default model, at the worst.
+MAX_REQUEST_TOKENS = 64 * 256
 
 T = TypeVar("T")
 
@@ -98,11 +99,13 @@ class SimilarRequest(BaseModel):
     k: int | None = Field(None, ge=1, le=MAX_CANDIDATES)
 
 
-def check_budget(texts: Sequence[str]) -> None:
-    size = sum(len(t) for t in texts)
-    if size > MAX_TEXT_CHARS:
+def check_budget(texts: Sequence[str], max_length: int) -> None:
+    """Refuse a request whose texts may cost the model more than ``MAX_REQUEST_TOKENS``."""
+    bound = sum(min(len(t), max_length) for t in texts)
+    if bound > MAX_REQUEST_TOKENS:
         raise BadInput(
-            f"{size} characters of text to embed; a request may have at most {MAX_TEXT_CHARS}: split it"
+            f"too much text for one request: up to {bound} tokens to embed, at most {MAX_REQUEST_TOKENS} "
+            "(each text counts its characters, up to the model's max_length): split it"
         )
 
 
@@ -289,8 +292,8 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
 
     async def search(queries: list[str], k: int, where: str | None) -> list[list[dict[str, Any]]]:
         check_queries(queries)
-        check_budget(queries)
         snapshot = await current()
+        check_budget(queries, snapshot.embedder.strategy.max_length)
         allowed = await asyncio.to_thread(snapshot.allowed, where)
         vectors = await batcher.embed(snapshot.embedder, queries)
         hits = await asyncio.to_thread(lambda: snapshot.lookup(snapshot.finish(vectors), k, allowed))
@@ -311,8 +314,8 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
     async def similar(sentence: str, candidates: list[str], k: int | None) -> list[dict[str, Any]]:
         kept = rankable(sentence, candidates)
         texts = [sentence] + [text for _, text in kept]
-        check_budget(texts)
         snapshot = await current()
+        check_budget(texts, snapshot.embedder.strategy.max_length)
         vectors = await batcher.embed(snapshot.embedder, texts)
         return [hit.to_dict() for hit in rank_vectors(snapshot.finish(vectors), kept, k)]
 
