@@ -12,8 +12,8 @@ snapshot of the engine (index, embedder, transform) and uses it throughout, so i
 one complete version.
 
 Bounds: a body is at most ``MAX_BODY`` bytes however it is sent (chunked too), and the texts of
-one request may cost the model at most ``MAX_REQUEST_TOKENS`` tokens. A request whose client hangs up is
-dropped from the queue before it costs any model time.
+one request may cost the model at most ``MAX_REQUEST_TOKENS`` tokens. When a client hangs up, its
+request is cancelled and its texts, if still queued, are dropped without costing any model time.
 
 Errors: every error answer is ``{"error": "<one line>"}``. Input the server cannot read or that
 breaks a limit (bad JSON, a missing or out-of-range field, text that is not valid Unicode, a bad
@@ -110,8 +110,9 @@ def check_budget(texts: Sequence[str], max_length: int) -> None:
 
 
 class BodyLimit:
-    """ASGI middleware: refuses a body over ``limit`` bytes with 413, counting the bytes as they
-    arrive (a chunked body has no content-length to trust), before the app buffers any of it."""
+    """ASGI middleware: refuses a body over ``limit`` bytes with 413. The bytes are counted as they
+    arrive (a chunked body has no content-length to trust) and the app gets the body whole, so no
+    more than ``limit`` bytes of it are ever held."""
 
     def __init__(self, app: Any, limit: int = MAX_BODY):
         self.app = app
