@@ -54,6 +54,10 @@ MAX_WHERE = 1000  # characters in a filter
 # As much as a full batch of 64 queries at 256 tokens: about 10 s of this 2-core machine under load
 # with the default model, at the worst.
 MAX_REQUEST_TOKENS = 64 * 256
+# A request's texts reach the model in parts of at most this many tokens (counted the same way),
+# each queued when the one before is done: other requests get their turn in between, and a request
+# whose client hangs up stops after the part being embedded.
+PART_TOKENS = 4096
 
 T = TypeVar("T")
 
@@ -99,14 +103,34 @@ class SimilarRequest(BaseModel):
     k: int | None = Field(None, ge=1, le=MAX_CANDIDATES)
 
 
+def token_bound(text: str, max_length: int) -> int:
+    """Most tokens ``text`` can cost the model: WordPiece makes at most one token of a character,
+    and the model reads at most ``max_length``."""
+    return min(len(text), max_length)
+
+
 def check_budget(texts: Sequence[str], max_length: int) -> None:
     """Refuse a request whose texts may cost the model more than ``MAX_REQUEST_TOKENS``."""
-    bound = sum(min(len(t), max_length) for t in texts)
+    bound = sum(token_bound(t, max_length) for t in texts)
     if bound > MAX_REQUEST_TOKENS:
         raise BadInput(
             f"too much text for one request: up to {bound} tokens to embed, at most {MAX_REQUEST_TOKENS} "
             "(each text counts its characters, up to the model's max_length): split it"
         )
+
+
+def split(texts: Sequence[str], max_length: int, budget: int = PART_TOKENS) -> list[list[str]]:
+    """Consecutive parts of ``texts`` of at most ``budget`` tokens each (one text at least)."""
+    parts: list[list[str]] = [[]]
+    cost = 0
+    for text in texts:
+        tokens = token_bound(text, max_length)
+        if parts[-1] and cost + tokens > budget:
+            parts.append([])
+            cost = 0
+        parts[-1].append(text)
+        cost += tokens
+    return parts
 
 
 class BodyLimit:
@@ -174,6 +198,11 @@ class MicroBatcher:
         self.dropped = 0  # jobs dropped because their request was gone
 
     async def embed(self, embedder: Embedder, texts: list[str]) -> np.ndarray:
+        """Vectors of ``texts``, queued in parts of at most ``PART_TOKENS`` one after the other."""
+        parts = split(texts, embedder.strategy.max_length)
+        return np.concatenate([await self._embed_part(embedder, part) for part in parts])
+
+    async def _embed_part(self, embedder: Embedder, texts: list[str]) -> np.ndarray:
         loop = asyncio.get_running_loop()
         if self.task is None or self.task.get_loop() is not loop:
             self.queue = asyncio.Queue()

@@ -13,6 +13,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 from indexer.embedding import Embedder  # noqa: E402
+from indexer.strategy import Strategy  # noqa: E402
 from search.server import MicroBatcher, create_app  # noqa: E402
 from tests.test_server import ROWS, build_faq  # noqa: E402
 
@@ -82,14 +83,17 @@ def test_request_in_flight_during_a_reload_sees_one_version(tmp_path, tiny_model
 
 
 class Recorder:
-    """A stand-in embedder that records each pass; a pass of ["hold"] waits for ``gate``."""
+    """A stand-in embedder that records each pass; a pass that starts with "hold" waits for
+    ``gate``."""
+
+    strategy = Strategy(max_length=128)
 
     def __init__(self, name: str, calls: list, gate: threading.Event):
         self.name, self.calls, self.gate = name, calls, gate
 
     def embed(self, texts):
         self.calls.append((self.name, list(texts)))
-        if list(texts) == ["hold"]:
+        if texts[0] == "hold":
             self.gate.wait(60)
         return np.zeros((len(texts), 1), dtype=np.float32)
 
@@ -130,3 +134,39 @@ def test_batcher_restarts_a_worker_that_ended():
 
     asyncio.run(run())
     assert calls == [("a", ["first"]), ("a", ["second"])]
+
+
+def test_long_requests_take_turns_and_stop_when_cancelled():
+    calls: list = []
+    gate = threading.Event()
+    embedder = Recorder("a", calls, gate)
+    batcher = MicroBatcher(64)
+    long = [str(i % 10) * 128 for i in range(64)]  # 64 x 128 tokens: two parts of 4096
+
+    async def run() -> None:
+        hold = asyncio.ensure_future(batcher.embed(embedder, ["hold"]))
+        while not calls:
+            await asyncio.sleep(0.01)
+        big = asyncio.ensure_future(batcher.embed(embedder, long))
+        small = asyncio.ensure_future(batcher.embed(embedder, ["small"]))
+        await asyncio.sleep(0)
+        gate.set()
+        assert len(await big) == 64
+        await asyncio.gather(hold, small)
+        # a request cancelled while its first part is embedded never queues the second
+        gate.clear()
+        gone = asyncio.ensure_future(batcher.embed(embedder, ["hold", *long[1:]]))
+        while len(calls) < 4:
+            await asyncio.sleep(0.01)
+        gone.cancel()
+        gate.set()
+        await batcher.embed(embedder, ["after"])
+
+    asyncio.run(run())
+    assert [texts for _, texts in calls] == [
+        ["hold"],
+        long[:32] + ["small"],
+        long[32:],
+        ["hold", *long[1:32]],
+        ["after"],
+    ]
