@@ -121,6 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))  # build with this checkout's code, as the server runs it
     from indexer import build_index
 
     questions = [json.loads(line)["text"] for line in (ROOT / "data" / "demo_questions.jsonl").open()]

@@ -324,7 +324,7 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
         check_queries(queries)
         snapshot = await current()
         check_budget(queries, snapshot.embedder.strategy.max_length)
-        allowed = await asyncio.to_thread(snapshot.allowed, where)
+        allowed = None if where is None else await asyncio.to_thread(snapshot.allowed, where)
         vectors = await batcher.embed(snapshot.embedder, queries)
         hits = await asyncio.to_thread(lambda: snapshot.lookup(snapshot.finish(vectors), k, allowed))
         return [[hit.to_dict() for hit in found] for found in hits]
