@@ -347,7 +347,8 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
         snapshot = await current()
         check_budget(texts, snapshot.embedder.strategy.max_length)
         vectors = await batcher.embed(snapshot.embedder, texts)
-        return [hit.to_dict() for hit in rank_vectors(snapshot.finish(vectors), kept, k)]
+        hits = await asyncio.to_thread(lambda: rank_vectors(snapshot.finish(vectors), kept, k))
+        return [hit.to_dict() for hit in hits]
 
     @app.post("/similar")
     async def similar_one(body: SimilarRequest, request: Request) -> dict[str, Any]:
