@@ -1,7 +1,9 @@
 """Load on the HTTP API from a second process over loopback: 1, 8 and 32 concurrent clients for a
 bounded time each, requests/s, p50/p99 latency and errors. The same run serves the same index with
 micro-batching off (--max-batch 1, one forward pass per request, as a naive server does) so the
-gain is a ratio measured side by side.
+gain is a ratio measured side by side. A last row has 10% of the 32 clients give up on every
+request (send it, hang up after 50 ms): the numbers are those of the other clients, whose
+service should not suffer from work nobody waits for.
 
     .venv/bin/python bench/load.py [--seconds 10]
 """
@@ -31,7 +33,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def drive(url: str, clients: int, seconds: float, questions: list[str]) -> dict[str, float]:
+async def quit_early(url: str, stop: float, questions: list[str]) -> None:
+    """Send a whole request, hang up after 50 ms without reading the answer; again until ``stop``."""
+    host, port = url.removeprefix("http://").split(":")
+    rng = random.Random()
+    while time.perf_counter() < stop:
+        body = json.dumps({"query": rng.choice(questions), "k": 5}).encode()
+        _, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.close()
+        await writer.wait_closed()
+
+
+async def drive(
+    url: str, clients: int, seconds: float, questions: list[str], quitting: int = 0
+) -> dict[str, float]:
+    """``clients`` clients that wait for their answers (measured), plus ``quitting`` that never do."""
     latencies: list[float] = []
     errors = 0
     stop = time.perf_counter() + seconds
@@ -52,7 +74,8 @@ async def drive(url: str, clients: int, seconds: float, questions: list[str]) ->
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(timeout=60, limits=limits) as http:
         began = time.perf_counter()
-        await asyncio.gather(*[client(http) for _ in range(clients)])
+        waiting = [client(http) for _ in range(clients)]
+        await asyncio.gather(*waiting, *[quit_early(url, stop, questions) for _ in range(quitting)])
         elapsed = time.perf_counter() - began
     latencies.sort()
     return {
@@ -67,8 +90,10 @@ async def drive(url: str, clients: int, seconds: float, questions: list[str]) ->
 def serve(index_dir: Path, max_batch: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
     process = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "semsearch"),
+        [  # this checkout's code, whatever copy of semsearch is installed
+            sys.executable,
+            "-m",
+            "search.cli",
             "serve",
             str(index_dir),
             "--port",
@@ -78,6 +103,7 @@ def serve(index_dir: Path, max_batch: int) -> tuple[subprocess.Popen, str]:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        cwd=ROOT,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
@@ -95,6 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))  # build with this checkout's code, as the server runs it
     from indexer import build_index
 
     questions = [json.loads(line)["text"] for line in (ROOT / "data" / "demo_questions.jsonl").open()]
@@ -107,17 +134,19 @@ def main() -> None:
             try:
                 asyncio.run(drive(url, 4, 2.0, questions))  # warm up
                 for clients in (1, 8, 32):
-                    results[max_batch, clients] = asyncio.run(drive(url, clients, args.seconds, questions))
+                    results[max_batch, clients, 0] = asyncio.run(drive(url, clients, args.seconds, questions))
+                results[max_batch, 29, 3] = asyncio.run(drive(url, 29, args.seconds, questions, quitting=3))
             finally:
                 process.terminate()
                 process.wait()
     print(f"POST /search k=5 on the demo FAQ (211 entries), {args.seconds:.0f}s per row, loopback\n")
     print("| micro-batching | clients | requests/s | p50 ms | p99 ms | errors | req/s vs off |")
     print("|---|---|---|---|---|---|---|")
-    for (max_batch, clients), r in results.items():
-        ratio = r["rps"] / results[1, clients]["rps"]
+    for (max_batch, clients, quitting), r in results.items():
+        ratio = r["rps"] / results[1, clients, quitting]["rps"]
         label = "on (64)" if max_batch > 1 else "off (1)"
-        cells = [label, clients, f"{r['rps']:.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", r["errors"]]
+        who = f"{clients} + {quitting} hanging up" if quitting else clients
+        cells = [label, who, f"{r['rps']:.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", r["errors"]]
         print("| " + " | ".join(map(str, cells)) + f" | {ratio:.2f}x |")
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import numpy as np
 
 from indexer.corpus import RESERVED
 from indexer.embedding import Embedder
-from indexer.errors import BadInput, StrategyConflict
+from indexer.errors import BadInput, FilterError, StrategyConflict
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
 from indexer.transform import Transform
@@ -58,77 +60,85 @@ def check_strategy(stored: Strategy, asked: dict[str, Any]) -> None:
         )
 
 
-class SearchEngine:
-    """Opens an index once and keeps the model warm; ``search`` is the hot path.
+def configure_threads() -> None:
+    """Process setting for serving and searching: one FAISS (OpenMP) thread.
 
-    ``reload_if_changed`` picks up a new version written by ``add``/``delete``/``index`` (the model
-    is reloaded only if the strategy changed). Each call works on the version it started with.
+    One query at a time gains nothing from FAISS threads, and their OpenMP spin-wait after each
+    search steals the cores torch needs for the next query: measured 10.2 -> 5.2 ms per query.
+    Called once where the process is set up (the server's ``create_app``, the CLI), never by a
+    constructor.
+    """
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One complete version: the index, the embedder of its strategy and its fitted transform.
+
+    A request takes one snapshot and does everything with it, so a reload (which publishes a new
+    snapshot) can never pair one version's vectors with another's model. The SQLite connection is
+    shared by the threads that serve requests, so every use of it holds ``db_lock``.
     """
 
-    def __init__(self, index_dir: str | Path, *, strategy: dict[str, Any] | None = None):
-        import faiss
-
-        # One query at a time gains nothing from FAISS threads, and their OpenMP spin-wait after each
-        # search steals the cores torch needs for the next query: measured 10.2 -> 5.2 ms per query.
-        faiss.omp_set_num_threads(1)
-        self.path = Path(index_dir)
-        self.index = open_index(self.path)
-        check_strategy(self.index.strategy, strategy or {})
-        self.embedder = Embedder(self.index.strategy)
+    index: StoredIndex
+    embedder: Embedder
+    db_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @property
-    def strategy(self) -> Strategy:
-        return self.index.strategy
+    def transform(self) -> Transform | None:
+        return self.index.transform
 
-    def reload_if_changed(self) -> bool:
-        if live_version(self.path) == self.index.version.name:
-            return False
-        fresh = open_index(self.path)
-        if fresh.strategy != self.index.strategy:
-            self.embedder = Embedder(fresh.strategy)
-        self.index = fresh
-        return True
-
-    def search(self, query: str, k: int = 10, where: str | None = None) -> list[Hit]:
-        return self.search_many([query], k, where)[0]
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.index.meta
 
     def search_many(self, queries: Sequence[str], k: int = 10, where: str | None = None) -> list[list[Hit]]:
         """Embed all queries in one pass, then look each up (among the entries ``where`` allows)."""
-        index = self.index
-        allowed = self.allowed(where, index)
-        return self.lookup(self.embed_queries(queries, index), k, allowed, index)
+        allowed = self.allowed(where)
+        return self.lookup(self.embed(queries), k, allowed)
 
-    def embed_queries(self, queries: Sequence[str], index: StoredIndex | None = None) -> np.ndarray:
+    def embed(self, queries: Sequence[str]) -> np.ndarray:
         check_queries(queries)
-        vectors = self.embedder.embed(list(queries))
-        return Transform.apply_optional((index or self.index).transform, vectors)
+        return self.finish(self.embedder.embed(list(queries)))
 
-    def allowed(self, where: str | None, index: StoredIndex | None = None) -> Allowed | None:
-        """The entries a filter admits, found in SQLite before any vector is compared."""
+    def finish(self, vectors: np.ndarray) -> np.ndarray:
+        """Raw model vectors -> this index's space (its fitted post-processing, if any)."""
+        return Transform.apply_optional(self.transform, vectors)
+
+    def allowed(self, where: str | None) -> Allowed | None:
+        """The entries a filter admits, found in SQLite before any vector is compared. A filter
+        too deep for the parser or too large for SQLite is the user's to fix: a FilterError."""
         if where is None:
             return None
-        index = index or self.index
-        condition = parse_filter(where, [c for c in index.columns() if c not in RESERVED])
-        rows = index.db.execute(
-            f"select _rowid, _chunks from entries where {condition.sql}", condition.params
-        )
-        found = rows.fetchall()
+        with self.db_lock:
+            columns = self.index.columns()
+        try:
+            condition = parse_filter(where, [c for c in columns if c not in RESERVED])
+        except RecursionError:
+            raise FilterError("filter: nested too deeply") from None
+        try:
+            with self.db_lock:
+                found = self.index.db.execute(
+                    f"select _rowid, _chunks from entries where {condition.sql}", condition.params
+                ).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise FilterError(f"filter: too large or complex ({exc})") from None
         ids = np.array([r[0] for r in found], dtype=np.int64)
         return Allowed(ids, int(sum(r[1] for r in found)))
 
-    def lookup(
-        self, vectors: np.ndarray, k: int, allowed: Allowed | None = None, index: StoredIndex | None = None
-    ) -> list[list[Hit]]:
+    def lookup(self, vectors: np.ndarray, k: int, allowed: Allowed | None = None) -> list[list[Hit]]:
         if k < 1:
             raise BadInput(f"k must be at least 1, not {k}")
-        index = index or self.index
-        return [self._lookup(vector, k, allowed, index) for vector in vectors]
+        return [self._lookup(vector, k, allowed) for vector in vectors]
 
-    def _lookup(self, vector: np.ndarray, k: int, allowed: Allowed | None, index: StoredIndex) -> list[Hit]:
+    def _lookup(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> list[Hit]:
         """Top-k entries; a chunked entry may hold several of the nearest vectors, so widen the
         search until k distinct entries are found (the first, best chunk gives the score)."""
         import faiss
 
+        index = self.index
         if allowed is None:
             entries, total, params = index.meta["count"], index.vectors.ntotal, None
         else:
@@ -148,13 +158,56 @@ class SearchEngine:
                 break
             fetch = min(2 * fetch, total)
         top = list(best.items())[:k]
-        rows = index.rows([rowid for rowid, _ in top])
+        with self.db_lock:
+            rows = index.rows([rowid for rowid, _ in top])
         hits = []
         for rank, (rowid, score) in enumerate(top, 1):
             row = rows[rowid]
             fields = {name: value for name, value in row.items() if name not in RESERVED}
             hits.append(Hit(rank, row["_id"], float(score), row["_text"], fields))
         return hits
+
+
+class SearchEngine:
+    """Opens an index once and keeps the model warm; ``search`` is the hot path.
+
+    ``snapshot`` is the current version; ``reload_if_changed`` publishes a new one when
+    ``add``/``delete``/``index`` wrote a new version (the model is reloaded only if the strategy
+    changed). Take ``snapshot`` once per request: it stays whole whatever reloads happen after.
+    """
+
+    def __init__(self, index_dir: str | Path, *, strategy: dict[str, Any] | None = None):
+        self.path = Path(index_dir)
+        index = open_index(self.path)
+        check_strategy(index.strategy, strategy or {})
+        self.snapshot = Snapshot(index, Embedder(index.strategy))
+
+    @property
+    def index(self) -> StoredIndex:
+        return self.snapshot.index
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.snapshot.embedder
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.snapshot.index.strategy
+
+    def reload_if_changed(self) -> bool:
+        current = self.snapshot
+        if live_version(self.path) == current.index.version.name:
+            return False
+        fresh = open_index(self.path)
+        same = fresh.strategy == current.index.strategy
+        self.snapshot = Snapshot(fresh, current.embedder if same else Embedder(fresh.strategy))
+        return True
+
+    def search(self, query: str, k: int = 10, where: str | None = None) -> list[Hit]:
+        return self.search_many([query], k, where)[0]
+
+    def search_many(self, queries: Sequence[str], k: int = 10, where: str | None = None) -> list[list[Hit]]:
+        return self.snapshot.search_many(queries, k, where)
 
 
 @dataclass(frozen=True)

@@ -1,35 +1,65 @@
 """The HTTP API (FastAPI + uvicorn, the ``serve`` extra): the engine over JSON, for applications.
 
-The model loads once. Queries that arrive together are embedded together: a single worker takes
-every query waiting (up to ``max_batch``) and embeds them in
-one forward pass, so throughput grows with load instead of queries queueing one by one for the
-CPU. A new index version written by ``add``/``delete``/``index`` is picked up between requests
-(checked at most every ``reload_every`` seconds, or at once with ``POST /reload``); a request
-always works on one complete version.
+The model loads once and one worker thread owns it: every text to embed (queries of /search and
+/search/batch, sentences of /similar) goes through a micro-batcher that hands whatever is waiting
+(up to ``max_batch`` texts) to that thread as one forward pass, so throughput grows with load
+instead of queries queueing one by one for the CPU. FAISS and SQLite work runs in other threads,
+never on the event loop.
+
+A new index version written by ``add``/``delete``/``index`` is picked up between requests (checked
+at most every ``reload_every`` seconds, or at once with ``POST /reload``). A request takes one
+snapshot of the engine (index, embedder, transform) and uses it throughout, so it always works on
+one complete version.
+
+Bounds: a body is at most ``MAX_BODY`` bytes however it is sent (chunked too), and the texts of
+one request may cost the model at most ``MAX_REQUEST_TOKENS`` tokens. When a client hangs up, its
+request is cancelled and its texts, if still queued, are dropped without costing any model time.
+
+Errors: every error answer is ``{"error": "<one line>"}``. Input the server cannot read or that
+breaks a limit (bad JSON, a missing or out-of-range field, text that is not valid Unicode, a bad
+filter, too much text) is 400; a body over ``MAX_BODY`` is 413; a conflict with the index is 409;
+an index that cannot serve is 503 (``http_status``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import numpy as np
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
+from pydantic import AfterValidator, BaseModel, Field
 
+from indexer.embedding import Embedder
 from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
-from indexer.store import live_version
-from indexer.transform import Transform
-from search.engine import SearchEngine, check_queries
-from search.similar import rank_similar
+from search.engine import SearchEngine, Snapshot, check_queries, configure_threads
+from search.similar import rank_vectors, rankable
 
-MAX_BODY = 1 << 20
-MAX_QUERY = 2000
+MAX_BODY = 1 << 20  # bytes in a request body, counted as they arrive
+MAX_QUERY = 2000  # characters in one query or sentence
 MAX_K = 100
-MAX_BATCH = 64
+MAX_BATCH = 64  # queries in one /search/batch, and default texts per forward pass
+MAX_CANDIDATES = 1000
+MAX_WHERE = 1000  # characters in a filter
+# Model work one request may cause, in tokens: each text counts its characters (WordPiece makes at
+# most one token of a character), capped at the strategy's max_length (where the model cuts it).
+# As much as a full batch of 64 queries at 256 tokens: about 10 s of this 2-core machine under load
+# with the default model, at the worst.
+MAX_REQUEST_TOKENS = 64 * 256
+# A request's texts reach the model in parts of at most this many tokens (counted the same way),
+# each queued when the one before is done: other requests get their turn in between, and a request
+# whose client hangs up stops after the part being embedded.
+PART_TOKENS = 4096
+
+T = TypeVar("T")
 
 
 def http_status(error: SemsearchError) -> int:
@@ -41,138 +71,304 @@ def http_status(error: SemsearchError) -> int:
     return 400
 
 
+def _unicode(text: str) -> str:
+    """JSON can carry lone surrogates (``"\\ud800"``), which no tokenizer or encoder accepts."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("not valid Unicode text (it holds a lone surrogate)") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY), AfterValidator(_unicode)]
+Where = Annotated[str, Field(max_length=MAX_WHERE), AfterValidator(_unicode)]
+
+
 class SearchRequest(BaseModel):
-    query: str = Field(min_length=1, max_length=MAX_QUERY)
+    query: Query
     k: int = Field(10, ge=1, le=MAX_K)
-    where: str | None = Field(None, max_length=1000)
+    where: Where | None = None
 
 
 class BatchRequest(BaseModel):
-    queries: list[str] = Field(min_length=1, max_length=MAX_BATCH)
+    queries: list[Query] = Field(min_length=1, max_length=MAX_BATCH)
     k: int = Field(10, ge=1, le=MAX_K)
-    where: str | None = Field(None, max_length=1000)
+    where: Where | None = None
 
 
 class SimilarRequest(BaseModel):
-    sentence: str = Field(min_length=1, max_length=MAX_QUERY)
-    candidates: list[str] = Field(min_length=1, max_length=1000)
-    k: int | None = Field(None, ge=1, le=1000)
+    sentence: Query
+    candidates: list[Text] = Field(min_length=1, max_length=MAX_CANDIDATES)
+    k: int | None = Field(None, ge=1, le=MAX_CANDIDATES)
+
+
+def token_bound(text: str, max_length: int) -> int:
+    """Most tokens ``text`` can cost the model: WordPiece makes at most one token of a character,
+    and the model reads at most ``max_length``."""
+    return min(len(text), max_length)
+
+
+def check_budget(texts: Sequence[str], max_length: int) -> None:
+    """Refuse a request whose texts may cost the model more than ``MAX_REQUEST_TOKENS``."""
+    bound = sum(token_bound(t, max_length) for t in texts)
+    if bound > MAX_REQUEST_TOKENS:
+        raise BadInput(
+            f"too much text for one request: up to {bound} tokens to embed, at most {MAX_REQUEST_TOKENS} "
+            "(each text counts its characters, up to the model's max_length): split it"
+        )
+
+
+def split(texts: Sequence[str], max_length: int, budget: int = PART_TOKENS) -> list[list[str]]:
+    """Consecutive parts of ``texts`` of at most ``budget`` tokens each (one text at least)."""
+    parts: list[list[str]] = [[]]
+    cost = 0
+    for text in texts:
+        tokens = token_bound(text, max_length)
+        if parts[-1] and cost + tokens > budget:
+            parts.append([])
+            cost = 0
+        parts[-1].append(text)
+        cost += tokens
+    return parts
+
+
+class BodyLimit:
+    """ASGI middleware: refuses a body over ``limit`` bytes with 413. The bytes are counted as they
+    arrive (a chunked body has no content-length to trust) and the app gets the body whole, so no
+    more than ``limit`` bytes of it are ever held."""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            return await self.refuse(scope, send)
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return await self.refuse(scope, send)
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # after the body: the disconnect, whenever it comes
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+    async def refuse(self, scope: dict, send: Callable) -> None:
+        answer = JSONResponse({"error": f"request body over {self.limit} bytes"}, status_code=413)
+        await answer(scope, None, send)
+
+
+@dataclass
+class _Job:
+    embedder: Embedder
+    texts: list[str]
+    future: asyncio.Future
 
 
 class MicroBatcher:
-    """Collects concurrent embedding requests and runs them as one batch in a worker thread."""
+    """Collects concurrent embedding requests and runs them as batches on the one model thread.
 
-    def __init__(self, engine: SearchEngine, max_batch: int):
-        self.engine = engine
+    Jobs whose requests are gone (cancelled) by the time their batch runs are dropped unembedded;
+    a failed or cancelled job never stops the worker, and a worker task that ended is restarted.
+    Jobs are grouped by embedder, so each request embeds with its own snapshot's model.
+    """
+
+    def __init__(self, max_batch: int):
         self.max_batch = max_batch
-        self.queue: asyncio.Queue[tuple[list[str], asyncio.Future]] = asyncio.Queue()
+        self.model_thread = ThreadPoolExecutor(1, thread_name_prefix="semsearch-model")
+        self.queue: asyncio.Queue[_Job] | None = None
         self.task: asyncio.Task | None = None
-        self.largest = 0  # most queries embedded in one pass so far: shows batching at work
+        self.largest = 0  # most texts embedded in one pass so far: shows batching at work
+        self.dropped = 0  # jobs dropped because their request was gone
 
-    async def embed(self, texts: list[str]) -> np.ndarray:
-        if self.task is None:
-            self.task = asyncio.create_task(self._work())
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self.queue.put((texts, future))
+    async def embed(self, embedder: Embedder, texts: list[str]) -> np.ndarray:
+        """Vectors of ``texts``, queued in parts of at most ``PART_TOKENS`` one after the other."""
+        parts = split(texts, embedder.strategy.max_length)
+        return np.concatenate([await self._embed_part(embedder, part) for part in parts])
+
+    async def _embed_part(self, embedder: Embedder, texts: list[str]) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        if self.task is None or self.task.get_loop() is not loop:
+            self.queue = asyncio.Queue()
+        if self.task is None or self.task.done() or self.task.get_loop() is not loop:
+            self.task = loop.create_task(self._work())
+        future = loop.create_future()
+        self.queue.put_nowait(_Job(embedder, texts, future))
         return await future
 
     async def _work(self) -> None:
         """Greedy batching: while one batch is embedded, new requests queue up; the next batch takes
         all of them. No timer, so a lone request waits for nothing."""
         while True:
-            waiting = [await self.queue.get()]
-            size = len(waiting[0][0])
+            jobs = [await self.queue.get()]
+            size = len(jobs[0].texts)
             while size < self.max_batch and not self.queue.empty():
-                waiting.append(self.queue.get_nowait())
-                size += len(waiting[-1][0])
-            texts = [t for item, _ in waiting for t in item]
-            self.largest = max(self.largest, len(texts))
-            try:
-                vectors = await asyncio.to_thread(self.engine.embedder.embed, texts)
-            except Exception as exc:  # hand the failure to every waiting request
-                for _, future in waiting:
-                    future.set_exception(exc)
-                continue
-            start = 0
-            for item, future in waiting:
-                future.set_result(vectors[start : start + len(item)])
-                start += len(item)
+                jobs.append(self.queue.get_nowait())
+                size += len(jobs[-1].texts)
+            groups: dict[int, list[_Job]] = {}
+            for job in jobs:
+                groups.setdefault(id(job.embedder), []).append(job)
+            for group in groups.values():
+                await self._run(group)
+
+    async def _run(self, jobs: list[_Job]) -> None:
+        live = [job for job in jobs if not job.future.done()]
+        self.dropped += len(jobs) - len(live)
+        if not live:
+            return
+        texts = [t for job in live for t in job.texts]
+        self.largest = max(self.largest, len(texts))
+        loop = asyncio.get_running_loop()
+        try:
+            vectors = await loop.run_in_executor(self.model_thread, live[0].embedder.embed, texts)
+        except Exception as exc:  # hand the failure to every request still waiting
+            for job in live:
+                if not job.future.done():
+                    job.future.set_exception(exc)
+            return
+        start = 0
+        for job in live:
+            if not job.future.done():  # its request may have gone while the batch ran
+                job.future.set_result(vectors[start : start + len(job.texts)])
+            start += len(job.texts)
+
+
+class ClientGone(Exception):
+    """The client hung up before its answer was ready."""
+
+
+async def _disconnected(receive: Callable[[], Awaitable[dict]]) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def while_connected(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, or ClientGone as soon as the client disconnects: the work is then
+    cancelled, which drops its texts from the batcher's queue."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+    if task.cancelled():
+        raise ClientGone
+    return task.result()
+
+
+def _field_error(error: dict[str, Any]) -> str:
+    """One line for a validation error: ``<field>: <message>`` (``body`` for unreadable JSON)."""
+    location = [str(part) for part in error.get("loc", ()) if part != "body"]
+    where = "body" if error.get("type") == "json_invalid" or not location else ".".join(location)
+    return f"{where}: {error.get('msg', 'invalid')}"
 
 
 def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_every: float = 1.0) -> FastAPI:
-    """Load the index and model now (so a bad index fails before the server binds)."""
+    """Load the index and model now (so a bad index fails before the server binds), and set up the
+    serving process (``configure_threads``)."""
+    configure_threads()
     engine = SearchEngine(index_dir)
-    batcher = MicroBatcher(engine, max_batch)
+    batcher = MicroBatcher(max_batch)
     state = {"checked": time.monotonic(), "reloads": 0}
-    app = FastAPI(title="semsearch", description="Semantic search over a semsearch index.", version="0.1.0")
-
-    @app.middleware("http")
-    async def bounded_body(request: Request, call_next: Any) -> Any:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
-            return JSONResponse({"error": f"request body over {MAX_BODY} bytes"}, status_code=413)
-        return await call_next(request)
+    reloading = asyncio.Lock()
+    app = FastAPIOffline(
+        title="semsearch", description="Semantic search over a semsearch index.", version="0.1.0"
+    )
+    app.add_middleware(BodyLimit)
 
     @app.exception_handler(SemsearchError)
     async def user_error(request: Request, exc: SemsearchError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=http_status(exc))
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": "; ".join(_field_error(e) for e in exc.errors()[:3])}, status_code=400)
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(request: Request, exc: ClientGone) -> Response:
+        return Response(status_code=499)  # nobody reads it: the connection is closed
+
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
 
-    async def reload(force: bool = False) -> None:
+    async def current(force: bool = False) -> Snapshot:
+        """The snapshot a request works on, after picking up a new version if one is due."""
         now = time.monotonic()
-        if not force and now - state["checked"] < reload_every:
-            return
-        state["checked"] = now
-        if live_version(engine.path) != engine.index.version.name and await asyncio.to_thread(
-            engine.reload_if_changed
-        ):
-            state["reloads"] += 1
+        if force or now - state["checked"] >= reload_every:
+            state["checked"] = now
+            async with reloading:
+                if await asyncio.to_thread(engine.reload_if_changed):
+                    state["reloads"] += 1
+        return engine.snapshot
 
     async def search(queries: list[str], k: int, where: str | None) -> list[list[dict[str, Any]]]:
-        await reload()
         check_queries(queries)
-        index = engine.index
-        allowed = engine.allowed(where, index)
-        vectors = await batcher.embed(queries)
-        vectors = Transform.apply_optional(index.transform, vectors)
-        return [[hit.to_dict() for hit in hits] for hits in engine.lookup(vectors, k, allowed, index)]
+        snapshot = await current()
+        check_budget(queries, snapshot.embedder.strategy.max_length)
+        allowed = None if where is None else await asyncio.to_thread(snapshot.allowed, where)
+        vectors = await batcher.embed(snapshot.embedder, queries)
+        hits = await asyncio.to_thread(lambda: snapshot.lookup(snapshot.finish(vectors), k, allowed))
+        return [[hit.to_dict() for hit in found] for found in hits]
 
     @app.post("/search")
-    async def search_one(body: SearchRequest) -> dict[str, Any]:
+    async def search_one(body: SearchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for one query, optionally filtered on stored fields first."""
-        return {"query": body.query, "hits": (await search([body.query], body.k, body.where))[0]}
+        found = await while_connected(request, search([body.query], body.k, body.where))
+        return {"query": body.query, "hits": found[0]}
 
     @app.post("/search/batch")
-    async def search_batch(body: BatchRequest) -> dict[str, Any]:
+    async def search_batch(body: BatchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for each of up to 64 queries, embedded in one pass."""
-        if any(len(q) > MAX_QUERY for q in body.queries):
-            raise BadInput(f"a query is longer than {MAX_QUERY} characters")
-        results = await search(body.queries, body.k, body.where)
+        results = await while_connected(request, search(body.queries, body.k, body.where))
         return {"results": [{"query": q, "hits": h} for q, h in zip(body.queries, results, strict=True)]}
 
+    async def similar(sentence: str, candidates: list[str], k: int | None) -> list[dict[str, Any]]:
+        kept = rankable(sentence, candidates)
+        texts = [sentence] + [text for _, text in kept]
+        snapshot = await current()
+        check_budget(texts, snapshot.embedder.strategy.max_length)
+        vectors = await batcher.embed(snapshot.embedder, texts)
+        hits = await asyncio.to_thread(lambda: rank_vectors(snapshot.finish(vectors), kept, k))
+        return [hit.to_dict() for hit in hits]
+
     @app.post("/similar")
-    async def similar(body: SimilarRequest) -> dict[str, Any]:
-        """Rank the candidates by similarity to the sentence, with the index's strategy."""
-        hits = await asyncio.to_thread(
-            rank_similar, body.sentence, body.candidates, k=body.k, embedder=engine.embedder
-        )
-        return {"query": body.sentence, "hits": [h.to_dict() for h in hits]}
+    async def similar_one(body: SimilarRequest, request: Request) -> dict[str, Any]:
+        """Rank the candidates by similarity to the sentence, with the index's strategy and its
+        fitted post-processing."""
+        hits = await while_connected(request, similar(body.sentence, body.candidates, body.k))
+        return {"query": body.sentence, "hits": hits}
 
     @app.get("/info")
     async def info() -> dict[str, Any]:
-        await reload()
-        index = engine.index
+        snapshot = await current()
         return {
-            "strategy": index.strategy.to_dict(),
-            "entries": index.meta["count"],
-            "vectors": index.meta["vectors"],
-            "dimension": index.meta["dimension"],
-            "version": index.version.name,
+            "strategy": snapshot.index.strategy.to_dict(),
+            "entries": snapshot.meta["count"],
+            "vectors": snapshot.meta["vectors"],
+            "dimension": snapshot.meta["dimension"],
+            "version": snapshot.index.version.name,
             "reloads": state["reloads"],
             "largest_batch": batcher.largest,
+            "dropped": batcher.dropped,
         }
 
     @app.get("/health")
@@ -181,7 +377,7 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
 
     @app.post("/reload")
     async def force_reload() -> dict[str, Any]:
-        await reload(force=True)
-        return {"version": engine.index.version.name, "reloads": state["reloads"]}
+        snapshot = await current(force=True)
+        return {"version": snapshot.index.version.name, "reloads": state["reloads"]}
 
     return app

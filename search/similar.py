@@ -1,4 +1,9 @@
-"""Rank a handful of sentences against one, with no index: the 'similar sentences' job."""
+"""Rank a handful of sentences against one: the 'similar sentences' job.
+
+Post-processing (centering, whitening) needs statistics fitted on a corpus; a handful of texts is
+no corpus (with ``center`` and one candidate the score is always -1). So a strategy with
+post-processing ranks only with a transform fitted elsewhere: an index's.
+"""
 
 from __future__ import annotations
 
@@ -20,17 +25,40 @@ def rank_similar(
     *,
     k: int | None = None,
     embedder: Embedder | None = None,
+    transform: Transform | None = None,
 ) -> list[Hit]:
-    """Candidates by cosine to ``sentence``, best first; ids are 1-based candidate positions."""
+    """Candidates by cosine to ``sentence``, best first; ids are 1-based candidate positions.
+
+    ``transform``: the post-processing to apply (an index's, fitted on its corpus); required when
+    the strategy has post-processing.
+    """
+    kept = rankable(sentence, candidates)
+    check_transform(strategy or (embedder.strategy if embedder else Strategy()), transform)
+    embedder = embedder or Embedder(strategy)
+    vectors = embedder.embed([sentence] + [text for _, text in kept])
+    return rank_vectors(Transform.apply_optional(transform, vectors), kept, k)
+
+
+def rankable(sentence: str, candidates: Sequence[str]) -> list[tuple[int, str]]:
+    """The non-empty candidates with their 1-based positions; refuses an empty sentence or none."""
     check_queries([sentence])
     kept = [(i, c) for i, c in enumerate(candidates, 1) if c.strip()]
     if not kept:
         raise BadInput("no sentences to rank: the input has no non-empty lines")
-    embedder = embedder or Embedder(strategy)
-    vectors = embedder.embed([sentence] + [c for _, c in kept])
-    # no corpus here: post-processing is fitted on the texts being ranked
-    vectors = Transform.apply_optional(Transform.for_strategy(embedder.strategy, vectors), vectors)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
+    return kept
+
+
+def check_transform(strategy: Strategy, transform: Transform | None) -> None:
+    if strategy.postprocess != "none" and transform is None:
+        raise BadInput(
+            "post-processing needs statistics fitted on a corpus: rank against an index (--index) "
+            "or drop --postprocess"
+        )
+
+
+def rank_vectors(vectors: np.ndarray, kept: Sequence[tuple[int, str]], k: int | None) -> list[Hit]:
+    """Rank ``kept`` by cosine of their vectors (``vectors[1:]``) to the sentence's (``vectors[0]``)."""
+    vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
     scores = vectors[1:] @ vectors[0]
     order = np.argsort(-scores, kind="stable")[: k or len(kept)]
     return [

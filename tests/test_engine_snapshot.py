@@ -1,0 +1,82 @@
+"""The query engine as a library: a snapshot is one complete version, filters that SQLite or
+Python cannot take are FilterErrors, constructing an engine leaves process settings alone, and
+rank_similar never post-processes on the texts it ranks."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+import pytest
+
+from indexer.embedding import Embedder
+from indexer.errors import BadInput, FilterError
+from indexer.store import open_index
+from indexer.strategy import Strategy
+from search.engine import SearchEngine
+from search.similar import rank_similar
+from tests.test_server import ROWS, build_faq
+
+
+def test_snapshot_stays_whole_across_a_reload(tmp_path, tiny_model):
+    engine = SearchEngine(build_faq(tmp_path, tiny_model))
+    old = engine.snapshot
+    before = old.search_many([ROWS[1][1]], k=2)
+    build_faq(tmp_path, tiny_model, layers=(-1, -2), combine="concat")
+    assert engine.reload_if_changed()
+    assert engine.snapshot is not old
+    assert engine.snapshot.embedder.dimension == 64 == engine.snapshot.index.vectors.d
+    assert old.embedder.dimension == 32 == old.index.vectors.d
+    assert old.search_many([ROWS[1][1]], k=2) == before
+    assert engine.search(ROWS[1][1], k=1)[0].id == "a2"
+
+
+def test_filters_too_deep_or_too_large_are_filter_errors(tmp_path, tiny_model):
+    engine = SearchEngine(build_faq(tmp_path, tiny_model, field="c"))
+    for where in (
+        "(" * 490 + "c='billing'" + ")" * 490,
+        "NOT " * 248 + "c='billing'",
+        " OR ".join(["c='billing'"] * 1001),
+    ):
+        with pytest.raises(FilterError):
+            engine.search("bike", where=where)
+    assert [h.id for h in engine.search("bike", k=4, where="c = 'billing'")] != []
+
+
+def test_one_snapshot_serves_many_threads(tmp_path, tiny_model):
+    snapshot = SearchEngine(build_faq(tmp_path, tiny_model)).snapshot
+    vectors = snapshot.embed([ROWS[0][1]])
+
+    def filtered(_: int) -> list[str]:
+        allowed = snapshot.allowed("category IN ('billing', 'app')")
+        return [h.id for h in snapshot.lookup(vectors, 4, allowed)[0]]
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(filtered, range(400)))
+    assert all(sorted(a) == ["a1", "a3", "a4"] for a in answers)
+
+
+def test_engine_leaves_faiss_threads_alone(tmp_path, tiny_model):
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(2)
+    try:
+        SearchEngine(build_faq(tmp_path, tiny_model))
+        assert faiss.omp_get_max_threads() == 2
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def test_rank_similar_refuses_post_processing_without_a_corpus(tiny_model):
+    with pytest.raises(BadInput, match="--index"):
+        rank_similar("a bike", ["a lock"], Strategy(model=tiny_model, postprocess="center"))
+
+
+def test_rank_similar_applies_the_given_transform(tmp_path, tiny_model):
+    index = open_index(build_faq(tmp_path, tiny_model, postprocess="center"))
+    embedder = Embedder(index.strategy)
+    hits = rank_similar(ROWS[0][1], [ROWS[0][1], ROWS[1][1]], embedder=embedder, transform=index.transform)
+    vectors = index.transform.apply(embedder.embed([ROWS[0][1], ROWS[1][1]]))
+    assert hits[0].score == pytest.approx(1.0, abs=1e-4)
+    assert hits[1].score == pytest.approx(float(np.dot(vectors[0], vectors[1])), abs=1e-4)

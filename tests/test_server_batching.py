@@ -1,0 +1,172 @@
+"""The micro-batcher under cancellation and reloads: it outlives any one request, and a request
+embeds with the embedder of the version it started on."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+from indexer.embedding import Embedder  # noqa: E402
+from indexer.strategy import Strategy  # noqa: E402
+from search.server import MicroBatcher, create_app  # noqa: E402
+from tests.test_server import ROWS, build_faq  # noqa: E402
+
+
+class Gate:
+    """Holds the first embedding pass in the worker thread until ``release`` is set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        original = Embedder.embed
+
+        def gated(embedder: Embedder, texts, **options):
+            if not self.release.is_set():
+                self.entered.set()
+                self.release.wait(60)
+            return original(embedder, texts, **options)
+
+        monkeypatch.setattr(Embedder, "embed", gated)
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, 60)
+
+
+def client_for(app) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+
+
+def test_batcher_survives_a_cancelled_request(tmp_path, tiny_model, monkeypatch):
+    app = create_app(build_faq(tmp_path, tiny_model))
+    gate = Gate(monkeypatch)
+
+    async def run() -> int:
+        async with client_for(app) as client:
+            first = asyncio.create_task(client.post("/search", json={"query": ROWS[0][1]}))
+            await gate.wait_entered()
+            first.cancel()  # the client gives up while its query is being embedded
+            await asyncio.gather(first, return_exceptions=True)
+            gate.release.set()
+            response = await asyncio.wait_for(client.post("/search", json={"query": ROWS[1][1]}), 60)
+            return response.status_code
+
+    assert asyncio.run(run()) == 200
+
+
+def test_request_in_flight_during_a_reload_sees_one_version(tmp_path, tiny_model, monkeypatch):
+    index = build_faq(tmp_path, tiny_model)
+    app = create_app(index)
+    gate = Gate(monkeypatch)
+
+    async def run() -> list[int]:
+        async with client_for(app) as client:
+            first = asyncio.create_task(client.post("/search", json={"query": ROWS[0][1]}))
+            await gate.wait_entered()  # the worker is busy: the next query waits in the queue
+            second = asyncio.create_task(client.post("/search", json={"query": ROWS[1][1]}))
+            await asyncio.sleep(0.5)  # lets it reach the queue on the old version
+            # the new version has another strategy and dimension (two layers concatenated)
+            await asyncio.to_thread(build_faq, tmp_path, tiny_model, layers=(-1, -2), combine="concat")
+            assert (await client.post("/reload")).json()["reloads"] == 1
+            gate.release.set()
+            responses = await asyncio.gather(first, second)
+            third = await client.post("/search", json={"query": ROWS[2][1], "k": 1})
+            dimension = (await client.get("/info")).json()["dimension"]
+            return [r.status_code for r in [*responses, third]] + [dimension]
+
+    assert asyncio.run(run()) == [200, 200, 200, 64]
+
+
+class Recorder:
+    """A stand-in embedder that records each pass; a pass that starts with "hold" waits for
+    ``gate``."""
+
+    strategy = Strategy(max_length=128)
+
+    def __init__(self, name: str, calls: list, gate: threading.Event):
+        self.name, self.calls, self.gate = name, calls, gate
+
+    def embed(self, texts):
+        self.calls.append((self.name, list(texts)))
+        if texts[0] == "hold":
+            self.gate.wait(60)
+        return np.zeros((len(texts), 1), dtype=np.float32)
+
+
+def test_batcher_drops_work_nobody_waits_for_and_keeps_embedders_apart():
+    calls: list = []
+    gate = threading.Event()
+    a, b = Recorder("a", calls, gate), Recorder("b", calls, gate)
+    batcher = MicroBatcher(64)
+
+    async def run() -> None:
+        hold = asyncio.ensure_future(batcher.embed(a, ["hold"]))
+        while not calls:  # the worker is busy with "hold": the next three wait in the queue
+            await asyncio.sleep(0.01)
+        gone = asyncio.ensure_future(batcher.embed(a, ["gone"]))
+        kept_a = asyncio.ensure_future(batcher.embed(a, ["a1"]))
+        kept_b = asyncio.ensure_future(batcher.embed(b, ["b1"]))
+        await asyncio.sleep(0)
+        gone.cancel()
+        gate.set()
+        await asyncio.gather(hold, kept_a, kept_b)
+
+    asyncio.run(run())
+    assert calls == [("a", ["hold"]), ("a", ["a1"]), ("b", ["b1"])]
+    assert batcher.dropped == 1
+
+
+def test_batcher_restarts_a_worker_that_ended():
+    calls: list = []
+    embedder = Recorder("a", calls, threading.Event())
+    batcher = MicroBatcher(64)
+
+    async def run() -> None:
+        await batcher.embed(embedder, ["first"])
+        batcher.task.cancel()
+        await asyncio.gather(batcher.task, return_exceptions=True)
+        await asyncio.wait_for(batcher.embed(embedder, ["second"]), 60)
+
+    asyncio.run(run())
+    assert calls == [("a", ["first"]), ("a", ["second"])]
+
+
+def test_long_requests_take_turns_and_stop_when_cancelled():
+    calls: list = []
+    gate = threading.Event()
+    embedder = Recorder("a", calls, gate)
+    batcher = MicroBatcher(64)
+    long = [str(i % 10) * 128 for i in range(64)]  # 64 x 128 tokens: two parts of 4096
+
+    async def run() -> None:
+        hold = asyncio.ensure_future(batcher.embed(embedder, ["hold"]))
+        while not calls:
+            await asyncio.sleep(0.01)
+        big = asyncio.ensure_future(batcher.embed(embedder, long))
+        small = asyncio.ensure_future(batcher.embed(embedder, ["small"]))
+        await asyncio.sleep(0)
+        gate.set()
+        assert len(await big) == 64
+        await asyncio.gather(hold, small)
+        # a request cancelled while its first part is embedded never queues the second
+        gate.clear()
+        gone = asyncio.ensure_future(batcher.embed(embedder, ["hold", *long[1:]]))
+        while len(calls) < 4:
+            await asyncio.sleep(0.01)
+        gone.cancel()
+        gate.set()
+        await batcher.embed(embedder, ["after"])
+
+    asyncio.run(run())
+    assert [texts for _, texts in calls] == [
+        ["hold"],
+        long[:32] + ["small"],
+        long[32:],
+        ["hold", *long[1:32]],
+        ["after"],
+    ]

@@ -1,0 +1,98 @@
+"""Odd input never reaches the internal-error handler: every bad request is a 4xx with one body
+shape, ``{"error": "..."}``; /similar ranks with the index's fitted post-processing; /docs works
+offline."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from search.server import MAX_REQUEST_TOKENS, create_app  # noqa: E402
+from tests.test_server import ROWS, build_faq  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory, tiny_model):
+    index = build_faq(tmp_path_factory.mktemp("faq"), tiny_model, field="c")
+    with TestClient(create_app(index), raise_server_exceptions=False) as client:
+        yield client
+
+
+ODD = {
+    "huge k": ("/search", b'{"query": "bike", "k": 1e400}'),
+    "lone surrogate in query": ("/search", b'{"query": "bike \\ud800"}'),
+    "lone surrogate in a batch": ("/search/batch", b'{"queries": ["ok", "\\udfff"]}'),
+    "lone surrogate in where": ("/search", b'{"query": "bike", "where": "c = \'\\ud800\'"}'),
+    "lone surrogate in candidates": ("/similar", b'{"sentence": "a", "candidates": ["\\ud800"]}'),
+    "490 nested parentheses": (
+        "/search",
+        json.dumps({"query": "bike", "where": "(" * 490 + "c='a'" + ")" * 490}).encode(),
+    ),
+    "248 NOTs": ("/search", json.dumps({"query": "bike", "where": "NOT " * 248 + "c='a'"}).encode()),
+    "not json": ("/search", b"not json"),
+    "empty query": ("/search", b'{"query": ""}'),
+    "k as text": ("/search", b'{"query": "bike", "k": "many"}'),
+}
+
+
+@pytest.mark.parametrize("path, body", ODD.values(), ids=ODD.keys())
+def test_odd_input_is_a_4xx_with_an_error(client, path, body):
+    response = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert 400 <= response.status_code < 500, response.text
+    answer = response.json()
+    assert list(answer) == ["error"] and isinstance(answer["error"], str) and answer["error"]
+    assert "internal" not in answer["error"]
+    assert client.get("/health").status_code == 200
+
+
+def test_validation_errors_name_the_field(client):
+    response = client.post("/search", json={"query": "bike", "k": 0})
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("k: ")
+
+
+def test_work_per_request_is_bounded(client):
+    words = [
+        "the",
+        "bike",
+        "station",
+        "near",
+        "the",
+        "river",
+        "has",
+        "a",
+        "broken",
+        "lock",
+        "and",
+        "a",
+        "map",
+    ]
+    candidates = [" ".join(words[(i + j) % len(words)] for j in range(300)) for i in range(300)]
+    response = client.post("/similar", json={"sentence": "lock", "candidates": candidates})
+    assert response.status_code == 400
+    assert str(MAX_REQUEST_TOKENS) in response.json()["error"]
+
+
+def test_docs_load_nothing_from_outside(client):
+    page = client.get("/docs")
+    assert page.status_code == 200
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert assets and all(url.startswith("/") for url in assets), assets
+    for url in assets:
+        assert client.get(url).status_code == 200, url
+    assert "https://" not in page.text
+
+
+def test_similar_uses_the_index_transform(tmp_path, tiny_model):
+    index = build_faq(tmp_path, tiny_model, postprocess="center")
+    with TestClient(create_app(index)) as client:
+        one = client.post("/similar", json={"sentence": ROWS[0][1], "candidates": [ROWS[0][1]]}).json()
+        assert one["hits"][0]["score"] == pytest.approx(1.0, abs=1e-4)
+        two = client.post("/similar", json={"sentence": ROWS[0][1], "candidates": [ROWS[1][1], ROWS[2][1]]})
+        assert all(-1.0 < h["score"] < 1.0 for h in two.json()["hits"])

@@ -1,0 +1,118 @@
+"""The real `semsearch serve` process over real sockets: the body cap holds for chunked bodies, and
+clients that give up mid-request leave no work behind that slows everyone else."""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+from tests.test_server import ROWS, build_faq, serving  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory, tiny_model):
+    with serving(build_faq(tmp_path_factory.mktemp("faq"), tiny_model)) as port:
+        yield port
+
+
+def chunked_post(port: int, path: str, body: bytes, piece: int = 1 << 16) -> int:
+    """POST ``body`` with Transfer-Encoding: chunked (no content-length); the status code. Stops
+    sending as soon as the server answers (it may answer early and close)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n".encode()
+        )
+        try:
+            for start in range(0, len(body), piece):
+                if select.select([s], [], [], 0)[0]:
+                    break
+                chunk = body[start : start + piece]
+                s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            else:
+                s.sendall(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        status = s.makefile("rb").readline()
+    return int(status.split()[1])
+
+
+def test_chunked_body_over_the_cap_is_refused(port):
+    padded = json.dumps({"query": ROWS[0][1], "k": 1, "pad": " " * (2 << 20)}).encode()
+    assert chunked_post(port, "/search", padded) == 413
+    small = json.dumps({"query": ROWS[0][1], "k": 1}).encode()
+    assert chunked_post(port, "/search", small, piece=7) == 200
+    assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
+
+
+def abandon(port: int, body: bytes) -> None:
+    """Send a whole request, then hang up after 50 ms without reading the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(
+            b"POST /similar HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        time.sleep(0.05)
+
+
+def test_abandoned_requests_leave_no_work_behind(port):
+    words = [
+        "the",
+        "bike",
+        "station",
+        "near",
+        "the",
+        "river",
+        "has",
+        "a",
+        "broken",
+        "lock",
+        "and",
+        "a",
+        "map",
+    ]
+    candidates = [" ".join(words[(i + j) % len(words)] for j in range(100)) for i in range(100)]
+    body = json.dumps({"sentence": "a broken lock", "candidates": candidates}).encode()
+    json_type = {"content-type": "application/json"}
+    accepted = httpx.post(f"http://127.0.0.1:{port}/similar", content=body, headers=json_type, timeout=120)
+    assert accepted.status_code == 200  # work the server takes on: nothing refused outright
+    quitters = [threading.Thread(target=abandon, args=(port, body)) for _ in range(50)]
+    for thread in quitters:
+        thread.start()
+    for thread in quitters:
+        thread.join()
+
+    latencies: list[float] = []
+    errors: list[object] = []
+
+    def client(n: int) -> None:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+            for i in range(25):
+                started = time.perf_counter()
+                try:
+                    response = http.post("/search", json={"query": ROWS[(n + i) % 4][1], "k": 2})
+                    if response.status_code != 200:
+                        errors.append(response.status_code)
+                except httpx.HTTPError as exc:
+                    errors.append(exc)
+                latencies.append(time.perf_counter() - started)
+
+    clients = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+    latencies.sort()
+    assert errors == []
+    assert len(latencies) == 200
+    assert latencies[int(0.99 * len(latencies))] < 5.0, latencies[-10:]
