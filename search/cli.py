@@ -313,13 +313,14 @@ def query_command(
     asked: dict[str, Any],
 ) -> None:
     """Search INDEX_DIR for QUESTION (or for every query in --queries)."""
-    from search.engine import SearchEngine, check_queries
+    from search.engine import SearchEngine, check_queries, configure_threads
     from search.queries import Query, read_queries
 
     if (question is None) == (queries_file is None):
         raise click.UsageError("give a QUESTION or --queries FILE (one of them)")
     queries = read_queries(queries_file) if queries_file else [Query("1", question)]
     check_queries([q.text for q in queries])
+    configure_threads()
     engine = SearchEngine(index_dir, strategy=asked)
     results = engine.search_many([q.text for q in queries], k, where)
     source = engine.index.meta.get("source", {})
@@ -443,13 +444,25 @@ def serve_command(index_dir: Path, host: str, port: int, max_batch: int) -> None
 @click.argument("file", default="-")
 @click.option("-k", type=click.IntRange(min=1), help="Show the top K (default: all).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line with the ranked sentences.")
+@click.option(
+    "--index",
+    "index_dir",
+    type=click.Path(path_type=Path),
+    help="Embed with this index's strategy and fitted post-processing (needed for --postprocess).",
+)
 @strategy_options
-def similar_command(sentence: str, file: str, k: int | None, as_json: bool, asked: dict[str, Any]) -> None:
+def similar_command(
+    sentence: str, file: str, k: int | None, as_json: bool, index_dir: Path | None, asked: dict[str, Any]
+) -> None:
     """Rank the lines of FILE (default: stdin) by similarity to SENTENCE; no index needed."""
     from search.queries import read_lines
-    from search.similar import rank_similar
+    from search.similar import rank_similar, rank_similar_with_index
 
-    hits = rank_similar(sentence, read_lines(file), _strategy(asked), k=k)
+    lines = read_lines(file)
+    if index_dir is not None:
+        hits = rank_similar_with_index(index_dir, sentence, lines, k=k, strategy=asked)
+    else:
+        hits = rank_similar(sentence, lines, _strategy(asked), k=k)
     if as_json:
         click.echo(json.dumps({"query": sentence, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
     else:

@@ -94,6 +94,11 @@ class Snapshot:
     def meta(self) -> dict[str, Any]:
         return self.index.meta
 
+    def info(self) -> dict[str, Any]:
+        """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use."""
+        with self.db_lock:
+            return self.index.info()
+
     def search_many(self, queries: Sequence[str], k: int = 10, where: str | None = None) -> list[list[Hit]]:
         """Embed all queries in one pass, then look each up (among the entries ``where`` allows)."""
         allowed = self.allowed(where)

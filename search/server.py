@@ -41,6 +41,7 @@ from pydantic import AfterValidator, BaseModel, Field
 from indexer.embedding import Embedder
 from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
 from search.engine import SearchEngine, Snapshot, check_queries, configure_threads
+from search.filters import MAX_FILTER_LENGTH
 from search.similar import rank_vectors, rankable
 
 MAX_BODY = 1 << 20  # bytes in a request body, counted as they arrive
@@ -48,7 +49,6 @@ MAX_QUERY = 2000  # characters in one query or sentence
 MAX_K = 100
 MAX_BATCH = 64  # queries in one /search/batch, and default texts per forward pass
 MAX_CANDIDATES = 1000
-MAX_WHERE = 1000  # characters in a filter
 # Model work one request may cause, in tokens: each text counts its characters (WordPiece makes at
 # most one token of a character), capped at the strategy's max_length (where the model cuts it).
 # As much as a full batch of 64 queries at 256 tokens: about 10 s of this 2-core machine under load
@@ -82,7 +82,7 @@ def _unicode(text: str) -> str:
 
 Text = Annotated[str, AfterValidator(_unicode)]
 Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY), AfterValidator(_unicode)]
-Where = Annotated[str, Field(max_length=MAX_WHERE), AfterValidator(_unicode)]
+Where = Annotated[str, Field(max_length=MAX_FILTER_LENGTH), AfterValidator(_unicode)]
 
 
 class SearchRequest(BaseModel):
@@ -361,11 +361,7 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
     async def info() -> dict[str, Any]:
         snapshot = await current()
         return {
-            "strategy": snapshot.index.strategy.to_dict(),
-            "entries": snapshot.meta["count"],
-            "vectors": snapshot.meta["vectors"],
-            "dimension": snapshot.meta["dimension"],
-            "version": snapshot.index.version.name,
+            **await asyncio.to_thread(snapshot.info),
             "reloads": state["reloads"],
             "largest_batch": batcher.largest,
             "dropped": batcher.dropped,

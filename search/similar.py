@@ -8,6 +8,8 @@ post-processing ranks only with a transform fitted elsewhere: an index's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -16,6 +18,23 @@ from indexer.errors import BadInput
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from search.engine import Hit, check_queries
+
+
+def rank_similar_with_index(
+    index_dir: str | Path,
+    sentence: str,
+    candidates: Sequence[str],
+    *,
+    k: int | None = None,
+    strategy: dict[str, Any] | None = None,
+) -> list[Hit]:
+    """``rank_similar`` with an index's strategy and its fitted post-processing (the sentences
+    are embedded exactly as the index's entries were). ``strategy``: a request checked against
+    the index's, as ``query`` does."""
+    from search.engine import SearchEngine
+
+    snapshot = SearchEngine(index_dir, strategy=strategy).snapshot
+    return rank_similar(sentence, candidates, k=k, embedder=snapshot.embedder, transform=snapshot.transform)
 
 
 def rank_similar(

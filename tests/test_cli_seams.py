@@ -83,3 +83,43 @@ def test_a_second_writer_fails_at_once_or_waits(index):
         waited = run("delete", index, "--id", "q1", "--wait", "30")
     assert waited.returncode == 0, waited.stderr
     assert "deleted 1" in waited.stderr and time.monotonic() - started >= 1.0
+
+
+def test_info_shows_fields_with_types(index):
+    result = run("info", index, "--json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["fields"] == {"id": "text", "category": "text"} and info["entries"] == 3
+    assert info["id_field"] == "id" and info["index_kind"] == "flat"
+    text = run("info", index)
+    assert "category (text)" in text.stdout and "flat, float32" in text.stdout
+
+
+def test_similar_with_post_processing_uses_an_index_or_refuses(tmp_path, tiny_model):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("A man plays guitar.\nA dog runs.\nStocks fell.\nIt is raining.\n", encoding="utf-8")
+    built = run("index", corpus, "-o", tmp_path / "idx", "--model", tiny_model, "--postprocess", "center")
+    assert built.returncode == 0, built.stderr
+    refused = run(
+        "similar",
+        "Someone makes music.",
+        "-",
+        "--model",
+        tiny_model,
+        "--postprocess",
+        "center",
+        stdin="A man plays guitar.\n",
+    )
+    assert_clean_failure(refused, "post-processing needs statistics fitted on a corpus")
+    ranked = run(
+        "similar",
+        "Someone makes music.",
+        "-",
+        "--index",
+        tmp_path / "idx",
+        "--json",
+        stdin="A man plays guitar.\n",
+    )
+    assert ranked.returncode == 0, ranked.stderr
+    (hit,) = json.loads(ranked.stdout)["hits"]
+    assert -1.0 < hit["score"] < 1.0  # refitting "center" on one candidate always gave -1.0
