@@ -89,7 +89,7 @@ def test_info_shows_fields_with_types(index):
     result = run("info", index, "--json")
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)
-    assert info["fields"] == {"id": "text", "category": "text"} and info["entries"] == 3
+    assert info["fields"] == {"id": "text", "text": "text", "category": "text"} and info["entries"] == 3
     assert info["id_field"] == "id" and info["index_kind"] == "flat"
     text = run("info", index)
     assert "category (text)" in text.stdout and "flat, float32" in text.stdout
