@@ -47,6 +47,7 @@ SQL_TYPES = {"integer": "INTEGER", "number": "NUMERIC", "text": "TEXT"}
 _FIELD_TYPES = {"INTEGER": "integer", "NUMERIC": "number", "REAL": "number", "FLOAT": "number"}
 _NUMBER = re.compile(r"[+-]?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _INT64 = 1 << 63
+MAX_FACET_VALUES = 50  # distinct values up to which a field gets a value list (a select on a page)
 
 
 def quote(name: str) -> str:
@@ -176,6 +177,40 @@ class Catalog:
             for _, name, declared, *_ in self.db.execute("pragma table_info(entries)")
             if name not in RESERVED
         }
+
+    def facets(self, max_values: int = MAX_FACET_VALUES) -> dict[str, dict[str, Any]]:
+        """Each user field: its ``type``; ``values`` (``[value, count]`` pairs, most common first)
+        when it holds at most ``max_values`` distinct non-NULL values, else None; and for numeric
+        fields ``min``/``max`` of the numbers in it. What a search page builds its filters from.
+
+        Bounded work: the distinct values are read through ``LIMIT max_values + 1``, so a field
+        with many values costs one partial scan and is never grouped or counted."""
+        facets = {}
+        for name, field_type in self.field_types().items():
+            column = quote(name)
+            distinct = self.db.execute(
+                f"select count(*) from (select distinct {column} from entries"
+                f" where {column} is not null limit ?)",
+                (max_values + 1,),
+            ).fetchone()[0]
+            values = None
+            if distinct <= max_values:
+                values = [
+                    list(row)
+                    for row in self.db.execute(
+                        f"select {column}, count(*) from entries where {column} is not null"
+                        f" group by {column} order by count(*) desc, {column}"
+                    )
+                ]
+            facet: dict[str, Any] = {"type": field_type, "values": values}
+            if field_type != "text":
+                low, high = self.db.execute(
+                    f"select min({column}), max({column}) from entries"
+                    f" where typeof({column}) in ('integer', 'real')"
+                ).fetchone()
+                facet.update(min=low, max=high)
+            facets[name] = facet
+        return facets
 
     def types_for(self, rows: Sequence[dict[str, Any]]) -> dict[str, str]:
         """Casefolded field name -> type, for the stored fields and any new ones ``rows`` bring

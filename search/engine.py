@@ -99,6 +99,11 @@ class Snapshot:
         with self.db_lock:
             return self.index.info()
 
+    def facets(self) -> dict[str, dict[str, Any]]:
+        """The stored fields' types, common values and ranges (``Catalog.facets``), under the lock."""
+        with self.db_lock:
+            return self.index.catalog.facets()
+
     def search_many(self, queries: Sequence[str], k: int = 10, where: str | None = None) -> list[list[Hit]]:
         """Embed all queries in one pass, then look each up (among the entries ``where`` allows)."""
         allowed = self.allowed(where)

@@ -34,7 +34,8 @@ from typing import Annotated, Any, TypeVar
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from pydantic import AfterValidator, BaseModel, Field
 
@@ -58,6 +59,13 @@ MAX_REQUEST_TOKENS = 64 * 256
 # each queued when the one before is done: other requests get their turn in between, and a request
 # whose client hangs up stops after the part being embedded.
 PART_TOKENS = 4096
+# The search page (``search/static``, package data) loads nothing from elsewhere and runs no inline
+# script: the browser enforces both, so a stored value that slips into markup still cannot run.
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+STATIC = Path(__file__).parent / "static"
 
 T = TypeVar("T")
 
@@ -366,6 +374,19 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
             "largest_batch": batcher.largest,
             "dropped": batcher.dropped,
         }
+
+    @app.get("/fields")
+    async def fields() -> dict[str, Any]:
+        """Each stored field's type; its values with counts when it has few; min/max if numeric."""
+        snapshot = await current()
+        return {"fields": await asyncio.to_thread(snapshot.facets)}
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        """The search page: a person's way to try the index in a browser."""
+        return FileResponse(STATIC / "index.html", headers={"Content-Security-Policy": PAGE_POLICY})
+
+    app.mount("/static", StaticFiles(packages=[("search", "static")]), name="static")
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -1,0 +1,298 @@
+// The semsearch search page: plain JS over the JSON API (/info, /fields, /search, /similar).
+// Every stored value reaches the page through textContent, never as markup.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const NUMBER = /^-?\d+(\.\d+)?$/; // the number literals a filter accepts
+const state = { info: null, facets: {}, controller: null, timer: 0 };
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+async function api(path, body, signal) {
+  const init = body === undefined ? { signal } : {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body), signal,
+  };
+  const response = await fetch(path, init);
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(data.error || `${path}: HTTP ${response.status}`);
+  return data;
+}
+
+// Filters -------------------------------------------------------------------------------------
+
+const quoteName = (name) => '"' + name.replaceAll('"', '""') + '"';
+const quoteText = (value) => "'" + String(value).replaceAll("'", "''") + "'";
+const literal = (value) => (typeof value === "number" && NUMBER.test(String(value)) ? String(value) : quoteText(value));
+
+function buildFilters(fields, params) {
+  const list = $("filter-list");
+  list.replaceChildren();
+  for (const [name, facet] of Object.entries(fields)) {
+    if (facet.type !== "text" && facet.min !== null && facet.min !== undefined && facet.min !== facet.max) {
+      list.append(rangeFilter(name, facet, params));
+    } else if (facet.values && facet.values.length > 1) {
+      list.append(selectFilter(name, facet, params));
+    }
+  }
+  $("filters").hidden = !list.children.length;
+}
+
+function selectFilter(name, facet, params) {
+  const label = el("label", "filter");
+  label.append(el("span", "filter-name", name));
+  const select = el("select");
+  select.dataset.field = name;
+  select.append(new Option(`any (${facet.values.reduce((sum, [, n]) => sum + n, 0)})`, ""));
+  facet.values.forEach(([value, count], i) => select.append(new Option(`${value} (${count})`, String(i))));
+  const wanted = params.get("f:" + name);
+  const chosen = facet.values.findIndex(([value]) => String(value) === wanted);
+  if (chosen >= 0) select.value = String(chosen);
+  select.addEventListener("change", () => runSearch(0));
+  label.append(select);
+  return label;
+}
+
+function rangeFilter(name, facet, params) {
+  const group = el("div", "filter range");
+  group.append(el("span", "filter-name", name));
+  for (const [end, bound] of [["min", facet.min], ["max", facet.max]]) {
+    const input = el("input");
+    Object.assign(input, { type: "number", step: "any", placeholder: `${end} ${bound}` });
+    input.dataset.field = name;
+    input.dataset.end = end;
+    input.setAttribute("aria-label", `${name} ${end === "min" ? "at least" : "at most"}`);
+    input.value = params.get(`${end}:${name}`) || "";
+    input.addEventListener("input", () => runSearch(300));
+    group.append(input);
+  }
+  return group;
+}
+
+// The filter as the API reads it, and the same choices as URL parameters.
+function currentFilter() {
+  const parts = [];
+  const params = [];
+  for (const select of document.querySelectorAll("#filter-list select")) {
+    if (select.value === "") continue;
+    const name = select.dataset.field;
+    const [value] = state.facets[name].values[Number(select.value)];
+    parts.push(`${quoteName(name)} = ${literal(value)}`);
+    params.push(["f:" + name, String(value)]);
+  }
+  for (const input of document.querySelectorAll("#filter-list input")) {
+    const text = input.value.trim();
+    const valid = text === "" || NUMBER.test(text);
+    input.setAttribute("aria-invalid", String(!valid));
+    if (!text || !valid) continue;
+    parts.push(`${quoteName(input.dataset.field)} ${input.dataset.end === "min" ? ">=" : "<="} ${text}`);
+    params.push([`${input.dataset.end}:${input.dataset.field}`, text]);
+  }
+  return { where: parts.length ? parts.join(" AND ") : null, params };
+}
+
+// Search --------------------------------------------------------------------------------------
+
+function writeUrl(query, k, filterParams) {
+  const params = new URLSearchParams();
+  if (query) params.set("q", query);
+  if (k !== "10") params.set("k", k);
+  for (const [key, value] of filterParams) params.set(key, value);
+  if (!$("panel-similar").hidden) params.set("tab", "similar");
+  const search = params.toString();
+  history.replaceState(null, "", search ? `?${search}` : location.pathname);
+}
+
+function runSearch(delay) {
+  clearTimeout(state.timer);
+  state.timer = setTimeout(search, delay);
+}
+
+async function search() {
+  const query = $("q").value.trim();
+  const k = $("k").value;
+  const { where, params } = currentFilter();
+  writeUrl(query, k, params);
+  if (state.controller) state.controller.abort();
+  if (!query) {
+    $("results").replaceChildren();
+    $("status").textContent = "Type a question: results appear as you type.";
+    return;
+  }
+  const controller = (state.controller = new AbortController());
+  const started = performance.now();
+  $("status").textContent = "Searching…";
+  try {
+    const body = { query, k: Number(k), ...(where ? { where } : {}) };
+    const data = await api("/search", body, controller.signal);
+    const ms = Math.round(performance.now() - started);
+    const status = $("status");
+    status.replaceChildren(`${data.hits.length} result${data.hits.length === 1 ? "" : "s"} in ${ms} ms`);
+    if (where) status.append(" · filter ", el("code", "", where));
+    $("results").replaceChildren(...data.hits.map(renderHit));
+  } catch (error) {
+    if (error.name === "AbortError") return;
+    $("status").textContent = `Error: ${error.message}`;
+    $("results").replaceChildren();
+  }
+}
+
+function scoreBar(score) {
+  const bar = el("div", "score");
+  bar.title = `cosine similarity ${score}`;
+  const track = el("span", "track");
+  const fill = el("span", "fill");
+  fill.style.width = `${Math.max(0, Math.min(1, score)) * 100}%`;
+  track.append(fill);
+  bar.append(track, el("span", "score-value", score.toFixed(3)));
+  return bar;
+}
+
+function renderHit(hit) {
+  const item = el("li", "hit");
+  item.tabIndex = 0;
+  const textFields = (state.info && state.info.text_fields) || [];
+  const shown = new Set([state.info && state.info.id_field]);
+  const stored = textFields.filter((name) => typeof hit.fields[name] === "string" && hit.fields[name]);
+  const title = stored.length ? hit.fields[stored[0]] : hit.text;
+  stored.forEach((name) => shown.add(name));
+  const head = el("div", "hit-head");
+  head.append(scoreBar(hit.score), el("span", "rank", `#${hit.rank}`));
+  item.append(head, el("h2", "hit-title", title));
+  for (const name of stored.slice(1)) item.append(el("p", "hit-body", hit.fields[name]));
+  const chips = el("ul", "chips");
+  for (const [name, value] of Object.entries(hit.fields)) {
+    if (shown.has(name) || value === null || value === "") continue;
+    const text = typeof value === "object" ? JSON.stringify(value) : String(value);
+    if (text.length > 80) {
+      const block = el("p", "hit-field");
+      block.append(el("span", "field-name", name), " ", text);
+      item.append(block);
+    } else {
+      const chip = el("li", "chip");
+      chip.dataset.field = name;
+      chip.append(el("span", "field-name", name), " ", el("span", "field-value", text));
+      chips.append(chip);
+    }
+  }
+  chips.append(el("li", "chip id", hit.id));
+  item.append(chips);
+  return item;
+}
+
+// Similar sentences ---------------------------------------------------------------------------
+
+async function rankSimilar(event) {
+  event.preventDefault();
+  const sentence = $("sentence").value.trim();
+  const candidates = $("candidates").value.split("\n").map((s) => s.trim()).filter(Boolean);
+  const status = $("similar-status");
+  if (!sentence || !candidates.length) {
+    status.textContent = "Give a sentence and at least one candidate line.";
+    return;
+  }
+  status.textContent = "Ranking…";
+  try {
+    const data = await api("/similar", { sentence, candidates });
+    status.textContent = `${data.hits.length} ranked`;
+    $("similar-results").replaceChildren(...data.hits.map((hit) => {
+      const item = el("li", "hit");
+      item.tabIndex = 0;
+      item.append(scoreBar(hit.score), el("p", "hit-title", hit.text));
+      return item;
+    }));
+  } catch (error) {
+    status.textContent = `Error: ${error.message}`;
+  }
+}
+
+// Tabs, keys, start ---------------------------------------------------------------------------
+
+function showTab(name, focus) {
+  for (const tab of ["search", "similar"]) {
+    const on = tab === name;
+    $(`tab-${tab}`).setAttribute("aria-selected", String(on));
+    $(`tab-${tab}`).tabIndex = on ? 0 : -1;
+    $(`panel-${tab}`).hidden = !on;
+  }
+  if (focus) $(name === "search" ? "q" : "sentence").focus();
+  const { params } = currentFilter();
+  writeUrl($("q").value.trim(), $("k").value, params);
+}
+
+function moveThroughResults(event) {
+  const list = $("panel-similar").hidden ? $("results") : $("similar-results");
+  const items = [...list.children];
+  const at = items.indexOf(document.activeElement);
+  if (event.key === "ArrowDown" && (event.target === $("q") || at >= 0)) {
+    items[Math.min(at + 1, items.length - 1)]?.focus();
+  } else if (event.key === "ArrowUp" && at >= 0) {
+    (at === 0 ? $("q") : items[at - 1]).focus();
+  } else {
+    return;
+  }
+  event.preventDefault();
+}
+
+function onKey(event) {
+  const typing = /^(INPUT|TEXTAREA|SELECT)$/.test(event.target.tagName);
+  if (event.key === "/" && !typing) {
+    event.preventDefault();
+    showTab("search", true);
+  } else if (event.key === "Escape" && event.target === $("q")) {
+    $("q").value = "";
+    runSearch(0);
+  } else if (event.key === "Enter" && event.ctrlKey && event.target === $("candidates")) {
+    $("similar-form").requestSubmit();
+  } else if (event.target.getAttribute("role") === "tab" && /^Arrow(Left|Right)$/.test(event.key)) {
+    showTab(event.target.id === "tab-search" ? "similar" : "search", false);
+    $(`tab-${$("panel-search").hidden ? "similar" : "search"}`).focus();
+  } else {
+    moveThroughResults(event);
+  }
+}
+
+function showFacts(info) {
+  const built = info.updated || info.created;
+  const facts = [
+    info.model,
+    info.description,
+    `${info.entries} entries`,
+    `${info.index_kind} index`,
+    built ? `built ${String(built).replace("T", " ").slice(0, 16)}` : null,
+  ];
+  $("facts").textContent = facts.filter(Boolean).join(" · ");
+}
+
+async function start() {
+  const params = new URLSearchParams(location.search);
+  $("q").value = params.get("q") || "";
+  if ([...$("k").options].some((o) => o.value === params.get("k"))) $("k").value = params.get("k");
+  document.addEventListener("keydown", onKey);
+  $("q").addEventListener("input", () => runSearch(200));
+  $("k").addEventListener("change", () => runSearch(0));
+  $("search-form").addEventListener("submit", (event) => { event.preventDefault(); runSearch(0); });
+  $("similar-form").addEventListener("submit", rankSimilar);
+  $("clear-filters").addEventListener("click", () => {
+    for (const node of document.querySelectorAll("#filter-list select, #filter-list input")) node.value = "";
+    runSearch(0);
+  });
+  for (const tab of ["search", "similar"]) $(`tab-${tab}`).addEventListener("click", () => showTab(tab, true));
+  if (params.get("tab") === "similar") showTab("similar", false);
+  try {
+    const [info, fields] = await Promise.all([api("/info"), api("/fields")]);
+    state.info = info;
+    state.facets = fields.fields;
+    showFacts(info);
+    buildFilters(state.facets, params);
+  } catch (error) {
+    $("facts").textContent = `Cannot read the index: ${error.message}`;
+  }
+  search();
+}
+
+start();

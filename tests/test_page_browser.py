@@ -1,0 +1,230 @@
+"""The search page in a real browser: `semsearch serve` on a small demo index, driven by headless
+Chromium through Playwright. With SEMSEARCH_SCREENSHOTS=DIR it also writes the README's
+screenshots (desktop and phone width) to DIR.
+
+Playwright drives Debian's `chromium` (found on PATH or through $CHROMIUM) with
+``executable_path``, so no browser is downloaded; `.ci/run` installs the package with apt-get."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from indexer import build_index
+from tests.conftest import DATA
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
+httpx = pytest.importorskip("httpx")
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+HOSTILE = {
+    "id": "faq999",
+    "question": "Can an answer hold markup?",
+    "answer": "<script>alert(1)</script><img src=x onerror=alert(2)> is shown as text, never run.",
+    "category": "<b>odd</b> & \"quoted\" 'cat'",
+}
+
+
+def chromium() -> str:
+    found = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.skip("no Chromium: install Debian's chromium package (apt-get install chromium), or set $CHROMIUM")
+    return found
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    """`semsearch serve` on a third of the demo FAQ (plus the helmet entry and a hostile one)."""
+    directory = tmp_path_factory.mktemp("page")
+    with open(DATA / "demo_faq.csv", newline="", encoding="utf-8") as source:
+        rows = [row for i, row in enumerate(csv.DictReader(source)) if i % 3 == 0 or row["id"] == "faq112"]
+    corpus = directory / "faq.csv"
+    with open(corpus, "w", newline="", encoding="utf-8") as target:
+        writer = csv.DictWriter(target, fieldnames=list(HOSTILE))
+        writer.writeheader()
+        writer.writerows([*rows, HOSTILE])
+    build_index(corpus, directory / "idx", text_fields=["question", "answer"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "search.cli", "serve", str(directory / "idx"), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, process.stderr.read().decode()
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    executable = chromium()
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+class Watched:
+    """A page whose dialogs (an alert would be one) and requests off this server are recorded;
+    the requests are refused, so the test works offline as the page must."""
+
+    def __init__(self, browser, server: str, width: int, height: int):
+        self.page = browser.new_page(viewport={"width": width, "height": height})
+        self.dialogs: list[str] = []
+        self.outside: list[str] = []
+        self.page.on("dialog", self._dialog)
+        self.page.route("**/*", self._route)
+        self.host = urlsplit(server).netloc
+
+    def _dialog(self, dialog) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def _route(self, route) -> None:
+        if urlsplit(route.request.url).netloc == self.host:
+            route.continue_()
+        else:
+            self.outside.append(route.request.url)
+            route.abort()
+
+
+def results(page) -> list[dict]:
+    """The shown hits: id, title, body and fields, as the page's text (what a person reads)."""
+    return page.eval_on_selector_all(
+        "#results > li",
+        """items => items.map(item => ({
+            id: item.querySelector('.chip.id').textContent,
+            title: item.querySelector('.hit-title').textContent,
+            body: [...item.querySelectorAll('.hit-body')].map(p => p.textContent).join('\\n'),
+            fields: Object.fromEntries([...item.querySelectorAll('.chip[data-field]')]
+                .map(c => [c.dataset.field, c.querySelector('.field-value').textContent])),
+        }))""",
+    )
+
+
+def choose(page, field: str, value: str) -> None:
+    """Pick ``value`` in the filter of ``field`` (its option reads "value (count)")."""
+    select = f"#filter-list select[data-field={field}]"
+    labels = page.eval_on_selector_all(f"{select} option", "options => options.map(o => o.label)")
+    page.select_option(select, label=next(label for label in labels if label.startswith(value + " (")))
+
+
+def search(page, text: str) -> list[dict]:
+    """Type ``text`` as a person would and wait for the page to show its results."""
+    page.fill("#q", "")
+    page.type("#q", text, delay=20)
+    page.wait_for_function(
+        "q => new URLSearchParams(location.search).get('q') === q && /results? in/.test("
+        "document.getElementById('status').textContent)",
+        arg=text,
+    )
+    return results(page)
+
+
+def test_search_filter_and_escaping(server, browser):
+    watched = Watched(browser, server, 1200, 900)
+    page = watched.page
+    page.goto(server + "/")
+    page.wait_for_selector("#filters:not([hidden])")
+    assert "entries" in page.text_content("#facts")
+
+    hits = search(page, "do I really need a helmet")
+    assert hits[0]["id"] == "faq112"
+    assert hits[0]["title"] == "Do I have to wear a helmet?"
+    assert hits[0]["body"].startswith("Helmets aren't legally required")  # the answer, in full
+    assert len(hits) == 10
+
+    choose(page, "category", "billing")
+    page.wait_for_function("() => /filter/.test(document.getElementById('status').textContent)")
+    filtered = results(page)
+    assert filtered and all(hit["fields"]["category"] == "billing" for hit in filtered)
+    assert "f%3Acategory=billing" in page.url or "f:category=billing" in page.url
+
+    # the URL is the search: opening it again gives the same query, filter and hits
+    again = Watched(browser, server, 1200, 900).page
+    again.goto(page.url)
+    again.wait_for_function("() => /filter/.test(document.getElementById('status').textContent)")
+    assert again.input_value("#q") == "do I really need a helmet"
+    assert [h["id"] for h in results(again)] == [h["id"] for h in filtered]
+
+    # a hostile category value goes through the filter's quoting; its markup shows as text
+    choose(page, "category", HOSTILE["category"])
+    hits = search(page, "markup")
+    assert [h["id"] for h in hits] == ["faq999"]
+    assert hits[0]["body"] == HOSTILE["answer"]
+    assert hits[0]["fields"]["category"] == HOSTILE["category"]
+    assert page.eval_on_selector_all("#results script, #results img, #results b", "nodes => nodes.length") == 0
+    assert watched.dialogs == []
+    assert watched.outside == []
+
+    shots = os.environ.get("SEMSEARCH_SCREENSHOTS")
+    if shots:
+        page.select_option("#filter-list select[data-field=category]", value="")
+        search(page, "do I really need a helmet")
+        page.locator("#q").blur()
+        page.screenshot(path=str(Path(shots) / "page-desktop.png"))
+
+
+def test_similar_tab_and_keys(server, browser):
+    watched = Watched(browser, server, 390, 844)  # a phone's width
+    page = watched.page
+    page.goto(server + "/?q=" + "lost my card")
+    page.wait_for_function("() => document.querySelectorAll('#results > li').length > 0")
+    # keyboard: / goes to the search box from anywhere, arrows walk the results
+    page.locator("body").click(position={"x": 5, "y": 5})
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "q"
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    assert page.evaluate("[...document.querySelectorAll('#results > li')].indexOf(document.activeElement)") == 1
+    shots = os.environ.get("SEMSEARCH_SCREENSHOTS")
+    if shots:
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=str(Path(shots) / "page-phone.png"))
+    # nothing is wider than the phone's screen
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+    page.click("#tab-similar")
+    page.fill("#sentence", "The bike has a flat tyre")
+    page.fill("#candidates", "My tyre is flat\nI love sunny days\n<script>alert(3)</script>")
+    page.press("#candidates", "Control+Enter")
+    page.wait_for_function("() => document.querySelectorAll('#similar-results > li').length === 3")
+    ranked = page.eval_on_selector_all("#similar-results .hit-title", "nodes => nodes.map(n => n.textContent)")
+    assert ranked[0] == "My tyre is flat"
+    assert "<script>alert(3)</script>" in ranked
+    assert "tab=similar" in page.url
+    assert watched.dialogs == [] and watched.outside == []
