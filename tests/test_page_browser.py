@@ -48,7 +48,7 @@ HOSTILE = {
 def chromium() -> str:
     found = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        pytest.skip("no Chromium: install Debian's chromium package (apt-get install chromium), or set $CHROMIUM")
+        pytest.skip("no Chromium: apt-get install chromium (Debian's package), or set $CHROMIUM")
     return found
 
 
@@ -122,6 +122,9 @@ class Watched:
             route.abort()
 
 
+TEXTS = "nodes => nodes.map(node => node.textContent)"
+
+
 def results(page) -> list[dict]:
     """The shown hits: id, title, body and fields, as the page's text (what a person reads)."""
     return page.eval_on_selector_all(
@@ -187,7 +190,8 @@ def test_search_filter_and_escaping(server, browser):
     assert [h["id"] for h in hits] == ["faq999"]
     assert hits[0]["body"] == HOSTILE["answer"]
     assert hits[0]["fields"]["category"] == HOSTILE["category"]
-    assert page.eval_on_selector_all("#results script, #results img, #results b", "nodes => nodes.length") == 0
+    markup = page.eval_on_selector_all("#results script, #results img, #results b", "nodes => nodes.length")
+    assert markup == 0
     assert watched.dialogs == []
     assert watched.outside == []
 
@@ -202,15 +206,20 @@ def test_search_filter_and_escaping(server, browser):
 def test_similar_tab_and_keys(server, browser):
     watched = Watched(browser, server, 390, 844)  # a phone's width
     page = watched.page
-    page.goto(server + "/?q=" + "lost my card")
-    page.wait_for_function("() => document.querySelectorAll('#results > li').length > 0")
+    page.goto(server + "/?q=do+I+really+need+a+helmet&k=5&f%3Acategory=safety")  # a link to a search
+    page.wait_for_function("() => /filter/.test(document.getElementById('status').textContent)")
+    hits = results(page)
+    assert hits[0]["id"] == "faq112" and len(hits) <= 5
+    assert all(hit["fields"]["category"] == "safety" for hit in hits)
+    assert page.input_value("#k") == "5"
     # keyboard: / goes to the search box from anywhere, arrows walk the results
     page.locator("body").click(position={"x": 5, "y": 5})
     page.keyboard.press("/")
     assert page.evaluate("document.activeElement.id") == "q"
     page.keyboard.press("ArrowDown")
     page.keyboard.press("ArrowDown")
-    assert page.evaluate("[...document.querySelectorAll('#results > li')].indexOf(document.activeElement)") == 1
+    focused = "[...document.querySelectorAll('#results > li')].indexOf(document.activeElement)"
+    assert page.evaluate(focused) == 1
     shots = os.environ.get("SEMSEARCH_SCREENSHOTS")
     if shots:
         page.evaluate("window.scrollTo(0, 0)")
@@ -223,7 +232,7 @@ def test_similar_tab_and_keys(server, browser):
     page.fill("#candidates", "My tyre is flat\nI love sunny days\n<script>alert(3)</script>")
     page.press("#candidates", "Control+Enter")
     page.wait_for_function("() => document.querySelectorAll('#similar-results > li').length === 3")
-    ranked = page.eval_on_selector_all("#similar-results .hit-title", "nodes => nodes.map(n => n.textContent)")
+    ranked = page.eval_on_selector_all("#similar-results .hit-title", TEXTS)
     assert ranked[0] == "My tyre is flat"
     assert "<script>alert(3)</script>" in ranked
     assert "tab=similar" in page.url

@@ -259,7 +259,6 @@ function onKey(event) {
 function showFacts(info) {
   const built = info.updated || info.created;
   const facts = [
-    info.model,
     info.description,
     `${info.entries} entries`,
     `${info.index_kind} index`,
