@@ -427,7 +427,8 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
     help="Most queries embedded in one micro-batch (1 turns batching off).",
 )
 def serve_command(index_dir: Path, host: str, port: int, max_batch: int) -> None:
-    """Serve INDEX_DIR over HTTP: POST /search, /search/batch, /similar; GET /info, /health; docs at /docs."""
+    """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar; GET /info,
+    /fields, /health; docs at /docs."""
     try:
         import uvicorn
 
@@ -435,7 +436,7 @@ def serve_command(index_dir: Path, host: str, port: int, max_batch: int) -> None
     except ImportError:
         raise BadInput("serving needs the 'serve' extra: pip install 'semsearch[serve]'") from None
     app = create_app(index_dir, max_batch=max_batch)
-    click.echo(f"serving {index_dir} on http://{host}:{port} (docs: /docs)", err=True)
+    click.echo(f"serving {index_dir}: search page on http://{host}:{port}/ (API docs: /docs)", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 

@@ -6,6 +6,10 @@ The model loads once and one worker thread owns it: every text to embed (queries
 instead of queries queueing one by one for the CPU. FAISS and SQLite work runs in other threads,
 never on the event loop.
 
+``GET /`` is a search page for people (``search/static``: plain HTML/CSS/JS over this API, served
+with a policy that lets it load nothing from elsewhere); ``GET /fields`` gives it the stored
+fields' values and ranges to filter on.
+
 A new index version written by ``add``/``delete``/``index`` is picked up between requests (checked
 at most every ``reload_every`` seconds, or at once with ``POST /reload``). A request takes one
 snapshot of the engine (index, embedder, transform) and uses it throughout, so it always works on
