@@ -7,7 +7,9 @@ Playwright drives Debian's `chromium` (found on PATH or through $CHROMIUM) with
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import json
 import os
 import shutil
 import socket
@@ -20,7 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from indexer import build_index
+from indexer import Strategy, build_index
 from tests.conftest import DATA
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
@@ -37,6 +39,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-quic",
 ]
+ODD = 'kind "x" é'  # a field name with a quote, a space and non-ASCII
 HOSTILE = {
     "id": "faq999",
     "question": "Can an answer hold markup?",
@@ -64,11 +67,32 @@ def server(tmp_path_factory) -> Iterator[str]:
         writer.writeheader()
         writer.writerows([*rows, HOSTILE])
     build_index(corpus, directory / "idx", text_fields=["question", "answer"])
+    with serving(directory / "idx") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def odd_server(tmp_path_factory, tiny_model) -> Iterator[str]:
+    """`semsearch serve` on a small index (the tiny model) with a numeric field and an odd name."""
+    directory = tmp_path_factory.mktemp("odd")
+    rows = [
+        {"id": f"r{i}", "text": f"ride number {i}", "year": 2000 + i, ODD: "ja" if i % 3 else "nein"}
+        for i in range(30)
+    ]
+    (directory / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    build_index(directory / "rows.jsonl", directory / "idx", Strategy(model=tiny_model))
+    with serving(directory / "idx") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving(index_dir: Path) -> Iterator[str]:
+    """A real `semsearch serve INDEX_DIR` process on a free port: its URL once it answers."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", "serve", str(directory / "idx"), "--port", str(port)],
+        [sys.executable, "-m", "search.cli", "serve", str(index_dir), "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -141,7 +165,7 @@ def results(page) -> list[dict]:
 
 def choose(page, field: str, value: str) -> None:
     """Pick ``value`` in the filter of ``field`` (its option reads "value (count)")."""
-    select = f"#filter-list select[data-field={field}]"
+    select = f"#filter-list select[data-field={json.dumps(field, ensure_ascii=False)}]"
     labels = page.eval_on_selector_all(f"{select} option", "options => options.map(o => o.label)")
     page.select_option(select, label=next(label for label in labels if label.startswith(value + " (")))
 
@@ -158,7 +182,7 @@ def search(page, text: str) -> list[dict]:
     return results(page)
 
 
-def test_search_filter_and_escaping(server, browser):
+def test_search_filter_and_escaping(browser, server):
     watched = Watched(browser, server, 1200, 900)
     page = watched.page
     page.goto(server + "/")
@@ -203,7 +227,7 @@ def test_search_filter_and_escaping(server, browser):
         page.screenshot(path=str(Path(shots) / "page-desktop.png"))
 
 
-def test_similar_tab_and_keys(server, browser):
+def test_similar_tab_and_keys(browser, server):
     watched = Watched(browser, server, 390, 844)  # a phone's width
     page = watched.page
     page.goto(server + "/?q=do+I+really+need+a+helmet&k=5&f%3Acategory=safety")  # a link to a search
@@ -236,4 +260,28 @@ def test_similar_tab_and_keys(server, browser):
     assert ranked[0] == "My tyre is flat"
     assert "<script>alert(3)</script>" in ranked
     assert "tab=similar" in page.url
+    assert watched.dialogs == [] and watched.outside == []
+
+
+def test_range_and_odd_field_name(browser, odd_server):
+    """A numeric field gets a min/max range, a field whose name needs quoting a select; the filter
+    the page builds from them is one the API takes."""
+    watched = Watched(browser, odd_server, 1000, 800)
+    page = watched.page
+    page.goto(odd_server + "/?q=ride&k=50")
+    page.wait_for_function("() => document.querySelectorAll('#results > li').length === 30")
+    page.fill("#filter-list input[data-field=year][data-end=min]", "2010")
+    page.fill("#filter-list input[data-field=year][data-end=max]", "2019.5")
+    page.wait_for_function("() => document.querySelectorAll('#results > li').length === 10")
+    assert sorted(int(h["fields"]["year"]) for h in results(page)) == list(range(2010, 2020))
+    choose(page, ODD, "nein")
+    page.wait_for_function("() => document.querySelectorAll('#results > li').length === 3")
+    hits = results(page)
+    assert sorted(h["id"] for h in hits) == ["r12", "r15", "r18"]
+    assert all(h["fields"][ODD] == "nein" for h in hits)
+    assert "min%3Ayear=2010" in page.url and "max%3Ayear=2019.5" in page.url
+    # a number the filter cannot take is marked, not sent
+    page.fill("#filter-list input[data-field=year][data-end=max]", "1e3")
+    page.wait_for_selector("#filter-list input[data-end=max][aria-invalid=true]")
+    assert "Error" not in page.text_content("#status")
     assert watched.dialogs == [] and watched.outside == []
