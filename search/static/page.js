@@ -264,7 +264,7 @@ function showFacts(info) {
     `${info.index_kind} index`,
     built ? `built ${String(built).replace("T", " ").slice(0, 16)}` : null,
   ];
-  $("facts").textContent = facts.filter(Boolean).join(" · ");
+  $("facts").replaceChildren(...facts.filter(Boolean).map((fact) => el("span", "fact", fact)));
 }
 
 async function start() {
