@@ -48,6 +48,7 @@ _FIELD_TYPES = {"INTEGER": "integer", "NUMERIC": "number", "REAL": "number", "FL
 _NUMBER = re.compile(r"[+-]?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _INT64 = 1 << 63
 MAX_FACET_VALUES = 50  # distinct values up to which a field gets a value list (a select on a page)
+MAX_FACET_CHARS = 100  # a longer value is prose (an answer), not something to pick from a list
 
 
 def quote(name: str) -> str:
@@ -180,8 +181,9 @@ class Catalog:
 
     def facets(self, max_values: int = MAX_FACET_VALUES) -> dict[str, dict[str, Any]]:
         """Each user field: its ``type``; ``values`` (``[value, count]`` pairs, most common first)
-        when it holds at most ``max_values`` distinct non-NULL values, else None; and for numeric
-        fields ``min``/``max`` of the numbers in it. What a search page builds its filters from.
+        when it holds at most ``max_values`` distinct non-NULL values, none longer than
+        ``MAX_FACET_CHARS``, else None; and for numeric fields ``min``/``max`` of the numbers in it.
+        What a search page builds its filters from.
 
         Bounded work: the distinct values are read through ``LIMIT max_values + 1``, so a field
         with many values costs one partial scan and is never grouped or counted."""
@@ -202,6 +204,8 @@ class Catalog:
                         f" group by {column} order by count(*) desc, {column}"
                     )
                 ]
+                if any(len(str(value)) > MAX_FACET_CHARS for value, _ in values):
+                    values = None
             facet: dict[str, Any] = {"type": field_type, "values": values}
             if field_type != "text":
                 low, high = self.db.execute(

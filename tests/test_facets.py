@@ -82,3 +82,11 @@ def test_empty_and_all_null_fields(tmp_path):
     assert facets["n"].get("min") is None
     empty = Catalog.create(tmp_path / "empty.db", {})
     assert empty.facets() == {}
+
+
+def test_long_values_give_no_list(tmp_path):
+    """A few long values are prose (a small FAQ's answers), not a list to choose from."""
+    rows = [{"answer": f"{i} " + "long answer " * 20, "short": "x" * 100} for i in range(3)]
+    facets = catalog(tmp_path, rows).facets()
+    assert facets["answer"]["values"] is None
+    assert facets["short"]["values"] == [["x" * 100, 3]]

@@ -32,7 +32,9 @@ const literal = (value) => (typeof value === "number" && NUMBER.test(String(valu
 function buildFilters(fields, params) {
   const list = $("filter-list");
   list.replaceChildren();
+  const own = new Set([...(state.info?.text_fields || []), state.info?.id_field]); // the entry itself
   for (const [name, facet] of Object.entries(fields)) {
+    if (own.has(name)) continue;
     if (facet.type !== "text" && facet.min !== null && facet.min !== undefined && facet.min !== facet.max) {
       list.append(rangeFilter(name, facet, params));
     } else if (facet.values && facet.values.length > 1) {
