@@ -285,6 +285,10 @@ def test_range_and_odd_field_name(browser, odd_server):
     assert sorted(h["id"] for h in hits) == ["r12", "r15", "r18"]
     assert all(h["fields"][ODD] == "nein" for h in hits)
     assert "min%3Ayear=2010" in page.url and "max%3Ayear=2019.5" in page.url
+    # a link whose filter value this index does not have: searched without it, and said so
+    page.goto(odd_server + "/?q=ride&k=50&f%3Acategory=billing&" + f"f%3A{ODD}=maybe")
+    page.wait_for_function("() => document.querySelectorAll('#results > li').length === 30")
+    assert page.text_content("#status").endswith(f"ignored: f:category=billing, f:{ODD}=maybe")
     # a number the filter cannot take is marked, not sent
     page.fill("#filter-list input[data-field=year][data-end=max]", "1e3")
     page.wait_for_selector("#filter-list input[data-end=max][aria-invalid=true]")

@@ -4,7 +4,7 @@
 
 const $ = (id) => document.getElementById(id);
 const NUMBER = /^-?\d+(\.\d+)?$/; // the number literals a filter accepts
-const state = { info: null, facets: {}, controller: null, timer: 0 };
+const state = { info: null, facets: {}, controller: null, timer: 0, ignored: [] };
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -42,6 +42,10 @@ function buildFilters(fields, params) {
     }
   }
   $("filters").hidden = !list.children.length;
+  // a link made on another index may name fields or values this one does not have: say so
+  const taken = new Set(currentFilter().params.map(([key, value]) => `${key}=${value}`));
+  state.ignored = [...params].filter(([key, value]) => /^(f|min|max):/.test(key) && !taken.has(`${key}=${value}`))
+    .map(([key, value]) => `${key}=${value}`);
 }
 
 function selectFilter(name, facet, params) {
@@ -135,6 +139,7 @@ async function search() {
     const status = $("status");
     status.replaceChildren(`${data.hits.length} result${data.hits.length === 1 ? "" : "s"} in ${ms} ms`);
     if (where) status.append(" · filter ", el("code", "", where));
+    if (state.ignored.length) status.append(` · not in this index, ignored: ${state.ignored.join(", ")}`);
     $("results").replaceChildren(...data.hits.map(renderHit));
   } catch (error) {
     if (error.name === "AbortError") return;
@@ -279,6 +284,7 @@ async function start() {
   $("search-form").addEventListener("submit", (event) => { event.preventDefault(); runSearch(0); });
   $("similar-form").addEventListener("submit", rankSimilar);
   $("clear-filters").addEventListener("click", () => {
+    state.ignored = [];
     for (const node of document.querySelectorAll("#filter-list select, #filter-list input")) node.value = "";
     runSearch(0);
   });
