@@ -39,7 +39,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from indexer.corpus import RESERVED, Entry
 
@@ -49,6 +49,15 @@ _NUMBER = re.compile(r"[+-]?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _INT64 = 1 << 63
 MAX_FACET_VALUES = 50  # distinct values up to which a field gets a value list (a select on a page)
 MAX_FACET_CHARS = 100  # a longer value is prose (an answer), not something to pick from a list
+
+
+class Facet(TypedDict):
+    """One stored field as ``Catalog.facets`` describes it (the JSON of ``GET /fields``)."""
+
+    type: str  # integer, number or text
+    values: list[list[Any]] | None  # [value, count] pairs, most common first; None: too many or long
+    min: NotRequired[int | float | None]  # numeric fields only: None when no value is a number
+    max: NotRequired[int | float | None]
 
 
 def quote(name: str) -> str:
@@ -179,7 +188,7 @@ class Catalog:
             if name not in RESERVED
         }
 
-    def facets(self, max_values: int = MAX_FACET_VALUES) -> dict[str, dict[str, Any]]:
+    def facets(self, max_values: int = MAX_FACET_VALUES) -> dict[str, Facet]:
         """Each user field: its ``type``; ``values`` (``[value, count]`` pairs, most common first)
         when it holds at most ``max_values`` distinct non-NULL values, none longer than
         ``MAX_FACET_CHARS``, else None; and for numeric fields ``min``/``max`` of the numbers in it.
@@ -206,7 +215,7 @@ class Catalog:
                 ]
                 if any(len(str(value)) > MAX_FACET_CHARS for value, _ in values):
                     values = None
-            facet: dict[str, Any] = {"type": field_type, "values": values}
+            facet = Facet(type=field_type, values=values)
             if field_type != "text":
                 low, high = self.db.execute(
                     f"select min({column}), max({column}) from entries"

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from indexer.catalog import Facet
 from indexer.corpus import RESERVED
 from indexer.embedding import Embedder
 from indexer.errors import BadInput, FilterError, StrategyConflict
@@ -99,7 +100,7 @@ class Snapshot:
         with self.db_lock:
             return self.index.info()
 
-    def facets(self) -> dict[str, dict[str, Any]]:
+    def facets(self) -> dict[str, Facet]:
         """The stored fields' types, common values and ranges (``Catalog.facets``), under the lock."""
         with self.db_lock:
             return self.index.catalog.facets()
