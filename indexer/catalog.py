@@ -241,6 +241,14 @@ class Catalog:
         names = [c[0] for c in cursor.description]
         return {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
 
+    def hashes(self, rowids: Sequence[int]) -> dict[int, str]:
+        """Row id -> content hash of its text: entries with equal hashes hold the same text."""
+        found = self.db.execute(
+            "select _rowid, _hash from entries where _rowid in (select value from json_each(?))",
+            (json.dumps([int(r) for r in rowids]),),
+        )
+        return dict(found.fetchall())
+
     def delete(self, rowids: Sequence[int]) -> None:
         self.db.execute(
             "delete from entries where _rowid in (select value from json_each(?))",
