@@ -77,6 +77,12 @@ def check_precision(precision: float) -> float:
     return float(precision)
 
 
+def check_min_score(min_score: float | None) -> None:
+    """A plain threshold is a cosine: a number in [-1, 1]."""
+    if min_score is not None and not -1 <= min_score <= 1:
+        raise BadInput(f"min score must be a cosine in [-1, 1], not {min_score}")
+
+
 @dataclass(frozen=True)
 class Rule:
     """A fitted decision rule: confidence = sigmoid(weights . standardised features + bias);

@@ -19,7 +19,7 @@ from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from indexer.vector_index import search_parameters
-from search.confidence import NEIGHBOURS, Neighbourhood, Rule
+from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
 from search.filters import parse_filter
 
 
@@ -152,6 +152,7 @@ class Snapshot:
         ``confidence``) or, given ``min_score``, by its cosine; neither: ``answered`` is None."""
         if k < 1:
             raise BadInput(f"k must be at least 1, not {k}")
+        check_min_score(min_score)
         return [self._lookup(vector, k, allowed, min_score) for vector in vectors]
 
     def neighbourhoods(self, vectors: np.ndarray, allowed: Allowed | None = None) -> list[Neighbourhood]:

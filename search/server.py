@@ -89,12 +89,14 @@ class SearchRequest(BaseModel):
     query: Query
     k: int = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
+    min_score: float | None = Field(None, ge=-1, le=1)  # answered = cosine >= it, over the stored rule
 
 
 class BatchRequest(BaseModel):
     queries: list[Query] = Field(min_length=1, max_length=MAX_BATCH)
     k: int = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
+    min_score: float | None = Field(None, ge=-1, le=1)
 
 
 class SimilarRequest(BaseModel):
@@ -320,25 +322,29 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
                     state["reloads"] += 1
         return engine.snapshot
 
-    async def search(queries: list[str], k: int, where: str | None) -> list[list[dict[str, Any]]]:
+    async def search(
+        queries: list[str], k: int, where: str | None, min_score: float | None = None
+    ) -> list[list[dict[str, Any]]]:
         check_queries(queries)
         snapshot = await current()
         check_budget(queries, snapshot.embedder.strategy.max_length)
         allowed = None if where is None else await asyncio.to_thread(snapshot.allowed, where)
         vectors = await batcher.embed(snapshot.embedder, queries)
-        hits = await asyncio.to_thread(lambda: snapshot.lookup(snapshot.finish(vectors), k, allowed))
+        hits = await asyncio.to_thread(
+            lambda: snapshot.lookup(snapshot.finish(vectors), k, allowed, min_score)
+        )
         return [[hit.to_dict() for hit in found] for found in hits]
 
     @app.post("/search")
     async def search_one(body: SearchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for one query, optionally filtered on stored fields first."""
-        found = await while_connected(request, search([body.query], body.k, body.where))
+        found = await while_connected(request, search([body.query], body.k, body.where, body.min_score))
         return {"query": body.query, "hits": found[0]}
 
     @app.post("/search/batch")
     async def search_batch(body: BatchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for each of up to 64 queries, embedded in one pass."""
-        results = await while_connected(request, search(body.queries, body.k, body.where))
+        results = await while_connected(request, search(body.queries, body.k, body.where, body.min_score))
         return {"results": [{"query": q, "hits": h} for q, h in zip(body.queries, results, strict=True)]}
 
     async def similar(sentence: str, candidates: list[str], k: int | None) -> list[dict[str, Any]]:
