@@ -375,6 +375,29 @@ def calibrate_command(
     _echo_scores({**shown, "features": ",".join(rule.features)}, as_json)
 
 
+@cli.command("duplicates")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--min-score", default=0.9, show_default=True, type=float, help="Cosine of a duplicate pair.")
+@click.option("--limit", type=click.IntRange(min=0), help="List at most this many pairs (best first).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: pairs and groups.")
+def duplicates_command(index_dir: Path, min_score: float, limit: int | None, as_json: bool) -> None:
+    """Pairs of entries at least MIN_SCORE alike, and the groups they form."""
+    from indexer.store import open_index
+    from search.duplicates import find_duplicates
+
+    found = find_duplicates(open_index(index_dir), min_score, limit)
+    if as_json:
+        click.echo(json.dumps(found.to_dict(), ensure_ascii=False))
+        return
+    click.echo(f"{found.total} pairs in {len(found.groups)} groups at cosine >= {found.min_score}")
+    for number, group in enumerate(found.groups, 1):
+        click.echo(f"group {number}: {' '.join(group)}")
+    for a, b, score in found.pairs:
+        click.echo(f"{score:6.3f}  {a}  {b}")
+    if found.truncated:
+        click.echo(f"... {found.total - len(found.pairs)} more pairs (--limit)")
+
+
 @cli.command("add")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))

@@ -162,7 +162,7 @@ class Snapshot:
     def _neighbourhood(self, best: dict[int, float]) -> Neighbourhood:
         rowids = list(best)
         with self.db_lock:
-            hashes = self.index.catalog.hashes(rowids)
+            hashes = self.index.catalog.values(rowids, "_hash")
         return Neighbourhood(rowids, np.array(list(best.values())), [hashes[r] for r in rowids])
 
     def _nearest(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> dict[int, float]:

@@ -33,6 +33,7 @@ from typing import Annotated, Any, TypeVar
 
 import numpy as np
 from fastapi import FastAPI, Request
+from fastapi import Query as QueryParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
@@ -40,6 +41,7 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from indexer.embedding import Embedder
 from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
+from search.duplicates import find_duplicates
 from search.engine import SearchEngine, Snapshot, check_queries, configure_threads
 from search.filters import MAX_FILTER_LENGTH
 from search.similar import rank_vectors, rankable
@@ -49,6 +51,7 @@ MAX_QUERY = 2000  # characters in one query or sentence
 MAX_K = 100
 MAX_BATCH = 64  # queries in one /search/batch, and default texts per forward pass
 MAX_CANDIDATES = 1000
+MAX_DUPLICATE_PAIRS = 1000  # pairs one /duplicates response lists (the groups hold them all)
 # Model work one request may cause, in tokens: each text counts its characters (WordPiece makes at
 # most one token of a character), capped at the strategy's max_length (where the model cuts it).
 # As much as a full batch of 64 queries at 256 tokens: about 10 s of this 2-core machine under load
@@ -362,6 +365,16 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
         fitted post-processing."""
         hits = await while_connected(request, similar(body.sentence, body.candidates, body.k))
         return {"query": body.sentence, "hits": hits}
+
+    @app.get("/duplicates")
+    async def duplicates(
+        min_score: Annotated[float, QueryParam(gt=0, le=1)] = 0.9,
+        limit: Annotated[int, QueryParam(ge=0, le=MAX_DUPLICATE_PAIRS)] = 100,
+    ) -> dict[str, Any]:
+        """Pairs of entries at cosine >= min_score (the best ``limit``, at most 1000) and their groups."""
+        snapshot = await current()
+        found = await asyncio.to_thread(find_duplicates, snapshot.index, min_score, limit, snapshot.db_lock)
+        return found.to_dict()
 
     @app.get("/info")
     async def info() -> dict[str, Any]:
