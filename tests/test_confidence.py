@@ -246,3 +246,19 @@ def test_stackfaq_abstention_meets_the_aim():
     assert report["rule coverage"] >= 0.75
     assert report["rule coverage"] > report["plain coverage"]
     assert report["rule auroc right"] > report["plain auroc right"]
+
+
+def test_http_search_marks_hits(faq):
+    pytest.importorskip("httpx")
+    from fastapi.testclient import TestClient
+
+    from search.server import create_app
+
+    index, _, queries, qrels = faq
+    calibrate(index, queries, qrels)
+    with TestClient(create_app(index)) as client:
+        hit = client.post("/search", json={"query": OTHERS[1], "k": 1}).json()["hits"][0]
+        assert hit["answered"] is False and 0 <= hit["confidence"] <= 1
+        body = {"queries": [OTHERS[1]], "k": 1, "min_score": -1}
+        assert client.post("/search/batch", json=body).json()["results"][0]["hits"][0]["answered"] is True
+        assert client.post("/search", json={"query": "x", "min_score": 2}).status_code == 400
