@@ -349,7 +349,7 @@ def query_command(
 @click.option("--queries", "queries_file", required=True, help="Questions: JSONL with id and text.")
 @click.option("--qrels", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Judgements.")
 @click.option("--precision", default=0.95, show_default=True, type=float, help="Precision of answered hits.")
-@click.option("--features", default="score,margin", show_default=True, help="Confidence features.")
+@click.option("--features", help="Confidence features among score, margin, zscore (default: score,margin).")
 @click.option("--json", "as_json", is_flag=True)
 @wait_option
 def calibrate_command(
@@ -357,7 +357,7 @@ def calibrate_command(
     queries_file: str,
     qrels: Path,
     precision: float,
-    features: str,
+    features: str | None,
     as_json: bool,
     wait: float,
 ) -> None:
@@ -367,7 +367,12 @@ def calibrate_command(
 
     data = read_retrieval_set(queries_file, qrels)
     rule = calibrate_index(
-        index_dir, data.queries, data.qrels, precision=precision, features=_split(features), wait=wait
+        index_dir,
+        data.queries,
+        data.qrels,
+        precision=precision,
+        features=_split(features) if features else None,
+        wait=wait,
     )
     shown = {
         k: v for k, v in rule.to_dict().items() if k in ("threshold", "precision", "coverage", "questions")
@@ -673,7 +678,7 @@ def evaluate_retrieval_command(
 @click.option("--holdout", default=0.33, show_default=True, type=float, help="Share of threads removed.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--precision", default=0.95, show_default=True, type=float)
-@click.option("--features", default="score,margin", show_default=True, help="Confidence features.")
+@click.option("--features", help="Confidence features among score, margin, zscore (default: score,margin).")
 @click.option("--json", "as_json", is_flag=True)
 @strategy_options
 def evaluate_abstention_command(
@@ -684,7 +689,7 @@ def evaluate_abstention_command(
     holdout: float,
     seed: int,
     precision: float,
-    features: str,
+    features: str | None,
     as_json: bool,
     asked: dict[str, Any],
 ) -> None:
@@ -698,7 +703,7 @@ def evaluate_abstention_command(
         holdout=holdout,
         seed=seed,
         precision=precision,
-        features=_split(features),
+        features=_split(features) if features else None,
         strategy=_strategy(asked),
         text_fields=_split(text_field),
     )

@@ -64,7 +64,10 @@ class Neighbourhood:
         return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES))
 
 
-def check_features(names: Sequence[str]) -> tuple[str, ...]:
+def check_features(names: Sequence[str] | None) -> tuple[str, ...]:
+    """The features asked for (None: ``DEFAULT_FEATURES``), each known."""
+    if names is None:
+        return DEFAULT_FEATURES
     unknown = [n for n in names if n not in FEATURES]
     if unknown or not names:
         raise BadInput(f"confidence features: choose among {', '.join(FEATURES)} (not {', '.join(unknown)})")
@@ -150,7 +153,7 @@ def observe(
 
 
 def fit_rule(
-    seen: Sequence[Observation], precision: float = 0.95, features: Sequence[str] = DEFAULT_FEATURES
+    seen: Sequence[Observation], precision: float = 0.95, features: Sequence[str] | None = None
 ) -> Rule:
     """The logistic rule on ``features`` and the lowest threshold at which the answered questions
     reach ``precision`` (right top hit among those answered)."""
@@ -243,7 +246,7 @@ def calibrate_index(
     qrels: Mapping[str, Mapping[str, int]],
     *,
     precision: float = 0.95,
-    features: Sequence[str] = DEFAULT_FEATURES,
+    features: Sequence[str] | None = None,
     wait: float = 0,
 ) -> Rule:
     """Fit the rule on labelled questions and store it in the index as a new version (under the

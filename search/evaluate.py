@@ -245,7 +245,7 @@ def evaluate_abstention(
 
     from indexer.build import build_index
     from indexer.corpus import read_corpus
-    from search.confidence import DEFAULT_FEATURES, PLAIN, auroc, check_precision, fit_rule, measure
+    from search.confidence import PLAIN, auroc, check_precision, fit_rule, measure
     from search.confidence import observations as observe_all
     from search.engine import SearchEngine
 
@@ -286,7 +286,7 @@ def evaluate_abstention(
         "test questions": len(test),
         "test unanswerable": int((~answerable).sum()),
     }
-    for name, chosen in (("rule", tuple(features or DEFAULT_FEATURES)), ("plain", PLAIN)):
+    for name, chosen in (("rule", features), ("plain", PLAIN)):
         rule = fit_rule(calibration, precision, chosen)
         confidence = rule.confidence(rows)
         scored = measure(confidence >= rule.threshold, correct, answerable)
