@@ -41,7 +41,7 @@ def range_pairs(vectors: np.ndarray, owners: np.ndarray, min_score: float) -> tu
     """Pairs of distinct owners with a cosine >= ``min_score`` between any of their vectors:
     (n, 2) owner ids (smaller first) and each pair's best cosine. Exact: a flat index searched
     by blocks of ``BLOCK`` vectors (one BLAS product each); an IVF range search measured 7x slower
-    at 40k (bench/duplicates.py), its cells being probed one query at a time."""
+    than numpy's products at 40k (bench/duplicates.py), its cells probed one query at a time."""
     import faiss
 
     flat = faiss.IndexFlatIP(vectors.shape[1])
