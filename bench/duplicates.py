@@ -1,7 +1,8 @@
 """Duplicate finding at 10k-100k entries: semsearch's FAISS range search (``search.duplicates``)
 next to the naive peer, blockwise numpy matrix products as sentence-transformers'
 ``paraphrase_mining`` does them, in the same run, on the same vectors. Recall: the share of the
-peer's (exact) pairs semsearch finds (both are exact: it must be 1).
+peer's (exact) pairs semsearch finds (1 below ``EXACT_LIMIT``, where both are exact; semsearch's
+IVF range search above).
 
     .venv/bin/python bench/duplicates.py [--sizes 10000,50000,100000] [--min-score 0.9]
 

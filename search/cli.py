@@ -384,13 +384,16 @@ def calibrate_command(
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.option("--min-score", default=0.9, show_default=True, type=float, help="Cosine of a duplicate pair.")
 @click.option("--limit", type=click.IntRange(min=0), help="List at most this many pairs (best first).")
+@click.option("--exact", is_flag=True, help="Compare every pair, also past 30k vectors (slower).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: pairs and groups.")
-def duplicates_command(index_dir: Path, min_score: float, limit: int | None, as_json: bool) -> None:
+def duplicates_command(
+    index_dir: Path, min_score: float, limit: int | None, exact: bool, as_json: bool
+) -> None:
     """Pairs of entries at least MIN_SCORE alike, and the groups they form."""
     from indexer.store import open_index
     from search.duplicates import find_duplicates
 
-    found = find_duplicates(open_index(index_dir), min_score, limit)
+    found = find_duplicates(open_index(index_dir), min_score, limit, exact=exact or None)
     if as_json:
         click.echo(json.dumps(found.to_dict(), ensure_ascii=False))
         return

@@ -11,9 +11,10 @@ import numpy as np
 
 from indexer.errors import BadInput
 from indexer.store import VECTORS, StoredIndex
-from indexer.vector_index import read_vectors, stored_vectors
+from indexer.vector_index import EXACT_LIMIT, read_vectors, stored_vectors
 
 BLOCK = 4096  # query vectors per range search: bounds the memory of one block's results
+PROBES = 8  # IVF lists searched around each vector (past EXACT_LIMIT)
 MAX_FOUND = 5_000_000  # pairs held at once before the search gives up: raise the min score
 
 
@@ -37,14 +38,28 @@ class Duplicates:
         }
 
 
-def range_pairs(vectors: np.ndarray, owners: np.ndarray, min_score: float) -> tuple[np.ndarray, np.ndarray]:
+def range_pairs(
+    vectors: np.ndarray, owners: np.ndarray, min_score: float, exact: bool | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Pairs of distinct owners with a cosine >= ``min_score`` between any of their vectors:
-    (n, 2) owner ids (smaller first) and each pair's best cosine. Exact: a flat index searched
-    by blocks of ``BLOCK`` vectors (one BLAS product each); an IVF range search measured 7x slower
-    than numpy's products at 40k (bench/duplicates.py), its cells probed one query at a time."""
+    (n, 2) owner ids (smaller first) and each pair's best cosine.
+
+    ``exact`` (default: below ``EXACT_LIMIT`` vectors, as for queries): a flat index, every pair
+    compared, blockwise BLAS products. Otherwise an IVF index (sqrt(n) lists) searched with
+    ``PROBES`` probes: a near-copy sits in its twin's cell or a neighbouring one, so few probes
+    find it, and the cost falls from n^2 to about n^2 * PROBES / sqrt(n) (bench/duplicates.py:
+    recall and time against exact numpy products)."""
     import faiss
 
-    flat = faiss.IndexFlatIP(vectors.shape[1])
+    n, dimension = vectors.shape
+    if exact if exact is not None else n < EXACT_LIMIT:
+        flat = faiss.IndexFlatIP(dimension)
+    else:
+        nlist = int(np.sqrt(n))
+        flat = faiss.IndexIVFFlat(faiss.IndexFlatIP(dimension), dimension, nlist, faiss.METRIC_INNER_PRODUCT)
+        sample = np.random.default_rng(0).choice(n, size=min(n, 64 * nlist), replace=False)
+        flat.train(vectors[sample])
+        flat.nprobe = PROBES
     flat.add(vectors)
     found_pairs, found_scores, held = [], [], 0
     for start in range(0, len(vectors), BLOCK):
@@ -94,15 +109,17 @@ def find_duplicates(
     min_score: float = 0.9,
     limit: int | None = None,
     lock: AbstractContextManager[Any] | None = None,
+    exact: bool | None = None,
 ) -> Duplicates:
     """Every pair of entries at cosine >= ``min_score`` (the best ``limit`` listed) and the groups
-    they form. Reads the vectors through its own handle, so a server's shared index is untouched;
-    ``lock`` is held while the catalog is read (a server's ``Snapshot.db_lock``)."""
+    they form (``exact``: see ``range_pairs``). Reads the vectors through its own handle, so a
+    server's shared index is untouched; ``lock`` is held while the catalog is read (a server's
+    ``Snapshot.db_lock``)."""
     min_score = check_min_score(min_score)
     if limit is not None and limit < 0:
         raise BadInput(f"limit must be 0 or more, not {limit}")
     vectors, owners = stored_vectors(read_vectors(index.version / VECTORS, mmap=True))
-    pairs, scores = range_pairs(np.ascontiguousarray(vectors, dtype=np.float32), owners, min_score)
+    pairs, scores = range_pairs(np.ascontiguousarray(vectors, dtype=np.float32), owners, min_score, exact)
     best = np.argsort(-scores, kind="stable")[:limit]
     groups = components(pairs)
     shown = {int(r) for r in pairs[best].ravel()} | {r for g in groups for r in g}

@@ -60,6 +60,17 @@ def test_range_pairs_match_a_naive_matrix_product():
     assert {tuple(p) for p in pairs.tolist()} == naive and naive
 
 
+def test_approximate_search_finds_near_copies():
+    rng = np.random.default_rng(1)
+    originals = rng.normal(size=(2000, 16))
+    copies = originals[:100] + rng.normal(size=(100, 16)) * 0.05  # cosine ~0.999 to their twin
+    vectors = unit(np.concatenate([originals, copies]).tolist())
+    pairs, _ = range_pairs(vectors, np.arange(len(vectors)), 0.98, exact=False)
+    exact, _ = range_pairs(vectors, np.arange(len(vectors)), 0.98, exact=True)
+    assert {(i, 2000 + i) for i in range(100)} <= {tuple(p) for p in pairs.tolist()}
+    assert {tuple(p) for p in pairs.tolist()} <= {tuple(p) for p in exact.tolist()}
+
+
 def test_groups_are_connected_components():
     assert components(np.array([[1, 2], [2, 3], [7, 9]])) == [[1, 2, 3], [7, 9]]
     assert components(np.zeros((0, 2), dtype=np.int64)) == []
