@@ -114,3 +114,15 @@ def test_http_duplicates(index):
         assert body["groups"] == [["a", "b", "c"], ["d", "e"]]
         assert client.get("/duplicates", params={"min_score": 2}).status_code == 400
         assert client.get("/duplicates", params={"limit": 100000}).status_code == 400
+
+
+def test_an_empty_index_has_no_duplicates(tmp_path, tiny_model):
+    from indexer.update import delete_from_index
+
+    corpus = tmp_path / "one.jsonl"
+    corpus.write_text(json.dumps({"id": "ü1", "text": "Ünïcode question ✓"}) + "\n")
+    build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model))
+    assert find_duplicates(open_index(tmp_path / "idx"), 0.5).pairs == []  # one entry: no pair
+    delete_from_index(tmp_path / "idx", ["ü1"])
+    found = find_duplicates(open_index(tmp_path / "idx"), 0.5)
+    assert (found.pairs, found.groups, found.total) == ([], [], 0)
