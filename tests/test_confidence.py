@@ -262,3 +262,13 @@ def test_http_search_marks_hits(faq):
         body = {"queries": [OTHERS[1]], "k": 1, "min_score": -1}
         assert client.post("/search/batch", json=body).json()["results"][0]["hits"][0]["answered"] is True
         assert client.post("/search", json={"query": "x", "min_score": 2}).status_code == 400
+
+
+def test_cli_evaluate_abstention(tmp_path, tiny_model):
+    corpus, queries, qrels = write_faq(tmp_path)
+    common = ["--corpus", corpus, "--queries", queries, "--qrels", qrels, "--model", tiny_model]
+    result = run("evaluate", "abstention", *common, "--holdout", "0.4", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["removed"] == 4 and {"rule auroc", "plain coverage"} <= set(report)
+    assert_clean_failure(run("evaluate", "abstention", *common, "--holdout", "1.5"), "holdout")
