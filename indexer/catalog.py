@@ -289,6 +289,16 @@ class Catalog:
         names = [c[0] for c in cursor.description]
         return {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
 
+    def values(self, rowids: Sequence[int], name: str) -> dict[int, Any]:
+        """Row id -> one reserved column (``_id``, ``_hash``: equal hashes hold the same text)."""
+        if name not in RESERVED:
+            raise ValueError(f"not a reserved column: {name}")
+        found = self.db.execute(
+            f"select _rowid, {name} from entries where _rowid in (select value from json_each(?))",
+            (json.dumps([int(r) for r in rowids]),),
+        )
+        return dict(found.fetchall())
+
     def delete(self, rowids: Sequence[int]) -> None:
         self.db.execute(
             "delete from entries where _rowid in (select value from json_each(?))",

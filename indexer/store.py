@@ -30,7 +30,7 @@ import secrets
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,6 +286,7 @@ class Change:
     owners: np.ndarray | None = None  # position in ``upserts`` of each vector
     reembed: frozenset[str] = frozenset()  # ids among upserts whose vectors are replaced
     deletes: Sequence[str] = ()
+    meta: Mapping[str, Any] | None = None  # meta keys to set (e.g. a calibration), JSON values
 
 
 def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False) -> Path:
@@ -347,6 +348,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
                 "next_rowid": next_rowid,
                 "tuned_for": tuned_for,
                 "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                **(change.meta or {}),
             }
         )
         catalog.commit()

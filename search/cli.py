@@ -277,12 +277,17 @@ def _print_hits(
     if not hits:
         click.echo("no match")
         return
+    if hits[0].answered is False:
+        click.echo("no answer (the best hit is below the index's calibrated confidence or --min-score)")
     click.echo(f"{'rank':>4}  {'score':>6}  {'id':<10} text")
     for hit in hits:
         lead = hit.fields.get(lead_field) if lead_field else None
         lead = hit.text if lead in (None, "") else lead
         body = textwrap.wrap(_short(lead), width) or [""]
         click.echo(f"{hit.rank:>4}  {hit.score:6.3f}  {hit.id:<10} {body[0]}")
+        if hit.answered is not None:
+            sure = "" if hit.confidence is None else f" (confidence {hit.confidence:.2f})"
+            click.echo(f"{indent}answered: {'yes' if hit.answered else 'no'}{sure}")
         for line in body[1:]:
             click.echo(indent + line)
         for name, value in hit.fields.items():
@@ -302,6 +307,9 @@ def _print_hits(
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Hits per query.")
 @click.option("--where", help="Filter on stored fields before the search: \"category = 'billing'\".")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per query.")
+@click.option(
+    "--min-score", type=float, help="Mark hits with a cosine below this not answered (over a calibration)."
+)
 @strategy_options
 def query_command(
     index_dir: Path,
@@ -310,6 +318,7 @@ def query_command(
     k: int,
     where: str | None,
     as_json: bool,
+    min_score: float | None,
     asked: dict[str, Any],
 ) -> None:
     """Search INDEX_DIR for QUESTION (or for every query in --queries)."""
@@ -322,7 +331,7 @@ def query_command(
     check_queries([q.text for q in queries])
     configure_threads()
     engine = SearchEngine(index_dir, strategy=asked)
-    results = engine.search_many([q.text for q in queries], k, where)
+    results = engine.search_many([q.text for q in queries], k, where, min_score)
     source = engine.index.meta.get("source", {})
     text_fields = source.get("text_fields") or []
     lead_field = text_fields[0] if text_fields else None
@@ -333,6 +342,68 @@ def query_command(
             click.echo(json.dumps(record, ensure_ascii=False))
         else:
             _print_hits(query.text, hits, lead_field, hidden)
+
+
+@cli.command("calibrate")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--queries", "queries_file", required=True, help="Questions: JSONL with id and text.")
+@click.option("--qrels", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Judgements.")
+@click.option("--precision", default=0.95, show_default=True, type=float, help="Precision of answered hits.")
+@click.option("--features", help="Confidence features among score, margin, zscore (default: score,margin).")
+@click.option("--json", "as_json", is_flag=True)
+@wait_option
+def calibrate_command(
+    index_dir: Path,
+    queries_file: str,
+    qrels: Path,
+    precision: float,
+    features: str | None,
+    as_json: bool,
+    wait: float,
+) -> None:
+    """Fit and store the rule that marks hits answered; unjudged questions are unanswerable ones."""
+    from search.confidence import calibrate_index
+    from search.evaluate import read_retrieval_set
+
+    data = read_retrieval_set(queries_file, qrels)
+    rule = calibrate_index(
+        index_dir,
+        data.queries,
+        data.qrels,
+        precision=precision,
+        features=_split(features) if features else None,
+        wait=wait,
+    )
+    shown = {
+        k: v for k, v in rule.to_dict().items() if k in ("threshold", "precision", "coverage", "questions")
+    }
+    _echo_scores({**shown, "features": ",".join(rule.features)}, as_json)
+
+
+@cli.command("duplicates")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--min-score", default=0.9, show_default=True, type=float, help="Cosine of a duplicate pair.")
+@click.option("--limit", type=click.IntRange(min=0), help="List at most this many pairs (best first).")
+@click.option("--exact", is_flag=True, help="Compare every pair, also past 30k vectors (slower).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: pairs and groups.")
+def duplicates_command(
+    index_dir: Path, min_score: float, limit: int | None, exact: bool, as_json: bool
+) -> None:
+    """Pairs of entries at least MIN_SCORE alike, and the groups they form."""
+    from indexer.store import open_index
+    from search.duplicates import find_duplicates
+
+    found = find_duplicates(open_index(index_dir), min_score, limit, exact=exact or None)
+    if as_json:
+        click.echo(json.dumps(found.to_dict(), ensure_ascii=False))
+        return
+    click.echo(f"{found.total} pairs in {len(found.groups)} groups at cosine >= {found.min_score}")
+    for number, group in enumerate(found.groups, 1):
+        click.echo(f"group {number}: {' '.join(group)}")
+    for a, b, score in found.pairs:
+        click.echo(f"{score:6.3f}  {a}  {b}")
+    if found.truncated:
+        click.echo(f"... {found.total - len(found.pairs)} more pairs (--limit)")
 
 
 @cli.command("add")
@@ -599,6 +670,46 @@ def evaluate_retrieval_command(
     fields = _split(text_field)
     scores = evaluate_retrieval(
         data, index_dir=index_dir, corpus=corpus, strategy=_strategy(asked), text_fields=fields, k=k
+    )
+    _echo_scores(scores, as_json)
+
+
+@evaluate_group.command("abstention")
+@click.option("--corpus", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--queries", "queries_file", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--qrels", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--text-field", default="text", show_default=True, help="Corpus field(s) to embed.")
+@click.option("--holdout", default=0.33, show_default=True, type=float, help="Share of threads removed.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--precision", default=0.95, show_default=True, type=float)
+@click.option("--features", help="Confidence features among score, margin, zscore (default: score,margin).")
+@click.option("--json", "as_json", is_flag=True)
+@strategy_options
+def evaluate_abstention_command(
+    corpus: Path,
+    queries_file: Path,
+    qrels: Path,
+    text_field: str,
+    holdout: float,
+    seed: int,
+    precision: float,
+    features: str | None,
+    as_json: bool,
+    asked: dict[str, Any],
+) -> None:
+    """Precision, coverage and AUROC of the calibrated rule vs a plain cosine threshold, with a
+    share of the FAQ threads removed from the corpus (their questions must go unanswered)."""
+    from search.evaluate import evaluate_abstention, read_retrieval_set
+
+    scores = evaluate_abstention(
+        corpus,
+        read_retrieval_set(queries_file, qrels),
+        holdout=holdout,
+        seed=seed,
+        precision=precision,
+        features=_split(features) if features else None,
+        strategy=_strategy(asked),
+        text_fields=_split(text_field),
     )
     _echo_scores(scores, as_json)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from indexer.vector_index import search_parameters
+from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
 from search.filters import parse_filter
 
 
@@ -29,6 +31,8 @@ class Hit:
     score: float
     text: str
     fields: dict[str, Any]
+    answered: bool | None = None  # by the index's calibrated rule or a --min-score; None: neither
+    confidence: float | None = None  # the calibrated rule's probability that this hit is right
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,10 +109,12 @@ class Snapshot:
         with self.db_lock:
             return self.index.catalog.facets()
 
-    def search_many(self, queries: Sequence[str], k: int = 10, where: str | None = None) -> list[list[Hit]]:
+    def search_many(
+        self, queries: Sequence[str], k: int = 10, where: str | None = None, min_score: float | None = None
+    ) -> list[list[Hit]]:
         """Embed all queries in one pass, then look each up (among the entries ``where`` allows)."""
         allowed = self.allowed(where)
-        return self.lookup(self.embed(queries), k, allowed)
+        return self.lookup(self.embed(queries), k, allowed, min_score)
 
     def embed(self, queries: Sequence[str]) -> np.ndarray:
         check_queries(queries)
@@ -139,14 +145,36 @@ class Snapshot:
         ids = np.array([r[0] for r in found], dtype=np.int64)
         return Allowed(ids, int(sum(r[1] for r in found)))
 
-    def lookup(self, vectors: np.ndarray, k: int, allowed: Allowed | None = None) -> list[list[Hit]]:
+    @functools.cached_property
+    def rule(self) -> Rule | None:
+        """The decision rule ``calibrate`` stored in this version, if any."""
+        stored = self.meta.get("calibration")
+        return Rule.from_dict(stored) if stored else None
+
+    def lookup(
+        self, vectors: np.ndarray, k: int, allowed: Allowed | None = None, min_score: float | None = None
+    ) -> list[list[Hit]]:
+        """Top-k hits of each vector. Each hit is marked ``answered`` by the stored rule (with its
+        ``confidence``) or, given ``min_score``, by its cosine; neither: ``answered`` is None."""
         if k < 1:
             raise BadInput(f"k must be at least 1, not {k}")
-        return [self._lookup(vector, k, allowed) for vector in vectors]
+        check_min_score(min_score)
+        return [self._lookup(vector, k, allowed, min_score) for vector in vectors]
 
-    def _lookup(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> list[Hit]:
-        """Top-k entries; a chunked entry may hold several of the nearest vectors, so widen the
-        search until k distinct entries are found (the first, best chunk gives the score)."""
+    def neighbourhoods(self, vectors: np.ndarray, allowed: Allowed | None = None) -> list[Neighbourhood]:
+        """Each vector's nearest ``NEIGHBOURS`` entries: what a confidence is computed from."""
+        return [self._neighbourhood(self._nearest(v, NEIGHBOURS, allowed)) for v in vectors]
+
+    def _neighbourhood(self, best: dict[int, float]) -> Neighbourhood:
+        rowids = list(best)
+        with self.db_lock:
+            hashes = self.index.catalog.values(rowids, "_hash")
+        return Neighbourhood(rowids, np.array(list(best.values())), [hashes[r] for r in rowids])
+
+    def _nearest(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> dict[int, float]:
+        """Row id -> best cosine of the k nearest entries, best first. A chunked entry may hold
+        several of the nearest vectors, so widen the search until k distinct entries are found
+        (the first, best chunk gives the score)."""
         import faiss
 
         index = self.index
@@ -155,27 +183,41 @@ class Snapshot:
         else:
             entries, total = len(allowed.ids), allowed.vectors
             params = search_parameters(index.vectors, faiss.IDSelectorBatch(allowed.ids))
+        best: dict[int, float] = {}
         if entries == 0:
-            return []
+            return best
         wanted = min(k, entries)
         fetch = min(k if total == entries else 2 * k, total)
         while True:
             scores, ids = index.vectors.search(vector[None, :], fetch, params=params)
-            best: dict[int, float] = {}
+            best = {}
             for rowid, score in zip(ids[0].tolist(), scores[0].tolist(), strict=True):
                 if rowid >= 0 and rowid not in best:
                     best[rowid] = score
             if len(best) >= wanted or fetch >= total:
-                break
+                return best
             fetch = min(2 * fetch, total)
+
+    def _lookup(
+        self, vector: np.ndarray, k: int, allowed: Allowed | None, min_score: float | None
+    ) -> list[Hit]:
+        rule = self.rule
+        best = self._nearest(vector, max(k, NEIGHBOURS) if rule else k, allowed)
         top = list(best.items())[:k]
+        confidence: list[float | None] = [None] * len(top)
+        if rule is not None and top:
+            confidence = rule.confidence(self._neighbourhood(best).features(len(top))).tolist()
         with self.db_lock:
-            rows = index.rows([rowid for rowid, _ in top])
+            rows = self.index.rows([rowid for rowid, _ in top])
         hits = []
-        for rank, (rowid, score) in enumerate(top, 1):
+        for rank, ((rowid, score), sure) in enumerate(zip(top, confidence, strict=True), 1):
             row = rows[rowid]
             fields = {name: value for name, value in row.items() if name not in RESERVED}
-            hits.append(Hit(rank, row["_id"], float(score), row["_text"], fields))
+            if min_score is not None:
+                answered: bool | None = score >= min_score
+            else:
+                answered = None if sure is None else sure >= rule.threshold
+            hits.append(Hit(rank, row["_id"], float(score), row["_text"], fields, answered, sure))
         return hits
 
 
@@ -214,11 +256,15 @@ class SearchEngine:
         self.snapshot = Snapshot(fresh, current.embedder if same else Embedder(fresh.strategy))
         return True
 
-    def search(self, query: str, k: int = 10, where: str | None = None) -> list[Hit]:
-        return self.search_many([query], k, where)[0]
+    def search(
+        self, query: str, k: int = 10, where: str | None = None, min_score: float | None = None
+    ) -> list[Hit]:
+        return self.search_many([query], k, where, min_score)[0]
 
-    def search_many(self, queries: Sequence[str], k: int = 10, where: str | None = None) -> list[list[Hit]]:
-        return self.snapshot.search_many(queries, k, where)
+    def search_many(
+        self, queries: Sequence[str], k: int = 10, where: str | None = None, min_score: float | None = None
+    ) -> list[list[Hit]]:
+        return self.snapshot.search_many(queries, k, where, min_score)
 
 
 @dataclass(frozen=True)

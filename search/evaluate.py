@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -202,3 +203,96 @@ def evaluate_retrieval(
         results = engine.search_many([q.text for q in data.queries], k=k)
         ranked = {q.id: [h.id for h in hits] for q, hits in zip(data.queries, results, strict=True)}
         return {**retrieval_metrics(ranked, data.qrels, k), "strategy": engine.strategy.describe()}
+
+
+def threads(qrels: Mapping[str, Mapping[str, int]]) -> list[tuple[set[str], set[str]]]:
+    """Questions and entries linked by judgements, as (question ids, entry ids) per connected
+    component: a FAQ thread, removed or kept whole so no paraphrase leaks across a split."""
+    parent: dict[str, str] = {}
+
+    def root(node: str) -> str:
+        while parent.setdefault(node, node) != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for question, docs in qrels.items():
+        for doc in docs:
+            parent[root("d:" + doc)] = root("q:" + question)
+    groups: dict[str, tuple[set[str], set[str]]] = {}
+    for node in list(parent):
+        questions, entries = groups.setdefault(root(node), (set(), set()))
+        (questions if node.startswith("q:") else entries).add(node[2:])
+    return [groups[key] for key in sorted(groups)]
+
+
+def evaluate_abstention(
+    corpus: str | Path,
+    data: RetrievalSet,
+    *,
+    holdout: float = 0.33,
+    seed: int = 0,
+    precision: float = 0.95,
+    features: Sequence[str] | None = None,
+    strategy: Strategy | None = None,
+    text_fields: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Remove ``holdout`` of the threads (entries and their questions become unanswerable), index
+    the rest, calibrate on half of the threads' questions and report on the other half: precision
+    of the answered, coverage, AUROC (answerable vs not) of the confidence, for the calibrated
+    rule and for a plain top-1 cosine threshold at the same precision."""
+    import random
+
+    from indexer.build import build_index
+    from indexer.corpus import read_corpus
+    from search.confidence import PLAIN, auroc, check_precision, fit_rule, measure
+    from search.confidence import observations as observe_all
+    from search.engine import SearchEngine
+
+    if not 0 < holdout < 1:
+        raise BadInput(f"holdout must be a fraction in (0, 1), not {holdout}")
+    check_precision(precision)
+    asked = {q.id for q in data.queries}
+    found = [t for t in threads(data.qrels) if t[0] & asked]
+    if len(found) < 4:
+        raise BadInput(f"{len(found)} threads with questions: need at least 4 to hold some out")
+    rng = random.Random(seed)
+    rng.shuffle(found)
+    removed_count = min(max(1, round(holdout * len(found))), len(found) - 2)
+    removed, kept = found[:removed_count], found[removed_count:]
+    calibrating = set().union(*(t[0] for part in (removed, kept) for t in part[0::2]))
+    gone = set().union(*(t[1] for t in removed))
+    read = read_corpus(corpus, text_fields=text_fields)
+    with tempfile.TemporaryDirectory(prefix="semsearch-abstain-") as tmp:
+        remaining = Path(tmp) / "corpus.jsonl"
+        with remaining.open("w", encoding="utf-8") as out:
+            for entry in read.entries:
+                if entry.id not in gone:
+                    out.write(json.dumps({**entry.fields, "id": entry.id}, ensure_ascii=False) + "\n")
+        build_index(remaining, Path(tmp) / "index", strategy, text_fields=text_fields, id_field="id")
+        engine = SearchEngine(Path(tmp) / "index")
+        questions = [q for q in data.queries if q.id in set().union(*(t[0] for t in found))]
+        seen = observe_all(engine.snapshot, questions, data.qrels)
+    split = [q.id in calibrating for q in questions]
+    calibration = [o for o, c in zip(seen, split, strict=True) if c]
+    test = [o for o, c in zip(seen, split, strict=True) if not c]
+    correct = np.array([o.correct for o in test])
+    answerable = np.array([o.answerable for o in test])
+    rows = np.array([o.features for o in test])
+    report: dict[str, Any] = {
+        "threads": len(found),
+        "removed": len(removed),
+        "calibration questions": len(calibration),
+        "test questions": len(test),
+        "test unanswerable": int((~answerable).sum()),
+    }
+    for name, chosen in (("rule", features), ("plain", PLAIN)):
+        rule = fit_rule(calibration, precision, chosen)
+        confidence = rule.confidence(rows)
+        scored = measure(confidence >= rule.threshold, correct, answerable)
+        report[f"{name} features"] = ",".join(rule.features)
+        report[f"{name} precision"] = scored["precision"]
+        report[f"{name} coverage"] = scored["coverage"]
+        report[f"{name} auroc"] = auroc(confidence, answerable)
+        report[f"{name} auroc right"] = auroc(confidence, correct)
+    return {**report, "strategy": engine.strategy.describe()}

@@ -37,6 +37,7 @@ from typing import Annotated, Any, TypeVar
 
 import numpy as np
 from fastapi import FastAPI, Request
+from fastapi import Query as QueryParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -45,6 +46,7 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from indexer.embedding import Embedder
 from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
+from search.duplicates import find_duplicates
 from search.engine import SearchEngine, Snapshot, check_queries, configure_threads
 from search.filters import MAX_FILTER_LENGTH
 from search.similar import rank_vectors, rankable
@@ -54,6 +56,7 @@ MAX_QUERY = 2000  # characters in one query or sentence
 MAX_K = 100
 MAX_BATCH = 64  # queries in one /search/batch, and default texts per forward pass
 MAX_CANDIDATES = 1000
+MAX_DUPLICATE_PAIRS = 1000  # pairs one /duplicates response lists (the groups hold them all)
 # Model work one request may cause, in tokens: each text counts its characters (WordPiece makes at
 # most one token of a character), capped at the strategy's max_length (where the model cuts it).
 # As much as a full batch of 64 queries at 256 tokens: about 10 s of this 2-core machine under load
@@ -101,12 +104,14 @@ class SearchRequest(BaseModel):
     query: Query
     k: int = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
+    min_score: float | None = Field(None, ge=-1, le=1)  # answered = cosine >= it, over the stored rule
 
 
 class BatchRequest(BaseModel):
     queries: list[Query] = Field(min_length=1, max_length=MAX_BATCH)
     k: int = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
+    min_score: float | None = Field(None, ge=-1, le=1)
 
 
 class SimilarRequest(BaseModel):
@@ -332,25 +337,29 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
                     state["reloads"] += 1
         return engine.snapshot
 
-    async def search(queries: list[str], k: int, where: str | None) -> list[list[dict[str, Any]]]:
+    async def search(
+        queries: list[str], k: int, where: str | None, min_score: float | None = None
+    ) -> list[list[dict[str, Any]]]:
         check_queries(queries)
         snapshot = await current()
         check_budget(queries, snapshot.embedder.strategy.max_length)
         allowed = None if where is None else await asyncio.to_thread(snapshot.allowed, where)
         vectors = await batcher.embed(snapshot.embedder, queries)
-        hits = await asyncio.to_thread(lambda: snapshot.lookup(snapshot.finish(vectors), k, allowed))
+        hits = await asyncio.to_thread(
+            lambda: snapshot.lookup(snapshot.finish(vectors), k, allowed, min_score)
+        )
         return [[hit.to_dict() for hit in found] for found in hits]
 
     @app.post("/search")
     async def search_one(body: SearchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for one query, optionally filtered on stored fields first."""
-        found = await while_connected(request, search([body.query], body.k, body.where))
+        found = await while_connected(request, search([body.query], body.k, body.where, body.min_score))
         return {"query": body.query, "hits": found[0]}
 
     @app.post("/search/batch")
     async def search_batch(body: BatchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for each of up to 64 queries, embedded in one pass."""
-        results = await while_connected(request, search(body.queries, body.k, body.where))
+        results = await while_connected(request, search(body.queries, body.k, body.where, body.min_score))
         return {"results": [{"query": q, "hits": h} for q, h in zip(body.queries, results, strict=True)]}
 
     async def similar(sentence: str, candidates: list[str], k: int | None) -> list[dict[str, Any]]:
@@ -368,6 +377,16 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
         fitted post-processing."""
         hits = await while_connected(request, similar(body.sentence, body.candidates, body.k))
         return {"query": body.sentence, "hits": hits}
+
+    @app.get("/duplicates")
+    async def duplicates(
+        min_score: Annotated[float, QueryParam(gt=0, le=1)] = 0.9,
+        limit: Annotated[int, QueryParam(ge=0, le=MAX_DUPLICATE_PAIRS)] = 100,
+    ) -> dict[str, Any]:
+        """Pairs of entries at cosine >= min_score (the best ``limit``, at most 1000) and their groups."""
+        snapshot = await current()
+        found = await asyncio.to_thread(find_duplicates, snapshot.index, min_score, limit, snapshot.db_lock)
+        return found.to_dict()
 
     @app.get("/info")
     async def info() -> dict[str, Any]:

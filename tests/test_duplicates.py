@@ -1,0 +1,128 @@
+"""Duplicate entries: range-search pairs (an entry is its best chunk), groups, the pair cap, the
+CLI and the HTTP endpoint, and bad thresholds."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer import Strategy, build_index
+from indexer.errors import BadInput
+from indexer.store import open_index
+from search.duplicates import components, find_duplicates, range_pairs
+from tests.test_cli import assert_clean_failure, run
+
+ROWS = [
+    ("a", "How do I reset my password?"),
+    ("b", "How do I reset my password?"),
+    ("c", "How do I reset my password?"),
+    ("d", "Where can I park my bicycle?"),
+    ("e", "Where can I park my bicycle?"),
+    ("f", "Is there a mobile app for Android?"),
+]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory, tiny_model) -> Path:
+    root = tmp_path_factory.mktemp("dups")
+    corpus = root / "faq.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in ROWS))
+    build_index(corpus, root / "idx", Strategy(model=tiny_model))
+    return root / "idx"
+
+
+def unit(rows: list[list[float]]) -> np.ndarray:
+    vectors = np.array(rows, dtype=np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_an_entry_is_its_best_chunk_and_never_its_own_duplicate():
+    vectors = unit([[1, 0, 0], [0, 1, 0], [1, 0.05, 0], [0, 0, 1], [0, 1, 0.5]])
+    owners = np.array([1, 1, 2, 3, 3])  # entry 1 has two chunks, as does entry 3
+    pairs, scores = range_pairs(vectors, owners, 0.8)
+    found = {tuple(p): s for p, s in zip(pairs.tolist(), scores.tolist(), strict=True)}
+    assert set(found) == {(1, 2), (1, 3)}  # chunks of one entry (1, 1) are no pair
+    assert found[(1, 2)] == pytest.approx(float(vectors[0] @ vectors[2]))
+    assert found[(1, 3)] == pytest.approx(float(vectors[1] @ vectors[4]))
+
+
+def test_range_pairs_match_a_naive_matrix_product():
+    rng = np.random.default_rng(0)
+    vectors = unit((rng.normal(size=(300, 8)) + np.repeat(rng.normal(size=(30, 8)) * 3, 10, axis=0)).tolist())
+    owners = np.arange(300)
+    pairs, _ = range_pairs(vectors, owners, 0.9)
+    similarity = vectors @ vectors.T
+    naive = {(i, j) for i, j in zip(*np.nonzero(similarity >= 0.9), strict=True) if i < j}
+    assert {tuple(p) for p in pairs.tolist()} == naive and naive
+
+
+def test_approximate_search_finds_near_copies():
+    rng = np.random.default_rng(1)
+    originals = rng.normal(size=(2000, 16))
+    copies = originals[:100] + rng.normal(size=(100, 16)) * 0.05  # cosine ~0.999 to their twin
+    vectors = unit(np.concatenate([originals, copies]).tolist())
+    pairs, _ = range_pairs(vectors, np.arange(len(vectors)), 0.98, exact=False)
+    exact, _ = range_pairs(vectors, np.arange(len(vectors)), 0.98, exact=True)
+    assert {(i, 2000 + i) for i in range(100)} <= {tuple(p) for p in pairs.tolist()}
+    assert {tuple(p) for p in pairs.tolist()} <= {tuple(p) for p in exact.tolist()}
+
+
+def test_groups_are_connected_components():
+    assert components(np.array([[1, 2], [2, 3], [7, 9]])) == [[1, 2, 3], [7, 9]]
+    assert components(np.zeros((0, 2), dtype=np.int64)) == []
+
+
+def test_find_duplicates_lists_pairs_and_groups(index):
+    found = find_duplicates(open_index(index), 0.999)
+    assert found.groups == [["a", "b", "c"], ["d", "e"]]
+    assert found.total == 4 and not found.truncated
+    assert {frozenset(p[:2]) for p in found.pairs} == {
+        frozenset(p) for p in [("a", "b"), ("a", "c"), ("b", "c"), ("d", "e")]
+    }
+    capped = find_duplicates(open_index(index), 0.999, limit=1)
+    assert len(capped.pairs) == 1 and capped.truncated and capped.groups == found.groups
+
+
+@pytest.mark.parametrize("score", [0, -0.5, 1.5, math.nan])
+def test_min_score_must_be_a_positive_cosine(index, score):
+    with pytest.raises(BadInput, match="min score"):
+        find_duplicates(open_index(index), score)
+
+
+def test_cli_duplicates(index):
+    result = run("duplicates", index, "--min-score", "0.999", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["groups"] == [["a", "b", "c"], ["d", "e"]]
+    table = run("duplicates", index, "--min-score", "0.999", "--limit", "1")
+    assert "4 pairs in 2 groups" in table.stdout and "3 more pairs" in table.stdout
+    assert_clean_failure(run("duplicates", index, "--min-score", "2"), "min score")
+
+
+def test_http_duplicates(index):
+    pytest.importorskip("httpx")
+    from fastapi.testclient import TestClient
+
+    from search.server import create_app
+
+    with TestClient(create_app(index)) as client:
+        body = client.get("/duplicates", params={"min_score": 0.999, "limit": 2}).json()
+        assert body["total_pairs"] == 4 and len(body["pairs"]) == 2 and body["truncated"]
+        assert body["groups"] == [["a", "b", "c"], ["d", "e"]]
+        assert client.get("/duplicates", params={"min_score": 2}).status_code == 400
+        assert client.get("/duplicates", params={"limit": 100000}).status_code == 400
+
+
+def test_an_empty_index_has_no_duplicates(tmp_path, tiny_model):
+    from indexer.update import delete_from_index
+
+    corpus = tmp_path / "one.jsonl"
+    corpus.write_text(json.dumps({"id": "ü1", "text": "Ünïcode question ✓"}) + "\n")
+    build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model))
+    assert find_duplicates(open_index(tmp_path / "idx"), 0.5).pairs == []  # one entry: no pair
+    delete_from_index(tmp_path / "idx", ["ü1"])
+    found = find_duplicates(open_index(tmp_path / "idx"), 0.5)
+    assert (found.pairs, found.groups, found.total) == ([], [], 0)
