@@ -45,7 +45,7 @@ def _export(
         from onnxruntime.quantization import QuantType, quantize_dynamic
         from onnxruntime.transformers import optimizer
     except ImportError:
-        raise BadInput("exporting to ONNX needs onnx, onnxscript and onnxruntime: reinstall semsearch") from None
+        raise BadInput("exporting to ONNX needs onnx and onnxruntime: reinstall semsearch") from None
     import tempfile
     import warnings
 
