@@ -172,3 +172,15 @@ def test_info_names_the_encoder(small_index):
     index, _ = small_index  # the autouse fixture points at the same cache
     assert open_index(index).info()["encoder"] == "onnx"
     assert SearchEngine(index).snapshot.info()["encoder"] == "onnx"
+
+
+def test_serving_imports_no_torch(small_index):
+    pytest.importorskip("fastapi")
+    index, cache = small_index
+    code = (
+        "from fastapi.testclient import TestClient\nfrom search.server import create_app\n"
+        f"with TestClient(create_app({str(index)!r})) as client:\n"
+        "    found = client.post('/search', json={'query': 'a man plays guitar', 'k': 2})\n"
+        "    assert found.status_code == 200 and len(found.json()['hits']) == 2, found.text"
+    )
+    assert imported_after(code, cache) == set()
