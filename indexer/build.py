@@ -54,6 +54,7 @@ def build_index(
         embed_started = time.perf_counter()
         vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
         embed_seconds = time.perf_counter() - embed_started
+        embedder.export_for_queries()  # once per model and strategy: queries then need no torch
         transform = Transform.for_strategy(embedder.strategy, vectors)
         vectors = Transform.apply_optional(transform, vectors)
         source = {

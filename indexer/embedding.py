@@ -1,9 +1,11 @@
-"""Texts -> vectors with a resolved Strategy. Used by the indexer and, unchanged, by the query side.
+"""Texts -> vectors with a resolved Strategy, on torch: what indexes a corpus (queries run on
+the same network exported to ONNX, ``indexer.query_encoder``, and the same NumPy ``indexer.head``).
 
 Why it is fast enough on a CPU: texts are tokenised in one batched call, sorted by length so a
-batch carries little padding, the forward pass stops at the deepest layer the strategy reads, and
-inference runs under ``torch.inference_mode()``. One forward pass can also feed many strategies
-at once (``embed_grid``), which is what makes a layer x pooling sweep cost about one strategy.
+batch carries little padding (``indexer.head.encode``), the forward pass stops at the deepest layer
+the strategy reads, and inference runs under ``torch.inference_mode()``. One forward pass can also
+feed many strategies at once (``embed_grid``), which is what makes a layer x pooling sweep cost
+about one strategy.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import torch
 
 from indexer.errors import BadInput
+from indexer.head import Head, Network, encode
 from indexer.models import ModelFacts, identified, load_model, model_location, resolve_strategy
-from indexer.network import Network, NetworkOutput, TorchNetwork
-from indexer.pooling import Pooling
+from indexer.network import TorchNetwork
+from indexer.onnx_graph import GraphSpec, OnnxGraph
 from indexer.strategy import Strategy
 
 
@@ -30,34 +32,6 @@ class Tokenized:
     owners: np.ndarray
 
 
-class Head:
-    """The strategy's part after the network: pick layers, combine them, pool, normalise."""
-
-    def __init__(self, strategy: Strategy, num_layers: int, special_ids: Sequence[int]):
-        self.strategy = strategy
-        self.layers = [i % (num_layers + 1) for i in strategy.layers or (-1,)]
-        self.pooling = Pooling(strategy.pooling, skip_special=strategy.skip_special, special_ids=special_ids)
-
-    def tokens(self, output: NetworkOutput) -> torch.Tensor:
-        """Per-token vectors of the chosen layers, combined: ``[batch, tokens, width]``."""
-        picked = [output.hidden_states[i] for i in self.layers]
-        if len(picked) == 1:
-            return picked[0]
-        if self.strategy.combine == "concat":
-            return torch.cat(picked, dim=-1)
-        stacked = torch.stack(picked)
-        return stacked.sum(0) if self.strategy.combine == "sum" else stacked.mean(0)
-
-    def __call__(
-        self, output: NetworkOutput, input_ids: torch.Tensor, attention: torch.Tensor
-    ) -> torch.Tensor:
-        tokens = None if self.strategy.pooling == "pooler" else self.tokens(output)
-        vectors = self.pooling(tokens, input_ids, attention, output.pooler_output).float()
-        if self.strategy.normalize:
-            vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
-        return vectors
-
-
 class Embedder:
     """A loaded model plus the resolved strategy; ``embed`` and ``embed_documents`` give vectors.
 
@@ -65,6 +39,9 @@ class Embedder:
     network is cut after the deepest layer the strategy reads. The strategy's backend picks the
     ``Network`` (``indexer.network``): torch, or ONNX Runtime.
     """
+
+    encoder = "torch"
+    """What ``info`` shows for queries answered by it (``indexer.query_encoder`` says why)."""
 
     def __init__(self, strategy: Strategy | None = None, *, batch_size: int = 32, all_layers: bool = False):
         request = identified(strategy or Strategy())  # located and fingerprinted, not cwd-relative
@@ -89,20 +66,32 @@ class Embedder:
 
     def _network(self, model: Any) -> Network:
         pooler = self.strategy.pooling == "pooler"
-        network = TorchNetwork(model, None if self.all_layers or pooler else max(self.head.layers))
+        self.torch_network = TorchNetwork(model, None if self.all_layers or pooler else max(self.head.layers))
         if self.strategy.backend == "torch":
-            return network
+            return self.torch_network
         if self.all_layers:
             raise BadInput("sweeps run on the torch backend")
-        from indexer.onnx_backend import OnnxNetwork
+        import torch
 
-        return OnnxNetwork(
-            network.model,
-            model_location(self.strategy.model),
-            [] if pooler else self.head.layers,
-            pooler,
-            self.strategy.backend,
-        )
+        from indexer.onnx_backend import export_graph
+
+        spec = self.graph_spec(self.strategy.backend)
+        path = export_graph(self.torch_network.model, spec)
+        return OnnxGraph(path, spec.layers, spec.pooler, threads=torch.get_num_threads())
+
+    def graph_spec(self, backend: str = "onnx") -> GraphSpec:
+        """The exported graph this strategy's network becomes on ONNX Runtime."""
+        pooler = self.strategy.pooling == "pooler"
+        layers = () if pooler else tuple(sorted(set(self.head.layers)))
+        return GraphSpec(model_location(self.strategy.model), layers, pooler, backend)
+
+    def export_for_queries(self) -> str | None:
+        """Export (once, cached) the graph the torch-free query path runs for this strategy; the
+        reason it cannot be, or None. ``onnx-int8`` indexes query with their own int8 graph."""
+        from indexer.onnx_backend import export_for_queries
+
+        backend = "onnx-int8" if self.strategy.backend == "onnx-int8" else "onnx"
+        return export_for_queries(self.torch_network.model, self.graph_spec(backend))
 
     def make_head(self, strategy: Strategy) -> Head:
         """Resolve a strategy against this model ('auto' -> concrete, ranges checked)."""
@@ -153,30 +142,17 @@ class Embedder:
         return self.run(self.tokenize(texts), heads, progress=progress)
 
     def run(self, tokenized: Tokenized, heads: Sequence[Head], *, progress: bool = False) -> list[np.ndarray]:
-        """Length-sorted batches through the network; each head turns them into its vectors."""
+        """The tokenised pieces through the network; each head turns them into its vectors."""
         from tqdm import tqdm
 
-        outs = [
-            np.zeros((len(tokenized.ids), h.strategy.dimension(self.hidden_size)), dtype=np.float32)
-            for h in heads
-        ]
-        order = np.argsort([len(ids) for ids in tokenized.ids], kind="stable")
-        pad = self.tokenizer.pad_token_id or 0
-        with (
-            torch.inference_mode(),
-            tqdm(total=len(order), disable=not progress, unit="text", desc="embedding") as bar,
-        ):
-            for start in range(0, len(order), self.batch_size):
-                batch = order[start : start + self.batch_size]
-                pieces = [tokenized.ids[i] for i in batch]
-                width = max(len(p) for p in pieces)
-                input_ids = torch.full((len(pieces), width), pad, dtype=torch.long)
-                attention = torch.zeros((len(pieces), width), dtype=torch.long)
-                for row, piece in enumerate(pieces):
-                    input_ids[row, : len(piece)] = torch.tensor(piece)
-                    attention[row, : len(piece)] = 1
-                output = self.network(input_ids, attention)
-                for out, head in zip(outs, heads, strict=True):
-                    out[batch] = head(output, input_ids, attention).numpy()
-                bar.update(len(batch))
-        return outs
+        dimensions = [h.strategy.dimension(self.hidden_size) for h in heads]
+        with tqdm(total=len(tokenized.ids), disable=not progress, unit="text", desc="embedding") as bar:
+            return encode(
+                self.network,
+                tokenized.ids,
+                heads,
+                dimensions,
+                batch_size=self.batch_size,
+                pad=self.tokenizer.pad_token_id or 0,
+                on_batch=bar.update,
+            )

@@ -1,30 +1,18 @@
-"""The network a strategy reads: token ids in, hidden states (and the pooler output) out.
+"""The torch network a strategy reads: token ids in, hidden states (and the pooler output) out.
 
-``Network`` is what the Embedder runs; ``TorchNetwork`` is the transformers model, cut after the
-deepest hidden state the strategy reads, and ``indexer.onnx_backend.OnnxNetwork`` the same network
-exported to ONNX Runtime. The strategy's ``backend`` picks one.
+A ``Network`` (``indexer.head``) takes and gives NumPy arrays; ``TorchNetwork`` is the transformers
+model, cut after the deepest hidden state the strategy reads, and ``indexer.onnx_graph.OnnxGraph``
+the same network exported to ONNX Runtime. The strategy's ``backend`` picks one for indexing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+import numpy as np
 import torch
 
-
-@dataclass(frozen=True)
-class NetworkOutput:
-    """``hidden_states[i]`` (``i`` in 0..num_layers, 0 = embedding output) for at least the layers
-    the strategy reads, each ``[batch, tokens, hidden]``; the pooler output when it was asked for."""
-
-    hidden_states: Sequence[torch.Tensor] | Mapping[int, torch.Tensor]
-    pooler_output: torch.Tensor | None = None
-
-
-class Network(Protocol):
-    def __call__(self, input_ids: torch.Tensor, attention: torch.Tensor) -> NetworkOutput: ...
+from indexer.head import NetworkOutput
 
 
 def _layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
@@ -50,8 +38,15 @@ class TorchNetwork:
             if max(1, deepest) < len(blocks):
                 setattr(parent, attr, torch.nn.ModuleList(list(blocks)[: max(1, deepest)]))
 
-    def __call__(self, input_ids: torch.Tensor, attention: torch.Tensor) -> NetworkOutput:
-        out = self.model(
-            input_ids=input_ids, attention_mask=attention, output_hidden_states=True, return_dict=True
+    def __call__(self, input_ids: np.ndarray, attention: np.ndarray) -> NetworkOutput:
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=torch.from_numpy(input_ids),
+                attention_mask=torch.from_numpy(attention),
+                output_hidden_states=True,
+                return_dict=True,
+            )
+        pooler = getattr(out, "pooler_output", None)
+        return NetworkOutput(
+            [h.numpy() for h in out.hidden_states], None if pooler is None else pooler.numpy()
         )
-        return NetworkOutput(out.hidden_states, getattr(out, "pooler_output", None))

@@ -1,5 +1,5 @@
-"""ONNX Runtime inference for the Embedder (the ``onnx`` extra): the same network, exported once
-with exactly the hidden states the strategy reads, optionally int8-quantised.
+"""Exporting a network to ONNX (needs torch): the same network, exported once with exactly the
+hidden states the strategy reads, optionally int8-quantised. ``indexer.onnx_graph`` runs it.
 
 ``onnx`` matches torch fp32 (same vectors to float error); ``onnx-int8`` fuses attention and
 quantises the weights
@@ -7,27 +7,21 @@ quantises the weights
 ``bench/embed.py``). Its activations are quantised per batch, so a vector also depends a little on
 the batch it was embedded in (cosine ~0.99 to itself embedded alone).
 
-Exports are cached under ``$SEMSEARCH_CACHE`` (default ``~/.cache/semsearch``), keyed by model,
-layers and backend, and written atomically.
+Every index gets the fp32 graph of its strategy when it is built (``export_for``), so its queries
+run on ONNX Runtime alone; exports are cached (``indexer.onnx_graph.GraphSpec``) and written
+atomically.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from indexer.errors import BadInput
-from indexer.models import cache_root
-from indexer.network import NetworkOutput
-
-
-def cache_dir() -> Path:
-    return cache_root() / "onnx"
+from indexer.onnx_graph import GraphSpec
 
 
 class _Outputs(torch.nn.Module):
@@ -43,24 +37,6 @@ class _Outputs(torch.nn.Module):
         return (*states, out.pooler_output) if self.pooler else states
 
 
-def _key(location: str, layers: Sequence[int], pooler: bool, backend: str, hidden: int, heads: int) -> str:
-    weights = sorted(Path(location).glob("*.safetensors")) + sorted(Path(location).glob("*.bin"))
-    stamp = [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in weights]
-    text = repr(
-        (
-            str(Path(location).resolve()),
-            stamp,
-            list(layers),
-            pooler,
-            backend,
-            hidden,
-            heads,
-            torch.__version__,
-        )
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
 def _export(
     network: torch.nn.Module, layers: Sequence[int], pooler: bool, backend: str, target: Path
 ) -> None:
@@ -69,7 +45,7 @@ def _export(
         from onnxruntime.quantization import QuantType, quantize_dynamic
         from onnxruntime.transformers import optimizer
     except ImportError:
-        raise BadInput("the onnx backends need the 'onnx' extra: pip install 'semsearch[onnx]'") from None
+        raise BadInput("exporting to ONNX needs onnx and onnxruntime: reinstall semsearch") from None
     import tempfile
     import warnings
 
@@ -113,36 +89,25 @@ def _export(
         os.replace(result, target)
 
 
-class OnnxNetwork:
-    """A ``Network`` on ONNX Runtime: ``hidden_states[i]`` for the exported layers and the pooler
-    output. ``network`` is the (cut) torch model, exported on first use."""
+def export_graph(network: torch.nn.Module, spec: GraphSpec) -> Path:
+    """The graph of ``spec``, exported from ``network`` (the eval-mode model) unless cached."""
+    if not spec.path.is_file():
+        _export(network, spec.layers, spec.pooler, spec.backend, spec.path)
+    return spec.path
 
-    def __init__(
-        self, network: torch.nn.Module, location: str, layers: Sequence[int], pooler: bool, backend: str
-    ):
-        import onnxruntime
 
-        config = network.config
-        self.layers = sorted(set(layers))
-        self.pooler = pooler
-        key = _key(location, self.layers, pooler, backend, config.hidden_size, config.num_attention_heads)
-        path = cache_dir() / f"{key}.onnx"
-        if not path.is_file():
-            _export(network, self.layers, pooler, backend, path)
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = torch.get_num_threads()
-        options.log_severity_level = 3
-        self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-    def __call__(self, input_ids: torch.Tensor, attention: torch.Tensor) -> NetworkOutput:
-        outputs = self.session.run(
-            None,
-            {
-                "input_ids": input_ids.numpy().astype(np.int64),
-                "attention_mask": attention.numpy().astype(np.int64),
-            },
-        )
-        states = {layer: torch.from_numpy(out) for layer, out in zip(self.layers, outputs, strict=False)}
-        pooler = torch.from_numpy(outputs[-1]) if self.pooler else None
-        return NetworkOutput(states, pooler)
+def export_for_queries(network: torch.nn.Module, spec: GraphSpec) -> str | None:
+    """Export the graph an index's queries will run on; on failure note why (queries then run on
+    torch, and ``info`` says so) and return the reason instead of failing the build."""
+    try:
+        export_graph(network, spec)
+    except Exception as exc:  # noqa: BLE001 - any exporter failure means: answer with torch
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        try:
+            spec.failure.parent.mkdir(parents=True, exist_ok=True)
+            spec.failure.write_text(reason + "\n", encoding="utf-8")
+        except OSError:
+            pass
+        return reason
+    spec.failure.unlink(missing_ok=True)
+    return None

@@ -1,35 +1,35 @@
-"""Token vectors -> one sentence vector. Padding never takes part: every mode reads the mask.
-
-Modes are data (a name -> function table), as in sentence-transformers' ``models/Pooling.py``.
+"""Token vectors -> one sentence vector, in NumPy (so the torch-free query path shares it).
+Padding never takes part: every mode reads the mask. Modes are data (a name -> function table), as
+in sentence-transformers' ``models/Pooling.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-import torch
+import numpy as np
 
 from indexer.errors import BadInput
 
 
-def _cls(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _cls(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return tokens[:, 0]
 
 
-def _mean(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    weights = mask.unsqueeze(-1).to(tokens.dtype)
-    return (tokens * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+def _mean(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    weights = mask[..., None].astype(tokens.dtype)
+    return np.einsum("btd,bt->bd", tokens, weights[..., 0]) / np.maximum(weights.sum(1), 1e-9)
 
 
-def _max(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return tokens.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(1).values
+def _max(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.where(mask[..., None], tokens, -np.inf).max(1)
 
 
-def _mean_max(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return torch.cat([_mean(tokens, mask), _max(tokens, mask)], dim=-1)
+def _mean_max(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.concatenate([_mean(tokens, mask), _max(tokens, mask)], axis=-1)
 
 
-MODES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+MODES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "cls": _cls,
     "mean": _mean,
     "max": _max,
@@ -45,24 +45,23 @@ class Pooling:
             raise BadInput(f"unknown pooling {mode!r}")
         self.mode = mode
         self.skip_special = skip_special
-        self.special_ids = torch.tensor(sorted(set(special_ids)), dtype=torch.long)
+        self.special_ids = np.array(sorted(set(special_ids)), dtype=np.int64)
 
-    def token_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def token_mask(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Which tokens pool: real ones, minus [CLS]/[SEP] when asked (never an empty set)."""
-        mask = attention_mask.bool()
+        mask = np.asarray(attention_mask).astype(bool)
         if self.skip_special and len(self.special_ids):
-            content = mask & ~torch.isin(input_ids, self.special_ids)
-            has_content = content.any(dim=1, keepdim=True)
-            mask = torch.where(has_content, content, mask)
+            content = mask & ~np.isin(input_ids, self.special_ids)
+            mask = np.where(content.any(axis=1, keepdims=True), content, mask)
         return mask
 
     def __call__(
         self,
-        tokens: torch.Tensor | None,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        pooler_output: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        tokens: np.ndarray | None,
+        input_ids: np.ndarray,
+        attention_mask: np.ndarray,
+        pooler_output: np.ndarray | None = None,
+    ) -> np.ndarray:
         if self.mode == "pooler":
             if pooler_output is None:
                 raise BadInput("this model has no pooler output: choose another pooling")

@@ -80,6 +80,8 @@ class StoredIndex:
 
     def info(self) -> dict[str, Any]:
         """What the CLI's ``info`` and the server's ``/info`` show."""
+        from indexer.query_encoder import encoder_status
+
         meta, source = self.meta, self.meta.get("source", {})
         kind = kind_of(self.vectors)
         return {
@@ -87,6 +89,7 @@ class StoredIndex:
             "version": self.version.name,
             "strategy": self.strategy.to_dict(),
             "description": self.strategy.describe(),
+            "encoder": encoder_status(self.strategy),
             "model": meta["model"],
             "entries": meta["count"],
             "vectors": meta["vectors"],

@@ -20,11 +20,12 @@ before and 0.914 after two rebuilds, hence rebuilds only on such size changes.)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from indexer.errors import BadInput
+
+if TYPE_CHECKING:  # numpy loads where vectors are handled, so `semsearch --help` never pays for it
+    import numpy as np
 
 EXACT_LIMIT = 30_000
 """Below this many vectors a full scan (IndexFlatIP) takes about 2 ms here: exact it is. (At
@@ -39,6 +40,7 @@ def build_vector_index(
     vectors: np.ndarray, ids: np.ndarray, kind: str = "auto", storage: str = "float32"
 ) -> Any:
     import faiss
+    import numpy as np
 
     if kind not in KINDS or storage not in STORAGES:
         raise BadInput(f"index kind must be one of {KINDS} and storage one of {STORAGES}")
@@ -98,6 +100,7 @@ def refit(index: Any, asked: str, storage: str, tuned_for: int, *, retune: bool 
 def stored_vectors(index: Any) -> tuple[np.ndarray, np.ndarray]:
     """The vectors an index holds (as stored: float16/sq8 come back decoded) and their ids."""
     import faiss
+    import numpy as np
     from faiss.contrib.inspect_tools import get_invlist
 
     if isinstance(index, faiss.IndexIVF):
@@ -131,6 +134,7 @@ def tune_nprobe(
     pushed to cosine ~0.5 of themselves in random directions. (Probes that sit on stored vectors
     find their neighbours in their own cell and make a too-small probe count look good.)"""
     import faiss
+    import numpy as np
 
     rng = np.random.default_rng(1)
     picked = vectors[rng.choice(len(vectors), size=min(queries, len(vectors)), replace=False)]
@@ -152,6 +156,8 @@ def tune_nprobe(
 
 def recall_at_10(found: np.ndarray, exact: np.ndarray) -> float:
     """Share of the exact top 10 that the approximate search also returned, averaged."""
+    import numpy as np
+
     return float(
         np.mean([len(set(f) & set(e)) / len(e) for f, e in zip(found.tolist(), exact.tolist(), strict=True)])
     )

@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from indexer.embedding import Embedder
 from indexer.errors import BadInput
@@ -20,7 +19,7 @@ from indexer.strategy import Strategy
 
 WORD_STRATEGY = Strategy(layers=(-4, -3, -2, -1), combine="sum", pooling="mean")
 
-MERGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+MERGES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "mean": lambda pieces: pieces.mean(0),
     "sum": lambda pieces: pieces.sum(0),
     "first": lambda pieces: pieces[0],
@@ -49,11 +48,10 @@ def word_vectors(embedder: Embedder, text: str, merge: str = "mean") -> list[Wor
         truncation=True,
         max_length=embedder.strategy.max_length,
         return_offsets_mapping=True,
-        return_tensors="pt",
+        return_tensors="np",
     )
-    with torch.inference_mode():
-        output = embedder.network(encoded["input_ids"], encoded["attention_mask"])
-        tokens = embedder.head.tokens(output)[0]
+    ids, attention = (encoded[k].astype(np.int64) for k in ("input_ids", "attention_mask"))
+    tokens = embedder.head.tokens(embedder.network(ids, attention))[0]
     words: dict[int, list[int]] = {}
     for position, word in enumerate(encoded.word_ids(0)):
         if word is not None:
@@ -62,7 +60,7 @@ def word_vectors(embedder: Embedder, text: str, merge: str = "mean") -> list[Wor
     result = []
     for positions in words.values():
         start, end = offsets[positions[0]][0], offsets[positions[-1]][1]
-        result.append(Word(text[start:end], start, end, MERGES[merge](tokens[positions]).float().numpy()))
+        result.append(Word(text[start:end], start, end, MERGES[merge](tokens[positions]).astype(np.float32)))
     return result
 
 

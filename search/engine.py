@@ -1,4 +1,5 @@
-"""question -> vector -> hits, with the index's own stored strategy and the indexer's Embedder."""
+"""question -> vector -> hits, with the index's own stored strategy and its query encoder (the
+indexer's network exported to ONNX and its NumPy head: no torch, see ``indexer.query_encoder``)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,23 @@ import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from indexer.catalog import Facet
 from indexer.corpus import RESERVED
-from indexer.embedding import Embedder
 from indexer.errors import BadInput, FilterError, StrategyConflict
+from indexer.query_encoder import QueryEncoder, query_encoder
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from indexer.vector_index import search_parameters
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
 from search.filters import parse_filter
+
+if TYPE_CHECKING:
+    from indexer.embedding import Embedder
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,9 @@ def configure_threads() -> None:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One complete version: the index, the embedder of its strategy and its fitted transform.
+    """One complete version: the index, the encoder of its strategy's queries and its fitted
+    transform. ``embedder`` is a ``QueryEncoder`` (ONNX Runtime) or, where the strategy's network
+    could not be exported, the torch ``Embedder``; ``info`` says which.
 
     A request takes one snapshot and does everything with it, so a reload (which publishes a new
     snapshot) can never pair one version's vectors with another's model. The SQLite connection is
@@ -88,7 +94,7 @@ class Snapshot:
     """
 
     index: StoredIndex
-    embedder: Embedder
+    embedder: QueryEncoder | Embedder
     db_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @property
@@ -102,7 +108,7 @@ class Snapshot:
     def info(self) -> dict[str, Any]:
         """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use."""
         with self.db_lock:
-            return self.index.info()
+            return {**self.index.info(), "encoder": self.embedder.encoder}
 
     def facets(self) -> dict[str, Facet]:
         """The stored fields' types, common values and ranges (``Catalog.facets``), under the lock."""
@@ -233,14 +239,14 @@ class SearchEngine:
         self.path = Path(index_dir)
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
-        self.snapshot = Snapshot(index, Embedder(index.strategy))
+        self.snapshot = Snapshot(index, query_encoder(index.strategy))
 
     @property
     def index(self) -> StoredIndex:
         return self.snapshot.index
 
     @property
-    def embedder(self) -> Embedder:
+    def embedder(self) -> QueryEncoder | Embedder:
         return self.snapshot.embedder
 
     @property
@@ -253,7 +259,7 @@ class SearchEngine:
             return False
         fresh = open_index(self.path)
         same = fresh.strategy == current.index.strategy
-        self.snapshot = Snapshot(fresh, current.embedder if same else Embedder(fresh.strategy))
+        self.snapshot = Snapshot(fresh, current.embedder if same else query_encoder(fresh.strategy))
         return True
 
     def search(

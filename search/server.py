@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -44,12 +44,15 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from pydantic import AfterValidator, BaseModel, Field
 
-from indexer.embedding import Embedder
 from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine, Snapshot, check_queries, configure_threads
 from search.filters import MAX_FILTER_LENGTH
 from search.similar import rank_vectors, rankable
+
+if TYPE_CHECKING:  # queries are embedded without torch (indexer.query_encoder)
+    from indexer.embedding import Embedder
+    from indexer.query_encoder import QueryEncoder
 
 MAX_BODY = 1 << 20  # bytes in a request body, counted as they arrive
 MAX_QUERY = 2000  # characters in one query or sentence
@@ -193,7 +196,7 @@ class BodyLimit:
 
 @dataclass
 class _Job:
-    embedder: Embedder
+    embedder: Embedder | QueryEncoder
     texts: list[str]
     future: asyncio.Future
 
@@ -214,12 +217,12 @@ class MicroBatcher:
         self.largest = 0  # most texts embedded in one pass so far: shows batching at work
         self.dropped = 0  # jobs dropped because their request was gone
 
-    async def embed(self, embedder: Embedder, texts: list[str]) -> np.ndarray:
+    async def embed(self, embedder: Embedder | QueryEncoder, texts: list[str]) -> np.ndarray:
         """Vectors of ``texts``, queued in parts of at most ``PART_TOKENS`` one after the other."""
         parts = split(texts, embedder.strategy.max_length)
         return np.concatenate([await self._embed_part(embedder, part) for part in parts])
 
-    async def _embed_part(self, embedder: Embedder, texts: list[str]) -> np.ndarray:
+    async def _embed_part(self, embedder: Embedder | QueryEncoder, texts: list[str]) -> np.ndarray:
         loop = asyncio.get_running_loop()
         if self.task is None or self.task.get_loop() is not loop:
             self.queue = asyncio.Queue()

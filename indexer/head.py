@@ -1,0 +1,92 @@
+"""The strategy's part after the network, in NumPy: pad token ids into batches, run a network,
+pick and combine hidden states, pool, normalise.
+
+Torch indexing (``indexer.embedding``) and the torch-free query path (``indexer.query_encoder``)
+both run their network through ``encode``, so a query is embedded by exactly the code that
+embedded the corpus; only the network differs (torch, or the same graph on ONNX Runtime).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from indexer.pooling import Pooling
+from indexer.strategy import Strategy
+
+
+@dataclass(frozen=True)
+class NetworkOutput:
+    """``hidden_states[i]`` (``i`` in 0..num_layers, 0 = embedding output) for at least the layers
+    the strategy reads, each ``[batch, tokens, hidden]``; the pooler output when it was asked for."""
+
+    hidden_states: Sequence[np.ndarray] | Mapping[int, np.ndarray]
+    pooler_output: np.ndarray | None = None
+
+
+class Head:
+    """The strategy's part after the network: pick layers, combine them, pool, normalise."""
+
+    def __init__(self, strategy: Strategy, num_layers: int, special_ids: Sequence[int]):
+        self.strategy = strategy
+        self.layers = [i % (num_layers + 1) for i in strategy.layers or (-1,)]
+        self.pooling = Pooling(strategy.pooling, skip_special=strategy.skip_special, special_ids=special_ids)
+
+    def tokens(self, output: NetworkOutput) -> np.ndarray:
+        """Per-token vectors of the chosen layers, combined: ``[batch, tokens, width]``."""
+        picked = [np.asarray(output.hidden_states[i], dtype=np.float32) for i in self.layers]
+        if len(picked) == 1:
+            return picked[0]
+        if self.strategy.combine == "concat":
+            return np.concatenate(picked, axis=-1)
+        total = np.sum(picked, axis=0, dtype=np.float32)
+        return total if self.strategy.combine == "sum" else total / np.float32(len(picked))
+
+    def __call__(self, output: NetworkOutput, input_ids: np.ndarray, attention: np.ndarray) -> np.ndarray:
+        tokens = None if self.strategy.pooling == "pooler" else self.tokens(output)
+        pooler = None if output.pooler_output is None else np.asarray(output.pooler_output)
+        vectors = self.pooling(tokens, input_ids, attention, pooler).astype(np.float32)
+        if self.strategy.normalize:
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return vectors
+
+
+def pad_batch(pieces: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token id lists -> right-padded ``input_ids`` and ``attention`` (int64 ``[batch, width]``)."""
+    width = max(len(p) for p in pieces)
+    input_ids = np.full((len(pieces), width), pad, dtype=np.int64)
+    attention = np.zeros((len(pieces), width), dtype=np.int64)
+    for row, piece in enumerate(pieces):
+        input_ids[row, : len(piece)] = piece
+        attention[row, : len(piece)] = 1
+    return input_ids, attention
+
+
+Network = Callable[[np.ndarray, np.ndarray], NetworkOutput]
+"""Token ids and attention mask (int64 ``[batch, tokens]``) -> hidden states."""
+
+
+def encode(
+    network: Network,
+    ids: Sequence[Sequence[int]],
+    heads: Sequence[Head],
+    dimensions: Sequence[int],
+    *,
+    batch_size: int,
+    pad: int,
+    on_batch: Callable[[int], object] | None = None,
+) -> list[np.ndarray]:
+    """Length-sorted batches (little padding) through the network; each head makes its vectors."""
+    outs = [np.zeros((len(ids), d), dtype=np.float32) for d in dimensions]
+    order = np.argsort([len(piece) for piece in ids], kind="stable")
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        input_ids, attention = pad_batch([ids[i] for i in batch], pad)
+        output = network(input_ids, attention)
+        for out, head in zip(outs, heads, strict=True):
+            out[batch] = head(output, input_ids, attention)
+        if on_batch is not None:
+            on_batch(len(batch))
+    return outs

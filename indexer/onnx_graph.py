@@ -1,0 +1,94 @@
+"""An exported network on ONNX Runtime, found and run without torch.
+
+``indexer.onnx_backend`` exports a model once (it needs torch) into the cache this module names;
+the indexer runs the graph for the ``onnx`` backends and the query side
+(``indexer.query_encoder``) runs it for every index, so answering a question never imports torch.
+
+A graph is cached under ``$SEMSEARCH_CACHE/onnx`` (default ``~/.cache/semsearch``), keyed by the
+model's files (path, size, mtime of its weights), the hidden states it outputs and the backend.
+An export that failed leaves a ``.failed`` note with the reason beside where the graph would be.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from indexer.head import NetworkOutput
+from indexer.models import cache_root
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """What an exported graph is: a model, the hidden states it outputs, its pooler, its backend."""
+
+    location: str
+    layers: tuple[int, ...]
+    pooler: bool
+    backend: str  # "onnx" (fp32) or "onnx-int8"
+
+    def key(self) -> str:
+        root = Path(self.location)
+        weights = sorted(root.glob("*.safetensors")) + sorted(root.glob("*.bin"))
+        stamp = [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in weights]
+        config = (root / "config.json").read_bytes() if (root / "config.json").is_file() else b""
+        text = repr(
+            (
+                str(root.resolve()),
+                stamp,
+                hashlib.sha256(config).hexdigest(),
+                self.layers,
+                self.pooler,
+                self.backend,
+            )
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    @property
+    def path(self) -> Path:
+        return cache_root() / "onnx" / f"{self.key()}.onnx"
+
+    @property
+    def failure(self) -> Path:
+        """Where a failed export says why (so ``info`` can tell, and nobody retries each query)."""
+        return self.path.with_suffix(".failed")
+
+    def failed(self) -> str | None:
+        try:
+            return self.failure.read_text(encoding="utf-8").strip() or "export failed"
+        except OSError:
+            return None
+
+
+def model_config(location: str) -> dict:
+    """A local model's ``config.json`` (what the query side needs of it: its depth)."""
+    return json.loads((Path(location) / "config.json").read_text(encoding="utf-8"))
+
+
+class OnnxGraph:
+    """A ``Network`` on ONNX Runtime: ``hidden_states[i]`` for the exported layers and the pooler
+    output. ``threads`` 0 lets ONNX Runtime choose."""
+
+    def __init__(self, path: Path, layers: Sequence[int], pooler: bool, *, threads: int = 0):
+        import onnxruntime
+
+        self.layers = sorted(set(layers))
+        self.pooler = pooler
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads
+        options.log_severity_level = 3
+        self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        # a graph reading only the embedding output (layer 0) has no attention_mask input
+        self.inputs = {i.name for i in self.session.get_inputs()}
+
+    def __call__(self, input_ids: np.ndarray, attention: np.ndarray) -> NetworkOutput:
+        feed = {"input_ids": input_ids, "attention_mask": attention}
+        outputs = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})
+        states = dict(zip(self.layers, outputs, strict=False))
+        return NetworkOutput(states, outputs[-1] if self.pooler else None)

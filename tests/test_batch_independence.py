@@ -1,0 +1,42 @@
+"""A vector does not depend on the texts it shares a batch with (goal 2 of issue 9): a short text
+embedded alone and padded inside one batch of long FAQ answers gives the same vector, for the
+default backend that indexes and for the ONNX encoder that answers queries."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from indexer.query_encoder import QueryEncoder
+from tests.conftest import shared_file
+
+SHORT = ["A man is playing a guitar.", "how do I reset my password", "naïve café — 東京 🚀", "?"]
+
+
+def long_answers(n: int = 20) -> list[str]:
+    with shared_file("stackfaq", "corpus.jsonl").open(encoding="utf-8") as f:
+        answers = [json.loads(line)["answer"] for line in f]
+    return sorted(answers, key=len)[-n:]
+
+
+def assert_batch_independent(embed, batch_size: int) -> None:
+    texts = SHORT + long_answers()
+    assert len(texts) <= batch_size  # one batch: the short texts are padded to the longest answer
+    alone = np.vstack([embed([t]) for t in SHORT])
+    together = embed(texts)[: len(SHORT)]
+    np.testing.assert_allclose(together, alone, atol=1e-5, rtol=0)
+
+
+def test_default_backend_is_batch_independent(bundled):
+    assert bundled.strategy.backend == "torch"
+    assert_batch_independent(bundled.embed, bundled.batch_size)
+
+
+def test_query_encoder_is_batch_independent(bundled, tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path))
+    assert bundled.export_for_queries() is None
+    encoder = QueryEncoder(bundled.strategy)
+    assert_batch_independent(encoder.embed, encoder.batch_size)

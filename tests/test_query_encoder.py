@@ -1,0 +1,186 @@
+"""The torch-free read path: a query vector from ONNX Runtime + tokenizers equals the torch vector
+of the same strategy, and answering a question imports neither torch nor transformers."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from indexer import Strategy, build_index
+from indexer.embedding import Embedder
+from indexer.query_encoder import QueryEncoder, encoder_status, graph_spec
+from tests.conftest import ROOT, shared_file
+
+pytest.importorskip("onnxruntime")
+
+ODD = ["", " ", "naïve café — 東京 🚀", "x" * 5000, "\u200b\u0301", "word " * 600]
+
+
+def stsb_sample(n: int = 200) -> list[str]:
+    with shared_file("stsb", "stsb-dev.tsv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    sentences = [r["sentence1"] for r in rows] + [r["sentence2"] for r in rows]
+    return sentences[:: max(1, len(sentences) // n)][:n]
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path_factory.getbasetemp() / "onnx-cache"))
+
+
+def torch_free(strategy: Strategy) -> tuple[Embedder, QueryEncoder]:
+    embedder = Embedder(strategy)
+    assert embedder.export_for_queries() is None
+    return embedder, QueryEncoder(embedder.strategy)
+
+
+def assert_same(reference: np.ndarray, vectors: np.ndarray) -> None:
+    assert reference.shape == vectors.shape
+    cosines = (reference * vectors).sum(1) / (
+        np.linalg.norm(reference, axis=1) * np.linalg.norm(vectors, axis=1)
+    )
+    assert cosines.min() >= 0.9999, cosines.min()
+
+
+GRID = (
+    [
+        {"pooling": pooling, "layers": layers}
+        for pooling in ("cls", "mean", "max", "mean-max")
+        for layers in ((-1,), (-2,), (0,))
+    ]
+    + [
+        {"pooling": "mean", "layers": (-4, -3, -2, -1), "combine": combine}
+        for combine in ("sum", "mean", "concat")
+    ]
+    + [
+        {"pooling": "max", "layers": (-4, -3, -2, -1), "combine": "concat"},
+        {"pooling": "mean", "layers": (-2,), "skip_special": True},
+        {"pooling": "cls", "layers": (-1,), "skip_special": True},
+        {"pooling": "mean-max", "layers": (-1,), "skip_special": True, "normalize": False},
+        {"pooling": "pooler"},
+    ]
+)
+
+
+@pytest.mark.parametrize("fields", GRID, ids=lambda f: json.dumps(f, sort_keys=True))
+def test_every_strategy_matches_torch_on_the_tiny_model(tiny_model, fields):
+    embedder, encoder = torch_free(Strategy(model=tiny_model, **fields))
+    sentences = stsb_sample() + ODD[2:]
+    assert_same(embedder.embed(sentences), encoder.embed(sentences))
+
+
+def test_default_strategy_matches_torch_on_the_bundled_model(bundled):
+    _, encoder = torch_free(Strategy())
+    sentences = stsb_sample() + ODD[2:]
+    assert_same(bundled.embed(sentences), encoder.embed(sentences))
+
+
+def test_token_ids_match_the_transformers_tokenizer(bundled):
+    encoder = QueryEncoder(bundled.strategy, spec=graph_spec(bundled.strategy))
+    texts = stsb_sample(50) + ODD
+    assert encoder.tokenize(texts) == bundled.tokenize(texts).ids
+
+
+def test_no_texts_give_no_vectors(bundled):
+    _, encoder = torch_free(Strategy())
+    assert encoder.embed([]).shape == (0, bundled.dimension)
+
+
+def test_unexported_graph_is_reported_and_exported_on_first_use(tiny_model):
+    strategy = Embedder(Strategy(model=tiny_model, layers=(1,), pooling="mean")).strategy
+    assert encoder_status(strategy).startswith("onnx (graph not exported")
+    from indexer.query_encoder import query_encoder
+
+    assert isinstance(query_encoder(strategy), QueryEncoder)
+    assert encoder_status(strategy) == "onnx"
+
+
+def test_a_failed_export_falls_back_to_torch_and_says_why(tiny_model):
+    strategy = Embedder(Strategy(model=tiny_model, layers=(1, 3), pooling="cls")).strategy
+    spec = graph_spec(strategy)
+    spec.failure.parent.mkdir(parents=True, exist_ok=True)
+    spec.failure.write_text("ExportError: unsupported operator\n", encoding="utf-8")
+    from indexer.query_encoder import query_encoder
+
+    encoder = query_encoder(strategy)
+    assert isinstance(encoder, Embedder)
+    assert encoder.encoder == encoder_status(strategy) == "torch (ExportError: unsupported operator)"
+
+
+HEAVY = ("torch", "transformers", "sentence_transformers")
+
+
+def imported_after(code: str, cache: str) -> set[str]:
+    """The heavy modules a fresh interpreter holds after running ``code``."""
+    probe = f"{code}\nimport sys, json; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SEMSEARCH_CACHE": cache},
+        check=True,
+    )
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.fixture(scope="module")
+def small_index(tmp_path_factory):
+    cache = str(tmp_path_factory.getbasetemp() / "onnx-cache")
+    root = tmp_path_factory.mktemp("read-path")
+    corpus = root / "c.txt"
+    corpus.write_text("\n".join(stsb_sample(60)), encoding="utf-8")
+    os.environ["SEMSEARCH_CACHE"] = cache
+    try:
+        build_index(corpus, root / "idx")
+    finally:
+        del os.environ["SEMSEARCH_CACHE"]
+    return root / "idx", cache
+
+
+def test_search_engine_imports_no_torch(small_index):
+    index, cache = small_index
+    code = (
+        "from search.engine import SearchEngine\n"
+        f"hits = SearchEngine({str(index)!r}).search('a man is playing a guitar', k=3)\n"
+        "assert len(hits) == 3"
+    )
+    assert imported_after(code, cache) == set()
+
+
+def test_query_info_and_help_import_no_torch(small_index):
+    index, cache = small_index
+    for argv in (["query", str(index), "a child rides a horse", "-k", "2"], ["info", str(index)], ["--help"]):
+        code = (
+            "import sys\nfrom search.cli import main\n"
+            f"sys.argv = ['semsearch', *{argv!r}]\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code"
+        )
+        assert imported_after(code, cache) == set(), argv
+
+
+def test_info_names_the_encoder(small_index):
+    from indexer.store import open_index
+    from search.engine import SearchEngine
+
+    index, _ = small_index  # the autouse fixture points at the same cache
+    assert open_index(index).info()["encoder"] == "onnx"
+    assert SearchEngine(index).snapshot.info()["encoder"] == "onnx"
+
+
+def test_serving_imports_no_torch(small_index):
+    pytest.importorskip("fastapi")
+    index, cache = small_index
+    code = (
+        "from fastapi.testclient import TestClient\nfrom search.server import create_app\n"
+        f"with TestClient(create_app({str(index)!r})) as client:\n"
+        "    found = client.post('/search', json={'query': 'a man plays guitar', 'k': 2})\n"
+        "    assert found.status_code == 200 and len(found.json()['hits']) == 2, found.text"
+    )
+    assert imported_after(code, cache) == set()
