@@ -18,6 +18,26 @@ DATA = ROOT / "data"
 SHARED = ROOT.parent / "shared" / "data"
 
 
+def long_sentences(count: int, words: int) -> list[str]:
+    """``count`` different sentences of ``words`` words each: heavy work for the model."""
+    vocabulary = [
+        "the",
+        "bike",
+        "station",
+        "near",
+        "the",
+        "river",
+        "has",
+        "a",
+        "broken",
+        "lock",
+        "and",
+        "a",
+        "map",
+    ]
+    return [" ".join(vocabulary[(i + j) % len(vocabulary)] for j in range(words)) for i in range(count)]
+
+
 def shared_file(*parts: str) -> Path:
     path = SHARED.joinpath(*parts)
     if not path.is_file():

@@ -14,6 +14,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from search.server import MAX_REQUEST_TOKENS, create_app  # noqa: E402
+from tests.conftest import long_sentences  # noqa: E402
 from tests.test_server import ROWS, build_faq  # noqa: E402
 
 
@@ -58,22 +59,7 @@ def test_validation_errors_name_the_field(client):
 
 
 def test_work_per_request_is_bounded(client):
-    words = [
-        "the",
-        "bike",
-        "station",
-        "near",
-        "the",
-        "river",
-        "has",
-        "a",
-        "broken",
-        "lock",
-        "and",
-        "a",
-        "map",
-    ]
-    candidates = [" ".join(words[(i + j) % len(words)] for j in range(300)) for i in range(300)]
+    candidates = long_sentences(300, 300)
     response = client.post("/similar", json={"sentence": "lock", "candidates": candidates})
     assert response.status_code == 400
     assert str(MAX_REQUEST_TOKENS) in response.json()["error"]

@@ -14,6 +14,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
+from tests.conftest import long_sentences  # noqa: E402
 from tests.test_server import ROWS, build_faq, serving  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -66,22 +67,7 @@ def abandon(port: int, body: bytes) -> None:
 
 
 def test_abandoned_requests_leave_no_work_behind(port):
-    words = [
-        "the",
-        "bike",
-        "station",
-        "near",
-        "the",
-        "river",
-        "has",
-        "a",
-        "broken",
-        "lock",
-        "and",
-        "a",
-        "map",
-    ]
-    candidates = [" ".join(words[(i + j) % len(words)] for j in range(100)) for i in range(100)]
+    candidates = long_sentences(100, 100)
     body = json.dumps({"sentence": "a broken lock", "candidates": candidates}).encode()
     json_type = {"content-type": "application/json"}
     accepted = httpx.post(f"http://127.0.0.1:{port}/similar", content=body, headers=json_type, timeout=120)
