@@ -83,6 +83,9 @@ class OnnxGraph:
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads
         options.log_severity_level = 3
+        # no spin-wait after a run: idle threads spinning steal the cores the next request needs
+        # (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         # a graph reading only the embedding output (layer 0) has no attention_mask input
         self.inputs = {i.name for i in self.session.get_inputs()}
