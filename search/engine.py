@@ -131,16 +131,13 @@ class Snapshot:
         return Transform.apply_optional(self.transform, vectors)
 
     def allowed(self, where: str | None) -> Allowed | None:
-        """The entries a filter admits, found in SQLite before any vector is compared. A filter
-        too deep for the parser or too large for SQLite is the user's to fix: a FilterError."""
+        """The entries a filter admits, found in SQLite before any vector is compared. The parser
+        bounds a filter's size and depth; anything SQLite still refuses is a FilterError."""
         if where is None:
             return None
         with self.db_lock:
             columns = self.index.columns()
-        try:
-            condition = parse_filter(where, [c for c in columns if c not in RESERVED])
-        except RecursionError:
-            raise FilterError("filter: nested too deeply") from None
+        condition = parse_filter(where, [c for c in columns if c not in RESERVED])
         try:
             with self.db_lock:
                 found = self.index.db.execute(

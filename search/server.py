@@ -60,6 +60,7 @@ MAX_K = 100
 MAX_BATCH = 64  # queries in one /search/batch, and default texts per forward pass
 MAX_CANDIDATES = 1000
 MAX_DUPLICATE_PAIRS = 1000  # pairs one /duplicates response lists (the groups hold them all)
+MAX_SCANS = 16  # /duplicates answers kept for the live version
 # Model work one request may cause, in tokens: each text counts its characters (WordPiece makes at
 # most one token of a character), capped at the strategy's max_length (where the model cuts it).
 # As much as a full batch of 64 queries at 256 tokens: about 10 s of this 2-core machine under load
@@ -381,15 +382,32 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
         hits = await while_connected(request, similar(body.sentence, body.candidates, body.k))
         return {"query": body.sentence, "hits": hits}
 
+    scanning = asyncio.Lock()
+    scans: dict[tuple[str, float, int], dict[str, Any]] = {}
+
+    async def scan(snapshot: Snapshot, min_score: float, limit: int) -> dict[str, Any]:
+        """One duplicates scan at a time, and one per version and question: a scan can take
+        seconds on a large index, so a repeated or concurrent request gets the stored answer."""
+        key = (snapshot.index.version.name, min_score, limit)
+        async with scanning:
+            if key not in scans:
+                found = await asyncio.to_thread(
+                    find_duplicates, snapshot.index, min_score, limit, snapshot.db_lock
+                )
+                if len(scans) >= MAX_SCANS or any(version != key[0] for version, *_ in scans):
+                    scans.clear()  # answers of an older version, or more kept than worth it
+                scans[key] = found.to_dict()
+            return scans[key]
+
     @app.get("/duplicates")
     async def duplicates(
+        request: Request,
         min_score: Annotated[float, QueryParam(gt=0, le=1)] = 0.9,
         limit: Annotated[int, QueryParam(ge=0, le=MAX_DUPLICATE_PAIRS)] = 100,
     ) -> dict[str, Any]:
         """Pairs of entries at cosine >= min_score (the best ``limit``, at most 1000) and their groups."""
         snapshot = await current()
-        found = await asyncio.to_thread(find_duplicates, snapshot.index, min_score, limit, snapshot.db_lock)
-        return found.to_dict()
+        return await while_connected(request, scan(snapshot, min_score, limit))
 
     @app.get("/info")
     async def info() -> dict[str, Any]:

@@ -126,3 +126,43 @@ def test_an_empty_index_has_no_duplicates(tmp_path, tiny_model):
     delete_from_index(tmp_path / "idx", ["ü1"])
     found = find_duplicates(open_index(tmp_path / "idx"), 0.5)
     assert (found.pairs, found.groups, found.total) == ([], [], 0)
+
+
+def test_http_duplicates_scan_once_per_version_however_many_ask(index, monkeypatch):
+    """A scan can take seconds on a large index: concurrent and repeated requests share one scan
+    per index version and question, so a client cannot keep the cores busy by asking again."""
+    pytest.importorskip("httpx")
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fastapi.testclient import TestClient
+
+    import search.server
+    from indexer.update import delete_from_index
+    from search.server import create_app
+
+    scans: list[float] = []
+    original = search.server.find_duplicates
+    running = threading.Lock()
+
+    def slow_scan(*args, **kwargs):
+        assert running.acquire(blocking=False), "two scans ran at once"
+        try:
+            scans.append(args[1])
+            time.sleep(0.3)
+            return original(*args, **kwargs)
+        finally:
+            running.release()
+
+    monkeypatch.setattr(search.server, "find_duplicates", slow_scan)
+    with TestClient(create_app(index)) as client:
+        ask = lambda score: client.get("/duplicates", params={"min_score": score}).json()  # noqa: E731
+        with ThreadPoolExecutor(6) as pool:
+            bodies = list(pool.map(ask, [0.999] * 6))
+        assert scans == [0.999] and all(b == bodies[0] for b in bodies)
+        ask(0.5)
+        assert scans == [0.999, 0.5]
+        delete_from_index(index, ["e"])
+        client.post("/reload")
+        assert ask(0.999)["groups"] == [["a", "b", "c"]] and len(scans) == 3
