@@ -143,6 +143,16 @@ wait_option = click.option(
 )
 
 
+def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
+    command = click.option(
+        "--features", help="Confidence features among score, margin, zscore (default: score,margin)."
+    )(command)
+    return click.option(
+        "--precision", default=0.95, show_default=True, type=float, help="Precision of answered hits."
+    )(command)
+
+
 def _split(text: str) -> list[str]:
     """A comma-separated option as a list: "question, answer" -> ["question", "answer"]."""
     return [part.strip() for part in text.split(",") if part.strip()]
@@ -348,8 +358,7 @@ def query_command(
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.option("--queries", "queries_file", required=True, help="Questions: JSONL with id and text.")
 @click.option("--qrels", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Judgements.")
-@click.option("--precision", default=0.95, show_default=True, type=float, help="Precision of answered hits.")
-@click.option("--features", help="Confidence features among score, margin, zscore (default: score,margin).")
+@rule_options
 @click.option("--json", "as_json", is_flag=True)
 @wait_option
 def calibrate_command(
@@ -681,8 +690,7 @@ def evaluate_retrieval_command(
 @click.option("--text-field", default="text", show_default=True, help="Corpus field(s) to embed.")
 @click.option("--holdout", default=0.33, show_default=True, type=float, help="Share of threads removed.")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--precision", default=0.95, show_default=True, type=float)
-@click.option("--features", help="Confidence features among score, margin, zscore (default: score,margin).")
+@rule_options
 @click.option("--json", "as_json", is_flag=True)
 @strategy_options
 def evaluate_abstention_command(
