@@ -64,7 +64,7 @@ def model_location(model: str) -> str:
     return model
 
 
-def _model_file(location: str, filename: str) -> Path | None:
+def model_file(location: str, filename: str) -> Path | None:
     """A file of a local model directory or of a cached hub model, or None."""
     local = Path(location)
     if local.is_dir():
@@ -76,7 +76,7 @@ def _model_file(location: str, filename: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def _read_json(path: Path | None) -> dict[str, Any] | None:
+def read_json(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
@@ -94,11 +94,11 @@ class SentenceTransformersConfig:
 
 
 def sentence_transformers_config(location: str) -> SentenceTransformersConfig:
-    modules = _read_json(_model_file(location, "modules.json")) or []
+    modules = read_json(model_file(location, "modules.json")) or []
     pooling = None
     for module in modules if isinstance(modules, list) else []:
         if str(module.get("type", "")).endswith("models.Pooling"):
-            config = _read_json(_model_file(location, f"{module.get('path', '')}/config.json"))
+            config = read_json(model_file(location, f"{module.get('path', '')}/config.json"))
             if config:
                 modes = tuple(
                     k
@@ -106,7 +106,7 @@ def sentence_transformers_config(location: str) -> SentenceTransformersConfig:
                     if config.get(k)
                 )
                 pooling = _ST_POOLING_KEYS.get(modes)
-    st_config = _read_json(_model_file(location, "sentence_bert_config.json")) or {}
+    st_config = read_json(model_file(location, "sentence_bert_config.json")) or {}
     max_length = st_config.get("max_seq_length")
     return SentenceTransformersConfig(pooling, int(max_length) if max_length else None)
 
@@ -116,7 +116,7 @@ def _file_hash(path: str, size: int, mtime_ns: int) -> str:
     """sha256 of one file, cached on disk by (path, size, mtime) so a model is read once."""
     key = f"{path}|{size}|{mtime_ns}"
     store = cache_root() / "file-hashes.json"
-    known = _read_json(store) or {}
+    known = read_json(store) or {}
     if key in known:
         return known[key]
     digest = hashlib.sha256()
@@ -202,7 +202,7 @@ def model_facts(model: str) -> ModelFacts:
     except (OSError, ValueError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInput(f"cannot read model {model!r} offline: {first}") from None
-    tokenizer_config = _read_json(_model_file(location, "tokenizer_config.json")) or {}
+    tokenizer_config = read_json(model_file(location, "tokenizer_config.json")) or {}
     return ModelFacts.of(config, tokenizer_config.get("model_max_length") or float("inf"), location)
 
 

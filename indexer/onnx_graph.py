@@ -12,7 +12,6 @@ An export that failed leaves a ``.failed`` note with the reason beside where the
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,11 +62,6 @@ class GraphSpec:
             return self.failure.read_text(encoding="utf-8").strip() or "export failed"
         except OSError:
             return None
-
-
-def model_config(location: str) -> dict:
-    """A local model's ``config.json`` (what the query side needs of it: its depth)."""
-    return json.loads((Path(location) / "config.json").read_text(encoding="utf-8"))
 
 
 class OnnxGraph:

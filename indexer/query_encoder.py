@@ -18,7 +18,7 @@ import numpy as np
 
 from indexer.errors import BadInput
 from indexer.head import Head, encode
-from indexer.models import _model_file, _read_json, model_location
+from indexer.models import model_file, model_location, read_json
 from indexer.onnx_graph import GraphSpec, OnnxGraph
 from indexer.strategy import Strategy
 
@@ -38,7 +38,7 @@ def _token_text(value: object) -> str | None:
 def graph_spec(strategy: Strategy) -> GraphSpec:
     """The exported graph that answers this (resolved) strategy's queries."""
     location = model_location(strategy.model)
-    config = _read_json(_model_file(location, "config.json")) or {}
+    config = read_json(model_file(location, "config.json")) or {}
     num_layers = int(config.get("num_hidden_layers", 0))
     pooler = strategy.pooling == "pooler"
     layers = () if pooler else tuple(sorted({i % (num_layers + 1) for i in strategy.layers or (-1,)}))
@@ -61,18 +61,18 @@ class QueryEncoder:
         if not spec.path.is_file():
             raise FileNotFoundError(spec.path)
         location = spec.location
-        tokenizer_file = _model_file(location, "tokenizer.json")
+        tokenizer_file = model_file(location, "tokenizer.json")
         if tokenizer_file is None:
             raise BadInput(f"model {strategy.model!r} has no tokenizer.json")
         self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=int(strategy.max_length or 512))
-        config = _read_json(_model_file(location, "config.json")) or {}
+        config = read_json(model_file(location, "config.json")) or {}
         self.num_layers = int(config["num_hidden_layers"])
         self.hidden_size = int(config["hidden_size"])
         named = {
-            **(_read_json(_model_file(location, "tokenizer_config.json")) or {}),
-            **(_read_json(_model_file(location, "special_tokens_map.json")) or {}),
+            **(read_json(model_file(location, "tokenizer_config.json")) or {}),
+            **(read_json(model_file(location, "special_tokens_map.json")) or {}),
         }
         special = (
             self.tokenizer.token_to_id(t) for t in map(_token_text, (named.get(k) for k in _SPECIAL)) if t
