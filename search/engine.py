@@ -23,6 +23,7 @@ from indexer.transform import Transform
 from indexer.vector_index import search_parameters
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
 from search.filters import parse_filter
+from search.queries import check_text
 
 if TYPE_CHECKING:
     from indexer.embedding import Embedder
@@ -43,10 +44,12 @@ class Hit:
 
 
 def check_queries(queries: Sequence[str]) -> None:
-    """An empty query has no meaning to embed: refuse it rather than return arbitrary hits."""
+    """An empty query has no meaning to embed: refuse it rather than return arbitrary hits; nor
+    has text that is not valid UTF-8."""
     for query in queries:
         if not isinstance(query, str) or not query.strip():
             raise BadInput("empty query: give some text to search for")
+        check_text(query, "the query")
 
 
 def check_strategy(stored: Strategy, asked: dict[str, Any]) -> None:

@@ -26,7 +26,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.errors import FilterError
+from indexer.errors import BadInput, FilterError
+from search.queries import check_text
 
 MAX_FILTER_LENGTH = 8000
 MAX_DEPTH = 32
@@ -216,5 +217,9 @@ def parse_filter(text: str, fields: Collection[str]) -> Filter:
         raise FilterError("filter: empty condition")
     if len(text) > MAX_FILTER_LENGTH:
         raise FilterError(f"filter: longer than {MAX_FILTER_LENGTH} characters")
+    try:
+        check_text(text, "filter: the condition")
+    except BadInput as exc:
+        raise FilterError(str(exc)) from None
     parser = _Parser(text, fields)
     return Filter(parser.parse(), parser.params)

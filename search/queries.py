@@ -19,6 +19,16 @@ ID_KEYS = ("id", "_id")
 TEXT_KEYS = ("text", "query")
 
 
+def check_text(text: str, what: str = "text") -> str:
+    """``text`` if it can be embedded and stored. Undecodable bytes in an argument or on stdin
+    arrive as lone surrogates (so does ``"\\ud800"`` in JSON), which no tokenizer or database takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(f"{what} is not valid UTF-8 text (undecodable bytes or a lone surrogate)") from None
+    return text
+
+
 @dataclass(frozen=True)
 class Query:
     id: str

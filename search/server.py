@@ -48,6 +48,7 @@ from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, 
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine, Snapshot, check_queries, configure_threads
 from search.filters import MAX_FILTER_LENGTH
+from search.queries import check_text
 from search.similar import rank_vectors, rankable
 
 if TYPE_CHECKING:  # queries are embedded without torch (indexer.query_encoder)
@@ -91,12 +92,11 @@ def http_status(error: SemsearchError) -> int:
 
 
 def _unicode(text: str) -> str:
-    """JSON can carry lone surrogates (``"\\ud800"``), which no tokenizer or encoder accepts."""
+    """JSON can carry lone surrogates (``"\\ud800"``): refused at the boundary, field by field."""
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("not valid Unicode text (it holds a lone surrogate)") from None
-    return text
+        return check_text(text)
+    except BadInput as exc:
+        raise ValueError(str(exc)) from None
 
 
 Text = Annotated[str, AfterValidator(_unicode)]

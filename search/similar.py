@@ -17,6 +17,7 @@ from indexer.errors import BadInput
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from search.engine import Hit, check_queries
+from search.queries import check_text
 
 if TYPE_CHECKING:  # torch loads only where a sentence is embedded without an index
     from indexer.embedding import Embedder
@@ -67,7 +68,7 @@ def rank_similar(
 def rankable(sentence: str, candidates: Sequence[str]) -> list[tuple[int, str]]:
     """The non-empty candidates with their 1-based positions; refuses an empty sentence or none."""
     check_queries([sentence])
-    kept = [(i, c) for i, c in enumerate(candidates, 1) if c.strip()]
+    kept = [(i, check_text(c, f"sentence {i}")) for i, c in enumerate(candidates, 1) if c.strip()]
     if not kept:
         raise BadInput("no sentences to rank: the input has no non-empty lines")
     return kept

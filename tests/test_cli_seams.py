@@ -123,3 +123,25 @@ def test_similar_with_post_processing_uses_an_index_or_refuses(tmp_path, tiny_mo
     assert ranked.returncode == 0, ranked.stderr
     (hit,) = json.loads(ranked.stdout)["hits"]
     assert -1.0 < hit["score"] < 1.0  # refitting "center" on one candidate always gave -1.0
+
+
+def test_bytes_that_are_not_utf8_are_bad_input(index):
+    """Arguments and stdin carry undecodable bytes as lone surrogates: one clear line, exit 1."""
+    import subprocess
+    import sys
+
+    def raw(*args: bytes, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable.encode(), b"-m", b"search.cli", *args], input=stdin, capture_output=True
+        )
+
+    idx = str(index).encode()
+    for result in (
+        raw(b"query", idx, b"caf\xff"),
+        raw(b"query", idx, b"--queries", b"-", stdin=b"caf\xff\n"),
+        raw(b"query", idx, b"x", b"--where", b"category = '\xff'"),
+        raw(b"similar", b"coffee", b"-", stdin=b"ok line\ncaf\xff\n"),
+    ):
+        err = result.stderr.decode("utf-8", "replace")
+        assert result.returncode == 1 and "not valid UTF-8" in err, err
+        assert "unexpected" not in err and "Traceback" not in err
