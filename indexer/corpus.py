@@ -14,14 +14,15 @@ column names, so two names that differ only in case, or a name the index uses it
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
 import re
-from collections import Counter
-from collections.abc import Collection, Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from indexer.errors import BadInput
 
@@ -39,6 +40,9 @@ RESERVED = ("_rowid", "_id", "_text", "_hash", "_chunks")
 """Column names the index uses for itself; an input field may not take them."""
 _SURROGATE = re.compile("[\udc80-\udcff]")
 csv.field_size_limit(1 << 30)
+_BLOCK = 1 << 20
+_LINE_ENDS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+"""What ``str.splitlines`` ends a line at."""
 
 
 @dataclass(frozen=True)
@@ -66,9 +70,7 @@ class Corpus:
         return len(self.entries) + len(self.rejected)
 
     def rejection_summary(self) -> str:
-        """'2 empty text, 1 duplicate id': reasons grouped by their kind (the part before ':')."""
-        kinds = Counter(r.reason.split(":")[0] for r in self.rejected)
-        return ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+        return rejection_summary(self.rejected)
 
 
 def detect_format(path: Path, fmt: str | None) -> str:
@@ -84,30 +86,68 @@ def detect_format(path: Path, fmt: str | None) -> str:
     return found
 
 
-def _read_text(path: Path) -> str:
+def _open(path: Path) -> BinaryIO:
     if not path.exists():
         raise BadInput(f"no such file: {path}")
     if not path.is_file():
         raise BadInput(f"not a file: {path}")
     try:
-        raw = path.read_bytes()
+        return path.open("rb")
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    return raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8", errors="surrogateescape")
+
+
+def _lines(path: Path, handle: BinaryIO) -> Iterator[str]:
+    """The file's lines with their ends, as ``str.splitlines(keepends=True)`` splits the whole
+    text, read in blocks (memory bounded by the longest line): ``\r\n`` across two blocks stays
+    one end. A leading BOM is dropped; bytes that are not UTF-8 become surrogates (row checks)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+    held, first = "", True
+    while True:
+        try:
+            block = handle.read(_BLOCK)
+        except OSError as exc:
+            raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+        text = held + decoder.decode(block, final=not block)
+        if first and text:
+            text, first = text.removeprefix("\ufeff"), False
+        if not block:
+            yield from text.splitlines(keepends=True)
+            return
+        pieces = text.splitlines(keepends=True)
+        held = pieces.pop() if pieces else ""
+        if held.endswith("\r") or not held.endswith(tuple(_LINE_ENDS)):
+            yield from pieces  # the last piece may go on (or be \r of a \r\n) in the next block
+        else:
+            yield from pieces
+            yield held
+            held = ""
+
+
+def _json_lines(lines: Iterator[str]) -> Iterator[str]:
+    """JSON Lines end at ``\n`` (or ``\r``) only: a U+2028 or a form feed inside a JSON string
+    is part of its line, not the end of one."""
+    held = ""
+    for line in lines:
+        held += line
+        if held.endswith(("\n", "\r")):
+            yield held
+            held = ""
+    if held:
+        yield held
 
 
 Rows = Iterator[tuple[int, "dict[str, Any] | str"]]
 
 
-def _rows(text: str, fmt: str, path: Path) -> tuple[list[str], Rows]:
+def _rows(lines: Iterator[str], fmt: str, path: Path) -> tuple[list[str], Rows]:
     """The header's field names (empty for formats without one) and (row number, row) pairs;
     a string row is the reason it could not be parsed."""
-    lines = text.splitlines()
     if fmt == "text":
-        return [], ((n, {"text": line}) for n, line in enumerate(lines, 1))
+        return [], ((n, {"text": line.rstrip(_LINE_ENDS)}) for n, line in enumerate(lines, 1))
     if fmt == "jsonl":
-        return [], (_json_row(n, line) for n, line in enumerate(lines, 1))
-    records = _csv_records(text.splitlines(keepends=True), fmt)
+        return [], (_json_row(n, line.rstrip(_LINE_ENDS)) for n, line in enumerate(_json_lines(lines), 1))
+    records = _csv_records(lines, fmt)
     header = next(records, None)
     if not isinstance(header, list) or not any(h.strip() for h in header):
         raise BadInput(f"{path} has no header row")
@@ -133,26 +173,40 @@ def _rows(text: str, fmt: str, path: Path) -> tuple[list[str], Rows]:
     return header, rows()
 
 
-def _csv_records(lines: list[str], fmt: str) -> Iterator[list[str] | str]:
+def _csv_records(lines: Iterator[str], fmt: str) -> Iterator[list[str] | str]:
     """CSV/TSV records; a string is why a record was rejected. Parsing is strict, so a quote
     open until the end of the file, or closed lines later by a quote that is followed by more text,
     is an error rather than one field holding the rows after it: that record is rejected and
-    parsing resumes on the line after the one it started on."""
+    parsing resumes on the line after the one it started on (the lines the failed record took are
+    read again; only they are held)."""
     dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
-    start = 0
-    while start < len(lines):
-        reader = csv.reader(iter(lines[start:]), strict=True, **dialect)
+    again: deque[str] = deque()  # lines to read again before the rest of the file
+    taken: list[str] = []  # lines of the record being read
+
+    def feed() -> Iterator[str]:
+        while True:
+            line = again.popleft() if again else next(lines, None)
+            if line is None:
+                return
+            taken.append(line)
+            yield line
+
+    start = 0  # lines before the current reader's first
+    while True:
+        reader = csv.reader(feed(), strict=True, **dialect)
         consumed = 0  # lines taken by the records read so far
         try:
             for values in reader:
+                taken.clear()
                 yield values
                 consumed = reader.line_num
             return
         except csv.Error as exc:
             opened = start + consumed + 1
-            raw = "".join(lines[opened - 1 : start + reader.line_num])
-            ran_on = reader.line_num - consumed > 1 or raw.count('"') % 2  # a quote left open
+            ran_on = reader.line_num - consumed > 1 or "".join(taken).count('"') % 2  # a quote left open
             yield f"unterminated quote: opened on line {opened}" if ran_on else f"bad CSV: {exc}"
+            again.extendleft(reversed(taken[1:]))
+            taken.clear()
             start += consumed + 1
 
 
@@ -186,6 +240,75 @@ def _text_value(value: Any) -> str | None:
     return None
 
 
+class CorpusReader:
+    """A corpus file read row by row, in bounded memory (a block of the file at a time; the ids
+    seen so far, to reject duplicates across the whole file). Iterating gives each usable row as
+    an ``Entry`` and each other row as a ``Rejection``, in file order; the checks that need the
+    whole file (field names, an empty corpus) raise ``BadInput`` at the end of the iteration.
+    Every iteration reads the file again and gives the same items."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        text_fields: Sequence[str] | None = None,
+        id_field: str | None = None,
+        fmt: str | None = None,
+    ):
+        self.path = Path(path)
+        _open(self.path).close()  # a missing or unreadable file is the first error
+        self.fmt = detect_format(self.path, fmt)
+        self.text_fields = list(text_fields or ["text"])
+        self.id_field = id_field
+        """The field the ids come from (given, or detected by the first iteration); None: row numbers."""
+
+    def __iter__(self) -> Iterator[Entry | Rejection]:
+        path, fmt, wanted, id_field = self.path, self.fmt, self.text_fields, self.id_field
+        entries, kinds = 0, Counter()
+        seen: dict[str, int] = {}
+        with _open(path) as handle:
+            header, rows = _rows(_lines(path, handle), fmt, path)
+            names: dict[str, None] = dict.fromkeys(header)  # in order of appearance
+            if header and id_field is None:
+                id_field = _default_id(header)
+            for number, row in rows:
+                if isinstance(row, str):
+                    reason = row
+                else:
+                    if not names and id_field is None and fmt == "jsonl":
+                        id_field = _default_id(row)
+                    names.update(dict.fromkeys(row))
+                    reason = _check_row(row, wanted, id_field)
+                if not reason:
+                    entry_id = str(row[id_field]).strip() if id_field else str(number)
+                    if entry_id in seen:
+                        reason = f"duplicate id: {entry_id!r} (first at row {seen[entry_id]})"
+                if reason:
+                    kinds[_kind(reason)] += 1
+                    yield Rejection(number, reason)
+                    continue
+                seen[entry_id] = number
+                joined = " ".join(part for part in (_text_value(row[f]).strip() for f in wanted) if part)
+                if id_field == "_id":
+                    row = {k: v for k, v in row.items() if k != "_id"}
+                entries += 1
+                yield Entry(entry_id, joined, row)
+        _check_case(list(names))
+        clash = sorted(n for n in names if n.casefold() in RESERVED and not (n == "_id" == id_field))
+        if clash:
+            raise BadInput(f"field names {', '.join(clash)} are reserved: rename them")
+        missing = [f for f in [*wanted, *([id_field] if id_field else [])] if names and f not in names]
+        if missing:
+            raise BadInput(
+                f"no row of {path.name} has field {', '.join(map(repr, missing))}; fields are: "
+                f"{', '.join(sorted(names))} (choose with --text-field / --id-field)"
+            )
+        if not entries:
+            detail = f" ({_summary(kinds)})" if kinds else ""
+            raise BadInput(f"empty corpus: no usable rows in {path}{detail}")
+        self.id_field = id_field
+
+
 def read_corpus(
     path: str | Path,
     *,
@@ -193,56 +316,28 @@ def read_corpus(
     id_field: str | None = None,
     fmt: str | None = None,
 ) -> Corpus:
-    """Read a corpus file. ``text_fields``: fields joined (by a space) into the embedded text,
-    default ``text``. ``id_field``: the external id, default the ``id`` field if rows have one,
-    else ``_id``, else the row number."""
-    path = Path(path)
-    text = _read_text(path)
-    fmt = detect_format(path, fmt)
-    wanted = list(text_fields or ["text"])
+    """Read a whole corpus file into memory (``CorpusReader`` streams it). ``text_fields``: fields
+    joined (by a space) into the embedded text, default ``text``. ``id_field``: the external id,
+    default the ``id`` field if rows have one, else ``_id``, else the row number."""
+    reader = CorpusReader(path, text_fields=text_fields, id_field=id_field, fmt=fmt)
     corpus = Corpus()
-    seen: dict[str, int] = {}
-    header, rows = _rows(text, fmt, path)
-    names: dict[str, None] = dict.fromkeys(header)  # in order of appearance
-    if header and id_field is None:
-        id_field = _default_id(header)
-    for number, row in rows:
-        if isinstance(row, str):
-            corpus.rejected.append(Rejection(number, row))
-            continue
-        if not names and id_field is None and fmt == "jsonl":
-            id_field = _default_id(row)
-        names.update(dict.fromkeys(row))
-        reason = _check_row(row, wanted, id_field)
-        if reason:
-            corpus.rejected.append(Rejection(number, reason))
-            continue
-        entry_id = str(row[id_field]).strip() if id_field else str(number)
-        if entry_id in seen:
-            corpus.rejected.append(
-                Rejection(number, f"duplicate id: {entry_id!r} (first at row {seen[entry_id]})")
-            )
-            continue
-        seen[entry_id] = number
-        joined = " ".join(part for part in (_text_value(row[f]).strip() for f in wanted) if part)
-        if id_field == "_id":
-            row = {k: v for k, v in row.items() if k != "_id"}
-        corpus.entries.append(Entry(entry_id, joined, row))
-    _check_case(list(names))
-    clash = sorted(n for n in names if n.casefold() in RESERVED and not (n == "_id" == id_field))
-    if clash:
-        raise BadInput(f"field names {', '.join(clash)} are reserved: rename them")
-    missing = [f for f in [*wanted, *([id_field] if id_field else [])] if names and f not in names]
-    if missing:
-        raise BadInput(
-            f"no row of {path.name} has field {', '.join(map(repr, missing))}; fields are: "
-            f"{', '.join(sorted(names))} (choose with --text-field / --id-field)"
-        )
-    if not corpus.entries:
-        detail = f" ({corpus.rejection_summary()})" if corpus.rejected else ""
-        raise BadInput(f"empty corpus: no usable rows in {path}{detail}")
-    corpus.id_field = id_field
+    for item in reader:
+        (corpus.entries if isinstance(item, Entry) else corpus.rejected).append(item)
+    corpus.id_field = reader.id_field
     return corpus
+
+
+def _kind(reason: str) -> str:
+    return reason.split(":")[0]
+
+
+def rejection_summary(rejected: Iterable[Rejection]) -> str:
+    """'2 empty text, 1 duplicate id': reasons grouped by their kind (the part before ':')."""
+    return _summary(Counter(_kind(r.reason) for r in rejected))
+
+
+def _summary(kinds: Counter) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
 
 
 def _default_id(names: Collection[str]) -> str | None:

@@ -136,3 +136,57 @@ def test_unterminated_quote_rejects_its_row_and_keeps_the_rest(tmp_path):
     assert [e.id for e in last.entries] == ["1"] and last.rejected[0].reason.startswith("unterminated quote")
     stray = read_corpus(write(tmp_path / "f.csv", 'id,text\n1,"fine"x\n2,ok\n'))
     assert [e.id for e in stray.entries] == ["2"] and stray.rejected[0].reason.startswith("bad CSV")
+
+
+ODD_LINES = (
+    "\ufeffid,text\r\n"  # a BOM, then Windows line ends
+    "k1,caf\u00e9 cr\u00e8me\r\n"
+    'k2,"a quoted, field"\r'  # an old Mac line end
+    "k3,\u4e2d\u6587\u6587\u672c \U0001f600\n"
+    'k4,"opened and never closed\n'
+    "k5,after the open quote\x0c"  # a form feed ends a line for str.splitlines
+    "k6,bad \xff byte\n"
+    "k7,last line without an end"
+)
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 64])
+def test_corpus_read_in_small_blocks_reads_as_a_whole_file(tmp_path, monkeypatch, block):
+    """The file is read a block at a time: a line end, a multi-byte character or a BOM cut by a
+    block boundary reads as it does in one piece."""
+    import indexer.corpus
+
+    path = tmp_path / "odd.csv"
+    path.write_bytes(ODD_LINES.encode("utf-8").replace("\xc3\xbf".encode("latin-1"), b"\xff"))
+    whole = read_corpus(path)
+    monkeypatch.setattr(indexer.corpus, "_BLOCK", block)
+    streamed = read_corpus(path)
+    assert [(e.id, e.text) for e in whole.entries] == [(e.id, e.text) for e in streamed.entries]
+    assert whole.rejected == streamed.rejected
+    assert [e.id for e in streamed.entries] == ["k1", "k2", "k3", "k5", "k7"]
+    assert streamed.entries[0].text == "caf\u00e9 cr\u00e8me"
+    assert streamed.entries[2].text == "\u4e2d\u6587\u6587\u672c \U0001f600"
+    assert [(r.row, r.reason.split(":")[0]) for r in streamed.rejected] == [
+        (4, "unterminated quote"),
+        (6, "invalid UTF-8"),
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["text", "jsonl"])
+def test_line_formats_read_in_small_blocks(tmp_path, monkeypatch, fmt):
+    import indexer.corpus
+
+    monkeypatch.setattr(indexer.corpus, "_BLOCK", 2)
+    lines = ["first \u00e9", "second\u2028third", "", "fourth"]
+    if fmt == "jsonl":
+        lines = [json.dumps({"text": t}, ensure_ascii=False) if t else "" for t in lines]
+    path = tmp_path / f"c.{'txt' if fmt == 'text' else 'jsonl'}"
+    path.write_text("\r\n".join(lines) + "\r", encoding="utf-8")
+    corpus = read_corpus(path)
+    expected = (
+        ["first \u00e9", "second", "third", "fourth"]
+        if fmt == "text"
+        else ["first \u00e9", "second\u2028third", "fourth"]
+    )
+    assert [e.text for e in corpus.entries] == expected
+    assert [r.reason for r in corpus.rejected] == (["empty text"] if fmt == "text" else ["empty line"])
