@@ -1,15 +1,26 @@
-"""corpus -> texts -> vectors -> index: the one function the ``index`` command is a shell over."""
+"""corpus -> texts -> vectors -> index: the one function the ``index`` command is a shell over.
+
+The corpus is streamed: a first pass checks every row (rejections, duplicate ids across the whole
+file) and types the fields, before any model loads; a second pass embeds it in parts of
+``PART_ENTRIES`` and hands each part to the new version (``store.VersionWriter``), so peak memory
+is the model, one part and the vector index, however large the corpus.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
-from indexer.corpus import Rejection, read_corpus
+from indexer.catalog import TypeCounter
+from indexer.corpus import CorpusReader, Entry, Rejection, rejection_summary
+from indexer.errors import BadInput
 from indexer.strategy import Strategy
-from indexer.transform import Transform
+
+PART_ENTRIES = 4096
+"""Entries embedded and written at a time."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +35,39 @@ class BuildReport:
     seconds: float
     embed_seconds: float
     """Time spent embedding alone (no model load, no writing): the throughput figure."""
+
+
+@dataclass
+class Survey:
+    """What the first pass over a corpus learns: counts, rejected rows, field types."""
+
+    entries: int
+    rejected: list[Rejection]
+    field_types: dict[str, str]
+
+
+def survey_corpus(reader: CorpusReader) -> Survey:
+    """Check every row of the corpus and type its fields, keeping no entry."""
+    entries, rejected, types = 0, [], TypeCounter()
+    for item in reader:
+        if isinstance(item, Entry):
+            entries += 1
+            types.add(item.fields)
+        else:
+            rejected.append(item)
+    return Survey(entries, rejected, types.types())
+
+
+def corpus_parts(reader: CorpusReader, expected: int) -> Iterator[tuple[Entry, ...]]:
+    """The corpus' entries again, ``PART_ENTRIES`` at a time; the file must not have changed
+    since the survey (same entry count), or the build stops with the live index untouched."""
+    entries = (item for item in reader if isinstance(item, Entry))
+    seen = 0
+    while part := tuple(islice(entries, PART_ENTRIES)):
+        seen += len(part)
+        yield part
+    if seen != expected:
+        raise BadInput(f"{reader.path} changed while it was being indexed: index it again")
 
 
 def build_index(
@@ -44,45 +88,46 @@ def build_index(
     ``index_kind``: ``auto`` (exact below ``vector_index.EXACT_LIMIT`` vectors, IVF above),
     ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to
     wait for another writer to finish. A failed first build leaves no directory behind."""
+    from tqdm import tqdm
+
     from indexer.embedding import Embedder
-    from indexer.store import building, write_index
+    from indexer.store import VersionWriter, building, stream_index
 
     started = time.perf_counter()
-    corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    reader = CorpusReader(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    survey = survey_corpus(reader)
+    embed_seconds, meta = 0.0, {}
     with building(Path(index_dir), wait):
         embedder = Embedder(strategy, batch_size=batch_size)
-        embed_started = time.perf_counter()
-        vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
-        embed_seconds = time.perf_counter() - embed_started
-        embedder.export_for_queries()  # once per model and strategy: queries then need no torch
-        transform = Transform.for_strategy(embedder.strategy, vectors)
-        vectors = Transform.apply_optional(transform, vectors)
-        source = {
-            "path": str(Path(corpus_path).resolve()),
-            "text_fields": list(text_fields or ["text"]),
-            "id_field": corpus.id_field,
-            "rows": corpus.rows,
-            "rejected": len(corpus.rejected),
-        }
-        write_index(
-            index_dir,
-            embedder.strategy,
-            corpus.entries,
-            vectors,
-            owners,
-            source=source,
-            transform=transform,
-            index_kind=index_kind,
-            storage=storage,
-        )
+
+        def fill(writer: VersionWriter) -> None:
+            nonlocal embed_seconds, meta
+            with tqdm(total=survey.entries, disable=not progress, unit="text", desc="embedding") as bar:
+                for part in corpus_parts(reader, survey.entries):
+                    embed_started = time.perf_counter()
+                    vectors, owners = embedder.embed_documents([e.text for e in part])
+                    embed_seconds += time.perf_counter() - embed_started
+                    writer.add(part, vectors, owners)
+                    bar.update(len(part))
+            embedder.export_for_queries()  # once per model and strategy: queries then need no torch
+            source = {
+                "path": str(Path(corpus_path).resolve()),
+                "text_fields": reader.text_fields,
+                "id_field": reader.id_field,
+                "rows": survey.entries + len(survey.rejected),
+                "rejected": len(survey.rejected),
+            }
+            meta = writer.finish(embedder.strategy, source=source, index_kind=index_kind, storage=storage)
+
+        stream_index(index_dir, survey.field_types, fill)
     return BuildReport(
         index_dir=Path(index_dir),
         strategy=embedder.strategy,
-        entries=len(corpus.entries),
-        vectors=len(vectors),
-        dimension=vectors.shape[1],
-        rejected=corpus.rejected,
-        rejection_summary=corpus.rejection_summary(),
+        entries=survey.entries,
+        vectors=meta["vectors"],
+        dimension=meta["dimension"],
+        rejected=survey.rejected,
+        rejection_summary=rejection_summary(survey.rejected),
         seconds=time.perf_counter() - started,
         embed_seconds=embed_seconds,
     )

@@ -82,12 +82,16 @@ def _number(value: Any) -> int | float | None:
     return None
 
 
-def detect_types(rows: Iterable[dict[str, Any]]) -> dict[str, str]:
-    """Field name -> ``integer``, ``number`` or ``text`` (the rules in the module docstring)."""
-    counts: dict[str, Counter] = {}
-    for row in rows:
+class TypeCounter:
+    """Field types decided from rows seen one at a time (constant memory per field), so a
+    streamed build types its columns as a whole-corpus ``detect_types`` would."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, Counter] = {}
+
+    def add(self, row: dict[str, Any]) -> None:
         for name, value in row.items():
-            seen = counts.setdefault(name, Counter())
+            seen = self.counts.setdefault(name, Counter())
             if value is None or (isinstance(value, str) and not value.strip()):
                 continue
             if isinstance(value, (dict, list)):
@@ -95,16 +99,27 @@ def detect_types(rows: Iterable[dict[str, Any]]) -> dict[str, str]:
                 continue
             number = _number(value)
             seen["text" if number is None else "integer" if isinstance(number, int) else "float"] += 1
-    types = {}
-    for name, seen in counts.items():
-        numbers = seen["integer"] + seen["float"]
-        if seen["structured"] or numbers <= seen["text"]:
-            types[name] = "text"
-        elif seen["float"] or seen["text"]:
-            types[name] = "number"
-        else:
-            types[name] = "integer"
-    return types
+
+    def types(self) -> dict[str, str]:
+        """Field name -> ``integer``, ``number`` or ``text`` (the rules in the module docstring)."""
+        types = {}
+        for name, seen in self.counts.items():
+            numbers = seen["integer"] + seen["float"]
+            if seen["structured"] or numbers <= seen["text"]:
+                types[name] = "text"
+            elif seen["float"] or seen["text"]:
+                types[name] = "number"
+            else:
+                types[name] = "integer"
+        return types
+
+
+def detect_types(rows: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """Field name -> ``integer``, ``number`` or ``text`` (the rules in the module docstring)."""
+    counter = TypeCounter()
+    for row in rows:
+        counter.add(row)
+    return counter.types()
 
 
 def stored_value(value: Any, field_type: str) -> Any:

@@ -42,7 +42,15 @@ from indexer.corpus import Entry
 from indexer.errors import BadInput, IndexDamaged, IndexLocked
 from indexer.strategy import Strategy
 from indexer.transform import Transform
-from indexer.vector_index import build_vector_index, kind_of, read_vectors, refit, write_vectors
+from indexer.vector_index import (
+    build_from_parts,
+    kind_of,
+    read_vectors,
+    refit,
+    shape_meta,
+    stored_shape,
+    write_vectors,
+)
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
@@ -83,7 +91,12 @@ class StoredIndex:
         from indexer.query_encoder import encoder_status
 
         meta, source = self.meta, self.meta.get("source", {})
-        kind = kind_of(self.vectors)
+        if self.vectors is None and "vector_kind" not in meta:  # written before meta kept the kind
+            self.vectors = read_vectors(self.version / VECTORS, mmap=True)
+        if self.vectors is None:
+            kind, nprobe = meta["vector_kind"], meta.get("nprobe")
+        else:
+            kind, nprobe = kind_of(self.vectors), getattr(self.vectors, "nprobe", None)
         return {
             "path": str(self.path),
             "version": self.version.name,
@@ -96,7 +109,7 @@ class StoredIndex:
             "dimension": meta["dimension"],
             "index_kind": kind,
             "storage": meta.get("storage", "float32"),
-            **({"nprobe": int(self.vectors.nprobe)} if kind == "ivf" else {}),
+            **({"nprobe": int(nprobe)} if kind == "ivf" else {}),
             "size_bytes": self.size_on_disk(),
             "created": meta.get("created"),
             "updated": meta.get("updated"),
@@ -226,6 +239,130 @@ def _remove_stale(index_dir: Path, keep: set[str | None]) -> None:
             child.unlink(missing_ok=True)
 
 
+PART_ROWS = 8192
+"""Vectors read back from the spool at a time (12 MB at 384 dimensions)."""
+
+
+class VersionWriter:
+    """A new version filled part by part: entries go to SQLite as they come (one transaction),
+    their raw vectors to a spool file beside it, so neither the texts nor the vectors of the
+    whole corpus are ever held in memory. ``finish`` builds the vector index from the spool
+    (``vector_index.build_from_parts``): the index's copy is the only whole one."""
+
+    SPOOL = ".vectors.spool"  # raw float32 vectors; removed before the version is committed
+    SPOOL_IDS = ".ids.spool"  # the row id of each (int64)
+
+    def __init__(self, version: Path, field_types: dict[str, str]):
+        self.version = version
+        self.catalog = Catalog.create(version / DATABASE, field_types)
+        self.entries = 0
+        self.vectors = 0
+        self.dimension: int | None = None
+        self._spool = (version / self.SPOOL).open("wb")
+        self._spool_ids = (version / self.SPOOL_IDS).open("wb")
+
+    def add(self, entries: Sequence[Entry], vectors: np.ndarray, owners: np.ndarray) -> None:
+        """Entries with their vectors; ``owners[i]``: position in ``entries`` of ``vectors[i]``."""
+        rowids = np.arange(self.entries + 1, self.entries + len(entries) + 1, dtype=np.int64)
+        self.catalog.put(entries, rowids, np.bincount(owners, minlength=len(entries)))
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if self.dimension is None:
+            self.dimension = vectors.shape[1]
+        self._spool.write(vectors.tobytes())
+        self._spool_ids.write(rowids[owners].tobytes())
+        self.entries += len(entries)
+        self.vectors += len(vectors)
+
+    def parts(self, transform: Transform | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The spooled vectors, ``transform``-ed and unit length, with their row ids."""
+        import faiss
+
+        with (self.version / self.SPOOL_IDS).open("rb") as ids:
+            for raw in self.raw_parts():
+                vectors = np.ascontiguousarray(Transform.apply_optional(transform, raw))
+                faiss.normalize_L2(vectors)
+                yield vectors, np.fromfile(ids, np.int64, len(vectors))
+
+    def raw_parts(self) -> Iterator[np.ndarray]:
+        """The spooled vectors as embedded, ``PART_ROWS`` at a time."""
+        with (self.version / self.SPOOL).open("rb") as spool:
+            for start in range(0, self.vectors, PART_ROWS):
+                rows = min(PART_ROWS, self.vectors - start)
+                yield np.fromfile(spool, np.float32, rows * self.dimension).reshape(rows, -1)
+
+    def finish(
+        self,
+        strategy: Strategy,
+        *,
+        source: dict[str, Any],
+        transform: Transform | None = None,
+        index_kind: str = "auto",
+        storage: str = "float32",
+    ) -> dict[str, Any]:
+        """Fit the strategy's transform on the spooled vectors (unless ``transform`` is given: then
+        they were transformed already), build and write the vector index; returns the meta written."""
+        self._spool.close()
+        self._spool_ids.close()
+        if not self.entries:
+            raise BadInput("nothing to index: no entries")
+        given = transform is not None
+        if not given:
+            transform = Transform.for_strategy(strategy, self.raw_parts())
+        dimension = (transform and transform.dimension) or self.dimension
+        index = build_from_parts(
+            lambda: self.parts(None if given else transform), self.vectors, dimension, index_kind, storage
+        )
+        (self.version / self.SPOOL).unlink()
+        (self.version / self.SPOOL_IDS).unlink()
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "strategy": strategy.to_dict(),
+            "model": strategy.model,
+            "dimension": int(dimension),
+            "count": self.entries,
+            "vectors": self.vectors,
+            "next_rowid": self.entries + 1,
+            "index_kind": index_kind,
+            "storage": storage,
+            "tuned_for": self.vectors,
+            **shape_meta(index),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "source": source,
+        }
+        self.catalog.write_meta(meta)
+        self.catalog.commit()
+        self.catalog.close()
+        write_vectors(index, self.version / VECTORS)
+        if transform is not None:
+            transform.save(self.version / TRANSFORM)
+        return meta
+
+    def close(self) -> None:
+        """Release the files of an abandoned version (its directory is removed by the caller)."""
+        self._spool.close()
+        self._spool_ids.close()
+        self.catalog.close()
+
+
+def stream_index(
+    index_dir: str | Path, field_types: dict[str, str], fill: Callable[[VersionWriter], None]
+) -> Path:
+    """Write a complete new index beside the live one, then swap it in. Returns the version dir.
+    ``fill`` adds the entries and vectors (``VersionWriter.add``) and calls ``finish``; if it
+    raises, the new version is removed and the live one stays. The caller holds ``writer_lock``."""
+    index_dir = Path(index_dir)
+    prepare_target(index_dir)
+
+    def run(version: Path) -> None:
+        writer = VersionWriter(version, field_types)
+        try:
+            fill(writer)
+        finally:
+            writer.close()
+
+    return _commit_version(index_dir, run)
+
+
 def write_index(
     index_dir: str | Path,
     strategy: Strategy,
@@ -238,46 +375,15 @@ def write_index(
     index_kind: str = "auto",
     storage: str = "float32",
 ) -> Path:
-    """Write a complete new index beside the live one, then swap it in. Returns the version dir.
-    The caller holds ``writer_lock``.
+    """``stream_index`` for entries and vectors already in memory (vectors transformed already by
+    ``transform``, if any). ``owners[i]`` is the entry (position in ``entries``) of ``vectors[i]``."""
 
-    ``owners[i]`` is the entry (position in ``entries``) that ``vectors[i]`` belongs to.
-    """
-    import faiss
+    def fill(writer: VersionWriter) -> None:
+        writer.add(entries, vectors, owners)
+        finish = {"source": source, "index_kind": index_kind, "storage": storage}
+        writer.finish(strategy, transform=transform, **finish)
 
-    index_dir = Path(index_dir)
-    prepare_target(index_dir)
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    faiss.normalize_L2(vectors)
-    rowids = np.arange(1, len(entries) + 1, dtype=np.int64)
-
-    def fill(version: Path) -> None:
-        index = build_vector_index(vectors, rowids[owners], index_kind, storage)
-        catalog = Catalog.create(version / DATABASE, detect_types(e.fields for e in entries))
-        catalog.put(entries, rowids, np.bincount(owners, minlength=len(entries)))
-        catalog.write_meta(
-            {
-                "format_version": FORMAT_VERSION,
-                "strategy": strategy.to_dict(),
-                "model": strategy.model,
-                "dimension": int(vectors.shape[1]),
-                "count": len(entries),
-                "vectors": int(vectors.shape[0]),
-                "next_rowid": len(entries) + 1,
-                "index_kind": index_kind,
-                "storage": storage,
-                "tuned_for": int(vectors.shape[0]),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "source": source,
-            }
-        )
-        catalog.commit()
-        catalog.close()
-        write_vectors(index, version / VECTORS)
-        if transform is not None:
-            transform.save(version / TRANSFORM)
-
-    return _commit_version(index_dir, fill)
+    return stream_index(index_dir, detect_types(e.fields for e in entries), fill)
 
 
 @dataclass(frozen=True)
@@ -350,6 +456,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
                 "vectors": int(index.ntotal),
                 "next_rowid": next_rowid,
                 "tuned_for": tuned_for,
+                **shape_meta(index),
                 "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 **(change.meta or {}),
             }
@@ -363,18 +470,20 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
     return _commit_version(index_dir, fill)
 
 
-def open_index(index_dir: str | Path, *, mmap: bool = True) -> StoredIndex:
+def open_index(index_dir: str | Path, *, mmap: bool = True, vectors: bool = True) -> StoredIndex:
     """Open the live version, checking everything that could make answers wrong. The vectors are
-    memory-mapped (not copied into memory) unless the caller will change them."""
+    memory-mapped (not copied into memory) unless the caller will change them. ``vectors=False``
+    (``info``): the vector file's header is checked but FAISS is not loaded (nor imported), and
+    ``StoredIndex.vectors`` is None."""
     index_dir = Path(index_dir)
     if not index_dir.is_dir():
         raise BadInput(f"no index at {index_dir}")
     for attempt in range(3):  # a writer may swap versions between reading CURRENT and opening it
         try:
-            return _open_version(index_dir, mmap)
+            return _open_version(index_dir, mmap, vectors)
         except _VersionGone:
             time.sleep(0.05 * (attempt + 1))
-    return _open_version(index_dir, mmap, final=True)
+    return _open_version(index_dir, mmap, vectors, final=True)
 
 
 def live_meta(index_dir: str | Path) -> dict[str, Any]:
@@ -396,7 +505,7 @@ class _VersionGone(Exception):
     pass
 
 
-def _open_version(index_dir: Path, mmap: bool, final: bool = False) -> StoredIndex:
+def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) -> StoredIndex:
     name = live_version(index_dir)
     if name is None:
         raise BadInput(f"{index_dir} is not a semsearch index (no {CURRENT} file)")
@@ -419,16 +528,17 @@ def _open_version(index_dir: Path, mmap: bool, final: bool = False) -> StoredInd
             f"reads version {FORMAT_VERSION}: rebuild it with 'semsearch index'"
         )
     try:
-        vectors = read_vectors(version / VECTORS, mmap=mmap)
-    except RuntimeError:
+        vectors = read_vectors(version / VECTORS, mmap=mmap) if load else None
+        dimension, total = (vectors.d, vectors.ntotal) if load else stored_shape(version / VECTORS)
+    except (RuntimeError, OSError, ValueError):
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {VECTORS}") from None
-    if count != meta.get("count") or vectors.ntotal != meta.get("vectors"):
+    if count != meta.get("count") or total != meta.get("vectors"):
         raise IndexDamaged(
-            f"damaged index {index_dir}: {count} entries and {vectors.ntotal} vectors, "
+            f"damaged index {index_dir}: {count} entries and {total} vectors, "
             f"expected {meta.get('count')} and {meta.get('vectors')}"
         )
-    if vectors.d != meta.get("dimension"):
-        raise IndexDamaged(f"damaged index {index_dir}: vector dimension {vectors.d} != stored")
+    if dimension != meta.get("dimension"):
+        raise IndexDamaged(f"damaged index {index_dir}: vector dimension {dimension} != stored")
     strategy = Strategy.from_dict(meta["strategy"])
     transform = None
     if strategy.postprocess != "none":

@@ -7,6 +7,7 @@ Fitted once on the corpus, stored in the index, and applied unchanged to every q
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,29 +26,52 @@ class Transform:
 
     @classmethod
     def fit(cls, kind: str, vectors: np.ndarray, dims: int | None = None) -> Transform:
+        return cls.fit_parts(kind, [vectors], dims)
+
+    @classmethod
+    def fit_parts(cls, kind: str, parts: Iterable[np.ndarray], dims: int | None = None) -> Transform:
+        """Fitted on vectors that come in parts (a streamed corpus): only sums are kept, in float64
+        and around the first part's mean (so the large common mean of BERT vectors costs no
+        precision), never the vectors themselves."""
         if kind not in KINDS[1:]:
             raise BadInput(f"unknown post-processing {kind!r}: use one of {', '.join(KINDS)}")
-        vectors = np.asarray(vectors, dtype=np.float64)
-        if len(vectors) < 2:
+        n, shift, total, products = 0, None, None, None
+        for part in parts:
+            part = np.asarray(part, dtype=np.float64)
+            if not len(part):
+                continue
+            if shift is None:
+                shift = part.mean(axis=0)
+                total = np.zeros_like(shift)
+                products = np.zeros((len(shift), len(shift))) if kind == "whiten" else None
+            part -= shift
+            n += len(part)
+            total += part.sum(axis=0)
+            if products is not None:
+                products += part.T @ part
+        if n < 2:
             raise BadInput(f"{kind} needs at least 2 texts to fit on")
-        mean = vectors.mean(axis=0)
+        offset = total / n
+        mean = shift + offset
         if kind == "center":
             return cls(mean.astype(np.float32), None)
-        out_dim = dims or vectors.shape[1]
-        if out_dim > vectors.shape[1]:
-            raise BadInput(f"whitening to {out_dim} dimensions: vectors only have {vectors.shape[1]}")
-        covariance = np.cov(vectors - mean, rowvar=False)
+        out_dim = dims or len(mean)
+        if out_dim > len(mean):
+            raise BadInput(f"whitening to {out_dim} dimensions: vectors only have {len(mean)}")
+        covariance = (products - n * np.outer(offset, offset)) / (n - 1)
         u, s, _ = np.linalg.svd(covariance)
         # a floor on the variances keeps directions the corpus never varies in from exploding
         matrix = u[:, :out_dim] / np.sqrt(np.maximum(s[:out_dim], max(1e-6 * s[0], 1e-12)))
         return cls(mean.astype(np.float32), matrix.astype(np.float32))
 
     @classmethod
-    def for_strategy(cls, strategy: Strategy, fit_on: np.ndarray) -> Transform | None:
-        """The strategy's post-processing fitted on ``fit_on``, or None when it has none."""
+    def for_strategy(cls, strategy: Strategy, fit_on: np.ndarray | Iterable[np.ndarray]) -> Transform | None:
+        """The strategy's post-processing fitted on ``fit_on`` (vectors, or parts of them), or
+        None when it has none."""
         if strategy.postprocess == "none":
             return None
-        return cls.fit(strategy.postprocess, fit_on, strategy.whiten_dims)
+        parts = [fit_on] if isinstance(fit_on, np.ndarray) else fit_on
+        return cls.fit_parts(strategy.postprocess, parts, strategy.whiten_dims)
 
     @staticmethod
     def apply_optional(transform: Transform | None, vectors: np.ndarray) -> np.ndarray:

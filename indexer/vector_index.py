@@ -19,6 +19,7 @@ before and 0.914 after two rebuilds, hence rebuilds only on such size changes.)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,15 +37,29 @@ KINDS = ("auto", "flat", "ivf")
 STORAGES = ("float32", "float16", "sq8")
 
 
+Parts = Callable[[], Iterable[tuple["np.ndarray", "np.ndarray"]]]
+"""A corpus' unit vectors and their ids, in bounded parts; called again for each pass over them."""
+
+
 def build_vector_index(
     vectors: np.ndarray, ids: np.ndarray, kind: str = "auto", storage: str = "float32"
 ) -> Any:
+    """The index for vectors held in memory (``build_from_parts`` with one part)."""
+    return build_from_parts(lambda: [(vectors, ids)], len(vectors), vectors.shape[1], kind, storage)
+
+
+def build_from_parts(
+    parts: Parts, n: int, dimension: int, kind: str = "auto", storage: str = "float32"
+) -> Any:
+    """The index for ``n`` vectors that come in parts: no copy of them besides the index's own.
+    Codes and IVF lists are trained on a fixed random sample (read from the parts), the vectors
+    are added part by part, and the IVF probe count is tuned against an exact search that is
+    itself run part by part."""
     import faiss
     import numpy as np
 
     if kind not in KINDS or storage not in STORAGES:
         raise BadInput(f"index kind must be one of {KINDS} and storage one of {STORAGES}")
-    n, dimension = vectors.shape
     inner = faiss.METRIC_INNER_PRODUCT
     quantizer_type = {"float16": faiss.ScalarQuantizer.QT_fp16, "sq8": faiss.ScalarQuantizer.QT_8bit}.get(
         storage
@@ -55,9 +70,9 @@ def build_vector_index(
             index = faiss.IndexIDMap(faiss.IndexFlatIP(dimension))
         else:
             codes = faiss.IndexScalarQuantizer(dimension, quantizer_type, inner)
-            codes.train(vectors[rng.choice(n, size=min(n, 100_000), replace=False)])
+            codes.train(rows_at(parts, rng.choice(n, size=min(n, 100_000), replace=False))[0])
             index = faiss.IndexIDMap(codes)
-        index.add_with_ids(vectors, ids)
+        _add(index, parts)
         return index
     nlist = int(np.clip(np.sqrt(n), 16, 4096))
     if quantizer_type is None:
@@ -66,11 +81,34 @@ def build_vector_index(
         index = faiss.IndexIVFScalarQuantizer(
             faiss.IndexFlatIP(dimension), dimension, nlist, quantizer_type, inner
         )
-    sample = vectors[rng.choice(n, size=min(n, 64 * nlist), replace=False)]
-    index.train(sample)
-    index.add_with_ids(vectors, ids)
-    index.nprobe = tune_nprobe(index, vectors, ids)
+    index.train(rows_at(parts, rng.choice(n, size=min(n, 64 * nlist), replace=False))[0])
+    _add(index, parts)
+    index.nprobe = tune_nprobe_parts(index, parts, n)
     return index
+
+
+def _add(index: Any, parts: Parts) -> None:
+    for vectors, ids in parts():
+        index.add_with_ids(vectors, ids)
+
+
+def rows_at(parts: Parts, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The vectors and ids at ``positions`` (of the concatenated parts), in the order given."""
+    import numpy as np
+
+    positions = np.asarray(positions, dtype=np.int64)
+    order = np.argsort(positions, kind="stable")
+    wanted = positions[order]
+    vectors, ids, start = [], [], 0
+    for part, part_ids in parts():
+        here = wanted[(wanted >= start) & (wanted < start + len(part))] - start
+        vectors.append(part[here])
+        ids.append(part_ids[here])
+        start += len(part)
+    picked, picked_ids = np.concatenate(vectors), np.concatenate(ids)
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))
+    return np.ascontiguousarray(picked[back]), picked_ids[back]
 
 
 def wanted_kind(asked: str, vectors: int) -> str:
@@ -129,21 +167,33 @@ def write_vectors(index: Any, path: Path) -> None:
 def tune_nprobe(
     index: Any, vectors: np.ndarray, ids: np.ndarray, target: float = RECALL_TARGET, queries: int = 300
 ) -> int:
+    """``tune_nprobe_parts`` for vectors held in memory."""
+    return tune_nprobe_parts(index, lambda: [(vectors, ids)], len(vectors), target, queries)
+
+
+def tune_nprobe_parts(
+    index: Any, parts: Parts, n: int, target: float = RECALL_TARGET, queries: int = 300
+) -> int:
     """Smallest probe count whose recall@10 against exact search reaches ``target``, on probe
     queries as far from the corpus as real questions are from their answers: stored vectors
     pushed to cosine ~0.5 of themselves in random directions. (Probes that sit on stored vectors
-    find their neighbours in their own cell and make a too-small probe count look good.)"""
+    find their neighbours in their own cell and make a too-small probe count look good.) The
+    exact top 10 is merged over the parts of the corpus."""
     import faiss
     import numpy as np
 
     rng = np.random.default_rng(1)
-    picked = vectors[rng.choice(len(vectors), size=min(queries, len(vectors)), replace=False)]
+    picked, _ = rows_at(parts, rng.choice(n, size=min(queries, n), replace=False))
     noise = rng.normal(size=picked.shape).astype(np.float32)
     noise *= 1.73 / np.linalg.norm(noise, axis=1, keepdims=True)  # |noise| = 1.73: cosine 0.5
     probes = picked + noise
     probes = np.ascontiguousarray(probes / np.linalg.norm(probes, axis=1, keepdims=True), dtype=np.float32)
-    _, rows = faiss.knn(probes, vectors, 10, metric=faiss.METRIC_INNER_PRODUCT)
-    exact = ids[rows]
+    heap = faiss.ResultHeap(len(probes), 10, keep_max=True)
+    for vectors, ids in parts():
+        scores, rows = faiss.knn(probes, vectors, min(10, len(vectors)), metric=faiss.METRIC_INNER_PRODUCT)
+        heap.add_result(scores, ids[rows])
+    heap.finalize()
+    exact = heap.I
     nprobe = 1
     while nprobe < index.nlist:
         index.nprobe = nprobe
@@ -173,6 +223,27 @@ def search_parameters(index: Any, selector: Any | None) -> Any | None:
     if isinstance(index, faiss.IndexIVF):
         return faiss.SearchParametersIVF(sel=selector, nprobe=index.nlist)
     return faiss.SearchParameters(sel=selector)
+
+
+def shape_meta(index: Any) -> dict[str, Any]:
+    """What the index's meta keeps about its vectors, so ``info`` needs no FAISS: the kind, and
+    the probe count of an IVF index."""
+    kind = kind_of(index)
+    return {"vector_kind": kind, **({"nprobe": int(index.nprobe)} if kind == "ivf" else {})}
+
+
+def stored_shape(path: Path) -> tuple[int, int]:
+    """Dimension and vector count of a FAISS index file, from its header alone (no FAISS import):
+    every index FAISS writes starts with a four-byte type code, the dimension (int32) and the
+    vector count (int64), little-endian."""
+    import struct
+
+    with path.open("rb") as f:
+        header = f.read(16)
+    if len(header) < 16:
+        raise ValueError(f"{path.name} is too short to be a FAISS index")
+    dimension, count = struct.unpack("<iq", header[4:16])
+    return dimension, count
 
 
 def kind_of(index: Any) -> str:

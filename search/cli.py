@@ -557,7 +557,7 @@ def info_command(index_dir: Path, as_json: bool) -> None:
     """Strategy, model, size and source of an index."""
     from indexer.store import open_index
 
-    info = open_index(index_dir).info()
+    info = open_index(index_dir, vectors=False).info()  # meta and SQLite: no FAISS, no vectors
     if as_json:
         click.echo(json.dumps(info, ensure_ascii=False))
         return

