@@ -1,0 +1,206 @@
+"""A build streams its corpus: bounded parts embedded and written, every guarantee of a whole-corpus
+build kept (rejections with row numbers, duplicate ids across parts, typed fields, the transform
+fitted on the whole corpus, the previous index surviving a failure); `info` needs no FAISS."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import indexer.build
+import indexer.store
+from indexer import Strategy, build_index
+from indexer.catalog import Catalog
+from indexer.embedding import Embedder
+from indexer.errors import BadInput, SemsearchError
+from indexer.store import CURRENT, DATABASE, TRANSFORM, open_index
+from indexer.transform import Transform
+from indexer.vector_index import stored_vectors
+from search import SearchEngine
+from tests.conftest import ROOT
+
+ROWS = [
+    ("a1", "How do I reset my password?", ""),
+    ("a2", "Which cards do you accept?", ""),
+    ("a3", "", "4"),  # empty text: rejected
+    ("a4", "Where can I park my bike?", "12"),
+    ("a1", "A second row with the first id", "3"),  # duplicate of row 1, two parts later
+    ("a5", "Can I take my dog on the train?", "7"),
+    ("a6", "What happens if I return the bike late?", "9"),
+    ("a7", "Is there a night bus to the airport?", "15"),
+]
+
+
+def corpus(tmp_path: Path, rows=ROWS) -> Path:
+    path = tmp_path / "c.csv"
+    lines = ["id,text,stock"] + [f'{i},"{t}",{s}' for i, t, s in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def small_parts(monkeypatch):
+    """Parts of 2 entries and spool reads of 3 vectors: every boundary is crossed."""
+    monkeypatch.setattr(indexer.build, "PART_ENTRIES", 2)
+    monkeypatch.setattr(indexer.store, "PART_ROWS", 3)
+
+
+def test_streamed_build_keeps_every_row_check_across_parts(tmp_path, tiny_model, small_parts, monkeypatch):
+    calls = []
+    embed = Embedder.embed_documents
+
+    def spy(self, texts, **kwargs):
+        calls.append(len(texts))
+        return embed(self, texts, **kwargs)
+
+    monkeypatch.setattr(Embedder, "embed_documents", spy)
+    report = build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    assert calls == [2, 2, 2]  # 6 entries, never more than a part at once
+    assert [(r.row, r.reason.split(":")[0]) for r in report.rejected] == [
+        (3, "empty text"),
+        (5, "duplicate id"),
+    ]
+    assert "first at row 1" in report.rejected[1].reason
+    assert (report.entries, report.vectors) == (6, 6)
+    index = open_index(tmp_path / "idx")
+    rows = index.rows(range(1, 7))
+    assert [rows[r]["_id"] for r in range(1, 7)] == ["a1", "a2", "a4", "a5", "a6", "a7"]
+    # typed from the whole corpus: the first part's stock cells are empty, the later ones numbers
+    assert index.catalog.field_types()["stock"] == "integer" and rows[3]["stock"] == 12
+    assert rows[1]["stock"] is None
+    assert index.meta["source"]["rows"] == 8 and index.meta["source"]["rejected"] == 2
+    texts = [rows[r]["_text"] for r in range(1, 7)]
+    expected = Embedder(Strategy(model=tiny_model)).embed(texts)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    vectors, ids = stored_vectors(index.vectors)
+    stored = vectors[np.argsort(ids)]
+    assert sorted(ids.tolist()) == [1, 2, 3, 4, 5, 6]
+    np.testing.assert_allclose(stored, expected, atol=1e-5)
+    assert not [p for p in index.version.iterdir() if p.name.startswith(".")]  # no spool left
+
+
+def test_whitening_is_fitted_on_the_whole_corpus_from_parts(tmp_path, tiny_model, small_parts):
+    strategy = Strategy(model=tiny_model, postprocess="whiten", whiten_dims=4)
+    report = build_index(corpus(tmp_path), tmp_path / "idx", strategy)
+    index = open_index(tmp_path / "idx")
+    texts = [index.rows([r])[r]["_text"] for r in range(1, 7)]
+    raw = Embedder(strategy).embed(texts)
+    whole = Transform.fit("whiten", raw, 4)
+    stored = Transform.load(index.version / TRANSFORM)
+    np.testing.assert_allclose(stored.mean, whole.mean, atol=1e-5)
+    np.testing.assert_allclose(np.abs(stored.matrix), np.abs(whole.matrix), atol=1e-3)
+    assert report.dimension == 4 and index.vectors.d == 4
+
+
+def test_transform_fitted_on_parts_equals_one_fit():
+    rng = np.random.default_rng(0)
+    vectors = (rng.normal(size=(500, 8)) * 0.05 + 0.5).astype(np.float32)  # a large common mean
+    parts = [vectors[:1], vectors[1:200], vectors[200:200], vectors[200:]]
+    for kind in ("center", "whiten"):
+        one, many = Transform.fit(kind, vectors), Transform.fit_parts(kind, iter(parts))
+        np.testing.assert_allclose(many.apply(vectors), one.apply(vectors), atol=1e-5)
+    with pytest.raises(BadInput, match="at least 2"):
+        Transform.fit_parts("center", [vectors[:1], vectors[:0]])
+
+
+def test_failure_in_a_later_part_leaves_the_previous_index(tmp_path, tiny_model, small_parts, monkeypatch):
+    build_index(corpus(tmp_path, ROWS[:2]), tmp_path / "idx", Strategy(model=tiny_model))
+    before = (tmp_path / "idx" / CURRENT).read_text()
+    calls = []
+    embed = Embedder.embed_documents
+
+    def fails_on_the_third_part(self, texts, **kwargs):
+        calls.append(len(texts))
+        if len(calls) == 3:
+            raise MemoryError("out of memory in the third part")
+        return embed(self, texts, **kwargs)
+
+    monkeypatch.setattr(Embedder, "embed_documents", fails_on_the_third_part)
+    with pytest.raises(MemoryError):
+        build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    assert (tmp_path / "idx" / CURRENT).read_text() == before
+    assert [p.name for p in (tmp_path / "idx").iterdir() if p.name.startswith("v-")] == [before.strip()]
+    assert SearchEngine(tmp_path / "idx").search("cards", k=1)[0].id in ("a1", "a2")
+
+
+def test_corpus_changed_during_the_build_is_an_error(tmp_path, tiny_model, small_parts, monkeypatch):
+    """Rows appended after the first pass: the build stops, the previous index stays."""
+    path = corpus(tmp_path)
+    build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    before = (tmp_path / "idx" / CURRENT).read_text()
+    load = Embedder.__init__
+
+    def append_a_row_then_load(self, *args, **kwargs):
+        with path.open("a", encoding="utf-8") as f:
+            f.write("a9,a row written while indexing,1\n")
+        load(self, *args, **kwargs)
+
+    monkeypatch.setattr(Embedder, "__init__", append_a_row_then_load)
+    with pytest.raises(BadInput, match="changed while it was being indexed"):
+        build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    assert (tmp_path / "idx" / CURRENT).read_text() == before
+    assert open_index(tmp_path / "idx").meta["count"] == 6
+
+
+def test_ivf_index_built_from_parts(tmp_path, tiny_model, monkeypatch):
+    """Above the exact limit the index is IVF, trained on a sample read from the spool; info
+    shows its kind and probes from the meta, as FAISS has them."""
+    monkeypatch.setattr(indexer.build, "PART_ENTRIES", 300)
+    monkeypatch.setattr(indexer.store, "PART_ROWS", 700)
+    monkeypatch.setattr("indexer.vector_index.EXACT_LIMIT", 1000)
+    path = tmp_path / "c.txt"
+    path.write_text("\n".join(f"line {i} about bikes, trains and {i % 37} dogs" for i in range(2000)))
+    build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    index = open_index(tmp_path / "idx")
+    assert index.vectors.ntotal == 2000 and index.meta["vector_kind"] == "ivf"
+    assert index.meta["nprobe"] == index.vectors.nprobe
+    info = open_index(tmp_path / "idx", vectors=False).info()
+    assert (info["index_kind"], info["nprobe"], info["vectors"]) == ("ivf", index.vectors.nprobe, 2000)
+    assert SearchEngine(tmp_path / "idx").search("line 17 about bikes", k=1)
+
+
+def test_info_imports_no_faiss(tmp_path, tiny_model):
+    build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    code = (
+        "import sys; from search.cli import cli\n"
+        "try:\n    cli(['info', sys.argv[1], '--json'])\n"
+        "except SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('faiss', 'torch')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "idx")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    info, modules = result.stdout.splitlines()
+    assert json.loads(info)["entries"] == 6 and json.loads(info)["index_kind"] == "flat"
+    assert modules == "[]"
+
+
+def test_info_of_an_index_written_before_the_kind_was_in_meta(tmp_path, tiny_model):
+    build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    version = open_index(tmp_path / "idx").version
+    catalog = Catalog(version / DATABASE, readonly=False)
+    catalog.db.execute("delete from meta where key in ('vector_kind', 'nprobe')")
+    catalog.commit()
+    catalog.close()
+    info = open_index(tmp_path / "idx", vectors=False).info()
+    assert info["index_kind"] == "flat" and info["entries"] == 6
+
+
+def test_info_detects_a_vector_file_that_does_not_match(tmp_path, tiny_model):
+    build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    version = open_index(tmp_path / "idx").version
+    (version / "vectors.faiss").write_bytes(b"IxMp")
+    with pytest.raises(SemsearchError, match="cannot read vectors.faiss"):
+        open_index(tmp_path / "idx", vectors=False)
+    (version / "vectors.faiss").write_bytes(b"IxMp" + (32).to_bytes(4, "little") + (5).to_bytes(8, "little"))
+    with pytest.raises(SemsearchError, match="6 entries and 5 vectors"):
+        open_index(tmp_path / "idx", vectors=False)
