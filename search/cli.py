@@ -509,13 +509,16 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
 def serve_command(index_dir: Path, host: str, port: int, max_batch: int) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar; GET /info,
     /fields, /health; docs at /docs."""
+    from search.engine import load_engine
+
+    loading = load_engine(index_dir)  # the index and model load while the web stack imports
     try:
         import uvicorn
 
         from search.server import create_app
     except ImportError:
         raise BadInput("serving needs the 'serve' extra: pip install 'semsearch[serve]'") from None
-    app = create_app(index_dir, max_batch=max_batch)
+    app = create_app(index_dir, max_batch=max_batch, loading=loading)
     click.echo(f"serving {index_dir}: search page on http://{host}:{port}/ (API docs: /docs)", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -46,7 +46,7 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
 from search.duplicates import find_duplicates
-from search.engine import SearchEngine, Snapshot, check_queries, configure_threads
+from search.engine import SearchEngine, Snapshot, check_queries, configure_threads, load_engine
 from search.filters import MAX_FILTER_LENGTH
 from search.queries import check_text
 from search.similar import rank_vectors, rankable
@@ -302,11 +302,20 @@ def _field_error(error: dict[str, Any]) -> str:
     return f"{where}: {error.get('msg', 'invalid')}"
 
 
-def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_every: float = 1.0) -> FastAPI:
+def create_app(
+    index_dir: str | Path,
+    *,
+    max_batch: int = MAX_BATCH,
+    reload_every: float = 1.0,
+    loading: Future[SearchEngine] | None = None,
+) -> FastAPI:
     """Load the index and model now (so a bad index fails before the server binds), and set up the
-    serving process (``configure_threads``)."""
+    serving process (``configure_threads``). The engine loads in a thread while the routes are set
+    up (ONNX Runtime builds its session without holding the GIL); ``loading``: an engine already
+    loading (``semsearch serve`` starts it before importing the web stack, to overlap that too)."""
     configure_threads()
-    engine = SearchEngine(index_dir)
+    if loading is None:
+        loading = load_engine(index_dir)
     batcher = MicroBatcher(max_batch)
     state = {"checked": time.monotonic(), "reloads": 0}
     reloading = asyncio.Lock()
@@ -441,4 +450,5 @@ def create_app(index_dir: str | Path, *, max_batch: int = MAX_BATCH, reload_ever
         snapshot = await current(force=True)
         return {"version": snapshot.index.version.name, "reloads": state["reloads"]}
 
+    engine = loading.result()
     return app
