@@ -7,6 +7,8 @@ Layout::
     INDEX_DIR/v-.../vectors.faiss  unit vectors, exact or IVF, ids = row ids (``vector_index``)
     INDEX_DIR/v-.../meta.db        SQLite: ``entries`` (one row per entry) and ``meta``
     INDEX_DIR/v-.../transform.npz  fitted centering/whitening, when the strategy has one
+    INDEX_DIR/v-.../.vectors.spool raw vectors of a build in progress (``VersionWriter``), removed
+                                   before the version is made live
 
 FAISS ids are ``entries._rowid``; a chunked document has several vectors under the same id, so a
 hit always maps to its row with no guessing, and row ids never change or get reused. Every write
