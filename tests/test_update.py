@@ -3,6 +3,7 @@ lock, SIGKILL during add/delete, and a corpus of bad rows whose counts add up.""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -165,7 +166,7 @@ def test_bad_rows_on_purpose_every_row_accounted_for(tmp_path, tiny_model):
     raw += b'\n{"id": "latin1", "text": "caf\xe9"}\n'  # invalid UTF-8
     path = tmp_path / "torture.jsonl"
     path.write_bytes(raw)
-    lines = len(raw.decode("utf-8", "replace").splitlines())
+    lines = len(io.StringIO(raw.decode("utf-8", "replace"), newline=None).readlines())  # JSON Lines: \n, \r
     corpus = read_corpus(path)
     assert len(corpus.entries) + len(corpus.rejected) == lines
     report = build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
