@@ -39,11 +39,14 @@ def build_index(
     index_kind: str = "auto",
     storage: str = "float32",
     wait: float = 0,
+    ray: str | None = None,
+    ray_workers: int | None = None,
 ) -> BuildReport:
     """Index a corpus file into ``index_dir``, replacing any index there only once complete.
     ``index_kind``: ``auto`` (exact below ``vector_index.EXACT_LIMIT`` vectors, IVF above),
     ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to
-    wait for another writer to finish. A failed first build leaves no directory behind."""
+    wait for another writer to finish; ``ray``: embed on Ray, ``"local"`` or a cluster address, with
+    ``ray_workers`` actors (``indexer.distributed``). A failed first build leaves no directory behind."""
     from indexer.embedding import Embedder
     from indexer.store import building, write_index
 
@@ -52,7 +55,14 @@ def build_index(
     with building(Path(index_dir), wait):
         embedder = Embedder(strategy, batch_size=batch_size)
         embed_started = time.perf_counter()
-        vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
+        if ray is None:
+            vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
+        else:
+            from indexer.distributed import embed_on_ray
+
+            vectors, owners = embed_on_ray(
+                corpus.entries, embedder.strategy, ray, workers=ray_workers, batch_size=batch_size
+            )
         embed_seconds = time.perf_counter() - embed_started
         embedder.export_for_queries()  # once per model and strategy: queries then need no torch
         transform = Transform.for_strategy(embedder.strategy, vectors)
