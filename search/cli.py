@@ -232,7 +232,8 @@ def cli() -> None:
     type=click.Choice(STORAGES),
     default="float32",
     show_default=True,
-    help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged).",
+    help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged); pq "
+    "keeps 32-byte codes in memory and re-ranks from full vectors memory-mapped on disk (100M scale).",
 )
 @wait_option
 @ray_options
