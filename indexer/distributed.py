@@ -60,7 +60,10 @@ def connected(address: str, workers: int | None = None) -> Iterator[Any]:
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     try:
         if address == LOCAL:
-            ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, **options)
+            # workers at the driver's priority (Ray's default, nice 15, starves them on a busy machine)
+            system = {"worker_niceness": 0}
+            cpus = workers or os.cpu_count() or 1
+            ray.init(num_cpus=cpus, include_dashboard=False, _system_config=system, **options)
         else:
             ray.init(address=address, **options)
     except (ConnectionError, ValueError, RuntimeError) as exc:

@@ -61,6 +61,12 @@ def assert_same_answers(a: Path, b: Path) -> None:
         np.testing.assert_allclose([h.score for h in x], [h.score for h in y], atol=1e-5)
 
 
+def test_the_local_runtime_stays_on_loopback(ray_runtime):
+    """Every Ray server of a local runtime binds the node address, which must be 127.0.0.1."""
+    assert ray_runtime.util.get_node_ip_address() == "127.0.0.1"
+    assert ray_runtime.cluster_resources()["CPU"] == 2
+
+
 def test_ray_build_ranks_like_a_single_build(ray_runtime, tmp_path, tiny_model, corpus, single):
     report = build_index(
         corpus, tmp_path / "ray", Strategy(model=tiny_model), text_fields=FIELDS, ray="local"
