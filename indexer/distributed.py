@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ from indexer.errors import BadInput, SemsearchError, StrategyConflict, WorkerFai
 from indexer.strategy import Strategy
 
 LOCAL = "local"
+LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Set to 0, Ray takes 127.0.0.1 as the node address, and every server it starts binds it."""
 RETRIES = 2
 """Restarts of a dead worker, and retries of the partition it held, before the run fails."""
 PARTITIONS_PER_WORKER = 4
@@ -39,7 +42,12 @@ def import_ray(address: str) -> Any:
     """Ray, or one clear ``BadInput`` line saying how to install it. A local runtime keeps every
     socket on 127.0.0.1: Ray reads that choice from its environment when it is first imported."""
     if address == LOCAL:
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if sys.modules.get("ray") is not None and os.environ.get(LOOPBACK_ONLY) != "0":
+            raise BadInput(
+                f"Ray was imported before semsearch could keep a local runtime on 127.0.0.1: "
+                f"set {LOOPBACK_ONLY}=0 before importing it"
+            )
+        os.environ.setdefault(LOOPBACK_ONLY, "0")
     try:
         import ray
     except ImportError:
@@ -119,7 +127,10 @@ def embed_on_ray(
         bounds = np.linspace(0, len(entries), partitions + 1).astype(int).tolist()
         spans = list(zip(bounds[:-1], bounds[1:], strict=True))
         actor = ray.remote(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)(_Worker)
-        pool = ActorPool([actor.remote(strategy, batch_size, before_partition) for _ in range(count)])
+        workers = [
+            actor.remote(strategy, batch_size, before_partition) for _ in range(min(count, len(spans)))
+        ]
+        pool = ActorPool(workers)
         jobs = [(i, [e.text for e in entries[a:b]]) for i, (a, b) in enumerate(spans)]
         try:
             done = list(pool.map(lambda worker, job: worker.embed.remote(*job), jobs))

@@ -6,6 +6,7 @@ seconds, so every test reuses it (``embed_on_ray`` joins a runtime already up in
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -29,7 +30,8 @@ FIELDS = ["question", "answer"]
 
 @pytest.fixture(scope="module")
 def ray_runtime():
-    pytest.importorskip("ray")
+    if importlib.util.find_spec("ray") is None:  # not importorskip: Ray must be first imported by semsearch
+        pytest.skip("Ray is not installed")
     from indexer.distributed import connected
 
     with connected("local", workers=2) as ray:
@@ -77,13 +79,6 @@ def test_ray_build_ranks_like_a_single_build(ray_runtime, tmp_path, tiny_model, 
     assert_same_answers(tmp_path / "ray", single)
 
 
-def test_one_worker_builds_the_same_index(ray_runtime, tmp_path, tiny_model, corpus, single):
-    build_index(
-        corpus, tmp_path / "one", Strategy(model=tiny_model), text_fields=FIELDS, ray="local", ray_workers=1
-    )
-    assert_same_answers(tmp_path / "one", single)
-
-
 def test_a_worker_killed_mid_run_is_restarted_and_its_partition_retried(
     ray_runtime, tmp_path, tiny_model, corpus, single
 ):
@@ -119,11 +114,12 @@ def test_a_worker_that_keeps_dying_fails_the_build_and_the_old_index_survives(
     from indexer import distributed
 
     real = distributed.embed_on_ray
+    monkeypatch.setattr(distributed, "RETRIES", 0)
     monkeypatch.setattr(
         distributed, "embed_on_ray", lambda *a, **k: real(*a, **{**k, "before_partition": always_die})
     )
     with pytest.raises(WorkerFailed, match="Ray worker"):
-        build_index(corpus, index, Strategy(model=tiny_model), text_fields=FIELDS, ray="local")
+        build_index(corpus, index, Strategy(model=tiny_model), text_fields=FIELDS, ray="local", ray_workers=1)
     assert live_version(index) == before and sorted(
         p.name for p in index.iterdir() if p.name.startswith("v-")
     ) == [before]
@@ -139,7 +135,7 @@ def test_an_error_in_a_worker_comes_back_as_its_own_class(ray_runtime, tiny_mode
 
     entries = read_corpus(corpus, text_fields=FIELDS).entries
     with pytest.raises(BadInput, match="refused"):
-        embed_on_ray(entries[:5], open_index(single).strategy, before_partition=refuse)
+        embed_on_ray(entries[:5], open_index(single).strategy, workers=1, before_partition=refuse)
     with pytest.raises(BadInput, match="at least 1"):
         embed_on_ray(entries, open_index(single).strategy, workers=0)
     with pytest.raises(BadInput, match="nothing to embed"):
@@ -147,8 +143,8 @@ def test_an_error_in_a_worker_comes_back_as_its_own_class(ray_runtime, tiny_mode
 
 
 def test_ray_add_and_cli(ray_runtime, tmp_path, tiny_model, corpus, single):
-    """``semsearch index --ray`` then ``add --ray`` of changed and new rows: the same index as the
-    same add done locally."""
+    """``semsearch index --ray --ray-workers 1`` then ``add --ray`` of new rows: the same index as
+    the same add done locally."""
     extra = tmp_path / "extra.csv"
     extra.write_text(
         "id,question,answer\nnew-1,Can I ride in the rain?,Yes: brakes need more distance.\n"
@@ -168,10 +164,12 @@ def test_ray_add_and_cli(ray_runtime, tmp_path, tiny_model, corpus, single):
             "question,answer",
             *model,
             "--ray",
+            "--ray-workers",
+            "1",
         ],
     )
     assert made.exit_code == 0, made.output
-    added = runner.invoke(cli, ["add", str(tmp_path / "ray"), str(extra), "--ray", "--ray-workers", "2"])
+    added = runner.invoke(cli, ["add", str(tmp_path / "ray"), str(extra), "--ray"])
     assert added.exit_code == 0, added.output
     local = tmp_path / "local"
     shutil.copytree(single, local)

@@ -97,6 +97,7 @@ def test_pq_refits_by_size_from_the_full_vectors(tmp_path, tiny_model, monkeypat
         lines(tmp_path / "a.csv", 0, 200), tmp_path / "f32", Strategy(model=tiny_model), index_kind="flat"
     )
     assert kind_of(open_index(tmp_path / "pq").vectors) == "flat"
+    assert_ranks_like(tmp_path / "pq", tmp_path / "f32", where="topic IN ('t1', 't4')")
     for index in ("pq", "f32"):
         add_to_index(tmp_path / index, lines(tmp_path / "b.csv", 200, 700))
     assert kind_of(open_index(tmp_path / "pq").vectors) == "ivf"
