@@ -16,11 +16,12 @@ were trained and the probes tuned; ``compact`` also retunes the probes of an IVF
 (A rebuild re-encodes float16/sq8 vectors from their decoded values: sq8 recall@10 measured 0.947
 before and 0.914 after two rebuilds, hence rebuilds only on such size changes.)
 
-``pq`` (``Reranked``): product-quantised codes (``PQ_BYTES`` bytes a vector, IVF-PQ above
-``EXACT_LIMIT``) are all that is held in memory; a search takes ``RERANK`` x k candidates from
-them and scores those exactly against the full float32 vectors, which stay on disk beside the
-index (``full-vectors.npy``, memory-mapped: only the candidates' pages are read). Rebuilds start
-from those full vectors, so pq loses nothing to re-encoding. docs/scaling.md has the figures.
+``pq`` (``Reranked``): product-quantised codes (``PQ_BYTES`` bytes a vector; IVF-PQ above
+``EXACT_LIMIT``, one list below, i.e. every code scanned) are all that is held in memory; a search
+takes ``RERANK`` x k candidates from them and scores those exactly against the full float32
+vectors, which stay on disk beside the index (``full-vectors.npy``, memory-mapped: only the
+candidates' pages are read). Rebuilds start from those full vectors, so pq loses nothing to
+re-encoding. docs/scaling.md has the figures.
 """
 
 from __future__ import annotations
@@ -202,9 +203,9 @@ def search_parameters(index: Any, selector: Any | None) -> Any | None:
 def kind_of(index: Any) -> str:
     import faiss
 
-    return (
-        "ivf" if isinstance(index.codes if isinstance(index, Reranked) else index, faiss.IndexIVF) else "flat"
-    )
+    if isinstance(index, Reranked):
+        return "ivf" if index.nlist > 1 else "flat"
+    return "ivf" if isinstance(index, faiss.IndexIVF) else "flat"
 
 
 class Reranked:
@@ -234,15 +235,11 @@ class Reranked:
         )  # >= 4 training vectors a centroid (FAISS: >= 8 centroids)
         inner = faiss.METRIC_INNER_PRODUCT
         rng = np.random.default_rng(0)
-        if kind == "flat":
-            codes = faiss.IndexIDMap(faiss.IndexPQ(dimension, subquantizers, bits, inner))
-            sample = min(n, 256 * 64)
-        else:
-            nlist = int(np.clip(np.sqrt(n), 16, 4096))
-            quantizer = faiss.IndexFlatIP(dimension)
-            codes = faiss.IndexIVFPQ(quantizer, dimension, nlist, subquantizers, bits, inner)
-            sample = min(n, max(64 * nlist, 256 * 64))
-        product = codes.pq if kind == "ivf" else faiss.downcast_index(codes.index).pq
+        # "flat": one list, i.e. every code scanned (IndexPQ itself takes no filter, IndexIVFPQ does)
+        nlist = 1 if kind == "flat" else int(np.clip(np.sqrt(n), 16, 4096))
+        codes = faiss.IndexIVFPQ(faiss.IndexFlatIP(dimension), dimension, nlist, subquantizers, bits, inner)
+        sample = min(n, max(64 * nlist, 256 * 64))
+        product = codes.pq
         product.cp.min_points_per_centroid = 1  # a small index trains on what it has, without warnings
         training = vectors[np.sort(rng.choice(n, size=sample, replace=False))]
         codes.train(np.resize(training, (max(sample, 2**bits), dimension)))  # a tiny index repeats its few
