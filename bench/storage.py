@@ -45,8 +45,9 @@ import faiss
 from indexer.vector_index import read_vectors, recall_at_10
 before = status()
 if {peer!r}:
-    index = faiss.IndexFlatIP(queries.shape[1])
-    index.add(np.load({vectors!r}))
+    vectors = np.load({vectors!r})
+    index = faiss.IndexIDMap(faiss.IndexFlatIP(queries.shape[1]))
+    index.add_with_ids(vectors, np.arange(1, len(vectors) + 1, dtype=np.int64))
 else:
     index = read_vectors(__import__("pathlib").Path({path!r}), mmap=True)
 opened = status()

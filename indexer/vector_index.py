@@ -41,10 +41,12 @@ RECALL_TARGET = 0.97
 RETUNE_FACTOR = 2.0
 KINDS = ("auto", "flat", "ivf")
 STORAGES = ("float32", "float16", "sq8", "pq")
-PQ_BYTES = 32
-"""Bytes of code per vector (sub-quantisers of 8 bits): 384 dims -> 12 dims a sub-quantiser."""
+PQ_BYTES = 48
+"""Bytes of code per vector (sub-quantisers of 8 bits): 384 dims -> 8 dims a sub-quantiser. At
+100k vectors 32 bytes plateaued at recall@10 0.96 on the tuning probes, 48 reached 0.97 at 32 of
+316 lists; with ids, 56 bytes resident a vector."""
 RERANK = 10
-RERANK_MIN = 100
+RERANK_MIN = 200
 """Candidates scored exactly per search: ``max(RERANK * k, RERANK_MIN)``."""
 FULL_VECTORS = "full-vectors.npy"
 FULL_IDS = "full-ids.npy"
