@@ -123,9 +123,9 @@ def test_pq_of_a_handful_of_vectors(n):
 def test_pq_recall_and_memory_on_clustered_vectors(tmp_path):
     import faiss
 
-    drawn = clustered(40300, dimension=64)
-    vectors, queries = drawn[:40000], drawn[40000:]
-    ids = np.arange(1, 40001, dtype=np.int64)
+    drawn = clustered(20300, dimension=64)
+    vectors, queries = drawn[:20000], drawn[20000:]
+    ids = np.arange(1, 20001, dtype=np.int64)
     index = build_vector_index(vectors, ids, "ivf", "pq")
     _, rows = faiss.knn(queries, vectors, 10, metric=faiss.METRIC_INNER_PRODUCT)
     _, found = index.search(queries, 10)
