@@ -48,6 +48,7 @@ if {peer!r}:
     vectors = np.load({vectors!r})
     index = faiss.IndexIDMap(faiss.IndexFlatIP(queries.shape[1]))
     index.add_with_ids(vectors, np.arange(1, len(vectors) + 1, dtype=np.int64))
+    del vectors  # the index holds its own copy
 else:
     index = read_vectors(__import__("pathlib").Path({path!r}), mmap=True)
 opened = status()

@@ -151,6 +151,25 @@ def write_vectors(index: Any, path: Path) -> None:
         faiss.write_index(index, str(path))
 
 
+def mapped(path: Path) -> np.ndarray:
+    """A read-only view of a ``.npy`` file, memory-mapped for random reads (``MADV_RANDOM``): a
+    re-rank's page fault reads that page alone. With the kernel's read-ahead, 300 queries paged in
+    the whole 1.5 GB of a 1M-vector file."""
+    import mmap
+
+    import numpy as np
+
+    with path.open("rb") as f:
+        version = np.lib.format.read_magic(f)
+        header = (
+            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = header(f)
+        view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        view.madvise(mmap.MADV_RANDOM)
+        return np.ndarray(shape, dtype, buffer=view, offset=f.tell(), order="F" if fortran else "C")
+
+
 def tune_nprobe(
     index: Any, vectors: np.ndarray, ids: np.ndarray, target: float = RECALL_TARGET, queries: int = 300
 ) -> int:
@@ -258,11 +277,10 @@ class Reranked:
     @classmethod
     def read(cls, path: Path) -> Reranked:
         import faiss
-        import numpy as np
 
-        vectors = np.load(path.parent / FULL_VECTORS, mmap_mode="r")
-        ids = np.load(path.parent / FULL_IDS, mmap_mode="r")
-        return cls(faiss.read_index(str(path)), vectors, ids)
+        return cls(
+            faiss.read_index(str(path)), mapped(path.parent / FULL_VECTORS), mapped(path.parent / FULL_IDS)
+        )
 
     def write(self, path: Path) -> None:
         """The codes to ``path``, the full vectors (sorted by id) beside it, in slices."""

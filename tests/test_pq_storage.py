@@ -4,6 +4,7 @@ filters, add/delete/compact, duplicates and the size-driven refit keep working."
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,8 @@ def test_pq_ranks_like_float32_with_exact_scores(built):
     live = open_index(pq)
     assert isinstance(live.vectors, Reranked) and kind_of(live.vectors) == "ivf"
     assert live.info()["storage"] == "pq" and 1 <= live.info()["nprobe"] <= live.vectors.nlist
-    assert isinstance(live.vectors.vectors, np.memmap)  # full vectors read from disk, not loaded
+    assert isinstance(live.vectors.vectors.base, mmap.mmap)  # full vectors read from disk, not loaded
+    assert str(live.version / FULL_VECTORS) in Path("/proc/self/maps").read_text()
     assert (live.version / FULL_VECTORS).is_file() and (live.version / FULL_IDS).is_file()
     assert_ranks_like(pq, f32)
     assert_ranks_like(pq, f32, where="topic = 't3'", k=10)  # filters: exact within the allowed set
