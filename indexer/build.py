@@ -21,6 +21,8 @@ from indexer.strategy import Strategy
 
 PART_ENTRIES = 4096
 """Entries embedded and written at a time."""
+RAY_PART_ENTRIES = 8 * PART_ENTRIES
+"""Entries handed to Ray at a time: its workers load the model once per part, so parts are larger."""
 
 
 @dataclass(frozen=True)
@@ -58,12 +60,14 @@ def survey_corpus(reader: CorpusReader) -> Survey:
     return Survey(entries, rejected, types.types())
 
 
-def corpus_parts(reader: CorpusReader, expected: int) -> Iterator[tuple[Entry, ...]]:
+def corpus_parts(
+    reader: CorpusReader, expected: int, size: int = PART_ENTRIES
+) -> Iterator[tuple[Entry, ...]]:
     """The corpus' entries again, ``PART_ENTRIES`` at a time; the file must not have changed
     since the survey (same entry count), or the build stops with the live index untouched."""
     entries = (item for item in reader if isinstance(item, Entry))
     seen = 0
-    while part := tuple(islice(entries, PART_ENTRIES)):
+    while part := tuple(islice(entries, size)):
         seen += len(part)
         yield part
     if seen != expected:
@@ -83,11 +87,16 @@ def build_index(
     index_kind: str = "auto",
     storage: str = "float32",
     wait: float = 0,
+    ray: str | None = None,
+    ray_workers: int | None = None,
 ) -> BuildReport:
     """Index a corpus file into ``index_dir``, replacing any index there only once complete.
     ``index_kind``: ``auto`` (exact below ``vector_index.EXACT_LIMIT`` vectors, IVF above),
     ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to
-    wait for another writer to finish. A failed first build leaves no directory behind."""
+    wait for another writer to finish; ``ray``: embed on Ray, ``"local"`` or a cluster address, with
+    ``ray_workers`` actors (``indexer.distributed``). A failed first build leaves no directory behind."""
+    import contextlib
+
     from tqdm import tqdm
 
     from indexer.embedding import Embedder
@@ -102,10 +111,19 @@ def build_index(
 
         def fill(writer: VersionWriter) -> None:
             nonlocal embed_seconds, meta
-            with tqdm(total=survey.entries, disable=not progress, unit="text", desc="embedding") as bar:
-                for part in corpus_parts(reader, survey.entries):
+            if ray is not None:
+                from indexer.distributed import connected, embed_on_ray
+            size = PART_ENTRIES if ray is None else RAY_PART_ENTRIES
+            bar = tqdm(total=survey.entries, disable=not progress, unit="text", desc="embedding")
+            with bar, contextlib.nullcontext() if ray is None else connected(ray, ray_workers):
+                for part in corpus_parts(reader, survey.entries, size):
                     embed_started = time.perf_counter()
-                    vectors, owners = embedder.embed_documents([e.text for e in part])
+                    if ray is None:
+                        vectors, owners = embedder.embed_documents([e.text for e in part])
+                    else:
+                        vectors, owners = embed_on_ray(
+                            part, embedder.strategy, ray, workers=ray_workers, batch_size=batch_size
+                        )
                     embed_seconds += time.perf_counter() - embed_started
                     writer.add(part, vectors, owners)
                     bar.update(len(part))

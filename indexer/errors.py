@@ -6,7 +6,8 @@ maps each kind to an exit code and the server to an HTTP status (``search.cli``,
     │   └── FilterError     a ``--where`` condition that cannot be read or is too large
     ├── StrategyConflict    asked for another strategy than the index's: exit 3, 409
     ├── IndexLocked         another process is writing the index: exit 4, 409
-    └── IndexDamaged        the index on disk is missing parts or inconsistent: exit 5, 503
+    ├── IndexDamaged        the index on disk is missing parts or inconsistent: exit 5, 503
+    └── WorkerFailed        a distributed worker died past its retries (``--ray``): exit 1
 """
 
 
@@ -32,3 +33,7 @@ class IndexLocked(SemsearchError):
 
 class IndexDamaged(SemsearchError):
     """The index on disk cannot be trusted: missing files, wrong counts, a CURRENT outside it."""
+
+
+class WorkerFailed(SemsearchError):
+    """A worker of a distributed run (Ray) failed past its retries; nothing was written."""

@@ -70,6 +70,32 @@ def _read_shard(shard: Path) -> tuple[Strategy, dict[str, Any], list[Entry], np.
         raise BadInput(f"not a readable shard: {shard}: {exc}") from None
 
 
+def combine(
+    parts: Sequence[tuple[Strategy, Sequence[Entry], np.ndarray, np.ndarray]], where: Sequence[str]
+) -> tuple[Strategy, list[Entry], np.ndarray, np.ndarray]:
+    """Parts embedded apart (shards, Ray partitions), in order, as one set of entries and vectors:
+    every part must have been embedded with the same strategy (``where`` names each part for the
+    error) and no entry may be in two parts."""
+    if not parts:
+        raise BadInput("no shards to merge")
+    strategy = parts[0][0]
+    entries: list[Entry] = []
+    vectors, owners = [], []
+    for (found, part, part_vectors, part_owners), name in zip(parts, where, strict=True):
+        if strategy.differences(found):
+            raise BadInput(
+                f"{name} was embedded with another strategy: {found.describe()} "
+                f"({', '.join(strategy.differences(found))} differ)"
+            )
+        owners.append(np.asarray(part_owners, dtype=np.int64) + len(entries))
+        vectors.append(part_vectors)
+        entries += part
+    ids = [e.id for e in entries]
+    if len(set(ids)) != len(ids):
+        raise BadInput("the shards share entry ids: each entry must be in one shard only")
+    return strategy, entries, np.concatenate(vectors), np.concatenate(owners)
+
+
 def merge_shards(
     shards: Sequence[str | Path], index_dir: str | Path, *, index_kind: str = "auto", storage: str = "float32"
 ) -> int:
@@ -79,28 +105,16 @@ def merge_shards(
 
     if not shards:
         raise BadInput("no shards to merge")
-    entries: list[Entry] = []
-    vectors, owners = [], []
-    strategy, source = None, None
-    for shard in map(Path, shards):
-        found, found_source, part, shard_vectors, shard_owners = _read_shard(shard)
-        if strategy is not None and strategy.differences(found):
-            raise BadInput(
-                f"shard {shard} was embedded with another strategy: {found.describe()} "
-                f"({', '.join(strategy.differences(found))} differ)"
-            )
-        if source is not None and found_source != source:
+    read = [_read_shard(Path(shard)) for shard in shards]
+    source = read[0][1]
+    for shard, (_, found_source, *_rest) in zip(shards, read, strict=True):
+        if found_source != source:
             raise BadInput(
                 f"shard {shard} was made from other text fields or id field: {found_source} (not {source})"
             )
-        strategy, source = strategy or found, found_source
-        owners.append(shard_owners + len(entries))
-        vectors.append(shard_vectors)
-        entries += part
-    ids = [e.id for e in entries]
-    if len(set(ids)) != len(ids):
-        raise BadInput("the shards share entry ids: each entry must be in one shard only")
-    merged = np.concatenate(vectors)
+    strategy, entries, merged, owners = combine(
+        [(strategy, part, v, o) for strategy, _, part, v, o in read], [f"shard {s}" for s in shards]
+    )
     transform = Transform.for_strategy(strategy, merged)  # on the whole corpus, as a build would
     merged = Transform.apply_optional(transform, merged)
     with building(Path(index_dir)):
@@ -109,7 +123,7 @@ def merge_shards(
             strategy,
             entries,
             merged,
-            np.concatenate(owners),
+            owners,
             transform=transform,
             source={"shards": [str(Path(s).resolve()) for s in shards], **source},
             index_kind=index_kind,

@@ -41,9 +41,12 @@ def add_to_index(
     batch_size: int = 32,
     progress: bool = False,
     wait: float = 0,
+    ray: str | None = None,
+    ray_workers: int | None = None,
 ) -> UpdateReport:
     """Upsert every usable row of a corpus by id: an upserted entry's fields are replaced whole.
-    Text and id fields default to the index's own; ``wait``: seconds to wait for another writer."""
+    Text and id fields default to the index's own; ``wait``: seconds to wait for another writer;
+    ``ray``/``ray_workers``: embed on Ray, as ``build_index`` does."""
     from indexer.embedding import Embedder
 
     started = time.perf_counter()
@@ -69,8 +72,15 @@ def add_to_index(
         to_embed = added + changed
         vectors = owners = None
         if to_embed:
-            embedder = Embedder(live.strategy, batch_size=batch_size)
-            vectors, owners = embedder.embed_documents([e.text for e in to_embed], progress=progress)
+            if ray is None:
+                embedder = Embedder(live.strategy, batch_size=batch_size)
+                vectors, owners = embedder.embed_documents([e.text for e in to_embed], progress=progress)
+            else:
+                from indexer.distributed import embed_on_ray
+
+                vectors, owners = embed_on_ray(
+                    to_embed, live.strategy, ray, workers=ray_workers, batch_size=batch_size
+                )
             if live.transform is not None:
                 vectors = live.transform.apply(vectors)
         if to_embed or metadata_only:

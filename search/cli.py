@@ -143,6 +143,24 @@ wait_option = click.option(
 )
 
 
+def ray_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--ray [ADDRESS]`` and ``--ray-workers N``: embed on Ray (``indexer.distributed``)."""
+    command = click.option(
+        "--ray-workers",
+        type=click.IntRange(min=1),
+        help="Ray actors embedding at once (default: one per CPU of the Ray cluster).",
+    )(command)
+    return click.option(
+        "--ray",
+        "ray_address",
+        is_flag=False,
+        flag_value="local",
+        metavar="[ADDRESS]",
+        help="Embed on Ray (pip install 'semsearch[ray]'): alone, a local runtime on 127.0.0.1; "
+        "with an address (auto, ray://HOST:10001), that cluster.",
+    )(command)
+
+
 def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
     command = click.option(
@@ -214,9 +232,11 @@ def cli() -> None:
     type=click.Choice(STORAGES),
     default="float32",
     show_default=True,
-    help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged).",
+    help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged); pq "
+    "keeps 32-byte codes in memory and re-ranks from full vectors memory-mapped on disk (100M scale).",
 )
 @wait_option
+@ray_options
 @strategy_options
 def index_command(
     corpus: Path,
@@ -230,6 +250,8 @@ def index_command(
     index_kind: str,
     storage: str,
     wait: float,
+    ray_address: str | None,
+    ray_workers: int | None,
     asked: dict[str, Any],
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
@@ -251,6 +273,8 @@ def index_command(
         index_kind=index_kind,
         storage=storage,
         wait=wait,
+        ray=ray_address,
+        ray_workers=ray_workers,
     )
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
@@ -423,6 +447,7 @@ def duplicates_command(
 @click.option("--format", "fmt", type=click.Choice(FORMATS))
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
 @wait_option
+@ray_options
 def add_command(
     index_dir: Path,
     corpus: Path,
@@ -431,6 +456,8 @@ def add_command(
     fmt: str | None,
     batch_size: int,
     wait: float,
+    ray_address: str | None,
+    ray_workers: int | None,
 ) -> None:
     """Upsert CORPUS into INDEX_DIR by id: new and changed texts are embedded, unchanged ones skipped."""
     from indexer.update import add_to_index
@@ -445,6 +472,8 @@ def add_command(
         batch_size=batch_size,
         progress=_progress(),
         wait=wait,
+        ray=ray_address,
+        ray_workers=ray_workers,
     )
     click.echo(
         f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "

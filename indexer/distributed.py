@@ -1,0 +1,156 @@
+"""Embedding on Ray: the corpus is cut into contiguous partitions, a pool of Ray actors (each loads
+the Embedder once, with the index's resolved strategy) embeds them, and the driver puts the parts
+back in corpus order with ``shards.combine`` (the merge ``semsearch merge`` uses), so the index
+that follows is written exactly as a local build writes it: same entries, same row ids, same
+transform fitted on the whole corpus, same atomic swap.
+
+Ray tasks on actors rather than Ray Data: Ray Data pulls in pyarrow and pandas and would hand
+rows through Arrow blocks; the corpus is already read (and its rejected rows counted) by the
+driver, so the workers need nothing but texts. A worker process that dies is restarted and its
+partition retried (``RETRIES``); a partition that still fails fails the run, before anything is
+written, so the previous index stays live.
+
+``address="local"`` starts a Ray runtime on this machine bound to 127.0.0.1 alone (no dashboard)
+and stops it afterwards; any other address joins that cluster (``auto``, ``ray://host:10001``,
+``host:6379``), whose nodes must have semsearch and the model installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from indexer.corpus import Entry
+from indexer.errors import BadInput, SemsearchError, StrategyConflict, WorkerFailed
+from indexer.strategy import Strategy
+
+LOCAL = "local"
+LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Set to 0, Ray takes 127.0.0.1 as the node address, and every server it starts binds it."""
+RETRIES = 2
+"""Restarts of a dead worker, and retries of the partition it held, before the run fails."""
+PARTITIONS_PER_WORKER = 4
+"""More partitions than workers: a slow or restarted worker holds back less of the run."""
+
+
+def import_ray(address: str) -> Any:
+    """Ray, or one clear ``BadInput`` line saying how to install it. A local runtime keeps every
+    socket on 127.0.0.1: Ray reads that choice from its environment when it is first imported."""
+    if address == LOCAL:
+        if sys.modules.get("ray") is not None and os.environ.get(LOOPBACK_ONLY) != "0":
+            raise BadInput(
+                f"Ray was imported before semsearch could keep a local runtime on 127.0.0.1: "
+                f"set {LOOPBACK_ONLY}=0 before importing it"
+            )
+        os.environ.setdefault(LOOPBACK_ONLY, "0")
+    try:
+        import ray
+    except ImportError:
+        raise BadInput("--ray needs Ray: pip install 'semsearch[ray]'") from None
+    return ray
+
+
+@contextlib.contextmanager
+def connected(address: str, workers: int | None = None) -> Iterator[Any]:
+    """Ray, initialised for ``address`` (see module doc) unless it already is in this process:
+    a runtime this call starts is shut down when it ends."""
+    import logging
+
+    ray = import_ray(address)
+    if ray.is_initialized():
+        yield ray
+        return
+    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+    try:
+        if address == LOCAL:
+            # workers at the driver's priority (Ray's default, nice 15, starves them on a busy machine)
+            system = {"worker_niceness": 0}
+            cpus = workers or os.cpu_count() or 1
+            ray.init(num_cpus=cpus, include_dashboard=False, _system_config=system, **options)
+        else:
+            ray.init(address=address, **options)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise BadInput(f"cannot start or join Ray at {address!r}: {exc}") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+class _Worker:
+    """One Ray actor: the model loaded once, then one partition per call."""
+
+    def __init__(self, strategy: Strategy, batch_size: int, before: Callable[[int], None] | None):
+        from indexer.embedding import Embedder
+
+        self.embedder = Embedder(strategy, batch_size=batch_size)
+        self.before = before
+
+    def embed(self, number: int, texts: list[str]) -> tuple[Strategy, np.ndarray, np.ndarray]:
+        if self.before is not None:
+            self.before(number)
+        vectors, owners = self.embedder.embed_documents(texts)
+        return self.embedder.strategy, vectors, owners
+
+
+def embed_on_ray(
+    entries: Sequence[Entry],
+    strategy: Strategy,
+    address: str = LOCAL,
+    *,
+    workers: int | None = None,
+    batch_size: int = 32,
+    before_partition: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Vectors of the entries' texts and the entry of each, as ``Embedder.embed_documents`` gives
+    them, embedded by ``workers`` Ray actors (default: one per CPU of the cluster). ``strategy``
+    must be resolved (the index's); a worker whose model is another fails the run with
+    ``StrategyConflict``. ``before_partition`` runs in the worker before each partition (tests
+    kill a worker there)."""
+    from indexer.shards import combine
+
+    if workers is not None and workers < 1:
+        raise BadInput(f"Ray workers must be at least 1, not {workers}")
+    if not entries:
+        raise BadInput("nothing to embed")
+    with connected(address, workers) as ray:
+        from ray.exceptions import RayError, RayTaskError
+        from ray.util import ActorPool
+
+        count = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        partitions = min(len(entries), count * PARTITIONS_PER_WORKER)
+        bounds = np.linspace(0, len(entries), partitions + 1).astype(int).tolist()
+        spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+        actor = ray.remote(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)(_Worker)
+        workers = [
+            actor.remote(strategy, batch_size, before_partition) for _ in range(min(count, len(spans)))
+        ]
+        pool = ActorPool(workers)
+        jobs = [(i, [e.text for e in entries[a:b]]) for i, (a, b) in enumerate(spans)]
+        try:
+            done = list(pool.map(lambda worker, job: worker.embed.remote(*job), jobs))
+        except RayTaskError as exc:
+            if isinstance(exc.cause, SemsearchError):
+                raise type(exc.cause)(str(exc.cause)) from None
+            raise WorkerFailed(f"a Ray worker failed: {_first_line(exc.cause or exc)}") from None
+        except RayError as exc:
+            raise WorkerFailed(f"a Ray worker failed after {RETRIES} retries: {_first_line(exc)}") from None
+    resolved, _, vectors, owners = combine(
+        [(found, entries[a:b], v, o) for (found, v, o), (a, b) in zip(done, spans, strict=True)],
+        [f"Ray partition {i}" for i in range(len(spans))],
+    )
+    if strategy.differences(resolved):
+        raise StrategyConflict(
+            f"the Ray workers resolved the strategy as {resolved.describe()}, not {strategy.describe()}"
+        )
+    return vectors, owners
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__

@@ -1,0 +1,189 @@
+"""``--ray``: an index embedded by Ray actors is the index a local build makes, a dead worker is
+retried or fails the run before anything is written, and Ray stays optional.
+
+One local Ray runtime (2 CPUs, 127.0.0.1 only) serves the whole module: starting one costs
+seconds, so every test reuses it (``embed_on_ray`` joins a runtime already up in the process)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from indexer import BadInput, Strategy, build_index
+from indexer.errors import WorkerFailed
+from indexer.store import live_version, open_index
+from indexer.update import add_to_index
+from search import SearchEngine
+from search.cli import cli
+from tests.conftest import DATA
+
+QUESTIONS = ("can I pay with apple pay", "lost my phone on a bike", "helmet rules", "ünïcödé 🚲")
+FIELDS = ["question", "answer"]
+
+
+@pytest.fixture(scope="module")
+def ray_runtime():
+    if importlib.util.find_spec("ray") is None:  # not importorskip: Ray must be first imported by semsearch
+        pytest.skip("Ray is not installed")
+    from indexer.distributed import connected
+
+    with connected("local", workers=2) as ray:
+        yield ray
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The demo FAQ plus a row with no text, which both builds must reject and report."""
+    path = tmp_path_factory.mktemp("corpus") / "faq.csv"
+    text = (DATA / "demo_faq.csv").read_text(encoding="utf-8").rstrip("\n")
+    header = text.splitlines()[0].split(",")
+    path.write_text(text + "\n" + ",".join("empty-row" if h == "id" else "" for h in header) + "\n", "utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory, tiny_model, corpus) -> Path:
+    index = tmp_path_factory.mktemp("single") / "index"
+    build_index(corpus, index, Strategy(model=tiny_model), text_fields=FIELDS)
+    return index
+
+
+def assert_same_answers(a: Path, b: Path) -> None:
+    one, other = SearchEngine(a), SearchEngine(b)
+    for question in QUESTIONS:
+        x, y = one.search(question, k=10), other.search(question, k=10)
+        assert [h.id for h in x] == [h.id for h in y]
+        np.testing.assert_allclose([h.score for h in x], [h.score for h in y], atol=1e-5)
+
+
+def test_the_local_runtime_stays_on_loopback(ray_runtime):
+    """Every Ray server of a local runtime binds the node address, which must be 127.0.0.1."""
+    assert ray_runtime.util.get_node_ip_address() == "127.0.0.1"
+    assert ray_runtime.cluster_resources()["CPU"] == 2
+
+
+def test_ray_build_ranks_like_a_single_build(ray_runtime, tmp_path, tiny_model, corpus, single):
+    report = build_index(
+        corpus, tmp_path / "ray", Strategy(model=tiny_model), text_fields=FIELDS, ray="local"
+    )
+    assert report.entries == open_index(single).meta["count"]
+    assert [r.row for r in report.rejected] and len(report.rejected) == 1  # the empty row, reported
+    assert report.strategy.to_dict() == open_index(single).strategy.to_dict()
+    assert_same_answers(tmp_path / "ray", single)
+
+
+def test_a_worker_killed_mid_run_is_restarted_and_its_partition_retried(
+    ray_runtime, tmp_path, tiny_model, corpus, single
+):
+    marker = tmp_path / "died-once"
+
+    def die_once(partition: int) -> None:
+        if partition == 3 and not marker.exists():
+            marker.touch()
+            os._exit(1)
+
+    from indexer.corpus import read_corpus
+    from indexer.distributed import embed_on_ray
+
+    entries = read_corpus(corpus, text_fields=FIELDS).entries
+    strategy = open_index(single).strategy
+    vectors, owners = embed_on_ray(entries, strategy, workers=2, before_partition=die_once)
+    assert marker.exists()  # the worker did die on its partition
+    assert len(vectors) == len(entries) and owners.tolist() == list(range(len(entries)))
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_worker_that_keeps_dying_fails_the_build_and_the_old_index_survives(
+    ray_runtime, tmp_path, tiny_model, corpus, single, monkeypatch
+):
+    index = tmp_path / "index"
+    shutil.copytree(single, index)
+    before = live_version(index)
+
+    def always_die(partition: int) -> None:
+        if partition == 1:
+            os._exit(1)
+
+    from indexer import distributed
+
+    real = distributed.embed_on_ray
+    monkeypatch.setattr(distributed, "RETRIES", 0)
+    monkeypatch.setattr(
+        distributed, "embed_on_ray", lambda *a, **k: real(*a, **{**k, "before_partition": always_die})
+    )
+    with pytest.raises(WorkerFailed, match="Ray worker"):
+        build_index(corpus, index, Strategy(model=tiny_model), text_fields=FIELDS, ray="local", ray_workers=1)
+    assert live_version(index) == before and sorted(
+        p.name for p in index.iterdir() if p.name.startswith("v-")
+    ) == [before]
+    assert_same_answers(index, single)
+
+
+def test_an_error_in_a_worker_comes_back_as_its_own_class(ray_runtime, tiny_model, corpus, single):
+    def refuse(partition: int) -> None:
+        raise BadInput(f"partition {partition} refused")
+
+    from indexer.corpus import read_corpus
+    from indexer.distributed import embed_on_ray
+
+    entries = read_corpus(corpus, text_fields=FIELDS).entries
+    with pytest.raises(BadInput, match="refused"):
+        embed_on_ray(entries[:5], open_index(single).strategy, workers=1, before_partition=refuse)
+    with pytest.raises(BadInput, match="at least 1"):
+        embed_on_ray(entries, open_index(single).strategy, workers=0)
+    with pytest.raises(BadInput, match="nothing to embed"):
+        embed_on_ray([], open_index(single).strategy)
+
+
+def test_ray_add_and_cli(ray_runtime, tmp_path, tiny_model, corpus, single):
+    """``semsearch index --ray --ray-workers 1`` then ``add --ray`` of new rows: the same index as
+    the same add done locally."""
+    extra = tmp_path / "extra.csv"
+    extra.write_text(
+        "id,question,answer\nnew-1,Can I ride in the rain?,Yes: brakes need more distance.\n"
+        "new-2,Puis-je payer en espèces ?,Non 💳\n",
+        encoding="utf-8",
+    )
+    runner = CliRunner()
+    model = ["--model", tiny_model]
+    made = runner.invoke(
+        cli,
+        [
+            "index",
+            str(corpus),
+            "-o",
+            str(tmp_path / "ray"),
+            "--text-field",
+            "question,answer",
+            *model,
+            "--ray",
+            "--ray-workers",
+            "1",
+        ],
+    )
+    assert made.exit_code == 0, made.output
+    added = runner.invoke(cli, ["add", str(tmp_path / "ray"), str(extra), "--ray"])
+    assert added.exit_code == 0, added.output
+    local = tmp_path / "local"
+    shutil.copytree(single, local)
+    add_to_index(local, extra)
+    assert_same_answers(tmp_path / "ray", local)
+    assert open_index(tmp_path / "ray").meta["count"] == open_index(single).meta["count"] + 2
+
+
+def test_without_ray_installed_it_is_one_line(tmp_path, tiny_model, corpus, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if it were not installed
+    result = CliRunner().invoke(
+        cli,
+        ["index", str(corpus), "-o", str(tmp_path / "i"), "--text-field", "question,answer"]
+        + ["--model", tiny_model, "--ray"],
+    )
+    assert result.exit_code == 1 and "pip install 'semsearch[ray]'" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "i").exists()

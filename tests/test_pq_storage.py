@@ -1,0 +1,138 @@
+"""``--storage pq``: product-quantised codes in memory, candidates re-scored exactly from the full
+vectors memory-mapped on disk. Scores are the exact cosines, the ranking matches float32, and
+filters, add/delete/compact, duplicates and the size-driven refit keep working."""
+
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer import Strategy, build_index
+from indexer.store import open_index
+from indexer.update import add_to_index, compact_index, delete_from_index
+from indexer.vector_index import FULL_IDS, FULL_VECTORS, Reranked, build_vector_index, kind_of, recall_at_10
+from search import SearchEngine
+from search.duplicates import find_duplicates
+from tests.test_vector_index import clustered
+
+QUESTIONS = ("line 7 about topic 7", "topic 3", "a fresh line about tandem bicycles", "ünïcödé 🚲 ∑")
+
+
+def lines(path: Path, start: int, stop: int) -> Path:
+    path.write_text(
+        "id,text,topic\n"
+        + "".join(f"d{i},line {i} about topic {i % 17},t{i % 5}\n" for i in range(start, stop))
+        + ("d0,line 0 about topic 0,t0\n" if start == 0 else ""),  # a duplicate id: the last row wins
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture
+def built(tmp_path, tiny_model, monkeypatch) -> tuple[Path, Path]:
+    """The same 600 lines as pq (IVF-PQ: the exact-search threshold lowered to 100) and float32."""
+    import indexer.vector_index
+
+    monkeypatch.setattr(indexer.vector_index, "EXACT_LIMIT", 100)
+    corpus = lines(tmp_path / "c.csv", 0, 600)
+    build_index(corpus, tmp_path / "pq", Strategy(model=tiny_model), storage="pq")
+    build_index(corpus, tmp_path / "f32", Strategy(model=tiny_model), index_kind="flat")
+    return tmp_path / "pq", tmp_path / "f32"
+
+
+def assert_ranks_like(pq: Path, exact: Path, where: str | None = None, k: int = 5) -> None:
+    a, b = SearchEngine(pq), SearchEngine(exact)
+    for question in QUESTIONS:
+        x, y = a.search(question, k=k, where=where), b.search(question, k=k, where=where)
+        assert [h.id for h in x] == [h.id for h in y]
+        np.testing.assert_allclose([h.score for h in x], [h.score for h in y], atol=1e-5)
+
+
+def test_pq_ranks_like_float32_with_exact_scores(built):
+    pq, f32 = built
+    live = open_index(pq)
+    assert isinstance(live.vectors, Reranked) and kind_of(live.vectors) == "ivf"
+    assert live.info()["storage"] == "pq" and 1 <= live.info()["nprobe"] <= live.vectors.nlist
+    assert isinstance(live.vectors.vectors.base, mmap.mmap)  # full vectors read from disk, not loaded
+    assert str(live.version / FULL_VECTORS) in Path("/proc/self/maps").read_text()
+    assert (live.version / FULL_VECTORS).is_file() and (live.version / FULL_IDS).is_file()
+    assert_ranks_like(pq, f32)
+    assert_ranks_like(pq, f32, where="topic = 't3'", k=10)  # filters: exact within the allowed set
+
+
+def test_pq_add_delete_replace_compact(built, tmp_path):
+    pq, f32 = built
+    more = tmp_path / "more.csv"
+    more.write_text(
+        "id,text,topic\nnew,a fresh line about tandem bicycles,t1\nd7,zebra xylophone quantum,t2\n",
+        encoding="utf-8",
+    )
+    for index in built:
+        add_to_index(index, more)
+        delete_from_index(index, ["d3", "d8"])
+    assert_ranks_like(pq, f32)
+    engine = SearchEngine(pq)
+    top = engine.search("zebra xylophone quantum", k=1)[0]  # d7 re-embedded: its new vector, not the old
+    assert top.id == "d7" and top.score == pytest.approx(1.0, abs=1e-5)
+    assert not {"d3", "d8"} & {h.id for q in QUESTIONS for h in engine.search(q, k=20)}
+    live = open_index(pq)
+    assert live.vectors.ntotal == live.meta["vectors"] == 599 and len(live.vectors.ids) == 599
+    assert list(live.vectors.ids) == sorted(live.vectors.ids)
+    compact_index(pq)
+    compact_index(f32)
+    assert_ranks_like(pq, f32)
+    delete_from_index(pq, [f"d{i}" for i in range(600) if i not in (3, 8)] + ["new"])
+    assert open_index(pq).vectors.ntotal == 0 and SearchEngine(pq).search("topic 3", k=3) == []
+
+
+def test_pq_refits_by_size_from_the_full_vectors(tmp_path, tiny_model, monkeypatch):
+    """Exact-kind pq (PQ codes, no lists) below the threshold; an add past it rebuilds IVF-PQ
+    from the full vectors, so nothing is lost to re-encoding."""
+    import indexer.vector_index
+
+    monkeypatch.setattr(indexer.vector_index, "EXACT_LIMIT", 300)
+    build_index(lines(tmp_path / "a.csv", 0, 200), tmp_path / "pq", Strategy(model=tiny_model), storage="pq")
+    build_index(
+        lines(tmp_path / "a.csv", 0, 200), tmp_path / "f32", Strategy(model=tiny_model), index_kind="flat"
+    )
+    assert kind_of(open_index(tmp_path / "pq").vectors) == "flat"
+    assert_ranks_like(tmp_path / "pq", tmp_path / "f32", where="topic IN ('t1', 't4')")
+    for index in ("pq", "f32"):
+        add_to_index(tmp_path / index, lines(tmp_path / "b.csv", 200, 700))
+    assert kind_of(open_index(tmp_path / "pq").vectors) == "ivf"
+    assert_ranks_like(tmp_path / "pq", tmp_path / "f32")
+
+
+def test_pq_duplicates_match_float32(built):
+    pq, f32 = built
+    a, b = find_duplicates(open_index(pq), 0.95), find_duplicates(open_index(f32), 0.95)
+    assert a.total == b.total and a.groups == b.groups
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_pq_of_a_handful_of_vectors(n):
+    vectors = clustered(n, dimension=48)
+    index = build_vector_index(vectors, np.arange(10, 10 + n, dtype=np.int64), "auto", "pq")
+    scores, found = index.search(vectors, 3)
+    assert found[:, 0].tolist() == list(range(10, 10 + n))
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-5)
+    assert (found[:, n:] == -1).all()
+
+
+def test_pq_recall_and_memory_on_clustered_vectors(tmp_path):
+    import faiss
+
+    drawn = clustered(20300, dimension=64)
+    vectors, queries = drawn[:20000], drawn[20000:]
+    ids = np.arange(1, 20001, dtype=np.int64)
+    index = build_vector_index(vectors, ids, "ivf", "pq")
+    _, rows = faiss.knn(queries, vectors, 10, metric=faiss.METRIC_INNER_PRODUCT)
+    _, found = index.search(queries, 10)
+    assert recall_at_10(found, ids[rows]) >= 0.95
+    index.write(tmp_path / "v.faiss")
+    codes = (tmp_path / "v.faiss").stat().st_size
+    assert codes / len(vectors) <= 64  # what stays in memory: codes, ids, lists
+    assert (tmp_path / FULL_VECTORS).stat().st_size >= vectors.nbytes  # the rest is on disk
