@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.corpus import Rejection, read_corpus
+from indexer.fields import FieldScoring, embed_entries
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 
@@ -39,11 +40,13 @@ def build_index(
     index_kind: str = "auto",
     storage: str = "float32",
     wait: float = 0,
+    also: FieldScoring | None = None,
 ) -> BuildReport:
     """Index a corpus file into ``index_dir``, replacing any index there only once complete.
     ``index_kind``: ``auto`` (exact below ``vector_index.EXACT_LIMIT`` vectors, IVF above),
     ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to
-    wait for another writer to finish. A failed first build leaves no directory behind."""
+    wait for another writer to finish; ``also``: a second vector per entry scored with the first
+    (``indexer.fields``). A failed first build leaves no directory behind."""
     from indexer.embedding import Embedder
     from indexer.store import building, write_index
 
@@ -52,7 +55,7 @@ def build_index(
     with building(Path(index_dir), wait):
         embedder = Embedder(strategy, batch_size=batch_size)
         embed_started = time.perf_counter()
-        vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
+        vectors, owners, also_vectors = embed_entries(embedder, corpus.entries, also, progress=progress)
         embed_seconds = time.perf_counter() - embed_started
         embedder.export_for_queries()  # once per model and strategy: queries then need no torch
         transform = Transform.for_strategy(embedder.strategy, vectors)
@@ -63,6 +66,7 @@ def build_index(
             "id_field": corpus.id_field,
             "rows": corpus.rows,
             "rejected": len(corpus.rejected),
+            **({"also": also.to_dict()} if also else {}),
         }
         write_index(
             index_dir,
@@ -74,6 +78,7 @@ def build_index(
             transform=transform,
             index_kind=index_kind,
             storage=storage,
+            also=also_vectors if also else None,
         )
     return BuildReport(
         index_dir=Path(index_dir),

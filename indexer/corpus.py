@@ -186,6 +186,12 @@ def _text_value(value: Any) -> str | None:
     return None
 
 
+def field_text(row: dict[str, Any], names: Sequence[str]) -> str:
+    """The named fields' text values, stripped and joined by a space (absent or non-text: skipped)."""
+    values = (_text_value(row.get(name)) for name in names)
+    return " ".join(part for part in (v.strip() for v in values if v is not None) if part)
+
+
 def read_corpus(
     path: str | Path,
     *,
@@ -224,7 +230,7 @@ def read_corpus(
             )
             continue
         seen[entry_id] = number
-        joined = " ".join(part for part in (_text_value(row[f]).strip() for f in wanted) if part)
+        joined = field_text(row, wanted)
         if id_field == "_id":
             row = {k: v for k, v in row.items() if k != "_id"}
         corpus.entries.append(Entry(entry_id, joined, row))

@@ -40,6 +40,7 @@ import numpy as np
 from indexer.catalog import Catalog, detect_types
 from indexer.corpus import Entry
 from indexer.errors import BadInput, IndexDamaged, IndexLocked
+from indexer.fields import vector_ids, with_also_ids
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from indexer.vector_index import build_vector_index, kind_of, read_vectors, refit, write_vectors
@@ -237,11 +238,13 @@ def write_index(
     transform: Transform | None = None,
     index_kind: str = "auto",
     storage: str = "float32",
+    also: np.ndarray | None = None,
 ) -> Path:
     """Write a complete new index beside the live one, then swap it in. Returns the version dir.
     The caller holds ``writer_lock``.
 
-    ``owners[i]`` is the entry (position in ``entries``) that ``vectors[i]`` belongs to.
+    ``owners[i]`` is the entry (position in ``entries``) that ``vectors[i]`` belongs to;
+    ``also[i]``: it is that entry's also-vector (``indexer.fields``).
     """
     import faiss
 
@@ -252,7 +255,7 @@ def write_index(
     rowids = np.arange(1, len(entries) + 1, dtype=np.int64)
 
     def fill(version: Path) -> None:
-        index = build_vector_index(vectors, rowids[owners], index_kind, storage)
+        index = build_vector_index(vectors, vector_ids(rowids[owners], also), index_kind, storage)
         catalog = Catalog.create(version / DATABASE, detect_types(e.fields for e in entries))
         catalog.put(entries, rowids, np.bincount(owners, minlength=len(entries)))
         catalog.write_meta(
@@ -287,6 +290,7 @@ class Change:
     upserts: Sequence[Entry] = ()
     vectors: np.ndarray | None = None  # unit vectors of the upserts that need new ones
     owners: np.ndarray | None = None  # position in ``upserts`` of each vector
+    also: np.ndarray | None = None  # whether each vector is its entry's also-vector (indexer.fields)
     reembed: frozenset[str] = frozenset()  # ids among upserts whose vectors are replaced
     deletes: Sequence[str] = ()
     meta: Mapping[str, Any] | None = None  # meta keys to set (e.g. a calibration), JSON values
@@ -313,7 +317,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
         gone = [known[i] for i in change.deletes if i in known]
         replaced = [known[e.id] for e in change.upserts if e.id in change.reembed and e.id in known]
         if gone or replaced:
-            index.remove_ids(np.array(gone + replaced, dtype=np.int64))
+            index.remove_ids(with_also_ids(gone + replaced))
         catalog.delete(gone)
         next_rowid = int(live.meta["next_rowid"])
         rowids = []
@@ -328,7 +332,8 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
 
             vectors = np.ascontiguousarray(change.vectors, dtype=np.float32)
             faiss.normalize_L2(vectors)
-            index.add_with_ids(vectors, np.asarray(rowids, dtype=np.int64)[change.owners])
+            owners = np.asarray(rowids, dtype=np.int64)[change.owners]
+            index.add_with_ids(vectors, vector_ids(owners, change.also))
             chunks = np.bincount(change.owners, minlength=len(change.upserts))
         kept = catalog.rows(
             [r for e, r in zip(change.upserts, rowids, strict=True) if e.id not in change.reembed]

@@ -153,6 +153,28 @@ def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
+def also_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--also``/``--also-weight``: a second vector per entry (``indexer.fields``), given to the
+    command as ``also`` (a ``FieldScoring`` or None)."""
+
+    @functools.wraps(command)
+    def wrapper(also_fields: str | None, also_weight: float | None, **kwargs: Any) -> Any:
+        from indexer.fields import FieldScoring
+
+        return command(also=FieldScoring.asked(_split(also_fields or ""), also_weight), **kwargs)
+
+    wrapper = click.option(
+        "--also-weight",
+        type=float,
+        help="Share of the --also text's cosine in an entry's score (default 0.7).",
+    )(wrapper)
+    return click.option(
+        "--also",
+        "also_fields",
+        help="Embed these fields too, as a second vector per entry scored with the first: question,answer",
+    )(wrapper)
+
+
 def _split(text: str) -> list[str]:
     """A comma-separated option as a list: "question, answer" -> ["question", "answer"]."""
     return [part.strip() for part in text.split(",") if part.strip()]
@@ -217,6 +239,7 @@ def cli() -> None:
     help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged).",
 )
 @wait_option
+@also_options
 @strategy_options
 def index_command(
     corpus: Path,
@@ -230,6 +253,7 @@ def index_command(
     index_kind: str,
     storage: str,
     wait: float,
+    also: Any,
     asked: dict[str, Any],
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
@@ -251,6 +275,7 @@ def index_command(
         index_kind=index_kind,
         storage=storage,
         wait=wait,
+        also=also,
     )
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
@@ -657,6 +682,7 @@ def evaluate_sts_command(
     "--index", "index_dir", type=click.Path(path_type=Path), help="Use this index instead of building one."
 )
 @click.option("--json", "as_json", is_flag=True)
+@also_options
 @strategy_options
 def evaluate_retrieval_command(
     corpus: Path | None,
@@ -666,6 +692,7 @@ def evaluate_retrieval_command(
     k: int,
     index_dir: Path | None,
     as_json: bool,
+    also: Any,
     asked: dict[str, Any],
 ) -> None:
     """MRR@k, nDCG@k, Recall@1/@k and Success@1/@3 of the queries against the qrels."""
@@ -673,12 +700,18 @@ def evaluate_retrieval_command(
 
     if (corpus is None) == (index_dir is None):
         raise click.UsageError("give --corpus (to build an index) or --index (one of them)")
-    if index_dir is not None and asked:
+    if index_dir is not None and (asked or also):
         raise click.UsageError("--index is queried with its stored strategy: drop the strategy options")
     data = read_retrieval_set(queries_file, qrels)
     fields = _split(text_field)
     scores = evaluate_retrieval(
-        data, index_dir=index_dir, corpus=corpus, strategy=_strategy(asked), text_fields=fields, k=k
+        data,
+        index_dir=index_dir,
+        corpus=corpus,
+        strategy=_strategy(asked),
+        text_fields=fields,
+        k=k,
+        also=also,
     )
     _echo_scores(scores, as_json)
 
@@ -692,6 +725,7 @@ def evaluate_retrieval_command(
 @click.option("--seed", default=0, show_default=True, type=int)
 @rule_options
 @click.option("--json", "as_json", is_flag=True)
+@also_options
 @strategy_options
 def evaluate_abstention_command(
     corpus: Path,
@@ -703,6 +737,7 @@ def evaluate_abstention_command(
     precision: float,
     features: str | None,
     as_json: bool,
+    also: Any,
     asked: dict[str, Any],
 ) -> None:
     """Precision, coverage and AUROC of the calibrated rule vs a plain cosine threshold, with a
@@ -718,6 +753,7 @@ def evaluate_abstention_command(
         features=_split(features) if features else None,
         strategy=_strategy(asked),
         text_fields=_split(text_field),
+        also=also,
     )
     _echo_scores(scores, as_json)
 

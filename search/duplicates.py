@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from indexer.errors import BadInput
+from indexer.fields import ALSO_ID
 from indexer.store import VECTORS, StoredIndex
 from indexer.vector_index import EXACT_LIMIT, read_vectors, stored_vectors
 
@@ -119,6 +120,8 @@ def find_duplicates(
     if limit is not None and limit < 0:
         raise BadInput(f"limit must be 0 or more, not {limit}")
     vectors, owners = stored_vectors(read_vectors(index.version / VECTORS, mmap=True))
+    texts = owners < ALSO_ID  # entries say the same thing when their texts do: also-vectors aside
+    vectors, owners = vectors[texts], owners[texts]
     pairs, scores = range_pairs(np.ascontiguousarray(vectors, dtype=np.float32), owners, min_score, exact)
     best = np.argsort(-scores, kind="stable")[:limit]
     groups = components(pairs)
