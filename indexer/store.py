@@ -104,6 +104,7 @@ class StoredIndex:
             "source": source.get("path"),
             "text_fields": list(source.get("text_fields") or []),
             "id_field": source.get("id_field"),
+            "also": source.get("also"),
             "fields": self.catalog.field_types(),
         }
 
