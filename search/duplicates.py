@@ -21,13 +21,15 @@ MAX_FOUND = 5_000_000  # pairs held at once before the search gives up: raise th
 
 @dataclass(frozen=True)
 class Duplicates:
-    """Pairs (id, id, cosine) best first (at most ``limit``; ``total`` found) and every group."""
+    """Pairs (id, id, cosine) best first (at most ``limit``; ``total`` found), every group, and
+    the embedded text of each entry they name (what a person reads to judge a duplicate)."""
 
     pairs: list[tuple[str, str, float]]
     groups: list[list[str]]
     total: int
     min_score: float
     truncated: bool = field(default=False)
+    texts: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -36,6 +38,7 @@ class Duplicates:
             "truncated": self.truncated,
             "pairs": [{"a": a, "b": b, "score": s} for a, b, s in self.pairs],
             "groups": self.groups,
+            "texts": self.texts,
         }
 
 
@@ -128,10 +131,12 @@ def find_duplicates(
     shown = {int(r) for r in pairs[best].ravel()} | {r for g in groups for r in g}
     with lock or nullcontext():
         ids = index.catalog.values(sorted(shown), "_id")
+        texts = index.catalog.values(sorted(shown), "_text")
     return Duplicates(
         [(ids[int(a)], ids[int(b)], float(s)) for (a, b), s in zip(pairs[best], scores[best], strict=True)],
         [sorted(ids[r] for r in group) for group in groups],
         len(pairs),
         min_score,
         len(best) < len(pairs),
+        {ids[r]: texts[r] for r in sorted(shown)},
     )
