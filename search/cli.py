@@ -381,29 +381,36 @@ def query_command(
 
 @cli.command("calibrate")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--queries", "queries_file", required=True, help="Questions: JSONL with id and text.")
-@click.option("--qrels", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Judgements.")
+@click.option("--queries", "queries_file", help="Questions: JSONL with id and text.")
+@click.option("--qrels", type=click.Path(dir_okay=False, path_type=Path), help="Judgements.")
+@click.option(
+    "--self", "from_corpus", is_flag=True, help="No labelled questions: make them from the index's own texts."
+)
 @rule_options
 @click.option("--json", "as_json", is_flag=True)
 @wait_option
 def calibrate_command(
     index_dir: Path,
-    queries_file: str,
-    qrels: Path,
+    queries_file: str | None,
+    qrels: Path | None,
+    from_corpus: bool,
     precision: float,
     features: str | None,
     as_json: bool,
     wait: float,
 ) -> None:
-    """Fit and store the rule that marks hits answered; unjudged questions are unanswerable ones."""
+    """Fit and store the rule that marks hits answered; unjudged questions are unanswerable ones.
+    With --self, the questions are the index's own texts with words dropped (see the README)."""
     from search.confidence import calibrate_index
     from search.evaluate import read_retrieval_set
 
-    data = read_retrieval_set(queries_file, qrels)
+    if from_corpus == bool(queries_file or qrels) or not from_corpus and not (queries_file and qrels):
+        raise click.UsageError("give --queries and --qrels (labelled questions), or --self")
+    data = None if from_corpus else read_retrieval_set(queries_file, qrels)
     rule = calibrate_index(
         index_dir,
-        data.queries,
-        data.qrels,
+        data.queries if data else None,
+        data.qrels if data else None,
         precision=precision,
         features=_split(features) if features else None,
         wait=wait,

@@ -172,9 +172,11 @@ class Snapshot:
         check_min_score(min_score)
         return [self._lookup(vector, k, allowed, min_score) for vector in vectors]
 
-    def neighbourhoods(self, vectors: np.ndarray, allowed: Allowed | None = None) -> list[Neighbourhood]:
-        """Each vector's nearest ``NEIGHBOURS`` entries: what a confidence is computed from."""
-        return [self._neighbourhood(self._nearest(v, NEIGHBOURS, allowed)) for v in vectors]
+    def neighbourhoods(
+        self, vectors: np.ndarray, allowed: Allowed | None = None, count: int = NEIGHBOURS
+    ) -> list[Neighbourhood]:
+        """Each vector's nearest ``count`` entries: what a confidence is computed from."""
+        return [self._neighbourhood(self._nearest(v, count, allowed)) for v in vectors]
 
     def _neighbourhood(self, best: dict[int, float]) -> Neighbourhood:
         rowids = list(best)

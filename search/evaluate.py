@@ -246,12 +246,13 @@ def evaluate_abstention(
     """Remove ``holdout`` of the threads (entries and their questions become unanswerable), index
     the rest, calibrate on half of the threads' questions and report on the other half: precision
     of the answered, coverage, AUROC (answerable vs not) of the confidence, for the calibrated
-    rule and for a plain top-1 cosine threshold at the same precision."""
+    rule, for a plain top-1 cosine threshold at the same precision, and for the rule calibrated
+    on the corpus alone (``self``: no labelled question, ``confidence.self_observations``)."""
     import random
 
     from indexer.build import build_index
     from indexer.corpus import read_corpus
-    from search.confidence import PLAIN, auroc, check_precision, fit_rule, measure
+    from search.confidence import PLAIN, auroc, check_precision, fit_rule, measure, self_observations
     from search.confidence import observations as observe_all
     from search.engine import SearchEngine
 
@@ -280,6 +281,7 @@ def evaluate_abstention(
         engine = SearchEngine(index_dir)
         questions = [q for q in data.queries if q.id in set().union(*(t[0] for t in found))]
         seen = observe_all(engine.snapshot, questions, data.qrels)
+        unlabelled = self_observations(engine.snapshot, seed)
     split = [q.id in calibrating for q in questions]
     calibration = [o for o, c in zip(seen, split, strict=True) if c]
     test = [o for o, c in zip(seen, split, strict=True) if not c]
@@ -293,8 +295,12 @@ def evaluate_abstention(
         "test questions": len(test),
         "test unanswerable": int((~answerable).sum()),
     }
-    for name, chosen in (("rule", features), ("plain", PLAIN)):
-        rule = fit_rule(calibration, precision, chosen)
+    for name, chosen, fitted_on in (
+        ("rule", features, calibration),
+        ("plain", PLAIN, calibration),
+        ("self", features, unlabelled),
+    ):
+        rule = fit_rule(fitted_on, precision, chosen)
         confidence = rule.confidence(rows)
         scored = measure(confidence >= rule.threshold, correct, answerable)
         report[f"{name} features"] = ",".join(rule.features)
