@@ -22,6 +22,8 @@ from search.confidence import (
     choose_threshold,
     fit_rule,
     measure,
+    paraphrase,
+    self_observations,
 )
 from search.engine import SearchEngine
 from search.evaluate import evaluate_abstention, read_retrieval_set, threads
@@ -272,3 +274,61 @@ def test_cli_evaluate_abstention(tmp_path, tiny_model):
     report = json.loads(result.stdout)
     assert report["removed"] == 4 and {"rule auroc", "plain coverage"} <= set(report)
     assert_clean_failure(run("evaluate", "abstention", *common, "--holdout", "1.5"), "holdout")
+
+
+def test_paraphrase_drops_a_third_of_the_words_in_order():
+    rng = np.random.default_rng(0)
+    made = paraphrase("one two three four five six", rng)
+    assert len(made.split()) == 4
+    assert [w for w in ["one", "two", "three", "four", "five", "six"] if w in made.split()] == made.split()
+    assert paraphrase("two words", rng) == "two words"  # too short to lose any
+    assert paraphrase("é 分类 x ☃ y z", np.random.default_rng(1)).count(" ") == 3
+
+
+def test_neighbourhood_leaves_a_text_out():
+    near = Neighbourhood([1, 2, 3, 4], np.array([0.9, 0.8, 0.7, 0.5]), ["a", "b", "a", "c"])
+    kept = near.first(2, leave_out="a")
+    assert (kept.rowids, kept.scores.tolist(), kept.groups) == ([2, 4], [0.8, 0.5], ["b", "c"])
+    assert near.first(9, leave_out="zzz").rowids == [1, 2, 3, 4]
+
+
+def test_self_observations_pair_each_text_with_its_absence(faq):
+    index = faq[0]
+    seen = self_observations(SearchEngine(index).snapshot)
+    assert len(seen) == 2 * len(TOPICS)  # two entries share each text: one question per text
+    assert [o.answerable for o in seen] == [True, False] * len(TOPICS)
+    assert not any(o.correct for o in seen if not o.answerable)  # left out: never right
+    assert all(o.features[0] >= -1 for o in seen)
+
+
+def test_calibrate_from_the_corpus_alone(tmp_path, bundled):
+    corpus, _, _ = write_faq(tmp_path)
+    build_index(corpus, tmp_path / "idx")
+    rule = calibrate_index(tmp_path / "idx", None, None)
+    assert rule.questions == 2 * len(TOPICS) and rule.precision >= 0.95
+    assert Rule.from_dict(open_index(tmp_path / "idx").meta["calibration"]) == rule
+    engine = SearchEngine(tmp_path / "idx")
+    assert engine.search("How can I reset the password", k=1)[0].answered is True
+    assert all(h.answered is False for h in engine.search(OTHERS[4], k=2))
+
+
+def test_self_calibration_needs_two_texts(tmp_path, tiny_model):
+    corpus = tmp_path / "one.jsonl"
+    corpus.write_text('{"id": "a", "text": "same"}\n{"id": "b", "text": "same"}\n')
+    build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model))
+    before = live_version(tmp_path / "idx")
+    with pytest.raises(BadInput, match="at least 2 distinct texts"):
+        calibrate_index(tmp_path / "idx", None, None)
+    assert live_version(tmp_path / "idx") == before
+
+
+def test_cli_calibrate_self_and_its_misuse(faq):
+    index, _, queries, qrels = faq
+    assert_clean_failure(run("calibrate", index), "give --queries and --qrels")
+    assert_clean_failure(run("calibrate", index, "--self", "--queries", queries), "or --self")
+    assert_clean_failure(run("calibrate", index, "--queries", queries), "or --self")
+    result = run("calibrate", index, "--self", "--precision", "0.5", "--json")
+    if result.returncode == 0:  # the tiny random model may reach no threshold: then one clean line
+        assert json.loads(result.stdout)["questions"] == 2 * len(TOPICS)
+    else:
+        assert_clean_failure(result, "no threshold reaches precision")
