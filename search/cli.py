@@ -146,7 +146,7 @@ wait_option = click.option(
 def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
     command = click.option(
-        "--features", help="Confidence features among score, margin, zscore (default: score,margin)."
+        "--features", help="Confidence features among score, margin, zscore, gap (default: score,gap)."
     )(command)
     return click.option(
         "--precision", default=0.95, show_default=True, type=float, help="Precision of answered hits."

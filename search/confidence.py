@@ -7,7 +7,12 @@ A hit's features come from the query's neighbourhood (the nearest ``NEIGHBOURS``
 - ``margin``: its cosine minus the best cosine of an entry with another text (entries with the
   same embedded text, e.g. one FAQ question with several answers, are one candidate answer);
 - ``zscore``: its cosine against the query's own neighbour distribution (the best cosine of each
-  distinct text in the neighbourhood): how far it stands out of the crowd.
+  distinct text in the neighbourhood): how far it stands out of the crowd;
+- ``gap``: its cosine minus the mean of the best cosines of the next nine distinct texts (rank
+  based: a right answer stands above the rest, a question with no answer finds a flat field).
+
+``score,gap`` is the default: on the StackFAQ dev split it is the set whose AUROC beats the plain
+cosine's (README "Knowing when there is no answer" has every set tried).
 
 Without labelled questions, ``calibrate --self`` makes them from the corpus (``self_observations``):
 each distinct text, with a third of its words dropped (a crude paraphrase), is a question whose
@@ -35,8 +40,10 @@ from search.queries import Query
 if TYPE_CHECKING:
     from search.engine import Snapshot
 
-FEATURES = ("score", "margin", "zscore")
-DEFAULT_FEATURES = ("score", "margin")
+FEATURES = ("score", "margin", "zscore", "gap")
+DEFAULT_FEATURES = ("score", "gap")
+GAP_TEXTS = 9
+"""Distinct texts below a hit that ``gap`` compares it with."""
 PLAIN = ("score",)
 NEIGHBOURS = 64
 """Entries looked at around each query to compute the features (a FAQ question may have two dozen
@@ -70,9 +77,10 @@ class Neighbourhood:
         floor = float(scores.min()) if len(scores) else 0.0
         rows = []
         for i in range(min(count, len(scores))):
-            other = next((s for g, s in ranked if g != self.groups[i]), floor)
+            others = [s for g, s in ranked if g != self.groups[i]]
             z = (scores[i] - distinct.mean()) / spread if spread > 0 else 0.0
-            rows.append((scores[i], scores[i] - other, z))
+            below = np.mean(others[:GAP_TEXTS]) if others else floor
+            rows.append((scores[i], scores[i] - (others[0] if others else floor), z, scores[i] - below))
         return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES))
 
 

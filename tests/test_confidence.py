@@ -93,6 +93,10 @@ def test_margin_is_to_the_best_entry_of_another_text():
     assert rows[:, 0].tolist() == pytest.approx([0.9, 0.9, 0.7])
     assert rows[:, 1].tolist() == pytest.approx([0.2, 0.2, -0.2])  # the sibling "a" is not a rival
     assert rows[0, 2] > 0 > rows[2, 2] - 1  # z-score against the distinct texts 0.9, 0.7, 0.5
+    # gap: the hit's cosine minus the mean of the next (up to nine) other texts' best cosines
+    assert rows[:, 3].tolist() == pytest.approx([0.9 - 0.6, 0.9 - 0.6, 0.7 - 0.7])
+    many = Neighbourhood(list(range(12)), np.linspace(1.0, 0.45, 12), [str(i) for i in range(12)])
+    assert many.features(1)[0, 3] == pytest.approx(1.0 - np.linspace(1.0, 0.45, 12)[1:10].mean())
 
 
 def test_threshold_is_the_lowest_that_keeps_the_precision():
@@ -111,7 +115,7 @@ def test_calibration_is_stored_and_marks_hits(faq):
     rule = calibrate(index, queries, qrels)
     assert live_version(index) != before  # a new version, like any write
     assert Rule.from_dict(open_index(index).meta["calibration"]) == rule
-    assert rule.precision >= 0.95 and rule.questions == 20 and rule.features == ("score", "margin")
+    assert rule.precision >= 0.95 and rule.questions == 20 and rule.features == ("score", "gap")
     engine = SearchEngine(index)
     answered = engine.search(TOPICS[3], k=3)
     assert answered[0].id in ("e3a", "e3b") and answered[0].answered is True
