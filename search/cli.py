@@ -600,7 +600,10 @@ def info_command(index_dir: Path, as_json: bool) -> None:
         + (f", nprobe {info['nprobe']}" if "nprobe" in info else ""),
         "text_fields": ",".join(info["text_fields"]),
         "fields": ", ".join(f"{name} ({kind})" for name, kind in info["fields"].items()),
+        "also": info["also"] and f"{','.join(info['also']['fields'])} (weight {info['also']['weight']:g})",
     }
+    if not info["also"]:
+        shown.pop("also")
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)
     for key, value in shown.items():

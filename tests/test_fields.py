@@ -196,3 +196,12 @@ def test_the_server_ranks_by_the_combined_score(combined):
         hits = client.post("/search", json={"query": QUERY, "k": 3}).json()["hits"]
         assert [h["id"] for h in hits] == ["right", "qdecoy", "adecoy"]
         assert client.get("/info").json()["also"] == {"fields": ["text", "answer"], "weight": WEIGHT}
+
+
+def test_info_names_the_also_fields(combined, tmp_path, corpus):
+    shown = run("info", combined)
+    assert shown.returncode == 0, shown.stderr
+    assert "also:        text,answer (weight 0.8)" in shown.stdout
+    build_index(corpus, tmp_path / "plain")
+    assert "also:" not in run("info", tmp_path / "plain").stdout
+    assert json.loads(run("info", tmp_path / "plain", "--json").stdout)["also"] is None
