@@ -171,8 +171,8 @@ def test_no_answerable_question(faq, tmp_path):
 
 
 def test_all_right_or_all_wrong_cannot_calibrate():
-    right = [Observation(np.array([0.9, 0.2, 1.0]), True, True)] * 3
-    wrong = [Observation(np.array([0.5, 0.0, 0.0]), True, False)] * 3
+    right = [Observation(np.array([0.9, 0.2, 1.0, 0.3]), True, True)] * 3
+    wrong = [Observation(np.array([0.5, 0.0, 0.0, 0.0]), True, False)] * 3
     with pytest.raises(BadInput, match="every calibration question's top hit is right"):
         fit_rule(right)
     with pytest.raises(BadInput, match="is wrong"):
@@ -198,7 +198,7 @@ def test_unknown_feature_and_no_questions(faq):
 
 
 def test_unreachable_precision_is_said():
-    same = np.array([0.8, 0.1, 1.0])  # right and wrong questions that look alike: no cut separates them
+    same = np.array([0.8, 0.1, 1.0, 0.2])  # right and wrong questions that look alike: no cut separates them
     seen = [Observation(same, True, True), Observation(same, True, False)] * 2
     with pytest.raises(BadInput, match="no threshold reaches precision 0.95"):
         fit_rule(seen, 0.95)
@@ -244,7 +244,8 @@ def test_cli_calibrate_then_query(faq):
 @pytest.mark.slow
 def test_stackfaq_abstention_meets_the_aim():
     """The real dev split with the bundled model: the calibrated rule at precision ~0.95 answers
-    more of the answerable questions than the plain cosine threshold (seed 0: 0.79 vs 0.75)."""
+    more of the answerable questions than the plain cosine threshold (seed 0: 0.81 vs 0.75), and
+    so does the rule calibrated on the corpus alone, with no labelled question (0.81 too)."""
     corpus = shared_file("stackfaq", "corpus.jsonl")
     data = read_retrieval_set(shared_file("stackfaq", "queries.jsonl"), shared_file("stackfaq", "qrels.tsv"))
     report = evaluate_abstention(corpus, data, holdout=0.33, seed=0)
@@ -252,6 +253,9 @@ def test_stackfaq_abstention_meets_the_aim():
     assert report["rule coverage"] >= 0.75
     assert report["rule coverage"] > report["plain coverage"]
     assert report["rule auroc right"] > report["plain auroc right"]
+    assert report["rule auroc"] >= report["plain auroc"]
+    assert report["self precision"] >= 0.93
+    assert report["self coverage"] > report["plain coverage"]
 
 
 def test_http_search_marks_hits(faq):
