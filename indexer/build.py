@@ -17,6 +17,7 @@ from pathlib import Path
 from indexer.catalog import TypeCounter
 from indexer.corpus import CorpusReader, Entry, Rejection, rejection_summary
 from indexer.errors import BadInput
+from indexer.fields import FieldScoring, embed_entries
 from indexer.strategy import Strategy
 
 PART_ENTRIES = 4096
@@ -89,12 +90,14 @@ def build_index(
     wait: float = 0,
     ray: str | None = None,
     ray_workers: int | None = None,
+    also: FieldScoring | None = None,
 ) -> BuildReport:
     """Index a corpus file into ``index_dir``, replacing any index there only once complete.
     ``index_kind``: ``auto`` (exact below ``vector_index.EXACT_LIMIT`` vectors, IVF above),
     ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to
     wait for another writer to finish; ``ray``: embed on Ray, ``"local"`` or a cluster address, with
-    ``ray_workers`` actors (``indexer.distributed``). A failed first build leaves no directory behind."""
+    ``ray_workers`` actors (``indexer.distributed``); ``also``: a second vector per entry scored
+    with the first (``indexer.fields``). A failed first build leaves no directory behind."""
     import contextlib
 
     from tqdm import tqdm
@@ -112,20 +115,16 @@ def build_index(
         def fill(writer: VersionWriter) -> None:
             nonlocal embed_seconds, meta
             if ray is not None:
-                from indexer.distributed import connected, embed_on_ray
+                from indexer.distributed import RayEmbedder, connected
             size = PART_ENTRIES if ray is None else RAY_PART_ENTRIES
+            on = embedder if ray is None else RayEmbedder(embedder.strategy, ray, ray_workers, batch_size)
             bar = tqdm(total=survey.entries, disable=not progress, unit="text", desc="embedding")
             with bar, contextlib.nullcontext() if ray is None else connected(ray, ray_workers):
                 for part in corpus_parts(reader, survey.entries, size):
                     embed_started = time.perf_counter()
-                    if ray is None:
-                        vectors, owners = embedder.embed_documents([e.text for e in part])
-                    else:
-                        vectors, owners = embed_on_ray(
-                            part, embedder.strategy, ray, workers=ray_workers, batch_size=batch_size
-                        )
+                    vectors, owners, also_vectors = embed_entries(on, part, also)
                     embed_seconds += time.perf_counter() - embed_started
-                    writer.add(part, vectors, owners)
+                    writer.add(part, vectors, owners, also_vectors if also else None)
                     bar.update(len(part))
             embedder.export_for_queries()  # once per model and strategy: queries then need no torch
             source = {
@@ -134,6 +133,7 @@ def build_index(
                 "id_field": reader.id_field,
                 "rows": survey.entries + len(survey.rejected),
                 "rejected": len(survey.rejected),
+                **({"also": also.to_dict()} if also else {}),
             }
             meta = writer.finish(embedder.strategy, source=source, index_kind=index_kind, storage=storage)
 

@@ -288,7 +288,7 @@ class CorpusReader:
                     yield Rejection(number, reason)
                     continue
                 seen[entry_id] = number
-                joined = " ".join(part for part in (_text_value(row[f]).strip() for f in wanted) if part)
+                joined = field_text(row, wanted)
                 if id_field == "_id":
                     row = {k: v for k, v in row.items() if k != "_id"}
                 entries += 1
@@ -307,6 +307,12 @@ class CorpusReader:
             detail = f" ({_summary(kinds)})" if kinds else ""
             raise BadInput(f"empty corpus: no usable rows in {path}{detail}")
         self.id_field = id_field
+
+
+def field_text(row: dict[str, Any], names: Sequence[str]) -> str:
+    """The named fields' text values, stripped and joined by a space (absent or non-text: skipped)."""
+    values = (_text_value(row.get(name)) for name in names)
+    return " ".join(part for part in (v.strip() for v in values if v is not None) if part)
 
 
 def read_corpus(

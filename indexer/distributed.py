@@ -154,3 +154,19 @@ def embed_on_ray(
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
+
+
+class RayEmbedder:
+    """``Embedder.embed_documents`` on Ray workers: what a build or an add hands its texts to
+    (``indexer.fields.embed_entries``) when asked for ``--ray``."""
+
+    def __init__(self, strategy: Strategy, address: str, workers: int | None = None, batch_size: int = 32):
+        self.strategy, self.address, self.workers, self.batch_size = strategy, address, workers, batch_size
+
+    def embed_documents(
+        self, texts: Sequence[str], *, progress: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        entries = [Entry(str(i), text, {}) for i, text in enumerate(texts)]
+        return embed_on_ray(
+            entries, self.strategy, self.address, workers=self.workers, batch_size=self.batch_size
+        )

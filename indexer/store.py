@@ -42,6 +42,7 @@ import numpy as np
 from indexer.catalog import Catalog, detect_types
 from indexer.corpus import Entry
 from indexer.errors import BadInput, IndexDamaged, IndexLocked
+from indexer.fields import vector_ids, with_also_ids
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from indexer.vector_index import (
@@ -118,6 +119,7 @@ class StoredIndex:
             "source": source.get("path"),
             "text_fields": list(source.get("text_fields") or []),
             "id_field": source.get("id_field"),
+            "also": source.get("also"),
             "fields": self.catalog.field_types(),
         }
 
@@ -263,15 +265,22 @@ class VersionWriter:
         self._spool = (version / self.SPOOL).open("wb")
         self._spool_ids = (version / self.SPOOL_IDS).open("wb")
 
-    def add(self, entries: Sequence[Entry], vectors: np.ndarray, owners: np.ndarray) -> None:
-        """Entries with their vectors; ``owners[i]``: position in ``entries`` of ``vectors[i]``."""
+    def add(
+        self,
+        entries: Sequence[Entry],
+        vectors: np.ndarray,
+        owners: np.ndarray,
+        also: np.ndarray | None = None,
+    ) -> None:
+        """Entries with their vectors; ``owners[i]``: position in ``entries`` of ``vectors[i]``;
+        ``also[i]``: it is that entry's also-vector (``indexer.fields``)."""
         rowids = np.arange(self.entries + 1, self.entries + len(entries) + 1, dtype=np.int64)
         self.catalog.put(entries, rowids, np.bincount(owners, minlength=len(entries)))
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if self.dimension is None:
             self.dimension = vectors.shape[1]
         self._spool.write(vectors.tobytes())
-        self._spool_ids.write(rowids[owners].tobytes())
+        self._spool_ids.write(vector_ids(rowids[owners], also).tobytes())
         self.entries += len(entries)
         self.vectors += len(vectors)
 
@@ -376,12 +385,14 @@ def write_index(
     transform: Transform | None = None,
     index_kind: str = "auto",
     storage: str = "float32",
+    also: np.ndarray | None = None,
 ) -> Path:
     """``stream_index`` for entries and vectors already in memory (vectors transformed already by
-    ``transform``, if any). ``owners[i]`` is the entry (position in ``entries``) of ``vectors[i]``."""
+    ``transform``, if any). ``owners[i]`` is the entry (position in ``entries``) of ``vectors[i]``;
+    ``also[i]``: it is that entry's also-vector (``indexer.fields``)."""
 
     def fill(writer: VersionWriter) -> None:
-        writer.add(entries, vectors, owners)
+        writer.add(entries, vectors, owners, also)
         finish = {"source": source, "index_kind": index_kind, "storage": storage}
         writer.finish(strategy, transform=transform, **finish)
 
@@ -395,6 +406,7 @@ class Change:
     upserts: Sequence[Entry] = ()
     vectors: np.ndarray | None = None  # unit vectors of the upserts that need new ones
     owners: np.ndarray | None = None  # position in ``upserts`` of each vector
+    also: np.ndarray | None = None  # whether each vector is its entry's also-vector (indexer.fields)
     reembed: frozenset[str] = frozenset()  # ids among upserts whose vectors are replaced
     deletes: Sequence[str] = ()
     meta: Mapping[str, Any] | None = None  # meta keys to set (e.g. a calibration), JSON values
@@ -421,7 +433,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
         gone = [known[i] for i in change.deletes if i in known]
         replaced = [known[e.id] for e in change.upserts if e.id in change.reembed and e.id in known]
         if gone or replaced:
-            index.remove_ids(np.array(gone + replaced, dtype=np.int64))
+            index.remove_ids(with_also_ids(gone + replaced))
         catalog.delete(gone)
         next_rowid = int(live.meta["next_rowid"])
         rowids = []
@@ -436,7 +448,8 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
 
             vectors = np.ascontiguousarray(change.vectors, dtype=np.float32)
             faiss.normalize_L2(vectors)
-            index.add_with_ids(vectors, np.asarray(rowids, dtype=np.int64)[change.owners])
+            owners = np.asarray(rowids, dtype=np.int64)[change.owners]
+            index.add_with_ids(vectors, vector_ids(owners, change.also))
             chunks = np.bincount(change.owners, minlength=len(change.upserts))
         kept = catalog.rows(
             [r for e, r in zip(change.upserts, rowids, strict=True) if e.id not in change.reembed]

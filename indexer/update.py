@@ -11,10 +11,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from indexer.catalog import comparable, content_hash
 from indexer.corpus import Rejection, read_corpus
 from indexer.errors import BadInput
+from indexer.fields import FieldScoring, embed_entries
 from indexer.store import Change, apply_change, live_meta, open_index, writer_lock
 
 
@@ -54,6 +56,7 @@ def add_to_index(
     source = live_meta(index_dir).get("source", {})
     text_fields = list(text_fields or source.get("text_fields") or ["text"])
     id_field = id_field or source.get("id_field")
+    also = FieldScoring.from_source(source)
     corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
     with writer_lock(index_dir, wait):
         live = open_index(index_dir)  # the live state under the lock is what we change
@@ -67,20 +70,18 @@ def add_to_index(
                 added.append(entry)
             elif old[0] != content_hash(entry.text):
                 changed.append(entry)
-            elif old[1] != comparable(entry.fields, types):
-                metadata_only.append(entry)
+            elif old[1] != comparable(entry.fields, types):  # with also fields, they may be embedded
+                (changed if also else metadata_only).append(entry)
         to_embed = added + changed
-        vectors = owners = None
+        vectors = owners = also_vectors = None
         if to_embed:
             if ray is None:
-                embedder = Embedder(live.strategy, batch_size=batch_size)
-                vectors, owners = embedder.embed_documents([e.text for e in to_embed], progress=progress)
+                embedder: Any = Embedder(live.strategy, batch_size=batch_size)
             else:
-                from indexer.distributed import embed_on_ray
+                from indexer.distributed import RayEmbedder
 
-                vectors, owners = embed_on_ray(
-                    to_embed, live.strategy, ray, workers=ray_workers, batch_size=batch_size
-                )
+                embedder = RayEmbedder(live.strategy, ray, workers=ray_workers, batch_size=batch_size)
+            vectors, owners, also_vectors = embed_entries(embedder, to_embed, also, progress=progress)
             if live.transform is not None:
                 vectors = live.transform.apply(vectors)
         if to_embed or metadata_only:
@@ -88,6 +89,7 @@ def add_to_index(
                 upserts=to_embed + metadata_only,
                 vectors=vectors,
                 owners=owners,
+                also=also_vectors if also else None,
                 reembed=frozenset(e.id for e in changed + added),
             )
             apply_change(index_dir, change)

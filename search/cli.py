@@ -164,11 +164,33 @@ def ray_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
     command = click.option(
-        "--features", help="Confidence features among score, margin, zscore (default: score,margin)."
+        "--features", help="Confidence features among score, margin, zscore, gap (default: score,gap)."
     )(command)
     return click.option(
         "--precision", default=0.95, show_default=True, type=float, help="Precision of answered hits."
     )(command)
+
+
+def also_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--also``/``--also-weight``: a second vector per entry (``indexer.fields``), given to the
+    command as ``also`` (a ``FieldScoring`` or None)."""
+
+    @functools.wraps(command)
+    def wrapper(also_fields: str | None, also_weight: float | None, **kwargs: Any) -> Any:
+        from indexer.fields import FieldScoring
+
+        return command(also=FieldScoring.asked(_split(also_fields or ""), also_weight), **kwargs)
+
+    wrapper = click.option(
+        "--also-weight",
+        type=float,
+        help="Share of the --also text's cosine in an entry's score (default 0.7).",
+    )(wrapper)
+    return click.option(
+        "--also",
+        "also_fields",
+        help="Embed these fields too, as a second vector per entry scored with the first: question,answer",
+    )(wrapper)
 
 
 def _split(text: str) -> list[str]:
@@ -233,10 +255,11 @@ def cli() -> None:
     default="float32",
     show_default=True,
     help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged); pq "
-    "keeps 32-byte codes in memory and re-ranks from full vectors memory-mapped on disk (100M scale).",
+    "keeps 48-byte codes in memory and re-ranks from full vectors memory-mapped on disk (100M scale).",
 )
 @wait_option
 @ray_options
+@also_options
 @strategy_options
 def index_command(
     corpus: Path,
@@ -252,6 +275,7 @@ def index_command(
     wait: float,
     ray_address: str | None,
     ray_workers: int | None,
+    also: Any,
     asked: dict[str, Any],
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
@@ -275,6 +299,7 @@ def index_command(
         wait=wait,
         ray=ray_address,
         ray_workers=ray_workers,
+        also=also,
     )
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
@@ -380,29 +405,36 @@ def query_command(
 
 @cli.command("calibrate")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--queries", "queries_file", required=True, help="Questions: JSONL with id and text.")
-@click.option("--qrels", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Judgements.")
+@click.option("--queries", "queries_file", help="Questions: JSONL with id and text.")
+@click.option("--qrels", type=click.Path(dir_okay=False, path_type=Path), help="Judgements.")
+@click.option(
+    "--self", "from_corpus", is_flag=True, help="No labelled questions: make them from the index's own texts."
+)
 @rule_options
 @click.option("--json", "as_json", is_flag=True)
 @wait_option
 def calibrate_command(
     index_dir: Path,
-    queries_file: str,
-    qrels: Path,
+    queries_file: str | None,
+    qrels: Path | None,
+    from_corpus: bool,
     precision: float,
     features: str | None,
     as_json: bool,
     wait: float,
 ) -> None:
-    """Fit and store the rule that marks hits answered; unjudged questions are unanswerable ones."""
+    """Fit and store the rule that marks hits answered; unjudged questions are unanswerable ones.
+    With --self, the questions are the index's own texts with words dropped (see the README)."""
     from search.confidence import calibrate_index
     from search.evaluate import read_retrieval_set
 
-    data = read_retrieval_set(queries_file, qrels)
+    if from_corpus == bool(queries_file or qrels) or not from_corpus and not (queries_file and qrels):
+        raise click.UsageError("give --queries and --qrels (labelled questions), or --self")
+    data = None if from_corpus else read_retrieval_set(queries_file, qrels)
     rule = calibrate_index(
         index_dir,
-        data.queries,
-        data.qrels,
+        data.queries if data else None,
+        data.qrels if data else None,
         precision=precision,
         features=_split(features) if features else None,
         wait=wait,
@@ -600,7 +632,10 @@ def info_command(index_dir: Path, as_json: bool) -> None:
         + (f", nprobe {info['nprobe']}" if "nprobe" in info else ""),
         "text_fields": ",".join(info["text_fields"]),
         "fields": ", ".join(f"{name} ({kind})" for name, kind in info["fields"].items()),
+        "also": info["also"] and f"{','.join(info['also']['fields'])} (weight {info['also']['weight']:g})",
     }
+    if not info["also"]:
+        shown.pop("also")
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)
     for key, value in shown.items():
@@ -689,6 +724,7 @@ def evaluate_sts_command(
     "--index", "index_dir", type=click.Path(path_type=Path), help="Use this index instead of building one."
 )
 @click.option("--json", "as_json", is_flag=True)
+@also_options
 @strategy_options
 def evaluate_retrieval_command(
     corpus: Path | None,
@@ -698,6 +734,7 @@ def evaluate_retrieval_command(
     k: int,
     index_dir: Path | None,
     as_json: bool,
+    also: Any,
     asked: dict[str, Any],
 ) -> None:
     """MRR@k, nDCG@k, Recall@1/@k and Success@1/@3 of the queries against the qrels."""
@@ -705,12 +742,18 @@ def evaluate_retrieval_command(
 
     if (corpus is None) == (index_dir is None):
         raise click.UsageError("give --corpus (to build an index) or --index (one of them)")
-    if index_dir is not None and asked:
+    if index_dir is not None and (asked or also):
         raise click.UsageError("--index is queried with its stored strategy: drop the strategy options")
     data = read_retrieval_set(queries_file, qrels)
     fields = _split(text_field)
     scores = evaluate_retrieval(
-        data, index_dir=index_dir, corpus=corpus, strategy=_strategy(asked), text_fields=fields, k=k
+        data,
+        index_dir=index_dir,
+        corpus=corpus,
+        strategy=_strategy(asked),
+        text_fields=fields,
+        k=k,
+        also=also,
     )
     _echo_scores(scores, as_json)
 
@@ -724,6 +767,7 @@ def evaluate_retrieval_command(
 @click.option("--seed", default=0, show_default=True, type=int)
 @rule_options
 @click.option("--json", "as_json", is_flag=True)
+@also_options
 @strategy_options
 def evaluate_abstention_command(
     corpus: Path,
@@ -735,6 +779,7 @@ def evaluate_abstention_command(
     precision: float,
     features: str | None,
     as_json: bool,
+    also: Any,
     asked: dict[str, Any],
 ) -> None:
     """Precision, coverage and AUROC of the calibrated rule vs a plain cosine threshold, with a
@@ -750,6 +795,7 @@ def evaluate_abstention_command(
         features=_split(features) if features else None,
         strategy=_strategy(asked),
         text_fields=_split(text_field),
+        also=also,
     )
     _echo_scores(scores, as_json)
 

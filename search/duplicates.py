@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from indexer.errors import BadInput
+from indexer.fields import ALSO_ID
 from indexer.store import VECTORS, StoredIndex
 from indexer.vector_index import EXACT_LIMIT, read_vectors, stored_vectors
 
@@ -20,13 +21,15 @@ MAX_FOUND = 5_000_000  # pairs held at once before the search gives up: raise th
 
 @dataclass(frozen=True)
 class Duplicates:
-    """Pairs (id, id, cosine) best first (at most ``limit``; ``total`` found) and every group."""
+    """Pairs (id, id, cosine) best first (at most ``limit``; ``total`` found), every group, and
+    the embedded text of each entry they name (what a person reads to judge a duplicate)."""
 
     pairs: list[tuple[str, str, float]]
     groups: list[list[str]]
     total: int
     min_score: float
     truncated: bool = field(default=False)
+    texts: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -35,6 +38,7 @@ class Duplicates:
             "truncated": self.truncated,
             "pairs": [{"a": a, "b": b, "score": s} for a, b, s in self.pairs],
             "groups": self.groups,
+            "texts": self.texts,
         }
 
 
@@ -119,16 +123,20 @@ def find_duplicates(
     if limit is not None and limit < 0:
         raise BadInput(f"limit must be 0 or more, not {limit}")
     vectors, owners = stored_vectors(read_vectors(index.version / VECTORS, mmap=True))
+    texts = owners < ALSO_ID  # entries say the same thing when their texts do: also-vectors aside
+    vectors, owners = vectors[texts], owners[texts]
     pairs, scores = range_pairs(np.ascontiguousarray(vectors, dtype=np.float32), owners, min_score, exact)
     best = np.argsort(-scores, kind="stable")[:limit]
     groups = components(pairs)
     shown = {int(r) for r in pairs[best].ravel()} | {r for g in groups for r in g}
     with lock or nullcontext():
         ids = index.catalog.values(sorted(shown), "_id")
+        texts = index.catalog.values(sorted(shown), "_text")
     return Duplicates(
         [(ids[int(a)], ids[int(b)], float(s)) for (a, b), s in zip(pairs[best], scores[best], strict=True)],
         [sorted(ids[r] for r in group) for group in groups],
         len(pairs),
         min_score,
         len(best) < len(pairs),
+        {ids[r]: texts[r] for r in sorted(shown)},
     )

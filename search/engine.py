@@ -17,6 +17,7 @@ import numpy as np
 from indexer.catalog import Facet
 from indexer.corpus import RESERVED
 from indexer.errors import BadInput, FilterError, StrategyConflict
+from indexer.fields import ALSO_ID, FieldScoring, with_also_ids
 from indexer.query_encoder import QueryEncoder, query_encoder
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
@@ -28,6 +29,10 @@ from search.queries import check_text
 
 if TYPE_CHECKING:
     from indexer.embedding import Embedder
+
+
+CANDIDATES = 64
+"""Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
 
 
 @dataclass(frozen=True)
@@ -168,9 +173,11 @@ class Snapshot:
         check_min_score(min_score)
         return [self._lookup(vector, k, allowed, min_score) for vector in vectors]
 
-    def neighbourhoods(self, vectors: np.ndarray, allowed: Allowed | None = None) -> list[Neighbourhood]:
-        """Each vector's nearest ``NEIGHBOURS`` entries: what a confidence is computed from."""
-        return [self._neighbourhood(self._nearest(v, NEIGHBOURS, allowed)) for v in vectors]
+    def neighbourhoods(
+        self, vectors: np.ndarray, allowed: Allowed | None = None, count: int = NEIGHBOURS
+    ) -> list[Neighbourhood]:
+        """Each vector's nearest ``count`` entries: what a confidence is computed from."""
+        return [self._neighbourhood(self._nearest(v, count, allowed)) for v in vectors]
 
     def _neighbourhood(self, best: dict[int, float]) -> Neighbourhood:
         rowids = list(best)
@@ -178,10 +185,23 @@ class Snapshot:
             hashes = self.index.catalog.values(rowids, "_hash")
         return Neighbourhood(rowids, np.array(list(best.values())), [hashes[r] for r in rowids])
 
+    @functools.cached_property
+    def scoring(self) -> FieldScoring | None:
+        """The second vector per entry this version scores with (``indexer.fields``), if any."""
+        return FieldScoring.from_source(self.meta.get("source", {}))
+
     def _nearest(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> dict[int, float]:
-        """Row id -> best cosine of the k nearest entries, best first. A chunked entry may hold
-        several of the nearest vectors, so widen the search until k distinct entries are found
-        (the first, best chunk gives the score)."""
+        """Row id -> score of the k best entries, best first. With a ``scoring``, candidates
+        come from both vector sets and each is scored exactly with both (``_scored``)."""
+        if self.scoring is None:
+            return self._search(vector, k, allowed)
+        pool = self._search(vector, max(2 * k, CANDIDATES), allowed)
+        return dict(list(self._scored(vector, list(pool)).items())[:k])
+
+    def _search(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> dict[int, float]:
+        """Row id -> best cosine of the k nearest entries, best first. A chunked entry (or one
+        with an also-vector) may hold several of the nearest vectors, so widen the search until
+        k distinct entries are found (the first, best vector gives the score)."""
         import faiss
 
         index = self.index
@@ -189,7 +209,8 @@ class Snapshot:
             entries, total, params = index.meta["count"], index.vectors.ntotal, None
         else:
             entries, total = len(allowed.ids), allowed.vectors
-            params = search_parameters(index.vectors, faiss.IDSelectorBatch(allowed.ids))
+            selector = faiss.IDSelectorBatch(with_also_ids(allowed.ids) if self.scoring else allowed.ids)
+            params = search_parameters(index.vectors, selector)
         best: dict[int, float] = {}
         if entries == 0:
             return best
@@ -198,12 +219,38 @@ class Snapshot:
         while True:
             scores, ids = index.vectors.search(vector[None, :], fetch, params=params)
             best = {}
-            for rowid, score in zip(ids[0].tolist(), scores[0].tolist(), strict=True):
+            for rowid, score in zip((ids[0] % ALSO_ID).tolist(), scores[0].tolist(), strict=True):
                 if rowid >= 0 and rowid not in best:
                     best[rowid] = score
             if len(best) >= wanted or fetch >= total:
                 return best
             fetch = min(2 * fetch, total)
+
+    def _scored(self, vector: np.ndarray, rowids: list[int]) -> dict[int, float]:
+        """Row id -> combined score of each candidate, best first: both of its vector sets
+        compared with the query (a search restricted to its vectors, so exact), each set's best
+        chunk taken, then ``FieldScoring.combine``."""
+        import faiss
+
+        if not rowids:
+            return {}
+        with self.db_lock:
+            chunks = self.index.catalog.values(rowids, "_chunks")
+        selector = faiss.IDSelectorBatch(with_also_ids(rowids))
+        held = int(sum(chunks.values()))
+        scores, ids = self.index.vectors.search(
+            vector[None, :], held, params=search_parameters(self.index.vectors, selector)
+        )
+        best: dict[int, float] = {}
+        for vector_id, score in zip(ids[0].tolist(), scores[0].tolist(), strict=True):
+            if vector_id >= 0:
+                best.setdefault(vector_id, score)  # best chunk first
+        rows = np.array(rowids, dtype=np.int64)
+        text = np.array([best.get(r, -1.0) for r in rowids])
+        also = np.array([best.get(r + ALSO_ID, -1.0) for r in rowids])
+        combined = self.scoring.combine(text, also)
+        order = np.argsort(-combined, kind="stable")
+        return {int(rows[i]): float(combined[i]) for i in order}
 
     def _lookup(
         self, vector: np.ndarray, k: int, allowed: Allowed | None, min_score: float | None

@@ -16,13 +16,17 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from indexer.errors import BadInput
+from indexer.fields import FieldScoring
 from indexer.strategy import Strategy
 from search.queries import Query, read_queries
+
+if TYPE_CHECKING:
+    from search.engine import Snapshot
 
 
 @dataclass(frozen=True)
@@ -187,9 +191,10 @@ def evaluate_retrieval(
     strategy: Strategy | None = None,
     text_fields: Sequence[str] | None = None,
     k: int = 10,
-) -> dict[str, float]:
-    """Query an existing index, or build a temporary one from ``corpus`` with ``strategy``;
-    metrics at cutoff ``k``."""
+    also: FieldScoring | None = None,
+) -> dict[str, Any]:
+    """Query an existing index, or build a temporary one from ``corpus`` with ``strategy`` (and
+    ``also`` fields); metrics at cutoff ``k``."""
     from indexer.build import build_index
     from search.engine import SearchEngine
 
@@ -198,11 +203,11 @@ def evaluate_retrieval(
             if corpus is None:
                 raise BadInput("give a corpus to index, or an existing index")
             index_dir = Path(tmp) / "index"
-            build_index(corpus, index_dir, strategy, text_fields=text_fields)
+            build_index(corpus, index_dir, strategy, text_fields=text_fields, also=also)
         engine = SearchEngine(index_dir)
         results = engine.search_many([q.text for q in data.queries], k=k)
         ranked = {q.id: [h.id for h in hits] for q, hits in zip(data.queries, results, strict=True)}
-        return {**retrieval_metrics(ranked, data.qrels, k), "strategy": engine.strategy.describe()}
+        return {**retrieval_metrics(ranked, data.qrels, k), **described(engine.snapshot)}
 
 
 def threads(qrels: Mapping[str, Mapping[str, int]]) -> list[tuple[set[str], set[str]]]:
@@ -236,16 +241,18 @@ def evaluate_abstention(
     features: Sequence[str] | None = None,
     strategy: Strategy | None = None,
     text_fields: Sequence[str] | None = None,
+    also: FieldScoring | None = None,
 ) -> dict[str, Any]:
     """Remove ``holdout`` of the threads (entries and their questions become unanswerable), index
     the rest, calibrate on half of the threads' questions and report on the other half: precision
     of the answered, coverage, AUROC (answerable vs not) of the confidence, for the calibrated
-    rule and for a plain top-1 cosine threshold at the same precision."""
+    rule, for a plain top-1 cosine threshold at the same precision, and for the rule calibrated
+    on the corpus alone (``self``: no labelled question, ``confidence.self_observations``)."""
     import random
 
     from indexer.build import build_index
     from indexer.corpus import read_corpus
-    from search.confidence import PLAIN, auroc, check_precision, fit_rule, measure
+    from search.confidence import PLAIN, auroc, check_precision, fit_rule, measure, self_observations
     from search.confidence import observations as observe_all
     from search.engine import SearchEngine
 
@@ -269,10 +276,12 @@ def evaluate_abstention(
             for entry in read.entries:
                 if entry.id not in gone:
                     out.write(json.dumps({**entry.fields, "id": entry.id}, ensure_ascii=False) + "\n")
-        build_index(remaining, Path(tmp) / "index", strategy, text_fields=text_fields, id_field="id")
-        engine = SearchEngine(Path(tmp) / "index")
+        index_dir = Path(tmp) / "index"
+        build_index(remaining, index_dir, strategy, text_fields=text_fields, id_field="id", also=also)
+        engine = SearchEngine(index_dir)
         questions = [q for q in data.queries if q.id in set().union(*(t[0] for t in found))]
         seen = observe_all(engine.snapshot, questions, data.qrels)
+        unlabelled = self_observations(engine.snapshot, seed)
     split = [q.id in calibrating for q in questions]
     calibration = [o for o, c in zip(seen, split, strict=True) if c]
     test = [o for o, c in zip(seen, split, strict=True) if not c]
@@ -286,8 +295,18 @@ def evaluate_abstention(
         "test questions": len(test),
         "test unanswerable": int((~answerable).sum()),
     }
-    for name, chosen in (("rule", features), ("plain", PLAIN)):
-        rule = fit_rule(calibration, precision, chosen)
+    for name, chosen, fitted_on in (
+        ("rule", features, calibration),
+        ("plain", PLAIN, calibration),
+        ("self", features, unlabelled),
+    ):
+        try:
+            rule = fit_rule(fitted_on, precision, chosen)
+        except BadInput as exc:  # the corpus alone may not reach the precision: say so, beside the rest
+            if name != "self":
+                raise
+            report["self error"] = str(exc)
+            continue
         confidence = rule.confidence(rows)
         scored = measure(confidence >= rule.threshold, correct, answerable)
         report[f"{name} features"] = ",".join(rule.features)
@@ -295,4 +314,11 @@ def evaluate_abstention(
         report[f"{name} coverage"] = scored["coverage"]
         report[f"{name} auroc"] = auroc(confidence, answerable)
         report[f"{name} auroc right"] = auroc(confidence, correct)
-    return {**report, "strategy": engine.strategy.describe()}
+    return {**report, **described(engine.snapshot)}
+
+
+def described(snapshot: Snapshot) -> dict[str, str]:
+    """What an evaluation ran on: the strategy, and the also fields when the index scores two."""
+    scoring = snapshot.scoring
+    also = {"also": f"{','.join(scoring.also)} weight {scoring.weight:g}"} if scoring else {}
+    return {"strategy": snapshot.index.strategy.describe(), **also}

@@ -22,6 +22,8 @@ from search.confidence import (
     choose_threshold,
     fit_rule,
     measure,
+    paraphrase,
+    self_observations,
 )
 from search.engine import SearchEngine
 from search.evaluate import evaluate_abstention, read_retrieval_set, threads
@@ -91,6 +93,10 @@ def test_margin_is_to_the_best_entry_of_another_text():
     assert rows[:, 0].tolist() == pytest.approx([0.9, 0.9, 0.7])
     assert rows[:, 1].tolist() == pytest.approx([0.2, 0.2, -0.2])  # the sibling "a" is not a rival
     assert rows[0, 2] > 0 > rows[2, 2] - 1  # z-score against the distinct texts 0.9, 0.7, 0.5
+    # gap: the hit's cosine minus the mean of the next (up to nine) other texts' best cosines
+    assert rows[:, 3].tolist() == pytest.approx([0.9 - 0.6, 0.9 - 0.6, 0.7 - 0.7])
+    many = Neighbourhood(list(range(12)), np.linspace(1.0, 0.45, 12), [str(i) for i in range(12)])
+    assert many.features(1)[0, 3] == pytest.approx(1.0 - np.linspace(1.0, 0.45, 12)[1:10].mean())
 
 
 def test_threshold_is_the_lowest_that_keeps_the_precision():
@@ -109,7 +115,7 @@ def test_calibration_is_stored_and_marks_hits(faq):
     rule = calibrate(index, queries, qrels)
     assert live_version(index) != before  # a new version, like any write
     assert Rule.from_dict(open_index(index).meta["calibration"]) == rule
-    assert rule.precision >= 0.95 and rule.questions == 20 and rule.features == ("score", "margin")
+    assert rule.precision >= 0.95 and rule.questions == 20 and rule.features == ("score", "gap")
     engine = SearchEngine(index)
     answered = engine.search(TOPICS[3], k=3)
     assert answered[0].id in ("e3a", "e3b") and answered[0].answered is True
@@ -165,8 +171,8 @@ def test_no_answerable_question(faq, tmp_path):
 
 
 def test_all_right_or_all_wrong_cannot_calibrate():
-    right = [Observation(np.array([0.9, 0.2, 1.0]), True, True)] * 3
-    wrong = [Observation(np.array([0.5, 0.0, 0.0]), True, False)] * 3
+    right = [Observation(np.array([0.9, 0.2, 1.0, 0.3]), True, True)] * 3
+    wrong = [Observation(np.array([0.5, 0.0, 0.0, 0.0]), True, False)] * 3
     with pytest.raises(BadInput, match="every calibration question's top hit is right"):
         fit_rule(right)
     with pytest.raises(BadInput, match="is wrong"):
@@ -192,7 +198,7 @@ def test_unknown_feature_and_no_questions(faq):
 
 
 def test_unreachable_precision_is_said():
-    same = np.array([0.8, 0.1, 1.0])  # right and wrong questions that look alike: no cut separates them
+    same = np.array([0.8, 0.1, 1.0, 0.2])  # right and wrong questions that look alike: no cut separates them
     seen = [Observation(same, True, True), Observation(same, True, False)] * 2
     with pytest.raises(BadInput, match="no threshold reaches precision 0.95"):
         fit_rule(seen, 0.95)
@@ -238,7 +244,8 @@ def test_cli_calibrate_then_query(faq):
 @pytest.mark.slow
 def test_stackfaq_abstention_meets_the_aim():
     """The real dev split with the bundled model: the calibrated rule at precision ~0.95 answers
-    more of the answerable questions than the plain cosine threshold (seed 0: 0.79 vs 0.75)."""
+    more of the answerable questions than the plain cosine threshold (seed 0: 0.81 vs 0.75), and
+    so does the rule calibrated on the corpus alone, with no labelled question (0.81 too)."""
     corpus = shared_file("stackfaq", "corpus.jsonl")
     data = read_retrieval_set(shared_file("stackfaq", "queries.jsonl"), shared_file("stackfaq", "qrels.tsv"))
     report = evaluate_abstention(corpus, data, holdout=0.33, seed=0)
@@ -246,6 +253,9 @@ def test_stackfaq_abstention_meets_the_aim():
     assert report["rule coverage"] >= 0.75
     assert report["rule coverage"] > report["plain coverage"]
     assert report["rule auroc right"] > report["plain auroc right"]
+    assert report["rule auroc"] >= report["plain auroc"]
+    assert report["self precision"] >= 0.93
+    assert report["self coverage"] > report["plain coverage"]
 
 
 def test_http_search_marks_hits(faq):
@@ -272,3 +282,61 @@ def test_cli_evaluate_abstention(tmp_path, tiny_model):
     report = json.loads(result.stdout)
     assert report["removed"] == 4 and {"rule auroc", "plain coverage"} <= set(report)
     assert_clean_failure(run("evaluate", "abstention", *common, "--holdout", "1.5"), "holdout")
+
+
+def test_paraphrase_drops_a_third_of_the_words_in_order():
+    rng = np.random.default_rng(0)
+    made = paraphrase("one two three four five six", rng)
+    assert len(made.split()) == 4
+    assert [w for w in ["one", "two", "three", "four", "five", "six"] if w in made.split()] == made.split()
+    assert paraphrase("two words", rng) == "two words"  # too short to lose any
+    assert paraphrase("é 分类 x ☃ y z", np.random.default_rng(1)).count(" ") == 3
+
+
+def test_neighbourhood_leaves_a_text_out():
+    near = Neighbourhood([1, 2, 3, 4], np.array([0.9, 0.8, 0.7, 0.5]), ["a", "b", "a", "c"])
+    kept = near.first(2, leave_out="a")
+    assert (kept.rowids, kept.scores.tolist(), kept.groups) == ([2, 4], [0.8, 0.5], ["b", "c"])
+    assert near.first(9, leave_out="zzz").rowids == [1, 2, 3, 4]
+
+
+def test_self_observations_pair_each_text_with_its_absence(faq):
+    index = faq[0]
+    seen = self_observations(SearchEngine(index).snapshot)
+    assert len(seen) == 2 * len(TOPICS)  # two entries share each text: one question per text
+    assert [o.answerable for o in seen] == [True, False] * len(TOPICS)
+    assert not any(o.correct for o in seen if not o.answerable)  # left out: never right
+    assert all(o.features[0] >= -1 for o in seen)
+
+
+def test_calibrate_from_the_corpus_alone(tmp_path, bundled):
+    corpus, _, _ = write_faq(tmp_path)
+    build_index(corpus, tmp_path / "idx")
+    rule = calibrate_index(tmp_path / "idx", None, None)
+    assert rule.questions == 2 * len(TOPICS) and rule.precision >= 0.95
+    assert Rule.from_dict(open_index(tmp_path / "idx").meta["calibration"]) == rule
+    engine = SearchEngine(tmp_path / "idx")
+    assert engine.search("How can I reset the password", k=1)[0].answered is True
+    assert all(h.answered is False for h in engine.search(OTHERS[4], k=2))
+
+
+def test_self_calibration_needs_two_texts(tmp_path, tiny_model):
+    corpus = tmp_path / "one.jsonl"
+    corpus.write_text('{"id": "a", "text": "same"}\n{"id": "b", "text": "same"}\n')
+    build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model))
+    before = live_version(tmp_path / "idx")
+    with pytest.raises(BadInput, match="at least 2 distinct texts"):
+        calibrate_index(tmp_path / "idx", None, None)
+    assert live_version(tmp_path / "idx") == before
+
+
+def test_cli_calibrate_self_and_its_misuse(faq):
+    index, _, queries, qrels = faq
+    assert_clean_failure(run("calibrate", index), "give --queries and --qrels")
+    assert_clean_failure(run("calibrate", index, "--self", "--queries", queries), "or --self")
+    assert_clean_failure(run("calibrate", index, "--queries", queries), "or --self")
+    result = run("calibrate", index, "--self", "--precision", "0.5", "--json")
+    if result.returncode == 0:  # the tiny random model may reach no threshold: then one clean line
+        assert json.loads(result.stdout)["questions"] == 2 * len(TOPICS)
+    else:
+        assert_clean_failure(result, "no threshold reaches precision")

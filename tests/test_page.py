@@ -98,3 +98,20 @@ def test_page_files_are_in_the_wheel(tmp_path):
     (wheel,) = Path(tmp_path / "dist").glob("semsearch-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"search/static/{name}" for name in PAGE_FILES} <= names
+
+
+def test_the_page_offers_duplicates_and_the_api_gives_their_texts(tmp_path, tiny_model):
+    corpus = tmp_path / "faq.jsonl"
+    rows = [
+        '{"id": "a", "text": "<b>same</b> é"}',
+        '{"id": "b", "text": "<b>same</b> é"}',
+        '{"id": "c", "text": "x"}',
+    ]
+    corpus.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model))
+    with TestClient(create_app(tmp_path / "idx")) as client:
+        page = client.get("/").text
+        assert 'id="tab-duplicates"' in page and 'id="duplicates-form"' in page
+        body = client.get("/duplicates", params={"min_score": 0.9999}).json()
+        assert body["groups"] == [["a", "b"]]
+        assert body["texts"] == {"a": "<b>same</b> é", "b": "<b>same</b> é"}

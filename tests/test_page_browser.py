@@ -294,3 +294,74 @@ def test_range_and_odd_field_name(browser, odd_server):
     page.wait_for_selector("#filter-list input[data-end=max][aria-invalid=true]")
     assert "Error" not in page.text_content("#status")
     assert watched.dialogs == [] and watched.outside == []
+
+
+DUPLICATED = [
+    {"id": "d1", "text": "How do I reset my password?"},
+    {"id": "d2", "text": "How do I reset my password?"},
+    {"id": "d3", "text": "How can I reset my password?"},
+    {"id": "h1", "text": "<img src=x onerror=alert(4)> shown as text"},
+    {"id": "h2", "text": "<img src=x onerror=alert(4)> shown as text"},
+    {"id": "o1", "text": "Where can I park the bike overnight?"},
+    {"id": "o2", "text": "Which payment cards are accepted?"},
+]
+
+
+@pytest.fixture(scope="module")
+def calibrated_server(tmp_path_factory) -> Iterator[str]:
+    """`semsearch serve` on a small FAQ with duplicate entries (one group hostile markup) and a
+    stored rule that answers when the top cosine is above 0.5."""
+    from indexer.store import Change, apply_change
+    from search.confidence import Rule
+
+    directory = tmp_path_factory.mktemp("duplicates")
+    corpus = directory / "faq.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in DUPLICATED), encoding="utf-8")
+    build_index(corpus, directory / "idx")
+    rule = Rule(("score",), (0.5,), (0.1,), (10.0,), 0.0, 0.5, 0.95, 1.0, 1.0, 10)
+    apply_change(directory / "idx", Change(meta={"calibration": rule.to_dict()}))
+    with serving(directory / "idx") as url:
+        yield url
+
+
+def test_answered_hits_and_the_duplicates_tab(browser, calibrated_server):
+    watched = Watched(browser, calibrated_server, 390, 844)
+    page = watched.page
+    page.goto(calibrated_server + "/")
+    search(page, "How do I reset my password?")
+    badges = page.eval_on_selector_all("#results .answered", TEXTS)
+    assert badges[0] == "answered · confidence 1.00"
+    assert "no answer" not in page.text_content("#status")
+    search(page, "volcanic soil and vineyard yields")
+    assert page.eval_on_selector_all("#results .answered.no", TEXTS)[0].startswith("not answered")
+    assert "no answer" in page.text_content("#status")
+
+    page.click("#tab-duplicates")
+    assert page.evaluate("document.activeElement.id") == "min-score"
+    page.fill("#min-score", "0.95")
+    page.press("#min-score", "Enter")
+    page.wait_for_function("() => document.querySelectorAll('#duplicate-groups > li').length === 2")
+    groups = page.eval_on_selector_all(
+        "#duplicate-groups > li",
+        "items => items.map(item => [...item.querySelectorAll('.member')].map(m => m.dataset.id))",
+    )
+    assert groups == [["d1", "d2", "d3"], ["h1", "h2"]]
+    texts = page.eval_on_selector_all("#duplicate-groups .member-text", TEXTS)
+    assert "<img src=x onerror=alert(4)> shown as text" in texts
+    assert page.text_content("#duplicates-status").startswith("2 groups")
+    assert "tab=duplicates" in page.url and "min_score=0.95" in page.url
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    # a link to the tab shows its groups; a min score the API would refuse is not sent
+    page.goto(calibrated_server + "/?tab=duplicates&min_score=0.999")
+    page.wait_for_function("() => document.querySelectorAll('#duplicate-groups > li').length === 2")
+    assert page.eval_on_selector_all("#duplicate-groups .hit-title", TEXTS) == ["2 entries", "2 entries"]
+    page.fill("#min-score", "1.5")
+    page.press("#min-score", "Enter")
+    page.wait_for_selector("#min-score[aria-invalid=true]")
+    assert page.text_content("#duplicates-status") == "Give a cosine above 0 and at most 1."
+    page.fill("#min-score", "0.99999")
+    page.press("#min-score", "Enter")
+    page.wait_for_function(
+        "() => /No two entries|group/.test(document.getElementById('duplicates-status').textContent)"
+    )
+    assert watched.dialogs == [] and watched.outside == []

@@ -1,9 +1,11 @@
-// The semsearch search page: plain JS over the JSON API (/info, /fields, /search, /similar).
+// The semsearch search page: plain JS over the JSON API (/info, /fields, /search, /similar,
+// /duplicates).
 // Every stored value reaches the page through textContent, never as markup.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const NUMBER = /^-?\d+(\.\d+)?$/; // the number literals a filter accepts
+const TABS = ["search", "similar", "duplicates"];
 const state = { info: null, facets: {}, controller: null, timer: 0, ignored: [] };
 
 function el(tag, className, text) {
@@ -108,7 +110,9 @@ function writeUrl(query, k, filterParams) {
   if (query) params.set("q", query);
   if (k !== "10") params.set("k", k);
   for (const [key, value] of filterParams) params.set(key, value);
-  if (!$("panel-similar").hidden) params.set("tab", "similar");
+  const tab = TABS.find((name) => !$(`panel-${name}`).hidden);
+  if (tab !== "search") params.set("tab", tab);
+  if (tab === "duplicates") params.set("min_score", $("min-score").value);
   const search = params.toString();
   history.replaceState(null, "", search ? `?${search}` : location.pathname);
 }
@@ -138,6 +142,9 @@ async function search() {
     const ms = Math.round(performance.now() - started);
     const status = $("status");
     status.replaceChildren(`${data.hits.length} result${data.hits.length === 1 ? "" : "s"} in ${ms} ms`);
+    if (data.hits.length && data.hits[0].answered === false) {
+      status.append(" · ", el("strong", "no-answer", "no answer: the best hit is below the index's confidence threshold"));
+    }
     if (where) status.append(" · filter ", el("code", "", where));
     if (state.ignored.length) status.append(` · not in this index, ignored: ${state.ignored.join(", ")}`);
     $("results").replaceChildren(...data.hits.map(renderHit));
@@ -169,6 +176,7 @@ function renderHit(hit) {
   stored.forEach((name) => shown.add(name));
   const head = el("div", "hit-head");
   head.append(scoreBar(hit.score), el("span", "rank", `#${hit.rank}`));
+  if (hit.answered !== null && hit.answered !== undefined) head.append(answeredBadge(hit));
   item.append(head, el("h2", "hit-title", title));
   for (const name of stored.slice(1)) item.append(el("p", "hit-body", hit.fields[name]));
   const chips = el("ul", "chips");
@@ -188,6 +196,65 @@ function renderHit(hit) {
   }
   chips.append(el("li", "chip id", hit.id));
   item.append(chips);
+  return item;
+}
+
+// Whether the index holds an answer: its calibrated rule (with a confidence) or a plain threshold.
+function answeredBadge(hit) {
+  const sure = typeof hit.confidence === "number" ? ` · confidence ${hit.confidence.toFixed(2)}` : "";
+  const badge = el("span", `answered ${hit.answered ? "yes" : "no"}`, (hit.answered ? "answered" : "not answered") + sure);
+  badge.title = "By the decision rule calibrated for this index (semsearch calibrate)";
+  return badge;
+}
+
+// Duplicates ----------------------------------------------------------------------------------
+
+async function findDuplicates(event) {
+  event?.preventDefault();
+  const input = $("min-score");
+  const status = $("duplicates-status");
+  const minScore = Number(input.value);
+  if (!input.value || !(minScore > 0 && minScore <= 1)) {
+    input.setAttribute("aria-invalid", "true");
+    status.textContent = "Give a cosine above 0 and at most 1.";
+    return;
+  }
+  input.setAttribute("aria-invalid", "false");
+  writeUrl($("q").value.trim(), $("k").value, currentFilter().params);
+  status.textContent = "Comparing every entry with every other…";
+  try {
+    const data = await api(`/duplicates?min_score=${encodeURIComponent(minScore)}&limit=1000`);
+    const best = new Map();
+    for (const pair of data.pairs) {
+      for (const [id, other] of [[pair.a, pair.b], [pair.b, pair.a]]) {
+        if (!best.has(id) || best.get(id).score < pair.score) best.set(id, { other, score: pair.score });
+      }
+    }
+    const groups = data.groups.length;
+    status.textContent = groups
+      ? `${groups} group${groups === 1 ? "" : "s"} of entries that say the same thing (${data.total_pairs} pair${data.total_pairs === 1 ? "" : "s"} at cosine ≥ ${data.min_score})`
+      : `No two entries at cosine ≥ ${data.min_score}.`;
+    $("duplicate-groups").replaceChildren(...data.groups.map((group) => renderGroup(group, data.texts, best)));
+  } catch (error) {
+    status.textContent = `Error: ${error.message}`;
+    $("duplicate-groups").replaceChildren();
+  }
+}
+
+function renderGroup(group, texts, best) {
+  const item = el("li", "hit group");
+  item.tabIndex = 0;
+  item.append(el("h2", "hit-title", `${group.length} entries`));
+  const members = el("ul", "members");
+  for (const id of group) {
+    const member = el("li", "member");
+    member.dataset.id = id;
+    const closest = best.get(id);
+    member.append(el("span", "chip id", id), " ", el("span", "member-text", texts[id] ?? ""));
+    if (closest) member.append(el("span", "score-value", ` ${closest.score.toFixed(3)} with ${closest.other}`));
+    members.append(member);
+  }
+  item.append(members);
   return item;
 }
 
@@ -220,19 +287,20 @@ async function rankSimilar(event) {
 // Tabs, keys, start ---------------------------------------------------------------------------
 
 function showTab(name, focus) {
-  for (const tab of ["search", "similar"]) {
+  for (const tab of TABS) {
     const on = tab === name;
     $(`tab-${tab}`).setAttribute("aria-selected", String(on));
     $(`tab-${tab}`).tabIndex = on ? 0 : -1;
     $(`panel-${tab}`).hidden = !on;
   }
-  if (focus) $(name === "search" ? "q" : "sentence").focus();
+  if (focus) $({ search: "q", similar: "sentence", duplicates: "min-score" }[name]).focus();
   const { params } = currentFilter();
   writeUrl($("q").value.trim(), $("k").value, params);
 }
 
 function moveThroughResults(event) {
-  const list = $("panel-similar").hidden ? $("results") : $("similar-results");
+  const shown = TABS.find((name) => !$(`panel-${name}`).hidden);
+  const list = $({ search: "results", similar: "similar-results", duplicates: "duplicate-groups" }[shown]);
   const items = [...list.children];
   const at = items.indexOf(document.activeElement);
   if (event.key === "ArrowDown" && (event.target === $("q") || at >= 0)) {
@@ -256,8 +324,10 @@ function onKey(event) {
   } else if (event.key === "Enter" && event.ctrlKey && event.target === $("candidates")) {
     $("similar-form").requestSubmit();
   } else if (event.target.getAttribute("role") === "tab" && /^Arrow(Left|Right)$/.test(event.key)) {
-    showTab(event.target.id === "tab-search" ? "similar" : "search", false);
-    $(`tab-${$("panel-search").hidden ? "similar" : "search"}`).focus();
+    const at = TABS.indexOf(event.target.id.replace("tab-", ""));
+    const next = TABS[(at + (event.key === "ArrowRight" ? 1 : TABS.length - 1)) % TABS.length];
+    showTab(next, false);
+    $(`tab-${next}`).focus();
   } else {
     moveThroughResults(event);
   }
@@ -288,8 +358,11 @@ async function start() {
     for (const node of document.querySelectorAll("#filter-list select, #filter-list input")) node.value = "";
     runSearch(0);
   });
-  for (const tab of ["search", "similar"]) $(`tab-${tab}`).addEventListener("click", () => showTab(tab, true));
-  if (params.get("tab") === "similar") showTab("similar", false);
+  $("duplicates-form").addEventListener("submit", findDuplicates);
+  for (const tab of TABS) $(`tab-${tab}`).addEventListener("click", () => showTab(tab, true));
+  if (params.get("min_score")) $("min-score").value = params.get("min_score");
+  if (TABS.includes(params.get("tab"))) showTab(params.get("tab"), false);
+  if (params.get("tab") === "duplicates") findDuplicates();
   try {
     const [info, fields] = await Promise.all([api("/info"), api("/fields")]);
     state.info = info;

@@ -1,0 +1,98 @@
+"""Two vectors per entry, one score: an entry's text (``--text-field``) and a second text made of
+other fields (``--also``, e.g. question and answer) are embedded apart, and a query scores each
+entry ``(1 - weight) * cos(q, text) + weight * cos(q, also)``.
+
+Why: a FAQ question alone matches paraphrases of it well but cannot tell apart entries that share
+it (one question, several answers); question+answer does, and the sum beats either (StackFAQ dev,
+README "Question and answer scored together").
+
+Both vector sets live in the one FAISS index: the text's vectors under the entry's row id, the
+also text's under ``row id + ALSO_ID``. So ``add``/``delete``/``compact`` keep them in step with
+no second file, a search retrieves candidates from both at once, and a filter admits both.
+The configuration is saved in the index meta (``source.also``) and read back by every query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from indexer.corpus import Entry, field_text
+from indexer.errors import BadInput
+
+ALSO_ID = 1 << 40
+"""FAISS id offset of the also-vectors (row ids stay far below it)."""
+DEFAULT_WEIGHT = 0.7
+"""Share of the also text's cosine: the best of 0.3/0.5/0.7 on StackFAQ dev (bench/faq_fields.py)."""
+
+
+@dataclass(frozen=True)
+class FieldScoring:
+    """Which fields make the second text (joined by a space, like ``--text-field``) and the share
+    of its cosine in an entry's score."""
+
+    also: tuple[str, ...]
+    weight: float = DEFAULT_WEIGHT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "also", tuple(str(f).strip() for f in self.also))
+        if not self.also or not all(self.also):
+            raise BadInput("--also: name the field(s) of the second text, comma-separated: question,answer")
+        if not 0 <= self.weight <= 1:
+            raise BadInput(f"--also-weight must be in [0, 1], not {self.weight}")
+
+    def texts(self, entries: Sequence[Entry]) -> list[str]:
+        """Each entry's second text; an entry whose also fields are all empty uses its text."""
+        missing = [f for f in self.also if entries and not any(f in e.fields for e in entries)]
+        if missing:
+            raise BadInput(f"--also: no entry has field {', '.join(map(repr, missing))}")
+        return [field_text(e.fields, self.also) or e.text for e in entries]
+
+    def combine(self, text_scores: np.ndarray, also_scores: np.ndarray) -> np.ndarray:
+        return (1 - self.weight) * text_scores + self.weight * also_scores
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fields": list(self.also), "weight": self.weight}
+
+    @classmethod
+    def asked(cls, fields: Sequence[str] | None, weight: float | None = None) -> FieldScoring | None:
+        """What ``--also FIELDS [--also-weight W]`` ask for (None: no also fields)."""
+        if not fields:
+            if weight is not None:
+                raise BadInput("--also-weight needs --also FIELDS")
+            return None
+        return cls(tuple(fields), DEFAULT_WEIGHT if weight is None else weight)
+
+    @classmethod
+    def from_source(cls, source: Mapping[str, Any]) -> FieldScoring | None:
+        """The scoring an index's ``source`` meta saved, or None for one vector per entry."""
+        stored = source.get("also")
+        return cls(tuple(stored["fields"]), float(stored["weight"])) if stored else None
+
+
+def embed_entries(
+    embedder: Any, entries: Sequence[Entry], scoring: FieldScoring | None, *, progress: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectors of the entries' texts (and, with ``scoring``, of their also texts): (vectors,
+    owners = entry position of each vector, also = whether it is an also-vector)."""
+    texts = [e.text for e in entries]
+    if scoring is not None:
+        texts += scoring.texts(entries)
+    vectors, owners = embedder.embed_documents(texts, progress=progress)
+    also = owners >= len(entries)
+    return vectors, owners % max(len(entries), 1), also
+
+
+def vector_ids(rowids: np.ndarray, also: np.ndarray | None) -> np.ndarray:
+    """FAISS ids: the row id, plus ``ALSO_ID`` for an also-vector."""
+    rowids = np.asarray(rowids, dtype=np.int64)
+    return rowids if also is None else rowids + np.asarray(also, dtype=np.int64) * ALSO_ID
+
+
+def with_also_ids(rowids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Every FAISS id an entry may hold: its row id and its also-vectors' id."""
+    rowids = np.asarray(rowids, dtype=np.int64)
+    return np.concatenate([rowids, rowids + ALSO_ID])

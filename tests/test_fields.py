@@ -1,0 +1,207 @@
+"""Two vectors per entry (``--also``): the option, its storage in the index, the exact combined
+score on every query path, updates keeping both vector sets in step, and misuse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer import build_index
+from indexer.errors import BadInput
+from indexer.fields import ALSO_ID, FieldScoring
+from indexer.store import open_index
+from indexer.update import add_to_index, delete_from_index
+from indexer.vector_index import stored_vectors
+from search.confidence import Neighbourhood
+from search.duplicates import find_duplicates
+from search.engine import SearchEngine
+from tests.test_cli import assert_clean_failure, run
+
+# Crafted so that each single field ranks a decoy first and only their combination the right entry:
+# the question alone prefers "qdecoy" (same question, useless answer), question+answer alone
+# prefers "adecoy" (an answer that repeats the query, an unrelated question).
+ENTRIES = [
+    {
+        "id": "right",
+        "text": "How do I get my money back for a ride?",
+        "answer": "Refunds for cancelled rides are credited to your card within five days.",
+        "lang": "en",
+    },
+    {
+        "id": "qdecoy",
+        "text": "How do I get money back for a cancelled ride?",
+        "answer": "Our bikes are serviced every week at the depot by mechanics.",
+        "lang": "en",
+    },
+    {
+        "id": "adecoy",
+        "text": "Is there a phone number I can call?",
+        "answer": "Refund for a cancelled ride: a refund for a cancelled ride is credited to your card.",
+        "lang": "fr",
+    },
+]
+QUERY = "can I get a refund for a cancelled ride"
+WEIGHT = 0.8
+
+
+def write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write(tmp_path_factory.mktemp("fields") / "faq.jsonl", ENTRIES)
+
+
+@pytest.fixture(scope="module")
+def combined(tmp_path_factory, corpus) -> Path:
+    index_dir = tmp_path_factory.mktemp("combined") / "idx"
+    build_index(corpus, index_dir, also=FieldScoring(("text", "answer"), WEIGHT))
+    return index_dir
+
+
+def cosines(bundled, texts: list[str]) -> np.ndarray:
+    vectors = bundled.embed([QUERY, *texts])
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors[1:] @ vectors[0]
+
+
+def test_only_the_combination_ranks_the_right_entry_first(tmp_path, corpus, combined):
+    question, both = tmp_path / "q", tmp_path / "qa"
+    build_index(corpus, question)
+    build_index(corpus, both, text_fields=["text", "answer"])
+    assert SearchEngine(question).search(QUERY, k=1)[0].id == "qdecoy"
+    assert SearchEngine(both).search(QUERY, k=1)[0].id == "adecoy"
+    assert [h.id for h in SearchEngine(combined).search(QUERY, k=3)] == ["right", "qdecoy", "adecoy"]
+
+
+def test_the_score_is_the_weighted_sum_of_both_fields_cosines(bundled, combined):
+    text = cosines(bundled, [e["text"] for e in ENTRIES])
+    also = cosines(bundled, [f"{e['text']} {e['answer']}" for e in ENTRIES])
+    expected = dict(zip([e["id"] for e in ENTRIES], (1 - WEIGHT) * text + WEIGHT * also, strict=True))
+    hits = SearchEngine(combined).search(QUERY, k=3)
+    assert {h.id: h.score for h in hits} == pytest.approx(expected, abs=1e-4)
+
+
+def test_the_option_is_stored_and_both_vector_sets_are_in_the_index(combined):
+    index = open_index(combined)
+    assert index.meta["source"]["also"] == {"fields": ["text", "answer"], "weight": WEIGHT}
+    assert index.info()["also"] == {"fields": ["text", "answer"], "weight": WEIGHT}
+    _, ids = stored_vectors(index.vectors)
+    assert sorted(ids.tolist()) == [1, 2, 3, ALSO_ID + 1, ALSO_ID + 2, ALSO_ID + 3]
+
+
+def test_a_filter_keeps_the_combined_score(combined):
+    engine = SearchEngine(combined)
+    unfiltered = {h.id: h.score for h in engine.search(QUERY, k=3)}
+    filtered = engine.search(QUERY, k=3, where="lang = 'en'")
+    assert [h.id for h in filtered] == ["right", "qdecoy"]
+    assert {h.id: h.score for h in filtered} == pytest.approx({k: unfiltered[k] for k in ("right", "qdecoy")})
+
+
+def test_calibration_features_use_the_combined_score(combined):
+    snapshot = SearchEngine(combined).snapshot
+    [near] = snapshot.neighbourhoods(snapshot.embed([QUERY]))
+    assert isinstance(near, Neighbourhood)
+    hits = snapshot.search_many([QUERY], k=3)[0]
+    assert near.scores.tolist() == pytest.approx([h.score for h in hits])
+
+
+def test_add_and_delete_keep_both_vector_sets_in_step(tmp_path, corpus, bundled):
+    index_dir = tmp_path / "idx"
+    build_index(corpus, index_dir, also=FieldScoring(("text", "answer"), WEIGHT))
+    # an answer-only change leaves the question's text (and hash) as it was: the also-vector
+    # must still be embedded again
+    changed = [{**ENTRIES[0], "answer": "Our bikes are serviced every week at the depot by mechanics."}]
+    add_to_index(index_dir, write(tmp_path / "change.jsonl", changed))
+    index = open_index(index_dir)
+    assert index.vectors.ntotal == 6
+    new_also = cosines(bundled, [f"{changed[0]['text']} {changed[0]['answer']}"])[0]
+    new_text = cosines(bundled, [changed[0]["text"]])[0]
+    hit = next(h for h in SearchEngine(index_dir).search(QUERY, k=3) if h.id == "right")
+    assert hit.score == pytest.approx((1 - WEIGHT) * new_text + WEIGHT * new_also, abs=1e-4)
+    delete_from_index(index_dir, ["adecoy"])
+    _, ids = stored_vectors(open_index(index_dir).vectors)
+    assert sorted(ids.tolist()) == [1, 2, ALSO_ID + 1, ALSO_ID + 2]
+    assert [h.id for h in SearchEngine(index_dir).search(QUERY, k=5)] == ["qdecoy", "right"]
+
+
+def test_duplicates_compare_the_texts_alone(tmp_path, combined):
+    rows = [*ENTRIES, {**ENTRIES[1], "id": "twin", "answer": "Something else entirely."}]
+    index_dir = tmp_path / "idx"
+    build_index(write(tmp_path / "c.jsonl", rows), index_dir, also=FieldScoring(("answer",)))
+    found = find_duplicates(open_index(index_dir), 0.99)
+    assert found.groups == [["qdecoy", "twin"]]
+    assert find_duplicates(open_index(combined), 0.99).groups == []
+
+
+def test_an_entry_with_empty_also_fields_uses_its_text(tmp_path, bundled):
+    rows = [{"id": "a", "text": "Where do I park my bike?", "answer": ""}, {"id": "b", "text": "Pay by card"}]
+    index_dir = tmp_path / "idx"
+    build_index(write(tmp_path / "c.jsonl", rows), index_dir, also=FieldScoring(("answer",), 0.5))
+    hits = SearchEngine(index_dir).search(QUERY, k=2)
+    assert {h.id: h.score for h in hits} == pytest.approx(
+        dict(zip("ab", cosines(bundled, [r["text"] for r in rows]), strict=True)), abs=1e-4
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "weight", "message"),
+    [
+        ((), 0.7, "--also: name the field"),
+        (("",), 0.7, "--also: name the field"),
+        (("answer",), 1.5, "--also-weight must be in [0, 1]"),
+        (("answer",), -0.1, "--also-weight must be in [0, 1]"),
+        (("answer",), float("nan"), "--also-weight must be in [0, 1]"),
+    ],
+)
+def test_bad_scorings_are_refused(fields, weight, message):
+    with pytest.raises(BadInput, match=message.replace("[", r"\[").replace("]", r"\]")):
+        FieldScoring(fields, weight)
+
+
+def test_a_weight_without_fields_is_refused():
+    assert FieldScoring.asked([], None) is None
+    with pytest.raises(BadInput, match="--also-weight needs --also"):
+        FieldScoring.asked([], 0.5)
+
+
+def test_the_cli_builds_and_queries_a_combined_index_and_refuses_misuse(tmp_path, corpus):
+    index_dir = tmp_path / "idx"
+    built = run("index", corpus, "-o", index_dir, "--also", "text, answer", "--also-weight", str(WEIGHT))
+    assert built.returncode == 0, built.stderr
+    found = run("query", index_dir, QUERY, "-k", "1", "--json")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["hits"][0]["id"] == "right"
+    missing = run("index", corpus, "-o", tmp_path / "x", "--also", "nope")
+    assert_clean_failure(missing, "no entry has field 'nope'")
+    assert_clean_failure(run("index", corpus, "-o", tmp_path / "y", "--also-weight", "0.5"), "needs --also")
+    assert_clean_failure(
+        run("index", corpus, "-o", index_dir, "--also", "answer", "--also-weight", "2"), "must be in [0, 1]"
+    )
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    assert open_index(index_dir).meta["source"]["also"]["weight"] == WEIGHT  # the failed run kept it
+
+
+def test_the_server_ranks_by_the_combined_score(combined):
+    from fastapi.testclient import TestClient
+
+    from search.server import create_app
+
+    with TestClient(create_app(combined)) as client:
+        hits = client.post("/search", json={"query": QUERY, "k": 3}).json()["hits"]
+        assert [h["id"] for h in hits] == ["right", "qdecoy", "adecoy"]
+        assert client.get("/info").json()["also"] == {"fields": ["text", "answer"], "weight": WEIGHT}
+
+
+def test_info_names_the_also_fields(combined, tmp_path, corpus):
+    shown = run("info", combined)
+    assert shown.returncode == 0, shown.stderr
+    assert "also:        text,answer (weight 0.8)" in shown.stdout
+    build_index(corpus, tmp_path / "plain")
+    assert "also:" not in run("info", tmp_path / "plain").stdout
+    assert json.loads(run("info", tmp_path / "plain", "--json").stdout)["also"] is None
