@@ -5,7 +5,8 @@ the indexer runs the graph for the ``onnx`` backends and the query side
 (``indexer.query_encoder``) runs it for every index, so answering a question never imports torch.
 
 A graph is cached under ``$SEMSEARCH_CACHE/onnx`` (default ``~/.cache/semsearch``), keyed by the
-model's files (path, size, mtime of its weights), the hidden states it outputs and the backend.
+model's fingerprint (``indexer.models.model_fingerprint``: its files' bytes, not where they lie),
+the hidden states it outputs and the backend.
 An export that failed leaves a ``.failed`` note with the reason beside where the graph would be.
 """
 
@@ -19,7 +20,16 @@ from pathlib import Path
 import numpy as np
 
 from indexer.head import NetworkOutput
-from indexer.models import cache_root
+from indexer.models import cache_root, model_file, model_fingerprint
+
+
+def model_identity(location: str) -> str:
+    """The fingerprint of a model directory (a local one, or a hub model's cached snapshot); a name
+    that is on disk nowhere stays its name (exporting it fails later, with the loader's message)."""
+    if Path(location).is_dir():
+        return model_fingerprint(location)
+    config = model_file(location, "config.json")
+    return model_fingerprint(config.parent) if config is not None else location
 
 
 @dataclass(frozen=True)
@@ -32,20 +42,9 @@ class GraphSpec:
     backend: str  # "onnx" (fp32) or "onnx-int8"
 
     def key(self) -> str:
-        root = Path(self.location)
-        weights = sorted(root.glob("*.safetensors")) + sorted(root.glob("*.bin"))
-        stamp = [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in weights]
-        config = (root / "config.json").read_bytes() if (root / "config.json").is_file() else b""
-        text = repr(
-            (
-                str(root.resolve()),
-                stamp,
-                hashlib.sha256(config).hexdigest(),
-                self.layers,
-                self.pooler,
-                self.backend,
-            )
-        )
+        """The model's fingerprint (its config, tokenizer and weights, wherever it lies) with the
+        outputs and the backend: a copied model reuses its graph, a model changed in place does not."""
+        text = repr((model_identity(self.location), self.layers, self.pooler, self.backend))
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
     @property
