@@ -44,13 +44,13 @@ def build_index(
     ``index_kind``: ``auto`` (exact below ``vector_index.EXACT_LIMIT`` vectors, IVF above),
     ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to
     wait for another writer to finish. A failed first build leaves no directory behind."""
-    from indexer.embedding import Embedder
+    from indexer.embedding import embedder_for
     from indexer.store import building, write_index
 
     started = time.perf_counter()
     corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
     with building(Path(index_dir), wait):
-        embedder = Embedder(strategy, batch_size=batch_size)
+        embedder = embedder_for(strategy, batch_size=batch_size)
         embed_started = time.perf_counter()
         vectors, owners = embedder.embed_documents([e.text for e in corpus.entries], progress=progress)
         embed_seconds = time.perf_counter() - embed_started

@@ -14,8 +14,9 @@ atomically.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -37,6 +38,23 @@ class _Outputs(torch.nn.Module):
         return (*states, out.pooler_output) if self.pooler else states
 
 
+@contextlib.contextmanager
+def _eager_attention(network: torch.nn.Module) -> Iterator[None]:
+    """Export attention as plain MatMul/Softmax: ONNX Runtime's optimizer fuses that pattern into
+    one ``Attention`` op (and the embeddings into ``EmbedLayerNormalization``); the SDPA pattern
+    transformers uses by default is left unfused, with a ``Where``/``IsNaN`` mask per layer."""
+    previous = getattr(network.config, "_attn_implementation", None)
+    switch = getattr(network, "set_attn_implementation", None)
+    if switch is None or previous in (None, "eager"):
+        yield
+        return
+    switch("eager")
+    try:
+        yield
+    finally:
+        switch(previous)
+
+
 def _export(
     network: torch.nn.Module, layers: Sequence[int], pooler: bool, backend: str, target: Path
 ) -> None:
@@ -55,7 +73,11 @@ def _export(
     axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}}
     axes.update({n: {0: "batch", 1: "tokens"} for n in names if n != "pooler"})
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp, warnings.catch_warnings():
+    with (
+        tempfile.TemporaryDirectory(dir=target.parent) as tmp,
+        warnings.catch_warnings(),
+        _eager_attention(network),
+    ):
         warnings.simplefilter("ignore")
         plain, fused = Path(tmp) / "plain.onnx", Path(tmp) / "fused.onnx"
         torch.onnx.export(

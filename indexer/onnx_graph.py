@@ -65,9 +65,12 @@ class GraphSpec:
 
 class OnnxGraph:
     """A ``Network`` on ONNX Runtime: ``hidden_states[i]`` for the exported layers and the pooler
-    output. ``threads`` 0 lets ONNX Runtime choose."""
+    output. ``threads`` 0 lets ONNX Runtime choose; ``spin`` keeps idle threads spinning between
+    operators, which a batch job wants and a server does not."""
 
-    def __init__(self, path: Path, layers: Sequence[int], pooler: bool, *, threads: int = 0):
+    def __init__(
+        self, path: Path, layers: Sequence[int], pooler: bool, *, threads: int = 0, spin: bool = False
+    ):
         import onnxruntime
 
         self.layers = sorted(set(layers))
@@ -76,9 +79,9 @@ class OnnxGraph:
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads
         options.log_severity_level = 3
-        # no spin-wait after a run: idle threads spinning steal the cores the next request needs
-        # (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # no spin-wait after a run when serving: idle threads spinning steal the cores the next
+        # request needs (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         # a graph reading only the embedding output (layer 0) has no attention_mask input
         self.inputs = {i.name for i in self.session.get_inputs()}
