@@ -81,7 +81,10 @@ class Embedder:
 
         spec = self.graph_spec(self.strategy.backend)
         path = export_graph(self.torch_network.model, spec)
-        return OnnxGraph(path, spec.layers, spec.pooler, threads=torch.get_num_threads(), spin=True)
+        threads = torch.get_num_threads()
+        return OnnxGraph(
+            path, spec.layers, spec.pooler, threads=threads, spin=True, per_text=spec.backend == "onnx-int8"
+        )
 
     def graph_spec(self, backend: str = "onnx") -> GraphSpec:
         """The exported graph this strategy's network becomes on ONNX Runtime."""

@@ -66,15 +66,27 @@ class GraphSpec:
 class OnnxGraph:
     """A ``Network`` on ONNX Runtime: ``hidden_states[i]`` for the exported layers and the pooler
     output. ``threads`` 0 lets ONNX Runtime choose; ``spin`` keeps idle threads spinning between
-    operators, which a batch job wants and a server does not."""
+    operators, which a batch job wants and a server does not.
+
+    ``per_text`` runs each text alone, unpadded (its outputs padded back with zeros, which pooling
+    masks): what keeps a dynamically quantised graph's vectors independent of the batch, since
+    its int8 activation scales are taken over the whole input tensor (padding included)."""
 
     def __init__(
-        self, path: Path, layers: Sequence[int], pooler: bool, *, threads: int = 0, spin: bool = False
+        self,
+        path: Path,
+        layers: Sequence[int],
+        pooler: bool,
+        *,
+        threads: int = 0,
+        spin: bool = False,
+        per_text: bool = False,
     ):
         import onnxruntime
 
         self.layers = sorted(set(layers))
         self.pooler = pooler
+        self.per_text = per_text
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads
@@ -86,8 +98,28 @@ class OnnxGraph:
         # a graph reading only the embedding output (layer 0) has no attention_mask input
         self.inputs = {i.name for i in self.session.get_inputs()}
 
-    def __call__(self, input_ids: np.ndarray, attention: np.ndarray) -> NetworkOutput:
+    def run(self, input_ids: np.ndarray, attention: np.ndarray) -> list[np.ndarray]:
         feed = {"input_ids": input_ids, "attention_mask": attention}
-        outputs = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})
+        return self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})
+
+    def __call__(self, input_ids: np.ndarray, attention: np.ndarray) -> NetworkOutput:
+        if self.per_text:
+            rows = [
+                self.run(input_ids[r : r + 1, :n], attention[r : r + 1, :n])
+                for r, n in enumerate(attention.sum(axis=1))
+            ]
+            outputs = [_stack([row[k] for row in rows], input_ids.shape[1]) for k in range(len(rows[0]))]
+        else:
+            outputs = self.run(input_ids, attention)
         states = dict(zip(self.layers, outputs, strict=False))
         return NetworkOutput(states, outputs[-1] if self.pooler else None)
+
+
+def _stack(rows: Sequence[np.ndarray], width: int) -> np.ndarray:
+    """One-row outputs as one batch: token outputs right-padded with zeros to ``width``."""
+    if rows[0].ndim == 2:  # the pooler output, one vector per text
+        return np.concatenate(rows)
+    out = np.zeros((len(rows), width, rows[0].shape[-1]), dtype=rows[0].dtype)
+    for r, row in enumerate(rows):
+        out[r, : row.shape[1]] = row[0]
+    return out

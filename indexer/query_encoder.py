@@ -87,7 +87,9 @@ class QueryEncoder:
         self.head = Head(strategy, self.num_layers, self.special_ids)
         self.dimension = strategy.dimension(self.hidden_size)
         self.batch_size = batch_size
-        self.network = OnnxGraph(spec.path, spec.layers, spec.pooler, spin=spin)
+        self.network = OnnxGraph(
+            spec.path, spec.layers, spec.pooler, spin=spin, per_text=spec.backend == "onnx-int8"
+        )
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
