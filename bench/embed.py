@@ -131,36 +131,34 @@ def main() -> None:
 
     backends = args.backends.split(",") if args.backends else list(BACKENDS)
     pipelines = [f"semsearch {b}" for b in backends] + [PEER]
-    rows = []
+    spearman, drift = quality(args.shared, backends)
+    print(
+        "| texts | pipeline | whole process s | embed texts/s | embed tokens/s | STS-B dev Spearman "
+        "| alone vs in a long batch (max abs diff) | speed ratio (whole process) |"
+    )
+    print("|---|---|---|---|---|---|---|---|", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name, texts in read_sets(args.shared).items():
             corpus = Path(tmp) / "corpus.jsonl"
             with corpus.open("w", encoding="utf-8") as f:
                 f.writelines(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(texts))
             for pipeline in pipelines:  # warm the disk, export each graph once (unmeasured)
-                run(pipeline, corpus, Path(tmp) / "warm")
+                run(pipeline, corpus, Path(tmp) / f"{pipeline}-warm")
             runs: dict[str, list[dict[str, float]]] = {p: [] for p in pipelines}
             for repeat in range(args.repeats):  # alternate, so drift in machine load hits all alike
                 for pipeline in pipelines:
                     runs[pipeline].append(run(pipeline, corpus, Path(tmp) / f"{pipeline}-{repeat}"))
             tokens = token_count(texts)
-            rows.append((name, texts, tokens, runs))
-        spearman, drift = quality(args.shared, backends)
-    print(
-        "| texts | pipeline | whole process s | embed texts/s | embed tokens/s | STS-B dev Spearman "
-        "| alone vs in a long batch (max abs diff) | speed ratio (whole process) |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for name, texts, tokens, runs in rows:
-        seconds = {p: statistics.median(r["seconds"] for r in rs) for p, rs in runs.items()}
-        for pipeline, rs in runs.items():
-            rate = statistics.median(r["texts_per_s"] for r in rs)
-            print(
-                f"| {name} ({len(texts)}, {tokens / len(texts):.0f} tok avg) | {pipeline} | "
-                f"{seconds[pipeline]:.1f} | {rate:.0f} | {rate * tokens / len(texts):.0f} | "
-                f"{spearman[pipeline]:.2f} | {drift[pipeline]:.1e} | "
-                f"{seconds[PEER] / seconds[pipeline]:.2f}x |"
-            )
+            seconds = {p: statistics.median(r["seconds"] for r in rs) for p, rs in runs.items()}
+            for pipeline, rs in runs.items():
+                rate = statistics.median(r["texts_per_s"] for r in rs)
+                print(
+                    f"| {name} ({len(texts)}, {tokens / len(texts):.0f} tok avg) | {pipeline} | "
+                    f"{seconds[pipeline]:.1f} | {rate:.0f} | {rate * tokens / len(texts):.0f} | "
+                    f"{spearman[pipeline]:.2f} | {drift[pipeline]:.1e} | "
+                    f"{seconds[PEER] / seconds[pipeline]:.2f}x |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

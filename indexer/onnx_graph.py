@@ -22,6 +22,10 @@ import numpy as np
 from indexer.head import NetworkOutput
 from indexer.models import cache_root, model_file, model_fingerprint
 
+EXPORT_RECIPE = 2
+"""Bumped when ``indexer.onnx_backend`` exports differently (2: eager attention, fused), so a
+cache never serves a graph an older recipe made."""
+
 
 def model_identity(location: str) -> str:
     """The fingerprint of a model directory (a local one, or a hub model's cached snapshot); a name
@@ -44,7 +48,7 @@ class GraphSpec:
     def key(self) -> str:
         """The model's fingerprint (its config, tokenizer and weights, wherever it lies) with the
         outputs and the backend: a copied model reuses its graph, a model changed in place does not."""
-        text = repr((model_identity(self.location), self.layers, self.pooler, self.backend))
+        text = repr((EXPORT_RECIPE, model_identity(self.location), self.layers, self.pooler, self.backend))
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
     @property
