@@ -23,7 +23,8 @@ from indexer.head import NetworkOutput
 from indexer.models import cache_root, model_file, model_fingerprint
 
 EXPORT_RECIPE = 2
-"""Bumped when ``indexer.onnx_backend`` exports differently (2: eager attention, fused), so a
+"""Bumped when ``indexer.onnx_backend`` exports differently (2: eager attention, fused; int8 per
+channel), so a
 cache never serves a graph an older recipe made."""
 
 
