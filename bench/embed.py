@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's code, whatever is installed (children: PYTHONPATH)
 SEMSEARCH = str(Path(sys.executable).parent / "semsearch")
 PEER = "sentence-transformers"
 

@@ -34,15 +34,17 @@ def test_int8_is_close_and_stored_with_the_index(tmp_path, bundled):
     sentences = real_sentences()[:120]
     int8 = Embedder(Strategy(backend="onnx-int8")).embed(sentences)
     cosines = (bundled.embed(sentences) * int8).sum(axis=1)
-    assert cosines.mean() >= 0.9 and not np.allclose(cosines, 1.0)  # lossy, but close
+    # the documented tolerance (README, Performance): cosine to torch >= 0.95, mean >= 0.99
+    assert cosines.min() >= 0.95 and cosines.mean() >= 0.99, (cosines.min(), cosines.mean())
+    assert not np.allclose(cosines, 1.0)  # lossy, but close
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(sentences[:40]), encoding="utf-8")
     build_index(corpus, tmp_path / "idx", Strategy(backend="onnx-int8"))
     engine = SearchEngine(tmp_path / "idx")
     assert engine.strategy.backend == "onnx-int8"
     top = engine.search(sentences[5], k=1)[0]
-    # int8 activations are quantised per batch, so a text alone differs a little from in a batch
-    assert top.text == sentences[5].strip() and top.score > 0.98
+    # each text runs alone through the int8 graph: the query is its own indexed vector
+    assert top.text == sentences[5].strip() and top.score > 0.9999
 
 
 def test_documents_are_chunked_as_the_transformers_tokenizer_does(bundled):
