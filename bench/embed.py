@@ -3,6 +3,7 @@ that imports sentence-transformers, loads the model, encodes and builds (and wri
 same model, same texts, in the same run. Fresh processes; the table shows medians.
 
     .venv/bin/python bench/embed.py [--repeats 3] [--shared ../shared/data] [--backends torch,onnx]
+        [--limit N]
 
 Text sets: 2,000 short sentences (STS-B dev + StackFAQ queries/titles) and the 719 StackFAQ answers
 (longer documents, ~93 tokens). Columns: whole-process seconds (what a user waits for), embed-only
@@ -127,6 +128,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--backends", default=None, help="comma-separated (default: every backend)")
+    parser.add_argument("--limit", type=int, default=None, help="first N texts of each set")
     args = parser.parse_args()
     from indexer.strategy import BACKENDS
 
@@ -140,6 +142,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name, texts in read_sets(args.shared).items():
+            texts = texts[: args.limit]
             corpus = Path(tmp) / "corpus.jsonl"
             with corpus.open("w", encoding="utf-8") as f:
                 f.writelines(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(texts))
