@@ -102,7 +102,7 @@ def build_index(
 
     from tqdm import tqdm
 
-    from indexer.embedding import Embedder
+    from indexer.embedding import embedder_for
     from indexer.store import VersionWriter, building, stream_index
 
     started = time.perf_counter()
@@ -110,7 +110,7 @@ def build_index(
     survey = survey_corpus(reader)
     embed_seconds, meta = 0.0, {}
     with building(Path(index_dir), wait):
-        embedder = Embedder(strategy, batch_size=batch_size)
+        embedder = embedder_for(strategy, batch_size=batch_size)
 
         def fill(writer: VersionWriter) -> None:
             nonlocal embed_seconds, meta

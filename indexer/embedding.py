@@ -11,25 +11,27 @@ about one strategy.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from indexer.errors import BadInput
-from indexer.head import Head, Network, encode
-from indexer.models import ModelFacts, identified, load_model, model_location, resolve_strategy
-from indexer.network import TorchNetwork
+from indexer.head import Head, Network, Tokenized, encode
+from indexer.models import (
+    ModelFacts,
+    identified,
+    load_model,
+    model_file,
+    model_location,
+    read_json,
+    resolve_strategy,
+)
 from indexer.onnx_graph import GraphSpec, OnnxGraph
 from indexer.strategy import Strategy
 
-
-@dataclass(frozen=True)
-class Tokenized:
-    """Token ids of each piece to embed and, for each piece, the index of the text it came from."""
-
-    ids: list[list[int]]
-    owners: np.ndarray
+if TYPE_CHECKING:
+    from indexer.query_encoder import QueryEncoder
 
 
 class Embedder:
@@ -65,6 +67,8 @@ class Embedder:
         self.network = self._network(model)
 
     def _network(self, model: Any) -> Network:
+        from indexer.network import TorchNetwork
+
         pooler = self.strategy.pooling == "pooler"
         self.torch_network = TorchNetwork(model, None if self.all_layers or pooler else max(self.head.layers))
         if self.strategy.backend == "torch":
@@ -77,7 +81,10 @@ class Embedder:
 
         spec = self.graph_spec(self.strategy.backend)
         path = export_graph(self.torch_network.model, spec)
-        return OnnxGraph(path, spec.layers, spec.pooler, threads=torch.get_num_threads())
+        threads = torch.get_num_threads()
+        return OnnxGraph(
+            path, spec.layers, spec.pooler, threads=threads, spin=True, per_text=spec.backend == "onnx-int8"
+        )
 
     def graph_spec(self, backend: str = "onnx") -> GraphSpec:
         """The exported graph this strategy's network becomes on ONNX Runtime."""
@@ -156,3 +163,34 @@ class Embedder:
                 pad=self.tokenizer.pad_token_id or 0,
                 on_batch=bar.update,
             )
+
+
+def _facts_from_files(model: str) -> ModelFacts | None:
+    """What ``models.model_facts`` reads, from the config files alone (no transformers), or None
+    when they do not say it plainly."""
+    from types import SimpleNamespace
+
+    location = model_location(model)
+    config = read_json(model_file(location, "config.json"))
+    if not config or not {"num_hidden_layers", "hidden_size"} <= config.keys():
+        return None
+    limit = (read_json(model_file(location, "tokenizer_config.json")) or {}).get("model_max_length")
+    return ModelFacts.of(SimpleNamespace(**config), limit or float("inf"), location)
+
+
+def embedder_for(strategy: Strategy | None = None, *, batch_size: int = 32) -> Embedder | QueryEncoder:
+    """The encoder that indexes with ``strategy``: on an ONNX backend whose graph is already
+    exported (cached by the model's fingerprint), ONNX Runtime + ``tokenizers`` alone, the path
+    queries take (``indexer.query_encoder``): importing torch and transformers and loading the
+    model cost seconds a process, a large part of indexing a small corpus. Otherwise the torch
+    ``Embedder`` (which exports the graph for the next time)."""
+    from indexer.query_encoder import QueryEncoder, graph_spec
+
+    request = identified(strategy or Strategy())
+    facts = _facts_from_files(request.model) if request.backend != "torch" else None
+    if facts is not None:
+        resolved = resolve_strategy(request, facts)
+        spec = graph_spec(resolved)
+        if spec.path.is_file():
+            return QueryEncoder(resolved, batch_size=batch_size, spec=spec, spin=True)
+    return Embedder(strategy, batch_size=batch_size)

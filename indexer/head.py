@@ -26,6 +26,14 @@ class NetworkOutput:
     pooler_output: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class Tokenized:
+    """Token ids of each piece to embed and, for each piece, the index of the text it came from."""
+
+    ids: list[list[int]]
+    owners: np.ndarray
+
+
 class Head:
     """The strategy's part after the network: pick layers, combine them, pool, normalise."""
 

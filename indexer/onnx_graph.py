@@ -5,7 +5,8 @@ the indexer runs the graph for the ``onnx`` backends and the query side
 (``indexer.query_encoder``) runs it for every index, so answering a question never imports torch.
 
 A graph is cached under ``$SEMSEARCH_CACHE/onnx`` (default ``~/.cache/semsearch``), keyed by the
-model's files (path, size, mtime of its weights), the hidden states it outputs and the backend.
+model's fingerprint (``indexer.models.model_fingerprint``: its files' bytes, not where they lie),
+the hidden states it outputs and the backend.
 An export that failed leaves a ``.failed`` note with the reason beside where the graph would be.
 """
 
@@ -19,7 +20,21 @@ from pathlib import Path
 import numpy as np
 
 from indexer.head import NetworkOutput
-from indexer.models import cache_root
+from indexer.models import cache_root, model_file, model_fingerprint
+
+EXPORT_RECIPE = 2
+"""Bumped when ``indexer.onnx_backend`` exports differently (2: eager attention, fused; int8 per
+channel), so a
+cache never serves a graph an older recipe made."""
+
+
+def model_identity(location: str) -> str:
+    """The fingerprint of a model directory (a local one, or a hub model's cached snapshot); a name
+    that is on disk nowhere stays its name (exporting it fails later, with the loader's message)."""
+    if Path(location).is_dir():
+        return model_fingerprint(location)
+    config = model_file(location, "config.json")
+    return model_fingerprint(config.parent) if config is not None else location
 
 
 @dataclass(frozen=True)
@@ -32,20 +47,9 @@ class GraphSpec:
     backend: str  # "onnx" (fp32) or "onnx-int8"
 
     def key(self) -> str:
-        root = Path(self.location)
-        weights = sorted(root.glob("*.safetensors")) + sorted(root.glob("*.bin"))
-        stamp = [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in weights]
-        config = (root / "config.json").read_bytes() if (root / "config.json").is_file() else b""
-        text = repr(
-            (
-                str(root.resolve()),
-                stamp,
-                hashlib.sha256(config).hexdigest(),
-                self.layers,
-                self.pooler,
-                self.backend,
-            )
-        )
+        """The model's fingerprint (its config, tokenizer and weights, wherever it lies) with the
+        outputs and the backend: a copied model reuses its graph, a model changed in place does not."""
+        text = repr((EXPORT_RECIPE, model_identity(self.location), self.layers, self.pooler, self.backend))
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
     @property
@@ -66,26 +70,61 @@ class GraphSpec:
 
 class OnnxGraph:
     """A ``Network`` on ONNX Runtime: ``hidden_states[i]`` for the exported layers and the pooler
-    output. ``threads`` 0 lets ONNX Runtime choose."""
+    output. ``threads`` 0 lets ONNX Runtime choose; ``spin`` keeps idle threads spinning between
+    operators, which a batch job wants and a server does not.
 
-    def __init__(self, path: Path, layers: Sequence[int], pooler: bool, *, threads: int = 0):
+    ``per_text`` runs each text alone, unpadded (its outputs padded back with zeros, which pooling
+    masks): what keeps a dynamically quantised graph's vectors independent of the batch, since
+    its int8 activation scales are taken over the whole input tensor (padding included)."""
+
+    def __init__(
+        self,
+        path: Path,
+        layers: Sequence[int],
+        pooler: bool,
+        *,
+        threads: int = 0,
+        spin: bool = False,
+        per_text: bool = False,
+    ):
         import onnxruntime
 
         self.layers = sorted(set(layers))
         self.pooler = pooler
+        self.per_text = per_text
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads
         options.log_severity_level = 3
-        # no spin-wait after a run: idle threads spinning steal the cores the next request needs
-        # (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # no spin-wait after a run when serving: idle threads spinning steal the cores the next
+        # request needs (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         # a graph reading only the embedding output (layer 0) has no attention_mask input
         self.inputs = {i.name for i in self.session.get_inputs()}
 
-    def __call__(self, input_ids: np.ndarray, attention: np.ndarray) -> NetworkOutput:
+    def run(self, input_ids: np.ndarray, attention: np.ndarray) -> list[np.ndarray]:
         feed = {"input_ids": input_ids, "attention_mask": attention}
-        outputs = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})
+        return self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})
+
+    def __call__(self, input_ids: np.ndarray, attention: np.ndarray) -> NetworkOutput:
+        if self.per_text:
+            rows = [
+                self.run(input_ids[r : r + 1, :n], attention[r : r + 1, :n])
+                for r, n in enumerate(attention.sum(axis=1))
+            ]
+            outputs = [_stack([row[k] for row in rows], input_ids.shape[1]) for k in range(len(rows[0]))]
+        else:
+            outputs = self.run(input_ids, attention)
         states = dict(zip(self.layers, outputs, strict=False))
         return NetworkOutput(states, outputs[-1] if self.pooler else None)
+
+
+def _stack(rows: Sequence[np.ndarray], width: int) -> np.ndarray:
+    """One-row outputs as one batch: token outputs right-padded with zeros to ``width``."""
+    if rows[0].ndim == 2:  # the pooler output, one vector per text
+        return np.concatenate(rows)
+    out = np.zeros((len(rows), width, rows[0].shape[-1]), dtype=rows[0].dtype)
+    for r, row in enumerate(rows):
+        out[r, : row.shape[1]] = row[0]
+    return out

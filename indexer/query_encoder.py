@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from indexer.errors import BadInput
-from indexer.head import Head, encode
+from indexer.head import Head, Tokenized, encode
 from indexer.models import model_file, model_location, read_json
 from indexer.onnx_graph import GraphSpec, OnnxGraph
 from indexer.strategy import Strategy
@@ -48,11 +48,14 @@ def graph_spec(strategy: Strategy) -> GraphSpec:
 
 class QueryEncoder:
     """``embed(texts)`` as the ``Embedder`` does it for queries (truncated at ``max_length``), on
-    ONNX Runtime and ``tokenizers``. ``strategy`` must be resolved (a stored one is)."""
+    ONNX Runtime and ``tokenizers``. ``strategy`` must be resolved (a stored one is). ``spin``:
+    let idle threads spin between operators (indexing throughput; a server wants them asleep)."""
 
     encoder = "onnx"
 
-    def __init__(self, strategy: Strategy, *, batch_size: int = 32, spec: GraphSpec | None = None):
+    def __init__(
+        self, strategy: Strategy, *, batch_size: int = 32, spec: GraphSpec | None = None, spin: bool = False
+    ):
         from tokenizers import Tokenizer
 
         if not strategy.resolved:
@@ -84,10 +87,28 @@ class QueryEncoder:
         self.head = Head(strategy, self.num_layers, self.special_ids)
         self.dimension = strategy.dimension(self.hidden_size)
         self.batch_size = batch_size
-        self.network = OnnxGraph(spec.path, spec.layers, spec.pooler)
+        self.network = OnnxGraph(
+            spec.path, spec.layers, spec.pooler, spin=spin, per_text=spec.backend == "onnx-int8"
+        )
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
+
+    def tokenize_documents(self, texts: Sequence[str]) -> Tokenized:
+        """As ``Embedder.tokenize(texts, chunk=True)``: with ``chunk_overlap``, a long text becomes
+        its first window and then its overflowing ones, as the transformers tokenizer orders them."""
+        overlap = self.strategy.chunk_overlap
+        if overlap is None:
+            return Tokenized(self.tokenize(texts), np.arange(len(texts), dtype=np.int64))
+        windows = self.tokenizer.__class__.from_str(self.tokenizer.to_str())
+        windows.enable_truncation(max_length=int(self.strategy.max_length or 512), stride=overlap)
+        ids: list[list[int]] = []
+        owners: list[int] = []
+        for owner, encoding in enumerate(windows.encode_batch(list(texts))):
+            pieces = [encoding, *encoding.overflowing]
+            ids.extend(piece.ids for piece in pieces)
+            owners.extend([owner] * len(pieces))
+        return Tokenized(ids, np.asarray(owners, dtype=np.int64))
 
     def embed(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         """One float32 vector per text, truncated at the strategy's max_length."""
@@ -101,6 +122,30 @@ class QueryEncoder:
             batch_size=self.batch_size,
             pad=self.pad,
         )[0]
+
+    def embed_documents(
+        self, texts: Sequence[str], *, progress: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Vectors for documents and the text index of each, as ``Embedder.embed_documents``: an
+        index built on ONNX Runtime alone once its graph is exported (no torch imported)."""
+        from tqdm import tqdm
+
+        tokenized = self.tokenize_documents(texts)
+        with tqdm(total=len(tokenized.ids), disable=not progress, unit="text", desc="embedding") as bar:
+            vectors = encode(
+                self.network,
+                tokenized.ids,
+                [self.head],
+                [self.dimension],
+                batch_size=self.batch_size,
+                pad=self.pad,
+                on_batch=bar.update,
+            )[0]
+        return vectors, tokenized.owners
+
+    def export_for_queries(self) -> str | None:
+        """Nothing to export: this encoder already runs the graph the index's queries run."""
+        return None
 
 
 def query_encoder(strategy: Strategy) -> QueryEncoder | Embedder:

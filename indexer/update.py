@@ -49,7 +49,7 @@ def add_to_index(
     """Upsert every usable row of a corpus by id: an upserted entry's fields are replaced whole.
     Text and id fields default to the index's own; ``wait``: seconds to wait for another writer;
     ``ray``/``ray_workers``: embed on Ray, as ``build_index`` does."""
-    from indexer.embedding import Embedder
+    from indexer.embedding import embedder_for
 
     started = time.perf_counter()
     index_dir = Path(index_dir)
@@ -76,7 +76,7 @@ def add_to_index(
         vectors = owners = also_vectors = None
         if to_embed:
             if ray is None:
-                embedder: Any = Embedder(live.strategy, batch_size=batch_size)
+                embedder: Any = embedder_for(live.strategy, batch_size=batch_size)
             else:
                 from indexer.distributed import RayEmbedder
 

@@ -34,12 +34,66 @@ def test_int8_is_close_and_stored_with_the_index(tmp_path, bundled):
     sentences = real_sentences()[:120]
     int8 = Embedder(Strategy(backend="onnx-int8")).embed(sentences)
     cosines = (bundled.embed(sentences) * int8).sum(axis=1)
-    assert cosines.mean() >= 0.9 and not np.allclose(cosines, 1.0)  # lossy, but close
+    # the documented tolerance (README, Performance): cosine to torch >= 0.95, mean >= 0.99
+    assert cosines.min() >= 0.95 and cosines.mean() >= 0.99, (cosines.min(), cosines.mean())
+    assert not np.allclose(cosines, 1.0)  # lossy, but close
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(sentences[:40]), encoding="utf-8")
     build_index(corpus, tmp_path / "idx", Strategy(backend="onnx-int8"))
     engine = SearchEngine(tmp_path / "idx")
     assert engine.strategy.backend == "onnx-int8"
     top = engine.search(sentences[5], k=1)[0]
-    # int8 activations are quantised per batch, so a text alone differs a little from in a batch
-    assert top.text == sentences[5].strip() and top.score > 0.98
+    # each text runs alone through the int8 graph: the query is its own indexed vector
+    assert top.text == sentences[5].strip() and top.score > 0.9999
+
+
+def test_documents_are_chunked_as_the_transformers_tokenizer_does(bundled):
+    """The torch-free indexer's windows (tokenizers' overflow) equal the Embedder's, in order."""
+    from indexer.query_encoder import QueryEncoder
+
+    strategy = Strategy(backend="onnx", max_length=16).chunked(4)
+    embedder = Embedder(strategy)
+    assert embedder.export_for_queries() is None
+    encoder = QueryEncoder(embedder.strategy)
+    texts = real_sentences()[:30] + ["", "naïve café — 東京 🚀 " * 9, "word " * 300, "x" * 3000]
+    expected, got = embedder.tokenize(texts, chunk=True), encoder.tokenize_documents(texts)
+    assert got.ids == expected.ids and got.owners.tolist() == expected.owners.tolist()
+    assert max(got.owners) == len(texts) - 1 and len(got.ids) > len(texts)
+
+
+def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
+    """Once its graph is cached, ``index`` on an ONNX backend runs on ONNX Runtime + tokenizers: a
+    fresh process imports no torch, and its vectors are the torch ones."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from indexer.embedding import embedder_for
+    from indexer.query_encoder import QueryEncoder
+    from indexer.store import open_index
+    from indexer.vector_index import stored_vectors
+    from tests.conftest import ROOT
+
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))
+    sentences = real_sentences()[:60]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(sentences), encoding="utf-8")
+    strategy = Strategy(backend="onnx")
+    assert isinstance(embedder_for(strategy), Embedder)  # nothing exported yet: torch exports it
+    build_index(corpus, tmp_path / "first", strategy)
+    assert isinstance(embedder_for(strategy), QueryEncoder)
+    code = (
+        "import sys, json\nfrom indexer.build import build_index\nfrom indexer.strategy import Strategy\n"
+        f"build_index({str(corpus)!r}, {str(tmp_path / 'second')!r}, Strategy(backend='onnx'))\n"
+        "print(json.dumps([m for m in ('torch', 'transformers') if m in sys.modules]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=os.environ, check=True
+    )
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    second = open_index(tmp_path / "second")
+    assert second.strategy == open_index(tmp_path / "first").strategy
+    vectors, ids = stored_vectors(second.vectors)
+    reference = Embedder(Strategy()).embed([line.strip() for line in sentences])
+    assert np.abs(vectors[np.argsort(ids)] - reference).max() < 1e-5

@@ -1,6 +1,7 @@
 """A vector does not depend on the texts it shares a batch with (goal 2 of issue 9): a short text
-embedded alone and padded inside one batch of long FAQ answers gives the same vector, for the
-default backend that indexes and for the ONNX encoder that answers queries."""
+embedded alone and padded inside one batch of long FAQ answers gives the same vector, for every
+backend an index can be built with (in the torch process that exports its graph and on ONNX
+Runtime alone once it is cached) and for the ONNX encoder that answers queries."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import json
 import numpy as np
 import pytest
 
+from indexer.embedding import Embedder, embedder_for
 from indexer.query_encoder import QueryEncoder
+from indexer.strategy import BACKENDS, Strategy
 from tests.conftest import shared_file
 
 SHORT = ["A man is playing a guitar.", "how do I reset my password", "naïve café — 東京 🚀", "?"]
@@ -40,3 +43,14 @@ def test_query_encoder_is_batch_independent(bundled, tmp_path, monkeypatch):
     assert bundled.export_for_queries() is None
     encoder = QueryEncoder(bundled.strategy)
     assert_batch_independent(encoder.embed, encoder.batch_size)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "torch"])
+def test_every_onnx_backend_is_batch_independent(backend, tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path))
+    exporting = Embedder(Strategy(backend=backend))  # torch process: exports, then runs the graph
+    assert_batch_independent(exporting.embed, exporting.batch_size)
+    torch_free = embedder_for(Strategy(backend=backend))
+    assert isinstance(torch_free, QueryEncoder)
+    assert_batch_independent(torch_free.embed, torch_free.batch_size)

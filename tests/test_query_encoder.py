@@ -15,7 +15,7 @@ import pytest
 from indexer import Strategy, build_index
 from indexer.embedding import Embedder
 from indexer.query_encoder import QueryEncoder, encoder_status, graph_spec
-from tests.conftest import ROOT, shared_file
+from tests.conftest import ROOT, random_bert, shared_file
 
 pytest.importorskip("onnxruntime")
 
@@ -184,3 +184,16 @@ def test_serving_imports_no_torch(small_index):
         "    assert found.status_code == 200 and len(found.json()['hits']) == 2, found.text"
     )
     assert imported_after(code, cache) == set()
+
+
+def test_graph_cache_follows_the_model_fingerprint_not_its_path(tiny_model, tmp_path):
+    """A model copied elsewhere reuses its exported graph; a model changed in place gets a new one."""
+    import shutil
+
+    strategy = Embedder(Strategy(model=tiny_model, layers=(2,), pooling="mean")).strategy
+    copy = tmp_path / "copied-model"
+    shutil.copytree(tiny_model, copy)
+    moved = Strategy(**{**strategy.to_dict(), "model": str(copy)})
+    assert graph_spec(moved).path == graph_spec(strategy).path
+    random_bert(copy, seed=1)  # same files, other weights: in place
+    assert graph_spec(moved).path != graph_spec(strategy).path
