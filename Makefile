@@ -24,7 +24,7 @@ $(DEV): $(BASE)
 install: $(DEV)
 
 demo: $(BASE)
-	$(BIN)/semsearch index data/demo_faq.csv -o demo-index --text-field question,answer
+	$(BIN)/semsearch index data/demo_faq.csv -o demo-index --text-field question --also question,answer
 	$(BIN)/semsearch info demo-index
 	$(BIN)/semsearch query demo-index --queries data/demo_sample.txt -k 3
 
