@@ -8,6 +8,7 @@ is the model, one part and the vector index, however large the corpus.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -98,8 +99,6 @@ def build_index(
     wait for another writer to finish; ``ray``: embed on Ray, ``"local"`` or a cluster address, with
     ``ray_workers`` actors (``indexer.distributed``); ``also``: a second vector per entry scored
     with the first (``indexer.fields``). A failed first build leaves no directory behind."""
-    import contextlib
-
     from tqdm import tqdm
 
     from indexer.embedding import embedder_for

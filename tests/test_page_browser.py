@@ -12,10 +12,6 @@ import csv
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -24,9 +20,9 @@ import pytest
 
 from indexer import Strategy, build_index
 from tests.conftest import DATA
+from tests.test_server import serving as serving_port
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
-httpx = pytest.importorskip("httpx")
 
 pytestmark = pytest.mark.slow
 
@@ -87,30 +83,9 @@ def odd_server(tmp_path_factory, tiny_model) -> Iterator[str]:
 
 @contextlib.contextmanager
 def serving(index_dir: Path) -> Iterator[str]:
-    """A real `semsearch serve INDEX_DIR` process on a free port: its URL once it answers."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", "serve", str(index_dir), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, process.stderr.read().decode()
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(30)
+    """A real `semsearch serve INDEX_DIR` process (``tests.test_server.serving``): its URL."""
+    with serving_port(index_dir) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")
