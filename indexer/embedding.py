@@ -22,9 +22,8 @@ from indexer.models import (
     ModelFacts,
     identified,
     load_model,
-    model_file,
+    model_facts_from_files,
     model_location,
-    read_json,
     resolve_strategy,
 )
 from indexer.onnx_graph import GraphSpec, OnnxGraph
@@ -165,19 +164,6 @@ class Embedder:
             )
 
 
-def _facts_from_files(model: str) -> ModelFacts | None:
-    """What ``models.model_facts`` reads, from the config files alone (no transformers), or None
-    when they do not say it plainly."""
-    from types import SimpleNamespace
-
-    location = model_location(model)
-    config = read_json(model_file(location, "config.json"))
-    if not config or not {"num_hidden_layers", "hidden_size"} <= config.keys():
-        return None
-    limit = (read_json(model_file(location, "tokenizer_config.json")) or {}).get("model_max_length")
-    return ModelFacts.of(SimpleNamespace(**config), limit or float("inf"), location)
-
-
 def embedder_for(strategy: Strategy | None = None, *, batch_size: int = 32) -> Embedder | QueryEncoder:
     """The encoder that indexes with ``strategy``: on an ONNX backend whose graph is already
     exported (cached by the model's fingerprint), ONNX Runtime + ``tokenizers`` alone, the path
@@ -187,7 +173,7 @@ def embedder_for(strategy: Strategy | None = None, *, batch_size: int = 32) -> E
     from indexer.query_encoder import QueryEncoder, graph_spec
 
     request = identified(strategy or Strategy())
-    facts = _facts_from_files(request.model) if request.backend != "torch" else None
+    facts = model_facts_from_files(request.model) if request.backend != "torch" else None
     if facts is not None:
         resolved = resolve_strategy(request, facts)
         spec = graph_spec(resolved)

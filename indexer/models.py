@@ -206,6 +206,21 @@ def model_facts(model: str) -> ModelFacts:
     return ModelFacts.of(config, tokenizer_config.get("model_max_length") or float("inf"), location)
 
 
+def model_facts_from_files(model: str) -> ModelFacts | None:
+    """``model_facts`` from the JSON files alone (no transformers import: the torch-free indexing
+    path), or None when ``config.json`` does not say them plainly."""
+    from types import SimpleNamespace
+
+    location = model_location(model)
+    config = read_json(model_file(location, "config.json"))
+    if not config or not {"num_hidden_layers", "hidden_size"} <= config.keys():
+        return None
+    tokenizer_config = read_json(model_file(location, "tokenizer_config.json")) or {}
+    return ModelFacts.of(
+        SimpleNamespace(**config), tokenizer_config.get("model_max_length") or float("inf"), location
+    )
+
+
 def resolve_strategy(request: Strategy, facts: ModelFacts | None = None) -> Strategy:
     """The strategy a request means on its model: ``auto`` filled in, ranges checked, the model
     located and identified. Two requests ask for the same strategy when their resolutions show no
