@@ -321,7 +321,12 @@ class VersionWriter:
             transform = Transform.for_strategy(strategy, self.raw_parts())
         dimension = (transform and transform.dimension) or self.dimension
         index = build_from_parts(
-            lambda: self.parts(None if given else transform), self.vectors, dimension, index_kind, storage
+            lambda: self.parts(None if given else transform),
+            self.vectors,
+            dimension,
+            index_kind,
+            storage,
+            directory=self.version,
         )
         (self.version / self.SPOOL).unlink()
         (self.version / self.SPOOL_IDS).unlink()

@@ -65,20 +65,25 @@ def build_vector_index(
 
 
 def build_from_parts(
-    parts: Parts, n: int, dimension: int, kind: str = "auto", storage: str = "float32"
+    parts: Parts,
+    n: int,
+    dimension: int,
+    kind: str = "auto",
+    storage: str = "float32",
+    directory: Path | None = None,
 ) -> Any:
     """The index for ``n`` vectors that come in parts: no copy of them besides the index's own.
     Codes and IVF lists are trained on a fixed random sample (read from the parts), the vectors
     are added part by part, and the IVF probe count is tuned against an exact search that is
-    itself run part by part."""
+    itself run part by part. ``directory``: where the index will be written; ``pq`` writes its
+    full vectors there as they come (in memory without one)."""
     import faiss
     import numpy as np
 
     if kind not in KINDS or storage not in STORAGES:
         raise BadInput(f"index kind must be one of {KINDS} and storage one of {STORAGES}")
-    if storage == "pq":  # its full vectors are kept beside the codes: gathered in memory for now
-        vectors, ids = rows_at(parts, np.arange(n))
-        return Reranked.build(vectors, ids, wanted_kind(kind, n))
+    if storage == "pq":
+        return Reranked.from_parts(parts, n, dimension, wanted_kind(kind, n), directory)
     inner = faiss.METRIC_INNER_PRODUCT
     quantizer_type = {"float16": faiss.ScalarQuantizer.QT_fp16, "sq8": faiss.ScalarQuantizer.QT_8bit}.get(
         storage
@@ -112,22 +117,26 @@ def _add(index: Any, parts: Parts) -> None:
 
 
 def rows_at(parts: Parts, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The vectors and ids at ``positions`` (of the concatenated parts), in the order given."""
+    """The vectors and ids at ``positions`` (of the concatenated parts), in the order given,
+    filled in place: a sample costs its own size, not twice or thrice it."""
     import numpy as np
 
     positions = np.asarray(positions, dtype=np.int64)
     order = np.argsort(positions, kind="stable")
     wanted = positions[order]
-    vectors, ids, start = [], [], 0
+    picked = picked_ids = None
+    start = 0
     for part, part_ids in parts():
-        here = wanted[(wanted >= start) & (wanted < start + len(part))] - start
-        vectors.append(part[here])
-        ids.append(part_ids[here])
+        if picked is None:
+            picked = np.empty((len(positions), part.shape[1]), dtype=np.float32)
+            picked_ids = np.empty(len(positions), dtype=np.int64)
+        inside = (wanted >= start) & (wanted < start + len(part))
+        picked[order[inside]] = part[wanted[inside] - start]
+        picked_ids[order[inside]] = part_ids[wanted[inside] - start]
         start += len(part)
-    picked, picked_ids = np.concatenate(vectors), np.concatenate(ids)
-    back = np.empty_like(order)
-    back[order] = np.arange(len(order))
-    return np.ascontiguousarray(picked[back]), picked_ids[back]
+    if picked is None or start <= (wanted[-1] if len(wanted) else -1):
+        raise ValueError(f"positions beyond the {start} vectors of the parts")
+    return picked, picked_ids
 
 
 def wanted_kind(asked: str, vectors: int) -> str:
@@ -317,11 +326,15 @@ class Reranked:
         self.added_ids = np.zeros(0, dtype=np.int64)
 
     @classmethod
-    def build(cls, vectors: np.ndarray, ids: np.ndarray, kind: str) -> Reranked:
+    def from_parts(
+        cls, parts: Parts, n: int, dimension: int, kind: str, directory: Path | None = None
+    ) -> Reranked:
+        """Codes trained on a sample of the parts; the full vectors, sorted by id, written into
+        ``directory`` as the parts come (so a build holds a sample, the ids and the codes, never
+        the corpus' vectors), or kept in memory without one."""
         import faiss
         import numpy as np
 
-        n, dimension = vectors.shape
         subquantizers = max(m for m in range(1, PQ_BYTES + 1) if dimension % m == 0)
         bits = int(
             np.clip(np.log2(max(n, 2)) - 2, 3, 8)
@@ -334,16 +347,29 @@ class Reranked:
         sample = min(n, max(64 * nlist, 256 * 64))
         product = codes.pq
         product.cp.min_points_per_centroid = 1  # a small index trains on what it has, without warnings
-        training = vectors[np.sort(rng.choice(n, size=sample, replace=False))]
-        codes.train(np.resize(training, (max(sample, 2**bits), dimension)))  # a tiny index repeats its few
-        codes.add_with_ids(vectors, ids)
-        if np.all(ids[1:] >= ids[:-1]):  # a build's ids come sorted: no second copy of the vectors
-            index = cls(codes, vectors, ids)
+        training, _ = rows_at(parts, np.sort(rng.choice(n, size=sample, replace=False)))
+        if sample < 2**bits:  # a tiny index repeats its few
+            training = np.resize(training, (2**bits, dimension))
+        codes.train(training)
+        del training
+        ids = np.concatenate([part_ids for _, part_ids in parts()])  # an --also build's are not sorted
+        order = np.argsort(ids, kind="stable")
+        slot = np.empty_like(order)
+        slot[order] = np.arange(n)
+        if directory is None:
+            full = np.empty((n, dimension), dtype=np.float32)
         else:
-            order = np.argsort(ids, kind="stable")
-            index = cls(codes, vectors[order], ids[order])
+            full = np.lib.format.open_memmap(
+                directory / FULL_VECTORS, mode="w+", dtype=np.float32, shape=(n, dimension)
+            )
+        start = 0
+        for vectors, part_ids in parts():
+            codes.add_with_ids(vectors, part_ids)
+            full[slot[start : start + len(vectors)]] = vectors
+            start += len(vectors)
+        index = cls(codes, full, ids[order])
         if kind == "ivf":
-            index.nprobe = tune_nprobe(index, vectors, ids)
+            index.nprobe = tune_nprobe_parts(index, parts, n)
         return index
 
     @classmethod
@@ -360,6 +386,10 @@ class Reranked:
         import numpy as np
 
         faiss.write_index(self.codes, str(path))
+        if self._written_to(path.parent / FULL_VECTORS):
+            self.vectors.flush()
+            np.save(path.parent / FULL_IDS, self.ids)
+            return
         kept = np.flatnonzero(~np.isin(self.ids, self.removed))
         ids = np.concatenate([self.ids[kept], self.added_ids])
         order = np.argsort(ids, kind="stable")
@@ -374,6 +404,18 @@ class Reranked:
         out.flush()
         del out
         np.save(path.parent / FULL_IDS, ids[order])
+
+    def _written_to(self, target: Path) -> bool:
+        """Whether the full vectors are already ``target`` as they should be (a build streamed
+        them there and nothing changed since)."""
+        import numpy as np
+
+        return (
+            isinstance(self.vectors, np.memmap)
+            and Path(self.vectors.filename).resolve() == target.resolve()
+            and not len(self.removed)
+            and not len(self.added_ids)
+        )
 
     @property
     def ntotal(self) -> int:

@@ -136,3 +136,47 @@ def test_pq_recall_and_memory_on_clustered_vectors(tmp_path):
     codes = (tmp_path / "v.faiss").stat().st_size
     assert codes / len(vectors) <= 64  # what stays in memory: codes, ids, lists
     assert (tmp_path / FULL_VECTORS).stat().st_size >= vectors.nbytes  # the rest is on disk
+
+
+def test_a_pq_build_streams_its_full_vectors_to_disk(tmp_path):
+    """A pq build from parts never holds the corpus' full vectors in memory: they go to the version
+    directory as they come (the codes are trained on a sample), so a 100M-vector build needs the
+    disk, not 150 GB of RAM. Shuffled ids (as with ``--also``) still come back sorted on disk."""
+    import tracemalloc
+
+    from indexer.vector_index import build_from_parts
+
+    n, dimension, part = 100_000, 128, 5_000
+    ids = np.random.default_rng(3).permutation(np.arange(1, n + 1, dtype=np.int64))
+    corpus = clustered(n, dimension=dimension)  # made before measuring: the parts are views of it
+
+    def parts():
+        for start in range(0, n, part):
+            yield corpus[start : start + part], ids[start : start + part]
+
+    tracemalloc.start()
+    index = build_from_parts(parts, n, dimension, "ivf", "pq", directory=tmp_path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    full = n * dimension * 4
+    assert peak < full / 2, f"peak {peak / 1e6:.0f} MB for {full / 1e6:.0f} MB of vectors"
+    index.write(tmp_path / "v.faiss")
+    stored = Reranked.read(tmp_path / "v.faiss")
+    assert stored.ids.tolist() == list(range(1, n + 1))
+    wanted = np.array([5, 17_000, n])
+    vectors, owners = stored.full(wanted)
+    expected = {int(i): v for v, i in zip(*rows_of(parts, wanted), strict=True)}
+    for vector, owner in zip(vectors, owners, strict=True):
+        np.testing.assert_array_equal(vector, expected[int(owner)])
+    scores, found = stored.search(vectors, 1)
+    assert found[:, 0].tolist() == owners.tolist() and np.allclose(scores[:, 0], 1.0, atol=1e-5)
+
+
+def rows_of(parts, wanted: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
+    """The vectors of these ids, read from the parts."""
+    vectors, owners = [], []
+    for part, part_ids in parts():
+        for row in np.flatnonzero(np.isin(part_ids, wanted)):
+            vectors.append(part[row])
+            owners.append(int(part_ids[row]))
+    return vectors, owners
