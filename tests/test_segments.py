@@ -161,3 +161,16 @@ def test_sigkill_during_segment_write_or_merge_leaves_last_complete_state(index,
         assert SearchEngine(index).search("extra entry 3 about app", k=1)[0].id == "x3"
         assert "e0" not in {h.id for h in SearchEngine(index).search(BASE[0][1], k=5)}
     assert killed >= 2
+
+
+def test_server_duplicates_follow_a_new_generation(index, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from search.server import create_app
+
+    with TestClient(create_app(index)) as client:
+        ask = lambda: client.get("/duplicates", params={"min_score": 0.999}).json()["groups"]  # noqa: E731
+        assert ask() == []
+        add_to_index(index, write_csv(tmp_path / "u.csv", [("twin", BASE[3][1], "app")]))
+        client.post("/reload")
+        assert ask() == [["e3", "twin"]]
