@@ -611,7 +611,8 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
 def open_index(index_dir: str | Path, *, mmap: bool = True, vectors: bool = True) -> StoredIndex:
     """Open the live version, checking everything that could make answers wrong. The vectors are
     memory-mapped (not copied into memory) unless the caller will change them. ``vectors=False``
-    (``info``): the vector file's header is checked but FAISS is not loaded (nor imported), and
+    (``info``, an update): the vector files' headers are checked against the meta but FAISS is not
+    loaded (nor imported), the rows are not counted (a scan of the whole table), and
     ``StoredIndex.vectors`` is None."""
     index_dir = Path(index_dir)
     if not index_dir.is_dir():
@@ -659,7 +660,7 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
         catalog = Catalog(version / DATABASE)
         catalog.db.execute("begin")  # meta, count and tombstones of one generation
         meta = catalog.read_meta()
-        count = catalog.count()
+        count = catalog.count() if load else meta.get("count")  # a scan of every row: queries only
         tombstones = catalog.tombstones()
         catalog.db.commit()
     except (sqlite3.DatabaseError, ValueError) as exc:
