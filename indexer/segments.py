@@ -99,9 +99,9 @@ class Segments:
         self.tombstones = tombstones
         self.ntotal = ntotal
         self.hidden = [hidden_in(tombstones, g) for g, _ in self.parts]
-        self._excluded = [
-            faiss.IDSelectorNot(faiss.IDSelectorBatch(h)) if len(h) else None for h in self.hidden
-        ]
+        # FAISS selectors hold raw pointers: keep the inner batches alive beside their negations
+        self._batches = [faiss.IDSelectorBatch(h) if len(h) else None for h in self.hidden]
+        self._excluded = [None if b is None else faiss.IDSelectorNot(b) for b in self._batches]
 
     @property
     def live_share(self) -> float:
