@@ -5,6 +5,8 @@ Tables::
 
     entries(_rowid INTEGER PRIMARY KEY, _id TEXT UNIQUE, _text, _hash, _chunks, <user fields>)
     meta(key TEXT PRIMARY KEY, value)    JSON values: strategy, counts, index kind, source, ...
+    tombstones(_rowid INTEGER PRIMARY KEY, generation INTEGER)   vectors hidden by an update
+                                         (``indexer.segments``); made by the first update that needs it
 
 Field types are decided per column from the rows that first bring it (the build, or the ``add``
 that adds the column), so a filter compares numbers as numbers in any corpus format:
@@ -39,9 +41,12 @@ import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from indexer.corpus import RESERVED, Entry
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SQL_TYPES = {"integer": "INTEGER", "number": "NUMERIC", "text": "TEXT"}
 _FIELD_TYPES = {"INTEGER": "integer", "NUMERIC": "number", "REAL": "number", "FLOAT": "number"}
@@ -157,6 +162,22 @@ class Catalog:
         self.path = path
         mode = "ro" if readonly else "rwc"
         self.db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False)
+
+    @staticmethod
+    def recover(path: Path) -> None:
+        """Roll back what a killed writer left half-committed (a hot ``-journal``): a read-only
+        connection cannot, and refuses to read until someone has. Best effort: where the
+        directory is read-only, opening the catalog then reports the damage."""
+        if not path.with_name(path.name + "-journal").exists():
+            return
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=rw", uri=True)
+            try:
+                db.execute("select count(*) from sqlite_master").fetchone()
+            finally:
+                db.close()
+        except sqlite3.Error:
+            pass
 
     @classmethod
     def create(cls, path: Path, field_types: dict[str, str]) -> Catalog:
@@ -275,15 +296,17 @@ class Catalog:
             marks = ", ".join("?" * (len(RESERVED) + len(names)))
             self.db.executemany(f"insert or replace into entries ({columns}) values ({marks})", rows)
 
-    def fingerprints(self) -> dict[str, tuple[str, dict[str, Any]]]:
-        """Every entry: external id -> (content hash, fields as ``comparable`` gives them)."""
+    def fingerprints(self, ids: Sequence[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        """The entries of these external ids that exist: id -> (content hash, fields as
+        ``comparable`` gives them). By id, so an update reads what it changes, not the index."""
         types = self.field_types()
         folded = {name.casefold(): t for name, t in types.items()}
         select = ", ".join(map(quote, ["_id", "_hash", *types]))
-        return {
-            row[0]: (row[1], comparable(dict(zip(types, row[2:], strict=True)), folded))
-            for row in self.db.execute(f"select {select} from entries")
-        }
+        found = self.db.execute(
+            f"select {select} from entries where _id in (select value from json_each(?))",
+            (json.dumps(list(ids)),),
+        )
+        return {row[0]: (row[1], comparable(dict(zip(types, row[2:], strict=True)), folded)) for row in found}
 
     def rowids(self, ids: Sequence[str]) -> dict[str, int]:
         """External id -> row id, for the ids that exist."""
@@ -313,6 +336,30 @@ class Catalog:
             (json.dumps([int(r) for r in rowids]),),
         )
         return dict(found.fetchall())
+
+    def tombstones(self) -> np.ndarray:
+        """(n, 2) int64 rows of (row id, generation that hid its older vectors)."""
+        import numpy as np
+
+        try:
+            rows = self.db.execute("select _rowid, generation from tombstones").fetchall()
+        except sqlite3.OperationalError:  # no update has needed the table yet
+            rows = []
+        return np.array(rows, dtype=np.int64).reshape(-1, 2)
+
+    def bury(self, rowids: Sequence[int], generation: int) -> None:
+        """Hide these rows' vectors in every part older than ``generation``."""
+        self.db.execute(
+            "create table if not exists tombstones (_rowid integer primary key, generation integer)"
+        )
+        self.db.executemany(
+            "insert or replace into tombstones (_rowid, generation) values (?, ?)",
+            [(int(r), int(generation)) for r in rowids],
+        )
+
+    def clear_tombstones(self) -> None:
+        """After a merge: no vector left to hide."""
+        self.db.execute("drop table if exists tombstones")
 
     def delete(self, rowids: Sequence[int]) -> None:
         self.db.execute(

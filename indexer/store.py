@@ -10,13 +10,20 @@ Layout::
     INDEX_DIR/v-.../.vectors.spool raw vectors of a build in progress (``VersionWriter``), removed
                                    before the version is made live
 
+    INDEX_DIR/v-.../segment-N.faiss vectors added by updates since the version was written
+                                   (``segments``: live ones listed in ``meta``, with tombstones)
+
 FAISS ids are ``entries._rowid``; a chunked document has several vectors under the same id, so a
-hit always maps to its row with no guessing, and row ids never change or get reused. Every write
-(a build, an add, a delete) makes a complete new version directory (updates start from a copy of
-the live one), fsyncs it, and only then points ``CURRENT`` at it. The previous version is kept
-one more round so a reader that has just read ``CURRENT`` still finds its files. ``CURRENT`` may
-only name a plain version directory inside the index (no path separators, no symlink), so a
-damaged or tampered pointer can never make a query or a write use another directory.
+hit always maps to its row with no guessing, and row ids never change or get reused. A build, a
+``compact`` and a merge make a complete new version directory, fsync it, and only then point
+``CURRENT`` at it; the previous version is kept one more round so a reader that has just read
+``CURRENT`` still finds its files. An ``add`` or ``delete`` costs the change, not the index
+(``append_change``): it writes one new segment file into the live version and commits the rows,
+the tombstones and the segment list in one SQLite transaction (the atomic swap); a writer killed
+before that commit leaves an orphan segment file, removed by the next writer. ``commit_change``
+merges instead (a new version) once the segments grow past ``MAX_SEGMENTS`` or the base's size.
+``CURRENT`` may only name a plain version directory inside the index (no path separators, no
+symlink), so a damaged or tampered pointer can never make a query or a write use another directory.
 
 This module keeps the version logic; the two halves of a version have their own modules:
 ``catalog`` (SQLite: entries and meta) and ``vector_index`` (FAISS).
@@ -33,7 +40,7 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +50,12 @@ from indexer.catalog import Catalog, detect_types
 from indexer.corpus import Entry
 from indexer.errors import BadInput, IndexDamaged, IndexLocked
 from indexer.fields import vector_ids, with_also_ids
+from indexer.segments import SEGMENT, Manifest, Segments, open_vectors, segment_name, write_segment
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from indexer.vector_index import (
     build_from_parts,
     kind_of,
-    read_vectors,
     refit,
     shape_meta,
     stored_shape,
@@ -75,6 +82,27 @@ class StoredIndex:
     vectors: Any  # faiss.Index
     catalog: Catalog
     transform: Transform | None
+    tombstones: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+
+    @property
+    def manifest(self) -> Manifest:
+        return Manifest.of(self.meta)
+
+    def changed(self) -> bool:
+        """Whether an update committed into this version since it was opened: one meta row read.
+        (A new version is seen through ``CURRENT``.)"""
+        try:
+            row = self.db.execute("select value from meta where key = 'generation'").fetchone()
+        except sqlite3.OperationalError:  # a killed writer's journal: reopen, which rolls it back
+            return True
+        return (int(row[0]) if row else 0) != self.manifest.generation
+
+    def read_vectors(self) -> Any:
+        """The vectors of this snapshot through a handle of its own (a scan that must not touch
+        the index a server's requests share)."""
+        return open_vectors(
+            self.version, VECTORS, self.manifest, self.tombstones, int(self.meta["vectors"]), mmap=True
+        )
 
     @property
     def db(self) -> Any:  # sqlite3.Connection, read-only
@@ -95,7 +123,7 @@ class StoredIndex:
 
         meta, source = self.meta, self.meta.get("source", {})
         if self.vectors is None and "vector_kind" not in meta:  # written before meta kept the kind
-            self.vectors = read_vectors(self.version / VECTORS, mmap=True)
+            self.vectors = self.read_vectors()
         if self.vectors is None:
             kind, nprobe = meta["vector_kind"], meta.get("nprobe")
         else:
@@ -114,6 +142,7 @@ class StoredIndex:
             "storage": meta.get("storage", "float32"),
             **({"nprobe": int(nprobe)} if kind == "ivf" else {}),
             "size_bytes": self.size_on_disk(),
+            "segments": len(self.manifest.segments),
             "created": meta.get("created"),
             "updated": meta.get("updated"),
             "source": source.get("path"),
@@ -417,8 +446,122 @@ class Change:
     meta: Mapping[str, Any] | None = None  # meta keys to set (e.g. a calibration), JSON values
 
 
+MAX_SEGMENTS = 8
+"""Segments a version holds before the next update merges them (each search visits every one)."""
+
+
+def commit_change(index_dir: str | Path, change: Change) -> Path:
+    """Apply an update the cheap way (``append_change``) unless the segments would pass
+    ``MAX_SEGMENTS``, or the vectors they add or the vectors tombstones hide would pass half the
+    base: then merge everything into a new version (``apply_change``), so a search stays one big
+    index plus a few small ones, and an IVF base is not probed mostly for buried vectors.
+    Returns the live version. The caller holds ``writer_lock``."""
+    index_dir = Path(index_dir)
+    live = live_meta(index_dir)
+    manifest = Manifest.of(live)
+    base = int(live["vectors"]) + manifest.hidden - manifest.segment_vectors
+    added = manifest.segment_vectors + (0 if change.vectors is None else len(change.vectors))
+    # entries that may bury vectors (``reembed`` also names new ones): a bound, not a count
+    hidden = manifest.hidden + len(change.deletes) + len(change.reembed)
+    segments = len(manifest.segments) + (change.vectors is not None and len(change.vectors) > 0)
+    if segments > MAX_SEGMENTS or 2 * added > base or 2 * hidden > base:
+        return apply_change(index_dir, change)
+    return append_change(index_dir, change)
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """Where a change lands in a catalog: row ids that go, row ids whose vectors are replaced,
+    the row id and vector count of each upsert, the next unused row id."""
+
+    gone: list[int]
+    replaced: list[int]
+    rowids: list[int]
+    chunks: np.ndarray
+    next_rowid: int
+
+
+def _place(catalog: Catalog, change: Change, next_rowid: int) -> _Placed:
+    """Row ids of existing entries never change; new entries get ids never used before. A
+    metadata-only upsert keeps its vector count."""
+    known = catalog.rowids([e.id for e in change.upserts] + list(change.deletes))
+    gone = [known[i] for i in change.deletes if i in known]
+    replaced = [known[e.id] for e in change.upserts if e.id in change.reembed and e.id in known]
+    rowids = []
+    for entry in change.upserts:
+        if entry.id not in known:
+            known[entry.id] = next_rowid
+            next_rowid += 1
+        rowids.append(known[entry.id])
+    chunks = np.zeros(len(change.upserts), dtype=np.int64)
+    if change.vectors is not None and len(change.vectors):
+        chunks = np.bincount(change.owners, minlength=len(change.upserts))
+    kept = catalog.rows(
+        [r for e, r in zip(change.upserts, rowids, strict=True) if e.id not in change.reembed]
+    )
+    for i, entry in enumerate(change.upserts):
+        if entry.id not in change.reembed:  # metadata-only update: its vectors stay
+            chunks[i] = kept[rowids[i]]["_chunks"]
+    return _Placed(gone, replaced, rowids, chunks, next_rowid)
+
+
+def _new_vectors(change: Change, placed: _Placed) -> tuple[np.ndarray, np.ndarray]:
+    """The change's vectors at unit length and their FAISS ids."""
+    import faiss
+
+    vectors = np.ascontiguousarray(change.vectors, dtype=np.float32)
+    faiss.normalize_L2(vectors)
+    owners = np.asarray(placed.rowids, dtype=np.int64)[change.owners]
+    return vectors, vector_ids(owners, change.also)
+
+
+def append_change(index_dir: str | Path, change: Change) -> Path:
+    """Apply ``change`` inside the live version: its vectors as one new segment file (fsynced),
+    then the rows, the tombstones of replaced and deleted rows and the new segment list in one
+    SQLite transaction. Disk written is proportional to the change. Returns the live version."""
+    index_dir = Path(index_dir)
+    live = open_index(index_dir, vectors=False)
+    live.catalog.close()
+    version, manifest = live.version, live.manifest
+    for orphan in version.glob(SEGMENT.replace("{:08d}", "*")):  # of a writer killed before its commit
+        if orphan.name not in manifest.files():
+            orphan.unlink()
+    generation = manifest.generation + 1
+    catalog = Catalog(version / DATABASE, readonly=False)
+    try:
+        catalog.db.execute("begin immediate")
+        placed = _place(catalog, change, int(live.meta["next_rowid"]))
+        segments, added = manifest.segments, 0
+        if change.vectors is not None and len(change.vectors):
+            write_segment(version / segment_name(generation), *_new_vectors(change, placed))
+            _fsync(version)
+            added = len(change.vectors)
+            segments += ((generation, added),)
+        buried = placed.gone + placed.replaced
+        hidden = int(sum(catalog.values(buried, "_chunks").values()))
+        catalog.bury(buried, generation)
+        catalog.delete(placed.gone)
+        catalog.put(change.upserts, placed.rowids, placed.chunks)
+        new_rows = placed.next_rowid - int(live.meta["next_rowid"])
+        catalog.write_meta(
+            {
+                "count": int(live.meta["count"]) - len(placed.gone) + new_rows,
+                "vectors": int(live.meta["vectors"]) - hidden + added,
+                "next_rowid": placed.next_rowid,
+                **Manifest(segments, generation, manifest.hidden + hidden).to_meta(),
+                "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                **(change.meta or {}),
+            }
+        )
+        catalog.commit()
+    finally:
+        catalog.close()
+    return version
+
+
 def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False) -> Path:
-    """Copy the live version, apply ``change`` to the copy, and swap it in (same guarantees as a build).
+    """Copy the live version, apply ``change`` to the copy with its segments merged into the base
+    and its tombstones dropped, and swap it in (same guarantees as a build).
 
     Row ids of existing entries never change; new entries get ids never used before. An upsert
     replaces the entry's fields whole. The vector index is refitted to its new size
@@ -433,36 +576,15 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
         if (live.version / TRANSFORM).exists():
             shutil.copyfile(live.version / TRANSFORM, version / TRANSFORM)
         catalog = Catalog(version / DATABASE, readonly=False)
-        index = live.vectors
-        known = catalog.rowids([e.id for e in change.upserts] + list(change.deletes))
-        gone = [known[i] for i in change.deletes if i in known]
-        replaced = [known[e.id] for e in change.upserts if e.id in change.reembed and e.id in known]
-        if gone or replaced:
-            index.remove_ids(with_also_ids(gone + replaced))
-        catalog.delete(gone)
-        next_rowid = int(live.meta["next_rowid"])
-        rowids = []
-        for entry in change.upserts:
-            if entry.id not in known:
-                known[entry.id] = next_rowid
-                next_rowid += 1
-            rowids.append(known[entry.id])
-        chunks = np.zeros(len(change.upserts), dtype=np.int64)
+        index = live.vectors.merged() if isinstance(live.vectors, Segments) else live.vectors
+        placed = _place(catalog, change, int(live.meta["next_rowid"]))
+        if placed.gone or placed.replaced:
+            index.remove_ids(with_also_ids(placed.gone + placed.replaced))
+        catalog.delete(placed.gone)
         if change.vectors is not None and len(change.vectors):
-            import faiss
-
-            vectors = np.ascontiguousarray(change.vectors, dtype=np.float32)
-            faiss.normalize_L2(vectors)
-            owners = np.asarray(rowids, dtype=np.int64)[change.owners]
-            index.add_with_ids(vectors, vector_ids(owners, change.also))
-            chunks = np.bincount(change.owners, minlength=len(change.upserts))
-        kept = catalog.rows(
-            [r for e, r in zip(change.upserts, rowids, strict=True) if e.id not in change.reembed]
-        )
-        for i, entry in enumerate(change.upserts):
-            if entry.id not in change.reembed:  # metadata-only update: its vectors stay
-                chunks[i] = kept[rowids[i]]["_chunks"]
-        catalog.put(change.upserts, rowids, chunks)
+            index.add_with_ids(*_new_vectors(change, placed))
+        catalog.put(change.upserts, placed.rowids, placed.chunks)
+        catalog.clear_tombstones()
         index, tuned_for = refit(
             index,
             live.meta["index_kind"],
@@ -474,9 +596,10 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
             {
                 "count": catalog.count(),
                 "vectors": int(index.ntotal),
-                "next_rowid": next_rowid,
+                "next_rowid": placed.next_rowid,
                 "tuned_for": tuned_for,
                 **shape_meta(index),
+                **Manifest(generation=live.manifest.generation).to_meta(),
                 "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 **(change.meta or {}),
             }
@@ -493,7 +616,8 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
 def open_index(index_dir: str | Path, *, mmap: bool = True, vectors: bool = True) -> StoredIndex:
     """Open the live version, checking everything that could make answers wrong. The vectors are
     memory-mapped (not copied into memory) unless the caller will change them. ``vectors=False``
-    (``info``): the vector file's header is checked but FAISS is not loaded (nor imported), and
+    (``info``, an update): the vector files' headers are checked against the meta but FAISS is not
+    loaded (nor imported), the rows are not counted (a scan of the whole table), and
     ``StoredIndex.vectors`` is None."""
     index_dir = Path(index_dir)
     if not index_dir.is_dir():
@@ -536,10 +660,14 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
         raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} names a missing version {name!r}")
     if not (version / DATABASE).is_file() or not (version / VECTORS).is_file():
         raise IndexDamaged(f"damaged index {index_dir}: {DATABASE} or {VECTORS} is missing")
+    Catalog.recover(version / DATABASE)
     try:
         catalog = Catalog(version / DATABASE)
+        catalog.db.execute("begin")  # meta, count and tombstones of one generation
         meta = catalog.read_meta()
-        count = catalog.count()
+        count = catalog.count() if load else meta.get("count")  # a scan of every row: queries only
+        tombstones = catalog.tombstones()
+        catalog.db.commit()
     except (sqlite3.DatabaseError, ValueError) as exc:
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
     if meta.get("format_version") != FORMAT_VERSION:
@@ -547,16 +675,28 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
             f"index {index_dir} has format version {meta.get('format_version')!r}; this semsearch "
             f"reads version {FORMAT_VERSION}: rebuild it with 'semsearch index'"
         )
+    manifest = Manifest.of(meta)
+    files = [VECTORS, *manifest.files()]
+    if not all((version / name).is_file() for name in files):
+        raise IndexDamaged(f"damaged index {index_dir}: a segment listed in {DATABASE} is missing")
+    vectors = None
     try:
-        vectors = read_vectors(version / VECTORS, mmap=mmap) if load else None
-        dimension, total = (vectors.d, vectors.ntotal) if load else stored_shape(version / VECTORS)
+        if load:
+            vectors = open_vectors(version, VECTORS, manifest, tombstones, int(meta["vectors"]), mmap=mmap)
+            parts = vectors.parts if isinstance(vectors, Segments) else [(0, vectors)]
+            shapes = [(index.d, index.ntotal) for _, index in parts]
+        else:
+            shapes = [stored_shape(version / name) for name in files]
     except (RuntimeError, OSError, ValueError):
-        raise IndexDamaged(f"damaged index {index_dir}: cannot read {VECTORS}") from None
+        raise IndexDamaged(f"damaged index {index_dir}: cannot read {VECTORS} or a segment") from None
+    dimension, total = shapes[0][0], sum(n for _, n in shapes) - manifest.hidden
     if count != meta.get("count") or total != meta.get("vectors"):
         raise IndexDamaged(
             f"damaged index {index_dir}: {count} entries and {total} vectors, "
             f"expected {meta.get('count')} and {meta.get('vectors')}"
         )
+    if any(d != dimension for d, _ in shapes):
+        raise IndexDamaged(f"damaged index {index_dir}: a segment's dimension differs from the base's")
     if dimension != meta.get("dimension"):
         raise IndexDamaged(f"damaged index {index_dir}: vector dimension {dimension} != stored")
     strategy = Strategy.from_dict(meta["strategy"])
@@ -565,4 +705,4 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
         if not (version / TRANSFORM).is_file():
             raise IndexDamaged(f"damaged index {index_dir}: {TRANSFORM} is missing")
         transform = Transform.load(version / TRANSFORM)
-    return StoredIndex(index_dir, version, strategy, meta, vectors, catalog, transform)
+    return StoredIndex(index_dir, version, strategy, meta, vectors, catalog, transform, tombstones)

@@ -17,7 +17,7 @@ from indexer.catalog import comparable, content_hash
 from indexer.corpus import Rejection, read_corpus
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring, embed_entries
-from indexer.store import Change, apply_change, live_meta, open_index, writer_lock
+from indexer.store import Change, apply_change, commit_change, live_meta, open_index, writer_lock
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ def add_to_index(
     also = FieldScoring.from_source(source)
     corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
     with writer_lock(index_dir, wait):
-        live = open_index(index_dir)  # the live state under the lock is what we change
-        stored = live.catalog.fingerprints()
+        live = open_index(index_dir, vectors=False)  # the live state under the lock is what we change
+        stored = live.catalog.fingerprints([e.id for e in corpus.entries])
         types = live.catalog.types_for([e.fields for e in corpus.entries])
         live.catalog.close()
         added, changed, metadata_only = [], [], []
@@ -92,7 +92,7 @@ def add_to_index(
                 also=also_vectors if also else None,
                 reembed=frozenset(e.id for e in changed + added),
             )
-            apply_change(index_dir, change)
+            commit_change(index_dir, change)
     unchanged = len(corpus.entries) - len(to_embed) - len(metadata_only)
     return UpdateReport(
         len(added),
@@ -115,11 +115,11 @@ def delete_from_index(index_dir: str | Path, ids: Sequence[str], *, wait: float 
     if not ids:
         raise BadInput("no ids to delete: give --id ID or --ids-file FILE")
     with writer_lock(index_dir, wait):
-        live = open_index(index_dir)
+        live = open_index(index_dir, vectors=False)
         found = set(live.catalog.rowids(ids))
         live.catalog.close()
         if found:
-            apply_change(index_dir, Change(deletes=[i for i in ids if i in found]))
+            commit_change(index_dir, Change(deletes=[i for i in ids if i in found]))
     return UpdateReport(
         0,
         0,
@@ -134,8 +134,9 @@ def delete_from_index(index_dir: str | Path, ids: Sequence[str], *, wait: float 
 
 
 def compact_index(index_dir: str | Path, *, wait: float = 0) -> int:
-    """VACUUM the database after many updates and refit the vector index to its size (the kind
-    chosen again, IVF probes retuned: ``vector_index.refit``); returns the bytes on disk after."""
+    """Merge the segments and drop the tombstones of earlier updates (``indexer.segments``),
+    VACUUM the database and refit the vector index to its size (the kind chosen again, IVF probes
+    retuned: ``vector_index.refit``); returns the bytes on disk after."""
     index_dir = Path(index_dir)
     with writer_lock(index_dir, wait):
         apply_change(index_dir, Change(), compact=True)

@@ -169,7 +169,9 @@ def stored_vectors(index: Any) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
     from faiss.contrib.inspect_tools import get_invlist
 
-    if isinstance(index, Reranked):
+    from indexer.segments import Segments
+
+    if isinstance(index, (Reranked, Segments)):
         return index.stored()
     if isinstance(index, faiss.IndexIVF):
         ids = np.concatenate([get_invlist(index.invlists, i)[0] for i in range(index.nlist)])
@@ -272,8 +274,12 @@ def search_parameters(index: Any, selector: Any | None) -> Any | None:
     that keeps few entries still finds k of them (exact within the allowed set)."""
     import faiss
 
+    from indexer.segments import Segments
+
     if selector is None:
         return None
+    if isinstance(index, Segments):  # each part makes its own from the selector
+        return faiss.SearchParameters(sel=selector)
     if isinstance(index, Reranked):
         index = index.codes
     if isinstance(index, faiss.IndexIVF):
@@ -305,6 +311,10 @@ def stored_shape(path: Path) -> tuple[int, int]:
 def kind_of(index: Any) -> str:
     import faiss
 
+    from indexer.segments import Segments
+
+    if isinstance(index, Segments):
+        return kind_of(index.base)
     if isinstance(index, Reranked):
         return "ivf" if index.nlist > 1 else "flat"
     return "ivf" if isinstance(index, faiss.IndexIVF) else "flat"

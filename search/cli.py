@@ -535,7 +535,8 @@ def delete_command(index_dir: Path, ids: tuple[str, ...], ids_file: str | None, 
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @wait_option
 def compact_command(index_dir: Path, wait: float) -> None:
-    """Vacuum INDEX_DIR's database after many updates (a new complete version, like any write)."""
+    """Merge INDEX_DIR's segments, drop its tombstones and vacuum its database after many updates
+    (a new complete version)."""
     from indexer.update import compact_index
 
     click.echo(f"compacted {index_dir}: {compact_index(index_dir, wait=wait)} bytes", err=True)

@@ -11,8 +11,8 @@ import numpy as np
 
 from indexer.errors import BadInput
 from indexer.fields import ALSO_ID
-from indexer.store import VECTORS, StoredIndex
-from indexer.vector_index import EXACT_LIMIT, read_vectors, stored_vectors
+from indexer.store import StoredIndex
+from indexer.vector_index import EXACT_LIMIT, stored_vectors
 
 BLOCK = 4096  # query vectors per range search: bounds the memory of one block's results
 PROBES = 8  # IVF lists searched around each vector (past EXACT_LIMIT)
@@ -122,7 +122,7 @@ def find_duplicates(
     min_score = check_min_score(min_score)
     if limit is not None and limit < 0:
         raise BadInput(f"limit must be 0 or more, not {limit}")
-    vectors, owners = stored_vectors(read_vectors(index.version / VECTORS, mmap=True))
+    vectors, owners = stored_vectors(index.read_vectors())
     texts = owners < ALSO_ID  # entries say the same thing when their texts do: also-vectors aside
     vectors, owners = vectors[texts], owners[texts]
     pairs, scores = range_pairs(np.ascontiguousarray(vectors, dtype=np.float32), owners, min_score, exact)

@@ -119,6 +119,12 @@ class Snapshot:
         with self.db_lock:
             return {**self.index.info(), "encoder": self.embedder.encoder}
 
+    def changed(self) -> bool:
+        """An update committed into this snapshot's version since it was opened (new segments or
+        tombstones: ``indexer.segments``)."""
+        with self.db_lock:
+            return self.index.changed()
+
     def facets(self) -> dict[str, Facet]:
         """The stored fields' types, common values and ranges (``Catalog.facets``), under the lock."""
         with self.db_lock:
@@ -257,12 +263,14 @@ class Snapshot:
     ) -> list[Hit]:
         rule = self.rule
         best = self._nearest(vector, max(k, NEIGHBOURS) if rule else k, allowed)
+        with self.db_lock:
+            rows = self.index.rows(list(best))
+        # a row deleted by an update committed after this snapshot was taken is no answer
+        best = {rowid: score for rowid, score in best.items() if rowid in rows}
         top = list(best.items())[:k]
         confidence: list[float | None] = [None] * len(top)
         if rule is not None and top:
             confidence = rule.confidence(self._neighbourhood(best).features(len(top))).tolist()
-        with self.db_lock:
-            rows = self.index.rows([rowid for rowid, _ in top])
         hits = []
         for rank, ((rowid, score), sure) in enumerate(zip(top, confidence, strict=True), 1):
             row = rows[rowid]
@@ -303,7 +311,7 @@ class SearchEngine:
 
     def reload_if_changed(self) -> bool:
         current = self.snapshot
-        if live_version(self.path) == current.index.version.name:
+        if live_version(self.path) == current.index.version.name and not current.changed():
             return False
         fresh = open_index(self.path)
         same = fresh.strategy == current.index.strategy

@@ -397,7 +397,8 @@ def create_app(
     async def scan(snapshot: Snapshot, min_score: float, limit: int) -> dict[str, Any]:
         """One duplicates scan at a time, and one per version and question: a scan can take
         seconds on a large index, so a repeated or concurrent request gets the stored answer."""
-        key = (snapshot.index.version.name, min_score, limit)
+        index = snapshot.index  # an update commits a new generation into the same version
+        key = (f"{index.version.name}/{index.manifest.generation}", min_score, limit)
         async with scanning:
             if key not in scans:
                 found = await asyncio.to_thread(

@@ -78,11 +78,12 @@ def test_pq_add_delete_replace_compact(built, tmp_path):
     top = engine.search("zebra xylophone quantum", k=1)[0]  # d7 re-embedded: its new vector, not the old
     assert top.id == "d7" and top.score == pytest.approx(1.0, abs=1e-5)
     assert not {"d3", "d8"} & {h.id for q in QUESTIONS for h in engine.search(q, k=20)}
-    live = open_index(pq)
-    assert live.vectors.ntotal == live.meta["vectors"] == 599 and len(live.vectors.ids) == 599
-    assert list(live.vectors.ids) == sorted(live.vectors.ids)
+    assert open_index(pq).vectors.ntotal == open_index(pq).meta["vectors"] == 599  # base + segment
     compact_index(pq)
     compact_index(f32)
+    live = open_index(pq)  # the segment merged: the full vectors written again, sorted by id
+    assert live.vectors.ntotal == live.meta["vectors"] == 599 and len(live.vectors.ids) == 599
+    assert list(live.vectors.ids) == sorted(live.vectors.ids)
     assert_ranks_like(pq, f32)
     delete_from_index(pq, [f"d{i}" for i in range(600) if i not in (3, 8)] + ["new"])
     assert open_index(pq).vectors.ntotal == 0 and SearchEngine(pq).search("topic 3", k=3) == []

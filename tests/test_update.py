@@ -15,6 +15,7 @@ from indexer.corpus import read_corpus
 from indexer.errors import SemsearchError
 from indexer.store import open_index, writer_lock
 from indexer.update import add_to_index, compact_index, delete_from_index
+from indexer.vector_index import stored_vectors
 from search import SearchEngine
 from tests.conftest import kill_during
 
@@ -43,10 +44,8 @@ def rowids(index_dir: Path) -> dict[str, int]:
 
 
 def faiss_ids(index_dir: Path) -> set[int]:
-    import faiss
-
-    vectors = open_index(index_dir).vectors  # keep the index alive while its id map is read
-    return set(faiss.vector_to_array(vectors.id_map).tolist())
+    """The ids of the live vectors (base and segments, minus what tombstones hide)."""
+    return set(stored_vectors(open_index(index_dir).vectors)[1].tolist())
 
 
 def test_upsert_counts_and_stable_ids(index, tmp_path):
