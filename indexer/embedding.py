@@ -1,5 +1,7 @@
-"""Texts -> vectors with a resolved Strategy, on torch: what indexes a corpus (queries run on
-the same network exported to ONNX, ``indexer.query_encoder``, and the same NumPy ``indexer.head``).
+"""Texts -> vectors with a resolved Strategy, from a model loaded with transformers: what indexes
+a corpus. Its network runs on the strategy's backend (by default the model exported to ONNX, which
+gives torch's vectors faster; once that graph is cached, ``embedder_for`` indexes without torch, as
+queries run: ``indexer.query_encoder``), and the same NumPy ``indexer.head`` follows it.
 
 Why it is fast enough on a CPU: texts are tokenised in one batched call, sorted by length so a
 batch carries little padding (``indexer.head.encode``), the forward pass stops at the deepest layer
