@@ -16,14 +16,16 @@ import pytest
 from click.testing import CliRunner
 
 from indexer import Strategy, build_index
+from indexer.corpus import read_corpus
 from indexer.embedding import Embedder
 from indexer.errors import SemsearchError, StrategyConflict
+from indexer.shards import embed_shard, merge_shards
 from indexer.store import open_index
 from indexer.vector_index import stored_vectors
 from search import SearchEngine
 from search.cli import cli
 from search.engine import check_strategy
-from tests.conftest import random_bert
+from tests.conftest import DATA, random_bert
 from tests.test_peer import real_sentences
 
 pytest.importorskip("onnxruntime")
@@ -160,3 +162,22 @@ def test_an_unexportable_model_fails_clearly_on_int8(unexportable, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("Error: ") and "aten::frobnicate" in lines[0], lines
     assert "unexpected" not in lines[0]
     assert not (tmp_path / "idx").exists()
+
+
+def test_shards_embedded_on_torch_and_on_onnx_merge_and_int8_ones_do_not(tmp_path, tiny_model):
+    corpus = read_corpus(DATA / "demo_faq.csv", text_fields=["question"]).entries[:40]
+    torch = embed_shard(corpus[::2], tmp_path / "torch", Strategy(model=tiny_model, backend="torch"))
+    onnx = embed_shard(corpus[1::2], tmp_path / "onnx", Strategy(model=tiny_model))
+    assert merge_shards([torch, onnx], tmp_path / "merged") == len(corpus)
+    int8 = embed_shard(corpus[:3], tmp_path / "int8", Strategy(model=tiny_model, backend="onnx-int8"))
+    with pytest.raises(SemsearchError, match="backend"):
+        merge_shards([torch, int8], tmp_path / "refused")
+
+
+def test_a_missing_model_path_is_a_clear_error_on_the_default_backend():
+    """The onnx path reads the model's files before loading it: a path that is no model (nor a
+    valid hub name) must still say so plainly, not fail inside huggingface_hub."""
+    from indexer.embedding import embedder_for
+
+    with pytest.raises(SemsearchError, match="cannot load model"):
+        embedder_for(Strategy(model="/no/such/model"))
