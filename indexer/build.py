@@ -39,6 +39,8 @@ class BuildReport:
     seconds: float
     embed_seconds: float
     """Time spent embedding alone (no model load, no writing): the throughput figure."""
+    export_failure: str | None = None
+    """Why the model could not be exported to ONNX: it was then indexed, and is queried, on torch."""
 
 
 @dataclass
@@ -107,12 +109,12 @@ def build_index(
     started = time.perf_counter()
     reader = CorpusReader(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
     survey = survey_corpus(reader)
-    embed_seconds, meta = 0.0, {}
+    embed_seconds, meta, export_failure = 0.0, {}, None
     with building(Path(index_dir), wait):
         embedder = embedder_for(strategy, batch_size=batch_size)
 
         def fill(writer: VersionWriter) -> None:
-            nonlocal embed_seconds, meta
+            nonlocal embed_seconds, meta, export_failure
             if ray is not None:
                 from indexer.distributed import RayEmbedder, connected
             size = PART_ENTRIES if ray is None else RAY_PART_ENTRIES
@@ -125,7 +127,7 @@ def build_index(
                     embed_seconds += time.perf_counter() - embed_started
                     writer.add(part, vectors, owners, also_vectors if also else None)
                     bar.update(len(part))
-            embedder.export_for_queries()  # once per model and strategy: queries then need no torch
+            export_failure = embedder.export_for_queries()  # once per model and strategy: no torch to query
             source = {
                 "path": str(Path(corpus_path).resolve()),
                 "text_fields": reader.text_fields,
@@ -147,4 +149,5 @@ def build_index(
         rejection_summary=rejection_summary(survey.rejected),
         seconds=time.perf_counter() - started,
         embed_seconds=embed_seconds,
+        export_failure=export_failure,
     )

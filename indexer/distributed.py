@@ -86,9 +86,9 @@ class _Worker:
     """One Ray actor: the model loaded once, then one partition per call."""
 
     def __init__(self, strategy: Strategy, batch_size: int, before: Callable[[int], None] | None):
-        from indexer.embedding import Embedder
+        from indexer.embedding import embedder_for
 
-        self.embedder = Embedder(strategy, batch_size=batch_size)
+        self.embedder = embedder_for(strategy, batch_size=batch_size)  # as a build embeds
         self.before = before
 
     def embed(self, number: int, texts: list[str]) -> tuple[Strategy, np.ndarray, np.ndarray]:

@@ -1,5 +1,7 @@
-"""Texts -> vectors with a resolved Strategy, on torch: what indexes a corpus (queries run on
-the same network exported to ONNX, ``indexer.query_encoder``, and the same NumPy ``indexer.head``).
+"""Texts -> vectors with a resolved Strategy, from a model loaded with transformers: what indexes
+a corpus. Its network runs on the strategy's backend (by default the model exported to ONNX, which
+gives torch's vectors faster; once that graph is cached, ``embedder_for`` indexes without torch, as
+queries run: ``indexer.query_encoder``), and the same NumPy ``indexer.head`` follows it.
 
 Why it is fast enough on a CPU: texts are tokenised in one batched call, sorted by length so a
 batch carries little padding (``indexer.head.encode``), the forward pass stops at the deepest layer
@@ -43,6 +45,8 @@ class Embedder:
 
     encoder = "torch"
     """What ``info`` shows for queries answered by it (``indexer.query_encoder`` says why)."""
+    fallback: str | None = None
+    """Why this model's network could not be exported to ONNX, once an export was tried and failed."""
 
     def __init__(self, strategy: Strategy | None = None, *, batch_size: int = 32, all_layers: bool = False):
         request = identified(strategy or Strategy())  # located and fingerprinted, not cwd-relative
@@ -66,20 +70,35 @@ class Embedder:
         self.network = self._network(model)
 
     def _network(self, model: Any) -> Network:
+        """The strategy's backend. ``onnx`` gives torch's fp32 vectors, so it runs on torch where
+        torch serves better: sweeps (one pass over every layer) and a model the exporter fails
+        on (``fallback`` then says why, and the strategy says ``torch``: what embedded)."""
         from indexer.network import TorchNetwork
 
         pooler = self.strategy.pooling == "pooler"
         self.torch_network = TorchNetwork(model, None if self.all_layers or pooler else max(self.head.layers))
-        if self.strategy.backend == "torch":
+        backend = self.strategy.backend
+        if backend == "torch" or (backend == "onnx" and self.all_layers):
             return self.torch_network
         if self.all_layers:
-            raise BadInput("sweeps run on the torch backend")
+            raise BadInput(f"sweeps run in fp32 (backend onnx or torch), not {backend}")
         import torch
 
-        from indexer.onnx_backend import export_graph
+        from indexer.onnx_backend import export_failure, export_graph
 
-        spec = self.graph_spec(self.strategy.backend)
-        path = export_graph(self.torch_network.model, spec)
+        spec = self.graph_spec(backend)
+        if backend == "onnx":
+            self.fallback = self.export_for_queries()  # the same graph: exported once for both
+            if self.fallback is not None:
+                self.head = self.make_head(replace(self.strategy, backend="torch"))
+                self.strategy = self.head.strategy
+                return self.torch_network
+        try:
+            path = export_graph(self.torch_network.model, spec)
+        except Exception as exc:  # noqa: BLE001 - int8 vectors exist only on the exported graph
+            raise BadInput(
+                f"backend {backend}: this model cannot be exported to ONNX ({export_failure(exc)})"
+            ) from None
         threads = torch.get_num_threads()
         return OnnxGraph(
             path, spec.layers, spec.pooler, threads=threads, spin=True, per_text=spec.backend == "onnx-int8"
@@ -96,8 +115,10 @@ class Embedder:
         reason it cannot be, or None. ``onnx-int8`` indexes query with their own int8 graph."""
         from indexer.onnx_backend import export_for_queries
 
-        backend = "onnx-int8" if self.strategy.backend == "onnx-int8" else "onnx"
-        return export_for_queries(self.torch_network.model, self.graph_spec(backend))
+        if self.fallback is None:
+            backend = "onnx-int8" if self.strategy.backend == "onnx-int8" else "onnx"
+            self.fallback = export_for_queries(self.torch_network.model, self.graph_spec(backend))
+        return self.fallback
 
     def make_head(self, strategy: Strategy) -> Head:
         """Resolve a strategy against this model ('auto' -> concrete, ranges checked)."""

@@ -72,7 +72,10 @@ def model_file(location: str, filename: str) -> Path | None:
         return path if path.is_file() else None
     from huggingface_hub import try_to_load_from_cache
 
-    found = try_to_load_from_cache(location, filename)
+    try:
+        found = try_to_load_from_cache(location, filename)
+    except ValueError:  # not a hub name either (a path that does not exist): no such file
+        return None
     return Path(found) if isinstance(found, str) else None
 
 

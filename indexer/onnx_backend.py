@@ -129,13 +129,18 @@ def export_graph(network: torch.nn.Module, spec: GraphSpec) -> Path:
     return spec.path
 
 
+def export_failure(exc: Exception) -> str:
+    """An exporter's exception as one line: its type and the first line of its message."""
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
 def export_for_queries(network: torch.nn.Module, spec: GraphSpec) -> str | None:
     """Export the graph an index's queries will run on; on failure note why (queries then run on
     torch, and ``info`` says so) and return the reason instead of failing the build."""
     try:
         export_graph(network, spec)
     except Exception as exc:  # noqa: BLE001 - any exporter failure means: answer with torch
-        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        reason = export_failure(exc)
         try:
             spec.failure.parent.mkdir(parents=True, exist_ok=True)
             spec.failure.write_text(reason + "\n", encoding="utf-8")

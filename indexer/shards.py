@@ -33,11 +33,11 @@ def embed_shard(
 ) -> Path:
     """Embed ``entries`` with ``strategy`` into a shard directory (a worker's whole job).
     ``text_fields``/``id_field``: what ``read_corpus`` was given, kept for the merged index."""
-    from indexer.embedding import Embedder
+    from indexer.embedding import embedder_for
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    embedder = Embedder(strategy)
+    embedder = embedder_for(strategy)  # as a build embeds: no torch once the graph is cached
     vectors, owners = embedder.embed_documents([e.text for e in entries])
     np.save(out / "vectors.npy", vectors)
     np.save(out / "owners.npy", owners)

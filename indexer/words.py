@@ -17,7 +17,9 @@ from indexer.embedding import Embedder
 from indexer.errors import BadInput
 from indexer.strategy import Strategy
 
-WORD_STRATEGY = Strategy(layers=(-4, -3, -2, -1), combine="sum", pooling="mean")
+WORD_STRATEGY = Strategy(layers=(-4, -3, -2, -1), combine="sum", pooling="mean", backend="torch")
+"""On torch: ``words`` loads the model anyway (its tokenizer's word ids) for one text, where exporting
+a graph of four layers first would only add time (the vectors are the same)."""
 
 MERGES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "mean": lambda pieces: pieces.mean(0),

@@ -106,7 +106,7 @@ def strategy_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--backend",
             type=click.Choice(BACKENDS),
-            help="Inference: torch (default), onnx (same vectors), onnx-int8 (faster, lossy).",
+            help="Inference: onnx (default, fast), torch (same vectors), onnx-int8 (other vectors).",
         ),
     ]
     names = (
@@ -308,6 +308,12 @@ def index_command(
         err=True,
     )
     click.echo(f"strategy: {report.strategy.describe()}", err=True)
+    if report.export_failure:
+        click.echo(
+            f"note: the model cannot be exported to ONNX ({report.export_failure}): "
+            "indexed on torch, queries run on torch (same vectors, slower)",
+            err=True,
+        )
     _echo_rejections(report.rejected, report.rejection_summary)
 
 

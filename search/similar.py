@@ -19,7 +19,7 @@ from indexer.transform import Transform
 from search.engine import Hit, check_queries
 from search.queries import check_text
 
-if TYPE_CHECKING:  # torch loads only where a sentence is embedded without an index
+if TYPE_CHECKING:  # torch loads only to embed without an index, before the graph is exported
     from indexer.embedding import Embedder
     from indexer.query_encoder import QueryEncoder
 
@@ -57,10 +57,10 @@ def rank_similar(
     """
     kept = rankable(sentence, candidates)
     check_transform(strategy or (embedder.strategy if embedder else Strategy()), transform)
-    if embedder is None:
-        from indexer.embedding import Embedder
+    if embedder is None:  # as an index of this strategy would embed (no torch once exported)
+        from indexer.embedding import embedder_for
 
-        embedder = Embedder(strategy)
+        embedder = embedder_for(strategy)
     vectors = embedder.embed([sentence] + [text for _, text in kept])
     return rank_vectors(Transform.apply_optional(transform, vectors), kept, k)
 

@@ -77,10 +77,12 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def bundled():
-    """The real default model, loaded once for the session."""
+    """The real default model on torch, the reference every other backend is held to; loaded
+    once for the session."""
     from indexer.embedding import Embedder
+    from indexer.strategy import Strategy
 
-    return Embedder()
+    return Embedder(Strategy(backend="torch"))
 
 
 def kill_during(command: list[str], index_dir: Path, when: float | str) -> bool:

@@ -32,7 +32,7 @@ def assert_batch_independent(embed, batch_size: int) -> None:
     np.testing.assert_allclose(together, alone, atol=1e-5, rtol=0)
 
 
-def test_default_backend_is_batch_independent(bundled):
+def test_torch_backend_is_batch_independent(bundled):
     assert bundled.strategy.backend == "torch"
     assert_batch_independent(bundled.embed, bundled.batch_size)
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import indexer.build
+import indexer.embedding
 import indexer.store
 from indexer import Strategy, build_index
 from indexer.catalog import Catalog
@@ -52,13 +53,13 @@ def small_parts(monkeypatch):
 
 def test_streamed_build_keeps_every_row_check_across_parts(tmp_path, tiny_model, small_parts, monkeypatch):
     calls = []
-    embed = Embedder.embed_documents
+    embed = indexer.build.embed_entries  # whichever encoder the backend gives, it embeds a part here
 
-    def spy(self, texts, **kwargs):
-        calls.append(len(texts))
-        return embed(self, texts, **kwargs)
+    def spy(on, part, also):
+        calls.append(len(part))
+        return embed(on, part, also)
 
-    monkeypatch.setattr(Embedder, "embed_documents", spy)
+    monkeypatch.setattr(indexer.build, "embed_entries", spy)
     report = build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
     assert calls == [2, 2, 2]  # 6 entries, never more than a part at once
     assert [(r.row, r.reason.split(":")[0]) for r in report.rejected] == [
@@ -112,15 +113,15 @@ def test_failure_in_a_later_part_leaves_the_previous_index(tmp_path, tiny_model,
     build_index(corpus(tmp_path, ROWS[:2]), tmp_path / "idx", Strategy(model=tiny_model))
     before = (tmp_path / "idx" / CURRENT).read_text()
     calls = []
-    embed = Embedder.embed_documents
+    embed = indexer.build.embed_entries
 
-    def fails_on_the_third_part(self, texts, **kwargs):
-        calls.append(len(texts))
+    def fails_on_the_third_part(on, part, also):
+        calls.append(len(part))
         if len(calls) == 3:
             raise MemoryError("out of memory in the third part")
-        return embed(self, texts, **kwargs)
+        return embed(on, part, also)
 
-    monkeypatch.setattr(Embedder, "embed_documents", fails_on_the_third_part)
+    monkeypatch.setattr(indexer.build, "embed_entries", fails_on_the_third_part)
     with pytest.raises(MemoryError):
         build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
     assert (tmp_path / "idx" / CURRENT).read_text() == before
@@ -133,14 +134,14 @@ def test_corpus_changed_during_the_build_is_an_error(tmp_path, tiny_model, small
     path = corpus(tmp_path)
     build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
     before = (tmp_path / "idx" / CURRENT).read_text()
-    load = Embedder.__init__
+    load = indexer.embedding.embedder_for
 
-    def append_a_row_then_load(self, *args, **kwargs):
+    def append_a_row_then_load(*args, **kwargs):
         with path.open("a", encoding="utf-8") as f:
             f.write("a9,a row written while indexing,1\n")
-        load(self, *args, **kwargs)
+        return load(*args, **kwargs)
 
-    monkeypatch.setattr(Embedder, "__init__", append_a_row_then_load)
+    monkeypatch.setattr(indexer.embedding, "embedder_for", append_a_row_then_load)
     with pytest.raises(BadInput, match="changed while it was being indexed"):
         build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
     assert (tmp_path / "idx" / CURRENT).read_text() == before

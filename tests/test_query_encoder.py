@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -35,7 +36,8 @@ def private_cache(tmp_path_factory, monkeypatch):
 
 
 def torch_free(strategy: Strategy) -> tuple[Embedder, QueryEncoder]:
-    embedder = Embedder(strategy)
+    """The strategy on torch (the reference) and on the torch-free encoder of the same index."""
+    embedder = Embedder(replace(strategy, backend="torch"))
     assert embedder.export_for_queries() is None
     return embedder, QueryEncoder(embedder.strategy)
 
@@ -93,7 +95,7 @@ def test_no_texts_give_no_vectors(bundled):
 
 
 def test_unexported_graph_is_reported_and_exported_on_first_use(tiny_model):
-    strategy = Embedder(Strategy(model=tiny_model, layers=(1,), pooling="mean")).strategy
+    strategy = Embedder(Strategy(model=tiny_model, layers=(1,), pooling="mean", backend="torch")).strategy
     assert encoder_status(strategy).startswith("onnx (graph not exported")
     from indexer.query_encoder import query_encoder
 
@@ -102,7 +104,7 @@ def test_unexported_graph_is_reported_and_exported_on_first_use(tiny_model):
 
 
 def test_a_failed_export_falls_back_to_torch_and_says_why(tiny_model):
-    strategy = Embedder(Strategy(model=tiny_model, layers=(1, 3), pooling="cls")).strategy
+    strategy = Embedder(Strategy(model=tiny_model, layers=(1, 3), pooling="cls", backend="torch")).strategy
     spec = graph_spec(strategy)
     spec.failure.parent.mkdir(parents=True, exist_ok=True)
     spec.failure.write_text("ExportError: unsupported operator\n", encoding="utf-8")
