@@ -101,6 +101,21 @@ def test_unexported_graph_is_reported_and_exported_on_first_use(tiny_model):
     assert encoder_status(strategy) == "onnx"
 
 
+def test_exported_weights_lie_beside_the_graph_for_onnx_runtime_to_map(tiny_model):
+    """The graph file holds no weights (ONNX Runtime maps them from ``<graph>.data`` rather than
+    parse and copy them out of the protobuf: most of a session's start-up); a graph whose weights
+    are missing counts as not exported, so it is exported again rather than failing a query."""
+    embedder, encoder = torch_free(Strategy(model=tiny_model, layers=(2,), pooling="mean"))
+    spec = graph_spec(encoder.strategy)
+    assert spec.weights.stat().st_size > 20 * spec.path.stat().st_size
+    sentences = stsb_sample(20)
+    assert_same(embedder.embed(sentences), encoder.embed(sentences))
+    spec.weights.unlink()
+    assert encoder_status(encoder.strategy).startswith("onnx (graph not exported")
+    assert embedder.export_for_queries() is None and spec.exported
+    assert_same(embedder.embed(sentences), QueryEncoder(encoder.strategy).embed(sentences))
+
+
 def test_a_failed_export_falls_back_to_torch_and_says_why(tiny_model):
     strategy = Embedder(Strategy(model=tiny_model, layers=(1, 3), pooling="cls")).strategy
     spec = graph_spec(strategy)
