@@ -134,7 +134,9 @@ def _save_with_weights_apart(graph: Path, target: Path, weights: Path) -> None:
         location=weights.name,
         size_threshold=1024,
     )
-    os.replace(made.with_name(weights.name), weights)
+    made_weights = made.with_name(weights.name)
+    os.chmod(made_weights, made.stat().st_mode & 0o777)  # onnx makes it private; readable as the graph is
+    os.replace(made_weights, weights)
     os.replace(made, target)
 
 

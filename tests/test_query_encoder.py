@@ -189,14 +189,21 @@ def test_info_names_the_encoder(small_index):
     assert SearchEngine(index).snapshot.info()["encoder"] == "onnx"
 
 
-def test_serving_imports_no_torch(small_index):
+def test_serve_imports_no_torch_up_to_its_first_answer(small_index):
+    """`semsearch serve` as run from the shell (the engine loading in its thread while the web stack
+    imports), its uvicorn swapped for a client that asks one question."""
     pytest.importorskip("fastapi")
     index, cache = small_index
     code = (
-        "from fastapi.testclient import TestClient\nfrom search.server import create_app\n"
-        f"with TestClient(create_app({str(index)!r})) as client:\n"
-        "    found = client.post('/search', json={'query': 'a man plays guitar', 'k': 2})\n"
-        "    assert found.status_code == 200 and len(found.json()['hits']) == 2, found.text"
+        "import sys, uvicorn\nfrom fastapi.testclient import TestClient\n"
+        "def answer_once(app, host, **options):\n"
+        "    assert host == '127.0.0.1'\n"
+        "    with TestClient(app) as client:\n"
+        "        found = client.post('/search', json={'query': 'a man plays guitar', 'k': 2})\n"
+        "        assert found.status_code == 200 and len(found.json()['hits']) == 2, found.text\n"
+        "uvicorn.run = answer_once\nfrom search.cli import main\n"
+        f"sys.argv = ['semsearch', 'serve', {str(index)!r}]\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code"
     )
     assert imported_after(code, cache) == set()
 
