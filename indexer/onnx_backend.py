@@ -123,7 +123,8 @@ def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
 def _save_with_weights_apart(graph: Path, target: Path, weights: Path) -> None:
     """``graph`` written as ``target`` with its weights in ``weights`` (what ONNX Runtime maps at
     load instead of copying), both made beside ``graph`` and moved in weights first: a graph in
-    place always finds its weights."""
+    place always finds its weights (two processes exporting one graph write the same bytes, fp32
+    and int8 alike: checked, so neither can pair its graph with other weights)."""
     import onnx
 
     made = graph.with_name(target.name)
