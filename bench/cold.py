@@ -1,10 +1,11 @@
 """Cold processes: what one shell command costs from nothing (imports, model, index, answer), next
 to the sentence-transformers + FAISS script that does the same (load model, load index, encode,
-search, print), in the same run. Medians of fresh processes; and `serve` start to first answer.
+search, print), in the same run. Medians of fresh processes; and `serve` start to first answer on
+both indexes, with the server's CPU seconds by then (less at the mercy of a shared machine's load).
 `--help` is compared with the peer's imports alone and `info` with a script that reads the FAISS
 index and prints its size: what each costs before it does any work.
 
-    .venv/bin/python bench/cold.py [--repeats 5]
+    .venv/bin/python bench/cold.py [--repeats 5] [--no-peer]
 
 Indexes: the demo FAQ (question + answer, built by `build_index`, which also exports the query
 graph: the first query pays no export), and a 100k-vector index (the demo's real vectors and texts
@@ -57,10 +58,12 @@ def wall(command: list[str], repeats: int) -> float:
     return statistics.median(times)
 
 
-def serve_to_first_answer(index_dir: Path, repeats: int) -> float:
-    """``semsearch serve`` start to the first successful POST /search, median."""
-    times = []
-    for _ in range(repeats):
+def serve_to_first_answer(index_dir: Path, repeats: int) -> tuple[float, float]:
+    """``semsearch serve`` start to the first successful POST /search, median of ``repeats`` after
+    one unmeasured start; with the server's CPU seconds by then (user + system, all its threads),
+    which a shared machine's load inflates far less than the wall time."""
+    times, cpus = [], []
+    for attempt in range(repeats + 1):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -85,11 +88,19 @@ def serve_to_first_answer(index_dir: Path, repeats: int) -> float:
                     if server.poll() is not None:
                         raise RuntimeError("semsearch serve exited") from None
                     time.sleep(0.01)
-            times.append(time.perf_counter() - started)
+            if attempt:
+                times.append(time.perf_counter() - started)
+                cpus.append(cpu_seconds(server.pid))
         finally:
             server.terminate()
             server.wait()
-    return statistics.median(times)
+    return statistics.median(times), statistics.median(cpus)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a running process has used (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def texts_and_vectors(index_dir: Path) -> tuple[list[str], np.ndarray]:
@@ -133,8 +144,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument(
+        "--no-peer", action="store_true", help="skip the peer's processes (seconds each): semsearch rows only"
+    )
     args = parser.parse_args()
     from indexer import build_index
+
+    started_load = os.getloadavg()[0]
+    peer_wall = (lambda command, repeats: None) if args.no_peer else wall
 
     rows: list[tuple[str, float, float | None]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,29 +167,32 @@ def main() -> None:
         peer_big.mkdir()
         big_files = peer_files(peer_big, big_vectors, big_texts)
         peer = [sys.executable, "-c", PEER]
-        help_peer = wall([sys.executable, "-c", PEER_START], args.repeats)
+        help_peer = peer_wall([sys.executable, "-c", PEER_START], args.repeats)
         rows.append(
             ("`semsearch --help` (peer: its imports)", wall([SEMSEARCH, "--help"], args.repeats), help_peer)
         )
         cases = ((f"demo, {len(texts)}", demo, demo_files), (f"{args.size:,}", big, big_files))
         for label, index_dir, files in cases:
             ours = wall([SEMSEARCH, "info", str(index_dir)], args.repeats)
-            theirs = wall([sys.executable, "-c", PEER_INFO, files[0]], args.repeats)
+            theirs = peer_wall([sys.executable, "-c", PEER_INFO, files[0]], args.repeats)
             rows.append(
                 (f"`semsearch info` ({label} entries; peer: read the index, print its size)", ours, theirs)
             )
         for label, index_dir, files in cases:
             ours = wall([SEMSEARCH, "query", str(index_dir), QUESTION, "-k", "3"], args.repeats)
-            theirs = wall([*peer, *files, QUESTION], args.repeats)
+            theirs = peer_wall([*peer, *files, QUESTION], args.repeats)
             rows.append((f"`semsearch query` ({label} entries)", ours, theirs))
-        serve = serve_to_first_answer(demo, args.repeats)
-    print(f"cold processes, median of {args.repeats} (after one unmeasured run); {os.cpu_count()} CPUs\n")
+        serve = [(label, *serve_to_first_answer(index_dir, args.repeats)) for label, index_dir, _ in cases]
+    print(f"cold processes, median of {args.repeats} (after one unmeasured run); {os.cpu_count()} CPUs")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (1 min), {started_load:.1f} at the start\n")
     print("| command | semsearch s | sentence-transformers + FAISS script s | ratio |\n|---|---|---|---|")
     for label, ours, theirs in rows:
         peer_cell = "" if theirs is None else f"{theirs:.2f}"
         ratio = "" if theirs is None else f"{theirs / ours:.1f}x"
         print(f"| {label} | {ours:.2f} | {peer_cell} | {ratio} |")
-    print(f"\n`semsearch serve` (demo) start to first answer, median: {serve:.2f}s")
+    print("\n| `semsearch serve` start to first answer | s | server CPU s |\n|---|---|---|")
+    for label, wall_s, cpu_s in serve:
+        print(f"| {label} entries | {wall_s:.2f} | {cpu_s:.2f} |")
 
 
 if __name__ == "__main__":

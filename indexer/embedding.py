@@ -198,6 +198,6 @@ def embedder_for(strategy: Strategy | None = None, *, batch_size: int = 32) -> E
     if facts is not None:
         resolved = resolve_strategy(request, facts)
         spec = graph_spec(resolved)
-        if spec.path.is_file():
+        if spec.exported:
             return QueryEncoder(resolved, batch_size=batch_size, spec=spec, spin=True)
     return Embedder(strategy, batch_size=batch_size)

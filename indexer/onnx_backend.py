@@ -10,7 +10,7 @@ too much (STS-B dev 85.87 vs 86.72).
 
 Every index gets the fp32 graph of its strategy when it is built (``export_for``), so its queries
 run on ONNX Runtime alone; exports are cached (``indexer.onnx_graph.GraphSpec``) and written
-atomically.
+atomically: the weights file first, then the graph that names it.
 """
 
 from __future__ import annotations
@@ -61,9 +61,7 @@ def _eager_attention(network: torch.nn.Module) -> Iterator[None]:
         switch(previous)
 
 
-def _export(
-    network: torch.nn.Module, layers: Sequence[int], pooler: bool, backend: str, target: Path
-) -> None:
+def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
     try:
         import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -73,7 +71,7 @@ def _export(
     import tempfile
     import warnings
 
-    config = network.config
+    config, layers, pooler, target = network.config, spec.layers, spec.pooler, spec.path
     names = [f"h{i}" for i in layers] + (["pooler"] if pooler else [])
     ids = torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]])
     axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}}
@@ -105,7 +103,7 @@ def _export(
         )
         model.save_model_to_file(str(fused))
         result = Path(tmp) / "final.onnx"
-        if backend == "onnx-int8":
+        if spec.backend == "onnx-int8":
             logging.getLogger().addFilter(_quiet)  # the quantiser logs advice to the root logger
             try:
                 quantize_dynamic(
@@ -119,13 +117,34 @@ def _export(
                 logging.getLogger().removeFilter(_quiet)
         else:
             fused.replace(result)
-        os.replace(result, target)
+        _save_with_weights_apart(result, target, spec.weights)
+
+
+def _save_with_weights_apart(graph: Path, target: Path, weights: Path) -> None:
+    """``graph`` written as ``target`` with its weights in ``weights`` (what ONNX Runtime maps at
+    load instead of copying), both made beside ``graph`` and moved in weights first: a graph in
+    place always finds its weights (two processes exporting one graph write the same bytes, fp32
+    and int8 alike: checked, so neither can pair its graph with other weights)."""
+    import onnx
+
+    made = graph.with_name(target.name)
+    onnx.save_model(
+        onnx.load(str(graph)),
+        str(made),
+        save_as_external_data=True,
+        location=weights.name,
+        size_threshold=1024,
+    )
+    made_weights = made.with_name(weights.name)
+    os.chmod(made_weights, made.stat().st_mode & 0o777)  # onnx makes it private; readable as the graph is
+    os.replace(made_weights, weights)
+    os.replace(made, target)
 
 
 def export_graph(network: torch.nn.Module, spec: GraphSpec) -> Path:
     """The graph of ``spec``, exported from ``network`` (the eval-mode model) unless cached."""
-    if not spec.path.is_file():
-        _export(network, spec.layers, spec.pooler, spec.backend, spec.path)
+    if not spec.exported:
+        _export(network, spec)
     return spec.path
 
 

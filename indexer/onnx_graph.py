@@ -6,7 +6,9 @@ the indexer runs the graph for the ``onnx`` backends and the query side
 
 A graph is cached under ``$SEMSEARCH_CACHE/onnx`` (default ``~/.cache/semsearch``), keyed by the
 model's fingerprint (``indexer.models.model_fingerprint``: its files' bytes, not where they lie),
-the hidden states it outputs and the backend.
+the hidden states it outputs and the backend. Its weights lie beside it in ``<key>.onnx.data``
+(ONNX external data): ONNX Runtime maps that file instead of parsing and copying 90 MB out of the
+graph's protobuf, which was most of a server's session start-up (docs/profile-serve.md).
 An export that failed leaves a ``.failed`` note with the reason beside where the graph would be.
 """
 
@@ -22,10 +24,9 @@ import numpy as np
 from indexer.head import NetworkOutput
 from indexer.models import cache_root, model_file, model_fingerprint
 
-EXPORT_RECIPE = 2
+EXPORT_RECIPE = 3
 """Bumped when ``indexer.onnx_backend`` exports differently (2: eager attention, fused; int8 per
-channel), so a
-cache never serves a graph an older recipe made."""
+channel; 3: weights in a file of their own), so a cache never serves a graph an older recipe made."""
 
 
 def model_identity(location: str) -> str:
@@ -55,6 +56,16 @@ class GraphSpec:
     @property
     def path(self) -> Path:
         return cache_root() / "onnx" / f"{self.key()}.onnx"
+
+    @property
+    def weights(self) -> Path:
+        """The graph's weights (external data the graph names by this file name)."""
+        return self.path.with_name(self.path.name + ".data")
+
+    @property
+    def exported(self) -> bool:
+        """Both files are in place (the exporter moves the weights in first, the graph last)."""
+        return self.path.is_file() and self.weights.is_file()
 
     @property
     def failure(self) -> Path:

@@ -61,7 +61,7 @@ class QueryEncoder:
         if not strategy.resolved:
             raise BadInput("the query encoder needs a resolved strategy (an index's stored one)")
         spec = spec or graph_spec(strategy)
-        if not spec.path.is_file():
+        if not spec.exported:
             raise FileNotFoundError(spec.path)
         location = spec.location
         tokenizer_file = model_file(location, "tokenizer.json")
@@ -153,7 +153,7 @@ def query_encoder(strategy: Strategy) -> QueryEncoder | Embedder:
     torch ``Embedder`` (exporting first when it has never been tried, so a later process is fast),
     with ``encoder`` saying which and why."""
     spec = graph_spec(strategy)
-    if spec.path.is_file():
+    if spec.exported:
         return QueryEncoder(strategy, spec=spec)
     from indexer.embedding import Embedder
 
@@ -168,7 +168,7 @@ def query_encoder(strategy: Strategy) -> QueryEncoder | Embedder:
 def encoder_status(strategy: Strategy) -> str:
     """What ``info`` shows: ``onnx``, or ``torch (why)`` when queries cannot run without torch."""
     spec = graph_spec(strategy)
-    if spec.path.is_file():
+    if spec.exported:
         return "onnx"
     reason = spec.failed()
     return f"torch ({reason})" if reason else "onnx (graph not exported yet: the next query exports it)"

@@ -577,9 +577,9 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
 def serve_command(index_dir: Path, host: str, port: int, max_batch: int) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar; GET /info,
     /fields, /health; docs at /docs."""
-    from search.engine import load_engine
+    from search.loading import load_engine
 
-    loading = load_engine(index_dir)  # the index and model load while the web stack imports
+    loading = load_engine(index_dir)  # the engine imports and loads while the web stack imports
     try:
         import uvicorn
 

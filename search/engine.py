@@ -7,7 +7,6 @@ import functools
 import sqlite3
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -327,15 +326,6 @@ class SearchEngine:
         self, queries: Sequence[str], k: int = 10, where: str | None = None, min_score: float | None = None
     ) -> list[list[Hit]]:
         return self.snapshot.search_many(queries, k, where, min_score)
-
-
-def load_engine(index_dir: str | Path) -> Future[SearchEngine]:
-    """``SearchEngine(index_dir)`` loading in a thread of its own: a server starts it first and
-    sets itself up meanwhile (ONNX Runtime builds its session without holding the GIL)."""
-    pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
-    loading = pool.submit(SearchEngine, index_dir)
-    pool.shutdown(wait=False)  # the thread ends when the engine is loaded
-    return loading
 
 
 @dataclass(frozen=True)

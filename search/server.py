@@ -46,8 +46,9 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
 from search.duplicates import find_duplicates
-from search.engine import SearchEngine, Snapshot, check_queries, configure_threads, load_engine
+from search.engine import SearchEngine, Snapshot, check_queries, configure_threads
 from search.filters import MAX_FILTER_LENGTH
+from search.loading import load_engine
 from search.queries import check_text
 from search.similar import rank_vectors, rankable
 
@@ -311,8 +312,8 @@ def create_app(
 ) -> FastAPI:
     """Load the index and model now (so a bad index fails before the server binds), and set up the
     serving process (``configure_threads``). The engine loads in a thread while the routes are set
-    up (ONNX Runtime builds its session without holding the GIL); ``loading``: an engine already
-    loading (``semsearch serve`` starts it before importing the web stack, to overlap that too)."""
+    up; ``loading``: an engine already loading (``semsearch serve`` starts it before importing
+    anything heavy, to overlap those imports too: ``search.loading``)."""
     configure_threads()
     if loading is None:
         loading = load_engine(index_dir)

@@ -103,6 +103,21 @@ def test_unexported_graph_is_reported_and_exported_on_first_use(tiny_model):
     assert encoder_status(strategy) == "onnx"
 
 
+def test_exported_weights_lie_beside_the_graph_for_onnx_runtime_to_map(tiny_model):
+    """The graph file holds no weights (ONNX Runtime maps them from ``<graph>.data`` rather than
+    parse and copy them out of the protobuf: most of a session's start-up); a graph whose weights
+    are missing counts as not exported, so it is exported again rather than failing a query."""
+    embedder, encoder = torch_free(Strategy(model=tiny_model, layers=(2,), pooling="mean"))
+    spec = graph_spec(encoder.strategy)
+    assert spec.weights.stat().st_size > 20 * spec.path.stat().st_size
+    sentences = stsb_sample(20)
+    assert_same(embedder.embed(sentences), encoder.embed(sentences))
+    spec.weights.unlink()
+    assert encoder_status(encoder.strategy).startswith("onnx (graph not exported")
+    assert embedder.export_for_queries() is None and spec.exported
+    assert_same(embedder.embed(sentences), QueryEncoder(encoder.strategy).embed(sentences))
+
+
 def test_a_failed_export_falls_back_to_torch_and_says_why(tiny_model):
     strategy = Embedder(Strategy(model=tiny_model, layers=(1, 3), pooling="cls", backend="torch")).strategy
     spec = graph_spec(strategy)
@@ -176,14 +191,21 @@ def test_info_names_the_encoder(small_index):
     assert SearchEngine(index).snapshot.info()["encoder"] == "onnx"
 
 
-def test_serving_imports_no_torch(small_index):
+def test_serve_imports_no_torch_up_to_its_first_answer(small_index):
+    """`semsearch serve` as run from the shell (the engine loading in its thread while the web stack
+    imports), its uvicorn swapped for a client that asks one question."""
     pytest.importorskip("fastapi")
     index, cache = small_index
     code = (
-        "from fastapi.testclient import TestClient\nfrom search.server import create_app\n"
-        f"with TestClient(create_app({str(index)!r})) as client:\n"
-        "    found = client.post('/search', json={'query': 'a man plays guitar', 'k': 2})\n"
-        "    assert found.status_code == 200 and len(found.json()['hits']) == 2, found.text"
+        "import sys, uvicorn\nfrom fastapi.testclient import TestClient\n"
+        "def answer_once(app, host, **options):\n"
+        "    assert host == '127.0.0.1'\n"
+        "    with TestClient(app) as client:\n"
+        "        found = client.post('/search', json={'query': 'a man plays guitar', 'k': 2})\n"
+        "        assert found.status_code == 200 and len(found.json()['hits']) == 2, found.text\n"
+        "uvicorn.run = answer_once\nfrom search.cli import main\n"
+        f"sys.argv = ['semsearch', 'serve', {str(index)!r}]\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code"
     )
     assert imported_after(code, cache) == set()
 

@@ -1,0 +1,28 @@
+"""An engine loading in a thread from before anything heavy is imported: ``semsearch serve``
+starts it first thing, so NumPy, FAISS, ONNX Runtime, the index and the session load while the
+main thread imports the web stack (measured in docs/profile-serve.md). This module imports none of
+them itself."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from search.engine import SearchEngine
+
+
+def load_engine(index_dir: str | Path) -> Future[SearchEngine]:
+    """``SearchEngine(index_dir)``, its imports included, in a thread of its own; the future holds
+    the engine or the error opening the index raised."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
+    loading = pool.submit(_open, index_dir)
+    pool.shutdown(wait=False)  # the thread ends when the engine is loaded
+    return loading
+
+
+def _open(index_dir: str | Path) -> SearchEngine:
+    from search.engine import SearchEngine
+
+    return SearchEngine(index_dir)
