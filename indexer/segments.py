@@ -68,19 +68,13 @@ class Manifest:
 
 
 def write_segment(path: Path, vectors: np.ndarray, ids: np.ndarray) -> None:
-    """A flat exact index of unit vectors (inner product), fsynced: small, so exact is cheap."""
-    import os
-
+    """A flat exact index of unit vectors (inner product): small, so exact is cheap. The caller
+    fsyncs it before committing (``store.append_change``)."""
     import faiss
 
     index = faiss.IndexIDMap(faiss.IndexFlatIP(vectors.shape[1]))
     index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64))
     faiss.write_index(index, str(path))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def hidden_in(tombstones: np.ndarray, generation: int) -> np.ndarray:

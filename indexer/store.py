@@ -533,7 +533,9 @@ def append_change(index_dir: str | Path, change: Change) -> Path:
         placed = _place(catalog, change, int(live.meta["next_rowid"]))
         segments, added = manifest.segments, 0
         if change.vectors is not None and len(change.vectors):
-            write_segment(version / segment_name(generation), *_new_vectors(change, placed))
+            segment = version / segment_name(generation)
+            write_segment(segment, *_new_vectors(change, placed))
+            _fsync(segment)
             _fsync(version)
             added = len(change.vectors)
             segments += ((generation, added),)
