@@ -36,6 +36,9 @@ RETRIES = 2
 """Restarts of a dead worker, and retries of the partition it held, before the run fails."""
 PARTITIONS_PER_WORKER = 4
 """More partitions than workers: a slow or restarted worker holds back less of the run."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds to reach a cluster's address before joining it: Ray itself retries an address where
+nothing answers for minutes, deaf to SIGINT and SIGTERM meanwhile."""
 
 
 def import_ray(address: str) -> Any:
@@ -73,6 +76,7 @@ def connected(address: str, workers: int | None = None) -> Iterator[Any]:
             cpus = workers or os.cpu_count() or 1
             ray.init(num_cpus=cpus, include_dashboard=False, _system_config=system, **options)
         else:
+            _reachable(address)
             ray.init(address=address, **options)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise BadInput(f"cannot start or join Ray at {address!r}: {exc}") from None
@@ -80,6 +84,30 @@ def connected(address: str, workers: int | None = None) -> Iterator[Any]:
         yield ray
     finally:
         ray.shutdown()
+
+
+def _reachable(address: str) -> None:
+    """Raise ``BadInput`` unless something accepts a TCP connection at the cluster's address
+    within ``CONNECT_TIMEOUT``. ``auto`` is looked up as Ray looks it up; none found is Ray's to say."""
+    import socket
+
+    target: str | None = address.removeprefix("ray://")
+    if target == "auto":
+        from ray._private.services import canonicalize_bootstrap_address
+
+        target = canonicalize_bootstrap_address(target)
+        if target is None:
+            return
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise BadInput(f"--ray {address!r} is not a Ray address: give HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT):
+            pass
+    except TimeoutError:
+        raise BadInput(f"cannot join Ray at {address!r}: no answer within {CONNECT_TIMEOUT:g} s") from None
+    except OSError as exc:
+        raise BadInput(f"cannot join Ray at {address!r}: {exc.strerror or exc}") from None
 
 
 class _Worker:

@@ -187,3 +187,28 @@ def test_without_ray_installed_it_is_one_line(tmp_path, tiny_model, corpus, monk
     )
     assert result.exit_code == 1 and "pip install 'semsearch[ray]'" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "i").exists()
+
+
+def test_an_address_where_nothing_listens_is_one_line_at_once(tmp_path, tiny_model, corpus):
+    """Joining a cluster where nothing answers: Ray itself retries for minutes and shrugs off
+    SIGTERM meanwhile; semsearch says so in one line well before (the guard below is no timing)."""
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is not installed")
+    import socket
+    import subprocess
+
+    with socket.socket() as probe:  # a port of this machine that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        result = subprocess.run(
+            [sys.executable, "-m", "search.cli", "index", str(corpus), "-o", str(tmp_path / "i")]
+            + ["--text-field", "question,answer", "--model", tiny_model, "--ray", address],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 1, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "unexpected" not in lines[0], lines
+        assert not (tmp_path / "i").exists()
