@@ -182,11 +182,13 @@ def stored_vectors(index: Any) -> tuple[np.ndarray, np.ndarray]:
     return index.index.reconstruct_n(0, index.ntotal), faiss.vector_to_array(index.id_map)
 
 
-def read_vectors(path: Path, *, mmap: bool) -> Any:
-    """Read a vector file, memory-mapped (flat codes too) unless the caller will change it."""
+def read_vectors(path: Path, *, mmap: bool, storage: str = "float32") -> Any:
+    """Read a vector file, memory-mapped (flat codes too) unless the caller will change it. The
+    stored ``storage`` decides what it is (``pq``: codes plus the full vectors beside them), never
+    which files happen to exist: a pq index without its full vectors is damaged, not smaller."""
     import faiss
 
-    if (path.parent / FULL_IDS).is_file():
+    if storage == "pq":
         return Reranked.read(path)
     flags = getattr(faiss, "IO_FLAG_MMAP_IFC", faiss.IO_FLAG_MMAP) if mmap else 0
     return faiss.read_index(str(path), flags)
@@ -199,6 +201,26 @@ def write_vectors(index: Any, path: Path) -> None:
         index.write(path)
     else:
         faiss.write_index(index, str(path))
+
+
+def side_files(storage: str) -> tuple[str, ...]:
+    """The files a storage keeps beside ``vectors.faiss``."""
+    return (FULL_VECTORS, FULL_IDS) if storage == "pq" else ()
+
+
+def npy_size(path: Path) -> int:
+    """The size a ``.npy`` file must have, from its header alone: header plus shape x item size."""
+    import math
+
+    import numpy as np
+
+    with path.open("rb") as f:
+        version = np.lib.format.read_magic(f)
+        header = (
+            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        )
+        shape, _, dtype = header(f)
+        return f.tell() + math.prod(shape) * dtype.itemsize
 
 
 def mapped(path: Path) -> np.ndarray:

@@ -1,0 +1,137 @@
+"""Damage is noticed before it is trusted: every file a version needs is checked on each open
+(present, the size it was written with, headers that agree), ``info --check`` verifies the
+checksums recorded at commit and says which file is damaged (exit 5), and no writer starts on a
+damaged index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from indexer import Strategy, build_index
+from indexer.errors import IndexDamaged
+from indexer.segments import segment_name
+from indexer.store import DATABASE, VECTORS, open_index
+from indexer.update import add_to_index, compact_index, delete_from_index
+from indexer.vector_index import FULL_IDS, FULL_VECTORS
+from search import SearchEngine
+from search.cli import cli
+from tests.test_update import BASE, write_csv
+
+
+@pytest.fixture
+def index(tmp_path, tiny_model) -> Path:
+    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
+    return tmp_path / "idx"
+
+
+@pytest.fixture
+def pq_index(tmp_path, tiny_model) -> Path:
+    corpus = write_csv(tmp_path / "base.csv", BASE)
+    build_index(corpus, tmp_path / "pq", Strategy(model=tiny_model), storage="pq")
+    return tmp_path / "pq"
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+
+def more(tmp_path: Path) -> Path:
+    return write_csv(tmp_path / "more.csv", [("n1", "a brand new entry about trams", "app")])
+
+
+def truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def info(index_dir: Path, *options: str):
+    return CliRunner().invoke(cli, ["info", str(index_dir), *options])
+
+
+def assert_damaged(result, name: str) -> None:
+    """Exit 5, one line naming the damaged file, no Python error."""
+    assert result.exit_code == 5, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0] and "unexpected" not in lines[0], result.output
+
+
+@pytest.mark.parametrize("name", [FULL_IDS, FULL_VECTORS])
+def test_pq_index_missing_or_truncated_full_vectors_is_damaged(pq_index, name):
+    """pq is chosen by the stored storage kind: without its full vectors it is damaged, it never
+    answers from the codes alone."""
+    version = open_index(pq_index).version
+    (version / name).unlink()
+    assert_damaged(info(pq_index), name)
+    with pytest.raises(IndexDamaged, match=name):
+        SearchEngine(pq_index)
+
+
+def test_truncated_pq_full_vectors_is_damaged(pq_index):
+    truncate(open_index(pq_index).version / FULL_VECTORS, 0.9)
+    assert_damaged(info(pq_index), FULL_VECTORS)
+    with pytest.raises(IndexDamaged, match=FULL_VECTORS):
+        SearchEngine(pq_index)
+
+
+def test_truncated_vectors_are_noticed_by_info_and_no_writer_starts(index, tmp_path):
+    truncate(open_index(index).version / VECTORS, 0.9)
+    before = snapshot(index)
+    assert_damaged(info(index), VECTORS)
+    with pytest.raises(IndexDamaged, match=VECTORS):
+        add_to_index(index, more(tmp_path))
+    with pytest.raises(IndexDamaged, match=VECTORS):
+        delete_from_index(index, ["e1"])
+    with pytest.raises(IndexDamaged, match=VECTORS):
+        compact_index(index)
+    assert {k: v for k, v in snapshot(index).items() if k != ".lock"} == {
+        k: v for k, v in before.items() if k != ".lock"
+    }
+
+
+def test_truncated_segment_is_noticed_by_info_and_no_writer_starts(index, tmp_path):
+    add_to_index(index, more(tmp_path))
+    live = open_index(index)
+    segment = segment_name(live.manifest.segments[0][0])
+    truncate(live.version / segment, 0.8)
+    assert_damaged(info(index), segment)
+    with pytest.raises(IndexDamaged, match=segment):
+        delete_from_index(index, ["e1"])
+    with pytest.raises(IndexDamaged, match=segment):
+        add_to_index(index, write_csv(tmp_path / "m2.csv", [("n2", "another one", "app")]))
+
+
+def test_check_finds_a_changed_byte_that_sizes_cannot(index, tmp_path):
+    """Same size, other content: the cheap checks of every open pass, ``info --check`` compares
+    the checksum recorded at commit and names the file; a merging writer checks it too."""
+    assert info(index, "--check").exit_code == 0
+    assert "check:" in info(index, "--check").output
+    path = open_index(index).version / VECTORS
+    data = bytearray(path.read_bytes())
+    data[-40] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert info(index).exit_code == 0
+    assert_damaged(info(index, "--check"), VECTORS)
+    with pytest.raises(IndexDamaged, match=VECTORS):
+        compact_index(index)
+
+
+def test_check_covers_segments_and_the_database(index, tmp_path):
+    add_to_index(index, more(tmp_path))
+    result = info(index, "--check")
+    assert result.exit_code == 0, result.output
+    live = open_index(index)
+    segment = live.version / segment_name(live.manifest.segments[0][0])
+    data = bytearray(segment.read_bytes())
+    data[-20] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    assert_damaged(info(index, "--check"), segment.name)
+    data[-20] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    database = live.version / DATABASE
+    pages = bytearray(database.read_bytes())
+    pages[-4096:-4000] = b"\xa5" * 96  # the last page's b-tree header and cell pointers
+    database.write_bytes(bytes(pages))
+    assert_damaged(info(index, "--check"), DATABASE)
