@@ -75,6 +75,8 @@ FILES = "files"
 """Meta key: ``{file name: [size, crc32]}`` of every file of the version but ``meta.db``, written
 at commit (a segment's in its own update's transaction)."""
 VERSION_NAME = re.compile(r"v-[0-9]{8}T[0-9]{6}-[0-9a-f]{8}")
+MAX_POINTER = 256
+"""Bytes read from CURRENT: a version name is 27."""
 
 
 @dataclass
@@ -231,7 +233,7 @@ def building(index_dir: Path, wait: float = 0) -> Iterator[None]:
         try:
             yield
         except BaseException:
-            if made is not None and live_version(index_dir) is None:
+            if made is not None and _live_or_none(index_dir) is None:
                 shutil.rmtree(made, ignore_errors=True)
             raise
 
@@ -251,7 +253,7 @@ def _commit_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
         for child in version.iterdir():
             _fsync(child)
         _fsync(version)
-        previous = live_version(index_dir)
+        previous = _live_or_none(index_dir)
         pointer = index_dir / f".{CURRENT}.{secrets.token_hex(4)}"
         pointer.write_text(version.name + "\n", encoding="utf-8")
         _fsync(pointer)
@@ -278,10 +280,27 @@ def _records(version: Path, names: Iterable[str]) -> dict[str, list[int]]:
 
 
 def live_version(index_dir: Path) -> str | None:
-    """Name of the live version directory (what CURRENT says), or None."""
+    """Name of the live version directory (what CURRENT says), or None where there is no
+    CURRENT. One that cannot hold a version name (not UTF-8, too long) is damage."""
     try:
-        return (index_dir / CURRENT).read_text(encoding="utf-8").strip()
+        with (index_dir / CURRENT).open("rb") as f:
+            raw = f.read(MAX_POINTER + 1)
     except OSError:
+        return None
+    try:
+        name = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        name = None
+    if name is None or len(raw) > MAX_POINTER:
+        raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} does not hold a version name")
+    return name
+
+
+def _live_or_none(index_dir: Path) -> str | None:
+    """``live_version`` for a writer about to replace CURRENT: a damaged one counts as none."""
+    try:
+        return live_version(index_dir)
+    except IndexDamaged:
         return None
 
 

@@ -39,6 +39,8 @@ EXACT_LIMIT = 30_000
 """Below this many vectors a full scan (IndexFlatIP) takes about 2 ms here: exact it is. (At
 100k a single-query scan measured 12.6 ms against 0.2 ms for the tuned IVF, see bench/query.py.)"""
 RECALL_TARGET = 0.97
+MIN_LISTS = 16
+"""Fewest IVF lists (``sqrt(n)`` clipped to 16..4096); k-means needs a vector per list."""
 RETUNE_FACTOR = 2.0
 KINDS = ("auto", "flat", "ivf")
 STORAGES = ("float32", "float16", "sq8", "pq")
@@ -82,6 +84,11 @@ def build_from_parts(
 
     if kind not in KINDS or storage not in STORAGES:
         raise BadInput(f"index kind must be one of {KINDS} and storage one of {STORAGES}")
+    if kind == "ivf" and n < MIN_LISTS:
+        raise BadInput(
+            f"index kind ivf needs at least {MIN_LISTS} vectors to train its lists, this index has {n}: "
+            "choose flat or auto"
+        )
     if storage == "pq":
         return Reranked.from_parts(parts, n, dimension, wanted_kind(kind, n), directory)
     inner = faiss.METRIC_INNER_PRODUCT
@@ -98,7 +105,7 @@ def build_from_parts(
             index = faiss.IndexIDMap(codes)
         _add(index, parts)
         return index
-    nlist = int(np.clip(np.sqrt(n), 16, 4096))
+    nlist = int(np.clip(np.sqrt(n), MIN_LISTS, 4096))
     if quantizer_type is None:
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dimension), dimension, nlist, inner)
     else:
@@ -374,7 +381,7 @@ class Reranked:
         inner = faiss.METRIC_INNER_PRODUCT
         rng = np.random.default_rng(0)
         # "flat": one list, i.e. every code scanned (IndexPQ itself takes no filter, IndexIVFPQ does)
-        nlist = 1 if kind == "flat" else int(np.clip(np.sqrt(n), 16, 4096))
+        nlist = 1 if kind == "flat" else int(np.clip(np.sqrt(n), MIN_LISTS, 4096))
         codes = faiss.IndexIVFPQ(faiss.IndexFlatIP(dimension), dimension, nlist, subquantizers, bits, inner)
         sample = min(n, max(64 * nlist, 256 * 64))
         product = codes.pq

@@ -135,3 +135,55 @@ def test_check_covers_segments_and_the_database(index, tmp_path):
     pages[-4096:-4000] = b"\xa5" * 96  # the last page's b-tree header and cell pointers
     database.write_bytes(bytes(pages))
     assert_damaged(info(index, "--check"), DATABASE)
+
+
+@pytest.mark.parametrize("pointer", [b"\xff\xfe not utf-8\n", b"v-" + b"9" * 5000 + b"\n", b"\x00" * 64])
+def test_a_garbled_current_is_damage(index, tmp_path, pointer):
+    (index / "CURRENT").write_bytes(pointer)
+    assert_damaged(info(index), "CURRENT")
+    with pytest.raises(IndexDamaged):
+        SearchEngine(index)
+    with pytest.raises(IndexDamaged):
+        add_to_index(index, more(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("count", '"many"'),
+        ("vectors", "-1"),
+        ("dimension", "null"),
+        ("segments", '"none"'),
+        ("segments", "[[1]]"),
+        ("generation", "1.5"),
+        ("hidden", '"0"'),
+        ("storage", '"float8"'),
+        ("index_kind", "7"),
+        ("strategy", "[1, 2]"),
+        ("strategy", '{"pooling": 3, "layers": "x"}'),
+        ("files", '{"vectors.faiss": "big"}'),
+        ("source", '"a file"'),
+    ],
+)
+def test_malformed_meta_values_are_damage(index, key, value):
+    import sqlite3
+
+    with sqlite3.connect(open_index(index).version / DATABASE) as db:
+        db.execute("insert or replace into meta (key, value) values (?, ?)", (key, value))
+    assert_damaged(info(index), key)
+    with pytest.raises(IndexDamaged, match=key):
+        SearchEngine(index)
+
+
+def test_ivf_on_too_few_rows_is_bad_input(tmp_path, tiny_model):
+    corpus = write_csv(tmp_path / "few.csv", BASE[:6])
+    for storage in ("float32", "pq"):
+        result = CliRunner().invoke(
+            cli,
+            ["index", str(corpus), "-o", str(tmp_path / "idx"), "--model", tiny_model]
+            + ["--index-kind", "ivf", "--storage", storage],
+        )
+        assert result.exit_code == 1, result.output
+        assert "ivf" in result.output and "unexpected" not in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+        assert not (tmp_path / "idx").exists()
