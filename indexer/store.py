@@ -32,6 +32,7 @@ This module keeps the version logic; the two halves of a version have their own 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -49,7 +50,7 @@ import numpy as np
 
 from indexer.catalog import Catalog, detect_types
 from indexer.corpus import Entry
-from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError
+from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
 from indexer.fields import vector_ids, with_also_ids
 from indexer.segments import SEGMENT, Manifest, Segments, open_vectors, segment_name, write_segment
 from indexer.strategy import Strategy
@@ -238,10 +239,41 @@ def building(index_dir: Path, wait: float = 0) -> Iterator[None]:
             raise
 
 
+def _disk_full(exc: BaseException) -> bool:
+    """Whether a write failed for want of space, as each writer says it: an OSError (ENOSPC,
+    EDQUOT, or numpy's short write), SQLite's SQLITE_FULL, FAISS's RuntimeError text."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT) or (
+            exc.errno is None and "requested and" in str(exc)
+        )
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    return isinstance(exc, RuntimeError) and "No space left on device" in str(exc)
+
+
+@contextlib.contextmanager
+def _space(index_dir: Path) -> Iterator[None]:
+    """A write that runs out of space ends as ``DiskFull`` (its caller has undone its partial files)."""
+    try:
+        yield
+    except Exception as exc:
+        if _disk_full(exc):
+            raise DiskFull(
+                f"disk full: cannot write to {index_dir}; the index is unchanged (free some space and retry)"
+            ) from None
+        raise
+
+
 def _commit_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
     """Make a new version directory with ``fill``, make it durable, then make it the live one."""
+    with _space(index_dir):
+        return _write_version(index_dir, fill)
+
+
+def _write_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
     version = index_dir / f"v-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
     version.mkdir()
+    pointer = index_dir / f".{CURRENT}.{secrets.token_hex(4)}"
     try:
         fill(version)
         catalog = Catalog(version / DATABASE, readonly=False)
@@ -254,14 +286,14 @@ def _commit_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
             _fsync(child)
         _fsync(version)
         previous = _live_or_none(index_dir)
-        pointer = index_dir / f".{CURRENT}.{secrets.token_hex(4)}"
         pointer.write_text(version.name + "\n", encoding="utf-8")
         _fsync(pointer)
-        os.replace(pointer, index_dir / CURRENT)
-        _fsync(index_dir)
     except BaseException:
         shutil.rmtree(version, ignore_errors=True)
+        pointer.unlink(missing_ok=True)
         raise
+    os.replace(pointer, index_dir / CURRENT)  # the swap: from here on the version is live
+    _fsync(index_dir)
     _remove_stale(index_dir, keep={version.name, previous})
     return version
 
@@ -574,6 +606,11 @@ def append_change(index_dir: str | Path, change: Change) -> Path:
     then the rows, the tombstones of replaced and deleted rows and the new segment list in one
     SQLite transaction. Disk written is proportional to the change. Returns the live version."""
     index_dir = Path(index_dir)
+    with _space(index_dir):
+        return _append(index_dir, change)
+
+
+def _append(index_dir: Path, change: Change) -> Path:
     live = open_index(index_dir, vectors=False)
     live.catalog.close()
     version, manifest = live.version, live.manifest
@@ -581,13 +618,14 @@ def append_change(index_dir: str | Path, change: Change) -> Path:
         if orphan.name not in manifest.files():
             orphan.unlink()
     generation = manifest.generation + 1
+    segment = version / segment_name(generation)
     catalog = Catalog(version / DATABASE, readonly=False)
+    committed = False
     try:
         catalog.db.execute("begin immediate")
         placed = _place(catalog, change, int(live.meta["next_rowid"]))
         segments, added, files = manifest.segments, 0, dict(live.meta.get(FILES, {}))
         if change.vectors is not None and len(change.vectors):
-            segment = version / segment_name(generation)
             write_segment(segment, *_new_vectors(change, placed))
             _fsync(segment)
             _fsync(version)
@@ -612,8 +650,11 @@ def append_change(index_dir: str | Path, change: Change) -> Path:
             }
         )
         catalog.commit()
+        committed = True
     finally:
-        catalog.close()
+        catalog.close()  # without the commit: rolled back
+        if not committed:
+            segment.unlink(missing_ok=True)
     return version
 
 

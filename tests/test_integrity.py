@@ -5,6 +5,10 @@ damaged index."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +191,101 @@ def test_ivf_on_too_few_rows_is_bad_input(tmp_path, tiny_model):
         assert "ivf" in result.output and "unexpected" not in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1, result.output
         assert not (tmp_path / "idx").exists()
+
+
+def no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def faiss_no_space(*args, **kwargs):
+    raise RuntimeError(
+        "Error in faiss::write_index: write error in x.faiss: 0 != 4096 (No space left on device)"
+    )
+
+
+def unchanged(index: Path, before: dict[str, bytes]) -> bool:
+    return {k: v for k, v in snapshot(index).items() if k != ".lock"} == {
+        k: v for k, v in before.items() if k != ".lock"
+    }
+
+
+@pytest.mark.parametrize("failure", [no_space, faiss_no_space])
+def test_a_full_disk_during_add_or_compact_is_one_line_and_changes_nothing(
+    index, tmp_path, monkeypatch, failure
+):
+    import indexer.store
+
+    add_to_index(index, more(tmp_path))  # a segment to compact
+    before = snapshot(index)
+    with monkeypatch.context() as patch:
+        patch.setattr(indexer.store, "write_segment", failure)
+        result = CliRunner().invoke(
+            cli, ["add", str(index), str(write_csv(tmp_path / "m.csv", [("x", "y z", "a")]))]
+        )
+    assert result.exit_code == 1 and result.output.strip().splitlines() == [result.output.strip()], (
+        result.output
+    )
+    assert "disk full" in result.output and "unexpected" not in result.output, result.output
+    assert unchanged(index, before)
+    with monkeypatch.context() as patch:
+        patch.setattr(indexer.store, "write_vectors", failure)
+        result = CliRunner().invoke(cli, ["compact", str(index)])
+    assert result.exit_code == 1 and "disk full" in result.output and "unexpected" not in result.output
+    assert unchanged(index, before)
+    assert add_to_index(index, write_csv(tmp_path / "m2.csv", [("x", "y z", "a")])).added == 1
+
+
+def test_a_full_disk_during_index_is_one_line_and_keeps_the_old_index(
+    index, tmp_path, monkeypatch, tiny_model
+):
+    import indexer.store
+
+    before = snapshot(index)
+    monkeypatch.setattr(indexer.store, "write_vectors", no_space)
+    corpus = write_csv(tmp_path / "again.csv", BASE)
+    for target in (index, tmp_path / "fresh"):
+        result = CliRunner().invoke(cli, ["index", str(corpus), "-o", str(target), "--model", tiny_model])
+        assert result.exit_code == 1 and "disk full" in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1 and "unexpected" not in result.output
+    assert unchanged(index, before) and not (tmp_path / "fresh").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB tmpfs (where this process may mount one): a real full disk."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_real_full_disk(small_disk, tmp_path, tiny_model):
+    """Filled to the last byte: add, compact and index say "disk full" in one line, the index
+    answers as before, and once space is freed the same add succeeds."""
+    build_index(write_csv(tmp_path / "base.csv", BASE), small_disk / "idx", Strategy(model=tiny_model))
+    index = small_disk / "idx"
+    filler = small_disk / "filler"
+    with filler.open("wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 512)
+    big = write_csv(
+        tmp_path / "big.csv", [(f"n{i}", f"new text number {i} " * 20, "app") for i in range(300)]
+    )
+    before = snapshot(index)
+    for command in (
+        ["add", str(index), str(big)],
+        ["compact", str(index)],
+        ["index", str(big), "-o", str(index)],
+    ):
+        if command[0] == "index":
+            command += ["--model", tiny_model]
+        done = subprocess.run([sys.executable, "-m", "search.cli", *command], capture_output=True, text=True)
+        assert done.returncode == 1 and "disk full" in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "unexpected" not in done.stderr, done.stderr
+        assert open_index(index).meta["count"] == len(BASE)
+    assert {k: v for k, v in snapshot(index).items() if k != ".lock"}.keys() <= before.keys() | {".lock"}
+    filler.unlink()
+    assert add_to_index(index, big).added == 300
