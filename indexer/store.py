@@ -75,6 +75,8 @@ TRANSFORM = "transform.npz"
 FILES = "files"
 """Meta key: ``{file name: [size, crc32]}`` of every file of the version but ``meta.db``, written
 at commit (a segment's in its own update's transaction)."""
+PREVIOUS = "previous"
+"""Meta key: the version that was live before this one (kept one more round for readers)."""
 VERSION_NAME = re.compile(r"v-[0-9]{8}T[0-9]{6}-[0-9a-f]{8}")
 MAX_POINTER = 256
 """Bytes read from CURRENT: a version name is 27."""
@@ -203,7 +205,28 @@ def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
                         "finished, or wait for it (--wait SECONDS)"
                     ) from None
                 time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
+        _remove_leftovers(Path(index_dir))
         yield
+
+
+def _remove_leftovers(index_dir: Path) -> None:
+    """What killed writers left (a partial version, a pointer file), removed by the next writer
+    under the lock: every version directory but the live one and the one before it. An index
+    written before versions recorded their predecessor loses only those newer than the live one
+    (a partial version is always newer: it was begun after the live one was committed)."""
+    try:
+        live = live_version(index_dir)
+        previous = live_meta(index_dir).get(PREVIOUS, "") if live else None
+    except SemsearchError:
+        return  # a damaged or absent index: leave everything for the user to see
+    if live is None:
+        return
+    stamp = live[: len("v-YYYYmmddTHHMMSS")]
+    _remove_stale(
+        index_dir,
+        keep={live, previous},
+        version=lambda name: previous != "" or name[: len(stamp)] > stamp,
+    )
 
 
 def prepare_target(index_dir: Path) -> Path | None:
@@ -276,16 +299,15 @@ def _write_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
     pointer = index_dir / f".{CURRENT}.{secrets.token_hex(4)}"
     try:
         fill(version)
+        previous = _live_or_none(index_dir)
         catalog = Catalog(version / DATABASE, readonly=False)
-        catalog.write_meta(
-            {FILES: _records(version, [f.name for f in version.iterdir() if f.name != DATABASE])}
-        )
+        names = [f.name for f in version.iterdir() if f.name != DATABASE]
+        catalog.write_meta({FILES: _records(version, names), PREVIOUS: previous})
         catalog.commit()
         catalog.close()
         for child in version.iterdir():
             _fsync(child)
         _fsync(version)
-        previous = _live_or_none(index_dir)
         pointer.write_text(version.name + "\n", encoding="utf-8")
         _fsync(pointer)
     except BaseException:
@@ -347,12 +369,15 @@ def _version_dir(index_dir: Path, name: str) -> Path:
     return version
 
 
-def _remove_stale(index_dir: Path, keep: set[str | None]) -> None:
-    """Older versions and leftovers of killed runs (an open reader keeps its unlinked files)."""
+def _remove_stale(
+    index_dir: Path, keep: set[str | None], version: Callable[[str], bool] = lambda name: True
+) -> None:
+    """Older versions (those ``version`` accepts) and leftovers of killed runs (an open reader
+    keeps its unlinked files)."""
     for child in index_dir.iterdir():
         if child.name in keep:
             continue
-        if child.name.startswith("v-") and child.is_dir() and not child.is_symlink():
+        if child.name.startswith("v-") and child.is_dir() and not child.is_symlink() and version(child.name):
             shutil.rmtree(child, ignore_errors=True)
         elif child.name.startswith(f".{CURRENT}."):
             child.unlink(missing_ok=True)
