@@ -216,17 +216,17 @@ def _remove_leftovers(index_dir: Path) -> None:
     (a partial version is always newer: it was begun after the live one was committed)."""
     try:
         live = live_version(index_dir)
-        previous = live_meta(index_dir).get(PREVIOUS, "") if live else None
+        meta = live_meta(index_dir) if live else {}
     except SemsearchError:
         return  # a damaged or absent index: leave everything for the user to see
     if live is None:
         return
     stamp = live[: len("v-YYYYmmddTHHMMSS")]
-    _remove_stale(
-        index_dir,
-        keep={live, previous},
-        version=lambda name: previous != "" or name[: len(stamp)] > stamp,
-    )
+
+    def leftover(name: str) -> bool:
+        return PREVIOUS in meta or name[: len(stamp)] > stamp
+
+    _remove_stale(index_dir, keep={live, meta.get(PREVIOUS)}, version=leftover)
 
 
 def prepare_target(index_dir: Path) -> Path | None:
@@ -863,7 +863,8 @@ def _check_meta(index_dir: Path, meta: dict[str, Any]) -> Strategy:
         bad.append("segments")
     files = meta.get(FILES, {})
     if not isinstance(files, dict) or not all(
-        isinstance(r, list) and len(r) == 2 and all(map(whole, r)) for r in files.values()
+        re.fullmatch(r"[\w-][\w.-]*", name) and isinstance(r, list) and len(r) == 2 and all(map(whole, r))
+        for name, r in files.items()
     ):
         bad.append(FILES)
     if meta.get("storage", "float32") not in STORAGES:
@@ -874,9 +875,11 @@ def _check_meta(index_dir: Path, meta: dict[str, Any]) -> Strategy:
         bad.append("source")
     strategy = None
     if isinstance(meta.get("strategy"), dict):
-        with contextlib.suppress(SemsearchError, TypeError, ValueError):
+        try:
             strategy = Strategy.from_dict(meta["strategy"])
-    if strategy is None and "strategy" not in bad:
+        except (SemsearchError, TypeError, ValueError) as exc:
+            bad.append(f"strategy ({exc})")
+    elif "strategy" not in bad:
         bad.append("strategy")
     if bad:
         raise IndexDamaged(
