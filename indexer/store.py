@@ -25,6 +25,12 @@ merges instead (a new version) once the segments grow past ``MAX_SEGMENTS`` or t
 ``CURRENT`` may only name a plain version directory inside the index (no path separators, no
 symlink), so a damaged or tampered pointer can never make a query or a write use another directory.
 
+Integrity: each version's ``meta`` records the size and CRC-32 of its every file but ``meta.db``
+(``FILES``; a segment's in its update's transaction) and the version before it (``PREVIOUS``).
+Every open checks presence, sizes, headers and meta types (stat calls and header reads: cheap);
+``verify`` (``info --check``) and merging writers compare the checksums. Any writer, under the
+lock, removes the partial versions killed writers left; a full disk ends as ``DiskFull``.
+
 This module keeps the version logic; the two halves of a version have their own modules:
 ``catalog`` (SQLite: entries and meta) and ``vector_index`` (FAISS).
 """

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from indexer.errors import BadInput
 
@@ -219,15 +219,18 @@ def npy_size(path: Path) -> int:
     """The size a ``.npy`` file must have, from its header alone: header plus shape x item size."""
     import math
 
+    with path.open("rb") as f:
+        shape, _, dtype = _npy_header(f)
+        return f.tell() + math.prod(shape) * dtype.itemsize
+
+
+def _npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, Any]:
+    """Shape, Fortran order and dtype of an open ``.npy`` file, which is left at its data."""
     import numpy as np
 
-    with path.open("rb") as f:
-        version = np.lib.format.read_magic(f)
-        header = (
-            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        )
-        shape, _, dtype = header(f)
-        return f.tell() + math.prod(shape) * dtype.itemsize
+    version = np.lib.format.read_magic(f)
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return header(f)
 
 
 def mapped(path: Path) -> np.ndarray:
@@ -239,11 +242,7 @@ def mapped(path: Path) -> np.ndarray:
     import numpy as np
 
     with path.open("rb") as f:
-        version = np.lib.format.read_magic(f)
-        header = (
-            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = header(f)
+        shape, fortran, dtype = _npy_header(f)
         view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         view.madvise(mmap.MADV_RANDOM)
         return np.ndarray(shape, dtype, buffer=view, offset=f.tell(), order="F" if fortran else "C")
