@@ -847,7 +847,7 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
     return StoredIndex(index_dir, version, strategy, meta, vectors, catalog, transform, tombstones)
 
 
-_COUNTS = ("count", "vectors", "dimension", "next_rowid", "generation", "hidden")
+_COUNTS = ("count", "vectors", "dimension", "next_rowid", "generation", "hidden", "tuned_for", "nprobe")
 
 
 def _check_meta(index_dir: Path, meta: dict[str, Any]) -> Strategy:
@@ -877,6 +877,8 @@ def _check_meta(index_dir: Path, meta: dict[str, Any]) -> Strategy:
         bad.append("storage")
     if meta.get("index_kind", "auto") not in KINDS:
         bad.append("index_kind")
+    if meta.get("vector_kind", "flat") not in ("flat", "ivf"):
+        bad.append("vector_kind")
     if not isinstance(meta.get("source", {}), dict):
         bad.append("source")
     strategy = None

@@ -167,6 +167,8 @@ def test_a_garbled_current_is_damage(index, tmp_path, pointer):
         ("strategy", '{"pooling": 3, "layers": "x"}'),
         ("files", '{"vectors.faiss": "big"}'),
         ("source", '"a file"'),
+        ("nprobe", '"eight"'),
+        ("vector_kind", '"hnsw"'),
     ],
 )
 def test_malformed_meta_values_are_damage(index, key, value):
