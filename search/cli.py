@@ -637,7 +637,7 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     checked = verify(index_dir) if check else None
     info = open_index(index_dir, vectors=False).info()  # meta and SQLite: no FAISS, no vectors
     if checked is not None:
-        info["check"] = f"ok: {checked} files match"
+        info["check"] = f"ok, {checked} files checked"
     if as_json:
         click.echo(json.dumps(info, ensure_ascii=False))
         return
