@@ -50,7 +50,7 @@ if {peer!r}:
     index.add_with_ids(vectors, np.arange(1, len(vectors) + 1, dtype=np.int64))
     del vectors  # the index holds its own copy
 else:
-    index = read_vectors(__import__("pathlib").Path({path!r}), mmap=True)
+    index = read_vectors(__import__("pathlib").Path({path!r}), mmap=True, storage="pq")
 opened = status()
 found = index.search(queries, 10)[1]
 walls = []

@@ -222,6 +222,15 @@ def _check_case(names: Sequence[str]) -> None:
             )
 
 
+def check_field_names(names: Iterable[str], id_field: str | None = None) -> None:
+    """Field names must be usable as columns: none reserved, no two differing only in case."""
+    names = list(names)
+    _check_case(names)
+    clash = sorted(n for n in names if n.casefold() in RESERVED and not (n == "_id" == id_field))
+    if clash:
+        raise BadInput(f"field names {', '.join(clash)} are reserved: rename them")
+
+
 def _json_row(number: int, line: str) -> tuple[int, dict[str, Any] | str]:
     if not line.strip():
         return number, "empty line"
@@ -293,10 +302,7 @@ class CorpusReader:
                     row = {k: v for k, v in row.items() if k != "_id"}
                 entries += 1
                 yield Entry(entry_id, joined, row)
-        _check_case(list(names))
-        clash = sorted(n for n in names if n.casefold() in RESERVED and not (n == "_id" == id_field))
-        if clash:
-            raise BadInput(f"field names {', '.join(clash)} are reserved: rename them")
+        check_field_names(names, id_field)
         missing = [f for f in [*wanted, *([id_field] if id_field else [])] if names and f not in names]
         if missing:
             raise BadInput(

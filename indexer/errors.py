@@ -7,6 +7,7 @@ maps each kind to an exit code and the server to an HTTP status (``search.cli``,
     ├── StrategyConflict    asked for another strategy than the index's: exit 3, 409
     ├── IndexLocked         another process is writing the index: exit 4, 409
     ├── IndexDamaged        the index on disk is missing parts or inconsistent: exit 5, 503
+    ├── DiskFull            a write ran out of space; the index is as it was: exit 1
     └── WorkerFailed        a distributed worker died past its retries (``--ray``): exit 1
 """
 
@@ -33,6 +34,10 @@ class IndexLocked(SemsearchError):
 
 class IndexDamaged(SemsearchError):
     """The index on disk cannot be trusted: missing files, wrong counts, a CURRENT outside it."""
+
+
+class DiskFull(SemsearchError):
+    """A write found no space left; the writer undid its partial files, the index is unchanged."""
 
 
 class WorkerFailed(SemsearchError):

@@ -192,7 +192,14 @@ def _exclusion_parameters(index: Any, excluded: Any, live_share: float) -> Any:
 
 
 def open_vectors(
-    version: Path, base_file: str, manifest: Manifest, tombstones: np.ndarray, ntotal: int, *, mmap: bool
+    version: Path,
+    base_file: str,
+    manifest: Manifest,
+    tombstones: np.ndarray,
+    ntotal: int,
+    *,
+    mmap: bool,
+    storage: str = "float32",
 ) -> Any:
     """The base index alone when nothing is segmented or buried (the common, compacted case),
     else ``Segments``. Segments are small flat files: read whole."""
@@ -200,7 +207,7 @@ def open_vectors(
 
     from indexer.vector_index import read_vectors
 
-    base = read_vectors(version / base_file, mmap=mmap)
+    base = read_vectors(version / base_file, mmap=mmap, storage=storage)
     if not manifest.segments and not len(tombstones):
         return base
     parts = [(0, base)] + [

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from indexer.corpus import Entry
-from indexer.errors import BadInput
+from indexer.corpus import Entry, check_field_names
+from indexer.errors import BadInput, SemsearchError
 from indexer.strategy import Strategy
 
 
@@ -64,10 +64,57 @@ def _read_shard(shard: Path) -> tuple[Strategy, dict[str, Any], list[Entry], np.
             else {"text_fields": ["text"], "id_field": None}  # shards written before source.json
         )
         with (shard / "entries.jsonl").open(encoding="utf-8") as f:
-            entries = [Entry(r["id"], r["text"], r["fields"]) for r in map(json.loads, f)]
+            entries = [_entry(record) for record in map(json.loads, f)]
         return strategy, source, entries, np.load(shard / "vectors.npy"), np.load(shard / "owners.npy")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"not a readable shard: {shard}: {exc}") from None
+
+
+def _entry(record: Any) -> Entry:
+    """One line of ``entries.jsonl``: an id and a text (strings), and an object of fields."""
+    if not isinstance(record, dict):
+        raise ValueError("an entry that is not a JSON object")
+    entry = Entry(record["id"], record["text"], record["fields"])
+    if not isinstance(entry.id, str) or not entry.id.strip() or not isinstance(entry.text, str):
+        raise ValueError(f"entry {entry.id!r}: the id must be a non-empty string and the text a string")
+    if not isinstance(entry.fields, dict):
+        raise ValueError(f"entry {entry.id!r}: fields must be a JSON object")
+    return entry
+
+
+def _check_part(name: str, entries: Sequence[Entry], vectors: Any, owners: Any, dimension: int) -> None:
+    """What a merged index relies on, checked before anything is written: finite, non-zero float
+    vectors of the index's dimension, one owner (an entry of this part) per vector, and every
+    entry owning at least one vector (else it could never be found, or would answer for another)."""
+    if not isinstance(vectors, np.ndarray) or vectors.ndim != 2 or vectors.dtype.kind != "f":
+        raise BadInput(f"{name}: the vectors must be a 2-d array of floats, not {_shape(vectors)}")
+    if vectors.shape[1] != dimension:
+        raise BadInput(f"{name}: vectors of dimension {vectors.shape[1]}, expected {dimension}")
+    if not isinstance(owners, np.ndarray) or owners.shape != (len(vectors),) or owners.dtype.kind not in "iu":
+        raise BadInput(
+            f"{name}: the owners must be {len(vectors)} integers (one per vector), not {_shape(owners)}"
+        )
+    if len(owners) and (owners.min() < 0 or owners.max() >= len(entries)):
+        raise BadInput(f"{name}: a vector's owner is not one of its {len(entries)} entries")
+    without = np.flatnonzero(np.bincount(owners, minlength=len(entries)) == 0)
+    if len(without):
+        raise BadInput(
+            f"{name}: {len(without)} entries have no vector (the first: {entries[without[0]].id!r})"
+        )
+    try:
+        check_field_names(dict.fromkeys(field for e in entries for field in e.fields))
+    except BadInput as exc:
+        raise BadInput(f"{name}: {exc}") from None
+    norms = np.linalg.norm(np.asarray(vectors, dtype=np.float32), axis=1)
+    if not np.isfinite(norms).all() or not norms.all():
+        row = int(np.argmin(np.isfinite(norms) & (norms > 0)))
+        raise BadInput(f"{name}: vector {row} is not finite or is all zeros")
+
+
+def _shape(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} of shape {value.shape}"
+    return type(value).__name__
 
 
 def combine(
@@ -75,10 +122,11 @@ def combine(
 ) -> tuple[Strategy, list[Entry], np.ndarray, np.ndarray]:
     """Parts embedded apart (shards, Ray partitions), in order, as one set of entries and vectors:
     every part must have been embedded with the same strategy (``where`` names each part for the
-    error) and no entry may be in two parts."""
+    error), be consistent in itself (``_check_part``), and no entry may be in two parts."""
     if not parts:
         raise BadInput("no shards to merge")
     strategy = parts[0][0]
+    dimension = _dimension(strategy, parts[0][2])
     entries: list[Entry] = []
     vectors, owners = [], []
     for (found, part, part_vectors, part_owners), name in zip(parts, where, strict=True):
@@ -87,13 +135,28 @@ def combine(
                 f"{name} was embedded with another strategy: {found.describe()} "
                 f"({', '.join(strategy.differences(found))} differ)"
             )
+        _check_part(name, part, part_vectors, part_owners, dimension)
         owners.append(np.asarray(part_owners, dtype=np.int64) + len(entries))
-        vectors.append(part_vectors)
+        vectors.append(np.asarray(part_vectors, dtype=np.float32))
         entries += part
     ids = [e.id for e in entries]
     if len(set(ids)) != len(ids):
         raise BadInput("the shards share entry ids: each entry must be in one shard only")
+    check_field_names(dict.fromkeys(field for e in entries for field in e.fields))  # across parts
     return strategy, entries, np.concatenate(vectors), np.concatenate(owners)
+
+
+def _dimension(strategy: Strategy, first: Any) -> int:
+    """The width the strategy's model makes (from its config file), else the first part's."""
+    from indexer.models import model_facts_from_files
+
+    try:  # the model may live at another path on the worker that embedded the shard
+        facts = model_facts_from_files(strategy.model) if strategy.model else None
+    except (SemsearchError, OSError, ValueError):
+        facts = None
+    if facts is not None:
+        return strategy.dimension(facts.hidden_size)
+    return first.shape[1] if isinstance(first, np.ndarray) and first.ndim == 2 else 0
 
 
 def merge_shards(

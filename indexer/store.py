@@ -25,6 +25,12 @@ merges instead (a new version) once the segments grow past ``MAX_SEGMENTS`` or t
 ``CURRENT`` may only name a plain version directory inside the index (no path separators, no
 symlink), so a damaged or tampered pointer can never make a query or a write use another directory.
 
+Integrity: each version's ``meta`` records the size and CRC-32 of its every file but ``meta.db``
+(``FILES``; a segment's in its update's transaction) and the version before it (``PREVIOUS``).
+Every open checks presence, sizes, headers and meta types (stat calls and header reads: cheap);
+``verify`` (``info --check``) and merging writers compare the checksums. Any writer, under the
+lock, removes the partial versions killed writers left; a full disk ends as ``DiskFull``.
+
 This module keeps the version logic; the two halves of a version have their own modules:
 ``catalog`` (SQLite: entries and meta) and ``vector_index`` (FAISS).
 """
@@ -32,6 +38,7 @@ This module keeps the version logic; the two halves of a version have their own 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -39,7 +46,8 @@ import secrets
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +56,7 @@ import numpy as np
 
 from indexer.catalog import Catalog, detect_types
 from indexer.corpus import Entry
-from indexer.errors import BadInput, IndexDamaged, IndexLocked
+from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
 from indexer.fields import vector_ids, with_also_ids
 from indexer.segments import SEGMENT, Manifest, Segments, open_vectors, segment_name, write_segment
 from indexer.strategy import Strategy
@@ -56,8 +64,10 @@ from indexer.transform import Transform
 from indexer.vector_index import (
     build_from_parts,
     kind_of,
+    npy_size,
     refit,
     shape_meta,
+    side_files,
     stored_shape,
     write_vectors,
 )
@@ -68,7 +78,14 @@ LOCK = ".lock"
 VECTORS = "vectors.faiss"
 DATABASE = "meta.db"
 TRANSFORM = "transform.npz"
+FILES = "files"
+"""Meta key: ``{file name: [size, crc32]}`` of every file of the version but ``meta.db``, written
+at commit (a segment's in its own update's transaction)."""
+PREVIOUS = "previous"
+"""Meta key: the version that was live before this one (kept one more round for readers)."""
 VERSION_NAME = re.compile(r"v-[0-9]{8}T[0-9]{6}-[0-9a-f]{8}")
+MAX_POINTER = 256
+"""Bytes read from CURRENT: a version name is 27."""
 
 
 @dataclass
@@ -101,8 +118,18 @@ class StoredIndex:
         """The vectors of this snapshot through a handle of its own (a scan that must not touch
         the index a server's requests share)."""
         return open_vectors(
-            self.version, VECTORS, self.manifest, self.tombstones, int(self.meta["vectors"]), mmap=True
+            self.version,
+            VECTORS,
+            self.manifest,
+            self.tombstones,
+            int(self.meta["vectors"]),
+            mmap=True,
+            storage=self.storage,
         )
+
+    @property
+    def storage(self) -> str:
+        return self.meta.get("storage", "float32")
 
     @property
     def db(self) -> Any:  # sqlite3.Connection, read-only
@@ -184,7 +211,28 @@ def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
                         "finished, or wait for it (--wait SECONDS)"
                     ) from None
                 time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
+        _remove_leftovers(Path(index_dir))
         yield
+
+
+def _remove_leftovers(index_dir: Path) -> None:
+    """What killed writers left (a partial version, a pointer file), removed by the next writer
+    under the lock: every version directory but the live one and the one before it. An index
+    written before versions recorded their predecessor loses only those newer than the live one
+    (a partial version is always newer: it was begun after the live one was committed)."""
+    try:
+        live = live_version(index_dir)
+        meta = live_meta(index_dir) if live else {}
+    except SemsearchError:
+        return  # a damaged or absent index: leave everything for the user to see
+    if live is None:
+        return
+    stamp = live[: len("v-YYYYmmddTHHMMSS")]
+
+    def leftover(name: str) -> bool:
+        return PREVIOUS in meta or name[: len(stamp)] > stamp
+
+    _remove_stale(index_dir, keep={live, meta.get(PREVIOUS)}, version=leftover)
 
 
 def prepare_target(index_dir: Path) -> Path | None:
@@ -215,38 +263,104 @@ def building(index_dir: Path, wait: float = 0) -> Iterator[None]:
         try:
             yield
         except BaseException:
-            if made is not None and live_version(index_dir) is None:
+            if made is not None and _live_or_none(index_dir) is None:
                 shutil.rmtree(made, ignore_errors=True)
             raise
 
 
+def _disk_full(exc: BaseException) -> bool:
+    """Whether a write failed for want of space, as each writer says it: an OSError (ENOSPC,
+    EDQUOT, or numpy's short write), SQLite's SQLITE_FULL, FAISS's RuntimeError text."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT) or (
+            exc.errno is None and "requested and" in str(exc)
+        )
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    return isinstance(exc, RuntimeError) and "No space left on device" in str(exc)
+
+
+@contextlib.contextmanager
+def _space(index_dir: Path) -> Iterator[None]:
+    """A write that runs out of space ends as ``DiskFull`` (its caller has undone its partial files)."""
+    try:
+        yield
+    except Exception as exc:
+        if _disk_full(exc):
+            raise DiskFull(
+                f"disk full: cannot write to {index_dir}; the index is unchanged (free some space and retry)"
+            ) from None
+        raise
+
+
 def _commit_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
     """Make a new version directory with ``fill``, make it durable, then make it the live one."""
+    with _space(index_dir):
+        return _write_version(index_dir, fill)
+
+
+def _write_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
     version = index_dir / f"v-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
     version.mkdir()
+    pointer = index_dir / f".{CURRENT}.{secrets.token_hex(4)}"
     try:
         fill(version)
+        previous = _live_or_none(index_dir)
+        catalog = Catalog(version / DATABASE, readonly=False)
+        names = [f.name for f in version.iterdir() if f.name != DATABASE]
+        catalog.write_meta({FILES: _records(version, names), PREVIOUS: previous})
+        catalog.commit()
+        catalog.close()
         for child in version.iterdir():
             _fsync(child)
         _fsync(version)
-        previous = live_version(index_dir)
-        pointer = index_dir / f".{CURRENT}.{secrets.token_hex(4)}"
         pointer.write_text(version.name + "\n", encoding="utf-8")
         _fsync(pointer)
-        os.replace(pointer, index_dir / CURRENT)
-        _fsync(index_dir)
     except BaseException:
         shutil.rmtree(version, ignore_errors=True)
+        pointer.unlink(missing_ok=True)
         raise
+    os.replace(pointer, index_dir / CURRENT)  # the swap: from here on the version is live
+    _fsync(index_dir)
     _remove_stale(index_dir, keep={version.name, previous})
     return version
 
 
+def _checksum(path: Path) -> int:
+    """CRC-32 of a file, read in 1 MB blocks (about 3.7 GB/s here: cheap next to writing it)."""
+    crc = 0
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def _records(version: Path, names: Iterable[str]) -> dict[str, list[int]]:
+    return {name: [(version / name).stat().st_size, _checksum(version / name)] for name in names}
+
+
 def live_version(index_dir: Path) -> str | None:
-    """Name of the live version directory (what CURRENT says), or None."""
+    """Name of the live version directory (what CURRENT says), or None where there is no
+    CURRENT. One that cannot hold a version name (not UTF-8, too long) is damage."""
     try:
-        return (index_dir / CURRENT).read_text(encoding="utf-8").strip()
+        with (index_dir / CURRENT).open("rb") as f:
+            raw = f.read(MAX_POINTER + 1)
     except OSError:
+        return None
+    try:
+        name = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        name = None
+    if name is None or len(raw) > MAX_POINTER:
+        raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} does not hold a version name")
+    return name
+
+
+def _live_or_none(index_dir: Path) -> str | None:
+    """``live_version`` for a writer about to replace CURRENT: a damaged one counts as none."""
+    try:
+        return live_version(index_dir)
+    except IndexDamaged:
         return None
 
 
@@ -261,12 +375,15 @@ def _version_dir(index_dir: Path, name: str) -> Path:
     return version
 
 
-def _remove_stale(index_dir: Path, keep: set[str | None]) -> None:
-    """Older versions and leftovers of killed runs (an open reader keeps its unlinked files)."""
+def _remove_stale(
+    index_dir: Path, keep: set[str | None], version: Callable[[str], bool] = lambda name: True
+) -> None:
+    """Older versions (those ``version`` accepts) and leftovers of killed runs (an open reader
+    keeps its unlinked files)."""
     for child in index_dir.iterdir():
         if child.name in keep:
             continue
-        if child.name.startswith("v-") and child.is_dir() and not child.is_symlink():
+        if child.name.startswith("v-") and child.is_dir() and not child.is_symlink() and version(child.name):
             shutil.rmtree(child, ignore_errors=True)
         elif child.name.startswith(f".{CURRENT}."):
             child.unlink(missing_ok=True)
@@ -520,6 +637,11 @@ def append_change(index_dir: str | Path, change: Change) -> Path:
     then the rows, the tombstones of replaced and deleted rows and the new segment list in one
     SQLite transaction. Disk written is proportional to the change. Returns the live version."""
     index_dir = Path(index_dir)
+    with _space(index_dir):
+        return _append(index_dir, change)
+
+
+def _append(index_dir: Path, change: Change) -> Path:
     live = open_index(index_dir, vectors=False)
     live.catalog.close()
     version, manifest = live.version, live.manifest
@@ -527,18 +649,20 @@ def append_change(index_dir: str | Path, change: Change) -> Path:
         if orphan.name not in manifest.files():
             orphan.unlink()
     generation = manifest.generation + 1
+    segment = version / segment_name(generation)
     catalog = Catalog(version / DATABASE, readonly=False)
+    committed = False
     try:
         catalog.db.execute("begin immediate")
         placed = _place(catalog, change, int(live.meta["next_rowid"]))
-        segments, added = manifest.segments, 0
+        segments, added, files = manifest.segments, 0, dict(live.meta.get(FILES, {}))
         if change.vectors is not None and len(change.vectors):
-            segment = version / segment_name(generation)
             write_segment(segment, *_new_vectors(change, placed))
             _fsync(segment)
             _fsync(version)
             added = len(change.vectors)
             segments += ((generation, added),)
+            files.update(_records(version, [segment.name]))
         buried = placed.gone + placed.replaced
         hidden = int(sum(catalog.values(buried, "_chunks").values()))
         catalog.bury(buried, generation)
@@ -551,13 +675,17 @@ def append_change(index_dir: str | Path, change: Change) -> Path:
                 "vectors": int(live.meta["vectors"]) - hidden + added,
                 "next_rowid": placed.next_rowid,
                 **Manifest(segments, generation, manifest.hidden + hidden).to_meta(),
+                **({FILES: files} if files else {}),
                 "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 **(change.meta or {}),
             }
         )
         catalog.commit()
+        committed = True
     finally:
-        catalog.close()
+        catalog.close()  # without the commit: rolled back
+        if not committed:
+            segment.unlink(missing_ok=True)
     return version
 
 
@@ -572,6 +700,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
     index_dir = Path(index_dir)
     live = open_index(index_dir, mmap=False)  # changed in memory, written to the new version
     live.catalog.close()
+    _verify_files(live)  # it reads the whole index anyway: never carry damage into a new version
 
     def fill(version: Path) -> None:
         shutil.copyfile(live.version / DATABASE, version / DATABASE)
@@ -664,32 +793,41 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
         raise IndexDamaged(f"damaged index {index_dir}: {DATABASE} or {VECTORS} is missing")
     Catalog.recover(version / DATABASE)
     try:
+        _check_database_header(version / DATABASE)
         catalog = Catalog(version / DATABASE)
         catalog.db.execute("begin")  # meta, count and tombstones of one generation
         meta = catalog.read_meta()
         count = catalog.count() if load else meta.get("count")  # a scan of every row: queries only
         tombstones = catalog.tombstones()
         catalog.db.commit()
-    except (sqlite3.DatabaseError, ValueError) as exc:
+    except (sqlite3.DatabaseError, ValueError, OSError) as exc:
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
     if meta.get("format_version") != FORMAT_VERSION:
         raise BadInput(
             f"index {index_dir} has format version {meta.get('format_version')!r}; this semsearch "
             f"reads version {FORMAT_VERSION}: rebuild it with 'semsearch index'"
         )
+    strategy = _check_meta(index_dir, meta)
     manifest = Manifest.of(meta)
     files = [VECTORS, *manifest.files()]
-    if not all((version / name).is_file() for name in files):
-        raise IndexDamaged(f"damaged index {index_dir}: a segment listed in {DATABASE} is missing")
+    _check_files(index_dir, version, meta, [*files, *side_files(meta.get("storage", "float32"))])
     vectors = None
     try:
         if load:
-            vectors = open_vectors(version, VECTORS, manifest, tombstones, int(meta["vectors"]), mmap=mmap)
+            vectors = open_vectors(
+                version,
+                VECTORS,
+                manifest,
+                tombstones,
+                int(meta["vectors"]),
+                mmap=mmap,
+                storage=meta.get("storage", "float32"),
+            )
             parts = vectors.parts if isinstance(vectors, Segments) else [(0, vectors)]
             shapes = [(index.d, index.ntotal) for _, index in parts]
         else:
             shapes = [stored_shape(version / name) for name in files]
-    except (RuntimeError, OSError, ValueError):
+    except (RuntimeError, OSError, ValueError, TypeError):
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {VECTORS} or a segment") from None
     dimension, total = shapes[0][0], sum(n for _, n in shapes) - manifest.hidden
     if count != meta.get("count") or total != meta.get("vectors"):
@@ -701,10 +839,127 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
         raise IndexDamaged(f"damaged index {index_dir}: a segment's dimension differs from the base's")
     if dimension != meta.get("dimension"):
         raise IndexDamaged(f"damaged index {index_dir}: vector dimension {dimension} != stored")
-    strategy = Strategy.from_dict(meta["strategy"])
     transform = None
     if strategy.postprocess != "none":
         if not (version / TRANSFORM).is_file():
             raise IndexDamaged(f"damaged index {index_dir}: {TRANSFORM} is missing")
         transform = Transform.load(version / TRANSFORM)
     return StoredIndex(index_dir, version, strategy, meta, vectors, catalog, transform, tombstones)
+
+
+_COUNTS = ("count", "vectors", "dimension", "next_rowid", "generation", "hidden", "tuned_for", "nprobe")
+
+
+def _check_meta(index_dir: Path, meta: dict[str, Any]) -> Strategy:
+    """The meta values the index is read by, of the types it was written with; returns the
+    stored strategy. (A hand-edited or damaged value is reported here, not met as a Python error
+    deeper in.)"""
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    from indexer.vector_index import KINDS, STORAGES
+
+    bad = [key for key in _COUNTS if key in meta and not whole(meta[key])]
+    bad += [key for key in ("count", "vectors", "dimension", "strategy", "model") if key not in meta]
+    segments = meta.get("segments", [])
+    if not isinstance(segments, list) or not all(
+        isinstance(s, list) and len(s) == 2 and all(map(whole, s)) for s in segments
+    ):
+        bad.append("segments")
+    files = meta.get(FILES, {})
+    if not isinstance(files, dict) or not all(
+        re.fullmatch(r"[\w-][\w.-]*", name) and isinstance(r, list) and len(r) == 2 and all(map(whole, r))
+        for name, r in files.items()
+    ):
+        bad.append(FILES)
+    if meta.get("storage", "float32") not in STORAGES:
+        bad.append("storage")
+    if meta.get("index_kind", "auto") not in KINDS:
+        bad.append("index_kind")
+    if meta.get("vector_kind", "flat") not in ("flat", "ivf"):
+        bad.append("vector_kind")
+    if not isinstance(meta.get("source", {}), dict):
+        bad.append("source")
+    strategy = None
+    if isinstance(meta.get("strategy"), dict):
+        try:
+            strategy = Strategy.from_dict(meta["strategy"])
+        except (SemsearchError, TypeError, ValueError) as exc:
+            bad.append(f"strategy ({exc})")
+    elif "strategy" not in bad:
+        bad.append("strategy")
+    if bad:
+        raise IndexDamaged(
+            f"damaged index {index_dir}: malformed meta in {DATABASE}: {', '.join(sorted(set(bad)))}"
+        )
+    return strategy
+
+
+def _check_files(index_dir: Path, version: Path, meta: dict[str, Any], needed: Sequence[str]) -> None:
+    """Every file the version needs is there, with the size it was written with (recorded at
+    commit) and, for ``.npy`` files, the size its header implies: stat calls and one header read,
+    cheap enough for every open. A damaged file is named."""
+    recorded = meta.get(FILES, {})
+    for name in dict.fromkeys([*needed, *recorded]):
+        path = version / name
+        if not path.is_file():
+            raise IndexDamaged(f"damaged index {index_dir}: {name} is missing")
+        size = path.stat().st_size
+        expected = [recorded[name][0]] if name in recorded else []
+        if name.endswith(".npy"):
+            try:
+                expected.append(npy_size(path))
+            except (OSError, ValueError, SyntaxError) as exc:
+                raise IndexDamaged(f"damaged index {index_dir}: cannot read {name}: {exc}") from None
+        wrong = next((e for e in expected if e != size), None)
+        if wrong is not None:
+            raise IndexDamaged(
+                f"damaged index {index_dir}: cannot read {name}: it has {size} bytes, {wrong} were written"
+            )
+
+
+def _check_database_header(path: Path) -> None:
+    """A SQLite file holds at least the pages its header counts (when that count is current):
+    a truncated ``meta.db`` is caught before a query meets a missing page."""
+    with path.open("rb") as f:
+        header = f.read(100)
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        raise ValueError("not a SQLite database")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if header[24:28] == header[92:96] and path.stat().st_size < page_size * pages:
+        raise ValueError(f"truncated: {path.stat().st_size} bytes, {page_size * pages} expected")
+
+
+def _verify_files(index: StoredIndex) -> int:
+    """The full check (``verify``): every file recorded at commit against its checksum. Returns
+    the number of files checked."""
+    recorded = index.meta.get(FILES, {})
+    damaged = [name for name, (_, crc) in recorded.items() if _checksum(index.version / name) != crc]
+    if damaged:
+        raise IndexDamaged(
+            f"damaged index {index.path}: {', '.join(sorted(damaged))} do not match the checksum "
+            "written at commit"
+        )
+    return len(recorded)
+
+
+def verify(index_dir: str | Path) -> int:
+    """``semsearch info --check``: what every open checks, the vectors loaded by FAISS, every
+    file against the checksum recorded at commit and ``meta.db`` by SQLite's integrity check.
+    Reads the whole index. Returns the number of files checked; damage raises ``IndexDamaged``
+    naming the file."""
+    index = open_index(index_dir)
+    try:
+        checked = _verify_files(index)
+        try:
+            problems = [row[0] for row in index.db.execute("pragma integrity_check")]
+        except sqlite3.DatabaseError as exc:
+            problems = [str(exc)]
+        if problems != ["ok"]:
+            raise IndexDamaged(f"damaged index {index.path}: {DATABASE} fails SQLite's check: {problems[0]}")
+    finally:
+        index.catalog.close()
+    return checked + 1

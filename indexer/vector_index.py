@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from indexer.errors import BadInput
 
@@ -39,6 +39,8 @@ EXACT_LIMIT = 30_000
 """Below this many vectors a full scan (IndexFlatIP) takes about 2 ms here: exact it is. (At
 100k a single-query scan measured 12.6 ms against 0.2 ms for the tuned IVF, see bench/query.py.)"""
 RECALL_TARGET = 0.97
+MIN_LISTS = 16
+"""Fewest IVF lists (``sqrt(n)`` clipped to 16..4096); k-means needs a vector per list."""
 RETUNE_FACTOR = 2.0
 KINDS = ("auto", "flat", "ivf")
 STORAGES = ("float32", "float16", "sq8", "pq")
@@ -82,6 +84,11 @@ def build_from_parts(
 
     if kind not in KINDS or storage not in STORAGES:
         raise BadInput(f"index kind must be one of {KINDS} and storage one of {STORAGES}")
+    if kind == "ivf" and n < MIN_LISTS:
+        raise BadInput(
+            f"index kind ivf needs at least {MIN_LISTS} vectors to train its lists, this index has {n}: "
+            "choose flat or auto"
+        )
     if storage == "pq":
         return Reranked.from_parts(parts, n, dimension, wanted_kind(kind, n), directory)
     inner = faiss.METRIC_INNER_PRODUCT
@@ -98,7 +105,7 @@ def build_from_parts(
             index = faiss.IndexIDMap(codes)
         _add(index, parts)
         return index
-    nlist = int(np.clip(np.sqrt(n), 16, 4096))
+    nlist = int(np.clip(np.sqrt(n), MIN_LISTS, 4096))
     if quantizer_type is None:
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dimension), dimension, nlist, inner)
     else:
@@ -182,11 +189,13 @@ def stored_vectors(index: Any) -> tuple[np.ndarray, np.ndarray]:
     return index.index.reconstruct_n(0, index.ntotal), faiss.vector_to_array(index.id_map)
 
 
-def read_vectors(path: Path, *, mmap: bool) -> Any:
-    """Read a vector file, memory-mapped (flat codes too) unless the caller will change it."""
+def read_vectors(path: Path, *, mmap: bool, storage: str = "float32") -> Any:
+    """Read a vector file, memory-mapped (flat codes too) unless the caller will change it. The
+    stored ``storage`` decides what it is (``pq``: codes plus the full vectors beside them), never
+    which files happen to exist: a pq index without its full vectors is damaged, not smaller."""
     import faiss
 
-    if (path.parent / FULL_IDS).is_file():
+    if storage == "pq":
         return Reranked.read(path)
     flags = getattr(faiss, "IO_FLAG_MMAP_IFC", faiss.IO_FLAG_MMAP) if mmap else 0
     return faiss.read_index(str(path), flags)
@@ -201,6 +210,29 @@ def write_vectors(index: Any, path: Path) -> None:
         faiss.write_index(index, str(path))
 
 
+def side_files(storage: str) -> tuple[str, ...]:
+    """The files a storage keeps beside ``vectors.faiss``."""
+    return (FULL_VECTORS, FULL_IDS) if storage == "pq" else ()
+
+
+def npy_size(path: Path) -> int:
+    """The size a ``.npy`` file must have, from its header alone: header plus shape x item size."""
+    import math
+
+    with path.open("rb") as f:
+        shape, _, dtype = _npy_header(f)
+        return f.tell() + math.prod(shape) * dtype.itemsize
+
+
+def _npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, Any]:
+    """Shape, Fortran order and dtype of an open ``.npy`` file, which is left at its data."""
+    import numpy as np
+
+    version = np.lib.format.read_magic(f)
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return header(f)
+
+
 def mapped(path: Path) -> np.ndarray:
     """A read-only view of a ``.npy`` file, memory-mapped for random reads (``MADV_RANDOM``): a
     re-rank's page fault reads that page alone. With the kernel's read-ahead, 300 queries paged in
@@ -210,11 +242,7 @@ def mapped(path: Path) -> np.ndarray:
     import numpy as np
 
     with path.open("rb") as f:
-        version = np.lib.format.read_magic(f)
-        header = (
-            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = header(f)
+        shape, fortran, dtype = _npy_header(f)
         view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         view.madvise(mmap.MADV_RANDOM)
         return np.ndarray(shape, dtype, buffer=view, offset=f.tell(), order="F" if fortran else "C")
@@ -352,7 +380,7 @@ class Reranked:
         inner = faiss.METRIC_INNER_PRODUCT
         rng = np.random.default_rng(0)
         # "flat": one list, i.e. every code scanned (IndexPQ itself takes no filter, IndexIVFPQ does)
-        nlist = 1 if kind == "flat" else int(np.clip(np.sqrt(n), 16, 4096))
+        nlist = 1 if kind == "flat" else int(np.clip(np.sqrt(n), MIN_LISTS, 4096))
         codes = faiss.IndexIVFPQ(faiss.IndexFlatIP(dimension), dimension, nlist, subquantizers, bits, inner)
         sample = min(n, max(64 * nlist, 256 * 64))
         product = codes.pq

@@ -624,11 +624,20 @@ def similar_command(
 @cli.command("info")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True)
-def info_command(index_dir: Path, as_json: bool) -> None:
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Also verify every file against the checksum written at commit (reads the whole index); "
+    "damage: exit 5 naming the file.",
+)
+def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     """Strategy, model, size and source of an index."""
-    from indexer.store import open_index
+    from indexer.store import open_index, verify
 
+    checked = verify(index_dir) if check else None
     info = open_index(index_dir, vectors=False).info()  # meta and SQLite: no FAISS, no vectors
+    if checked is not None:
+        info["check"] = f"ok, {checked} files checked"
     if as_json:
         click.echo(json.dumps(info, ensure_ascii=False))
         return

@@ -203,5 +203,11 @@ def test_info_detects_a_vector_file_that_does_not_match(tmp_path, tiny_model):
     with pytest.raises(SemsearchError, match="cannot read vectors.faiss"):
         open_index(tmp_path / "idx", vectors=False)
     (version / "vectors.faiss").write_bytes(b"IxMp" + (32).to_bytes(4, "little") + (5).to_bytes(8, "little"))
-    with pytest.raises(SemsearchError, match="6 entries and 5 vectors"):
+    with pytest.raises(SemsearchError, match="vectors.faiss: it has 16 bytes"):  # the size recorded at commit
+        open_index(tmp_path / "idx", vectors=False)
+    import sqlite3
+
+    with sqlite3.connect(version / DATABASE) as db:  # as an index written before sizes were recorded
+        db.execute("delete from meta where key = 'files'")
+    with pytest.raises(SemsearchError, match="6 entries and 5 vectors"):  # the header's count
         open_index(tmp_path / "idx", vectors=False)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from indexer import Strategy, build_index
 from indexer.corpus import Entry, read_corpus
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput, SemsearchError
 from indexer.shards import embed_shard, merge_shards
 from indexer.store import open_index
 from search import SearchEngine
@@ -81,3 +84,79 @@ except EncodingWarning as exc:
     merge_shards([shard], tmp_path / "index")
     stored = open_index(tmp_path / "index").db.execute("select _text from entries").fetchone()[0]
     assert stored == "Café crème, naïve façade"
+
+
+@pytest.fixture(scope="module")
+def faq_shards(tmp_path_factory, tiny_model) -> list[Path]:
+    """Two good shards of the demo FAQ (question + answer), embedded once for the module."""
+    corpus = read_corpus(DATA / "demo_faq.csv", text_fields=["question", "answer"])
+    root = tmp_path_factory.mktemp("shards")
+    return [embed_shard(corpus.entries[i::2], root / f"s{i}", Strategy(model=tiny_model)) for i in range(2)]
+
+
+def spoil(shard: Path, target: Path, how: str) -> Path:
+    """A copy of ``shard`` made inconsistent in one way (as a broken worker might write it)."""
+    bad = Path(shutil.copytree(shard, target))
+    vectors, owners = np.load(bad / "vectors.npy"), np.load(bad / "owners.npy")
+    if how == "owner -1":
+        owners[3] = -1
+    elif how == "owner past the end":
+        owners[-1] = owners.max() + 1
+    elif how == "fewer vectors than entries":
+        keep = owners < owners.max() // 2
+        vectors, owners = vectors[keep], owners[keep]
+    elif how == "fewer owners than vectors":
+        owners = owners[:-1]
+    elif how == "NaN":
+        vectors[5, 2] = np.nan
+    elif how == "zero vector":
+        vectors[5] = 0
+    elif how == "integer vectors":
+        vectors = (vectors * 100).astype(np.int64)
+    elif how == "other dimension":
+        vectors = vectors[:, :-1]
+    elif how == "owners not integers":
+        owners = owners.astype(np.float64)
+    elif how in ("reserved field", "entry not an object"):
+        lines = (bad / "entries.jsonl").read_text(encoding="utf-8").splitlines()
+        record = json.loads(lines[0])
+        record["fields"]["_rowid"] = 7
+        lines[0] = json.dumps(record) if how == "reserved field" else json.dumps([1, 2])
+        (bad / "entries.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    np.save(bad / "vectors.npy", vectors)
+    np.save(bad / "owners.npy", owners)
+    return bad
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "owner -1",
+        "owner past the end",
+        "fewer vectors than entries",
+        "fewer owners than vectors",
+        "NaN",
+        "zero vector",
+        "integer vectors",
+        "other dimension",
+        "owners not integers",
+        "reserved field",
+        "entry not an object",
+    ],
+)
+def test_merge_refuses_an_inconsistent_shard_before_writing(faq_shards, tmp_path, how):
+    """A shard that would make wrong answers (an entry answered by another's vector, entries
+    without vectors, vectors that score NaN) is refused with one line naming it; nothing is
+    written, and an existing index stays as it was."""
+    from search.cli import cli
+
+    bad = spoil(faq_shards[1], tmp_path / "bad", how)
+    with pytest.raises(BadInput, match="shard:? .*bad"):
+        merge_shards([faq_shards[0], bad], tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+    merge_shards(faq_shards, tmp_path / "idx")
+    before = sorted(p.name for p in (tmp_path / "idx").iterdir())
+    result = CliRunner().invoke(cli, ["merge", str(faq_shards[0]), str(bad), "-o", str(tmp_path / "idx")])
+    assert result.exit_code == 1 and "unexpected" not in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and str(bad) in result.output
+    assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == before

@@ -127,3 +127,30 @@ def test_info_describes_the_index(tmp_path, tiny_model):
     assert info["strategy"]["model"] == tiny_model and info["model"] == tiny_model
     assert info["version"] == (tmp_path / "idx" / CURRENT).read_text().strip()
     assert info["size_bytes"] > 0 and "nprobe" not in info and info["storage"] == "float32"
+
+
+def test_any_writer_removes_a_killed_writers_partial_version_but_not_the_previous(tmp_path, tiny_model):
+    """A merge or compact killed mid-write leaves a full-size version directory; the next writer
+    (under the lock) removes it, and keeps the version before the live one (a reader that read
+    CURRENT just before the last swap may still be opening it)."""
+    import shutil
+    import time
+
+    index = tmp_path / "idx"
+    build_index(faq(tmp_path), index, Strategy(model=tiny_model))
+    first = (index / CURRENT).read_text().strip()
+    compact_index(index)
+    live = (index / CURRENT).read_text().strip()
+    writers = (
+        lambda: delete_from_index(index, ["k1"]),
+        lambda: add_to_index(index, faq(tmp_path, "m.csv", "m")),
+    )
+    for writer, kept in zip(writers, (first, live), strict=True):  # an append, then a merge
+        partial = index / f"v-{time.strftime('%Y%m%dT%H%M%S')}-0badf00d"
+        shutil.copytree(index / live, partial)  # as a killed compact leaves it: a whole copy
+        (partial / "vectors.faiss").write_bytes(b"half")
+        writer()
+        assert not partial.exists()
+        live = (index / CURRENT).read_text().strip()
+        assert (index / kept).is_dir() and (index / live).is_dir()
+        assert open_index(index).meta["count"] >= 5
