@@ -149,9 +149,9 @@ def _lines(path: Path, handle: BinaryIO) -> Iterator[str]:
             held = ""
 
 
-def _json_lines(lines: Iterator[str]) -> Iterator[str]:
-    """JSON Lines end at ``\n`` (or ``\r``) only: a U+2028 or a form feed inside a JSON string
-    is part of its line, not the end of one."""
+def _records(lines: Iterator[str]) -> Iterator[str]:
+    """Lines of JSON Lines, CSV and TSV, which end at ``\n`` (or ``\r``) only: a U+2028 or a
+    form feed inside a JSON string or a cell is part of its line, not the end of one."""
     held = ""
     for line in lines:
         held += line
@@ -171,8 +171,8 @@ def _rows(lines: Iterator[str], fmt: str, path: Path) -> tuple[list[str], Rows]:
     if fmt == "text":
         return [], ((n, {"text": line.rstrip(_LINE_ENDS)}) for n, line in enumerate(lines, 1))
     if fmt == "jsonl":
-        return [], (_json_row(n, line.rstrip(_LINE_ENDS)) for n, line in enumerate(_json_lines(lines), 1))
-    records = _csv_records(lines, fmt)
+        return [], (_json_row(n, line.rstrip(_LINE_ENDS)) for n, line in enumerate(_records(lines), 1))
+    records = _csv_records(_records(lines), fmt)
     header = next(records, None)
     if not isinstance(header, list) or not any(h.strip() for h in header):
         raise BadInput(f"{path} has no header row")
@@ -269,7 +269,7 @@ def _json_id_field(path: Path) -> str | None:
     rejected for it rather than switching the file to row numbers."""
     found = None
     with _open(path) as handle:
-        for line in _json_lines(_lines(path, handle)):
+        for line in _records(_lines(path, handle)):
             if 'id"' not in line and "\\u" not in line:  # no id key, escaped or not: skip the parse
                 continue
             row = _json_row(0, line.rstrip(_LINE_ENDS))[1]

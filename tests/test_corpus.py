@@ -144,7 +144,7 @@ ODD_LINES = (
     'k2,"a quoted, field"\r'  # an old Mac line end
     "k3,\u4e2d\u6587\u6587\u672c \U0001f600\n"
     'k4,"opened and never closed\n'
-    "k5,after the open quote\x0c"  # a form feed ends a line for str.splitlines
+    "k5,after the open quote\x0cand a form feed\n"  # part of the cell: CSV lines end at \n or \r
     "k6,bad \xff byte\n"
     "k7,last line without an end"
 )
@@ -166,6 +166,7 @@ def test_corpus_read_in_small_blocks_reads_as_a_whole_file(tmp_path, monkeypatch
     assert [e.id for e in streamed.entries] == ["k1", "k2", "k3", "k5", "k7"]
     assert streamed.entries[0].text == "caf\u00e9 cr\u00e8me"
     assert streamed.entries[2].text == "\u4e2d\u6587\u6587\u672c \U0001f600"
+    assert streamed.entries[3].text == "after the open quote\x0cand a form feed"
     assert [(r.row, r.reason.split(":")[0]) for r in streamed.rejected] == [
         (4, "unterminated quote"),
         (6, "invalid UTF-8"),
@@ -284,3 +285,16 @@ def test_broken_rows_and_wide_files_never_reach_the_index(tmp_path, tiny_model):
             with pytest.raises(SemsearchError, match="at most"):
                 build_index(wide, tmp_path / "wide", Strategy(model=tiny_model))
             assert not (tmp_path / "wide").exists()
+
+
+@pytest.mark.parametrize("sep", [",", "\t"])
+def test_csv_cells_keep_line_separators_other_than_newlines(tmp_path, sep):
+    """CSV and TSV records end at \\n or \\r only: a U+2028, a form feed or a vertical tab inside a
+    cell (text pasted from the web) is part of it, not the end of the row."""
+    path = write(
+        tmp_path / ("c.csv" if sep == "," else "c.tsv"),
+        f"id{sep}text\n1{sep}a\u2028b\x0cc\x0bd\x85e\n2{sep}ok\n",
+    )
+    corpus = read_corpus(path)
+    assert [(e.id, e.text) for e in corpus.entries] == [("1", "a\u2028b\x0cc\x0bd\x85e"), ("2", "ok")]
+    assert corpus.rejected == []
