@@ -176,8 +176,8 @@ def _rows(lines: Iterator[str], fmt: str, path: Path) -> tuple[list[str], Rows]:
     header = next(records, None)
     if not isinstance(header, list) or not any(h.strip() for h in header):
         raise BadInput(f"{path} has no header row")
-    if _SURROGATE.search("".join(header)):
-        raise BadInput(f"{path}: the header row is not valid UTF-8")
+    if _UNSTORABLE.search("".join(header)):
+        raise BadInput(f"{path}: the header row is not valid UTF-8 (or holds a NUL)")
     header = [h.strip() for h in header]
     duplicated = [h for h, n in Counter(header).items() if n > 1]
     if duplicated:
@@ -273,9 +273,11 @@ def _json_id_field(path: Path) -> str | None:
             if 'id"' not in line and "\\u" not in line:  # no id key, escaped or not: skip the parse
                 continue
             row = _json_row(0, line.rstrip(_LINE_ENDS))[1]
-            if isinstance(row, dict) and "id" in row:
+            if not isinstance(row, dict) or _unstorable(row):  # a broken row's names are not names
+                continue
+            if "id" in row:
                 return "id"
-            if isinstance(row, dict) and "_id" in row:
+            if "_id" in row:
                 found = "_id"
     return found
 
