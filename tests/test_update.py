@@ -239,3 +239,20 @@ def test_row_number_index_written_before_the_counter_appends_past_its_ids(tmp_pa
         db.execute("update meta set value = ? where key = 'source'", (json.dumps(source),))
     assert add_to_index(idx, tmp_path / "a.txt").added == 3
     assert sorted(map(int, entry_ids(idx))) == list(range(1, 10))
+
+
+def test_add_past_the_field_limit_is_one_clear_error_and_changes_nothing(index, tmp_path):
+    """The index's fields and the file's new ones together must fit SQLite's table: checked before
+    anything is written (SQLite's own "too many columns" came mid-write)."""
+    from indexer.corpus import MAX_FIELDS
+    from tests.test_cli import assert_clean_failure, run
+
+    names = ["id", "text", *(f"x{i}" for i in range(MAX_FIELDS - 2))]  # as wide as a file may be
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(names) + "\n" + ",".join(["w1", "wide", *["v"] * (MAX_FIELDS - 2)]) + "\n")
+    before = open_index(index).version
+    with pytest.raises(SemsearchError, match=f"adds {MAX_FIELDS - 2} fields to the index's 3"):
+        add_to_index(index, wide)
+    assert_clean_failure(run("add", index, wide), "at most")
+    assert open_index(index).version == before and open_index(index).meta["count"] == len(BASE)
+    assert open_index(index).meta.get("generation", 0) == 0 and "w1" not in rowids(index)
