@@ -203,7 +203,9 @@ def test_add_to_an_index_built_on_row_numbers_appends_with_fresh_ids(tmp_path, t
     report = add_to_index(idx, tmp_path / "more.txt")
     assert (report.added, report.updated, len(report.rejected), report.count) == (2, 0, 1, 5)
     assert entry_ids(idx) == {"1": "one", "2": "two", "3": "three", "4": "four", "6": "five"}
-    delete_from_index(idx, ["6"])
+    with pytest.raises(SemsearchError, match="an id is a string or an integer, not 6.0"):
+        delete_from_index(idx, [6.0])  # the id rule holds for deletes too: 6.0 is not the id 6
+    assert delete_from_index(idx, [6]).deleted == 1
     (tmp_path / "c.csv").write_text("id,text\n1,six\n", encoding="utf-8")  # an id column is a field here
     assert add_to_index(idx, tmp_path / "c.csv").added == 1
     assert entry_ids(idx)["7"] == "six" and entry_ids(idx)["1"] == "one"
