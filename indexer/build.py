@@ -53,15 +53,19 @@ class Survey:
 
 
 def survey_corpus(reader: CorpusReader) -> Survey:
-    """Check every row of the corpus and type its fields, keeping no entry."""
-    entries, rejected, types = 0, [], TypeCounter()
+    """Check every row of the corpus and type its fields, keeping no entry. The id field's
+    column is text whatever its values: ids are text (``"01"`` is not ``"1"``)."""
+    entries, rejected, counter = 0, [], TypeCounter()
     for item in reader:
         if isinstance(item, Entry):
             entries += 1
-            types.add(item.fields)
+            counter.add(item.fields)
         else:
             rejected.append(item)
-    return Survey(entries, rejected, types.types())
+    types = counter.types()
+    if reader.id_field in types:
+        types[reader.id_field] = "text"
+    return Survey(entries, rejected, types)
 
 
 def corpus_parts(
@@ -128,12 +132,15 @@ def build_index(
                     writer.add(part, vectors, owners, also_vectors if also else None)
                     bar.update(len(part))
             export_failure = embedder.export_for_queries()  # once per model and strategy: no torch to query
+            rows = survey.entries + len(survey.rejected)
             source = {
                 "path": str(Path(corpus_path).resolve()),
                 "text_fields": reader.text_fields,
                 "id_field": reader.id_field,
-                "rows": survey.entries + len(survey.rejected),
+                "rows": rows,
                 "rejected": len(survey.rejected),
+                # ids are row numbers: an add numbers its rows from here (indexer.update)
+                **({"next_row_id": rows + 1} if reader.id_field is None else {}),
                 **({"also": also.to_dict()} if also else {}),
             }
             meta = writer.finish(embedder.strategy, source=source, index_kind=index_kind, storage=storage)

@@ -12,13 +12,21 @@ Field types are decided per column from the rows that first bring it (the build,
 that adds the column), so a filter compares numbers as numbers in any corpus format:
 
 - a value counts as a number when it is one (JSON) or when its text reads as one (CSV and TSV
-  cells, JSON strings): ``12``, ``-3``, ``9.5``, ``1e3``; not ``007`` (a code: leading zero),
-  ``1_000``, ``nan`` or ``inf``;
+  cells, JSON strings): ``12``, ``-3``, ``9.5``, ``1e3``; not ``1_000``, ``nan`` or ``inf``;
+- a *code* is a value SQLite's numeric affinity would turn into a number that is not one here,
+  so it would not come back as written: ``007`` or ``02134`` (a leading zero), ``+44`` (a sign),
+  ``.5``, an integer past 64 bits (``99999999999999999999999``, which SQLite would keep as
+  ``1e+23``). A numeric column cannot keep a code as text, so one code makes its column ``text``,
+  and an ``add`` that brings one to an existing numeric column has that row rejected
+  (``misfit``) rather than its value changed;
 - every non-empty value a number -> ``integer`` (all whole) or ``number`` (SQLite NUMERIC);
 - more numbers than other text (``"9.5"``, ``"n/a"``, ``"12"``) -> ``number``: the numbers are
   stored and compared as numbers, the text stays text (a filter treats it as unknown in ``<``,
   ``<=``, ``>``, ``>=`` with a number: see ``search.filters``);
 - otherwise (or any JSON list/object, stored as JSON text) -> ``text``.
+
+The id field's column is ``text`` whatever its values (``indexer.build.survey_corpus``): ids are
+text, ``"01"`` and ``"1"`` two of them.
 
 In a numeric column an empty cell (or empty string) is NULL. NUMERIC stores a whole float as an
 integer: JSON ``10`` and ``10.0`` both come back as ``10``, ``9.5`` as ``9.5`` (a REAL column
@@ -50,7 +58,11 @@ if TYPE_CHECKING:
 
 SQL_TYPES = {"integer": "INTEGER", "number": "NUMERIC", "text": "TEXT"}
 _FIELD_TYPES = {"INTEGER": "integer", "NUMERIC": "number", "REAL": "number", "FLOAT": "number"}
-_NUMBER = re.compile(r"[+-]?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_SPACE = r"[ \t\n\v\f\r]*"
+_SQLITE_NUMBER = re.compile(_SPACE + r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?" + _SPACE)
+"""Text that SQLite's INTEGER, NUMERIC and REAL affinities store as a number (tests/test_corpus_fuzz.py
+holds it to SQLite's own behaviour)."""
 _INT64 = 1 << 63
 MAX_FACET_VALUES = 50  # distinct values up to which a field gets a value list (a select on a page)
 MAX_FACET_CHARS = 100  # a longer value is prose (an answer), not something to pick from a list
@@ -87,6 +99,31 @@ def _number(value: Any) -> int | float | None:
     return None
 
 
+def _kind(value: Any) -> str | None:
+    """How a value counts towards its column's type: ``integer``, ``float``, ``code`` (see the
+    module docstring), ``text``, ``structured`` (a list or object); None if empty."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, (dict, list)):
+        return "structured"
+    number = _number(value)
+    if number is not None:
+        return "integer" if isinstance(number, int) else "float"
+    return "code" if _SQLITE_NUMBER.fullmatch(value if isinstance(value, str) else str(value)) else "text"
+
+
+def misfit(row: dict[str, Any], types: dict[str, str]) -> str | None:
+    """Why a row's values cannot be stored in the existing columns (``types``: casefolded name ->
+    type): a code in a numeric column would come back as another value. None if they fit."""
+    for name, value in row.items():
+        if types.get(name.casefold(), "text") != "text" and _kind(value) == "code":
+            return (
+                f"code in a number column: field {name!r} is {str(value)!r}, which the index's number "
+                "column would store as another value (rebuild the index to make the column text)"
+            )
+    return None
+
+
 class TypeCounter:
     """Field types decided from rows seen one at a time (constant memory per field), so a
     streamed build types its columns as a whole-corpus ``detect_types`` would."""
@@ -97,20 +134,16 @@ class TypeCounter:
     def add(self, row: dict[str, Any]) -> None:
         for name, value in row.items():
             seen = self.counts.setdefault(name, Counter())
-            if value is None or (isinstance(value, str) and not value.strip()):
-                continue
-            if isinstance(value, (dict, list)):
-                seen["structured"] += 1
-                continue
-            number = _number(value)
-            seen["text" if number is None else "integer" if isinstance(number, int) else "float"] += 1
+            kind = _kind(value)
+            if kind:
+                seen[kind] += 1
 
     def types(self) -> dict[str, str]:
         """Field name -> ``integer``, ``number`` or ``text`` (the rules in the module docstring)."""
         types = {}
         for name, seen in self.counts.items():
             numbers = seen["integer"] + seen["float"]
-            if seen["structured"] or numbers <= seen["text"]:
+            if seen["structured"] or seen["code"] or numbers <= seen["text"]:
                 types[name] = "text"
             elif seen["float"] or seen["text"]:
                 types[name] = "number"
@@ -273,6 +306,15 @@ class Catalog:
 
     def count(self) -> int:
         return self.db.execute("select count(*) from entries").fetchone()[0]
+
+    def largest_number_id(self) -> int:
+        """The largest id that is a whole number written plainly (``12``, not ``012``), or 0: what
+        an index built on row numbers has given, where its meta does not say (one scan)."""
+        found = self.db.execute(
+            "select max(cast(_id as integer)) from entries"
+            " where _id glob '[1-9]*' and _id not glob '*[^0-9]*' and length(_id) < 19"
+        ).fetchone()[0]
+        return int(found or 0)
 
     def put(self, entries: Sequence[Entry], rowids: Sequence[int], chunks: Sequence[int]) -> None:
         """Insert entries, replacing any row with the same row id whole (fields it no longer has

@@ -6,10 +6,16 @@ Bytes that are not UTF-8 reject their row only (decoded with ``surrogateescape``
 A CSV quote left open at the end of the file rejects the row that opened it ("unterminated
 quote"); the lines it would have swallowed are read again as rows of their own.
 
-The id is the ``--id-field``, else a field ``id``, else ``_id`` (BEIR's corpus.jsonl), else the
-row number. ``_id`` is consumed as the id rather than kept as a field. Field names are SQLite
-column names, so two names that differ only in case, or a name the index uses itself
-(``RESERVED``), are an error naming them.
+The id is the ``--id-field``, else a field ``id`` (in a JSON Lines file: in any row), else ``_id``
+(BEIR's corpus.jsonl), else the row number. ``_id`` is consumed as the id rather than kept as a
+field. An id is a string or an integer, kept as its exact text (``entry_id``): ``"01"``, ``1`` and
+``1.0`` are three ids, and ``1.0``, ``true``, a list or an object reject their row. Field names are
+SQLite column names, so two names that differ only in case, a name the index uses itself
+(``RESERVED``), or more names than SQLite holds (``MAX_FIELDS``) are an error naming them.
+
+A row is stored as text in SQLite, so a NUL or a surrogate anywhere in it (a name or a value, at
+any depth: bytes that are not UTF-8, or a JSON ``\\ud83d`` escape cut from its pair) rejects it,
+and so does a value nested deeper than ``MAX_DEPTH``.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ import codecs
 import csv
 import json
 import re
+import sqlite3
 from collections import Counter, deque
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -39,6 +46,24 @@ _SUFFIXES = {
 RESERVED = ("_rowid", "_id", "_text", "_hash", "_chunks")
 """Column names the index uses for itself; an input field may not take them."""
 _SURROGATE = re.compile("[\udc80-\udcff]")
+"""What bytes that are not UTF-8 decode to (``surrogateescape``)."""
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+"""Characters SQLite cannot take as text: NUL, and any surrogate (UTF-8 cannot encode one)."""
+MAX_DEPTH = 100
+"""Levels of lists and objects a JSON value may nest; a deeper row is rejected (storing it as JSON
+text recurses once per level)."""
+
+
+def _sqlite_columns() -> int:
+    db = sqlite3.connect(":memory:")
+    try:
+        return db.getlimit(sqlite3.SQLITE_LIMIT_COLUMN)
+    finally:
+        db.close()
+
+
+MAX_FIELDS = _sqlite_columns() - len(RESERVED)
+"""Fields an index holds: SQLite's column limit (2,000 by default) less the index's own columns."""
 csv.field_size_limit(1 << 30)
 _BLOCK = 1 << 20
 _LINE_ENDS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -124,9 +149,9 @@ def _lines(path: Path, handle: BinaryIO) -> Iterator[str]:
             held = ""
 
 
-def _json_lines(lines: Iterator[str]) -> Iterator[str]:
-    """JSON Lines end at ``\n`` (or ``\r``) only: a U+2028 or a form feed inside a JSON string
-    is part of its line, not the end of one."""
+def _records(lines: Iterator[str]) -> Iterator[str]:
+    """Lines of JSON Lines, CSV and TSV, which end at ``\n`` (or ``\r``) only: a U+2028 or a
+    form feed inside a JSON string or a cell is part of its line, not the end of one."""
     held = ""
     for line in lines:
         held += line
@@ -146,18 +171,19 @@ def _rows(lines: Iterator[str], fmt: str, path: Path) -> tuple[list[str], Rows]:
     if fmt == "text":
         return [], ((n, {"text": line.rstrip(_LINE_ENDS)}) for n, line in enumerate(lines, 1))
     if fmt == "jsonl":
-        return [], (_json_row(n, line.rstrip(_LINE_ENDS)) for n, line in enumerate(_json_lines(lines), 1))
-    records = _csv_records(lines, fmt)
+        return [], (_json_row(n, line.rstrip(_LINE_ENDS)) for n, line in enumerate(_records(lines), 1))
+    records = _csv_records(_records(lines), fmt)
     header = next(records, None)
     if not isinstance(header, list) or not any(h.strip() for h in header):
         raise BadInput(f"{path} has no header row")
-    if _SURROGATE.search("".join(header)):
-        raise BadInput(f"{path}: the header row is not valid UTF-8")
+    if _UNSTORABLE.search("".join(header)):
+        raise BadInput(f"{path}: the header row is not valid UTF-8 (or holds a NUL)")
     header = [h.strip() for h in header]
     duplicated = [h for h, n in Counter(header).items() if n > 1]
     if duplicated:
         raise BadInput(f"{path}: duplicate column names: {', '.join(duplicated)}")
     _check_case(header)
+    check_field_count(len(header) - ("_id" in header), f"{path} has {len(header)} columns")
 
     def rows() -> Rows:
         for number, values in enumerate(records, 1):
@@ -238,7 +264,50 @@ def _json_row(number: int, line: str) -> tuple[int, dict[str, Any] | str]:
         row = json.loads(line)
     except ValueError:
         return number, "invalid JSON" + (" (not UTF-8)" if _SURROGATE.search(line) else "")
+    except RecursionError:
+        return number, _TOO_DEEP
     return number, row if isinstance(row, dict) else "not a JSON object"
+
+
+_TOO_DEEP = f"nested too deeply: more than {MAX_DEPTH} levels of lists and objects"
+
+
+def _json_id_field(path: Path) -> str | None:
+    """The id field of a JSON Lines file: ``id`` if any row has one, else ``_id`` if any row has
+    one, else None (row numbers). Decided by the whole file, so that a first row without an id is
+    rejected for it rather than switching the file to row numbers."""
+    found = None
+    with _open(path) as handle:
+        for line in _records(_lines(path, handle)):
+            if 'id"' not in line and "\\u" not in line:  # no id key, escaped or not: skip the parse
+                continue
+            row = _json_row(0, line.rstrip(_LINE_ENDS))[1]
+            if not isinstance(row, dict) or _unstorable(row):  # a broken row's names are not names
+                continue
+            if "id" in row:
+                return "id"
+            if "_id" in row:
+                found = "_id"
+    return found
+
+
+def entry_id(value: Any) -> str | None:
+    """An id as text: a string without its surrounding whitespace, or an integer's digits. None
+    for anything else (a float, a boolean, null, a list, an object): ids match as exact text, so
+    no value may stand for another (``1.0`` for ``1``), nor print differently from its source."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def check_field_count(count: int, what: str) -> None:
+    """Refuse, before anything is written, more fields than an index's SQLite table holds."""
+    if count > MAX_FIELDS:
+        raise BadInput(
+            f"{what}: an index holds at most {MAX_FIELDS} fields (SQLite's column limit); keep fewer"
+        )
 
 
 def _text_value(value: Any) -> str | None:
@@ -263,6 +332,8 @@ class CorpusReader:
         text_fields: Sequence[str] | None = None,
         id_field: str | None = None,
         fmt: str | None = None,
+        first_row_id: int | None = None,
+        check: Callable[[dict[str, Any]], str | None] | None = None,
     ):
         self.path = Path(path)
         _open(self.path).close()  # a missing or unreadable file is the first error
@@ -270,39 +341,51 @@ class CorpusReader:
         self.text_fields = list(text_fields or ["text"])
         self.id_field = id_field
         """The field the ids come from (given, or detected by the first iteration); None: row numbers."""
+        self.first_row_id = first_row_id
+        """Ids are row numbers counted from this, whatever fields the rows have (an ``add`` to an
+        index built on row numbers: its next unused one); None: from ``id_field`` or detected."""
+        self.check = check
+        """A further check of each row that would be an entry (an ``add``: does it fit the index's
+        columns): the reason it cannot be, or None."""
 
     def __iter__(self) -> Iterator[Entry | Rejection]:
         path, fmt, wanted, id_field = self.path, self.fmt, self.text_fields, self.id_field
+        first = self.first_row_id
+        if first is not None:
+            id_field = None
+        elif fmt == "jsonl" and id_field is None:
+            id_field = _json_id_field(path)
         entries, kinds = 0, Counter()
         seen: dict[str, int] = {}
         with _open(path) as handle:
             header, rows = _rows(_lines(path, handle), fmt, path)
             names: dict[str, None] = dict.fromkeys(header)  # in order of appearance
-            if header and id_field is None:
+            if header and id_field is None and first is None:
                 id_field = _default_id(header)
             for number, row in rows:
                 if isinstance(row, str):
                     reason = row
                 else:
-                    if not names and id_field is None and fmt == "jsonl":
-                        id_field = _default_id(row)
-                    names.update(dict.fromkeys(row))
-                    reason = _check_row(row, wanted, id_field)
+                    reason = _unstorable(row)
+                    if not reason:  # the names of a row with a NUL or a surrogate are not names
+                        names.update(dict.fromkeys(row))
+                        reason = _check_row(row, wanted, id_field) or (self.check and self.check(row))
                 if not reason:
-                    entry_id = str(row[id_field]).strip() if id_field else str(number)
-                    if entry_id in seen:
-                        reason = f"duplicate id: {entry_id!r} (first at row {seen[entry_id]})"
+                    key = entry_id(row[id_field]) if id_field else str(number + (first or 1) - 1)
+                    if key in seen:
+                        reason = f"duplicate id: {key!r} (first at row {seen[key]})"
                 if reason:
                     kinds[_kind(reason)] += 1
                     yield Rejection(number, reason)
                     continue
-                seen[entry_id] = number
+                seen[key] = number
                 joined = field_text(row, wanted)
                 if id_field == "_id":
                     row = {k: v for k, v in row.items() if k != "_id"}
                 entries += 1
-                yield Entry(entry_id, joined, row)
+                yield Entry(key, joined, row)
         check_field_names(names, id_field)
+        check_field_count(len(names) - ("_id" in names), f"the rows of {path} have {len(names)} fields")
         missing = [f for f in [*wanted, *([id_field] if id_field else [])] if names and f not in names]
         if missing:
             raise BadInput(
@@ -327,11 +410,16 @@ def read_corpus(
     text_fields: Sequence[str] | None = None,
     id_field: str | None = None,
     fmt: str | None = None,
+    first_row_id: int | None = None,
+    check: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> Corpus:
     """Read a whole corpus file into memory (``CorpusReader`` streams it). ``text_fields``: fields
     joined (by a space) into the embedded text, default ``text``. ``id_field``: the external id,
-    default the ``id`` field if rows have one, else ``_id``, else the row number."""
-    reader = CorpusReader(path, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    default the ``id`` field if rows have one, else ``_id``, else the row number (counted from
+    ``first_row_id``, if given, whatever the fields); ``check``: a further check of each row."""
+    reader = CorpusReader(
+        path, text_fields=text_fields, id_field=id_field, fmt=fmt, first_row_id=first_row_id, check=check
+    )
     corpus = Corpus()
     for item in reader:
         (corpus.entries if isinstance(item, Entry) else corpus.rejected).append(item)
@@ -357,7 +445,7 @@ def _default_id(names: Collection[str]) -> str | None:
 
 
 def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None) -> str | None:
-    """Why a parsed row cannot be indexed, or None."""
+    """Why a parsed row (storable: ``_unstorable``) cannot be indexed, or None."""
     for name in wanted:
         if name not in row or row[name] is None:
             return f"missing text: no field {name!r}"
@@ -366,12 +454,32 @@ def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None)
             return f"text not a string: field {name!r}"
     if not any(_text_value(row[name]).strip() for name in wanted):
         return "empty text"
-    if id_field and (row.get(id_field) is None or not str(row[id_field]).strip()):
-        return f"missing id: field {id_field!r}"
-    if any("\x00" in v for v in row.values() if isinstance(v, str)):
-        return "binary data: NUL bytes"
-    if any(_SURROGATE.search(v) for v in row.values() if isinstance(v, str)) or any(
-        _SURROGATE.search(k) for k in row
-    ):
-        return "invalid UTF-8"
+    if id_field:
+        value = row.get(id_field)
+        key = entry_id(value)
+        if value is None or key == "":
+            return f"missing id: field {id_field!r}"
+        if key is None:
+            return f"bad id: {json.dumps(value)[:60]} in field {id_field!r} (an id is a string or an integer)"
+    return None
+
+
+def _unstorable(row: dict[str, Any]) -> str | None:
+    """Why a row's names or values cannot be stored as text (a NUL, a surrogate, nesting deeper
+    than ``MAX_DEPTH``), looking at every level without recursing; or None."""
+    pending: list[tuple[Any, int]] = [(row, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                return _TOO_DEEP
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            pending.extend((part, depth + 1) for pair in items for part in pair)
+        elif isinstance(value, str) and (found := _UNSTORABLE.search(value)):
+            char = found.group()
+            if char == "\x00":
+                return "binary data: NUL bytes"
+            if _SURROGATE.match(char):
+                return "invalid UTF-8"
+            return f"invalid text: lone surrogate \\u{ord(char):04x} (half of a character, cut in two?)"
     return None

@@ -2,10 +2,17 @@
 
 Entries are embedded with the index's stored strategy (and its fitted transform); an entry whose
 text is unchanged (same content hash) is not embedded again.
+
+An index built on row numbers (no id field) gives its ids itself: its source meta keeps
+``next_row_id``, one past every id it has given, and an ``add`` without an id field numbers the
+rows of the added file from there (rejected rows use up their numbers too, as in a build), so an
+added row never takes the id of an entry, nor of a deleted one. An ``add`` naming an id field
+upserts by it, and moves the counter past the integer ids it brings.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -13,11 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from indexer.catalog import comparable, content_hash
-from indexer.corpus import Rejection, read_corpus
+from indexer.catalog import Catalog, comparable, content_hash, misfit
+from indexer.corpus import Corpus, Rejection, check_field_count, entry_id, read_corpus
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring, embed_entries
 from indexer.store import Change, apply_change, commit_change, live_meta, open_index, writer_lock
+
+_ROW_ID = re.compile(r"[1-9][0-9]*")
+"""An id a row number could be."""
 
 
 @dataclass(frozen=True)
@@ -47,22 +57,38 @@ def add_to_index(
     ray_workers: int | None = None,
 ) -> UpdateReport:
     """Upsert every usable row of a corpus by id: an upserted entry's fields are replaced whole.
-    Text and id fields default to the index's own; ``wait``: seconds to wait for another writer;
-    ``ray``/``ray_workers``: embed on Ray, as ``build_index`` does."""
+    Text and id fields default to the index's own; to an index built on row numbers the rows are
+    added with new ids (the module docstring) unless ``id_field`` is given. A row whose value
+    cannot be stored in its column as written is rejected (``catalog.misfit``). ``wait``: seconds
+    to wait for another writer; ``ray``/``ray_workers``: embed on Ray, as ``build_index`` does."""
     from indexer.embedding import embedder_for
 
     started = time.perf_counter()
     index_dir = Path(index_dir)
-    source = live_meta(index_dir).get("source", {})
-    text_fields = list(text_fields or source.get("text_fields") or ["text"])
-    id_field = id_field or source.get("id_field")
-    also = FieldScoring.from_source(source)
-    corpus = read_corpus(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    live_meta(index_dir)  # not an index: say so before taking its lock
     with writer_lock(index_dir, wait):
         live = open_index(index_dir, vectors=False)  # the live state under the lock is what we change
+        source = dict(live.meta.get("source", {}))
+        text_fields = list(text_fields or source.get("text_fields") or ["text"])
+        next_row_id = _next_row_id(source, live.catalog)
+        first_row_id = next_row_id if id_field is None else None
+        id_field = id_field or source.get("id_field")
+        also = FieldScoring.from_source(source)
+        columns = {name.casefold(): t for name, t in live.catalog.field_types().items()}
+        corpus = read_corpus(
+            corpus_path,
+            text_fields=text_fields,
+            id_field=id_field,
+            fmt=fmt,
+            first_row_id=first_row_id,
+            check=lambda row: misfit(row, columns),
+        )
+        _check_columns(corpus, columns, corpus_path)
         stored = live.catalog.fingerprints([e.id for e in corpus.entries])
         types = live.catalog.types_for([e.fields for e in corpus.entries])
         live.catalog.close()
+        if next_row_id is not None:
+            source["next_row_id"] = _after(corpus, next_row_id, first_row_id)
         added, changed, metadata_only = [], [], []
         for entry in corpus.entries:
             old = stored.get(entry.id)
@@ -91,6 +117,7 @@ def add_to_index(
                 owners=owners,
                 also=also_vectors if also else None,
                 reembed=frozenset(e.id for e in changed + added),
+                meta={"source": source},
             )
             commit_change(index_dir, change)
     unchanged = len(corpus.entries) - len(to_embed) - len(metadata_only)
@@ -108,10 +135,15 @@ def add_to_index(
 
 
 def delete_from_index(index_dir: str | Path, ids: Sequence[str], *, wait: float = 0) -> UpdateReport:
-    """Remove entries (rows and all their vectors) by external id; unknown ids are reported."""
+    """Remove entries (rows and all their vectors) by external id (a string or an integer, as
+    ``corpus.entry_id`` reads it); unknown ids are reported."""
     started = time.perf_counter()
     index_dir = Path(index_dir)
-    ids = list(dict.fromkeys(str(i).strip() for i in ids if str(i).strip()))
+    given = [entry_id(i) for i in ids]
+    if None in given:
+        bad = ids[given.index(None)]
+        raise BadInput(f"an id is a string or an integer, not {bad!r}")
+    ids = list(dict.fromkeys(i for i in given if i))
     if not ids:
         raise BadInput("no ids to delete: give --id ID or --ids-file FILE")
     with writer_lock(index_dir, wait):
@@ -141,6 +173,31 @@ def compact_index(index_dir: str | Path, *, wait: float = 0) -> int:
     with writer_lock(index_dir, wait):
         apply_change(index_dir, Change(), compact=True)
     return open_index(index_dir).size_on_disk()
+
+
+def _next_row_id(source: dict[str, Any], catalog: Catalog) -> int | None:
+    """The id the next row added without an id field gets, for an index built on row numbers;
+    None for one whose ids came from a field. An index built before the counter was kept
+    (``id_field`` None, from a corpus file) continues past its rows and its largest number id."""
+    if "next_row_id" in source:
+        return int(source["next_row_id"])
+    if "id_field" in source and source["id_field"] is None and "path" in source:
+        return max(int(source.get("rows", 0)), catalog.largest_number_id()) + 1
+    return None
+
+
+def _after(corpus: Corpus, next_row_id: int, first_row_id: int | None) -> int:
+    """The counter after an add: past the rows numbered, or past the integer ids given."""
+    if first_row_id is not None:
+        return first_row_id + corpus.rows
+    given = (int(e.id) for e in corpus.entries if _ROW_ID.fullmatch(e.id))
+    return max(next_row_id, max(given, default=0) + 1)
+
+
+def _check_columns(corpus: Corpus, columns: dict[str, str], path: str | Path) -> None:
+    """The index's fields and the new ones of the added rows must fit SQLite's table."""
+    new = {name.casefold() for e in corpus.entries for name in e.fields} - set(columns)
+    check_field_count(len(columns) + len(new), f"{path} adds {len(new)} fields to the index's {len(columns)}")
 
 
 def _count(index_dir: Path) -> int:

@@ -481,7 +481,11 @@ def duplicates_command(
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--text-field", help="Field(s) to embed (default: the ones the index was built with).")
-@click.option("--id-field", help="Field with the entry id (default: the index's own).")
+@click.option(
+    "--id-field",
+    help="Field with the entry id to upsert by (default: the index's own; an index built on row "
+    "numbers appends the rows with new ids).",
+)
 @click.option("--format", "fmt", type=click.Choice(FORMATS))
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
 @wait_option

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from indexer.corpus import entry_id
 from indexer.errors import BadInput
 
 ID_KEYS = ("id", "_id")
@@ -56,8 +57,8 @@ def _json_query(row: Any, number: int) -> Query | None:
     text = next((row[key] for key in TEXT_KEYS if key in row), None)
     if not isinstance(text, str) or not text.strip():
         return None
-    query_id = next((row[key] for key in ID_KEYS if row.get(key) is not None), number)
-    return Query(str(query_id), text.strip())
+    query_id = entry_id(next((row[key] for key in ID_KEYS if row.get(key) is not None), number))
+    return Query(query_id, text.strip()) if query_id else None  # an id as the index reads one
 
 
 def read_queries(path: str) -> list[Query]:
@@ -76,11 +77,12 @@ def read_queries(path: str) -> list[Query]:
     for number, line in numbered:
         try:
             query = _json_query(json.loads(line), number)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past what json can read
             query = None
         if query is None:
             raise BadInput(
-                f"{path} line {number}: expected a JSON object with a non-empty 'text' (and 'id' or '_id')"
+                f"{path} line {number}: expected a JSON object with a non-empty 'text' (and 'id' or '_id', "
+                "a string or an integer)"
             )
         queries.append(query)
     return queries

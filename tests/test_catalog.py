@@ -147,3 +147,43 @@ def test_beir_corpus_builds_with_its_ids(tmp_path, tiny_model):
     more.write_text(json.dumps({"_id": "doc2", "title": "Cards", "text": "Visa only."}) + "\n")
     report = add_to_index(tmp_path / "idx", more)  # the same id field: an update, not a new entry
     assert (report.added, report.updated, report.count) == (0, 1, 2)
+
+
+def test_codes_and_ids_stay_text(tmp_path, tiny_model):
+    """A value that would not come back as written if stored as a number (a leading zero, a
+    plus sign, more digits than 64 bits hold) is text, and makes its column text; the id column is
+    text whatever its values, so "01" and "1" stay two ids with their own field values."""
+    path = tmp_path / "c.csv"
+    path.write_text(
+        "id,text,zip,phone,big\n1,alpha,02134,+4420,1\n2,beta,90210,4420,2\n3,gamma,10001,4421,3\n"
+        "01,delta,20001,4422,99999999999999999999999\n",
+        encoding="utf-8",
+    )
+    build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    types = open_index(tmp_path / "idx").info()["fields"]
+    assert (types["id"], types["zip"], types["phone"], types["big"]) == ("text", "text", "text", "text")
+    engine = SearchEngine(tmp_path / "idx")
+    fields = {h.id: h.fields for h in engine.search("alpha", k=4)}
+    assert (fields["1"]["id"], fields["01"]["id"], fields["1"]["zip"]) == ("1", "01", "02134")
+    assert (fields["1"]["phone"], fields["01"]["big"]) == ("+4420", "99999999999999999999999")
+    assert ids(engine, "zip = '02134'") == {"1"} and ids(engine, "id = '01'") == {"01"}
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text('{"id": 1, "text": "x", "n": 99999999999999999999999}\n{"id": 2, "text": "y", "n": 5}\n')
+    build_index(jsonl, tmp_path / "j", Strategy(model=tiny_model))
+    row = open_index(tmp_path / "j").rows([1])[1]
+    assert (row["id"], row["n"]) == ("1", "99999999999999999999999")
+    again = add_to_index(tmp_path / "j", jsonl)  # the same file again changes nothing
+    assert (again.added, again.updated, again.unchanged) == (0, 0, 2)
+
+
+def test_added_code_in_a_number_column_is_rejected_not_converted(tmp_path, tiny_model):
+    path = tmp_path / "c.csv"
+    path.write_text("id,text,zip\na,alpha,90210\nb,beta,10001\n", encoding="utf-8")
+    build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    more = tmp_path / "more.csv"
+    more.write_text("id,text,zip\nc,gamma,02134\nd,delta,20001\ne,eps,n/a\n", encoding="utf-8")
+    report = add_to_index(tmp_path / "idx", more)
+    assert (report.added, [r.row for r in report.rejected]) == (2, [1])
+    assert "'zip'" in report.rejected[0].reason and "02134" in report.rejected[0].reason
+    rows = {r["_id"]: r for r in open_index(tmp_path / "idx").rows(range(1, 10)).values()}
+    assert (rows["d"]["zip"], rows["e"]["zip"]) == (20001, "n/a") and "c" not in rows

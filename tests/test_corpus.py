@@ -144,7 +144,7 @@ ODD_LINES = (
     'k2,"a quoted, field"\r'  # an old Mac line end
     "k3,\u4e2d\u6587\u6587\u672c \U0001f600\n"
     'k4,"opened and never closed\n'
-    "k5,after the open quote\x0c"  # a form feed ends a line for str.splitlines
+    "k5,after the open quote\x0cand a form feed\n"  # part of the cell: CSV lines end at \n or \r
     "k6,bad \xff byte\n"
     "k7,last line without an end"
 )
@@ -166,6 +166,7 @@ def test_corpus_read_in_small_blocks_reads_as_a_whole_file(tmp_path, monkeypatch
     assert [e.id for e in streamed.entries] == ["k1", "k2", "k3", "k5", "k7"]
     assert streamed.entries[0].text == "caf\u00e9 cr\u00e8me"
     assert streamed.entries[2].text == "\u4e2d\u6587\u6587\u672c \U0001f600"
+    assert streamed.entries[3].text == "after the open quote\x0cand a form feed"
     assert [(r.row, r.reason.split(":")[0]) for r in streamed.rejected] == [
         (4, "unterminated quote"),
         (6, "invalid UTF-8"),
@@ -190,3 +191,110 @@ def test_line_formats_read_in_small_blocks(tmp_path, monkeypatch, fmt):
     )
     assert [e.text for e in corpus.entries] == expected
     assert [r.reason for r in corpus.rejected] == (["empty text"] if fmt == "text" else ["empty line"])
+
+
+def test_ids_are_strings_or_integers_as_written(tmp_path):
+    """An id is a string (trimmed) or an integer, compared as its exact text: 1.0 is not 1, "01"
+    is not "1", and a huge integer keeps its digits; anything else rejects its row."""
+    rows = [
+        '{"id": true, "text": "a"}',
+        '{"id": {"a": 1}, "text": "b"}',
+        '{"id": 1.0, "text": "c"}',
+        '{"id": [1], "text": "d"}',
+        '{"id": 99999999999999999999999, "text": "e"}',
+        '{"id": "01", "text": "f"}',
+        '{"id": 1, "text": "g"}',
+        '{"id": " x ", "text": "h"}',
+        '{"id": null, "text": "i"}',
+    ]
+    corpus = read_corpus(write(tmp_path / "c.jsonl", "\n".join(rows) + "\n"))
+    assert [e.id for e in corpus.entries] == ["99999999999999999999999", "01", "1", "x"]
+    reasons = {r.row: r.reason for r in corpus.rejected}
+    assert [reasons[n].split(":")[0] for n in (1, 2, 3, 4, 9)] == ["bad id"] * 4 + ["missing id"]
+    assert "1.0" in reasons[3] and "true" in reasons[1]
+    csv = read_corpus(write(tmp_path / "c.csv", "id,text\n01,a\n1,b\n1.0,c\n1e0,d\n"))
+    assert [e.id for e in csv.entries] == ["01", "1", "1.0", "1e0"]
+
+
+def test_jsonl_id_field_is_found_in_any_row(tmp_path):
+    """A first row without ``id`` does not switch the file to row numbers: it is the row missing its id."""
+    path = write(tmp_path / "c.jsonl", '{"text": "no id"}\n{"id": "x", "text": "has id"}\n')
+    corpus = read_corpus(path)
+    assert corpus.id_field == "id" and [e.id for e in corpus.entries] == ["x"]
+    assert [(r.row, r.reason.split(":")[0]) for r in corpus.rejected] == [(1, "missing id")]
+
+
+DEEP = '{"id": "deep", "text": "t", "n": ' + "[" * 100_000 + "]" * 100_000 + "}"
+NESTED = '{"id": "nested", "text": "t", "n": ' + "[" * 500 + "]" * 500 + "}"
+BROKEN_ROWS = {
+    '{"id": "a", "text": "cut \\ud83d emoji"}': "lone surrogate",
+    '{"id": "b", "text": "t", "other": "\\ud83d"}': "lone surrogate",
+    '{"id": "c", "text": "t", "k\\ud83d": 1}': "lone surrogate",
+    '{"id": "\\ud83d", "text": "t"}': "lone surrogate",
+    '{"id": "d", "text": "t", "n": {"x": ["\\udc80"]}}': "invalid UTF-8",
+    '{"id": "e", "text": "t", "k\\u0000": 1}': "binary data",
+    '{"id": "f", "text": "t", "n": {"x\\u0000": 1}}': "binary data",
+    DEEP: "nested too deeply",
+    NESTED: "nested too deeply",
+}
+
+
+def test_a_broken_jsonl_row_is_rejected_and_the_rest_kept(tmp_path):
+    lines = [*BROKEN_ROWS, '{"id": "ok", "text": "fine", "n": [[1, {"a": ["b"]}]]}']
+    corpus = read_corpus(write(tmp_path / "c.jsonl", "\n".join(lines) + "\n"))
+    assert [e.id for e in corpus.entries] == ["ok"]
+    assert [r.reason.split(":")[0] for r in corpus.rejected] == [
+        ("invalid text" if kind == "lone surrogate" else kind) for kind in BROKEN_ROWS.values()
+    ]
+    assert all(kind in r.reason for r, kind in zip(corpus.rejected, BROKEN_ROWS.values(), strict=True))
+
+
+def test_more_columns_than_sqlite_holds_is_one_clear_error(tmp_path):
+    from indexer.corpus import MAX_FIELDS
+
+    header = ["id", "text"] + [f"c{i}" for i in range(2100)]
+    path = write(tmp_path / "wide.csv", ",".join(header) + "\n" + ",".join(["1", "t"] + ["x"] * 2100) + "\n")
+    with pytest.raises(SemsearchError, match=f"2102 columns.*at most {MAX_FIELDS}"):
+        read_corpus(path)
+    keys = {f"k{i}": i for i in range(MAX_FIELDS)}
+    rows = [json.dumps({"id": "a", "text": "t", **keys}), json.dumps({"id": "b", "text": "t", "x": 1})]
+    with pytest.raises(SemsearchError, match=f"{MAX_FIELDS + 3} fields.*at most {MAX_FIELDS}"):
+        read_corpus(write(tmp_path / "wide.jsonl", "\n".join(rows)))
+
+
+def test_broken_rows_and_wide_files_never_reach_the_index(tmp_path, tiny_model):
+    """The rows that used to end a build with a TypeError, UnicodeEncodeError, ValueError or
+    RecursionError are rejected and the rest indexed; a file wider than SQLite's table is refused
+    before anything is written, and one exactly as wide is indexed."""
+    from indexer import Strategy, build_index
+    from indexer.corpus import MAX_FIELDS
+    from indexer.store import open_index
+
+    lines = [*BROKEN_ROWS, '{"id": "ok", "text": "fine"}']
+    path = write(tmp_path / "c.jsonl", "\n".join(lines) + "\n")
+    report = build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    assert (report.entries, len(report.rejected)) == (1, len(BROKEN_ROWS))
+    assert open_index(tmp_path / "idx").meta["count"] == 1
+    for width, fits in ((MAX_FIELDS + 1, False), (MAX_FIELDS, True)):
+        names = ["text"] + [f"c{i}" for i in range(width - 1)]
+        wide = write(tmp_path / "wide.csv", ",".join(names) + "\n" + ",".join(["t"] * width) + "\n")
+        if fits:
+            build_index(wide, tmp_path / "wide", Strategy(model=tiny_model))
+            assert len(open_index(tmp_path / "wide").columns()) == width + 5
+        else:
+            with pytest.raises(SemsearchError, match="at most"):
+                build_index(wide, tmp_path / "wide", Strategy(model=tiny_model))
+            assert not (tmp_path / "wide").exists()
+
+
+@pytest.mark.parametrize("sep", [",", "\t"])
+def test_csv_cells_keep_line_separators_other_than_newlines(tmp_path, sep):
+    """CSV and TSV records end at \\n or \\r only: a U+2028, a form feed or a vertical tab inside a
+    cell (text pasted from the web) is part of it, not the end of the row."""
+    path = write(
+        tmp_path / ("c.csv" if sep == "," else "c.tsv"),
+        f"id{sep}text\n1{sep}a\u2028b\x0cc\x0bd\x85e\n2{sep}ok\n",
+    )
+    corpus = read_corpus(path)
+    assert [(e.id, e.text) for e in corpus.entries] == [("1", "a\u2028b\x0cc\x0bd\x85e"), ("2", "ok")]
+    assert corpus.rejected == []

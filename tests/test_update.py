@@ -185,3 +185,76 @@ def test_bad_rows_on_purpose_every_row_accounted_for(tmp_path, tiny_model):
     assert "invalid UTF-8" in reasons or "(not UTF-8)" in " ".join(r.reason for r in report.rejected)
     top = SearchEngine(tmp_path / "idx").search("word " * 300, k=1)[0]  # both truncated alike
     assert top.id == "huge" and len(top.text) == len("word " * 200_000) - 1
+
+
+def entry_ids(index_dir: Path) -> dict[str, str]:
+    """External id -> text of every live entry."""
+    return dict(open_index(index_dir).db.execute("select _id, _text from entries"))
+
+
+def test_add_to_an_index_built_on_row_numbers_appends_with_fresh_ids(tmp_path, tiny_model):
+    """Row-number ids are the index's own: an added file's rows get ids after every id the index
+    has given (deleted ones included), whatever fields they have; only an id field named with
+    ``id_field`` upserts."""
+    (tmp_path / "a.txt").write_text("one\ntwo\nthree\n", encoding="utf-8")
+    build_index(tmp_path / "a.txt", tmp_path / "idx", Strategy(model=tiny_model))
+    idx = tmp_path / "idx"
+    (tmp_path / "more.txt").write_text("four\n\nfive\n", encoding="utf-8")  # row 2 rejected: empty
+    report = add_to_index(idx, tmp_path / "more.txt")
+    assert (report.added, report.updated, len(report.rejected), report.count) == (2, 0, 1, 5)
+    assert entry_ids(idx) == {"1": "one", "2": "two", "3": "three", "4": "four", "6": "five"}
+    with pytest.raises(SemsearchError, match="an id is a string or an integer, not 6.0"):
+        delete_from_index(idx, [6.0])  # the id rule holds for deletes too: 6.0 is not the id 6
+    assert delete_from_index(idx, [6]).deleted == 1
+    (tmp_path / "c.csv").write_text("id,text\n1,six\n", encoding="utf-8")  # an id column is a field here
+    assert add_to_index(idx, tmp_path / "c.csv").added == 1
+    assert entry_ids(idx)["7"] == "six" and entry_ids(idx)["1"] == "one"
+    (tmp_path / "u.csv").write_text("id,text\n2,two again\n100,hundred\n", encoding="utf-8")
+    upsert = add_to_index(idx, tmp_path / "u.csv", id_field="id")
+    assert (upsert.added, upsert.updated) == (1, 1) and entry_ids(idx)["2"] == "two again"
+    add_to_index(idx, tmp_path / "more.txt")  # fresh ids pass the upserted 100 too
+    assert {i: t for i, t in entry_ids(idx).items() if int(i) > 100} == {"101": "four", "103": "five"}
+
+
+def test_index_given_ids_keeps_upserting(tmp_path, tiny_model):
+    (tmp_path / "a.jsonl").write_text('{"text": "no id"}\n{"id": "1", "text": "one"}\n', encoding="utf-8")
+    build_index(tmp_path / "a.jsonl", tmp_path / "idx", Strategy(model=tiny_model))
+    (tmp_path / "b.jsonl").write_text('{"id": "1", "text": "one again"}\n{"text": "x"}\n', encoding="utf-8")
+    report = add_to_index(tmp_path / "idx", tmp_path / "b.jsonl")
+    assert (report.added, report.updated, [r.reason.split(":")[0] for r in report.rejected]) == (
+        0,
+        1,
+        ["missing id"],
+    )
+
+
+def test_row_number_index_written_before_the_counter_appends_past_its_ids(tmp_path, tiny_model):
+    (tmp_path / "a.txt").write_text("one\ntwo\nthree\n", encoding="utf-8")
+    idx = tmp_path / "idx"
+    build_index(tmp_path / "a.txt", idx, Strategy(model=tiny_model))
+    add_to_index(idx, tmp_path / "a.txt")  # ids 4-6
+    live = open_index(idx)
+    source = {k: v for k, v in live.meta["source"].items() if k != "next_row_id"}
+    import sqlite3
+
+    with sqlite3.connect(live.version / "meta.db") as db:  # as an earlier semsearch wrote it
+        db.execute("update meta set value = ? where key = 'source'", (json.dumps(source),))
+    assert add_to_index(idx, tmp_path / "a.txt").added == 3
+    assert sorted(map(int, entry_ids(idx))) == list(range(1, 10))
+
+
+def test_add_past_the_field_limit_is_one_clear_error_and_changes_nothing(index, tmp_path):
+    """The index's fields and the file's new ones together must fit SQLite's table: checked before
+    anything is written (SQLite's own "too many columns" came mid-write)."""
+    from indexer.corpus import MAX_FIELDS
+    from tests.test_cli import assert_clean_failure, run
+
+    names = ["id", "text", *(f"x{i}" for i in range(MAX_FIELDS - 2))]  # as wide as a file may be
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(names) + "\n" + ",".join(["w1", "wide", *["v"] * (MAX_FIELDS - 2)]) + "\n")
+    before = open_index(index).version
+    with pytest.raises(SemsearchError, match=f"adds {MAX_FIELDS - 2} fields to the index's 3"):
+        add_to_index(index, wide)
+    assert_clean_failure(run("add", index, wide), "at most")
+    assert open_index(index).version == before and open_index(index).meta["count"] == len(BASE)
+    assert open_index(index).meta.get("generation", 0) == 0 and "w1" not in rowids(index)
