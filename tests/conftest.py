@@ -85,6 +85,14 @@ def bundled():
     return Embedder(Strategy(backend="torch"))
 
 
+def whole_run(command: list[str]) -> float:
+    """Seconds one `semsearch COMMAND` takes to the end here and now: kill tests time their kills
+    as shares of it, so they kill mid-run on a fast machine and a loaded one alike."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "search.cli", *command], capture_output=True, check=True)
+    return time.perf_counter() - started
+
+
 def kill_during(command: list[str], index_dir: Path, when: float | str) -> bool:
     """Run `semsearch COMMAND` and SIGKILL it after ``when`` seconds or, for "writing", as soon as
     its new version directory appears. True if it was killed before it finished."""

@@ -14,7 +14,7 @@ from indexer import Strategy, build_index
 from indexer.errors import SemsearchError
 from indexer.store import CURRENT, DATABASE, VECTORS, open_index
 from search import SearchEngine
-from tests.conftest import kill_during
+from tests.conftest import kill_during, whole_run
 
 TEXTS = [
     "How do I reset my password?",
@@ -98,8 +98,9 @@ def test_run_killed_at_any_point_leaves_last_complete_index(tmp_path, tiny_model
     big = tmp_path / "big.txt"
     big.write_text("\n".join(f"sentence number {i} about bikes and parking" for i in range(30000)))
     command = ["index", str(big), "-o", str(tmp_path / "idx"), "--model", tiny_model, "--format", "text"]
+    took = whole_run([*command[:2], "-o", str(tmp_path / "measured"), *command[4:]])
     killed = 0
-    for when in (0.5, 2.0, 4.0, 6.0, "writing"):
+    for when in (*(took * share for share in (0.2, 0.4, 0.6, 0.8)), "writing"):
         killed += kill_during(command, tmp_path / "idx", when)
         index = open_index(tmp_path / "idx")
         assert index.meta["count"] in (5, 30000)

@@ -8,9 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +20,7 @@ from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vector_index import stored_vectors
 from search import SearchEngine
 from search.duplicates import find_duplicates
-from tests.conftest import kill_during
+from tests.conftest import kill_during, whole_run
 from tests.test_update import BASE, rowids, write_csv
 
 
@@ -154,9 +151,7 @@ def test_sigkill_during_segment_write_or_merge_leaves_last_complete_state(index,
     small = write_csv(tmp_path / "s.csv", [("s0", "one more entry about parking", "parking")])
     command = ["add", str(index), str(small)] if operation == "add" else ["compact", str(index)]
     if operation == "add":  # kills spread over one whole run's time, however fast this machine is
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "search.cli", *command], capture_output=True, check=True)
-        took = time.perf_counter() - started
+        took = whole_run(command)
         delays = tuple(took * share for share in (0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95))
     else:
         delays = (0.5, 1.5, "writing", "writing")

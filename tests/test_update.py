@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from indexer.store import open_index, writer_lock
 from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vector_index import stored_vectors
 from search import SearchEngine
-from tests.conftest import kill_during
+from tests.conftest import kill_during, whole_run
 
 
 def write_csv(path: Path, rows: list[tuple[str, str, str]]) -> Path:
@@ -132,7 +133,12 @@ def test_sigkill_during_add_or_delete_leaves_last_complete_state(index, tmp_path
         command = ["delete", str(index), "--ids-file", str(ids)]
     states = {len(BASE), len(BASE) + 30000}
     killed = 0
-    delays = (0.3, 1.0, 2.0, 3.5, "writing") if operation == "add" else (0.2, 0.6, "writing", "writing")
+    if operation == "add":  # kills at shares of one whole add, on a copy of the index
+        shutil.copytree(index, tmp_path / "measured")
+        took = whole_run(["add", str(tmp_path / "measured"), str(big)])
+        delays: tuple[float | str, ...] = (*(took * share for share in (0.1, 0.3, 0.5, 0.7)), "writing")
+    else:
+        delays = (0.2, 0.6, "writing", "writing")
     for when in delays:
         if operation == "delete" and open_index(index).meta["count"] == len(BASE):
             add_to_index(index, big)  # the last delete finished: give the next one work again
