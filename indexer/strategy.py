@@ -48,8 +48,8 @@ class Strategy:
     postprocess: ``center`` or ``whiten`` the vectors with statistics fitted on the indexed texts
         (anisotropy correction, see ``indexer.transform``); ``whiten_dims`` keeps that many.
     backend: ``onnx`` (default: ONNX Runtime, faster), ``torch`` (the reference, same vectors) or
-        ``onnx-int8`` (int8 weights: slightly different vectors); see ``indexer.onnx_backend``.
-        Where a model cannot be exported to ONNX, ``onnx`` runs on torch (``indexer.embedding``).
+        ``onnx-int8`` (int8 weights: slightly different vectors); see ``indexer.encoders.onnx_export``.
+        Where a model cannot be exported to ONNX, ``onnx`` runs on torch (``indexer.encoders.factory``).
     model_fingerprint: set on resolving for a local model directory (``indexer.models``): what
         identifies the model wherever it lies. ``None`` for a named model (the bundled default).
     """
