@@ -21,14 +21,15 @@ DEFAULT_CHUNK_OVERLAP = 32
 COMBINES = ("mean", "sum", "concat")
 POOLINGS = ("cls", "mean", "max", "mean-max", "pooler")
 POSTPROCESSES = ("none", "center", "whiten")
-BACKENDS = ("torch", "onnx", "onnx-int8")
+PRECISION = {"torch": "fp32", "onnx": "fp32", "onnx-int8": "int8"}
+"""What a backend does to the vectors: torch and onnx run the same fp32 network (same vectors), so
+an index built on one is searched and extended on the other; int8 weights give other vectors.
+Each backend's encoder is named in ``indexer.encoders.factory.RUNTIMES``."""
+BACKENDS = tuple(PRECISION)
 DEFAULT_BACKEND = "onnx"
 """ONNX Runtime: the torch fp32 vectors (to 1e-5, batch-independent, same STS-B dev Spearman) and
 3.0x / 2.2x sentence-transformers' indexing speed on short / long texts, whole process
 (docs/bench-embed.txt)."""
-PRECISION = {"torch": "fp32", "onnx": "fp32", "onnx-int8": "int8"}
-"""What a backend does to the vectors: torch and onnx run the same fp32 network (same vectors), so
-an index built on one is searched and extended on the other; int8 weights give other vectors."""
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from indexer.encoders.base import Choice
-from indexer.encoders.factory import EXPORTED, encoder_for
+from indexer.encoders.factory import EXPORTED, RUNTIMES, encoder_for, runtime
 from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.encoders.onnx_graph import CPU
 from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import BadInput
-from indexer.strategy import Strategy
+from indexer.strategy import BACKENDS, Strategy
 from tests.conftest import ROOT, random_bert
 
 PACKAGE = ROOT / "indexer" / "encoders"
@@ -48,6 +48,11 @@ def test_torch_and_onnxruntime_are_imported_only_by_the_encoder_package():
     inside = [hit for path in sorted(PACKAGE.glob("*.py")) for hit in heavy_imports(path)]
     assert any(hit.endswith(" torch") for hit in inside)  # the scan sees what it looks for
     assert any(hit.endswith(" onnxruntime") for hit in inside)
+
+
+def test_every_backend_a_strategy_names_has_an_encoder():
+    assert set(RUNTIMES) == set(BACKENDS)
+    assert all(runtime(backend).__name__.endswith("Encoder") for backend in BACKENDS)
 
 
 @pytest.fixture(autouse=True)

@@ -58,13 +58,13 @@ def encoder_for(
     index's queries will run exists (what a build does; ``choice.export_failure`` says why it
     cannot). ``provider``: ONNX Runtime's execution provider. ``ray``: embed documents on Ray
     workers at that address (``indexer.distributed``), each of which picks its own encoder here."""
-    request = identified(strategy or Strategy())
-    if ray is not None:
+    if ray is not None:  # each worker loads (and identifies) the model
         from indexer.distributed import RayEncoder
 
-        return RayEncoder(request, ray, ray_workers, batch_size)
+        return RayEncoder(strategy or Strategy(), ray, ray_workers, batch_size)
     if queries:
-        return _for_queries(request, provider)
+        return _for_queries(strategy or Strategy(), provider)
+    request = identified(strategy or Strategy())
     if request.backend == "torch":
         encoder = runtime("torch")(request, batch_size=batch_size)
         if not export_queries:
