@@ -27,6 +27,7 @@ from indexer.models import ModelFacts, identified, load_model, model_location, r
 from indexer.strategy import Strategy
 
 ASKED = Choice("torch", "backend torch asked for")
+SWEEP = Choice("torch", "every layer in one forward pass (a sweep)")
 
 
 def _layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
@@ -82,7 +83,7 @@ class TorchEncoder(NetworkEncoder):
         *,
         batch_size: int = 32,
         all_layers: bool = False,
-        choice: Choice = ASKED,
+        choice: Choice | None = None,
         loaded: tuple[Any, Any] | None = None,
     ):
         request = identified(strategy or Strategy())  # located and fingerprinted, not cwd-relative
@@ -107,7 +108,7 @@ class TorchEncoder(NetworkEncoder):
             TorchNetwork(self.model, deepest),
             hidden_size=self.facts.hidden_size,
             batch_size=batch_size,
-            choice=choice,
+            choice=choice or (SWEEP if all_layers else ASKED),
         )
 
     @property
