@@ -35,12 +35,13 @@ def token_text(value: object) -> str | None:
 
 
 class TextTokenizer:
-    """``tokenizer`` set up for ``strategy``; ``named`` maps special-token names (``cls_token``,
-    ``pad_token``...) to their text, as the model's tokenizer config does."""
+    """``tokenizer`` (this object's own from now on: it is set up for ``strategy``); ``named`` maps
+    special-token names (``cls_token``, ``pad_token``...) to their text, as the model's tokenizer
+    config does."""
 
     def __init__(self, tokenizer: Tokenizer, named: Mapping[str, object], strategy: Strategy):
         max_length = int(strategy.max_length or 512)
-        self.truncating = tokenizer.__class__.from_str(tokenizer.to_str())
+        self.truncating = tokenizer
         self.truncating.no_padding()
         self.truncating.enable_truncation(max_length=max_length)
         self.windows: Tokenizer | None = None

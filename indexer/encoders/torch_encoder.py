@@ -98,7 +98,11 @@ class TorchEncoder(NetworkEncoder):
         self.num_layers = self.facts.num_layers
         self.all_layers = all_layers
         resolved = resolve_strategy(request, self.facts)
-        tokens = TextTokenizer(self.tokenizer.backend_tokenizer, self.tokenizer.special_tokens_map, resolved)
+        # a copy: transformers sets its own truncation on its backend each call (word vectors)
+        backend = self.tokenizer.backend_tokenizer
+        tokens = TextTokenizer(
+            backend.from_str(backend.to_str()), self.tokenizer.special_tokens_map, resolved
+        )
         head = Head(resolved, self.num_layers, tokens.special_ids)
         deepest = None if all_layers or resolved.pooling == "pooler" else max(head.layers)
         super().__init__(
