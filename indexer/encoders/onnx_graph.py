@@ -100,8 +100,8 @@ def graph_spec(strategy: Strategy, num_layers: int | None = None) -> GraphSpec:
 
 class OnnxGraph:
     """A ``Network`` on ONNX Runtime: ``hidden_states[i]`` for the exported layers and the pooler
-    output. ``threads`` 0 lets ONNX Runtime choose; ``spin`` keeps idle threads spinning between
-    operators, which a batch job wants and a server does not. ``provider``: the execution
+    output, on as many threads as ONNX Runtime chooses. ``spin`` keeps idle threads spinning
+    between operators, which a batch job wants and a server does not. ``provider``: the execution
     provider (ONNX Runtime's name, e.g. ``CUDAExecutionProvider``), with the CPU one for what it
     does not run.
 
@@ -109,7 +109,7 @@ class OnnxGraph:
     masks): what keeps a dynamically quantised graph's vectors independent of the batch, since
     its int8 activation scales are taken over the whole input tensor (padding included)."""
 
-    def __init__(self, spec: GraphSpec, *, threads: int = 0, spin: bool = False, provider: str = CPU):
+    def __init__(self, spec: GraphSpec, *, spin: bool = False, provider: str = CPU):
         import onnxruntime
 
         available = onnxruntime.get_available_providers()
@@ -122,7 +122,6 @@ class OnnxGraph:
         self.per_text = spec.backend == "onnx-int8"
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads
         options.log_severity_level = 3
         # no spin-wait after a run when serving: idle threads spinning steal the cores the next
         # request needs (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
