@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
-from indexer.embedding import Embedder
+from indexer.encoders.factory import encoder_for
 from indexer.fields import DEFAULT_WEIGHT
 from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood, auroc, choose_threshold, measure
 from search.evaluate import read_qrels, threads
@@ -84,7 +84,7 @@ def main() -> None:
     queries = [json.loads(line) for line in (DATA / "queries.jsonl").open(encoding="utf-8")]
     qrels = read_qrels(DATA / "qrels.tsv")
     ids, texts = [e["id"] for e in corpus], [e["text"] for e in corpus]
-    embedder = Embedder()
+    embedder = encoder_for()
     asked = unit(embedder.embed([q["text"] for q in queries]))
     question = unit(embedder.embed(texts))
     both = unit(embedder.embed([f"{e['text']} {e['answer']}" for e in corpus]))

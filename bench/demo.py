@@ -46,9 +46,9 @@ def peer_seconds(texts: list[str]) -> float:
 
 
 def ours_seconds(texts: list[str]) -> float:
-    from indexer.embedding import Embedder
+    from indexer.encoders.factory import encoder_for
 
-    embedder = Embedder()
+    embedder = encoder_for()
     started = time.perf_counter()
     embedder.embed_documents(texts)
     return time.perf_counter() - started

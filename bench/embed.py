@@ -89,17 +89,17 @@ def run(pipeline: str, corpus: Path, out: Path) -> dict[str, float]:
 
 
 def token_count(texts: list[str]) -> int:
-    from indexer.query_encoder import QueryEncoder, graph_spec
+    from indexer.encoders.onnx_encoder import OnnxEncoder
 
     strategy = embedder_strategy("onnx")
-    return sum(len(ids) for ids in QueryEncoder(strategy, spec=graph_spec(strategy)).tokenize(texts))
+    return sum(len(ids) for ids in OnnxEncoder(strategy).tokens.ids(texts))
 
 
 def embedder_strategy(backend: str):  # noqa: ANN201 - a Strategy, imported lazily
-    from indexer.embedding import embedder_for
+    from indexer.encoders.factory import encoder_for
     from indexer.strategy import Strategy
 
-    return embedder_for(Strategy(backend=backend)).strategy
+    return encoder_for(Strategy(backend=backend)).strategy
 
 
 def quality(shared: Path, backends: list[str | None]) -> tuple[dict[str, float], dict[str, float]]:
@@ -109,7 +109,7 @@ def quality(shared: Path, backends: list[str | None]) -> tuple[dict[str, float],
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
-    from indexer.embedding import embedder_for
+    from indexer.encoders.factory import encoder_for
     from indexer.strategy import Strategy
     from search.evaluate import pair_vectors, read_pairs, sts_scores
 
@@ -120,7 +120,7 @@ def quality(shared: Path, backends: list[str | None]) -> tuple[dict[str, float],
     for backend in backends:
         pipeline = DEFAULT if backend is None else f"semsearch {backend}"
         asked = Strategy() if backend is None else Strategy(backend=backend)
-        encoder = embedder_for(asked, batch_size=32)
+        encoder = encoder_for(asked, batch_size=32)
         vectors = encoder.embed(pairs.sentences())
         spearman[pipeline] = sts_scores(*pair_vectors(pairs, vectors), pairs.gold)["spearman"]
         alone = np.vstack([encoder.embed([t]) for t in short])

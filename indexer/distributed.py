@@ -1,8 +1,8 @@
-"""Embedding on Ray: the corpus is cut into contiguous partitions, a pool of Ray actors (each loads
-the Embedder once, with the index's resolved strategy) embeds them, and the driver puts the parts
-back in corpus order with ``shards.combine`` (the merge ``semsearch merge`` uses), so the index
-that follows is written exactly as a local build writes it: same entries, same row ids, same
-transform fitted on the whole corpus, same atomic swap.
+"""Embedding on Ray: the corpus is cut into contiguous partitions, a pool of Ray actors (each picks
+its encoder once, with the index's resolved strategy: ``indexer.encoders.factory``) embeds them,
+and the driver puts the parts back in corpus order with ``shards.combine`` (the merge
+``semsearch merge`` uses), so the index that follows is written exactly as a local build writes
+it: same entries, same row ids, same transform fitted on the whole corpus, same atomic swap.
 
 Ray tasks on actors rather than Ray Data: Ray Data pulls in pyarrow and pandas and would hand
 rows through Arrow blocks; the corpus is already read (and its rejected rows counted) by the
@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from indexer.corpus import Entry
+from indexer.encoders.base import Choice
 from indexer.errors import BadInput, SemsearchError, StrategyConflict, WorkerFailed
 from indexer.strategy import Strategy
 
@@ -114,16 +115,21 @@ class _Worker:
     """One Ray actor: the model loaded once, then one partition per call."""
 
     def __init__(self, strategy: Strategy, batch_size: int, before: Callable[[int], None] | None):
-        from indexer.embedding import embedder_for
+        from indexer.encoders.factory import encoder_for
 
-        self.embedder = embedder_for(strategy, batch_size=batch_size)  # as a build embeds
+        self.encoder = encoder_for(strategy, batch_size=batch_size)  # as a build embeds
         self.before = before
 
-    def embed(self, number: int, texts: list[str]) -> tuple[Strategy, np.ndarray, np.ndarray]:
+    def embed(
+        self, number: int, texts: list[str], documents: bool
+    ) -> tuple[Strategy, np.ndarray, np.ndarray]:
         if self.before is not None:
             self.before(number)
-        vectors, owners = self.embedder.embed_documents(texts)
-        return self.embedder.strategy, vectors, owners
+        if documents:
+            vectors, owners = self.encoder.embed_documents(texts)
+        else:
+            vectors, owners = self.encoder.embed(texts), np.arange(len(texts), dtype=np.int64)
+        return self.encoder.strategy, vectors, owners
 
 
 def embed_on_ray(
@@ -134,12 +140,13 @@ def embed_on_ray(
     workers: int | None = None,
     batch_size: int = 32,
     before_partition: Callable[[int], None] | None = None,
+    documents: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Vectors of the entries' texts and the entry of each, as ``Embedder.embed_documents`` gives
-    them, embedded by ``workers`` Ray actors (default: one per CPU of the cluster). ``strategy``
-    must be resolved (the index's); a worker whose model is another fails the run with
-    ``StrategyConflict``. ``before_partition`` runs in the worker before each partition (tests
-    kill a worker there)."""
+    """Vectors of the entries' texts and the entry of each, as ``Encoder.embed_documents`` gives
+    them (``documents``; else as ``Encoder.embed`` does), embedded by ``workers`` Ray actors
+    (default: one per CPU of the cluster). ``strategy`` must be resolved (the index's); a worker
+    whose model is another fails the run with ``StrategyConflict``. ``before_partition`` runs in
+    the worker before each partition (tests kill a worker there)."""
     from indexer.shards import combine
 
     if workers is not None and workers < 1:
@@ -159,7 +166,7 @@ def embed_on_ray(
             actor.remote(strategy, batch_size, before_partition) for _ in range(min(count, len(spans)))
         ]
         pool = ActorPool(workers)
-        jobs = [(i, [e.text for e in entries[a:b]]) for i, (a, b) in enumerate(spans)]
+        jobs = [(i, [e.text for e in entries[a:b]], documents) for i, (a, b) in enumerate(spans)]
         try:
             done = list(pool.map(lambda worker, job: worker.embed.remote(*job), jobs))
         except RayTaskError as exc:
@@ -184,17 +191,29 @@ def _first_line(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
-class RayEmbedder:
-    """``Embedder.embed_documents`` on Ray workers: what a build or an add hands its texts to
-    (``indexer.fields.embed_entries``) when asked for ``--ray``."""
+class RayEncoder:
+    """An ``Encoder`` whose texts are embedded on Ray workers (``embed_on_ray``): what a build or an
+    add hands its texts to when asked for ``--ray`` (``indexer.encoders.factory.encoder_for``)."""
 
     def __init__(self, strategy: Strategy, address: str, workers: int | None = None, batch_size: int = 32):
         self.strategy, self.address, self.workers, self.batch_size = strategy, address, workers, batch_size
+        self.choice = Choice("ray", f"--ray {address}: each worker picks its encoder for the strategy")
+
+    def embed(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        return self._on_ray(texts, documents=False)[0]
 
     def embed_documents(
         self, texts: Sequence[str], *, progress: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
+        return self._on_ray(texts, documents=True)
+
+    def _on_ray(self, texts: Sequence[str], *, documents: bool) -> tuple[np.ndarray, np.ndarray]:
         entries = [Entry(str(i), text, {}) for i, text in enumerate(texts)]
         return embed_on_ray(
-            entries, self.strategy, self.address, workers=self.workers, batch_size=self.batch_size
+            entries,
+            self.strategy,
+            self.address,
+            workers=self.workers,
+            batch_size=self.batch_size,
+            documents=documents,
         )

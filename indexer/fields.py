@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from indexer.corpus import Entry, field_text
 from indexer.errors import BadInput
+
+if TYPE_CHECKING:
+    from indexer.encoders.base import Encoder
 
 ALSO_ID = 1 << 40
 """FAISS id offset of the also-vectors (row ids stay far below it)."""
@@ -74,14 +77,14 @@ class FieldScoring:
 
 
 def embed_entries(
-    embedder: Any, entries: Sequence[Entry], scoring: FieldScoring | None, *, progress: bool = False
+    encoder: Encoder, entries: Sequence[Entry], scoring: FieldScoring | None, *, progress: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectors of the entries' texts (and, with ``scoring``, of their also texts): (vectors,
     owners = entry position of each vector, also = whether it is an also-vector)."""
     texts = [e.text for e in entries]
     if scoring is not None:
         texts += scoring.texts(entries)
-    vectors, owners = embedder.embed_documents(texts, progress=progress)
+    vectors, owners = encoder.embed_documents(texts, progress=progress)
     also = owners >= len(entries)
     return vectors, owners % max(len(entries), 1), also
 

@@ -1,9 +1,9 @@
 """The strategy's part after the network, in NumPy: pad token ids into batches, run a network,
 pick and combine hidden states, pool, normalise.
 
-Torch indexing (``indexer.embedding``) and the torch-free query path (``indexer.query_encoder``)
-both run their network through ``encode``, so a query is embedded by exactly the code that
-embedded the corpus; only the network differs (torch, or the same graph on ONNX Runtime).
+Every encoder (``indexer.encoders``: torch, or the same graph on ONNX Runtime) runs its network
+through ``encode``, so a query is embedded by exactly the code that embedded the corpus; only the
+network differs.
 """
 
 from __future__ import annotations

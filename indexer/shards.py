@@ -33,12 +33,12 @@ def embed_shard(
 ) -> Path:
     """Embed ``entries`` with ``strategy`` into a shard directory (a worker's whole job).
     ``text_fields``/``id_field``: what ``read_corpus`` was given, kept for the merged index."""
-    from indexer.embedding import embedder_for
+    from indexer.encoders.factory import encoder_for
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    embedder = embedder_for(strategy)  # as a build embeds: no torch once the graph is cached
-    vectors, owners = embedder.embed_documents([e.text for e in entries])
+    encoder = encoder_for(strategy)  # as a build embeds: no torch once the graph is cached
+    vectors, owners = encoder.embed_documents([e.text for e in entries])
     np.save(out / "vectors.npy", vectors)
     np.save(out / "owners.npy", owners)
     with (out / "entries.jsonl").open("w", encoding="utf-8") as f:
@@ -46,7 +46,7 @@ def embed_shard(
             f.write(json.dumps({"id": e.id, "text": e.text, "fields": e.fields}, ensure_ascii=False) + "\n")
     source = {"text_fields": list(text_fields or ["text"]), "id_field": id_field}
     (out / "source.json").write_text(json.dumps(source), encoding="utf-8")
-    (out / "strategy.json").write_text(json.dumps(embedder.strategy.to_dict()), encoding="utf-8")
+    (out / "strategy.json").write_text(json.dumps(encoder.strategy.to_dict()), encoding="utf-8")
     return out
 
 

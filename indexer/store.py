@@ -146,7 +146,7 @@ class StoredIndex:
 
     def info(self) -> dict[str, Any]:
         """What the CLI's ``info`` and the server's ``/info`` show."""
-        from indexer.query_encoder import encoder_status
+        from indexer.encoders.factory import encoder_status
 
         meta, source = self.meta, self.meta.get("source", {})
         if self.vectors is None and "vector_kind" not in meta:  # written before meta kept the kind

@@ -21,14 +21,15 @@ DEFAULT_CHUNK_OVERLAP = 32
 COMBINES = ("mean", "sum", "concat")
 POOLINGS = ("cls", "mean", "max", "mean-max", "pooler")
 POSTPROCESSES = ("none", "center", "whiten")
-BACKENDS = ("torch", "onnx", "onnx-int8")
+PRECISION = {"torch": "fp32", "onnx": "fp32", "onnx-int8": "int8"}
+"""What a backend does to the vectors: torch and onnx run the same fp32 network (same vectors), so
+an index built on one is searched and extended on the other; int8 weights give other vectors.
+Each backend's encoder is named in ``indexer.encoders.factory.RUNTIMES``."""
+BACKENDS = tuple(PRECISION)
 DEFAULT_BACKEND = "onnx"
 """ONNX Runtime: the torch fp32 vectors (to 1e-5, batch-independent, same STS-B dev Spearman) and
 3.0x / 2.2x sentence-transformers' indexing speed on short / long texts, whole process
 (docs/bench-embed.txt)."""
-PRECISION = {"torch": "fp32", "onnx": "fp32", "onnx-int8": "int8"}
-"""What a backend does to the vectors: torch and onnx run the same fp32 network (same vectors), so
-an index built on one is searched and extended on the other; int8 weights give other vectors."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,8 @@ class Strategy:
     postprocess: ``center`` or ``whiten`` the vectors with statistics fitted on the indexed texts
         (anisotropy correction, see ``indexer.transform``); ``whiten_dims`` keeps that many.
     backend: ``onnx`` (default: ONNX Runtime, faster), ``torch`` (the reference, same vectors) or
-        ``onnx-int8`` (int8 weights: slightly different vectors); see ``indexer.onnx_backend``.
-        Where a model cannot be exported to ONNX, ``onnx`` runs on torch (``indexer.embedding``).
+        ``onnx-int8`` (int8 weights: slightly different vectors); see ``indexer.encoders.onnx_export``.
+        Where a model cannot be exported to ONNX, ``onnx`` runs on torch (``indexer.encoders.factory``).
     model_fingerprint: set on resolving for a local model directory (``indexer.models``): what
         identifies the model wherever it lies. ``None`` for a named model (the bundled default).
     """

@@ -61,7 +61,7 @@ def add_to_index(
     added with new ids (the module docstring) unless ``id_field`` is given. A row whose value
     cannot be stored in its column as written is rejected (``catalog.misfit``). ``wait``: seconds
     to wait for another writer; ``ray``/``ray_workers``: embed on Ray, as ``build_index`` does."""
-    from indexer.embedding import embedder_for
+    from indexer.encoders.factory import encoder_for
 
     started = time.perf_counter()
     index_dir = Path(index_dir)
@@ -101,13 +101,8 @@ def add_to_index(
         to_embed = added + changed
         vectors = owners = also_vectors = None
         if to_embed:
-            if ray is None:
-                embedder: Any = embedder_for(live.strategy, batch_size=batch_size)
-            else:
-                from indexer.distributed import RayEmbedder
-
-                embedder = RayEmbedder(live.strategy, ray, workers=ray_workers, batch_size=batch_size)
-            vectors, owners, also_vectors = embed_entries(embedder, to_embed, also, progress=progress)
+            encoder = encoder_for(live.strategy, batch_size=batch_size, ray=ray, ray_workers=ray_workers)
+            vectors, owners, also_vectors = embed_entries(encoder, to_embed, also, progress=progress)
             if live.transform is not None:
                 vectors = live.transform.apply(vectors)
         if to_embed or metadata_only:

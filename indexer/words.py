@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from indexer.embedding import Embedder
 from indexer.errors import BadInput
 from indexer.strategy import Strategy
+
+if TYPE_CHECKING:
+    from indexer.encoders.torch_encoder import TorchEncoder
 
 WORD_STRATEGY = Strategy(layers=(-4, -3, -2, -1), combine="sum", pooling="mean", backend="torch")
 """On torch: ``words`` loads the model anyway (its tokenizer's word ids) for one text, where exporting
@@ -39,7 +42,7 @@ class Word:
     vector: np.ndarray
 
 
-def word_vectors(embedder: Embedder, text: str, merge: str = "mean") -> list[Word]:
+def word_vectors(embedder: TorchEncoder, text: str, merge: str = "mean") -> list[Word]:
     """Each word of ``text``, in order, with its vector; special tokens are left out."""
     if merge not in MERGES:
         raise BadInput(f"merge must be one of {', '.join(MERGES)}, not {merge!r}")

@@ -1020,10 +1020,10 @@ def words_command(text: str, word: str | None, merge: str, as_json: bool, asked:
     """Contextual word vectors of TEXT (default layers: sum of the last four)."""
     from dataclasses import replace
 
-    from indexer.embedding import Embedder
+    from indexer.encoders.torch_encoder import TorchEncoder
     from indexer.words import WORD_STRATEGY, context, cosine_matrix, occurrences, word_vectors
 
-    embedder = Embedder(replace(WORD_STRATEGY, **asked))
+    embedder = TorchEncoder(replace(WORD_STRATEGY, **asked))
     words = word_vectors(embedder, text, merge)
     if word is not None:
         words = occurrences(words, word)

@@ -1,5 +1,5 @@
 """question -> vector -> hits, with the index's own stored strategy and its query encoder (the
-indexer's network exported to ONNX and its NumPy head: no torch, see ``indexer.query_encoder``)."""
+indexer's network exported to ONNX and its NumPy head: no torch, see ``indexer.encoders``)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import numpy as np
 
 from indexer.catalog import Facet
 from indexer.corpus import RESERVED
+from indexer.encoders.factory import encoder_for
 from indexer.errors import BadInput, FilterError, StrategyConflict
 from indexer.fields import ALSO_ID, FieldScoring, with_also_ids
-from indexer.query_encoder import QueryEncoder, query_encoder
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
 from indexer.transform import Transform
@@ -27,7 +27,7 @@ from search.filters import parse_filter
 from search.queries import check_text
 
 if TYPE_CHECKING:
-    from indexer.embedding import Embedder
+    from indexer.encoders.base import Encoder
 
 
 CANDIDATES = 64
@@ -93,8 +93,8 @@ def configure_threads() -> None:
 @dataclass(frozen=True)
 class Snapshot:
     """One complete version: the index, the encoder of its strategy's queries and its fitted
-    transform. ``embedder`` is a ``QueryEncoder`` (ONNX Runtime) or, where the strategy's network
-    could not be exported, the torch ``Embedder``; ``info`` says which.
+    transform. ``embedder`` runs the exported graph on ONNX Runtime or, where the strategy's network
+    could not be exported, the model on torch; ``info`` says which (``indexer.encoders.factory``).
 
     A request takes one snapshot and does everything with it, so a reload (which publishes a new
     snapshot) can never pair one version's vectors with another's model. The SQLite connection is
@@ -102,7 +102,7 @@ class Snapshot:
     """
 
     index: StoredIndex
-    embedder: QueryEncoder | Embedder
+    embedder: Encoder
     db_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @property
@@ -116,7 +116,7 @@ class Snapshot:
     def info(self) -> dict[str, Any]:
         """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use."""
         with self.db_lock:
-            return {**self.index.info(), "encoder": self.embedder.encoder}
+            return {**self.index.info(), "encoder": self.embedder.choice.status}
 
     def changed(self) -> bool:
         """An update committed into this snapshot's version since it was opened (new segments or
@@ -294,14 +294,14 @@ class SearchEngine:
         self.path = Path(index_dir)
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
-        self.snapshot = Snapshot(index, query_encoder(index.strategy))
+        self.snapshot = Snapshot(index, encoder_for(index.strategy, queries=True))
 
     @property
     def index(self) -> StoredIndex:
         return self.snapshot.index
 
     @property
-    def embedder(self) -> QueryEncoder | Embedder:
+    def embedder(self) -> Encoder:
         return self.snapshot.embedder
 
     @property
@@ -314,7 +314,8 @@ class SearchEngine:
             return False
         fresh = open_index(self.path)
         same = fresh.strategy == current.index.strategy
-        self.snapshot = Snapshot(fresh, current.embedder if same else query_encoder(fresh.strategy))
+        encoder = current.embedder if same else encoder_for(fresh.strategy, queries=True)
+        self.snapshot = Snapshot(fresh, encoder)
         return True
 
     def search(

@@ -108,10 +108,10 @@ def pair_vectors(pairs: Pairs, vectors: np.ndarray) -> tuple[np.ndarray, np.ndar
 def evaluate_sts(pairs: Pairs, strategy: Strategy | None = None) -> dict[str, float]:
     """Embed every sentence once with the strategy (post-processing fitted on these sentences), on
     the encoder an index of it would be built with (no torch once its graph is cached)."""
-    from indexer.embedding import embedder_for
+    from indexer.encoders.factory import encoder_for
     from indexer.transform import Transform
 
-    embedder = embedder_for(strategy)
+    embedder = encoder_for(strategy)
     vectors = embedder.embed(pairs.sentences())
     vectors = Transform.apply_optional(Transform.for_strategy(embedder.strategy, vectors), vectors)
     return {**sts_scores(*pair_vectors(pairs, vectors), pairs.gold), "strategy": embedder.strategy.describe()}

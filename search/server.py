@@ -52,9 +52,8 @@ from search.loading import load_engine
 from search.queries import check_text
 from search.similar import rank_vectors, rankable
 
-if TYPE_CHECKING:  # queries are embedded without torch (indexer.query_encoder)
-    from indexer.embedding import Embedder
-    from indexer.query_encoder import QueryEncoder
+if TYPE_CHECKING:  # queries are embedded without torch (indexer.encoders.onnx_encoder)
+    from indexer.encoders.base import Encoder
 
 MAX_BODY = 1 << 20  # bytes in a request body, counted as they arrive
 MAX_QUERY = 2000  # characters in one query or sentence
@@ -198,7 +197,7 @@ class BodyLimit:
 
 @dataclass
 class _Job:
-    embedder: Embedder | QueryEncoder
+    embedder: Encoder
     texts: list[str]
     future: asyncio.Future
 
@@ -219,12 +218,12 @@ class MicroBatcher:
         self.largest = 0  # most texts embedded in one pass so far: shows batching at work
         self.dropped = 0  # jobs dropped because their request was gone
 
-    async def embed(self, embedder: Embedder | QueryEncoder, texts: list[str]) -> np.ndarray:
+    async def embed(self, embedder: Encoder, texts: list[str]) -> np.ndarray:
         """Vectors of ``texts``, queued in parts of at most ``PART_TOKENS`` one after the other."""
         parts = split(texts, embedder.strategy.max_length)
         return np.concatenate([await self._embed_part(embedder, part) for part in parts])
 
-    async def _embed_part(self, embedder: Embedder | QueryEncoder, texts: list[str]) -> np.ndarray:
+    async def _embed_part(self, embedder: Encoder, texts: list[str]) -> np.ndarray:
         loop = asyncio.get_running_loop()
         if self.task is None or self.task.get_loop() is not loop:
             self.queue = asyncio.Queue()

@@ -20,8 +20,7 @@ from search.engine import Hit, check_queries
 from search.queries import check_text
 
 if TYPE_CHECKING:  # torch loads only to embed without an index, before the graph is exported
-    from indexer.embedding import Embedder
-    from indexer.query_encoder import QueryEncoder
+    from indexer.encoders.base import Encoder
 
 
 def rank_similar_with_index(
@@ -47,7 +46,7 @@ def rank_similar(
     strategy: Strategy | None = None,
     *,
     k: int | None = None,
-    embedder: Embedder | QueryEncoder | None = None,
+    embedder: Encoder | None = None,
     transform: Transform | None = None,
 ) -> list[Hit]:
     """Candidates by cosine to ``sentence``, best first; ids are 1-based candidate positions.
@@ -58,9 +57,9 @@ def rank_similar(
     kept = rankable(sentence, candidates)
     check_transform(strategy or (embedder.strategy if embedder else Strategy()), transform)
     if embedder is None:  # as an index of this strategy would embed (no torch once exported)
-        from indexer.embedding import embedder_for
+        from indexer.encoders.factory import encoder_for
 
-        embedder = embedder_for(strategy)
+        embedder = encoder_for(strategy)
     vectors = embedder.embed([sentence] + [text for _, text in kept])
     return rank_vectors(Transform.apply_optional(transform, vectors), kept, k)
 

@@ -105,9 +105,9 @@ def grid(base: Strategy, num_layers: int, poolings: Sequence[str] = POOLINGS) ->
 
 def _embed_grid(base: Strategy, texts: Sequence[Sequence[str]], poolings: Sequence[str], progress: bool):
     """Resolved (row, strategy) cells and, per text list, each cell's vectors."""
-    from indexer.embedding import Embedder
+    from indexer.encoders.torch_encoder import TorchEncoder
 
-    embedder = Embedder(replace(base, postprocess="none", whiten_dims=None), all_layers=True)
+    embedder = TorchEncoder(replace(base, postprocess="none", whiten_dims=None), all_layers=True)
     cells = grid(embedder.strategy, embedder.num_layers, poolings)
     strategies = [s for _, s in cells]
     vectors = [embedder.embed_grid(t, strategies, progress=progress) for t in texts]

@@ -79,10 +79,10 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 def bundled():
     """The real default model on torch, the reference every other backend is held to; loaded
     once for the session."""
-    from indexer.embedding import Embedder
+    from indexer.encoders.torch_encoder import TorchEncoder
     from indexer.strategy import Strategy
 
-    return Embedder(Strategy(backend="torch"))
+    return TorchEncoder(Strategy(backend="torch"))
 
 
 def whole_run(command: list[str]) -> float:

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from indexer import Strategy, build_index
-from indexer.embedding import Embedder
+from indexer.encoders.factory import encoder_for
+from indexer.encoders.onnx_encoder import OnnxEncoder
+from indexer.encoders.torch_encoder import TorchEncoder
 from search import SearchEngine
 from tests.test_peer import real_sentences
 
@@ -24,15 +26,15 @@ def private_cache(tmp_path_factory, monkeypatch):
 )
 def test_onnx_matches_torch_fp32(bundled, strategy):
     sentences = real_sentences()[:120]
-    reference = Embedder(Strategy(**{**strategy.to_dict(), "backend": "torch"})).embed(sentences)
-    onnx = Embedder(Strategy(**{**strategy.to_dict(), "backend": "onnx"})).embed(sentences)
+    reference = encoder_for(Strategy(**{**strategy.to_dict(), "backend": "torch"})).embed(sentences)
+    onnx = encoder_for(Strategy(**{**strategy.to_dict(), "backend": "onnx"})).embed(sentences)
     cosines = (reference * onnx).sum(axis=1)
     assert cosines.mean() >= 0.999 and cosines.min() >= 0.999
 
 
 def test_int8_is_close_and_stored_with_the_index(tmp_path, bundled):
     sentences = real_sentences()[:120]
-    int8 = Embedder(Strategy(backend="onnx-int8")).embed(sentences)
+    int8 = encoder_for(Strategy(backend="onnx-int8")).embed(sentences)
     cosines = (bundled.embed(sentences) * int8).sum(axis=1)
     # the documented tolerance (README, Performance): cosine to torch >= 0.95, mean >= 0.99
     assert cosines.min() >= 0.95 and cosines.mean() >= 0.99, (cosines.min(), cosines.mean())
@@ -48,17 +50,26 @@ def test_int8_is_close_and_stored_with_the_index(tmp_path, bundled):
 
 
 def test_documents_are_chunked_as_the_transformers_tokenizer_does(bundled):
-    """The torch-free indexer's windows (tokenizers' overflow) equal the Embedder's, in order."""
-    from indexer.query_encoder import QueryEncoder
-
+    """Both encoders' windows (tokenizers' overflow, from the loaded tokenizer or from
+    tokenizer.json) equal the transformers tokenizer's own, in order."""
     strategy = Strategy(backend="onnx", max_length=16).chunked(4)
-    embedder = Embedder(strategy)
+    embedder = TorchEncoder(strategy)
     assert embedder.export_for_queries() is None
-    encoder = QueryEncoder(embedder.strategy)
+    encoder = OnnxEncoder(embedder.strategy)
     texts = real_sentences()[:30] + ["", "naïve café — 東京 🚀 " * 9, "word " * 300, "x" * 3000]
-    expected, got = embedder.tokenize(texts, chunk=True), encoder.tokenize_documents(texts)
-    assert got.ids == expected.ids and got.owners.tolist() == expected.owners.tolist()
-    assert max(got.owners) == len(texts) - 1 and len(got.ids) > len(texts)
+    expected = embedder.tokenizer(
+        texts,
+        truncation=True,
+        max_length=16,
+        return_overflowing_tokens=True,
+        stride=4,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+    )
+    for got in (embedder.tokens.documents(texts), encoder.tokens.documents(texts)):
+        assert got.ids == expected["input_ids"]
+        assert got.owners.tolist() == list(expected["overflow_to_sample_mapping"])
+        assert max(got.owners) == len(texts) - 1 and len(got.ids) > len(texts)
 
 
 def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
@@ -69,8 +80,6 @@ def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    from indexer.embedding import embedder_for
-    from indexer.query_encoder import QueryEncoder
     from indexer.store import open_index
     from indexer.vector_index import stored_vectors
     from tests.conftest import ROOT
@@ -80,9 +89,11 @@ def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(sentences), encoding="utf-8")
     strategy = Strategy(backend="onnx")
-    assert isinstance(embedder_for(strategy), Embedder)  # nothing exported yet: torch exports it
+    first = encoder_for(strategy)  # nothing exported yet: torch exports it, ONNX Runtime runs it
+    assert isinstance(first, OnnxEncoder) and first.choice.why.startswith("its graph was exported now")
     build_index(corpus, tmp_path / "first", strategy)
-    assert isinstance(embedder_for(strategy), QueryEncoder)
+    cached = encoder_for(strategy)
+    assert isinstance(cached, OnnxEncoder) and cached.choice.why == "its graph is cached"
     code = (
         "import sys, json\nfrom indexer.build import build_index\nfrom indexer.strategy import Strategy\n"
         f"build_index({str(corpus)!r}, {str(tmp_path / 'second')!r}, Strategy(backend='onnx'))\n"
@@ -95,5 +106,5 @@ def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
     second = open_index(tmp_path / "second")
     assert second.strategy == open_index(tmp_path / "first").strategy
     vectors, ids = stored_vectors(second.vectors)
-    reference = Embedder(Strategy(backend="torch")).embed([line.strip() for line in sentences])
+    reference = TorchEncoder(Strategy(backend="torch")).embed([line.strip() for line in sentences])
     assert np.abs(vectors[np.argsort(ids)] - reference).max() < 1e-5

@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from indexer.embedding import Embedder, embedder_for
-from indexer.query_encoder import QueryEncoder
+from indexer.encoders.factory import encoder_for
+from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.strategy import BACKENDS, Strategy
 from tests.conftest import shared_file
 
@@ -41,7 +41,7 @@ def test_query_encoder_is_batch_independent(bundled, tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path))
     assert bundled.export_for_queries() is None
-    encoder = QueryEncoder(bundled.strategy)
+    encoder = OnnxEncoder(bundled.strategy)
     assert_batch_independent(encoder.embed, encoder.batch_size)
 
 
@@ -49,8 +49,8 @@ def test_query_encoder_is_batch_independent(bundled, tmp_path, monkeypatch):
 def test_every_onnx_backend_is_batch_independent(backend, tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path))
-    exporting = Embedder(Strategy(backend=backend))  # torch process: exports, then runs the graph
+    exporting = encoder_for(Strategy(backend=backend))  # torch process: exports, then runs the graph
     assert_batch_independent(exporting.embed, exporting.batch_size)
-    torch_free = embedder_for(Strategy(backend=backend))
-    assert isinstance(torch_free, QueryEncoder)
+    torch_free = encoder_for(Strategy(backend=backend))
+    assert isinstance(torch_free, OnnxEncoder) and torch_free.choice.why == "its graph is cached"
     assert_batch_independent(torch_free.embed, torch_free.batch_size)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import indexer.build
-import indexer.embedding
+import indexer.encoders.factory
 import indexer.store
 from indexer import Strategy, build_index
 from indexer.catalog import Catalog
-from indexer.embedding import Embedder
+from indexer.encoders.factory import encoder_for
 from indexer.errors import BadInput, SemsearchError
 from indexer.store import CURRENT, DATABASE, TRANSFORM, open_index
 from indexer.transform import Transform
@@ -76,7 +76,7 @@ def test_streamed_build_keeps_every_row_check_across_parts(tmp_path, tiny_model,
     assert rows[1]["stock"] is None
     assert index.meta["source"]["rows"] == 8 and index.meta["source"]["rejected"] == 2
     texts = [rows[r]["_text"] for r in range(1, 7)]
-    expected = Embedder(Strategy(model=tiny_model)).embed(texts)
+    expected = encoder_for(Strategy(model=tiny_model)).embed(texts)
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     vectors, ids = stored_vectors(index.vectors)
     stored = vectors[np.argsort(ids)]
@@ -90,7 +90,7 @@ def test_whitening_is_fitted_on_the_whole_corpus_from_parts(tmp_path, tiny_model
     report = build_index(corpus(tmp_path), tmp_path / "idx", strategy)
     index = open_index(tmp_path / "idx")
     texts = [index.rows([r])[r]["_text"] for r in range(1, 7)]
-    raw = Embedder(strategy).embed(texts)
+    raw = encoder_for(strategy).embed(texts)
     whole = Transform.fit("whiten", raw, 4)
     stored = Transform.load(index.version / TRANSFORM)
     np.testing.assert_allclose(stored.mean, whole.mean, atol=1e-5)
@@ -134,14 +134,14 @@ def test_corpus_changed_during_the_build_is_an_error(tmp_path, tiny_model, small
     path = corpus(tmp_path)
     build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
     before = (tmp_path / "idx" / CURRENT).read_text()
-    load = indexer.embedding.embedder_for
+    load = indexer.encoders.factory.encoder_for
 
     def append_a_row_then_load(*args, **kwargs):
         with path.open("a", encoding="utf-8") as f:
             f.write("a9,a row written while indexing,1\n")
         return load(*args, **kwargs)
 
-    monkeypatch.setattr(indexer.embedding, "embedder_for", append_a_row_then_load)
+    monkeypatch.setattr(indexer.encoders.factory, "encoder_for", append_a_row_then_load)
     with pytest.raises(BadInput, match="changed while it was being indexed"):
         build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
     assert (tmp_path / "idx" / CURRENT).read_text() == before

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 
 from indexer import Strategy, build_index
 from indexer.corpus import read_corpus
-from indexer.embedding import Embedder
+from indexer.encoders.factory import encoder_for
+from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import SemsearchError, StrategyConflict
 from indexer.shards import embed_shard, merge_shards
 from indexer.store import open_index
@@ -94,7 +95,7 @@ def test_an_old_torch_index_takes_a_default_add_and_query_and_ranks_as_a_new_one
 
 def test_asking_either_fp32_backend_of_either_index_is_accepted_int8_is_not(bundled):
     torch = bundled.strategy
-    onnx = Embedder(Strategy()).strategy
+    onnx = encoder_for(Strategy()).strategy
     assert torch.backend == "torch" and onnx.backend == "onnx"
     for stored in (torch, onnx):
         check_strategy(stored, {"backend": "torch"})
@@ -104,22 +105,22 @@ def test_asking_either_fp32_backend_of_either_index_is_accepted_int8_is_not(bund
 
 
 def test_sweeps_run_the_default_backend_on_one_torch_pass(tiny_model):
-    embedder = Embedder(Strategy(model=tiny_model), all_layers=True)
+    embedder = TorchEncoder(Strategy(model=tiny_model), all_layers=True)
     assert embedder.strategy.backend == "onnx"
     assert len(embedder.network.model.encoder.layer) == 3  # every layer: one pass feeds the grid
     with pytest.raises(SemsearchError, match="sweeps"):
-        Embedder(Strategy(model=tiny_model, backend="onnx-int8"), all_layers=True)
+        TorchEncoder(Strategy(model=tiny_model, backend="onnx-int8"), all_layers=True)
 
 
 @pytest.fixture
 def unexportable(tmp_path, monkeypatch) -> str:
     """A model the ONNX exporter fails on (a model of its own: no graph of it is cached)."""
-    import indexer.onnx_backend
+    import indexer.encoders.onnx_export
 
     def refuse(*args: object) -> None:
         raise RuntimeError("Exporting the operator 'aten::frobnicate' to ONNX is not supported")
 
-    monkeypatch.setattr(indexer.onnx_backend, "_export", refuse)
+    monkeypatch.setattr(indexer.encoders.onnx_export, "_export", refuse)
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))
     return random_bert(tmp_path / "odd-model", seed=5)
 
@@ -138,7 +139,7 @@ def test_an_unexportable_model_is_indexed_on_torch_and_the_build_says_so(unexpor
     assert index.strategy.backend == "torch"  # what embedded it
     assert index.info()["encoder"].startswith("torch (RuntimeError: Exporting the operator")
     vectors, ids = stored_vectors(index.vectors)
-    reference = Embedder(Strategy(model=unexportable, backend="torch")).embed(texts)
+    reference = TorchEncoder(Strategy(model=unexportable, backend="torch")).embed(texts)
     assert np.abs(vectors[np.argsort(ids)] - reference).max() < 1e-6
     hits = SearchEngine(tmp_path / "idx").search("where do I park?", k=1)
     assert hits[0].id == "q1"
@@ -177,7 +178,5 @@ def test_shards_embedded_on_torch_and_on_onnx_merge_and_int8_ones_do_not(tmp_pat
 def test_a_missing_model_path_is_a_clear_error_on_the_default_backend():
     """The onnx path reads the model's files before loading it: a path that is no model (nor a
     valid hub name) must still say so plainly, not fail inside huggingface_hub."""
-    from indexer.embedding import embedder_for
-
     with pytest.raises(SemsearchError, match="cannot load model"):
-        embedder_for(Strategy(model="/no/such/model"))
+        encoder_for(Strategy(model="/no/such/model"))

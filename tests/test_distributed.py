@@ -79,6 +79,20 @@ def test_ray_build_ranks_like_a_single_build(ray_runtime, tmp_path, tiny_model, 
     assert_same_answers(tmp_path / "ray", single)
 
 
+def test_the_ray_encoder_embeds_as_the_local_one(ray_runtime, tiny_model, single):
+    """Built by the factory, typed as an ``Encoder``: queries truncated, documents chunked."""
+    from indexer.encoders.factory import encoder_for
+
+    strategy = open_index(single).strategy.chunked(8)
+    local, on_ray = encoder_for(strategy), encoder_for(strategy, ray="local", ray_workers=2)
+    texts = [*QUESTIONS, " ".join(["word"] * 300)]
+    np.testing.assert_allclose(on_ray.embed(texts), local.embed(texts), atol=1e-5)
+    vectors, owners = on_ray.embed_documents(texts)
+    expected, expected_owners = local.embed_documents(texts)
+    assert owners.tolist() == expected_owners.tolist() and len(owners) > len(texts)
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
+
+
 def test_a_worker_killed_mid_run_is_restarted_and_its_partition_retried(
     ray_runtime, tmp_path, tiny_model, corpus, single
 ):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from indexer.embedding import Embedder
+from indexer.encoders.factory import encoder_for
+from indexer.encoders.torch_encoder import TorchEncoder, TorchNetwork
 from indexer.errors import SemsearchError
-from indexer.network import TorchNetwork
 from indexer.strategy import POOLINGS, Strategy
 
 SHORT = "A cat sat."
@@ -45,7 +45,7 @@ GRID = [
 
 @pytest.mark.parametrize("layers,combine,pooling", GRID)
 def test_padding_never_changes_a_vector(tiny_model, layers, combine, pooling):
-    embedder = Embedder(Strategy(model=tiny_model, layers=layers, combine=combine, pooling=pooling))
+    embedder = encoder_for(Strategy(model=tiny_model, layers=layers, combine=combine, pooling=pooling))
     alone = embedder.embed([SHORT])
     padded = embedder.embed([LONG, SHORT, LONG + " " + LONG])[1]
     assert alone.shape == (1, embedder.dimension)
@@ -63,7 +63,7 @@ def test_padding_never_changes_a_vector(tiny_model, layers, combine, pooling):
     ],
 )
 def test_dimension_matches_strategy(tiny_model, layers, combine, pooling, width):
-    embedder = Embedder(Strategy(model=tiny_model, layers=layers, combine=combine, pooling=pooling))
+    embedder = encoder_for(Strategy(model=tiny_model, layers=layers, combine=combine, pooling=pooling))
     vectors = embedder.embed([SHORT, LONG])
     assert embedder.dimension == width
     assert vectors.shape == (2, width)
@@ -76,7 +76,7 @@ def test_layers_and_pooling_read_the_right_hidden_states(tiny_model):
     base = {"model": tiny_model, "normalize": False}
 
     def one(**kw):
-        return Embedder(Strategy(**base, **kw)).embed([LONG])[0]
+        return encoder_for(Strategy(**base, **kw)).embed([LONG])[0]
 
     np.testing.assert_allclose(one(layers=(1,), pooling="mean"), tokens.mean(0), atol=1e-5)
     np.testing.assert_allclose(one(layers=(1,), pooling="max"), tokens.max(0).values, atol=1e-5)
@@ -94,19 +94,17 @@ def test_layers_and_pooling_read_the_right_hidden_states(tiny_model):
 
 
 def test_forward_stops_at_deepest_layer_needed(tiny_model):
-    embedder = Embedder(Strategy(model=tiny_model, layers=(1,), backend="torch"))
+    embedder = TorchEncoder(Strategy(model=tiny_model, layers=(1,), backend="torch"))
     assert isinstance(embedder.network, TorchNetwork)
     assert len(embedder.network.model.encoder.layer) == 1
     pooler = Strategy(model=tiny_model, pooling="pooler", backend="torch")
-    assert len(Embedder(pooler).network.model.encoder.layer) == 3
-    assert (
-        len(Embedder(Strategy(model=tiny_model, layers=(1,)), all_layers=True).network.model.encoder.layer)
-        == 3
-    )
+    assert len(TorchEncoder(pooler).network.model.encoder.layer) == 3
+    every = TorchEncoder(Strategy(model=tiny_model, layers=(1,)), all_layers=True)
+    assert len(every.network.model.encoder.layer) == 3
 
 
 def test_auto_strategy_without_sentence_transformers_config(tiny_model):
-    strategy = Embedder(Strategy(model=tiny_model)).strategy
+    strategy = encoder_for(Strategy(model=tiny_model)).strategy
     assert (strategy.layers, strategy.pooling, strategy.max_length) == ((-2,), "mean", 128)
 
 
@@ -119,7 +117,7 @@ def test_auto_strategy_follows_bundled_models_own_config(bundled):
 
 
 def test_truncation_and_chunking(tiny_model):
-    embedder = Embedder(Strategy(model=tiny_model, max_length=16, chunk_overlap=4))
+    embedder = encoder_for(Strategy(model=tiny_model, max_length=16, chunk_overlap=4))
     long_text = " ".join(["word"] * 50)
     vectors, owners = embedder.embed_documents(["short text", long_text])
     assert owners[0] == 0 and (owners == 1).sum() > 1  # the long text became several windows
@@ -130,11 +128,11 @@ def test_truncation_and_chunking(tiny_model):
 
 def test_bad_strategies_are_clear_errors(tiny_model):
     with pytest.raises(SemsearchError, match="out of range"):
-        Embedder(Strategy(model=tiny_model, layers=(7,)))
+        encoder_for(Strategy(model=tiny_model, layers=(7,)))
     with pytest.raises(SemsearchError, match="exceeds the model's limit"):
-        Embedder(Strategy(model=tiny_model, max_length=4096))
+        encoder_for(Strategy(model=tiny_model, max_length=4096))
     with pytest.raises(SemsearchError, match="cannot load model"):
-        Embedder(Strategy(model="no-such-org/no-such-model-anywhere"))
+        encoder_for(Strategy(model="no-such-org/no-such-model-anywhere"))
     with pytest.raises(SemsearchError, match="pooling"):
         Strategy(pooling="median")
     with pytest.raises(SemsearchError, match="pooler"):

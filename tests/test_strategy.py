@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer.embedding import Embedder
+from indexer.encoders.factory import encoder_for
 from indexer.errors import SemsearchError, StrategyConflict
 from indexer.models import model_fingerprint
 from indexer.strategy import DEFAULT_CHUNK_OVERLAP, DEFAULT_MODEL, Strategy
@@ -66,7 +66,7 @@ def test_round_trip_and_conflicts():
 
 
 def test_requests_that_resolve_to_the_stored_strategy_are_accepted(tiny_model, tmp_path, monkeypatch):
-    stored = Embedder(Strategy(model=tiny_model)).strategy  # auto: layers (-2,), pooling mean
+    stored = encoder_for(Strategy(model=tiny_model)).strategy  # auto: layers (-2,), pooling mean
     check_strategy(stored, {"pooling": "auto"})
     check_strategy(stored, {"layers": (-2,), "pooling": "mean", "max_length": 128})
     check_strategy(stored, {"layers": [-2]})
@@ -81,7 +81,7 @@ def test_requests_that_resolve_to_the_stored_strategy_are_accepted(tiny_model, t
 
 
 def test_different_local_models_conflict_whatever_their_path(tiny_model, tmp_path):
-    stored = Embedder(Strategy(model=tiny_model)).strategy
+    stored = encoder_for(Strategy(model=tiny_model)).strategy
     assert stored.model_fingerprint and stored.model == str(Path(tiny_model).resolve())
     other = random_bert(tmp_path / "other", seed=1)
     with pytest.raises(StrategyConflict, match="model"):
@@ -96,7 +96,7 @@ def test_bundled_model_is_identified_by_name(bundled):
 
 
 def test_old_stored_strategies_without_a_fingerprint_still_load(tiny_model):
-    stored = Embedder(Strategy(model=tiny_model)).strategy.to_dict()
+    stored = encoder_for(Strategy(model=tiny_model)).strategy.to_dict()
     del stored["model_fingerprint"]
     old = Strategy.from_dict(stored)
     assert old.model_fingerprint is None
@@ -113,8 +113,8 @@ def test_chunking_default_lives_in_the_strategy():
 def test_a_model_changed_on_disk_since_the_index_is_refused(tiny_model, tmp_path):
     """Vectors of another model would be silently wrong: the stored fingerprint must still hold."""
     moved = shutil.copytree(tiny_model, tmp_path / "model")
-    stored = Embedder(Strategy(model=str(moved))).strategy
+    stored = encoder_for(Strategy(model=str(moved))).strategy
     random_bert(tmp_path / "retrained", seed=2)
     shutil.copy(tmp_path / "retrained" / "model.safetensors", moved / "model.safetensors")
     with pytest.raises(StrategyConflict, match="changed"):
-        Embedder(stored)
+        encoder_for(stored)

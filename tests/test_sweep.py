@@ -20,7 +20,7 @@ def no_model_loads(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the grid was checked")
 
-    monkeypatch.setattr("indexer.embedding.load_model", refuse)
+    monkeypatch.setattr("indexer.encoders.torch_encoder.load_model", refuse)
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexer.embedding import Embedder
+from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import SemsearchError
 from indexer.words import WORD_STRATEGY, context, cosine_matrix, occurrences, word_vectors
 
@@ -17,7 +17,7 @@ SENTENCE = (
 
 @pytest.fixture(scope="module")
 def words_embedder():
-    return Embedder(WORD_STRATEGY)
+    return TorchEncoder(WORD_STRATEGY)
 
 
 def test_money_banks_are_closer_to_each_other_than_to_the_river_bank(words_embedder):

@@ -1,15 +1,15 @@
 """Exporting a network to ONNX (needs torch): the same network, exported once with exactly the
-hidden states the strategy reads, optionally int8-quantised. ``indexer.onnx_graph`` runs it.
+hidden states the strategy reads, optionally int8-quantised. ``indexer.encoders.onnx_graph`` runs it.
 
 ``onnx`` matches torch fp32 (same vectors to float error); both graphs have attention exported
 eagerly so ONNX Runtime fuses it. ``onnx-int8`` also quantises the weights (per output channel)
-and the activations dynamically (a scale per input tensor, which is why ``indexer.onnx_graph``
+and the activations dynamically (a scale per input tensor, which is why ``indexer.encoders.onnx_graph``
 runs its texts one at a time: the vectors then never depend on the batch). ``bench/embed.py``
 measures speed and quality; static quantisation (fixed activation scales) was measured and lost
 too much (STS-B dev 85.87 vs 86.72).
 
-Every index gets the fp32 graph of its strategy when it is built (``export_for``), so its queries
-run on ONNX Runtime alone; exports are cached (``indexer.onnx_graph.GraphSpec``) and written
+Every index gets the fp32 graph of its strategy when it is built (``export_for_queries``), so its
+queries run on ONNX Runtime alone; exports are cached (``indexer.encoders.onnx_graph.GraphSpec``) and written
 atomically: the weights file first, then the graph that names it.
 """
 
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
+from indexer.encoders.onnx_graph import GraphSpec
 from indexer.errors import BadInput
-from indexer.onnx_graph import GraphSpec
 
 
 class _Outputs(torch.nn.Module):

@@ -1,8 +1,8 @@
 """An exported network on ONNX Runtime, found and run without torch.
 
-``indexer.onnx_backend`` exports a model once (it needs torch) into the cache this module names;
-the indexer runs the graph for the ``onnx`` backends and the query side
-(``indexer.query_encoder``) runs it for every index, so answering a question never imports torch.
+``indexer.encoders.onnx_export`` exports a model once (it needs torch) into the cache this module
+names; ``indexer.encoders.onnx_encoder`` runs the graph, for indexing on the ``onnx`` backends and
+for every index's queries, so answering a question never imports torch.
 
 A graph is cached under ``$SEMSEARCH_CACHE/onnx`` (default ``~/.cache/semsearch``), keyed by the
 model's fingerprint (``indexer.models.model_fingerprint``: its files' bytes, not where they lie),
@@ -21,11 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.errors import BadInput
 from indexer.head import NetworkOutput
-from indexer.models import cache_root, model_file, model_fingerprint
+from indexer.models import cache_root, model_file, model_fingerprint, model_location, read_json
+from indexer.strategy import Strategy
+
+CPU = "CPUExecutionProvider"
+"""The execution provider ONNX Runtime runs a graph on unless the caller names another."""
 
 EXPORT_RECIPE = 3
-"""Bumped when ``indexer.onnx_backend`` exports differently (2: eager attention, fused; int8 per
+"""Bumped when ``indexer.encoders.onnx_export`` exports differently (2: eager attention, fused; int8 per
 channel; 3: weights in a file of their own), so a cache never serves a graph an older recipe made."""
 
 
@@ -79,38 +84,50 @@ class GraphSpec:
             return None
 
 
+def graph_spec(strategy: Strategy, num_layers: int | None = None) -> GraphSpec:
+    """The exported graph that runs this (resolved) strategy's network: the hidden states it reads,
+    on its precision (``onnx-int8``'s own graph; ``onnx`` for ``torch`` too: the same fp32 vectors).
+    ``num_layers``: the model's, when known; else what its ``config.json`` says."""
+    location = model_location(strategy.model)
+    if num_layers is None:
+        config = read_json(model_file(location, "config.json")) or {}
+        num_layers = int(config.get("num_hidden_layers", 0))
+    pooler = strategy.pooling == "pooler"
+    layers = () if pooler else tuple(sorted({i % (num_layers + 1) for i in strategy.layers or (-1,)}))
+    backend = "onnx-int8" if strategy.backend == "onnx-int8" else "onnx"
+    return GraphSpec(location, layers, pooler, backend)
+
+
 class OnnxGraph:
     """A ``Network`` on ONNX Runtime: ``hidden_states[i]`` for the exported layers and the pooler
-    output. ``threads`` 0 lets ONNX Runtime choose; ``spin`` keeps idle threads spinning between
-    operators, which a batch job wants and a server does not.
+    output, on as many threads as ONNX Runtime chooses. ``spin`` keeps idle threads spinning
+    between operators, which a batch job wants and a server does not. ``provider``: the execution
+    provider (ONNX Runtime's name, e.g. ``CUDAExecutionProvider``), with the CPU one for what it
+    does not run.
 
-    ``per_text`` runs each text alone, unpadded (its outputs padded back with zeros, which pooling
+    An int8 graph runs each text alone, unpadded (its outputs padded back with zeros, which pooling
     masks): what keeps a dynamically quantised graph's vectors independent of the batch, since
     its int8 activation scales are taken over the whole input tensor (padding included)."""
 
-    def __init__(
-        self,
-        path: Path,
-        layers: Sequence[int],
-        pooler: bool,
-        *,
-        threads: int = 0,
-        spin: bool = False,
-        per_text: bool = False,
-    ):
+    def __init__(self, spec: GraphSpec, *, spin: bool = False, provider: str = CPU):
         import onnxruntime
 
-        self.layers = sorted(set(layers))
-        self.pooler = pooler
-        self.per_text = per_text
+        available = onnxruntime.get_available_providers()
+        if provider not in available:
+            raise BadInput(
+                f"ONNX Runtime has no execution provider {provider!r} here (it has {', '.join(available)})"
+            )
+        self.layers = sorted(set(spec.layers))
+        self.pooler = spec.pooler
+        self.per_text = spec.backend == "onnx-int8"
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads
         options.log_severity_level = 3
         # no spin-wait after a run when serving: idle threads spinning steal the cores the next
         # request needs (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        providers = [provider] if provider == CPU else [provider, CPU]
+        self.session = onnxruntime.InferenceSession(str(spec.path), options, providers=providers)
         # a graph reading only the embedding output (layer 0) has no attention_mask input
         self.inputs = {i.name for i in self.session.get_inputs()}
 

@@ -1,0 +1,51 @@
+"""Texts -> vectors without torch or transformers: the read path's encoder, and the indexer's once
+the strategy's graph is exported.
+
+A resolved strategy needs only the model's ``tokenizer.json`` (``indexer.encoders.tokens``), the
+network exported to ONNX (``indexer.encoders.onnx_graph``) and the NumPy ``Head``. Importing
+torch and transformers and loading the model cost seconds per process; this costs a fraction.
+"""
+
+from __future__ import annotations
+
+from indexer.encoders.base import Choice, NetworkEncoder
+from indexer.encoders.onnx_graph import CPU, GraphSpec, OnnxGraph, graph_spec
+from indexer.encoders.tokens import TextTokenizer
+from indexer.errors import BadInput
+from indexer.head import Head
+from indexer.models import model_file, read_json
+from indexer.strategy import Strategy
+
+
+class OnnxEncoder(NetworkEncoder):
+    """The strategy's exported graph on ONNX Runtime (``onnx`` or ``onnx-int8``), tokenised by
+    ``tokenizers``. ``strategy`` must be resolved (a stored one is). ``spin``: let idle threads
+    spin between operators (indexing throughput; a server wants them asleep). ``provider``: the
+    ONNX Runtime execution provider."""
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        *,
+        batch_size: int = 32,
+        spec: GraphSpec | None = None,
+        spin: bool = False,
+        provider: str = CPU,
+        choice: Choice | None = None,
+    ):
+        if not strategy.resolved:
+            raise BadInput("the ONNX encoder needs a resolved strategy (an index's stored one)")
+        spec = spec or graph_spec(strategy)
+        if not spec.exported:
+            raise FileNotFoundError(spec.path)
+        tokens = TextTokenizer.from_files(spec.location, strategy)
+        config = read_json(model_file(spec.location, "config.json")) or {}
+        super().__init__(
+            strategy,
+            tokens,
+            Head(strategy, int(config["num_hidden_layers"]), tokens.special_ids),
+            OnnxGraph(spec, spin=spin, provider=provider),
+            hidden_size=int(config["hidden_size"]),
+            batch_size=batch_size,
+            choice=choice or Choice(spec.backend, "its graph is exported", provider=provider),
+        )

@@ -1,0 +1,87 @@
+"""A model's tokenizer as every encoder uses it: texts -> token ids truncated at the strategy's
+``max_length``, or (documents with ``chunk_overlap``) split into overlapping windows, in the order
+the transformers tokenizer gives them; and the ids of its special tokens (which ``skip_special``
+pooling leaves out).
+
+It runs on ``tokenizers`` alone: the torch encoder hands it the loaded transformers tokenizer's
+own backend, the ONNX encoder reads the model's ``tokenizer.json``, so indexing and queries
+tokenise with one piece of code (``tests/test_backends.py`` holds it to transformers' own output).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from indexer.errors import BadInput
+from indexer.head import Tokenized
+from indexer.models import model_file, read_json
+from indexer.strategy import Strategy
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+SPECIAL = ("cls_token", "sep_token", "bos_token", "eos_token")
+"""The special tokens a text is wrapped in, by the names tokenizer configs give them."""
+
+
+def token_text(value: object) -> str | None:
+    """A special token as ``special_tokens_map.json`` or ``tokenizer_config.json`` writes it."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class TextTokenizer:
+    """``tokenizer`` (this object's own from now on: it is set up for ``strategy``); ``named`` maps
+    special-token names (``cls_token``, ``pad_token``...) to their text, as the model's tokenizer
+    config does."""
+
+    def __init__(self, tokenizer: Tokenizer, named: Mapping[str, object], strategy: Strategy):
+        max_length = int(strategy.max_length or 512)
+        self.truncating = tokenizer
+        self.truncating.no_padding()
+        self.truncating.enable_truncation(max_length=max_length)
+        self.windows: Tokenizer | None = None
+        if strategy.chunk_overlap is not None:
+            self.windows = tokenizer.__class__.from_str(self.truncating.to_str())
+            self.windows.enable_truncation(max_length=max_length, stride=strategy.chunk_overlap)
+        found = (
+            self.truncating.token_to_id(t) for t in map(token_text, (named.get(k) for k in SPECIAL)) if t
+        )
+        self.special_ids = [i for i in found if i is not None]
+        pad = token_text(named.get("pad_token"))
+        self.pad = (self.truncating.token_to_id(pad) if pad else None) or 0
+
+    @classmethod
+    def from_files(cls, location: str, strategy: Strategy) -> TextTokenizer:
+        """The model's ``tokenizer.json`` and the special tokens its configs name (no transformers)."""
+        from tokenizers import Tokenizer
+
+        tokenizer_file = model_file(location, "tokenizer.json")
+        if tokenizer_file is None:
+            raise BadInput(f"model {strategy.model!r} has no tokenizer.json")
+        named = {
+            **(read_json(model_file(location, "tokenizer_config.json")) or {}),
+            **(read_json(model_file(location, "special_tokens_map.json")) or {}),
+        }
+        return cls(Tokenizer.from_file(str(tokenizer_file)), named, strategy)
+
+    def ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's token ids, truncated at max_length."""
+        return [e.ids for e in self.truncating.encode_batch(list(texts))]
+
+    def documents(self, texts: Sequence[str]) -> Tokenized:
+        """With ``chunk_overlap``, a long text becomes its first window and then its overflowing
+        ones, as the transformers tokenizer orders them; else each text truncated."""
+        if self.windows is None:
+            return Tokenized(self.ids(texts), np.arange(len(texts), dtype=np.int64))
+        ids: list[list[int]] = []
+        owners: list[int] = []
+        for owner, encoding in enumerate(self.windows.encode_batch(list(texts))):
+            pieces = [encoding, *encoding.overflowing]
+            ids.extend(piece.ids for piece in pieces)
+            owners.extend([owner] * len(pieces))
+        return Tokenized(ids, np.asarray(owners, dtype=np.int64))

@@ -1,0 +1,146 @@
+"""Texts -> vectors on torch, from a model loaded with transformers: the reference every other
+backend is held to, what exports the ONNX graphs (``indexer.encoders.onnx_export``), and what
+sweeps and word vectors run on.
+
+Why it is fast enough on a CPU: texts are tokenised in one batched call, sorted by length so a
+batch carries little padding (``indexer.head.encode``), the forward pass stops at the deepest layer
+the strategy reads (``TorchNetwork``), and inference runs under ``torch.inference_mode()``. One
+forward pass can also feed many strategies at once (``embed_grid``), which is what makes a layer x
+pooling sweep cost about one strategy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from indexer.encoders.base import Choice, NetworkEncoder
+from indexer.encoders.onnx_graph import graph_spec
+from indexer.encoders.tokens import TextTokenizer
+from indexer.errors import BadInput
+from indexer.head import Head, NetworkOutput
+from indexer.models import ModelFacts, identified, load_model, model_location, resolve_strategy
+from indexer.strategy import Strategy
+
+ASKED = Choice("torch", "backend torch asked for")
+SWEEP = Choice("torch", "every layer in one forward pass (a sweep)")
+
+
+def _layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
+    """The module holding the transformer blocks as a ModuleList, for BERT-like families."""
+    for parent_name, attr in (("encoder", "layer"), ("transformer", "layer"), ("", "layers")):
+        parent = getattr(model, parent_name) if parent_name else model
+        if parent is not None and isinstance(getattr(parent, attr, None), torch.nn.ModuleList):
+            return parent, attr
+    return None
+
+
+class TorchNetwork:
+    """The transformers model in eval mode, as a ``Network`` (NumPy in, NumPy out). With
+    ``deepest``, the blocks after that hidden state are dropped: a strategy reading layer 2 of 12
+    runs 2 blocks, not 12."""
+
+    def __init__(self, model: Any, deepest: int | None = None):
+        self.model = model
+        found = _layer_stack(model)
+        if deepest is not None and found is not None:
+            parent, attr = found
+            blocks = getattr(parent, attr)
+            # keep one block at least: with none, some models report no hidden states at all
+            if max(1, deepest) < len(blocks):
+                setattr(parent, attr, torch.nn.ModuleList(list(blocks)[: max(1, deepest)]))
+
+    def __call__(self, input_ids: np.ndarray, attention: np.ndarray) -> NetworkOutput:
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=torch.from_numpy(input_ids),
+                attention_mask=torch.from_numpy(attention),
+                output_hidden_states=True,
+                return_dict=True,
+            )
+        pooler = getattr(out, "pooler_output", None)
+        return NetworkOutput(
+            [h.numpy() for h in out.hidden_states], None if pooler is None else pooler.numpy()
+        )
+
+
+class TorchEncoder(NetworkEncoder):
+    """A loaded model plus the resolved strategy, run on torch whatever the strategy's backend
+    (``indexer.encoders.factory`` picks the backend; this is the one that loads the model).
+
+    ``all_layers`` keeps every block (for sweeps over strategies, ``embed_grid``); otherwise the
+    network is cut after the deepest layer the strategy reads. ``loaded``: the tokenizer and model
+    of another ``TorchEncoder`` of the same model, reused rather than loaded again.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy | None = None,
+        *,
+        batch_size: int = 32,
+        all_layers: bool = False,
+        choice: Choice | None = None,
+        loaded: tuple[Any, Any] | None = None,
+    ):
+        request = identified(strategy or Strategy())  # located and fingerprinted, not cwd-relative
+        if all_layers and request.backend == "onnx-int8":
+            raise BadInput(f"sweeps run in fp32 (backend onnx or torch), not {request.backend}")
+        self.tokenizer, self.model = loaded or load_model(
+            request.model, need_pooler=request.pooling == "pooler"
+        )
+        self.facts = ModelFacts.of(
+            self.model.config, self.tokenizer.model_max_length, model_location(request.model)
+        )
+        self.num_layers = self.facts.num_layers
+        self.all_layers = all_layers
+        resolved = resolve_strategy(request, self.facts)
+        # a copy: transformers sets its own truncation on its backend each call (word vectors)
+        backend = self.tokenizer.backend_tokenizer
+        tokens = TextTokenizer(
+            backend.from_str(backend.to_str()), self.tokenizer.special_tokens_map, resolved
+        )
+        head = Head(resolved, self.num_layers, tokens.special_ids)
+        deepest = None if all_layers or resolved.pooling == "pooler" else max(head.layers)
+        super().__init__(
+            resolved,
+            tokens,
+            head,
+            TorchNetwork(self.model, deepest),
+            hidden_size=self.facts.hidden_size,
+            batch_size=batch_size,
+            choice=choice or (SWEEP if all_layers else ASKED),
+        )
+
+    @property
+    def loaded(self) -> tuple[Any, Any]:
+        return self.tokenizer, self.model
+
+    def export_for_queries(self) -> str | None:
+        """Export (once, cached) the graph an index of this strategy answers its queries with, from
+        this model; the reason it cannot be (noted beside the graph, so nobody retries), or None."""
+        from indexer.encoders.onnx_export import export_for_queries
+
+        return export_for_queries(self.model, graph_spec(self.strategy, self.num_layers))
+
+    def make_head(self, strategy: Strategy) -> Head:
+        """Resolve a strategy against this model ('auto' -> concrete, ranges checked)."""
+        return Head(resolve_strategy(strategy, self.facts), self.num_layers, self.tokens.special_ids)
+
+    def embed_grid(
+        self, texts: Sequence[str], strategies: Sequence[Strategy], *, progress: bool = False
+    ) -> list[np.ndarray]:
+        """Vectors of every strategy from one forward pass per batch (needs ``all_layers``).
+
+        The strategies share this encoder's model and max_length; they differ after the network.
+        """
+        heads = [
+            self.make_head(replace(s, model=self.strategy.model, max_length=self.strategy.max_length))
+            for s in strategies
+        ]
+        if not self.all_layers:
+            raise BadInput("embed_grid needs a TorchEncoder built with all_layers=True")
+        return self.run(self.tokens.ids(texts), heads, progress=progress)

@@ -1,0 +1,123 @@
+"""The encoder seam (``indexer.encoders``): torch and onnxruntime are imported by that package
+alone, one factory picks the encoder a strategy needs and says why, and ONNX Runtime's execution
+provider is the caller's choice."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.encoders.base import Choice
+from indexer.encoders.factory import EXPORTED, RUNTIMES, encoder_for, runtime
+from indexer.encoders.onnx_encoder import OnnxEncoder
+from indexer.encoders.onnx_graph import CPU
+from indexer.encoders.torch_encoder import TorchEncoder
+from indexer.errors import BadInput
+from indexer.strategy import BACKENDS, Strategy
+from tests.conftest import ROOT, random_bert
+
+PACKAGE = ROOT / "indexer" / "encoders"
+HEAVY = ("torch", "onnxruntime")
+
+
+def heavy_imports(path: Path) -> list[str]:
+    """``file:line module`` of each import of torch or onnxruntime (or a submodule) in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in HEAVY]
+    return found
+
+
+def test_torch_and_onnxruntime_are_imported_only_by_the_encoder_package():
+    outside = [
+        path
+        for folder in ("indexer", "search")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if PACKAGE not in path.parents
+    ]
+    assert outside and [hit for path in outside for hit in heavy_imports(path)] == []
+    inside = [hit for path in sorted(PACKAGE.glob("*.py")) for hit in heavy_imports(path)]
+    assert any(hit.endswith(" torch") for hit in inside)  # the scan sees what it looks for
+    assert any(hit.endswith(" onnxruntime") for hit in inside)
+
+
+def test_every_backend_a_strategy_names_has_an_encoder():
+    assert set(RUNTIMES) == set(BACKENDS)
+    assert all(runtime(backend).__name__.endswith("Encoder") for backend in BACKENDS)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """A cache of this test's own: nothing is exported before it asks."""
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))
+
+
+def test_the_factory_picks_by_strategy_and_says_why(tiny_model):
+    torch = encoder_for(Strategy(model=tiny_model, backend="torch"))
+    assert isinstance(torch, TorchEncoder) and torch.choice == Choice("torch", "backend torch asked for")
+
+    first = encoder_for(Strategy(model=tiny_model))  # nothing exported: torch exports, ONNX Runtime runs
+    assert isinstance(first, OnnxEncoder) and first.choice == Choice("onnx", EXPORTED, provider=CPU)
+    cached = encoder_for(Strategy(model=tiny_model))
+    assert isinstance(cached, OnnxEncoder) and cached.choice.why == "its graph is cached"
+    assert first.strategy == cached.strategy and first.strategy.backend == "onnx"
+
+    int8 = encoder_for(Strategy(model=tiny_model, backend="onnx-int8"))
+    assert isinstance(int8, OnnxEncoder) and int8.choice == Choice("onnx-int8", EXPORTED, provider=CPU)
+    assert int8.strategy.backend == "onnx-int8" and int8.network.per_text  # its own int8 graph
+
+    texts = ["how do I pay?", "where do I park my bike?"]
+    np.testing.assert_allclose(first.embed(texts), torch.embed(texts), atol=1e-5)
+    assert not np.allclose(int8.embed(texts), torch.embed(texts), atol=1e-5)
+
+    queries = encoder_for(torch.strategy, queries=True)  # a torch index's questions run its fp32 graph
+    assert isinstance(queries, OnnxEncoder) and queries.choice.status == "onnx"
+    assert queries.choice.why == "its graph is cached"  # the same graph the onnx encoders made
+
+
+def test_a_build_knows_at_construction_if_its_queries_can_leave_torch(tiny_model, tmp_path, monkeypatch):
+    """``export_queries``: the graph of a torch index's queries is exported with the encoder, and
+    an export that fails is part of the choice (what the build reports), not set afterwards."""
+    import indexer.encoders.onnx_export
+
+    built = encoder_for(Strategy(model=tiny_model, backend="torch"), export_queries=True)
+    assert isinstance(built, TorchEncoder) and built.choice.export_failure is None
+    assert encoder_for(built.strategy, queries=True).choice.why == "its graph is cached"
+
+    def refuse(*args: object) -> None:
+        raise RuntimeError("Exporting the operator 'aten::frobnicate' to ONNX is not supported")
+
+    monkeypatch.setattr(indexer.encoders.onnx_export, "_export", refuse)
+    odd = random_bert(tmp_path / "odd-model", seed=7)
+    fallback = encoder_for(Strategy(model=odd))
+    assert isinstance(fallback, TorchEncoder) and fallback.strategy.backend == "torch"  # what embeds
+    assert fallback.choice.export_failure.startswith("RuntimeError: Exporting the operator")
+    assert fallback.choice.status == f"torch ({fallback.choice.export_failure})"
+    with pytest.raises(BadInput, match="onnx-int8: this model cannot be exported"):
+        encoder_for(Strategy(model=odd, backend="onnx-int8"))
+
+
+def test_the_execution_provider_is_the_callers_choice(tiny_model):
+    strategy = encoder_for(Strategy(model=tiny_model)).strategy
+    default = encoder_for(strategy, queries=True)
+    assert default.choice.provider == CPU and default.network.session.get_providers() == [CPU]
+    with pytest.raises(BadInput, match="no execution provider 'NoSuchExecutionProvider'"):
+        encoder_for(strategy, queries=True, provider="NoSuchExecutionProvider")
+
+
+def test_ray_is_one_more_encoder_from_the_factory(tiny_model):
+    from indexer.distributed import RayEncoder
+
+    strategy = encoder_for(Strategy(model=tiny_model)).strategy
+    on_ray = encoder_for(strategy, ray="local", ray_workers=2)  # nothing starts before it embeds
+    assert isinstance(on_ray, RayEncoder) and on_ray.choice.backend == "ray"
+    assert (on_ray.strategy, on_ray.workers) == (strategy, 2)
