@@ -166,3 +166,36 @@ def test_http_duplicates_scan_once_per_version_however_many_ask(index, monkeypat
         delete_from_index(index, ["e"])
         client.post("/reload")
         assert ask(0.999)["groups"] == [["a", "b", "c"]] and len(scans) == 3
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_min_score_that_pairs_everything_is_refused_in_bounded_memory(exact):
+    """Every pair of 4,000 positive vectors is above 0.0001: the scan must give up after holding a
+    bounded share of them, not after FAISS has returned all 16 million (about 200 MB per block)."""
+    import tracemalloc
+
+    vectors = unit(np.random.default_rng(0).uniform(0.1, 1, size=(4000, 8)).tolist())
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadInput, match="raise the min score"):
+            range_pairs(vectors, np.arange(4000), 0.0001, exact=exact)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, f"{peak >> 20} MB"
+
+
+def test_a_stopped_scan_ends_between_blocks():
+    """A scan nobody waits for any more (a server's client hung up) stops at the next block."""
+    from search.duplicates import ScanStopped
+
+    vectors = unit(np.random.default_rng(0).normal(size=(3000, 8)).tolist())
+    blocks = []
+
+    def stop() -> bool:
+        blocks.append(1)
+        return len(blocks) > 2
+
+    with pytest.raises(ScanStopped):
+        range_pairs(vectors, np.arange(3000), 0.99, stop=stop, block=100)
+    assert len(blocks) == 3
