@@ -28,6 +28,8 @@ an index that cannot serve is 503 (``http_status``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -291,9 +293,20 @@ async def while_connected(request: Request, work: Awaitable[T]) -> T:
         watch.cancel()
         if not task.done():
             task.cancel()
-    if task.cancelled():
+    if not task.done() or task.cancelled():  # cancelled, not yet unwound: it ends on its own
         raise ClientGone
     return task.result()
+
+
+async def _finish(work: asyncio.Future) -> None:
+    """Wait until ``work`` has ended, however often the waiter is cancelled meanwhile (a thread
+    cannot be cancelled: whoever holds a lock for it must hold it that long); its outcome is
+    dropped."""
+    while not work.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({work})
+    if not work.cancelled():
+        work.exception()
 
 
 def _field_error(error: dict[str, Any]) -> str:
@@ -397,14 +410,25 @@ def create_app(
 
     async def scan(snapshot: Snapshot, min_score: float, limit: int) -> dict[str, Any]:
         """One duplicates scan at a time, and one per version and question: a scan can take
-        seconds on a large index, so a repeated or concurrent request gets the stored answer."""
+        seconds on a large index, so a repeated or concurrent request gets the stored answer.
+        "At a time" counts threads, not requests: a request whose client hung up tells its scan
+        to stop (at its next step) and holds the lock until the thread has ended."""
         index = snapshot.index  # an update commits a new generation into the same version
         key = (f"{index.version.name}/{index.manifest.generation}", min_score, limit)
         async with scanning:
             if key not in scans:
-                found = await asyncio.to_thread(
-                    find_duplicates, snapshot.index, min_score, limit, snapshot.db_lock
+                gone = threading.Event()
+                work = asyncio.ensure_future(
+                    asyncio.to_thread(
+                        find_duplicates, index, min_score, limit, snapshot.db_lock, stop=gone.is_set
+                    )
                 )
+                try:
+                    found = await asyncio.shield(work)
+                except asyncio.CancelledError:
+                    gone.set()
+                    await _finish(work)
+                    raise
                 if len(scans) >= MAX_SCANS or any(version != key[0] for version, *_ in scans):
                     scans.clear()  # answers of an older version, or more kept than worth it
                 scans[key] = found.to_dict()
