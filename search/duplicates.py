@@ -1,5 +1,6 @@
-"""Entries that say the same thing: pairs above a cosine, found by FAISS range search over the
-stored vectors (a chunked entry is its best chunk), and their groups (connected components)."""
+"""Entries that say the same thing: pairs above a cosine among the stored vectors (every pair in
+tiles of BLAS products, or a FAISS IVF range search on large indexes; a chunked entry is its best
+chunk), and their groups (connected components)."""
 
 from __future__ import annotations
 
