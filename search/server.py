@@ -19,16 +19,24 @@ Bounds: a body is at most ``MAX_BODY`` bytes however it is sent (chunked too), a
 one request may cost the model at most ``MAX_REQUEST_TOKENS`` tokens. When a client hangs up, its
 request is cancelled and its texts, if still queued, are dropped without costing any model time.
 
-Errors: every error answer is ``{"error": "<one line>"}``. Input the server cannot read or that
-breaks a limit (bad JSON, a missing or out-of-range field, text that is not valid Unicode, a bad
-filter, too much text) is 400; a body over ``MAX_BODY`` is 413; a conflict with the index is 409;
-an index that cannot serve is 503 (``http_status``).
+Errors: every error answer is ``{"error": "<one line>"}``, Starlette's and uvicorn's own too (404,
+405, HTTP h11 cannot read), and ``/openapi.json`` documents them as ``Error``. Input the server
+cannot read or that breaks a limit (bad JSON, a missing or out-of-range field, text that is not
+valid Unicode, a bad filter, too much text) is 400; a body over ``MAX_BODY`` is 413; a conflict with
+the index is 409; an index that cannot serve is 503 (``http_status``), as are index files that fail
+under the running server (removed, garbled: OSError, sqlite3.DatabaseError).
+
+Connections (``serve``, ``GuardedH11``): a whole request within ``REQUEST_TIMEOUT``, idle
+keep-alive for ``KEEP_ALIVE``, at most ``MAX_CONNECTIONS`` open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,14 +45,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
+import h11
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi import Query as QueryParam
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from pydantic import AfterValidator, BaseModel, Field
+from starlette.exceptions import HTTPException
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
 from search.duplicates import find_duplicates
@@ -81,6 +93,12 @@ PAGE_POLICY = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 STATIC = Path(__file__).parent / "static"
+# Connections (``serve``): a client has REQUEST_TIMEOUT s from connecting or from its previous
+# answer to send a whole request (a 1 MiB body at 100 kB/s fits), an idle keep-alive connection is
+# closed after KEEP_ALIVE s, and past MAX_CONNECTIONS open at once a new one is refused (503).
+REQUEST_TIMEOUT = 10.0
+KEEP_ALIVE = 5.0
+MAX_CONNECTIONS = 256
 
 T = TypeVar("T")
 
@@ -105,6 +123,27 @@ def _unicode(text: str) -> str:
 Text = Annotated[str, AfterValidator(_unicode)]
 Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY), AfterValidator(_unicode)]
 Where = Annotated[str, Field(max_length=MAX_FILTER_LENGTH), AfterValidator(_unicode)]
+
+
+class Error(BaseModel):
+    """Every error answer: one line saying what went wrong."""
+
+    error: str
+
+
+def _answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The error answers a route gives, for its OpenAPI entry (all of them ``Error``)."""
+    return {code: {"model": Error, "description": ERRORS[code]} for code in codes}
+
+
+ERRORS = {
+    400: "Bad input: unreadable JSON or text, a missing or out-of-range field, a bad filter, too much text.",
+    404: "No such route or file.",
+    405: "The route does not take this method.",
+    409: "A conflict with the index's state.",
+    413: f"A request body over {MAX_BODY} bytes.",
+    503: "The index cannot serve: damaged, removed or unreadable.",
+}
 
 
 class SearchRequest(BaseModel):
@@ -198,6 +237,16 @@ class BodyLimit:
         await answer(scope, None, send)
 
 
+class PageFiles(StaticFiles):
+    """The page's files, each with the page's policy: opened directly (``/static/index.html``) the
+    page is as confined as at ``/``."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers["Content-Security-Policy"] = PAGE_POLICY
+        return response
+
+
 @dataclass
 class _Job:
     embedder: Embedder | QueryEncoder
@@ -273,6 +322,126 @@ class MicroBatcher:
             start += len(job.texts)
 
 
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol with the bounds it lacks: a connection past ``max_connections`` is
+    answered 503 and closed before anything is read, and a client has ``request_timeout`` seconds
+    from connecting (or from its previous answer) to send a whole request, head and body: past
+    that the connection is closed, with a 408 if a request was begun. (uvicorn's keep-alive
+    timeout starts only after a first answer and stops at the first byte of the next request, so
+    an idle or slowloris connection was held forever.)"""
+
+    request_timeout = REQUEST_TIMEOUT
+    max_connections = MAX_CONNECTIONS
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.deadline: asyncio.TimerHandle | None = None
+        self.refused = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.max_connections:
+            self.refused = True
+            transport.write(_raw_error(503, f"too many connections: at most {self.max_connections} at once"))
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._rearm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.refused:
+            return
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._follow()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._disarm()
+        self._follow()
+
+    def send_400_response(self, msg: str) -> None:
+        """HTTP that h11 cannot read: the one error shape too."""
+        self.transport.write(_raw_error(400, msg))
+        self.transport.close()
+
+    def _follow(self) -> None:
+        """The deadline runs while a request is being received (or awaited), not while answered."""
+        if self.transport.is_closing() or self.conn.their_state not in (h11.IDLE, h11.SEND_BODY):
+            self._disarm()
+        elif self.deadline is None:
+            self._rearm()
+
+    def _rearm(self) -> None:
+        self._disarm()
+        self.deadline = self.loop.call_later(self.request_timeout, self._expire)
+
+    def _disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def _expire(self) -> None:
+        self.deadline = None
+        if self.transport.is_closing():
+            return
+        begun = self.conn.their_state is h11.SEND_BODY or bool(self.conn.trailing_data[0])
+        if begun and not (self.cycle is not None and self.cycle.response_started):
+            self.transport.write(_raw_error(408, f"request not received within {self.request_timeout:g} s"))
+        self.transport.close()
+
+
+def _raw_error(status: int, message: str) -> bytes:
+    """A whole HTTP/1.1 error answer in the one shape, for a connection about to be closed."""
+    body = json.dumps({"error": message}).encode()
+    reason = {400: "Bad Request", 408: "Request Timeout", 503: "Service Unavailable"}[status]
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound here so that a port in use (or a host that cannot be
+    bound) is one line of BadInput, not uvicorn's log line and exit 3 (a strategy conflict's)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, port))
+    except OSError as exc:
+        listening.close()
+        raise BadInput(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server there? choose --port)"
+        ) from None
+    return listening
+
+
+def serve(
+    app: FastAPI,
+    listening: socket.socket,
+    *,
+    request_timeout: float = REQUEST_TIMEOUT,
+    keep_alive: float = KEEP_ALIVE,
+    max_connections: int = MAX_CONNECTIONS,
+) -> None:
+    """Run ``app`` on the ``listen`` socket until interrupted, with the connection bounds of
+    GuardedH11 and uvicorn's keep-alive timeout."""
+    import uvicorn
+
+    bounds = {"request_timeout": request_timeout, "max_connections": max_connections}
+    config = uvicorn.Config(
+        app,
+        http=type("Guarded", (GuardedH11,), bounds),
+        timeout_keep_alive=keep_alive,
+        log_level="warning",
+    )
+    uvicorn.Server(config).run(sockets=[listening])
+
+
 class ClientGone(Exception):
     """The client hung up before its answer was ready."""
 
@@ -346,6 +515,19 @@ def create_app(
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"error": "; ".join(_field_error(e) for e in exc.errors()[:3])}, status_code=400)
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """Starlette's own answers (404, 405, a body FastAPI cannot parse) in the one shape."""
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    async def unreadable(request: Request, exc: Exception) -> JSONResponse:
+        """The index's files failed under the server (removed, garbled): it cannot serve."""
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        return JSONResponse({"error": f"the index cannot be read: {reason}"}, status_code=503)
+
+    app.add_exception_handler(sqlite3.DatabaseError, unreadable)
+    app.add_exception_handler(OSError, unreadable)
+
     @app.exception_handler(ClientGone)
     async def client_gone(request: Request, exc: ClientGone) -> Response:
         return Response(status_code=499)  # nobody reads it: the connection is closed
@@ -360,8 +542,11 @@ def create_app(
         if force or now - state["checked"] >= reload_every:
             state["checked"] = now
             async with reloading:
-                if await asyncio.to_thread(engine.reload_if_changed):
-                    state["reloads"] += 1
+                try:
+                    reloaded = await asyncio.to_thread(engine.reload_if_changed)
+                except (SemsearchError, OSError, sqlite3.DatabaseError) as exc:
+                    raise IndexDamaged(f"the index at {index_dir} cannot be read: {exc}") from None
+                state["reloads"] += reloaded
         return engine.snapshot
 
     async def search(
@@ -377,13 +562,13 @@ def create_app(
         )
         return [[hit.to_dict() for hit in found] for found in hits]
 
-    @app.post("/search")
+    @app.post("/search", responses=_answers(400, 413, 503))
     async def search_one(body: SearchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for one query, optionally filtered on stored fields first."""
         found = await while_connected(request, search([body.query], body.k, body.where, body.min_score))
         return {"query": body.query, "hits": found[0]}
 
-    @app.post("/search/batch")
+    @app.post("/search/batch", responses=_answers(400, 413, 503))
     async def search_batch(body: BatchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for each of up to 64 queries, embedded in one pass."""
         results = await while_connected(request, search(body.queries, body.k, body.where, body.min_score))
@@ -398,7 +583,7 @@ def create_app(
         hits = await asyncio.to_thread(lambda: rank_vectors(snapshot.finish(vectors), kept, k))
         return [hit.to_dict() for hit in hits]
 
-    @app.post("/similar")
+    @app.post("/similar", responses=_answers(400, 413, 503))
     async def similar_one(body: SimilarRequest, request: Request) -> dict[str, Any]:
         """Rank the candidates by similarity to the sentence, with the index's strategy and its
         fitted post-processing."""
@@ -434,7 +619,7 @@ def create_app(
                 scans[key] = found.to_dict()
             return scans[key]
 
-    @app.get("/duplicates")
+    @app.get("/duplicates", responses=_answers(400, 503))
     async def duplicates(
         request: Request,
         min_score: Annotated[float, QueryParam(gt=0, le=1)] = 0.9,
@@ -444,7 +629,7 @@ def create_app(
         snapshot = await current()
         return await while_connected(request, scan(snapshot, min_score, limit))
 
-    @app.get("/info")
+    @app.get("/info", responses=_answers(503))
     async def info() -> dict[str, Any]:
         snapshot = await current()
         return {
@@ -454,27 +639,45 @@ def create_app(
             "dropped": batcher.dropped,
         }
 
-    @app.get("/fields")
+    @app.get("/fields", responses=_answers(503))
     async def fields() -> dict[str, Any]:
         """Each stored field's type; its values with counts when it has few; min/max if numeric."""
         snapshot = await current()
         return {"fields": await asyncio.to_thread(snapshot.facets)}
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def page() -> FileResponse:
         """The search page: a person's way to try the index in a browser."""
         return FileResponse(STATIC / "index.html", headers={"Content-Security-Policy": PAGE_POLICY})
 
-    app.mount("/static", StaticFiles(packages=[("search", "static")]), name="static")
+    app.mount("/static", PageFiles(packages=[("search", "static")]), name="static")
 
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.post("/reload")
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+
+    @app.post("/reload", responses=_answers(503))
     async def force_reload() -> dict[str, Any]:
         snapshot = await current(force=True)
         return {"version": snapshot.index.version.name, "reloads": state["reloads"]}
 
+    def openapi() -> dict[str, Any]:
+        """FastAPI's schema, less the 422 it documents for every route with input: this server
+        answers bad input with 400 ``Error`` (``invalid_request``)."""
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            for operations in schema["paths"].values():
+                for operation in operations.values():
+                    operation["responses"].pop("422", None)
+            for unused in ("HTTPValidationError", "ValidationError"):
+                schema["components"]["schemas"].pop(unused, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     engine = loading.result()
     return app
