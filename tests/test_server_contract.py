@@ -157,3 +157,32 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_1(index):
         result = run("serve", index, "--port", taken.getsockname()[1])
     assert result.returncode == 1
     assert_clean_failure(result, "cannot listen on 127.0.0.1")
+
+
+def test_connections_on_the_listening_socket_send_without_delay():
+    """Answers go out at once (TCP_NODELAY on each accepted connection, which asyncio sets only on a
+    socket that names IPPROTO_TCP): else every answer waits ~40 ms for the client's delayed ACK."""
+    import asyncio
+
+    from search.server import listen
+
+    async def accepted_nodelay() -> int:
+        loop = asyncio.get_running_loop()
+        made: asyncio.Future[int] = loop.create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                accepted = transport.get_extra_info("socket")
+                made.set_result(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await loop.create_server(Probe, sock=listen("127.0.0.1", 0))
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            return await asyncio.wait_for(made, 10)
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0
