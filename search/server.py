@@ -86,6 +86,10 @@ MAX_REQUEST_TOKENS = 64 * 256
 # each queued when the one before is done: other requests get their turn in between, and a request
 # whose client hangs up stops after the part being embedded.
 PART_TOKENS = 4096
+# What one more forward pass costs, in characters of padding it saves (``length_groups``): a pass
+# of the demo's query encoder costs about 1 ms besides its tokens, ~0.2 ms per token of ~4.5
+# characters (docs/profile-serve.md).
+CALL_COST = 24
 # The search page (``search/static``, package data) loads nothing from elsewhere and runs no inline
 # script: the browser enforces both, so a stored value that slips into markup still cannot run.
 PAGE_POLICY = (
@@ -247,15 +251,66 @@ class PageFiles(StaticFiles):
         return response
 
 
+def length_groups(lengths: Sequence[int], call_cost: int = CALL_COST, widest: int = 32) -> list[list[int]]:
+    """Positions of texts in groups of similar length, one forward pass each. A pass costs about
+    ``call_cost`` plus its texts times the longest one (shorter ones are padded): the groups that
+    cost least in all, found by dynamic programming over the lengths sorted (groups of at most
+    ``widest`` texts, the query encoder's own batch)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    ordered = [lengths[i] for i in order]
+    best = [0.0] + [float("inf")] * len(order)
+    cut = [0] * (len(order) + 1)
+    for end in range(1, len(order) + 1):
+        for start in range(max(0, end - widest), end):
+            cost = best[start] + call_cost + (end - start) * ordered[end - 1]
+            if cost < best[end]:
+                best[end], cut[end] = cost, start
+    groups, end = [], len(order)
+    while end:
+        groups.append(order[cut[end] : end])
+        end = cut[end]
+    return groups[::-1]
+
+
+def embed_in_groups(embedder: Embedder | QueryEncoder, texts: Sequence[str]) -> np.ndarray:
+    """``embedder.embed(texts)``, a forward pass per ``length_groups`` group (by characters, the
+    proxy ``token_bound`` uses too): a batch of mixed lengths padded to its longest text costs
+    the model as much as embedding each text alone."""
+    groups = length_groups([len(text) for text in texts])
+    parts = [embedder.embed([texts[i] for i in group]) for group in groups]
+    vectors = np.empty((len(texts), parts[0].shape[1]), dtype=parts[0].dtype)
+    for group, part in zip(groups, parts, strict=True):
+        vectors[group] = part
+    return vectors
+
+
 @dataclass
 class _Job:
     embedder: Embedder | QueryEncoder
     texts: list[str]
     future: asyncio.Future
+    after: Callable[[np.ndarray], Any] | None = None  # run on the lookup thread with the vectors
+
+
+def _outcomes(jobs: list[_Job], vectors: list[np.ndarray]) -> list[tuple[bool, Any]]:
+    """Each job's ``after`` of its vectors (or the vectors), as (True, result) or (False, error);
+    a job whose request is gone meanwhile is skipped."""
+    outcomes: list[tuple[bool, Any]] = []
+    for job, mine in zip(jobs, vectors, strict=True):
+        try:
+            skip = job.future.done() or job.after is None
+            outcomes.append((True, mine if skip else job.after(mine)))
+        except Exception as exc:  # the request's own failure (a bad min score, an unreadable index)
+            outcomes.append((False, exc))
+    return outcomes
 
 
 class MicroBatcher:
     """Collects concurrent embedding requests and runs them as batches on the one model thread.
+
+    A batch costs two hops off the event loop, whatever its size: the model thread embeds it
+    (``embed_in_groups``), then the lookup thread runs each job's ``after`` (FAISS, SQLite) while
+    the model thread takes the next batch, and hands all the answers back at once.
 
     Jobs whose requests are gone (cancelled) by the time their batch runs are dropped unembedded;
     a failed or cancelled job never stops the worker, and a worker task that ended is restarted.
@@ -265,24 +320,42 @@ class MicroBatcher:
     def __init__(self, max_batch: int):
         self.max_batch = max_batch
         self.model_thread = ThreadPoolExecutor(1, thread_name_prefix="semsearch-model")
+        self.lookup_thread = ThreadPoolExecutor(1, thread_name_prefix="semsearch-lookup")
         self.queue: asyncio.Queue[_Job] | None = None
         self.task: asyncio.Task | None = None
+        self.finishing: set[asyncio.Task] = set()
         self.largest = 0  # most texts embedded in one pass so far: shows batching at work
         self.dropped = 0  # jobs dropped because their request was gone
 
     async def embed(self, embedder: Embedder | QueryEncoder, texts: list[str]) -> np.ndarray:
         """Vectors of ``texts``, queued in parts of at most ``PART_TOKENS`` one after the other."""
-        parts = split(texts, embedder.strategy.max_length)
-        return np.concatenate([await self._embed_part(embedder, part) for part in parts])
+        return await self.run(embedder, texts, None)
 
-    async def _embed_part(self, embedder: Embedder | QueryEncoder, texts: list[str]) -> np.ndarray:
+    async def run(
+        self,
+        embedder: Embedder | QueryEncoder,
+        texts: list[str],
+        after: Callable[[np.ndarray], T] | None,
+    ) -> Any:
+        """``after(vectors of texts)`` computed off the event loop (the vectors if ``after`` is None):
+        with the rest of its batch on the lookup thread when the texts fit in one part, else once
+        every part is embedded."""
+        parts = split(texts, embedder.strategy.max_length)
+        if len(parts) == 1:
+            return await self._embed_part(embedder, parts[0], after)
+        vectors = np.concatenate([await self._embed_part(embedder, part, None) for part in parts])
+        return vectors if after is None else await asyncio.to_thread(after, vectors)
+
+    async def _embed_part(
+        self, embedder: Embedder | QueryEncoder, texts: list[str], after: Callable[[np.ndarray], Any] | None
+    ) -> Any:
         loop = asyncio.get_running_loop()
         if self.task is None or self.task.get_loop() is not loop:
             self.queue = asyncio.Queue()
         if self.task is None or self.task.done() or self.task.get_loop() is not loop:
             self.task = loop.create_task(self._work())
         future = loop.create_future()
-        self.queue.put_nowait(_Job(embedder, texts, future))
+        self.queue.put_nowait(_Job(embedder, texts, future, after))
         return await future
 
     async def _work(self) -> None:
@@ -309,17 +382,28 @@ class MicroBatcher:
         self.largest = max(self.largest, len(texts))
         loop = asyncio.get_running_loop()
         try:
-            vectors = await loop.run_in_executor(self.model_thread, live[0].embedder.embed, texts)
+            vectors = await loop.run_in_executor(self.model_thread, embed_in_groups, live[0].embedder, texts)
         except Exception as exc:  # hand the failure to every request still waiting
             for job in live:
                 if not job.future.done():
                     job.future.set_exception(exc)
             return
-        start = 0
-        for job in live:
-            if not job.future.done():  # its request may have gone while the batch ran
-                job.future.set_result(vectors[start : start + len(job.texts)])
-            start += len(job.texts)
+        bounds = np.cumsum([0] + [len(job.texts) for job in live])
+        mine = [vectors[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+        finishing = loop.create_task(self._finish(live, mine))  # the model takes the next batch
+        self.finishing.add(finishing)
+        finishing.add_done_callback(self.finishing.discard)
+
+    async def _finish(self, jobs: list[_Job], vectors: list[np.ndarray]) -> None:
+        loop = asyncio.get_running_loop()
+        outcomes = await loop.run_in_executor(self.lookup_thread, _outcomes, jobs, vectors)
+        for job, (ok, value) in zip(jobs, outcomes, strict=True):
+            if job.future.done():  # its request may have gone while the batch ran
+                continue
+            if ok:
+                job.future.set_result(value)
+            else:
+                job.future.set_exception(value)
 
 
 class GuardedH11(H11Protocol):
@@ -558,11 +642,12 @@ def create_app(
         snapshot = await current()
         check_budget(queries, snapshot.embedder.strategy.max_length)
         allowed = None if where is None else await asyncio.to_thread(snapshot.allowed, where)
-        vectors = await batcher.embed(snapshot.embedder, queries)
-        hits = await asyncio.to_thread(
-            lambda: snapshot.lookup(snapshot.finish(vectors), k, allowed, min_score)
-        )
-        return [[hit.to_dict() for hit in found] for found in hits]
+
+        def look_up(vectors: np.ndarray) -> list[list[dict[str, Any]]]:
+            hits = snapshot.lookup(snapshot.finish(vectors), k, allowed, min_score)
+            return [[hit.to_dict() for hit in found] for found in hits]
+
+        return await batcher.run(snapshot.embedder, queries, look_up)
 
     @app.post("/search", responses=_answers(400, 413, 503))
     async def search_one(body: SearchRequest, request: Request) -> dict[str, Any]:
@@ -581,9 +666,11 @@ def create_app(
         texts = [sentence] + [text for _, text in kept]
         snapshot = await current()
         check_budget(texts, snapshot.embedder.strategy.max_length)
-        vectors = await batcher.embed(snapshot.embedder, texts)
-        hits = await asyncio.to_thread(lambda: rank_vectors(snapshot.finish(vectors), kept, k))
-        return [hit.to_dict() for hit in hits]
+
+        def rank(vectors: np.ndarray) -> list[dict[str, Any]]:
+            return [hit.to_dict() for hit in rank_vectors(snapshot.finish(vectors), kept, k)]
+
+        return await batcher.run(snapshot.embedder, texts, rank)
 
     @app.post("/similar", responses=_answers(400, 413, 503))
     async def similar_one(body: SimilarRequest, request: Request) -> dict[str, Any]:
