@@ -2,9 +2,9 @@
 
 The model loads once and one worker thread owns it: every text to embed (queries of /search and
 /search/batch, sentences of /similar) goes through a micro-batcher that hands whatever is waiting
-(up to ``max_batch`` texts) to that thread as one forward pass, so throughput grows with load
-instead of queries queueing one by one for the CPU. FAISS and SQLite work runs in other threads,
-never on the event loop.
+(up to ``max_batch`` texts) to that thread as one batch, embedded in passes of similar length, so
+throughput grows with load instead of queries queueing one by one for the CPU. A batch's FAISS
+and SQLite work runs on one lookup thread, never on the event loop.
 
 ``GET /`` is a search page for people (``search/static``: plain HTML/CSS/JS over this API, served
 with a policy that lets it load nothing from elsewhere); ``GET /fields`` gives it the stored
