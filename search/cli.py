@@ -578,21 +578,55 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
     type=click.IntRange(1, 256),
     help="Most queries embedded in one micro-batch (1 turns batching off).",
 )
-def serve_command(index_dir: Path, host: str, port: int, max_batch: int) -> None:
+@click.option(
+    "--request-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a client has to send a whole request (from connecting or its previous answer).",
+)
+@click.option(
+    "--keep-alive",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds an idle connection is kept open after an answer.",
+)
+@click.option(
+    "--max-connections",
+    default=256,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Open connections at most; past that a new one gets a 503.",
+)
+def serve_command(
+    index_dir: Path,
+    host: str,
+    port: int,
+    max_batch: int,
+    request_timeout: float,
+    keep_alive: float,
+    max_connections: int,
+) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar; GET /info,
     /fields, /health; docs at /docs."""
     from search.loading import load_engine
 
     loading = load_engine(index_dir)  # the engine imports and loads while the web stack imports
     try:
-        import uvicorn
-
-        from search.server import create_app
+        from search.server import create_app, listen, serve
     except ImportError:
         raise BadInput("serving needs the 'serve' extra: pip install 'semsearch[serve]'") from None
+    listening = listen(host, port)  # a port in use is told at once, not after the index loads
     app = create_app(index_dir, max_batch=max_batch, loading=loading)
     click.echo(f"serving {index_dir}: search page on http://{host}:{port}/ (API docs: /docs)", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    serve(
+        app,
+        listening,
+        request_timeout=request_timeout,
+        keep_alive=keep_alive,
+        max_connections=max_connections,
+    )
 
 
 @cli.command("similar")

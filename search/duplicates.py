@@ -1,8 +1,10 @@
-"""Entries that say the same thing: pairs above a cosine, found by FAISS range search over the
-stored vectors (a chunked entry is its best chunk), and their groups (connected components)."""
+"""Entries that say the same thing: pairs above a cosine among the stored vectors (every pair in
+tiles of BLAS products, or a FAISS IVF range search on large indexes; a chunked entry is its best
+chunk), and their groups (connected components)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,9 +16,19 @@ from indexer.fields import ALSO_ID
 from indexer.store import StoredIndex
 from indexer.vector_index import EXACT_LIMIT, stored_vectors
 
-BLOCK = 4096  # query vectors per range search: bounds the memory of one block's results
+BLOCK = 4096  # most query vectors per IVF range search
+# Candidates one step of a scan may yield: an exact tile of TILE x TILE vectors, an IVF block of
+# as many vectors as MAX_RESULTS over the vectors of the PROBES largest lists (all a vector can
+# match). So a min score that pairs everything costs a step or two (tens of MB) before it is
+# refused, whatever the index's size.
+MAX_RESULTS = 1 << 20
+TILE = 512
 PROBES = 8  # IVF lists searched around each vector (past EXACT_LIMIT)
-MAX_FOUND = 5_000_000  # pairs held at once before the search gives up: raise the min score
+MAX_FOUND = 1_000_000  # pairs held at once (20 MB) before the search gives up: raise the min score
+
+
+class ScanStopped(Exception):
+    """The scan's ``stop`` said nobody waits for it any more (a server's client hung up)."""
 
 
 @dataclass(frozen=True)
@@ -42,47 +54,117 @@ class Duplicates:
         }
 
 
+class _Found:
+    """Pairs found so far, refused past ``MAX_FOUND`` before more are held."""
+
+    def __init__(self, min_score: float):
+        self.min_score = min_score
+        self.pairs: list[np.ndarray] = []
+        self.scores: list[np.ndarray] = []
+        self.held = 0
+
+    def add(self, first: np.ndarray, second: np.ndarray, scores: np.ndarray) -> None:
+        """Owner ids ``first[i] < second[i]`` and their cosines."""
+        self.held += len(first)
+        if self.held > MAX_FOUND:
+            raise BadInput(f"more than {MAX_FOUND} pairs at cosine >= {self.min_score}: raise the min score")
+        self.pairs.append(np.stack([first, second], axis=1))
+        self.scores.append(scores)
+
+    def best(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each pair of owners once, with its best cosine (a chunked entry is its best chunk)."""
+        pairs = np.concatenate(self.pairs) if self.pairs else np.zeros((0, 2), dtype=np.int64)
+        scores = np.concatenate(self.scores) if self.scores else np.zeros(0, dtype=np.float32)
+        order = np.lexsort((-scores, pairs[:, 1], pairs[:, 0]))  # by pair, best chunk first
+        pairs, scores = pairs[order], scores[order]
+        first = np.ones(len(pairs), dtype=bool)
+        first[1:] = (pairs[1:] != pairs[:-1]).any(axis=1)
+        return pairs[first], scores[first]
+
+
 def range_pairs(
-    vectors: np.ndarray, owners: np.ndarray, min_score: float, exact: bool | None = None
+    vectors: np.ndarray,
+    owners: np.ndarray,
+    min_score: float,
+    exact: bool | None = None,
+    stop: Callable[[], bool] | None = None,
+    block: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Pairs of distinct owners with a cosine >= ``min_score`` between any of their vectors:
     (n, 2) owner ids (smaller first) and each pair's best cosine.
 
-    ``exact`` (default: below ``EXACT_LIMIT`` vectors, as for queries): a flat index, every pair
-    compared, blockwise BLAS products. Otherwise an IVF index (sqrt(n) lists) searched with
-    ``PROBES`` probes: a near-copy sits in its twin's cell or a neighbouring one, so few probes
-    find it, and the cost falls from n^2 to about n^2 * PROBES / sqrt(n) (bench/duplicates.py:
-    recall and time against exact numpy products)."""
+    ``exact`` (default: below ``EXACT_LIMIT`` vectors, as for queries): every pair compared, in
+    tiles of ``TILE`` x ``TILE`` vectors (one BLAS product each, the upper triangle only: each
+    pair once). Otherwise an IVF index (sqrt(n) lists) range-searched with ``PROBES`` probes: a
+    near-copy sits in its twin's cell or a neighbouring one, so few probes find it, and the cost
+    falls from n^2 to about n^2 * PROBES / sqrt(n) (bench/duplicates.py: recall and time against
+    exact numpy products).
+
+    Bounded whatever the min score: a tile or block yields at most ``MAX_RESULTS`` candidates,
+    holding more than ``MAX_FOUND`` pairs is BadInput, and ``stop`` (asked before each row of
+    tiles or block) returning True ends the scan with ScanStopped. ``block``: vectors per tile
+    or block instead of those defaults."""
+    found = _Found(min_score)
+    if exact if exact is not None else len(vectors) < EXACT_LIMIT:
+        _exact_pairs(vectors, owners, min_score, found, stop, block or TILE)
+    else:
+        _ivf_pairs(vectors, owners, min_score, found, stop, block or 0)
+    return found.best()
+
+
+def _exact_pairs(
+    vectors: np.ndarray,
+    owners: np.ndarray,
+    min_score: float,
+    found: _Found,
+    stop: Callable[[], bool] | None,
+    tile: int,
+) -> None:
+    for start in range(0, len(vectors), tile):
+        if stop is not None and stop():
+            raise ScanStopped
+        rows = vectors[start : start + tile]
+        for other in range(start, len(vectors), tile):
+            cosines = rows @ vectors[other : other + tile].T
+            i, j = np.nonzero(cosines >= min_score)
+            scores = cosines[i, j]
+            i, j = owners[i + start], owners[j + other]
+            if other == start:  # the diagonal tile: each pair once, never a vector with itself
+                upper = np.nonzero(i + start < j + other)[0]
+                i, j, scores = i[upper], j[upper], scores[upper]
+            keep = i != j  # chunks of one entry are never a pair
+            i, j, scores = i[keep], j[keep], scores[keep]
+            found.add(np.minimum(i, j), np.maximum(i, j), scores)
+
+
+def _ivf_pairs(
+    vectors: np.ndarray,
+    owners: np.ndarray,
+    min_score: float,
+    found: _Found,
+    stop: Callable[[], bool] | None,
+    rows_per_block: int,
+) -> None:
     import faiss
 
     n, dimension = vectors.shape
-    if exact if exact is not None else n < EXACT_LIMIT:
-        flat = faiss.IndexFlatIP(dimension)
-    else:
-        nlist = int(np.sqrt(n))
-        flat = faiss.IndexIVFFlat(faiss.IndexFlatIP(dimension), dimension, nlist, faiss.METRIC_INNER_PRODUCT)
-        sample = np.random.default_rng(0).choice(n, size=min(n, 64 * nlist), replace=False)
-        flat.train(vectors[sample])
-        flat.nprobe = PROBES
-    flat.add(vectors)
-    found_pairs, found_scores, held = [], [], 0
-    for start in range(0, len(vectors), BLOCK):
-        lims, scores, positions = flat.range_search(vectors[start : start + BLOCK], min_score)
+    nlist = int(np.sqrt(n))
+    ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(dimension), dimension, nlist, faiss.METRIC_INNER_PRODUCT)
+    sample = np.random.default_rng(0).choice(n, size=min(n, 64 * nlist), replace=False)
+    ivf.train(vectors[sample])
+    ivf.nprobe = PROBES
+    ivf.add(vectors)
+    if rows_per_block <= 0:  # a query's results lie in its PROBES lists: at most the largest ones
+        sizes = sorted((ivf.invlists.list_size(i) for i in range(nlist)), reverse=True)
+        rows_per_block = max(1, min(BLOCK, MAX_RESULTS // max(sum(sizes[:PROBES]), 1)))
+    for start in range(0, n, rows_per_block):
+        if stop is not None and stop():
+            raise ScanStopped
+        lims, scores, positions = ivf.range_search(vectors[start : start + rows_per_block], min_score)
         rows = owners[start + np.repeat(np.arange(len(lims) - 1), np.diff(lims).astype(np.int64))]
         others = owners[positions]
         keep = rows < others  # each pair once, never an entry with itself
-        found_pairs.append(np.stack([rows[keep], others[keep]], axis=1))
-        found_scores.append(scores[keep])
-        held += int(keep.sum())
-        if held > MAX_FOUND:
-            raise BadInput(f"more than {MAX_FOUND} pairs at cosine >= {min_score}: raise the min score")
-    pairs = np.concatenate(found_pairs) if found_pairs else np.zeros((0, 2), dtype=np.int64)
-    scores = np.concatenate(found_scores) if found_scores else np.zeros(0, dtype=np.float32)
-    order = np.lexsort((-scores, pairs[:, 1], pairs[:, 0]))  # by pair, best chunk first
-    pairs, scores = pairs[order], scores[order]
-    first = np.ones(len(pairs), dtype=bool)
-    first[1:] = (pairs[1:] != pairs[:-1]).any(axis=1)
-    return pairs[first], scores[first]
+        found.add(rows[keep], others[keep], scores[keep])
 
 
 def components(pairs: np.ndarray) -> list[list[int]]:
@@ -114,18 +196,21 @@ def find_duplicates(
     limit: int | None = None,
     lock: AbstractContextManager[Any] | None = None,
     exact: bool | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Duplicates:
     """Every pair of entries at cosine >= ``min_score`` (the best ``limit`` listed) and the groups
-    they form (``exact``: see ``range_pairs``). Reads the vectors through its own handle, so a
-    server's shared index is untouched; ``lock`` is held while the catalog is read (a server's
-    ``Snapshot.db_lock``)."""
+    they form (``exact``, ``stop`` and the bounds: see ``range_pairs``). Reads the vectors through
+    its own handle, so a server's shared index is untouched; ``lock`` is held while the catalog is
+    read (a server's ``Snapshot.db_lock``)."""
     min_score = check_min_score(min_score)
     if limit is not None and limit < 0:
         raise BadInput(f"limit must be 0 or more, not {limit}")
     vectors, owners = stored_vectors(index.read_vectors())
     texts = owners < ALSO_ID  # entries say the same thing when their texts do: also-vectors aside
     vectors, owners = vectors[texts], owners[texts]
-    pairs, scores = range_pairs(np.ascontiguousarray(vectors, dtype=np.float32), owners, min_score, exact)
+    pairs, scores = range_pairs(
+        np.ascontiguousarray(vectors, dtype=np.float32), owners, min_score, exact, stop
+    )
     best = np.argsort(-scores, kind="stable")[:limit]
     groups = components(pairs)
     shown = {int(r) for r in pairs[best].ravel()} | {r for g in groups for r in g}

@@ -11,6 +11,7 @@ a hand-written parser is shorter and stricter than walking a general SQL parser'
 
 Numbers compare as numbers (the catalog stores numeric columns as numbers); a text value left in
 a numeric column ("n/a") counts as unknown, like NULL, in ``<``, ``<=``, ``>``, ``>=`` with a number.
+An integer past 64 bits compares as a real, as SQLite reads such a literal.
     FIELD := name (letters in any script, digits, _) | "any name" (double quotes)
 
 A filter is user input that reaches SQLite, so its size is bounded: at most ``MAX_FILTER_LENGTH``
@@ -33,6 +34,7 @@ MAX_FILTER_LENGTH = 8000
 MAX_DEPTH = 32
 MAX_TERMS = 64
 MAX_VALUES = 500
+INT64 = (-(1 << 63), (1 << 63) - 1)  # the integers SQLite stores
 
 _TOKEN = re.compile(
     r"""\s*(?:(?P<number>-?\d+(?:\.\d+)?)|'(?P<string>(?:[^']|'')*)'|"(?P<quoted>(?:[^"]|"")+)"|"""
@@ -72,7 +74,7 @@ def _tokens(text: str) -> list[_Token]:
         kind = match.lastgroup
         value = match.group(kind)
         if kind == "number":
-            tokens.append(_Token("value", float(value) if "." in value else int(value)))
+            tokens.append(_Token("value", _number(value)))
         elif kind == "string":
             tokens.append(_Token("value", value.replace("''", "'")))
         elif kind == "quoted":
@@ -84,6 +86,16 @@ def _tokens(text: str) -> list[_Token]:
         else:
             tokens.append(_Token(kind, value))
     return tokens
+
+
+def _number(text: str) -> int | float:
+    """An integer SQLite can bind (64 bits) stays exact; past that, like SQLite reading such a
+    literal, it is a real (``int()`` would also refuse more than 4,300 digits)."""
+    if "." not in text and len(text.lstrip("-")) <= 19:
+        number = int(text)
+        if INT64[0] <= number <= INT64[1]:
+            return number
+    return float(text)
 
 
 class _Parser:

@@ -166,3 +166,123 @@ def test_http_duplicates_scan_once_per_version_however_many_ask(index, monkeypat
         delete_from_index(index, ["e"])
         client.post("/reload")
         assert ask(0.999)["groups"] == [["a", "b", "c"]] and len(scans) == 3
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_min_score_that_pairs_everything_is_refused_in_bounded_memory(exact):
+    """Every pair of 4,000 positive vectors is above 0.0001: the scan must give up after holding a
+    bounded share of them, not after FAISS has returned all 16 million (about 200 MB per block)."""
+    import tracemalloc
+
+    vectors = unit(np.random.default_rng(0).uniform(0.1, 1, size=(4000, 8)).tolist())
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadInput, match="raise the min score"):
+            range_pairs(vectors, np.arange(4000), 0.0001, exact=exact)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, f"{peak >> 20} MB"
+
+
+def test_a_stopped_scan_ends_between_blocks():
+    """A scan nobody waits for any more (a server's client hung up) stops at the next block."""
+    from search.duplicates import ScanStopped
+
+    vectors = unit(np.random.default_rng(0).normal(size=(3000, 8)).tolist())
+    blocks = []
+
+    def stop() -> bool:
+        blocks.append(1)
+        return len(blocks) > 2
+
+    with pytest.raises(ScanStopped):
+        range_pairs(vectors, np.arange(3000), 0.99, stop=stop, block=100)
+    assert len(blocks) == 3
+
+
+def test_clients_that_hang_up_never_run_two_scans_at_once(index, monkeypatch):
+    """A client that hangs up cancels its request, not the scan's thread: the next scan waits for
+    that thread to end (which it does at its next step, nobody waiting), so N hung-up requests
+    never run more than one scan at a time."""
+    pytest.importorskip("httpx")
+    import asyncio
+    import threading
+    import time
+
+    import search.server
+    from search.duplicates import ScanStopped
+    from search.server import create_app
+
+    original = search.server.find_duplicates
+    guard = threading.Lock()
+    running, most, steps = [0], [0], []
+
+    def slow_scan(*args, stop=None, **kwargs):
+        with guard:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            for _ in range(40):  # 0.4 s in steps, as a real scan asks between its blocks
+                if stop is not None and stop():
+                    raise ScanStopped
+                steps.append(1)
+                time.sleep(0.01)
+            return original(*args, **kwargs)
+        finally:
+            with guard:
+                running[0] -= 1
+
+    monkeypatch.setattr(search.server, "find_duplicates", slow_scan)
+    app = create_app(index)
+
+    async def ask(score: float, hang_up_after: float | None) -> list[dict]:
+        replies: list[dict] = []
+        asked = False
+
+        async def receive() -> dict:
+            nonlocal asked
+            if not asked:
+                asked = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            if hang_up_after is None:
+                await asyncio.Event().wait()  # a client that stays
+            await asyncio.sleep(hang_up_after)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            replies.append(message)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": "/duplicates",
+            "raw_path": b"/duplicates",
+            "root_path": "",
+            "query_string": f"min_score={score}".encode(),
+            "headers": [(b"host", b"test")],
+            "client": ("127.0.0.1", 1),
+            "server": ("test", 80),
+        }
+        await app(scope, receive, send)
+        return replies
+
+    async def hostile() -> list[dict]:
+        quitters = []
+        for n in range(5):  # one after another, each hanging up 50 ms after it asked
+            quitters.append(asyncio.ensure_future(ask(0.5 + n / 10, 0.05)))
+            await asyncio.sleep(0.1)
+        await asyncio.gather(*quitters)
+        return await ask(0.999, None)
+
+    replies = asyncio.run(hostile())
+    deadline = time.monotonic() + 10
+    while running[0] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert most[0] == 1, f"{most[0]} scans ran at once"
+    expected = find_duplicates(open_index(index), 0.999).total  # an earlier test deleted an entry
+    assert replies[0]["status"] == 200 and json.loads(replies[1]["body"])["total_pairs"] == expected > 0
+    assert len(steps) < 5 * 40 + 40, "the abandoned scans ran to their end"

@@ -95,3 +95,20 @@ def test_numeric_comparisons_skip_text_in_a_mixed_column():
     assert ids("NOT price > 10") == [1, 4]
     assert ids("price = 'n/a'") == [3]
     assert ids("price > 'm'") == [3]  # a text value compares as text
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("year < 9223372036854775808", [1, 2, 3]),  # 2^63: past SQLite's integers (OverflowError)
+        ("year > -9223372036854775809", [1, 2, 3]),
+        ("year < -99999999999999999999999", []),
+        ("year IN (2020, 18446744073709551616)", [2]),
+        ("year < " + "9" * 5000, [1, 2, 3]),  # past Python's int-from-text digit limit (ValueError)
+        ("year <= 9223372036854775807", [1, 2, 3]),  # the largest integer SQLite stores, kept exact
+    ],
+)
+def test_numbers_past_sqlite_integers_compare_as_numbers(where, expected):
+    """SQLite reads an integer literal past 64 bits as a real: the filter does the same, so a huge
+    number is an ordinary comparison, not an OverflowError on the bound parameter."""
+    assert run_on_sqlite(where) == expected

@@ -206,13 +206,15 @@ def test_serve_imports_no_torch_up_to_its_first_answer(small_index):
     index, cache = small_index
     code = (
         "import sys, uvicorn\nfrom fastapi.testclient import TestClient\n"
-        "def answer_once(app, host, **options):\n"
-        "    assert host == '127.0.0.1'\n"
-        "    with TestClient(app) as client:\n"
+        "def answer_once(server, sockets):\n"
+        "    assert [s.getsockname()[0] for s in sockets] == ['127.0.0.1']\n"
+        "    with TestClient(server.config.app) as client:\n"
         "        found = client.post('/search', json={'query': 'a man plays guitar', 'k': 2})\n"
         "        assert found.status_code == 200 and len(found.json()['hits']) == 2, found.text\n"
-        "uvicorn.run = answer_once\nfrom search.cli import main\n"
-        f"sys.argv = ['semsearch', 'serve', {str(index)!r}]\n"
+        "uvicorn.Server.run = answer_once\nfrom search.cli import main\n"
+        "import socket\nfree = socket.socket()\nfree.bind(('127.0.0.1', 0))\n"  # `serve` binds for real
+        f"sys.argv = ['semsearch', 'serve', {str(index)!r}, '--port', str(free.getsockname()[1])]\n"
+        "free.close()\n"
         "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code"
     )
     assert imported_after(code, cache) == set()

@@ -120,26 +120,31 @@ def test_concurrent_queries_are_embedded_together(index):
     assert largest > 1
 
 
+def answering(port: int, seconds: float, process: subprocess.Popen | None = None) -> bool:
+    """Whether the server on ``port`` answers /health within ``seconds`` (while ``process`` runs)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline and (process is None or process.poll() is None):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return False
+
+
 @contextlib.contextmanager
-def serving(index: Path) -> Iterator[int]:
-    """`semsearch serve INDEX` in a subprocess, up and answering; yields its port."""
+def serving(index: Path, *options: str) -> Iterator[int]:
+    """`semsearch serve INDEX [OPTIONS]` in a subprocess, up and answering; yields its port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     process = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", "serve", str(index), "--port", str(port)],
+        [sys.executable, "-m", "search.cli", "serve", str(index), "--port", str(port), *options],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        else:
+        if not answering(port, 120, process):
             pytest.fail("server did not start")
         yield port
         assert process.poll() is None, "the server died"
