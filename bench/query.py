@@ -82,7 +82,8 @@ def main() -> None:
     from sentence_transformers import SentenceTransformer
 
     from indexer.encoders.factory import encoder_for
-    from indexer.vector_index import build_vector_index, recall_at_10
+    from indexer.vectors.factory import build_vector_index
+    from indexer.vectors.tuning import recall_at_10
 
     texts, questions = real_texts()
     embedder = encoder_for()
@@ -121,7 +122,7 @@ def main() -> None:
             build_s = time.perf_counter() - started
             faiss.omp_set_num_threads(1)  # as SearchEngine does for one query at a time
             with tempfile.NamedTemporaryFile(suffix=".faiss") as f:
-                faiss.write_index(index, f.name)
+                index.write(Path(f.name))
                 index_mb = Path(f.name).stat().st_size / 2**20
             latencies(lambda q, index=index: index.search(encoder.embed([q]), 10), questions[:20])  # warm up
             ms = latencies(lambda q, index=index: index.search(encoder.embed([q]), 10), questions)

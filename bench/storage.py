@@ -42,7 +42,8 @@ def status():
 
 queries, truth = np.load({queries!r}), np.load({truth!r})
 import faiss
-from indexer.vector_index import read_vectors, recall_at_10
+from indexer.vectors.factory import read_vectors
+from indexer.vectors.tuning import recall_at_10
 before = status()
 if {peer!r}:
     vectors = np.load({vectors!r})
@@ -99,7 +100,7 @@ def main() -> None:
     import faiss
     from query import corpus_vectors
 
-    from indexer.vector_index import build_vector_index, write_vectors
+    from indexer.vectors.factory import build_vector_index
 
     real, queries = real_vectors(args.cache)
     queries = np.ascontiguousarray(queries[: args.queries], dtype=np.float32)
@@ -116,7 +117,7 @@ def main() -> None:
         built = time.perf_counter() - started
         nprobe, nlist = index.nprobe, index.nlist
         path = Path(tmp) / "vectors.faiss"
-        write_vectors(index, path)
+        index.write(path)
         del index
         codes_bytes = path.stat().st_size
         pq = child(path=str(path), peer=False, **files)

@@ -4,14 +4,14 @@ Layout::
 
     INDEX_DIR/CURRENT              name of the live version (replaced atomically)
     INDEX_DIR/.lock                held (flock) by the one writer; readers never take it
-    INDEX_DIR/v-.../vectors.faiss  unit vectors, exact or IVF, ids = row ids (``vector_index``)
+    INDEX_DIR/v-.../vectors.faiss  unit vectors, exact or IVF, ids = row ids (``vectors``)
     INDEX_DIR/v-.../meta.db        SQLite: ``entries`` (one row per entry) and ``meta``
     INDEX_DIR/v-.../transform.npz  fitted centering/whitening, when the strategy has one
     INDEX_DIR/v-.../.vectors.spool raw vectors of a build in progress (``VersionWriter``), removed
                                    before the version is made live
 
     INDEX_DIR/v-.../segment-N.faiss vectors added by updates since the version was written
-                                   (``segments``: live ones listed in ``meta``, with tombstones)
+                                   (``vectors.segments``: live ones listed in ``meta``, with tombstones)
 
 FAISS ids are ``entries._rowid``; a chunked document has several vectors under the same id, so a
 hit always maps to its row with no guessing, and row ids never change or get reused. A build, a
@@ -32,7 +32,7 @@ Every open checks presence, sizes, headers and meta types (stat calls and header
 lock, removes the partial versions killed writers left; a full disk ends as ``DiskFull``.
 
 This module keeps the version logic; the two halves of a version have their own modules:
-``catalog`` (SQLite: entries and meta) and ``vector_index`` (FAISS).
+``catalog`` (SQLite: entries and meta) and ``vectors`` (the vector index).
 """
 
 from __future__ import annotations
@@ -58,19 +58,13 @@ from indexer.catalog import Catalog, detect_types
 from indexer.corpus import Entry
 from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
 from indexer.fields import vector_ids, with_also_ids
-from indexer.segments import SEGMENT, Manifest, Segments, open_vectors, segment_name, write_segment
 from indexer.strategy import Strategy
 from indexer.transform import Transform
-from indexer.vector_index import (
-    build_from_parts,
-    kind_of,
-    npy_size,
-    refit,
-    shape_meta,
-    side_files,
-    stored_shape,
-    write_vectors,
-)
+from indexer.vectors.base import VectorIndex, shape_of
+from indexer.vectors.factory import build_from_parts, open_vectors, refit, side_files
+from indexer.vectors.faiss_index import unit_length
+from indexer.vectors.files import npy_size, stored_shape
+from indexer.vectors.segments import SEGMENT, Manifest, segment_name, write_segment
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
@@ -96,7 +90,7 @@ class StoredIndex:
     version: Path
     strategy: Strategy
     meta: dict[str, Any]
-    vectors: Any  # faiss.Index
+    vectors: VectorIndex | None
     catalog: Catalog
     transform: Transform | None
     tombstones: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
@@ -114,7 +108,7 @@ class StoredIndex:
             return True
         return (int(row[0]) if row else 0) != self.manifest.generation
 
-    def read_vectors(self) -> Any:
+    def read_vectors(self) -> VectorIndex:
         """The vectors of this snapshot through a handle of its own (a scan that must not touch
         the index a server's requests share)."""
         return open_vectors(
@@ -154,7 +148,7 @@ class StoredIndex:
         if self.vectors is None:
             kind, nprobe = meta["vector_kind"], meta.get("nprobe")
         else:
-            kind, nprobe = kind_of(self.vectors), getattr(self.vectors, "nprobe", None)
+            kind, nprobe = self.vectors.kind, self.vectors.nprobe
         return {
             "path": str(self.path),
             "version": self.version.name,
@@ -397,7 +391,7 @@ class VersionWriter:
     """A new version filled part by part: entries go to SQLite as they come (one transaction),
     their raw vectors to a spool file beside it, so neither the texts nor the vectors of the
     whole corpus are ever held in memory. ``finish`` builds the vector index from the spool
-    (``vector_index.build_from_parts``): the index's copy is the only whole one."""
+    (``vectors.factory.build_from_parts``): the index's copy is the only whole one."""
 
     SPOOL = ".vectors.spool"  # raw float32 vectors; removed before the version is committed
     SPOOL_IDS = ".ids.spool"  # the row id of each (int64)
@@ -432,12 +426,10 @@ class VersionWriter:
 
     def parts(self, transform: Transform | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The spooled vectors, ``transform``-ed and unit length, with their row ids."""
-        import faiss
-
         with (self.version / self.SPOOL_IDS).open("rb") as ids:
             for raw in self.raw_parts():
                 vectors = np.ascontiguousarray(Transform.apply_optional(transform, raw))
-                faiss.normalize_L2(vectors)
+                unit_length(vectors)
                 yield vectors, np.fromfile(ids, np.int64, len(vectors))
 
     def raw_parts(self) -> Iterator[np.ndarray]:
@@ -487,14 +479,14 @@ class VersionWriter:
             "index_kind": index_kind,
             "storage": storage,
             "tuned_for": self.vectors,
-            **shape_meta(index),
+            **shape_of(index),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "source": source,
         }
         self.catalog.write_meta(meta)
         self.catalog.commit()
         self.catalog.close()
-        write_vectors(index, self.version / VECTORS)
+        index.write(self.version / VECTORS)
         if transform is not None:
             transform.save(self.version / TRANSFORM)
         return meta
@@ -624,10 +616,8 @@ def _place(catalog: Catalog, change: Change, next_rowid: int) -> _Placed:
 
 def _new_vectors(change: Change, placed: _Placed) -> tuple[np.ndarray, np.ndarray]:
     """The change's vectors at unit length and their FAISS ids."""
-    import faiss
-
     vectors = np.ascontiguousarray(change.vectors, dtype=np.float32)
-    faiss.normalize_L2(vectors)
+    unit_length(vectors)
     owners = np.asarray(placed.rowids, dtype=np.int64)[change.owners]
     return vectors, vector_ids(owners, change.also)
 
@@ -695,7 +685,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
 
     Row ids of existing entries never change; new entries get ids never used before. An upsert
     replaces the entry's fields whole. The vector index is refitted to its new size
-    (``vector_index.refit``). ``compact`` also vacuums the database. The caller holds ``writer_lock``.
+    (``vectors.factory.refit``). ``compact`` also vacuums the database. The caller holds ``writer_lock``.
     """
     index_dir = Path(index_dir)
     live = open_index(index_dir, mmap=False)  # changed in memory, written to the new version
@@ -707,13 +697,13 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
         if (live.version / TRANSFORM).exists():
             shutil.copyfile(live.version / TRANSFORM, version / TRANSFORM)
         catalog = Catalog(version / DATABASE, readonly=False)
-        index = live.vectors.merged() if isinstance(live.vectors, Segments) else live.vectors
+        index = live.vectors.merged()
         placed = _place(catalog, change, int(live.meta["next_rowid"]))
         if placed.gone or placed.replaced:
-            index.remove_ids(with_also_ids(placed.gone + placed.replaced))
+            index.remove(with_also_ids(placed.gone + placed.replaced))
         catalog.delete(placed.gone)
         if change.vectors is not None and len(change.vectors):
-            index.add_with_ids(*_new_vectors(change, placed))
+            index.add(*_new_vectors(change, placed))
         catalog.put(change.upserts, placed.rowids, placed.chunks)
         catalog.clear_tombstones()
         index, tuned_for = refit(
@@ -726,10 +716,10 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
         catalog.write_meta(
             {
                 "count": catalog.count(),
-                "vectors": int(index.ntotal),
+                "vectors": int(index.count),
                 "next_rowid": placed.next_rowid,
                 "tuned_for": tuned_for,
-                **shape_meta(index),
+                **shape_of(index),
                 **Manifest(generation=live.manifest.generation).to_meta(),
                 "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 **(change.meta or {}),
@@ -739,7 +729,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
         if compact:
             catalog.vacuum()
         catalog.close()
-        write_vectors(index, version / VECTORS)
+        index.write(version / VECTORS)
 
     return _commit_version(index_dir, fill)
 
@@ -823,8 +813,7 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
                 mmap=mmap,
                 storage=meta.get("storage", "float32"),
             )
-            parts = vectors.parts if isinstance(vectors, Segments) else [(0, vectors)]
-            shapes = [(index.d, index.ntotal) for _, index in parts]
+            shapes = vectors.part_shapes()
         else:
             shapes = [stored_shape(version / name) for name in files]
     except (RuntimeError, OSError, ValueError, TypeError):
@@ -858,7 +847,7 @@ def _check_meta(index_dir: Path, meta: dict[str, Any]) -> Strategy:
     def whole(value: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
-    from indexer.vector_index import KINDS, STORAGES
+    from indexer.vectors.factory import KINDS, STORAGES
 
     bad = [key for key in _COUNTS if key in meta and not whole(meta[key])]
     bad += [key for key in ("count", "vectors", "dimension", "strategy", "model") if key not in meta]

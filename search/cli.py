@@ -26,7 +26,7 @@ from indexer.strategy import (
     POSTPROCESSES,
     Strategy,
 )
-from indexer.vector_index import KINDS, STORAGES
+from indexer.vectors.factory import KINDS, STORAGES
 
 EXIT_CODES: dict[type[SemsearchError], int] = {
     StrategyConflict: 3,

@@ -14,7 +14,8 @@ import numpy as np
 from indexer.errors import BadInput
 from indexer.fields import ALSO_ID
 from indexer.store import StoredIndex
-from indexer.vector_index import EXACT_LIMIT, stored_vectors
+from indexer.vectors.factory import EXACT_LIMIT
+from indexer.vectors.faiss_index import PairIndex
 
 BLOCK = 4096  # most query vectors per IVF range search
 # Candidates one step of a scan may yield: an exact tile of TILE x TILE vectors, an IVF block of
@@ -145,22 +146,13 @@ def _ivf_pairs(
     stop: Callable[[], bool] | None,
     rows_per_block: int,
 ) -> None:
-    import faiss
-
-    n, dimension = vectors.shape
-    nlist = int(np.sqrt(n))
-    ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(dimension), dimension, nlist, faiss.METRIC_INNER_PRODUCT)
-    sample = np.random.default_rng(0).choice(n, size=min(n, 64 * nlist), replace=False)
-    ivf.train(vectors[sample])
-    ivf.nprobe = PROBES
-    ivf.add(vectors)
+    ivf = PairIndex(vectors, PROBES)
     if rows_per_block <= 0:  # a query's results lie in its PROBES lists: at most the largest ones
-        sizes = sorted((ivf.invlists.list_size(i) for i in range(nlist)), reverse=True)
-        rows_per_block = max(1, min(BLOCK, MAX_RESULTS // max(sum(sizes[:PROBES]), 1)))
-    for start in range(0, n, rows_per_block):
+        rows_per_block = max(1, min(BLOCK, MAX_RESULTS // max(ivf.largest_lists(PROBES), 1)))
+    for start in range(0, len(vectors), rows_per_block):
         if stop is not None and stop():
             raise ScanStopped
-        lims, scores, positions = ivf.range_search(vectors[start : start + rows_per_block], min_score)
+        lims, scores, positions = ivf.within(vectors[start : start + rows_per_block], min_score)
         rows = owners[start + np.repeat(np.arange(len(lims) - 1), np.diff(lims).astype(np.int64))]
         others = owners[positions]
         keep = rows < others  # each pair once, never an entry with itself
@@ -205,7 +197,7 @@ def find_duplicates(
     min_score = check_min_score(min_score)
     if limit is not None and limit < 0:
         raise BadInput(f"limit must be 0 or more, not {limit}")
-    vectors, owners = stored_vectors(index.read_vectors())
+    vectors, owners = index.read_vectors().stored()
     texts = owners < ALSO_ID  # entries say the same thing when their texts do: also-vectors aside
     vectors, owners = vectors[texts], owners[texts]
     pairs, scores = range_pairs(

@@ -21,7 +21,7 @@ from indexer.fields import ALSO_ID, FieldScoring, with_also_ids
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
 from indexer.transform import Transform
-from indexer.vector_index import search_parameters
+from indexer.vectors.faiss_index import single_threaded
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
 from search.filters import parse_filter
 from search.queries import check_text
@@ -85,9 +85,7 @@ def configure_threads() -> None:
     Called once where the process is set up (the server's ``create_app``, the CLI), never by a
     constructor.
     """
-    import faiss
-
-    faiss.omp_set_num_threads(1)
+    single_threaded()
 
 
 @dataclass(frozen=True)
@@ -120,7 +118,7 @@ class Snapshot:
 
     def changed(self) -> bool:
         """An update committed into this snapshot's version since it was opened (new segments or
-        tombstones: ``indexer.segments``)."""
+        tombstones: ``indexer.vectors.segments``)."""
         with self.db_lock:
             return self.index.changed()
 
@@ -207,24 +205,21 @@ class Snapshot:
         """Row id -> best cosine of the k nearest entries, best first. A chunked entry (or one
         with an also-vector) may hold several of the nearest vectors, so widen the search until
         k distinct entries are found (the first, best vector gives the score)."""
-        import faiss
-
         index = self.index
         if allowed is None:
-            entries, total, params = index.meta["count"], index.vectors.ntotal, None
+            entries, total, ids = index.meta["count"], index.vectors.count, None
         else:
             entries, total = len(allowed.ids), allowed.vectors
-            selector = faiss.IDSelectorBatch(with_also_ids(allowed.ids) if self.scoring else allowed.ids)
-            params = search_parameters(index.vectors, selector)
+            ids = with_also_ids(allowed.ids) if self.scoring else allowed.ids
         best: dict[int, float] = {}
         if entries == 0:
             return best
         wanted = min(k, entries)
         fetch = min(k if total == entries else 2 * k, total)
         while True:
-            scores, ids = index.vectors.search(vector[None, :], fetch, params=params)
+            scores, found = index.vectors.search(vector[None, :], fetch, ids)
             best = {}
-            for rowid, score in zip((ids[0] % ALSO_ID).tolist(), scores[0].tolist(), strict=True):
+            for rowid, score in zip((found[0] % ALSO_ID).tolist(), scores[0].tolist(), strict=True):
                 if rowid >= 0 and rowid not in best:
                     best[rowid] = score
             if len(best) >= wanted or fetch >= total:
@@ -235,17 +230,12 @@ class Snapshot:
         """Row id -> combined score of each candidate, best first: both of its vector sets
         compared with the query (a search restricted to its vectors, so exact), each set's best
         chunk taken, then ``FieldScoring.combine``."""
-        import faiss
-
         if not rowids:
             return {}
         with self.db_lock:
             chunks = self.index.catalog.values(rowids, "_chunks")
-        selector = faiss.IDSelectorBatch(with_also_ids(rowids))
         held = int(sum(chunks.values()))
-        scores, ids = self.index.vectors.search(
-            vector[None, :], held, params=search_parameters(self.index.vectors, selector)
-        )
+        scores, ids = self.index.vectors.search(vector[None, :], held, with_also_ids(rowids))
         best: dict[int, float] = {}
         for vector_id, score in zip(ids[0].tolist(), scores[0].tolist(), strict=True):
             if vector_id >= 0:

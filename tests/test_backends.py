@@ -81,7 +81,6 @@ def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
     import sys
 
     from indexer.store import open_index
-    from indexer.vector_index import stored_vectors
     from tests.conftest import ROOT
 
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))
@@ -105,6 +104,6 @@ def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
     second = open_index(tmp_path / "second")
     assert second.strategy == open_index(tmp_path / "first").strategy
-    vectors, ids = stored_vectors(second.vectors)
+    vectors, ids = second.vectors.stored()
     reference = TorchEncoder(Strategy(backend="torch")).embed([line.strip() for line in sentences])
     assert np.abs(vectors[np.argsort(ids)] - reference).max() < 1e-5

@@ -21,7 +21,6 @@ from indexer.encoders.factory import encoder_for
 from indexer.errors import BadInput, SemsearchError
 from indexer.store import CURRENT, DATABASE, TRANSFORM, open_index
 from indexer.transform import Transform
-from indexer.vector_index import stored_vectors
 from search import SearchEngine
 from tests.conftest import ROOT
 
@@ -78,7 +77,7 @@ def test_streamed_build_keeps_every_row_check_across_parts(tmp_path, tiny_model,
     texts = [rows[r]["_text"] for r in range(1, 7)]
     expected = encoder_for(Strategy(model=tiny_model)).embed(texts)
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
-    vectors, ids = stored_vectors(index.vectors)
+    vectors, ids = index.vectors.stored()
     stored = vectors[np.argsort(ids)]
     assert sorted(ids.tolist()) == [1, 2, 3, 4, 5, 6]
     np.testing.assert_allclose(stored, expected, atol=1e-5)
@@ -95,7 +94,7 @@ def test_whitening_is_fitted_on_the_whole_corpus_from_parts(tmp_path, tiny_model
     stored = Transform.load(index.version / TRANSFORM)
     np.testing.assert_allclose(stored.mean, whole.mean, atol=1e-5)
     np.testing.assert_allclose(np.abs(stored.matrix), np.abs(whole.matrix), atol=1e-3)
-    assert report.dimension == 4 and index.vectors.d == 4
+    assert report.dimension == 4 and index.vectors.dimension == 4
 
 
 def test_transform_fitted_on_parts_equals_one_fit():
@@ -153,12 +152,12 @@ def test_ivf_index_built_from_parts(tmp_path, tiny_model, monkeypatch):
     shows its kind and probes from the meta, as FAISS has them."""
     monkeypatch.setattr(indexer.build, "PART_ENTRIES", 300)
     monkeypatch.setattr(indexer.store, "PART_ROWS", 700)
-    monkeypatch.setattr("indexer.vector_index.EXACT_LIMIT", 1000)
+    monkeypatch.setattr("indexer.vectors.factory.EXACT_LIMIT", 1000)
     path = tmp_path / "c.txt"
     path.write_text("\n".join(f"line {i} about bikes, trains and {i % 37} dogs" for i in range(2000)))
     build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
     index = open_index(tmp_path / "idx")
-    assert index.vectors.ntotal == 2000 and index.meta["vector_kind"] == "ivf"
+    assert index.vectors.count == 2000 and index.meta["vector_kind"] == "ivf"
     assert index.meta["nprobe"] == index.vectors.nprobe
     info = open_index(tmp_path / "idx", vectors=False).info()
     assert (info["index_kind"], info["nprobe"], info["vectors"]) == ("ivf", index.vectors.nprobe, 2000)

@@ -128,7 +128,7 @@ def test_delete_and_read_any_number_of_ids(tmp_path, tiny_model):
     report = delete_from_index(index_dir, gone)
     assert (report.deleted, len(report.not_found), report.count) == (60_000, 160_000, 40_000)
     live = open_index(index_dir)
-    assert live.vectors.ntotal == 40_000 and live.rows([1])[1]["_id"] == "e0"
+    assert live.vectors.count == 40_000 and live.rows([1])[1]["_id"] == "e0"
 
 
 def test_beir_corpus_builds_with_its_ids(tmp_path, tiny_model):

@@ -22,7 +22,6 @@ from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import SemsearchError, StrategyConflict
 from indexer.shards import embed_shard, merge_shards
 from indexer.store import open_index
-from indexer.vector_index import stored_vectors
 from search import SearchEngine
 from search.cli import cli
 from search.engine import check_strategy
@@ -81,8 +80,8 @@ def test_an_old_torch_index_takes_a_default_add_and_query_and_ranks_as_a_new_one
 
     add_to_index(new, more)
 
-    old_vectors, old_ids = stored_vectors(open_index(old).vectors)
-    new_vectors, new_ids = stored_vectors(open_index(new).vectors)
+    old_vectors, old_ids = open_index(old).vectors.stored()
+    new_vectors, new_ids = open_index(new).vectors.stored()
     assert sorted(old_ids.tolist()) == sorted(new_ids.tolist())
     difference = old_vectors[np.argsort(old_ids)] - new_vectors[np.argsort(new_ids)]
     assert np.abs(difference).max() < 1e-5
@@ -138,7 +137,7 @@ def test_an_unexportable_model_is_indexed_on_torch_and_the_build_says_so(unexpor
     index = open_index(tmp_path / "idx")
     assert index.strategy.backend == "torch"  # what embedded it
     assert index.info()["encoder"].startswith("torch (RuntimeError: Exporting the operator")
-    vectors, ids = stored_vectors(index.vectors)
+    vectors, ids = index.vectors.stored()
     reference = TorchEncoder(Strategy(model=unexportable, backend="torch")).embed(texts)
     assert np.abs(vectors[np.argsort(ids)] - reference).max() < 1e-6
     hits = SearchEngine(tmp_path / "idx").search("where do I park?", k=1)

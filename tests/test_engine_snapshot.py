@@ -25,8 +25,8 @@ def test_snapshot_stays_whole_across_a_reload(tmp_path, tiny_model):
     build_faq(tmp_path, tiny_model, layers=(-1, -2), combine="concat")
     assert engine.reload_if_changed()
     assert engine.snapshot is not old
-    assert engine.snapshot.embedder.dimension == 64 == engine.snapshot.index.vectors.d
-    assert old.embedder.dimension == 32 == old.index.vectors.d
+    assert engine.snapshot.embedder.dimension == 64 == engine.snapshot.index.vectors.dimension
+    assert old.embedder.dimension == 32 == old.index.vectors.dimension
     assert old.search_many([ROWS[1][1]], k=2) == before
     assert engine.search(ROWS[1][1], k=1)[0].id == "a2"
 

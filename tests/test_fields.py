@@ -14,7 +14,6 @@ from indexer.errors import BadInput
 from indexer.fields import ALSO_ID, FieldScoring
 from indexer.store import open_index
 from indexer.update import add_to_index, delete_from_index
-from indexer.vector_index import stored_vectors
 from search.confidence import Neighbourhood
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine
@@ -91,7 +90,7 @@ def test_the_option_is_stored_and_both_vector_sets_are_in_the_index(combined):
     index = open_index(combined)
     assert index.meta["source"]["also"] == {"fields": ["text", "answer"], "weight": WEIGHT}
     assert index.info()["also"] == {"fields": ["text", "answer"], "weight": WEIGHT}
-    _, ids = stored_vectors(index.vectors)
+    _, ids = index.vectors.stored()
     assert sorted(ids.tolist()) == [1, 2, 3, ALSO_ID + 1, ALSO_ID + 2, ALSO_ID + 3]
 
 
@@ -119,13 +118,13 @@ def test_add_and_delete_keep_both_vector_sets_in_step(tmp_path, corpus, bundled)
     changed = [{**ENTRIES[0], "answer": "Our bikes are serviced every week at the depot by mechanics."}]
     add_to_index(index_dir, write(tmp_path / "change.jsonl", changed))
     index = open_index(index_dir)
-    assert index.vectors.ntotal == 6
+    assert index.vectors.count == 6
     new_also = cosines(bundled, [f"{changed[0]['text']} {changed[0]['answer']}"])[0]
     new_text = cosines(bundled, [changed[0]["text"]])[0]
     hit = next(h for h in SearchEngine(index_dir).search(QUERY, k=3) if h.id == "right")
     assert hit.score == pytest.approx((1 - WEIGHT) * new_text + WEIGHT * new_also, abs=1e-4)
     delete_from_index(index_dir, ["adecoy"])
-    _, ids = stored_vectors(open_index(index_dir).vectors)
+    _, ids = open_index(index_dir).vectors.stored()
     assert sorted(ids.tolist()) == [1, 2, ALSO_ID + 1, ALSO_ID + 2]
     assert [h.id for h in SearchEngine(index_dir).search(QUERY, k=5)] == ["qdecoy", "right"]
 

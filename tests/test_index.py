@@ -38,7 +38,7 @@ def test_round_trip(tmp_path, tiny_model):
     assert (report.entries, report.vectors, report.dimension) == (5, 5, 64)
     index = open_index(tmp_path / "idx")
     assert index.strategy == report.strategy and index.strategy.max_length == 128
-    assert index.meta["count"] == 5 and index.vectors.ntotal == 5
+    assert index.meta["count"] == 5 and index.vectors.count == 5
     # FAISS ids are the SQLite row ids: each stored vector maps to its own row's text
     rows = index.rows([1, 2, 3, 4, 5])
     assert [rows[i]["_text"] for i in range(1, 6)] == TEXTS

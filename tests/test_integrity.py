@@ -16,10 +16,11 @@ from click.testing import CliRunner
 
 from indexer import Strategy, build_index
 from indexer.errors import IndexDamaged
-from indexer.segments import segment_name
 from indexer.store import DATABASE, VECTORS, open_index
 from indexer.update import add_to_index, compact_index, delete_from_index
-from indexer.vector_index import FULL_IDS, FULL_VECTORS
+from indexer.vectors.faiss_index import FaissIndex
+from indexer.vectors.reranked import FULL_IDS, FULL_VECTORS
+from indexer.vectors.segments import segment_name
 from search import SearchEngine
 from search.cli import cli
 from tests.test_update import BASE, write_csv
@@ -230,7 +231,7 @@ def test_a_full_disk_during_add_or_compact_is_one_line_and_changes_nothing(
     assert "disk full" in result.output and "unexpected" not in result.output, result.output
     assert unchanged(index, before)
     with monkeypatch.context() as patch:
-        patch.setattr(indexer.store, "write_vectors", failure)
+        patch.setattr(FaissIndex, "write", failure)
         result = CliRunner().invoke(cli, ["compact", str(index)])
     assert result.exit_code == 1 and "disk full" in result.output and "unexpected" not in result.output
     assert unchanged(index, before)
@@ -240,10 +241,8 @@ def test_a_full_disk_during_add_or_compact_is_one_line_and_changes_nothing(
 def test_a_full_disk_during_index_is_one_line_and_keeps_the_old_index(
     index, tmp_path, monkeypatch, tiny_model
 ):
-    import indexer.store
-
     before = snapshot(index)
-    monkeypatch.setattr(indexer.store, "write_vectors", no_space)
+    monkeypatch.setattr(FaissIndex, "write", no_space)
     corpus = write_csv(tmp_path / "again.csv", BASE)
     for target in (index, tmp_path / "fresh"):
         result = CliRunner().invoke(cli, ["index", str(corpus), "-o", str(target), "--model", tiny_model])

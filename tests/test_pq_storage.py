@@ -13,7 +13,9 @@ import pytest
 from indexer import Strategy, build_index
 from indexer.store import open_index
 from indexer.update import add_to_index, compact_index, delete_from_index
-from indexer.vector_index import FULL_IDS, FULL_VECTORS, Reranked, build_vector_index, kind_of, recall_at_10
+from indexer.vectors.factory import build_vector_index
+from indexer.vectors.reranked import FULL_IDS, FULL_VECTORS, Reranked
+from indexer.vectors.tuning import recall_at_10
 from search import SearchEngine
 from search.duplicates import find_duplicates
 from tests.test_vector_index import clustered
@@ -34,9 +36,9 @@ def lines(path: Path, start: int, stop: int) -> Path:
 @pytest.fixture
 def built(tmp_path, tiny_model, monkeypatch) -> tuple[Path, Path]:
     """The same 600 lines as pq (IVF-PQ: the exact-search threshold lowered to 100) and float32."""
-    import indexer.vector_index
+    import indexer.vectors.factory
 
-    monkeypatch.setattr(indexer.vector_index, "EXACT_LIMIT", 100)
+    monkeypatch.setattr(indexer.vectors.factory, "EXACT_LIMIT", 100)
     corpus = lines(tmp_path / "c.csv", 0, 600)
     build_index(corpus, tmp_path / "pq", Strategy(model=tiny_model), storage="pq")
     build_index(corpus, tmp_path / "f32", Strategy(model=tiny_model), index_kind="flat")
@@ -54,7 +56,7 @@ def assert_ranks_like(pq: Path, exact: Path, where: str | None = None, k: int = 
 def test_pq_ranks_like_float32_with_exact_scores(built):
     pq, f32 = built
     live = open_index(pq)
-    assert isinstance(live.vectors, Reranked) and kind_of(live.vectors) == "ivf"
+    assert isinstance(live.vectors, Reranked) and live.vectors.kind == "ivf"
     assert live.info()["storage"] == "pq" and 1 <= live.info()["nprobe"] <= live.vectors.nlist
     assert isinstance(live.vectors.vectors.base, mmap.mmap)  # full vectors read from disk, not loaded
     assert str(live.version / FULL_VECTORS) in Path("/proc/self/maps").read_text()
@@ -78,32 +80,32 @@ def test_pq_add_delete_replace_compact(built, tmp_path):
     top = engine.search("zebra xylophone quantum", k=1)[0]  # d7 re-embedded: its new vector, not the old
     assert top.id == "d7" and top.score == pytest.approx(1.0, abs=1e-5)
     assert not {"d3", "d8"} & {h.id for q in QUESTIONS for h in engine.search(q, k=20)}
-    assert open_index(pq).vectors.ntotal == open_index(pq).meta["vectors"] == 599  # base + segment
+    assert open_index(pq).vectors.count == open_index(pq).meta["vectors"] == 599  # base + segment
     compact_index(pq)
     compact_index(f32)
     live = open_index(pq)  # the segment merged: the full vectors written again, sorted by id
-    assert live.vectors.ntotal == live.meta["vectors"] == 599 and len(live.vectors.ids) == 599
+    assert live.vectors.count == live.meta["vectors"] == 599 and len(live.vectors.ids) == 599
     assert list(live.vectors.ids) == sorted(live.vectors.ids)
     assert_ranks_like(pq, f32)
     delete_from_index(pq, [f"d{i}" for i in range(600) if i not in (3, 8)] + ["new"])
-    assert open_index(pq).vectors.ntotal == 0 and SearchEngine(pq).search("topic 3", k=3) == []
+    assert open_index(pq).vectors.count == 0 and SearchEngine(pq).search("topic 3", k=3) == []
 
 
 def test_pq_refits_by_size_from_the_full_vectors(tmp_path, tiny_model, monkeypatch):
     """Exact-kind pq (PQ codes, no lists) below the threshold; an add past it rebuilds IVF-PQ
     from the full vectors, so nothing is lost to re-encoding."""
-    import indexer.vector_index
+    import indexer.vectors.factory
 
-    monkeypatch.setattr(indexer.vector_index, "EXACT_LIMIT", 300)
+    monkeypatch.setattr(indexer.vectors.factory, "EXACT_LIMIT", 300)
     build_index(lines(tmp_path / "a.csv", 0, 200), tmp_path / "pq", Strategy(model=tiny_model), storage="pq")
     build_index(
         lines(tmp_path / "a.csv", 0, 200), tmp_path / "f32", Strategy(model=tiny_model), index_kind="flat"
     )
-    assert kind_of(open_index(tmp_path / "pq").vectors) == "flat"
+    assert open_index(tmp_path / "pq").vectors.kind == "flat"
     assert_ranks_like(tmp_path / "pq", tmp_path / "f32", where="topic IN ('t1', 't4')")
     for index in ("pq", "f32"):
         add_to_index(tmp_path / index, lines(tmp_path / "b.csv", 200, 700))
-    assert kind_of(open_index(tmp_path / "pq").vectors) == "ivf"
+    assert open_index(tmp_path / "pq").vectors.kind == "ivf"
     assert_ranks_like(tmp_path / "pq", tmp_path / "f32")
 
 
@@ -145,7 +147,7 @@ def test_a_pq_build_streams_its_full_vectors_to_disk(tmp_path):
     disk, not 150 GB of RAM. Shuffled ids (as with ``--also``) still come back sorted on disk."""
     import tracemalloc
 
-    from indexer.vector_index import build_from_parts
+    from indexer.vectors.factory import build_from_parts
 
     n, dimension, part = 100_000, 128, 5_000
     ids = np.random.default_rng(3).permutation(np.arange(1, n + 1, dtype=np.int64))

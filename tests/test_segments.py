@@ -14,10 +14,9 @@ import pytest
 
 from indexer import Strategy, build_index
 from indexer.fields import FieldScoring
-from indexer.segments import segment_name
 from indexer.store import CURRENT, DATABASE, MAX_SEGMENTS, VECTORS, open_index
 from indexer.update import add_to_index, compact_index, delete_from_index
-from indexer.vector_index import stored_vectors
+from indexer.vectors.segments import segment_name
 from search import SearchEngine
 from search.duplicates import find_duplicates
 from tests.conftest import kill_during, whole_run
@@ -32,7 +31,7 @@ def index(tmp_path, tiny_model) -> Path:
 
 def live_ids(index_dir: Path) -> list[int]:
     """The FAISS ids of every live vector, repeats kept (one per vector)."""
-    return sorted(stored_vectors(open_index(index_dir).vectors)[1].tolist())
+    return sorted(open_index(index_dir).vectors.stored()[1].tolist())
 
 
 def version_files(index_dir: Path) -> dict[str, int]:

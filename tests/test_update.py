@@ -16,7 +16,6 @@ from indexer.corpus import read_corpus
 from indexer.errors import SemsearchError
 from indexer.store import open_index, writer_lock
 from indexer.update import add_to_index, compact_index, delete_from_index
-from indexer.vector_index import stored_vectors
 from search import SearchEngine
 from tests.conftest import kill_during, whole_run
 
@@ -46,7 +45,7 @@ def rowids(index_dir: Path) -> dict[str, int]:
 
 def faiss_ids(index_dir: Path) -> set[int]:
     """The ids of the live vectors (base and segments, minus what tombstones hide)."""
-    return set(stored_vectors(open_index(index_dir).vectors)[1].tolist())
+    return set(open_index(index_dir).vectors.stored()[1].tolist())
 
 
 def test_upsert_counts_and_stable_ids(index, tmp_path):

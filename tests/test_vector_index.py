@@ -11,7 +11,11 @@ import pytest
 from indexer import Strategy, build_index
 from indexer.store import open_index
 from indexer.update import add_to_index, compact_index, delete_from_index
-from indexer.vector_index import RECALL_TARGET, build_vector_index, kind_of, recall_at_10, refit
+from indexer.vectors.factory import (
+    build_vector_index,
+    refit,
+)
+from indexer.vectors.tuning import RECALL_TARGET, recall_at_10
 from search import SearchEngine
 
 
@@ -29,9 +33,9 @@ def test_ivf_reaches_recall_target_against_exact():
     drawn = clustered(20300)
     vectors, queries = drawn[:20000], drawn[20000:]  # queries: new points from the same clusters
     ids = np.arange(100, 20100, dtype=np.int64)
-    assert kind_of(build_vector_index(vectors[:1000], ids[:1000])) == "flat"  # auto: small is exact
+    assert build_vector_index(vectors[:1000], ids[:1000]).kind == "flat"  # auto: small is exact
     ivf = build_vector_index(vectors, ids, "ivf")
-    assert kind_of(ivf) == "ivf" and 1 <= ivf.nprobe <= ivf.nlist
+    assert ivf.kind == "ivf" and 1 <= ivf.nprobe <= ivf.nlist
     _, rows = faiss.knn(queries, vectors, 10, metric=faiss.METRIC_INNER_PRODUCT)
     _, found = ivf.search(queries, 10)
     assert recall_at_10(found, ids[rows]) >= RECALL_TARGET - 0.03
@@ -48,7 +52,7 @@ def test_ivf_index_end_to_end(tmp_path, tiny_model):
     )
     build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model), index_kind="ivf")
     live = open_index(tmp_path / "idx")
-    assert kind_of(live.vectors) == "ivf" and live.meta["index_kind"] == "ivf"
+    assert live.vectors.kind == "ivf" and live.meta["index_kind"] == "ivf"
     engine = SearchEngine(tmp_path / "idx")
     assert engine.search("document 42 on billing number 294", k=1)[0].id == "d42"
     hits = engine.search("bikes", k=25, where="topic = 'rain' AND id IN ('d3', 'd7', 'd11')")
@@ -69,7 +73,7 @@ def test_vectors_are_memory_mapped(tmp_path, tiny_model, kind):
     corpus.write_text("\n".join(f"line {i}" for i in range(400)))
     build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model), index_kind=kind)
     live = open_index(tmp_path / "idx")
-    assert live.vectors.ntotal == 400
+    assert live.vectors.count == 400
     assert str(live.version / "vectors.faiss") in Path("/proc/self/maps").read_text()
 
 
@@ -86,11 +90,11 @@ def test_compressed_storage_keeps_the_ranking(tmp_path, kind, storage, max_ratio
     _, found = index.search(queries, 10)
     assert recall_at_10(found, ids[rows]) >= 0.9
     path, raw = tmp_path / "v.faiss", tmp_path / "raw.faiss"
-    faiss.write_index(index, str(path))
-    faiss.write_index(build_vector_index(vectors, ids, kind), str(raw))
+    index.write(path)
+    build_vector_index(vectors, ids, kind).write(raw)
     assert path.stat().st_size / raw.stat().st_size <= max_ratio
-    index.remove_ids(ids[:10])  # updates keep working
-    assert index.ntotal == 39990
+    index.remove(ids[:10])  # updates keep working
+    assert index.count == 39990
 
 
 def test_sq8_index_end_to_end(tmp_path, tiny_model):
@@ -110,9 +114,9 @@ def test_sq8_index_end_to_end(tmp_path, tiny_model):
 def test_add_and_compact_rechoose_the_kind_by_size(tmp_path, tiny_model, monkeypatch):
     """Built exact below the threshold, add past it -> IVF with tuned probes; delete below it and
     compact -> exact again. A kind the user forced stays."""
-    import indexer.vector_index
+    import indexer.vectors.factory
 
-    monkeypatch.setattr(indexer.vector_index, "EXACT_LIMIT", 300)
+    monkeypatch.setattr(indexer.vectors.factory, "EXACT_LIMIT", 300)
 
     def lines(name: str, start: int, stop: int) -> Path:
         path = tmp_path / name
@@ -123,18 +127,18 @@ def test_add_and_compact_rechoose_the_kind_by_size(tmp_path, tiny_model, monkeyp
 
     build_index(lines("a.csv", 0, 200), tmp_path / "idx", Strategy(model=tiny_model))
     build_index(lines("a.csv", 0, 200), tmp_path / "forced", Strategy(model=tiny_model), index_kind="flat")
-    assert kind_of(open_index(tmp_path / "idx").vectors) == "flat"
+    assert open_index(tmp_path / "idx").vectors.kind == "flat"
     add_to_index(tmp_path / "idx", lines("b.csv", 200, 700))
     add_to_index(tmp_path / "forced", lines("b.csv", 200, 700))
     live = open_index(tmp_path / "idx")
-    assert kind_of(live.vectors) == "ivf" and live.vectors.ntotal == 700
+    assert live.vectors.kind == "ivf" and live.vectors.count == 700
     assert 1 <= live.vectors.nprobe < live.vectors.nlist and live.info()["nprobe"] == live.vectors.nprobe
     assert SearchEngine(tmp_path / "idx").search("line 650 about topic 0", k=1)[0].id == "d650"
-    assert kind_of(open_index(tmp_path / "forced").vectors) == "flat"
+    assert open_index(tmp_path / "forced").vectors.kind == "flat"
     delete_from_index(tmp_path / "idx", [f"d{i}" for i in range(500)])
     compact_index(tmp_path / "idx")
     live = open_index(tmp_path / "idx")
-    assert kind_of(live.vectors) == "flat" and live.vectors.ntotal == 200
+    assert live.vectors.kind == "flat" and live.vectors.count == 200
     assert SearchEngine(tmp_path / "idx").search("line 650 about topic 0", k=1)[0].id == "d650"
 
 
@@ -142,16 +146,16 @@ def test_refit_retunes_ivf_when_the_size_has_doubled():
     vectors = clustered(8000)
     ids = np.arange(1, 8001, dtype=np.int64)
     ivf = build_vector_index(vectors[:2000], ids[:2000], "ivf")
-    ivf.add_with_ids(vectors[2000:2500], ids[2000:2500])
+    ivf.add(vectors[2000:2500], ids[2000:2500])
     same, tuned_for = refit(ivf, "ivf", "float32", 2000)
     assert same is ivf and tuned_for == 2000  # grew by a quarter: kept as it is
-    ivf.add_with_ids(vectors[2500:], ids[2500:])
+    ivf.add(vectors[2500:], ids[2500:])
     rebuilt, tuned_for = refit(ivf, "ivf", "float32", 2000)
-    assert rebuilt is not ivf and tuned_for == 8000 and rebuilt.ntotal == 8000
+    assert rebuilt is not ivf and tuned_for == 8000 and rebuilt.count == 8000
     assert rebuilt.nlist > ivf.nlist and 1 <= rebuilt.nprobe <= rebuilt.nlist
     tuned, rebuilt.nprobe = rebuilt.nprobe, rebuilt.nlist
     assert refit(rebuilt, "ivf", "float32", 8000, retune=True) == (rebuilt, 8000)  # compact retunes
     assert rebuilt.nprobe == tuned
     exact, _ = refit(rebuilt, "auto", "float32", 8000)  # 8000 < EXACT_LIMIT: exact again
-    assert kind_of(exact) == "flat" and exact.ntotal == 8000
+    assert exact.kind == "flat" and exact.count == 8000
     assert sorted(exact.search(vectors[:1], 1)[1][0].tolist()) == [1]

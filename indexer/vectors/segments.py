@@ -12,9 +12,9 @@ it. An upsert that re-embeds an entry keeps its row id: its old vectors are hidd
 (in the new, younger segment) stay live. ``compact`` (or the merge policy, ``store``) folds the
 segments into a new base in a new version and drops the tombstones.
 
-``Segments`` quacks like a FAISS index for the engine (``search`` with a selector, ``ntotal``,
-``d``), like ``vector_index.Reranked`` does: every part is searched with the caller's selector
-and its own tombstone exclusion, and the hits are merged by score.
+``Segments`` is a ``VectorIndex`` (read-only: ``merged`` gives the writable index a new version
+starts from): every part is searched with the caller's allowed ids and its own tombstone
+exclusion, and the hits are merged by score.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from indexer.fields import with_also_ids
+from indexer.vectors.base import WritableIndex
+from indexer.vectors.faiss_index import FaissIndex, selector_of
 
 SEGMENT = "segment-{:08d}.faiss"
 
@@ -70,11 +72,7 @@ class Manifest:
 def write_segment(path: Path, vectors: np.ndarray, ids: np.ndarray) -> None:
     """A flat exact index of unit vectors (inner product): small, so exact is cheap. The caller
     fsyncs it before committing (``store.append_change``)."""
-    import faiss
-
-    index = faiss.IndexIDMap(faiss.IndexFlatIP(vectors.shape[1]))
-    index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64))
-    faiss.write_index(index, str(path))
+    FaissIndex.exact(vectors, ids).write(path)
 
 
 def hidden_in(tombstones: np.ndarray, generation: int) -> np.ndarray:
@@ -86,12 +84,12 @@ def hidden_in(tombstones: np.ndarray, generation: int) -> np.ndarray:
 class Segments:
     """The base index and the live segments, minus what tombstones hide; ``ntotal``: live vectors."""
 
-    def __init__(self, parts: Sequence[tuple[int, Any]], tombstones: np.ndarray, ntotal: int):
+    def __init__(self, parts: Sequence[tuple[int, Any]], tombstones: np.ndarray, count: int):
         import faiss
 
-        self.parts = list(parts)  # (generation, index), base first (generation 0)
+        self.parts = list(parts)  # (generation, FaissIndex or Reranked), base first (generation 0)
         self.tombstones = tombstones
-        self.ntotal = ntotal
+        self.count = count
         self.hidden = [hidden_in(tombstones, g) for g, _ in self.parts]
         # FAISS selectors hold raw pointers: keep the inner batches alive beside their negations
         self._batches = [faiss.IDSelectorBatch(h) if len(h) else None for h in self.hidden]
@@ -100,40 +98,47 @@ class Segments:
     @property
     def live_share(self) -> float:
         """Live vectors over stored ones: what tombstones leave of what a probe scans."""
-        return self.ntotal / max(sum(index.ntotal for _, index in self.parts), 1)
+        return self.count / max(sum(index.count for _, index in self.parts), 1)
 
     @property
     def base(self) -> Any:
         return self.parts[0][1]
 
     @property
-    def d(self) -> int:
-        return self.base.d
+    def dimension(self) -> int:
+        return self.base.dimension
+
+    @property
+    def kind(self) -> str:
+        return self.base.kind
 
     @property
     def nprobe(self) -> int | None:
-        return getattr(self.base, "nprobe", None)
+        return self.base.nprobe
 
-    def search(self, queries: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        """Each part searched for k (with the caller's selector, ``params.sel``, and the part's
-        tombstone exclusion), then the best k of all merged."""
+    def part_shapes(self) -> list[tuple[int, int]]:
+        return [(index.dimension, index.count) for _, index in self.parts]
+
+    def search(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each part searched for k (with the caller's allowed ids and the part's tombstone
+        exclusion), then the best k of all merged."""
         import faiss
 
-        from indexer.vector_index import search_parameters
-
-        wanted = None if params is None else params.sel
+        wanted = selector_of(allowed)
         scores, ids = [], []
         for (_, index), excluded in zip(self.parts, self._excluded, strict=True):
+            selector = excluded if wanted is None else wanted
             if wanted is not None and excluded is not None:
                 selector = faiss.IDSelectorAnd(wanted, excluded)
-                part_params = search_parameters(index, selector)
-            elif wanted is not None:
-                part_params = search_parameters(index, wanted)
-            elif excluded is not None:
-                part_params = _exclusion_parameters(index, excluded, self.live_share)
-            else:
-                part_params = None
-            found_scores, found_ids = index.search(queries, min(k, max(index.ntotal, 1)), params=part_params)
+            found_scores, found_ids = index.search_selected(
+                queries,
+                min(k, max(index.count, 1)),
+                selector,
+                filtered=wanted is not None,
+                live_share=self.live_share,
+            )
             scores.append(np.where(found_ids >= 0, found_scores, -np.inf))
             ids.append(found_ids)
         all_scores, all_ids = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
@@ -149,68 +154,23 @@ class Segments:
 
     def stored(self) -> tuple[np.ndarray, np.ndarray]:
         """The live vectors of every part (as stored) and their ids."""
-        from indexer.vector_index import stored_vectors
-
         vectors, ids = [], []
         for (_, index), hidden in zip(self.parts, self.hidden, strict=True):
-            part_vectors, part_ids = stored_vectors(index)
+            part_vectors, part_ids = index.stored()
             live = ~np.isin(part_ids, hidden)
             vectors.append(part_vectors[live])
             ids.append(part_ids[live])
         return np.concatenate(vectors), np.concatenate(ids)
 
-    def merged(self) -> Any:
+    def merged(self) -> WritableIndex:
         """The base with the hidden vectors removed and the segments' live vectors added: the
         index a compaction starts from (the base must have been read with ``mmap=False``)."""
-        from indexer.vector_index import stored_vectors
-
         base = self.base
         if len(self.hidden[0]):
-            base.remove_ids(self.hidden[0])
+            base.remove(self.hidden[0])
         for (_, index), hidden in zip(self.parts[1:], self.hidden[1:], strict=True):
-            vectors, ids = stored_vectors(index)
+            vectors, ids = index.stored()
             live = ~np.isin(ids, hidden)
             if live.any():
-                base.add_with_ids(np.ascontiguousarray(vectors[live]), ids[live])
+                base.add(np.ascontiguousarray(vectors[live]), ids[live])
         return base
-
-
-def _exclusion_parameters(index: Any, excluded: Any, live_share: float) -> Any:
-    """Tombstones alone: an IVF part probes its tuned count of lists, widened by the share of
-    buried vectors (a probe finds that much less), rather than every list as a filter does."""
-    import math
-
-    import faiss
-
-    from indexer.vector_index import Reranked
-
-    probed = index.codes if isinstance(index, Reranked) else index
-    if isinstance(probed, faiss.IndexIVF):
-        nprobe = min(probed.nlist, math.ceil(probed.nprobe / max(live_share, 1e-9)))
-        return faiss.SearchParametersIVF(sel=excluded, nprobe=nprobe)
-    return faiss.SearchParameters(sel=excluded)
-
-
-def open_vectors(
-    version: Path,
-    base_file: str,
-    manifest: Manifest,
-    tombstones: np.ndarray,
-    ntotal: int,
-    *,
-    mmap: bool,
-    storage: str = "float32",
-) -> Any:
-    """The base index alone when nothing is segmented or buried (the common, compacted case),
-    else ``Segments``. Segments are small flat files: read whole."""
-    import faiss
-
-    from indexer.vector_index import read_vectors
-
-    base = read_vectors(version / base_file, mmap=mmap, storage=storage)
-    if not manifest.segments and not len(tombstones):
-        return base
-    parts = [(0, base)] + [
-        (g, faiss.read_index(str(version / segment_name(g)))) for g, _ in manifest.segments
-    ]
-    return Segments(parts, tombstones, ntotal)

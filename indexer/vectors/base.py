@@ -1,0 +1,77 @@
+"""What the rest of semsearch may ask of a vector index, whatever holds the vectors.
+
+Ids are FAISS ids (``entries._rowid``, plus ``fields.ALSO_ID`` for an also-vector); vectors are
+unit length and every score is an inner product, i.e. a cosine. ``VectorIndex`` is what a search
+needs (a ``Segments`` view of a version is one); ``WritableIndex`` adds what a new version needs
+(``merged`` gives one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # numpy loads where vectors are handled, so `semsearch --help` never pays for it
+    import numpy as np
+
+Parts = Callable[[], Iterable[tuple["np.ndarray", "np.ndarray"]]]
+"""A corpus' unit vectors and their ids, in bounded parts; called again for each pass over them."""
+
+
+class VectorIndex(Protocol):
+    @property
+    def dimension(self) -> int: ...
+
+    @property
+    def count(self) -> int:
+        """Live vectors."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """``flat`` (every vector scanned) or ``ivf``."""
+        ...
+
+    @property
+    def nprobe(self) -> int | None: ...
+
+    def search(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and ids of the k best vectors of each query (padded with -inf / -1). ``allowed``:
+        only these ids, found exactly within them (an IVF index probes every list then)."""
+        ...
+
+    def stored(self) -> tuple[np.ndarray, np.ndarray]:
+        """The live vectors (as stored: float16/sq8 come back decoded) and their ids."""
+        ...
+
+    def part_shapes(self) -> list[tuple[int, int]]:
+        """Dimension and stored vector count of each file read: what an open checks against meta."""
+        ...
+
+    def merged(self) -> WritableIndex:
+        """One index holding the live vectors: what a new version starts from (read unmapped)."""
+        ...
+
+
+class WritableIndex(VectorIndex, Protocol):
+    nprobe: int | None
+
+    @property
+    def nlist(self) -> int: ...
+
+    def add(self, vectors: np.ndarray, ids: np.ndarray) -> None: ...
+
+    def remove(self, ids: np.ndarray) -> int: ...
+
+    def write(self, path: Path) -> None:
+        """Everything the index needs to ``path`` and the side files its storage names beside it."""
+        ...
+
+
+def shape_of(index: VectorIndex) -> dict[str, Any]:
+    """What the index's meta keeps about its vectors, so ``info`` needs no FAISS: the kind, and
+    the probe count of an IVF index."""
+    return {"vector_kind": index.kind, **({"nprobe": int(index.nprobe or 0)} if index.kind == "ivf" else {})}
