@@ -23,8 +23,8 @@ PACKAGE = ROOT / "indexer" / "encoders"
 HEAVY = ("torch", "onnxruntime")
 
 
-def heavy_imports(path: Path) -> list[str]:
-    """``file:line module`` of each import of torch or onnxruntime (or a submodule) in ``path``."""
+def heavy_imports(path: Path, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    """``file:line module`` of each import of ``heavy`` (torch, onnxruntime) or a submodule in ``path``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -33,7 +33,7 @@ def heavy_imports(path: Path) -> list[str]:
             names = [node.module]
         else:
             continue
-        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in HEAVY]
+        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in heavy]
     return found
 
 

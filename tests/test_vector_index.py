@@ -12,11 +12,20 @@ from indexer import Strategy, build_index
 from indexer.store import open_index
 from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vectors.factory import (
+    STORAGES,
     build_vector_index,
+    open_vectors,
+    read_vectors,
     refit,
+    side_files,
 )
+from indexer.vectors.faiss_index import FaissIndex
+from indexer.vectors.reranked import Reranked
+from indexer.vectors.segments import Manifest, Segments, segment_name, write_segment
 from indexer.vectors.tuning import RECALL_TARGET, recall_at_10
 from search import SearchEngine
+from tests.conftest import ROOT
+from tests.test_encoders import heavy_imports
 
 
 def clustered(n: int, dimension: int = 32, clusters: int = 50, seed: int = 0) -> np.ndarray:
@@ -159,3 +168,38 @@ def test_refit_retunes_ivf_when_the_size_has_doubled():
     exact, _ = refit(rebuilt, "auto", "float32", 8000)  # 8000 < EXACT_LIMIT: exact again
     assert exact.kind == "flat" and exact.count == 8000
     assert sorted(exact.search(vectors[:1], 1)[1][0].tolist()) == [1]
+
+
+def test_faiss_is_imported_only_by_the_vector_index_package():
+    package = ROOT / "indexer" / "vectors"
+    outside = [
+        path
+        for folder in ("indexer", "search")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if package not in path.parents
+    ]
+    assert outside and [hit for path in outside for hit in heavy_imports(path, ("faiss",))] == []
+    assert any(heavy_imports(path, ("faiss",)) for path in package.glob("*.py"))  # the scan sees it
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_the_factory_opens_each_stored_kind_as_its_implementation(tmp_path, storage, kind):
+    """What a version's meta records (storage, and the kind in the file) decides the class that
+    reads it back; segments or tombstones make a ``Segments`` view over that base."""
+    vectors = clustered(600)
+    ids = np.arange(1, 601, dtype=np.int64)
+    build_vector_index(vectors[:500], ids[:500], kind, storage).write(tmp_path / "vectors.faiss")
+    stored = read_vectors(tmp_path / "vectors.faiss", mmap=True, storage=storage)
+    assert type(stored) is (Reranked if storage == "pq" else FaissIndex)
+    assert (stored.kind, stored.count, stored.dimension) == (kind, 500, 32)
+    assert stored.search(vectors[7:8], 1, allowed=ids[5:9])[1][0].tolist() == [8]
+    assert set(side_files(storage)) <= {p.name for p in tmp_path.iterdir()}
+    write_segment(tmp_path / segment_name(1), vectors[500:], ids[500:])
+    tombstones = np.array([[3, 1]], dtype=np.int64)  # row 3 buried by generation 1
+    view = open_vectors(
+        tmp_path, "vectors.faiss", Manifest(((1, 100),), 1, 1), tombstones, 599, mmap=True, storage=storage
+    )
+    assert type(view) is Segments and type(view.base) is type(stored) and view.kind == kind
+    assert view.part_shapes() == [(32, 500), (32, 100)] and view.count == 599
+    assert 3 not in view.stored()[1] and view.search(vectors[550:551], 1)[1][0].tolist() == [551]
