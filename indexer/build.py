@@ -100,7 +100,7 @@ def build_index(
     also: FieldScoring | None = None,
 ) -> BuildReport:
     """Index a corpus file into ``index_dir``, replacing any index there only once complete.
-    ``index_kind``: ``auto`` (exact below ``vector_index.EXACT_LIMIT`` vectors, IVF above),
+    ``index_kind``: ``auto`` (exact below ``vectors.factory.EXACT_LIMIT`` vectors, IVF above),
     ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to
     wait for another writer to finish; ``ray``: embed on Ray, ``"local"`` or a cluster address, with
     ``ray_workers`` actors (``indexer.distributed``); ``also``: a second vector per entry scored

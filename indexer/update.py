@@ -161,9 +161,9 @@ def delete_from_index(index_dir: str | Path, ids: Sequence[str], *, wait: float 
 
 
 def compact_index(index_dir: str | Path, *, wait: float = 0) -> int:
-    """Merge the segments and drop the tombstones of earlier updates (``indexer.segments``),
+    """Merge the segments and drop the tombstones of earlier updates (``indexer.vectors.segments``),
     VACUUM the database and refit the vector index to its size (the kind chosen again, IVF probes
-    retuned: ``vector_index.refit``); returns the bytes on disk after."""
+    retuned: ``vectors.factory.refit``); returns the bytes on disk after."""
     index_dir = Path(index_dir)
     with writer_lock(index_dir, wait):
         apply_change(index_dir, Change(), compact=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from indexer.vectors.base import Parts
 from indexer.vectors.tuning import list_count, rows_at, tune_nprobe_parts
@@ -24,7 +24,27 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-class FaissIndex:
+class OneIndex:
+    """What an index read from one file (and its side files) does the same way whatever its
+    storage: it is its own merge, and a search with allowed ids is a search with their selector
+    (``search_selected``, each implementation's own)."""
+
+    dimension: int
+    count: int
+
+    def part_shapes(self) -> list[tuple[int, int]]:
+        return [(self.dimension, self.count)]
+
+    def merged(self) -> Self:
+        return self
+
+    def search(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self.search_selected(queries, k, selector_of(allowed))
+
+
+class FaissIndex(OneIndex):
     """A FAISS index (ids = FAISS ids) as a ``WritableIndex``; ``index``: the FAISS object."""
 
     SIDE_FILES: tuple[str, ...] = ()
@@ -136,17 +156,6 @@ class FaissIndex:
             index.set_direct_map_type(faiss.DirectMap.NoMap)  # not written with the index
             return vectors, ids
         return index.index.reconstruct_n(0, index.ntotal), faiss.vector_to_array(index.id_map)
-
-    def part_shapes(self) -> list[tuple[int, int]]:
-        return [(self.dimension, self.count)]
-
-    def merged(self) -> FaissIndex:
-        return self
-
-    def search(
-        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        return self.search_selected(queries, k, selector_of(allowed))
 
     def search_selected(
         self, queries: np.ndarray, k: int, selector: Any, *, filtered: bool = True, live_share: float = 1.0

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from indexer.vectors.base import Parts
-from indexer.vectors.faiss_index import parameters, selector_of
+from indexer.vectors.faiss_index import OneIndex, parameters
 from indexer.vectors.files import mapped
 from indexer.vectors.tuning import list_count, rows_at, tune_nprobe_parts
 
@@ -30,7 +30,7 @@ FULL_VECTORS = "full-vectors.npy"
 FULL_IDS = "full-ids.npy"
 
 
-class Reranked:
+class Reranked(OneIndex):
     """``pq`` storage (see module doc) as a ``WritableIndex``, one hit per id (its best vector).
 
     ``vectors``/``ids``: the full vectors sorted by id, memory-mapped once written; changes made
@@ -203,17 +203,6 @@ class Reranked:
             np.concatenate([self.vectors[kept], self.added_vectors]),
             np.concatenate([self.ids[kept], self.added_ids]),
         )
-
-    def part_shapes(self) -> list[tuple[int, int]]:
-        return [(self.dimension, self.count)]
-
-    def merged(self) -> Reranked:
-        return self
-
-    def search(
-        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        return self.search_selected(queries, k, selector_of(allowed))
 
     def search_selected(
         self, queries: np.ndarray, k: int, selector: Any, *, filtered: bool = True, live_share: float = 1.0
