@@ -98,4 +98,19 @@ def vector_ids(rowids: np.ndarray, also: np.ndarray | None) -> np.ndarray:
 def with_also_ids(rowids: Sequence[int] | np.ndarray) -> np.ndarray:
     """Every FAISS id an entry may hold: its row id and its also-vectors' id."""
     rowids = np.asarray(rowids, dtype=np.int64)
-    return np.concatenate([rowids, rowids + ALSO_ID])
+    return np.concatenate([rowids, also_ids(rowids)])
+
+
+def also_ids(rowids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The FAISS id of each entry's also-vectors."""
+    return np.asarray(rowids, dtype=np.int64) + ALSO_ID
+
+
+def row_ids(ids: np.ndarray) -> np.ndarray:
+    """The entry (row id) of each FAISS id: an also-vector's is its entry's."""
+    return ids % ALSO_ID
+
+
+def is_also(ids: np.ndarray) -> np.ndarray:
+    """Which FAISS ids are also-vectors."""
+    return ids >= ALSO_ID

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from indexer.errors import BadInput
-from indexer.fields import ALSO_ID
+from indexer.fields import is_also
 from indexer.store import StoredIndex
 from indexer.vectors.factory import EXACT_LIMIT
 from indexer.vectors.faiss_index import PairIndex
@@ -198,7 +198,7 @@ def find_duplicates(
     if limit is not None and limit < 0:
         raise BadInput(f"limit must be 0 or more, not {limit}")
     vectors, owners = index.read_vectors().stored()
-    texts = owners < ALSO_ID  # entries say the same thing when their texts do: also-vectors aside
+    texts = ~is_also(owners)  # entries say the same thing when their texts do: also-vectors aside
     vectors, owners = vectors[texts], owners[texts]
     pairs, scores = range_pairs(
         np.ascontiguousarray(vectors, dtype=np.float32), owners, min_score, exact, stop

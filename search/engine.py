@@ -17,7 +17,7 @@ from indexer.catalog import Facet
 from indexer.corpus import RESERVED
 from indexer.encoders.factory import encoder_for
 from indexer.errors import BadInput, FilterError, StrategyConflict
-from indexer.fields import ALSO_ID, FieldScoring, with_also_ids
+from indexer.fields import FieldScoring, also_ids, row_ids, with_also_ids
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
 from indexer.transform import Transform
@@ -219,7 +219,7 @@ class Snapshot:
         while True:
             scores, found = index.vectors.search(vector[None, :], fetch, ids)
             best = {}
-            for rowid, score in zip((found[0] % ALSO_ID).tolist(), scores[0].tolist(), strict=True):
+            for rowid, score in zip(row_ids(found[0]).tolist(), scores[0].tolist(), strict=True):
                 if rowid >= 0 and rowid not in best:
                     best[rowid] = score
             if len(best) >= wanted or fetch >= total:
@@ -242,7 +242,7 @@ class Snapshot:
                 best.setdefault(vector_id, score)  # best chunk first
         rows = np.array(rowids, dtype=np.int64)
         text = np.array([best.get(r, -1.0) for r in rowids])
-        also = np.array([best.get(r + ALSO_ID, -1.0) for r in rowids])
+        also = np.array([best.get(a, -1.0) for a in also_ids(rowids).tolist()])
         combined = self.scoring.combine(text, also)
         order = np.argsort(-combined, kind="stable")
         return {int(rows[i]): float(combined[i]) for i in order}
