@@ -203,3 +203,16 @@ def test_the_factory_opens_each_stored_kind_as_its_implementation(tmp_path, stor
     assert type(view) is Segments and type(view.base) is type(stored) and view.kind == kind
     assert view.part_shapes() == [(32, 500), (32, 100)] and view.count == 599
     assert 3 not in view.stored()[1] and view.search(vectors[550:551], 1)[1][0].tolist() == [551]
+
+
+def test_the_cli_lists_kinds_and_storages_without_numpy():
+    """``semsearch --help`` names every storage (the factory's registry) yet loads no numpy or
+    FAISS: the implementations are imported when an index is built or opened."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, search.cli; print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'faiss'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -13,32 +13,39 @@ its full vectors and loses nothing.)
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from indexer.errors import BadInput
 from indexer.vectors.base import Parts, VectorIndex, WritableIndex
-from indexer.vectors.faiss_index import FaissIndex
-from indexer.vectors.reranked import Reranked
-from indexer.vectors.segments import Manifest, Segments, segment_name
 from indexer.vectors.tuning import MIN_LISTS, tune_nprobe
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from indexer.vectors.segments import Manifest
 
 EXACT_LIMIT = 30_000
 """Below this many vectors a full scan (IndexFlatIP) takes about 2 ms here: exact it is. (At
 100k a single-query scan measured 12.6 ms against 0.2 ms for the tuned IVF, see bench/query.py.)"""
 RETUNE_FACTOR = 2.0
 KINDS = ("auto", "flat", "ivf")
-IMPLEMENTATIONS: dict[str, type[FaissIndex] | type[Reranked]] = {
-    "float32": FaissIndex,
-    "float16": FaissIndex,
-    "sq8": FaissIndex,
-    "pq": Reranked,
+IMPLEMENTATIONS: dict[str, str] = {
+    "float32": "indexer.vectors.faiss_index:FaissIndex",
+    "float16": "indexer.vectors.faiss_index:FaissIndex",
+    "sq8": "indexer.vectors.faiss_index:FaissIndex",
+    "pq": "indexer.vectors.reranked:Reranked",
 }
-"""Storage -> the class that builds (``build``), reads (``read``) and writes it."""
+"""Storage -> the class that builds (``build``), reads (``read``) and writes it (``module:Class``,
+imported when used: the CLI's option list and ``--help`` load no numpy)."""
 STORAGES = tuple(IMPLEMENTATIONS)
+
+
+def implementation(storage: str) -> Any:
+    """The class of ``storage`` (``IMPLEMENTATIONS``), imported now."""
+    module, name = IMPLEMENTATIONS[storage].split(":")
+    return getattr(import_module(module), name)
 
 
 def build_vector_index(
@@ -68,7 +75,7 @@ def build_from_parts(
             f"index kind ivf needs at least {MIN_LISTS} vectors to train its lists, this index has {n}: "
             "choose flat or auto"
         )
-    return IMPLEMENTATIONS[storage].build(parts, n, dimension, wanted_kind(kind, n), storage, directory)
+    return implementation(storage).build(parts, n, dimension, wanted_kind(kind, n), storage, directory)
 
 
 def wanted_kind(asked: str, vectors: int) -> str:
@@ -100,12 +107,12 @@ def refit(
 def read_vectors(path: Path, *, mmap: bool, storage: str = "float32") -> WritableIndex:
     """A stored index file (and its storage's side files), memory-mapped unless the caller will
     change it."""
-    return IMPLEMENTATIONS[storage].read(path, mmap=mmap)
+    return implementation(storage).read(path, mmap=mmap)
 
 
 def side_files(storage: str) -> tuple[str, ...]:
     """The files a storage keeps beside the index file."""
-    return IMPLEMENTATIONS[storage].SIDE_FILES
+    return implementation(storage).SIDE_FILES
 
 
 def open_vectors(
@@ -120,6 +127,9 @@ def open_vectors(
 ) -> VectorIndex:
     """A version's vectors: the base index alone when nothing is segmented or buried (the common,
     compacted case), else ``Segments``. Segments are small flat files: read whole."""
+    from indexer.vectors.faiss_index import FaissIndex
+    from indexer.vectors.segments import Segments, segment_name
+
     base = read_vectors(version / base_file, mmap=mmap, storage=storage)
     if not manifest.segments and not len(tombstones):
         return base
