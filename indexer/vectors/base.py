@@ -20,6 +20,9 @@ Parts = Callable[[], Iterable[tuple["np.ndarray", "np.ndarray"]]]
 
 
 class VectorIndex(Protocol):
+    """A version's vectors as searches see them: the engine, ``duplicates`` and the store's
+    checks call nothing else, so a storage kind or ANN library is one new implementation."""
+
     @property
     def dimension(self) -> int: ...
 

@@ -82,7 +82,7 @@ def hidden_in(tombstones: np.ndarray, generation: int) -> np.ndarray:
 
 
 class Segments:
-    """The base index and the live segments, minus what tombstones hide; ``ntotal``: live vectors."""
+    """The base index and the live segments, minus what tombstones hide; ``count``: live vectors."""
 
     def __init__(self, parts: Sequence[tuple[int, Any]], tombstones: np.ndarray, count: int):
         import faiss
