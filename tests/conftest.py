@@ -1,16 +1,23 @@
-"""Shared fixtures: a tiny random BERT for fast shape/mask tests, the real bundled model, and
-the real evaluation data beside the checkout (tests that need it skip where it is absent)."""
+"""Shared fixtures and helpers: a tiny random BERT for fast shape/mask tests, the real bundled
+model, the real evaluation data beside the checkout (tests that need it skip where it is absent),
+the corpora several test modules build, and the `semsearch` command and server in a subprocess.
+Test modules import helpers from here only, never from one another."""
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,3 +122,125 @@ def kill_during(command: list[str], index_dir: Path, when: float | str) -> bool:
         os.kill(process.pid, signal.SIGKILL)
     process.wait()
     return killed
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`semsearch ARGS` in a subprocess, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "search.cli", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def assert_clean_failure(result: subprocess.CompletedProcess, message: str) -> None:
+    """A non-zero exit with one ``Error:`` line naming ``message``, no traceback."""
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("Error: ")]
+    assert len(errors) == 1, result.stderr
+    assert message in errors[0], errors[0]
+    if not lines[0].startswith("Usage:"):  # click prints usage above a usage error; else one line
+        assert len(lines) == 1, result.stderr
+
+
+def write_csv(
+    path: Path, rows: Sequence[Sequence[object]], columns: Sequence[str] = ("id", "text", "category")
+) -> Path:
+    """A CSV corpus: a header of ``columns``, then ``rows``."""
+    with path.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    return path
+
+
+BASE = [
+    (f"e{i}", f"entry number {i} about {topic}", topic)
+    for i, topic in enumerate(["bikes", "billing", "parking", "billing", "bikes", "app"] * 5)
+]
+"""Thirty entries in five topics: the index updates are made on."""
+
+ROWS = [
+    ("a1", "How do I pay for a ride?", "billing"),
+    ("a2", "Where can I park the bike?", "stations"),
+    ("a3", "Can I get a refund?", "billing"),
+    ("a4", "Is there an app?", "app"),
+]
+
+
+def build_faq(directory: Path, model: str, field: str = "category", **strategy: object) -> Path:
+    """The four-row FAQ in ``directory/idx`` (built again there with another strategy if asked)."""
+    from indexer import Strategy, build_index
+
+    corpus = write_csv(directory / "faq.csv", ROWS, ("id", "text", field))
+    build_index(corpus, directory / "idx", Strategy(model=model, **strategy))
+    return directory / "idx"
+
+
+def rowids(index_dir: Path) -> dict[str, int]:
+    """External id -> row id of every entry in the live version."""
+    from indexer.store import open_index
+
+    return dict(open_index(index_dir).db.execute("select _id, _rowid from entries"))
+
+
+def real_sentences() -> list[str]:
+    """STS-B dev sentences where the shared data is present, plus the bundled demo FAQ."""
+    sentences = []
+    stsb = SHARED / "stsb" / "stsb-dev.tsv"
+    if stsb.is_file():
+        with stsb.open(encoding="utf-8") as f:
+            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:101]
+        sentences += [r[1] for r in rows] + [r[2] for r in rows]
+    with (DATA / "demo_faq.csv").open(encoding="utf-8") as f:
+        for row in list(csv.DictReader(f))[:100]:
+            sentences += [row["question"], row["answer"]]
+    sentences.append(" ".join(sentences[:60]))  # longer than 256 tokens: both must truncate alike
+    return sentences
+
+
+def clustered(n: int, dimension: int = 32, clusters: int = 50, seed: int = 0) -> np.ndarray:
+    """Unit vectors in clusters, like sentence embeddings (uniform random ones are not)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, dimension))
+    points = centres[rng.integers(clusters, size=n)] + rng.normal(scale=0.35, size=(n, dimension))
+    return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
+
+
+def answering(port: int, seconds: float, process: subprocess.Popen | None = None) -> bool:
+    """Whether the server on ``port`` answers /health within ``seconds`` (while ``process`` runs)."""
+    import httpx
+
+    deadline = time.time() + seconds
+    while time.time() < deadline and (process is None or process.poll() is None):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return False
+
+
+@contextlib.contextmanager
+def serving(index: Path, *options: str) -> Iterator[int]:
+    """`semsearch serve INDEX [OPTIONS]` in a subprocess, up and answering; yields its port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "search.cli", "serve", str(index), "--port", str(port), *options],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        if not answering(port, 120, process):
+            pytest.fail("server did not start")
+        yield port
+        assert process.poll() is None, "the server died"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

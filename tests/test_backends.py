@@ -11,7 +11,7 @@ from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.encoders.torch_encoder import TorchEncoder
 from search import SearchEngine
-from tests.test_peer import real_sentences
+from tests.conftest import real_sentences
 
 pytest.importorskip("onnxruntime")
 

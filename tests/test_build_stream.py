@@ -23,7 +23,7 @@ from indexer.store import CURRENT, DATABASE, TRANSFORM, open_index
 from indexer.transform import Transform
 from indexer.vector_index import stored_vectors
 from search import SearchEngine
-from tests.conftest import ROOT
+from tests.conftest import ROOT, write_csv
 
 ROWS = [
     ("a1", "How do I reset my password?", ""),
@@ -38,10 +38,7 @@ ROWS = [
 
 
 def corpus(tmp_path: Path, rows=ROWS) -> Path:
-    path = tmp_path / "c.csv"
-    lines = ["id,text,stock"] + [f'{i},"{t}",{s}' for i, t, s in rows]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return write_csv(tmp_path / "c.csv", rows, ("id", "text", "stock"))
 
 
 @pytest.fixture

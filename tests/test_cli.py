@@ -4,34 +4,12 @@ ends as one clear line on stderr with a non-zero exit, never a traceback, never 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from indexer.store import CURRENT
-
-
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "search.cli", *map(str, args)],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def assert_clean_failure(result: subprocess.CompletedProcess, message: str) -> None:
-    assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("Error: ")]
-    assert len(errors) == 1, result.stderr
-    assert message in errors[0], errors[0]
-    if not lines[0].startswith("Usage:"):  # click prints usage above a usage error; else one line
-        assert len(lines) == 1, result.stderr
+from tests.conftest import assert_clean_failure, run
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,7 @@ from search.calibration import (
 from search.confidence import Neighbourhood, Rule
 from search.engine import SearchEngine
 from search.evaluate import evaluate_abstention, read_retrieval_set, threads
-from tests.conftest import shared_file
-from tests.test_cli import assert_clean_failure, run
+from tests.conftest import assert_clean_failure, run, shared_file
 
 TOPICS = [
     "How do I reset my password?",

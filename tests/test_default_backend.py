@@ -5,11 +5,9 @@ is indexed on torch, and the build says so."""
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,8 +24,7 @@ from indexer.vector_index import stored_vectors
 from search import SearchEngine
 from search.cli import cli
 from search.engine import check_strategy
-from tests.conftest import DATA, random_bert
-from tests.test_peer import real_sentences
+from tests.conftest import DATA, random_bert, real_sentences, write_csv
 
 pytest.importorskip("onnxruntime")
 
@@ -35,14 +32,6 @@ pytest.importorskip("onnxruntime")
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path_factory.getbasetemp() / "onnx-cache"))
-
-
-def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
-    with path.open("w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["id", "text"])
-        writer.writerows(rows)
-    return path
 
 
 def semsearch(*args: object) -> subprocess.CompletedProcess:
@@ -63,8 +52,8 @@ def test_torch_and_onnx_are_one_strategy_and_int8_another():
 def test_an_old_torch_index_takes_a_default_add_and_query_and_ranks_as_a_new_one(tmp_path):
     sentences = list(dict.fromkeys(s.strip() for s in real_sentences()[:80] if s.strip()))
     rows = [(f"s{i}", text) for i, text in enumerate(sentences)]
-    first = write_csv(tmp_path / "first.csv", rows[:50])
-    more = write_csv(tmp_path / "more.csv", rows[50:])
+    first = write_csv(tmp_path / "first.csv", rows[:50], ("id", "text"))
+    more = write_csv(tmp_path / "more.csv", rows[50:], ("id", "text"))
     old, new = tmp_path / "old", tmp_path / "new"
     build_index(first, old, Strategy(backend="torch"))  # what every index was before
     build_index(first, new)
@@ -128,7 +117,7 @@ def unexportable(tmp_path, monkeypatch) -> str:
 @pytest.mark.parametrize("asked", [[], ["--backend", "onnx"]], ids=["default", "explicit-onnx"])
 def test_an_unexportable_model_is_indexed_on_torch_and_the_build_says_so(unexportable, tmp_path, asked):
     texts = ["how do I pay?", "where do I park?", "the lock is broken"]
-    corpus = write_csv(tmp_path / "c.csv", [(f"q{i}", t) for i, t in enumerate(texts)])
+    corpus = write_csv(tmp_path / "c.csv", [(f"q{i}", t) for i, t in enumerate(texts)], ("id", "text"))
     result = CliRunner().invoke(
         cli, ["index", str(corpus), "-o", str(tmp_path / "idx"), "--model", unexportable, *asked]
     )
@@ -146,7 +135,7 @@ def test_an_unexportable_model_is_indexed_on_torch_and_the_build_says_so(unexpor
 
 
 def test_an_unexportable_model_fails_clearly_on_int8(unexportable, tmp_path):
-    corpus = write_csv(tmp_path / "c.csv", [("q1", "how do I pay?")])
+    corpus = write_csv(tmp_path / "c.csv", [("q1", "how do I pay?")], ("id", "text"))
     args = [
         "index",
         str(corpus),

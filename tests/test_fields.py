@@ -18,7 +18,7 @@ from indexer.vector_index import stored_vectors
 from search.confidence import Neighbourhood
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine
-from tests.test_cli import assert_clean_failure, run
+from tests.conftest import assert_clean_failure, run
 
 # Crafted so that each single field ranks a decoy first and only their combination the right entry:
 # the question alone prefers "qdecoy" (same question, useless answer), question+answer alone

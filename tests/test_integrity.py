@@ -22,7 +22,7 @@ from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vector_index import FULL_IDS, FULL_VECTORS
 from search import SearchEngine
 from search.cli import cli
-from tests.test_update import BASE, write_csv
+from tests.conftest import BASE, write_csv
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vector_index import FULL_IDS, FULL_VECTORS, Reranked, build_vector_index, kind_of, recall_at_10
 from search import SearchEngine
 from search.duplicates import find_duplicates
-from tests.test_vector_index import clustered
+from tests.conftest import clustered
 
 QUESTIONS = ("line 7 about topic 7", "topic 3", "a fresh line about tandem bicycles", "ünïcödé 🚲 ∑")
 

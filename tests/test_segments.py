@@ -20,8 +20,7 @@ from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vector_index import stored_vectors
 from search import SearchEngine
 from search.duplicates import find_duplicates
-from tests.conftest import kill_during, whole_run
-from tests.test_update import BASE, rowids, write_csv
+from tests.conftest import BASE, kill_during, rowids, whole_run, write_csv
 
 
 @pytest.fixture

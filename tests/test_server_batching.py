@@ -15,7 +15,7 @@ pytest.importorskip("fastapi")
 from indexer.encoders.onnx_encoder import OnnxEncoder  # noqa: E402
 from indexer.strategy import Strategy  # noqa: E402
 from search.server import MicroBatcher, create_app, embed_in_groups, length_groups  # noqa: E402
-from tests.test_server import ROWS, build_faq  # noqa: E402
+from tests.conftest import ROWS, build_faq  # noqa: E402
 
 
 class Gate:

@@ -18,8 +18,7 @@ from fastapi.routing import APIRoute  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from search.server import PAGE_POLICY, create_app  # noqa: E402
-from tests.test_cli import assert_clean_failure, run  # noqa: E402
-from tests.test_server import build_faq  # noqa: E402
+from tests.conftest import assert_clean_failure, build_faq, run  # noqa: E402
 
 JSON = {"content-type": "application/json"}
 # A body each POST route accepts, and one request per route that its validation refuses.

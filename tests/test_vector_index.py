@@ -13,14 +13,7 @@ from indexer.store import open_index
 from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vector_index import RECALL_TARGET, build_vector_index, kind_of, recall_at_10, refit
 from search import SearchEngine
-
-
-def clustered(n: int, dimension: int = 32, clusters: int = 50, seed: int = 0) -> np.ndarray:
-    """Unit vectors in clusters, like sentence embeddings (uniform random ones are not)."""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(clusters, dimension))
-    points = centres[rng.integers(clusters, size=n)] + rng.normal(scale=0.35, size=(n, dimension))
-    return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
+from tests.conftest import clustered
 
 
 def test_ivf_reaches_recall_target_against_exact():
