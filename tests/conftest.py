@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,72 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
 SHARED = ROOT.parent / "shared" / "data"
+
+
+_SLOW_WORK: list[str] | None = None
+"""What the running test, one not marked slow, did that only a slow test may do (None: no test
+is being watched)."""
+
+
+def _noting(what: str, function: Callable, applies: Callable[..., bool] = lambda *a, **k: True) -> Callable:
+    """``function``, noting ``what`` for the watched test each time a call ``applies``; in the
+    test's own thread it fails the test there and then (before the slow work)."""
+
+    @functools.wraps(function)
+    def noted(*args, **kwargs):
+        global _SLOW_WORK
+        if _SLOW_WORK is not None and applies(*args, **kwargs):
+            if threading.current_thread() is threading.main_thread():
+                _SLOW_WORK = None  # failed here: not again at teardown
+                pytest.fail(f"{what}: mark it @pytest.mark.slow", pytrace=False)
+            _SLOW_WORK.append(what)
+        return function(*args, **kwargs)
+
+    return noted
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Watch for what makes a test slow (a subprocess, the real model on torch or ONNX Runtime),
+    before any test module imports the code that does it."""
+    from indexer import models
+    from indexer.encoders import onnx_graph
+    from indexer.strategy import DEFAULT_MODEL
+
+    real = models.model_location(DEFAULT_MODEL)
+    models.load_model = _noting(
+        "loads the real model", models.load_model, lambda model, **_: models.model_location(model) == real
+    )
+    onnx_graph.OnnxGraph.__init__ = _noting(
+        "runs the real model's ONNX graph",
+        onnx_graph.OnnxGraph.__init__,
+        lambda _, spec, **__: spec.location == real,
+    )
+    subprocess.Popen.__init__ = _noting("starts a subprocess", subprocess.Popen.__init__)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Watch a test not marked slow from the start of its setup, its module's fixtures included."""
+    global _SLOW_WORK
+    _SLOW_WORK = None if item.get_closest_marker("slow") else []
+
+
+@pytest.fixture(autouse=True)
+def _slow_work_is_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test not marked slow that starts a subprocess or runs the real model fails, so
+    ``pytest -m "not slow"`` stays a quick inner loop."""
+    global _SLOW_WORK
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    if "bundled" in request.fixturenames:
+        pytest.fail("uses the real model (the bundled fixture): mark it @pytest.mark.slow", pytrace=False)
+    try:
+        yield
+    finally:
+        done, _SLOW_WORK = _SLOW_WORK, None
+    if done:
+        pytest.fail(f"{', '.join(dict.fromkeys(done))}: mark it @pytest.mark.slow", pytrace=False)
 
 
 def long_sentences(count: int, words: int) -> list[str]:

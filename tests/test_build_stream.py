@@ -162,6 +162,7 @@ def test_ivf_index_built_from_parts(tmp_path, tiny_model, monkeypatch):
     assert SearchEngine(tmp_path / "idx").search("line 17 about bikes", k=1)
 
 
+@pytest.mark.slow
 def test_info_imports_no_faiss(tmp_path, tiny_model):
     build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
     code = (

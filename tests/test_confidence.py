@@ -223,6 +223,7 @@ def test_abstention_evaluation_removes_whole_threads(tmp_path, tiny_model):
         evaluate_abstention(corpus, read_retrieval_set(queries, qrels), holdout=1.0)
 
 
+@pytest.mark.slow
 def test_cli_calibrate_then_query(faq):
     index, _, queries, qrels = faq
     result = run("calibrate", index, "--queries", queries, "--qrels", qrels, "--json")
@@ -272,6 +273,7 @@ def test_http_search_marks_hits(faq):
         assert client.post("/search", json={"query": "x", "min_score": 2}).status_code == 400
 
 
+@pytest.mark.slow
 def test_cli_evaluate_abstention(tmp_path, tiny_model):
     corpus, queries, qrels = write_faq(tmp_path)
     common = ["--corpus", corpus, "--queries", queries, "--qrels", qrels, "--model", tiny_model]
@@ -307,6 +309,7 @@ def test_self_observations_pair_each_text_with_its_absence(faq):
     assert all(o.features[0] >= -1 for o in seen)
 
 
+@pytest.mark.slow
 def test_calibrate_from_the_corpus_alone(tmp_path, bundled):
     corpus, _, _ = write_faq(tmp_path)
     build_index(corpus, tmp_path / "idx")
@@ -328,6 +331,7 @@ def test_self_calibration_needs_two_texts(tmp_path, tiny_model):
     assert live_version(tmp_path / "idx") == before
 
 
+@pytest.mark.slow
 def test_cli_calibrate_self_and_its_misuse(faq):
     index, _, queries, qrels = faq
     assert_clean_failure(run("calibrate", index), "give --queries and --qrels")

@@ -49,6 +49,7 @@ def test_torch_and_onnx_are_one_strategy_and_int8_another():
     assert "backend" not in onnx.describe() and "backend=torch" in torch.describe()
 
 
+@pytest.mark.slow
 def test_an_old_torch_index_takes_a_default_add_and_query_and_ranks_as_a_new_one(tmp_path):
     sentences = list(dict.fromkeys(s.strip() for s in real_sentences()[:80] if s.strip()))
     rows = [(f"s{i}", text) for i, text in enumerate(sentences)]
@@ -82,6 +83,7 @@ def test_an_old_torch_index_takes_a_default_add_and_query_and_ranks_as_a_new_one
         np.testing.assert_allclose([h.score for h in old_hits], [h.score for h in new_hits], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_asking_either_fp32_backend_of_either_index_is_accepted_int8_is_not(bundled):
     torch = bundled.strategy
     onnx = encoder_for(Strategy()).strategy

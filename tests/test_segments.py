@@ -141,6 +141,7 @@ def test_killed_writer_leaves_an_orphan_segment_and_a_hot_journal_that_are_recov
     assert SearchEngine(index).search("a brand new entry", k=1)[0].id == "n1"  # orphan replaced
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", ["add", "compact"])
 def test_sigkill_during_segment_write_or_merge_leaves_last_complete_state(index, tmp_path, operation):
     extra = write_csv(tmp_path / "x.csv", [(f"x{i}", f"extra entry {i} about app", "app") for i in range(6)])

@@ -99,6 +99,7 @@ def test_concurrent_queries_are_embedded_together(index):
     assert largest > 1
 
 
+@pytest.mark.slow
 def test_serve_binds_localhost_by_default(index):
     with serving(index) as port:
         if shutil.which("ss"):  # the listening socket's local address is loopback only

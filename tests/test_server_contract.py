@@ -149,6 +149,7 @@ def test_head_and_the_page_policy(index):
             assert response.headers["content-security-policy"] == PAGE_POLICY, path
 
 
+@pytest.mark.slow
 def test_serve_on_a_port_in_use_is_one_line_and_exit_1(index):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -101,6 +101,7 @@ def test_second_writer_fails_clearly_while_readers_go_on(index, tmp_path, tiny_m
         assert SearchEngine(index).search("bikes", k=1)  # readers are never blocked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", ["add", "delete"])
 def test_sigkill_during_add_or_delete_leaves_last_complete_state(index, tmp_path, tiny_model, operation):
     big = tmp_path / "big.csv"
@@ -232,6 +233,7 @@ def test_row_number_index_written_before_the_counter_appends_past_its_ids(tmp_pa
     assert sorted(map(int, entry_ids(idx))) == list(range(1, 10))
 
 
+@pytest.mark.slow
 def test_add_past_the_field_limit_is_one_clear_error_and_changes_nothing(index, tmp_path):
     """The index's fields and the file's new ones together must fit SQLite's table: checked before
     anything is written (SQLite's own "too many columns" came mid-write)."""
