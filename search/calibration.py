@@ -33,6 +33,7 @@ from search.queries import Query
 
 DEFAULT_FEATURES = ("score", "gap")
 PLAIN = ("score",)
+"""The cosine alone: the rule a held-out evaluation holds the fitted one against."""
 
 
 def check_features(names: Sequence[str] | None) -> tuple[str, ...]:
@@ -46,6 +47,7 @@ def check_features(names: Sequence[str] | None) -> tuple[str, ...]:
 
 
 def check_precision(precision: float) -> float:
+    """A precision target is a share of right top hits: in (0, 1]."""
     if not 0 < precision <= 1:
         raise BadInput(f"precision must be in (0, 1], not {precision}")
     return float(precision)
