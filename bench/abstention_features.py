@@ -27,7 +27,8 @@ from sklearn.linear_model import LogisticRegression
 
 from indexer.encoders.factory import encoder_for
 from indexer.fields import DEFAULT_WEIGHT
-from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood, auroc, choose_threshold, measure
+from search.calibration import auroc, choose_threshold, measure
+from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood
 from search.evaluate import read_qrels, threads
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"

@@ -338,6 +338,21 @@ class Catalog:
             marks = ", ".join("?" * (len(RESERVED) + len(names)))
             self.db.executemany(f"insert or replace into entries ({columns}) values ({marks})", rows)
 
+    def matching(self, condition: str, params: Sequence[Any]) -> list[tuple[int, int]]:
+        """(row id, vectors held) of each entry a filter admits. ``condition`` is SQL that
+        ``search.filters`` built from a parsed filter, its values bound as ``params``."""
+        return self.db.execute(f"select _rowid, _chunks from entries where {condition}", params).fetchall()
+
+    def texts_by_hash(self) -> dict[str, str]:
+        """Content hash -> its text: one item per distinct embedded text."""
+        return dict(self.db.execute("select _hash, min(_text) from entries group by _hash"))
+
+    def largest_text_group(self) -> int:
+        """The most entries that share one text (0 when empty): how far past a text's own
+        entries a search must reach to find another one."""
+        found = "select coalesce(max(n), 0) from (select count(*) as n from entries group by _hash)"
+        return self.db.execute(found).fetchone()[0]
+
     def fingerprints(self, ids: Sequence[str]) -> dict[str, tuple[str, dict[str, Any]]]:
         """The entries of these external ids that exist: id -> (content hash, fields as
         ``comparable`` gives them). By id, so an update reads what it changes, not the index."""

@@ -431,7 +431,7 @@ def calibrate_command(
 ) -> None:
     """Fit and store the rule that marks hits answered; unjudged questions are unanswerable ones.
     With --self, the questions are the index's own texts with words dropped (see the README)."""
-    from search.confidence import calibrate_index
+    from search.calibration import calibrate_index
     from search.evaluate import read_retrieval_set
 
     if from_corpus == bool(queries_file or qrels) or not from_corpus and not (queries_file and qrels):

@@ -152,9 +152,7 @@ class Snapshot:
         condition = parse_filter(where, [c for c in columns if c not in RESERVED])
         try:
             with self.db_lock:
-                found = self.index.db.execute(
-                    f"select _rowid, _chunks from entries where {condition.sql}", condition.params
-                ).fetchall()
+                found = self.index.catalog.matching(condition.sql, condition.params)
         except sqlite3.OperationalError as exc:
             raise FilterError(f"filter: too large or complex ({exc})") from None
         ids = np.array([r[0] for r in found], dtype=np.int64)

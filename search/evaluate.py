@@ -248,13 +248,13 @@ def evaluate_abstention(
     the rest, calibrate on half of the threads' questions and report on the other half: precision
     of the answered, coverage, AUROC (answerable vs not) of the confidence, for the calibrated
     rule, for a plain top-1 cosine threshold at the same precision, and for the rule calibrated
-    on the corpus alone (``self``: no labelled question, ``confidence.self_observations``)."""
+    on the corpus alone (``self``: no labelled question, ``calibration.self_observations``)."""
     import random
 
     from indexer.build import build_index
     from indexer.corpus import read_corpus
-    from search.confidence import PLAIN, auroc, check_precision, fit_rule, measure, self_observations
-    from search.confidence import observations as observe_all
+    from search.calibration import PLAIN, auroc, check_precision, fit_rule, measure, self_observations
+    from search.calibration import observations as observe_all
     from search.engine import SearchEngine
 
     if not 0 < holdout < 1:

@@ -1,21 +1,97 @@
-"""Shared fixtures: a tiny random BERT for fast shape/mask tests, the real bundled model, and
-the real evaluation data beside the checkout (tests that need it skip where it is absent)."""
+"""Shared fixtures and helpers: a tiny random BERT for fast shape/mask tests, the real bundled
+model, the real evaluation data beside the checkout (tests that need it skip where it is absent),
+the corpora several test modules build, and the `semsearch` command and server in a subprocess.
+Test modules import helpers from here only, never from one another."""
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import csv
+import functools
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
 SHARED = ROOT.parent / "shared" / "data"
+
+
+_SLOW_WORK: list[str] | None = None
+"""What the running test, one not marked slow, did that only a slow test may do (None: no test
+is being watched)."""
+
+
+def _noting(what: str, function: Callable, applies: Callable[..., bool] = lambda *a, **k: True) -> Callable:
+    """``function``, noting ``what`` for the watched test each time a call ``applies``; in the
+    test's own thread it fails the test there and then (before the slow work)."""
+
+    @functools.wraps(function)
+    def noted(*args, **kwargs):
+        global _SLOW_WORK
+        if _SLOW_WORK is not None and applies(*args, **kwargs):
+            if threading.current_thread() is threading.main_thread():
+                _SLOW_WORK = None  # failed here: not again at teardown
+                pytest.fail(f"{what}: mark it @pytest.mark.slow", pytrace=False)
+            _SLOW_WORK.append(what)
+        return function(*args, **kwargs)
+
+    return noted
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Watch for what makes a test slow (a subprocess, the real model on torch or ONNX Runtime),
+    before any test module imports the code that does it."""
+    from indexer import models
+    from indexer.encoders import onnx_graph
+    from indexer.strategy import DEFAULT_MODEL
+
+    real = models.model_location(DEFAULT_MODEL)
+    models.load_model = _noting(
+        "loads the real model", models.load_model, lambda model, **_: models.model_location(model) == real
+    )
+    onnx_graph.OnnxGraph.__init__ = _noting(
+        "runs the real model's ONNX graph",
+        onnx_graph.OnnxGraph.__init__,
+        lambda _, spec, **__: spec.location == real,
+    )
+    subprocess.Popen.__init__ = _noting("starts a subprocess", subprocess.Popen.__init__)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Watch a test not marked slow from the start of its setup, its module's fixtures included."""
+    global _SLOW_WORK
+    _SLOW_WORK = None if item.get_closest_marker("slow") else []
+
+
+@pytest.fixture(autouse=True)
+def _slow_work_is_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test not marked slow that starts a subprocess or runs the real model fails, so
+    ``pytest -m "not slow"`` stays a quick inner loop."""
+    global _SLOW_WORK
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    if "bundled" in request.fixturenames:
+        pytest.fail("uses the real model (the bundled fixture): mark it @pytest.mark.slow", pytrace=False)
+    try:
+        yield
+    finally:
+        done, _SLOW_WORK = _SLOW_WORK, None
+    if done:
+        pytest.fail(f"{', '.join(dict.fromkeys(done))}: mark it @pytest.mark.slow", pytrace=False)
 
 
 def long_sentences(count: int, words: int) -> list[str]:
@@ -115,3 +191,139 @@ def kill_during(command: list[str], index_dir: Path, when: float | str) -> bool:
         os.kill(process.pid, signal.SIGKILL)
     process.wait()
     return killed
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`semsearch ARGS` in a subprocess, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "search.cli", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def assert_clean_failure(result: subprocess.CompletedProcess, message: str) -> None:
+    """A non-zero exit with one ``Error:`` line naming ``message``, no traceback."""
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("Error: ")]
+    assert len(errors) == 1, result.stderr
+    assert message in errors[0], errors[0]
+    if not lines[0].startswith("Usage:"):  # click prints usage above a usage error; else one line
+        assert len(lines) == 1, result.stderr
+
+
+def write_csv(
+    path: Path, rows: Sequence[Sequence[object]], columns: Sequence[str] = ("id", "text", "category")
+) -> Path:
+    """A CSV corpus: a header of ``columns``, then ``rows``."""
+    with path.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    return path
+
+
+BASE = [
+    (f"e{i}", f"entry number {i} about {topic}", topic)
+    for i, topic in enumerate(["bikes", "billing", "parking", "billing", "bikes", "app"] * 5)
+]
+"""Thirty entries in five topics: the index updates are made on."""
+
+ROWS = [
+    ("a1", "How do I pay for a ride?", "billing"),
+    ("a2", "Where can I park the bike?", "stations"),
+    ("a3", "Can I get a refund?", "billing"),
+    ("a4", "Is there an app?", "app"),
+]
+
+
+def build_faq(directory: Path, model: str, field: str = "category", **strategy: object) -> Path:
+    """The four-row FAQ in ``directory/idx`` (built again there with another strategy if asked)."""
+    from indexer import Strategy, build_index
+
+    corpus = write_csv(directory / "faq.csv", ROWS, ("id", "text", field))
+    build_index(corpus, directory / "idx", Strategy(model=model, **strategy))
+    return directory / "idx"
+
+
+def rowids(index_dir: Path) -> dict[str, int]:
+    """External id -> row id of every entry in the live version."""
+    from indexer.store import open_index
+
+    return dict(open_index(index_dir).db.execute("select _id, _rowid from entries"))
+
+
+def real_sentences() -> list[str]:
+    """STS-B dev sentences where the shared data is present, plus the bundled demo FAQ."""
+    sentences = []
+    stsb = SHARED / "stsb" / "stsb-dev.tsv"
+    if stsb.is_file():
+        with stsb.open(encoding="utf-8") as f:
+            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:101]
+        sentences += [r[1] for r in rows] + [r[2] for r in rows]
+    with (DATA / "demo_faq.csv").open(encoding="utf-8") as f:
+        for row in list(csv.DictReader(f))[:100]:
+            sentences += [row["question"], row["answer"]]
+    sentences.append(" ".join(sentences[:60]))  # longer than 256 tokens: both must truncate alike
+    return sentences
+
+
+def clustered(n: int, dimension: int = 32, clusters: int = 50, seed: int = 0) -> np.ndarray:
+    """Unit vectors in clusters, like sentence embeddings (uniform random ones are not)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, dimension))
+    points = centres[rng.integers(clusters, size=n)] + rng.normal(scale=0.35, size=(n, dimension))
+    return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
+
+
+def answering(port: int, seconds: float, process: subprocess.Popen | None = None) -> bool:
+    """Whether the server on ``port`` answers /health within ``seconds`` (while ``process`` runs)."""
+    import httpx
+
+    deadline = time.time() + seconds
+    while time.time() < deadline and (process is None or process.poll() is None):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return False
+
+
+@contextlib.contextmanager
+def serving(index: Path, *options: str) -> Iterator[int]:
+    """`semsearch serve INDEX [OPTIONS]` in a subprocess, up and answering; yields its port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "search.cli", "serve", str(index), "--port", str(port), *options],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        if not answering(port, 120, process):
+            pytest.fail("server did not start")
+        yield port
+        assert process.poll() is None, "the server died"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def heavy_imports(path: Path, heavy: tuple[str, ...]) -> list[str]:
+    """``file:line module`` of each import of ``heavy`` or a submodule in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in heavy]
+    return found

@@ -11,7 +11,7 @@ from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.encoders.torch_encoder import TorchEncoder
 from search import SearchEngine
-from tests.test_peer import real_sentences
+from tests.conftest import real_sentences
 
 pytest.importorskip("onnxruntime")
 
@@ -21,6 +21,7 @@ def private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path_factory.getbasetemp() / "onnx-cache"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "strategy", [Strategy(), Strategy(layers=(-4, -3, -2, -1), combine="concat"), Strategy(pooling="pooler")]
 )
@@ -32,6 +33,7 @@ def test_onnx_matches_torch_fp32(bundled, strategy):
     assert cosines.mean() >= 0.999 and cosines.min() >= 0.999
 
 
+@pytest.mark.slow
 def test_int8_is_close_and_stored_with_the_index(tmp_path, bundled):
     sentences = real_sentences()[:120]
     int8 = encoder_for(Strategy(backend="onnx-int8")).embed(sentences)
@@ -49,6 +51,7 @@ def test_int8_is_close_and_stored_with_the_index(tmp_path, bundled):
     assert top.text == sentences[5].strip() and top.score > 0.9999
 
 
+@pytest.mark.slow
 def test_documents_are_chunked_as_the_transformers_tokenizer_does(bundled):
     """Both encoders' windows (tokenizers' overflow, from the loaded tokenizer or from
     tokenizer.json) equal the transformers tokenizer's own, in order."""
@@ -72,6 +75,7 @@ def test_documents_are_chunked_as_the_transformers_tokenizer_does(bundled):
         assert max(got.owners) == len(texts) - 1 and len(got.ids) > len(texts)
 
 
+@pytest.mark.slow
 def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
     """Once its graph is cached, ``index`` on an ONNX backend runs on ONNX Runtime + tokenizers: a
     fresh process imports no torch, and its vectors are the torch ones."""

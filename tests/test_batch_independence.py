@@ -32,11 +32,13 @@ def assert_batch_independent(embed, batch_size: int) -> None:
     np.testing.assert_allclose(together, alone, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_torch_backend_is_batch_independent(bundled):
     assert bundled.strategy.backend == "torch"
     assert_batch_independent(bundled.embed, bundled.batch_size)
 
 
+@pytest.mark.slow
 def test_query_encoder_is_batch_independent(bundled, tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path))
@@ -45,6 +47,7 @@ def test_query_encoder_is_batch_independent(bundled, tmp_path, monkeypatch):
     assert_batch_independent(encoder.embed, encoder.batch_size)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "torch"])
 def test_every_onnx_backend_is_batch_independent(backend, tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")

@@ -22,7 +22,7 @@ from indexer.errors import BadInput, SemsearchError
 from indexer.store import CURRENT, DATABASE, TRANSFORM, open_index
 from indexer.transform import Transform
 from search import SearchEngine
-from tests.conftest import ROOT
+from tests.conftest import ROOT, write_csv
 
 ROWS = [
     ("a1", "How do I reset my password?", ""),
@@ -37,10 +37,7 @@ ROWS = [
 
 
 def corpus(tmp_path: Path, rows=ROWS) -> Path:
-    path = tmp_path / "c.csv"
-    lines = ["id,text,stock"] + [f'{i},"{t}",{s}' for i, t, s in rows]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return write_csv(tmp_path / "c.csv", rows, ("id", "text", "stock"))
 
 
 @pytest.fixture
@@ -164,6 +161,7 @@ def test_ivf_index_built_from_parts(tmp_path, tiny_model, monkeypatch):
     assert SearchEngine(tmp_path / "idx").search("line 17 about bikes", k=1)
 
 
+@pytest.mark.slow
 def test_info_imports_no_faiss(tmp_path, tiny_model):
     build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
     code = (

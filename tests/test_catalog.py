@@ -187,3 +187,17 @@ def test_added_code_in_a_number_column_is_rejected_not_converted(tmp_path, tiny_
     assert "'zip'" in report.rejected[0].reason and "02134" in report.rejected[0].reason
     rows = {r["_id"]: r for r in open_index(tmp_path / "idx").rows(range(1, 10)).values()}
     assert (rows["d"]["zip"], rows["e"]["zip"]) == (20001, "n/a") and "c" not in rows
+
+
+def test_catalog_reads_texts_groups_and_filter_matches(tmp_path):
+    """The catalog alone (no model): distinct texts by hash, the largest group of entries sharing
+    one text, and the (row id, vectors) a filter condition admits."""
+    from indexer.catalog import Catalog, content_hash
+
+    catalog = Catalog.create(tmp_path / "meta.db", {"price": "number"})
+    assert catalog.largest_text_group() == 0 and catalog.texts_by_hash() == {}
+    entries = [Entry("a", "same", {"price": 3}), Entry("b", "same", {"price": 9}), Entry("c", "other", {})]
+    catalog.put(entries, [0, 1, 2], [1, 2, 1])
+    assert catalog.texts_by_hash() == {content_hash("same"): "same", content_hash("other"): "other"}
+    assert catalog.largest_text_group() == 2
+    assert sorted(catalog.matching('"price" > ?', [2])) == [(0, 1), (1, 2)]

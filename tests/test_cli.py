@@ -4,34 +4,12 @@ ends as one clear line on stderr with a non-zero exit, never a traceback, never 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from indexer.store import CURRENT
-
-
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "search.cli", *map(str, args)],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def assert_clean_failure(result: subprocess.CompletedProcess, message: str) -> None:
-    assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("Error: ")]
-    assert len(errors) == 1, result.stderr
-    assert message in errors[0], errors[0]
-    if not lines[0].startswith("Usage:"):  # click prints usage above a usage error; else one line
-        assert len(lines) == 1, result.stderr
+from tests.conftest import assert_clean_failure, run
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +29,7 @@ def index(tmp_path_factory, tiny_model) -> Path:
     return root / "idx"
 
 
+@pytest.mark.slow
 def test_query_json_and_table(index):
     result = run("query", index, "Where do I park?", "-k", "2", "--json")
     assert result.returncode == 0, result.stderr
@@ -68,6 +47,7 @@ def test_query_json_and_table(index):
     assert "q2" in table.stdout and "answer: At a dock." in table.stdout
 
 
+@pytest.mark.slow
 def test_queries_file_gives_one_json_line_per_query(index, tmp_path):
     queries = tmp_path / "q.jsonl"
     queries.write_text('{"id": "a", "text": "How do I pay?"}\n{"id": "b", "text": "Where do I park?"}\n')
@@ -78,6 +58,7 @@ def test_queries_file_gives_one_json_line_per_query(index, tmp_path):
     assert [json.loads(line)["query_id"] for line in plain.stdout.splitlines()] == ["1"]
 
 
+@pytest.mark.slow
 def test_similar_ranks_lines_of_stdin(tiny_model):
     result = run(
         "similar",
@@ -93,6 +74,7 @@ def test_similar_ranks_lines_of_stdin(tiny_model):
     assert len(hits) == 3 and hits[0]["text"] == "a red bike" and hits[0]["id"] == "2"
 
 
+@pytest.mark.slow
 def test_info(index):
     result = run("info", index, "--json")
     info = json.loads(result.stdout)
@@ -100,6 +82,7 @@ def test_info(index):
     assert info["strategy"]["layers"] == [-2] and info["size_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_one_line_errors(index, tmp_path, tiny_model):
     before = (index / CURRENT).read_text()
     bad_utf8 = tmp_path / "bad.csv"
@@ -135,6 +118,7 @@ def test_bad_inputs_are_one_line_errors(index, tmp_path, tiny_model):
     assert_clean_failure(run("query", index), "give a QUESTION or --queries")
 
 
+@pytest.mark.slow
 def test_evaluate_sweep_and_words_commands(tmp_path, tiny_model):
     pairs = tmp_path / "pairs.tsv"
     rows = [

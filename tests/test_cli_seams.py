@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from indexer.store import CURRENT, LOCK
-from tests.test_cli import assert_clean_failure, run
+from tests.conftest import assert_clean_failure, run
 
 
 @pytest.fixture
@@ -27,6 +27,7 @@ def index(tmp_path, tiny_model) -> Path:
     return tmp_path / "idx"
 
 
+@pytest.mark.slow
 def test_exit_codes_tell_the_kind_of_error(index, tmp_path):
     damaged = tmp_path / "damaged"
     damaged.mkdir()
@@ -40,6 +41,7 @@ def test_exit_codes_tell_the_kind_of_error(index, tmp_path):
     assert (bad_input.returncode, conflict.returncode, broken.returncode) == (1, 3, 5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "where, message",
     [
@@ -57,6 +59,7 @@ def test_filter_errors_are_filter_errors(index, where, message):
     assert result.returncode == 1 and "unexpected" not in result.stderr
 
 
+@pytest.mark.slow
 def test_zero_hits_say_no_match(index):
     result = run("query", index, "How do I pay?", "--where", "category = 'none such'")
     assert result.returncode == 0, result.stderr
@@ -66,12 +69,14 @@ def test_zero_hits_say_no_match(index):
     assert json.loads(as_json.stdout)["hits"] == []
 
 
+@pytest.mark.slow
 def test_delete_reads_ids_from_stdin(index):
     result = run("delete", index, "--ids-file", "-", stdin="q1\n\nq3\nq9\n")
     assert result.returncode == 0, result.stderr
     assert "deleted 2" in result.stderr and "not found (1): q9" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_second_writer_fails_at_once_or_waits(index):
     with (index / LOCK).open("a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -85,6 +90,7 @@ def test_a_second_writer_fails_at_once_or_waits(index):
     assert "deleted 1" in waited.stderr and time.monotonic() - started >= 1.0
 
 
+@pytest.mark.slow
 def test_info_shows_fields_with_types(index):
     result = run("info", index, "--json")
     assert result.returncode == 0, result.stderr
@@ -95,6 +101,7 @@ def test_info_shows_fields_with_types(index):
     assert "category (text)" in text.stdout and "flat, float32" in text.stdout
 
 
+@pytest.mark.slow
 def test_similar_with_post_processing_uses_an_index_or_refuses(tmp_path, tiny_model):
     corpus = tmp_path / "c.txt"
     corpus.write_text("A man plays guitar.\nA dog runs.\nStocks fell.\nIt is raining.\n", encoding="utf-8")
@@ -125,6 +132,7 @@ def test_similar_with_post_processing_uses_an_index_or_refuses(tmp_path, tiny_mo
     assert -1.0 < hit["score"] < 1.0  # refitting "center" on one candidate always gave -1.0
 
 
+@pytest.mark.slow
 def test_bytes_that_are_not_utf8_are_bad_input(index):
     """Arguments and stdin carry undecodable bytes as lone surrogates: one clear line, exit 1."""
     import subprocess

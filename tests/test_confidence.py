@@ -14,10 +14,8 @@ from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from indexer.store import live_version, open_index
 from indexer.update import add_to_index
-from search.confidence import (
-    Neighbourhood,
+from search.calibration import (
     Observation,
-    Rule,
     calibrate_index,
     choose_threshold,
     fit_rule,
@@ -25,10 +23,10 @@ from search.confidence import (
     paraphrase,
     self_observations,
 )
+from search.confidence import Neighbourhood, Rule
 from search.engine import SearchEngine
 from search.evaluate import evaluate_abstention, read_retrieval_set, threads
-from tests.conftest import shared_file
-from tests.test_cli import assert_clean_failure, run
+from tests.conftest import assert_clean_failure, run, shared_file
 
 TOPICS = [
     "How do I reset my password?",
@@ -225,6 +223,7 @@ def test_abstention_evaluation_removes_whole_threads(tmp_path, tiny_model):
         evaluate_abstention(corpus, read_retrieval_set(queries, qrels), holdout=1.0)
 
 
+@pytest.mark.slow
 def test_cli_calibrate_then_query(faq):
     index, _, queries, qrels = faq
     result = run("calibrate", index, "--queries", queries, "--qrels", qrels, "--json")
@@ -274,6 +273,7 @@ def test_http_search_marks_hits(faq):
         assert client.post("/search", json={"query": "x", "min_score": 2}).status_code == 400
 
 
+@pytest.mark.slow
 def test_cli_evaluate_abstention(tmp_path, tiny_model):
     corpus, queries, qrels = write_faq(tmp_path)
     common = ["--corpus", corpus, "--queries", queries, "--qrels", qrels, "--model", tiny_model]
@@ -309,6 +309,7 @@ def test_self_observations_pair_each_text_with_its_absence(faq):
     assert all(o.features[0] >= -1 for o in seen)
 
 
+@pytest.mark.slow
 def test_calibrate_from_the_corpus_alone(tmp_path, bundled):
     corpus, _, _ = write_faq(tmp_path)
     build_index(corpus, tmp_path / "idx")
@@ -330,6 +331,7 @@ def test_self_calibration_needs_two_texts(tmp_path, tiny_model):
     assert live_version(tmp_path / "idx") == before
 
 
+@pytest.mark.slow
 def test_cli_calibrate_self_and_its_misuse(faq):
     index, _, queries, qrels = faq
     assert_clean_failure(run("calibrate", index), "give --queries and --qrels")
@@ -340,3 +342,49 @@ def test_cli_calibrate_self_and_its_misuse(faq):
         assert json.loads(result.stdout)["questions"] == 2 * len(TOPICS)
     else:
         assert_clean_failure(result, "no threshold reaches precision")
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a source file imports, wherever the import stands (top level, a function, a
+    ``TYPE_CHECKING`` block)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_rule_is_read_side_and_calibration_sits_above_the_engine():
+    """The engine imports the rule; the rule imports neither the engine, calibration nor the
+    store's writing side, so the engine never reaches a module that writes to the index."""
+    source = Path(__file__).resolve().parents[1] / "search"
+    rule = imported_modules(source / "confidence.py")
+    assert not rule & {"search.engine", "search.calibration", "indexer.store", "indexer.update"}
+    assert "search.calibration" not in imported_modules(source / "engine.py")
+
+
+class LockCheckedDb:
+    """A connection that records every statement run while ``lock`` was not held."""
+
+    def __init__(self, db, lock) -> None:
+        self.db, self.lock, self.unlocked = db, lock, []
+
+    def execute(self, sql, *args):
+        if not self.lock.locked():
+            self.unlocked.append(sql)
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+def test_self_observations_read_the_catalog_under_the_snapshot_lock(faq):
+    snapshot = SearchEngine(faq[0]).snapshot
+    checked = LockCheckedDb(snapshot.index.catalog.db, snapshot.db_lock)
+    snapshot.index.catalog.db = checked
+    assert len(self_observations(snapshot)) == 2 * len(TOPICS)
+    assert checked.unlocked == []

@@ -5,11 +5,9 @@ is indexed on torch, and the build says so."""
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,8 +23,7 @@ from indexer.store import open_index
 from search import SearchEngine
 from search.cli import cli
 from search.engine import check_strategy
-from tests.conftest import DATA, random_bert
-from tests.test_peer import real_sentences
+from tests.conftest import DATA, random_bert, real_sentences, write_csv
 
 pytest.importorskip("onnxruntime")
 
@@ -34,14 +31,6 @@ pytest.importorskip("onnxruntime")
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path_factory.getbasetemp() / "onnx-cache"))
-
-
-def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
-    with path.open("w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["id", "text"])
-        writer.writerows(rows)
-    return path
 
 
 def semsearch(*args: object) -> subprocess.CompletedProcess:
@@ -59,11 +48,12 @@ def test_torch_and_onnx_are_one_strategy_and_int8_another():
     assert "backend" not in onnx.describe() and "backend=torch" in torch.describe()
 
 
+@pytest.mark.slow
 def test_an_old_torch_index_takes_a_default_add_and_query_and_ranks_as_a_new_one(tmp_path):
     sentences = list(dict.fromkeys(s.strip() for s in real_sentences()[:80] if s.strip()))
     rows = [(f"s{i}", text) for i, text in enumerate(sentences)]
-    first = write_csv(tmp_path / "first.csv", rows[:50])
-    more = write_csv(tmp_path / "more.csv", rows[50:])
+    first = write_csv(tmp_path / "first.csv", rows[:50], ("id", "text"))
+    more = write_csv(tmp_path / "more.csv", rows[50:], ("id", "text"))
     old, new = tmp_path / "old", tmp_path / "new"
     build_index(first, old, Strategy(backend="torch"))  # what every index was before
     build_index(first, new)
@@ -92,6 +82,7 @@ def test_an_old_torch_index_takes_a_default_add_and_query_and_ranks_as_a_new_one
         np.testing.assert_allclose([h.score for h in old_hits], [h.score for h in new_hits], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_asking_either_fp32_backend_of_either_index_is_accepted_int8_is_not(bundled):
     torch = bundled.strategy
     onnx = encoder_for(Strategy()).strategy
@@ -127,7 +118,7 @@ def unexportable(tmp_path, monkeypatch) -> str:
 @pytest.mark.parametrize("asked", [[], ["--backend", "onnx"]], ids=["default", "explicit-onnx"])
 def test_an_unexportable_model_is_indexed_on_torch_and_the_build_says_so(unexportable, tmp_path, asked):
     texts = ["how do I pay?", "where do I park?", "the lock is broken"]
-    corpus = write_csv(tmp_path / "c.csv", [(f"q{i}", t) for i, t in enumerate(texts)])
+    corpus = write_csv(tmp_path / "c.csv", [(f"q{i}", t) for i, t in enumerate(texts)], ("id", "text"))
     result = CliRunner().invoke(
         cli, ["index", str(corpus), "-o", str(tmp_path / "idx"), "--model", unexportable, *asked]
     )
@@ -145,7 +136,7 @@ def test_an_unexportable_model_is_indexed_on_torch_and_the_build_says_so(unexpor
 
 
 def test_an_unexportable_model_fails_clearly_on_int8(unexportable, tmp_path):
-    corpus = write_csv(tmp_path / "c.csv", [("q1", "how do I pay?")])
+    corpus = write_csv(tmp_path / "c.csv", [("q1", "how do I pay?")], ("id", "text"))
     args = [
         "index",
         str(corpus),

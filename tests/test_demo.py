@@ -20,6 +20,7 @@ def demo_engine(tmp_path_factory) -> SearchEngine:
     return SearchEngine(index_dir)
 
 
+@pytest.mark.slow
 def test_demo_questions_find_their_answer_in_top_3(demo_engine):
     questions = [json.loads(line) for line in (DATA / "demo_questions.jsonl").read_text().splitlines()]
     assert len(questions) >= 60
@@ -30,6 +31,7 @@ def test_demo_questions_find_their_answer_in_top_3(demo_engine):
     assert top3 >= 0.90, f"top-3 accuracy {top3:.3f}; missed {missed}"
 
 
+@pytest.mark.slow
 def test_faq_hit_carries_its_answer(demo_engine):
     hit = demo_engine.search("I left my phone in the basket of a bike", k=1)[0]
     assert {"question", "answer", "category"} <= set(hit.fields)

@@ -63,12 +63,14 @@ def assert_same_answers(a: Path, b: Path) -> None:
         np.testing.assert_allclose([h.score for h in x], [h.score for h in y], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_local_runtime_stays_on_loopback(ray_runtime):
     """Every Ray server of a local runtime binds the node address, which must be 127.0.0.1."""
     assert ray_runtime.util.get_node_ip_address() == "127.0.0.1"
     assert ray_runtime.cluster_resources()["CPU"] == 2
 
 
+@pytest.mark.slow
 def test_ray_build_ranks_like_a_single_build(ray_runtime, tmp_path, tiny_model, corpus, single):
     report = build_index(
         corpus, tmp_path / "ray", Strategy(model=tiny_model), text_fields=FIELDS, ray="local"
@@ -79,6 +81,7 @@ def test_ray_build_ranks_like_a_single_build(ray_runtime, tmp_path, tiny_model, 
     assert_same_answers(tmp_path / "ray", single)
 
 
+@pytest.mark.slow
 def test_the_ray_encoder_embeds_as_the_local_one(ray_runtime, tiny_model, single):
     """Built by the factory, typed as an ``Encoder``: queries truncated, documents chunked."""
     from indexer.encoders.factory import encoder_for
@@ -93,6 +96,7 @@ def test_the_ray_encoder_embeds_as_the_local_one(ray_runtime, tiny_model, single
     np.testing.assert_allclose(vectors, expected, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_is_restarted_and_its_partition_retried(
     ray_runtime, tmp_path, tiny_model, corpus, single
 ):
@@ -114,6 +118,7 @@ def test_a_worker_killed_mid_run_is_restarted_and_its_partition_retried(
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_worker_that_keeps_dying_fails_the_build_and_the_old_index_survives(
     ray_runtime, tmp_path, tiny_model, corpus, single, monkeypatch
 ):
@@ -140,6 +145,7 @@ def test_a_worker_that_keeps_dying_fails_the_build_and_the_old_index_survives(
     assert_same_answers(index, single)
 
 
+@pytest.mark.slow
 def test_an_error_in_a_worker_comes_back_as_its_own_class(ray_runtime, tiny_model, corpus, single):
     def refuse(partition: int) -> None:
         raise BadInput(f"partition {partition} refused")
@@ -156,6 +162,7 @@ def test_an_error_in_a_worker_comes_back_as_its_own_class(ray_runtime, tiny_mode
         embed_on_ray([], open_index(single).strategy)
 
 
+@pytest.mark.slow
 def test_ray_add_and_cli(ray_runtime, tmp_path, tiny_model, corpus, single):
     """``semsearch index --ray --ray-workers 1`` then ``add --ray`` of new rows: the same index as
     the same add done locally."""
@@ -203,6 +210,7 @@ def test_without_ray_installed_it_is_one_line(tmp_path, tiny_model, corpus, monk
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "i").exists()
 
 
+@pytest.mark.slow
 def test_an_address_where_nothing_listens_is_one_line_at_once(tmp_path, tiny_model, corpus):
     """Joining a cluster where nothing answers: Ray itself retries for minutes and shrugs off
     SIGTERM meanwhile; semsearch says so in one line well before (the guard below is no timing)."""

@@ -14,7 +14,7 @@ from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from indexer.store import open_index
 from search.duplicates import components, find_duplicates, range_pairs
-from tests.test_cli import assert_clean_failure, run
+from tests.conftest import assert_clean_failure, run
 
 ROWS = [
     ("a", "How do I reset my password?"),
@@ -93,6 +93,7 @@ def test_min_score_must_be_a_positive_cosine(index, score):
         find_duplicates(open_index(index), score)
 
 
+@pytest.mark.slow
 def test_cli_duplicates(index):
     result = run("duplicates", index, "--min-score", "0.999", "--json")
     assert result.returncode == 0, result.stderr

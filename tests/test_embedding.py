@@ -108,6 +108,7 @@ def test_auto_strategy_without_sentence_transformers_config(tiny_model):
     assert (strategy.layers, strategy.pooling, strategy.max_length) == ((-2,), "mean", 128)
 
 
+@pytest.mark.slow
 def test_auto_strategy_follows_bundled_models_own_config(bundled):
     assert (bundled.strategy.layers, bundled.strategy.pooling, bundled.strategy.max_length) == (
         (-1,),

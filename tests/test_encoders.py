@@ -4,9 +4,6 @@ provider is the caller's choice."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -17,24 +14,10 @@ from indexer.encoders.onnx_graph import CPU
 from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import BadInput
 from indexer.strategy import BACKENDS, Strategy
-from tests.conftest import ROOT, random_bert
+from tests.conftest import ROOT, heavy_imports, random_bert
 
 PACKAGE = ROOT / "indexer" / "encoders"
 HEAVY = ("torch", "onnxruntime")
-
-
-def heavy_imports(path: Path, heavy: tuple[str, ...] = HEAVY) -> list[str]:
-    """``file:line module`` of each import of ``heavy`` (torch, onnxruntime) or a submodule in ``path``."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        else:
-            continue
-        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in heavy]
-    return found
 
 
 def test_torch_and_onnxruntime_are_imported_only_by_the_encoder_package():
@@ -44,8 +27,8 @@ def test_torch_and_onnxruntime_are_imported_only_by_the_encoder_package():
         for path in sorted((ROOT / folder).rglob("*.py"))
         if PACKAGE not in path.parents
     ]
-    assert outside and [hit for path in outside for hit in heavy_imports(path)] == []
-    inside = [hit for path in sorted(PACKAGE.glob("*.py")) for hit in heavy_imports(path)]
+    assert outside and [hit for path in outside for hit in heavy_imports(path, HEAVY)] == []
+    inside = [hit for path in sorted(PACKAGE.glob("*.py")) for hit in heavy_imports(path, HEAVY)]
     assert any(hit.endswith(" torch") for hit in inside)  # the scan sees what it looks for
     assert any(hit.endswith(" onnxruntime") for hit in inside)
 

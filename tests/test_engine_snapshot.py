@@ -15,7 +15,7 @@ from indexer.store import open_index
 from indexer.strategy import Strategy
 from search.engine import SearchEngine
 from search.similar import rank_similar
-from tests.test_server import ROWS, build_faq
+from tests.conftest import ROWS, build_faq
 
 
 def test_snapshot_stays_whole_across_a_reload(tmp_path, tiny_model):

@@ -70,6 +70,7 @@ def test_retrieval_metrics_by_hand():
     assert m["success@1"] == pytest.approx(1 / 3) and m["success@3"] == pytest.approx(2 / 3)
 
 
+@pytest.mark.slow
 def test_metric_names_follow_k(tmp_path):
     qrels = {"q1": {"d6": 1}}
     ranked = {"q1": ["d1", "d2", "d3", "d4", "d5", "d6"]}
@@ -116,6 +117,7 @@ def test_sweep_cell_equals_evaluate_with_that_strategy(tmp_path, tiny_model):
     assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_retrieval_sweep_cell_equals_evaluate(tmp_path):
     """Real model, and no cls cells: a layer's [CLS] vectors before fine-tuning sit at cosine 0.99999
     of each other, so float noise alone orders them."""
@@ -135,6 +137,7 @@ def test_retrieval_sweep_cell_equals_evaluate(tmp_path):
             assert alone[metric] == pytest.approx(cell.scores[metric], abs=1e-9), (cell.row, cell.strategy)
 
 
+@pytest.mark.slow
 def test_bundled_model_on_stsb_dev_matches_published_and_beats_second_to_last():
     pairs = read_pairs(shared_file("stsb", "stsb-dev.tsv"))
     default = evaluate_sts(pairs)
@@ -143,6 +146,7 @@ def test_bundled_model_on_stsb_dev_matches_published_and_beats_second_to_last():
     assert default["spearman"] - second_to_last["spearman"] > 5
 
 
+@pytest.mark.slow
 def test_stackfaq_default_beats_tfidf_floor():
     root = ("stackfaq",)
     data = read_retrieval_set(shared_file(*root, "queries.jsonl"), shared_file(*root, "qrels.tsv"))

@@ -17,7 +17,7 @@ from indexer.update import add_to_index, delete_from_index
 from search.confidence import Neighbourhood
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine
-from tests.test_cli import assert_clean_failure, run
+from tests.conftest import assert_clean_failure, run
 
 # Crafted so that each single field ranks a decoy first and only their combination the right entry:
 # the question alone prefers "qdecoy" (same question, useless answer), question+answer alone
@@ -69,6 +69,7 @@ def cosines(bundled, texts: list[str]) -> np.ndarray:
     return vectors[1:] @ vectors[0]
 
 
+@pytest.mark.slow
 def test_only_the_combination_ranks_the_right_entry_first(tmp_path, corpus, combined):
     question, both = tmp_path / "q", tmp_path / "qa"
     build_index(corpus, question)
@@ -78,6 +79,7 @@ def test_only_the_combination_ranks_the_right_entry_first(tmp_path, corpus, comb
     assert [h.id for h in SearchEngine(combined).search(QUERY, k=3)] == ["right", "qdecoy", "adecoy"]
 
 
+@pytest.mark.slow
 def test_the_score_is_the_weighted_sum_of_both_fields_cosines(bundled, combined):
     text = cosines(bundled, [e["text"] for e in ENTRIES])
     also = cosines(bundled, [f"{e['text']} {e['answer']}" for e in ENTRIES])
@@ -86,6 +88,7 @@ def test_the_score_is_the_weighted_sum_of_both_fields_cosines(bundled, combined)
     assert {h.id: h.score for h in hits} == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_the_option_is_stored_and_both_vector_sets_are_in_the_index(combined):
     index = open_index(combined)
     assert index.meta["source"]["also"] == {"fields": ["text", "answer"], "weight": WEIGHT}
@@ -94,6 +97,7 @@ def test_the_option_is_stored_and_both_vector_sets_are_in_the_index(combined):
     assert sorted(ids.tolist()) == [1, 2, 3, ALSO_ID + 1, ALSO_ID + 2, ALSO_ID + 3]
 
 
+@pytest.mark.slow
 def test_a_filter_keeps_the_combined_score(combined):
     engine = SearchEngine(combined)
     unfiltered = {h.id: h.score for h in engine.search(QUERY, k=3)}
@@ -102,6 +106,7 @@ def test_a_filter_keeps_the_combined_score(combined):
     assert {h.id: h.score for h in filtered} == pytest.approx({k: unfiltered[k] for k in ("right", "qdecoy")})
 
 
+@pytest.mark.slow
 def test_calibration_features_use_the_combined_score(combined):
     snapshot = SearchEngine(combined).snapshot
     [near] = snapshot.neighbourhoods(snapshot.embed([QUERY]))
@@ -110,6 +115,7 @@ def test_calibration_features_use_the_combined_score(combined):
     assert near.scores.tolist() == pytest.approx([h.score for h in hits])
 
 
+@pytest.mark.slow
 def test_add_and_delete_keep_both_vector_sets_in_step(tmp_path, corpus, bundled):
     index_dir = tmp_path / "idx"
     build_index(corpus, index_dir, also=FieldScoring(("text", "answer"), WEIGHT))
@@ -129,6 +135,7 @@ def test_add_and_delete_keep_both_vector_sets_in_step(tmp_path, corpus, bundled)
     assert [h.id for h in SearchEngine(index_dir).search(QUERY, k=5)] == ["qdecoy", "right"]
 
 
+@pytest.mark.slow
 def test_duplicates_compare_the_texts_alone(tmp_path, combined):
     rows = [*ENTRIES, {**ENTRIES[1], "id": "twin", "answer": "Something else entirely."}]
     index_dir = tmp_path / "idx"
@@ -138,6 +145,7 @@ def test_duplicates_compare_the_texts_alone(tmp_path, combined):
     assert find_duplicates(open_index(combined), 0.99).groups == []
 
 
+@pytest.mark.slow
 def test_an_entry_with_empty_also_fields_uses_its_text(tmp_path, bundled):
     rows = [{"id": "a", "text": "Where do I park my bike?", "answer": ""}, {"id": "b", "text": "Pay by card"}]
     index_dir = tmp_path / "idx"
@@ -169,6 +177,7 @@ def test_a_weight_without_fields_is_refused():
         FieldScoring.asked([], 0.5)
 
 
+@pytest.mark.slow
 def test_the_cli_builds_and_queries_a_combined_index_and_refuses_misuse(tmp_path, corpus):
     index_dir = tmp_path / "idx"
     built = run("index", corpus, "-o", index_dir, "--also", "text, answer", "--also-weight", str(WEIGHT))
@@ -186,6 +195,7 @@ def test_the_cli_builds_and_queries_a_combined_index_and_refuses_misuse(tmp_path
     assert open_index(index_dir).meta["source"]["also"]["weight"] == WEIGHT  # the failed run kept it
 
 
+@pytest.mark.slow
 def test_the_server_ranks_by_the_combined_score(combined):
     from fastapi.testclient import TestClient
 
@@ -197,6 +207,7 @@ def test_the_server_ranks_by_the_combined_score(combined):
         assert client.get("/info").json()["also"] == {"fields": ["text", "answer"], "weight": WEIGHT}
 
 
+@pytest.mark.slow
 def test_info_names_the_also_fields(combined, tmp_path, corpus):
     shown = run("info", combined)
     assert shown.returncode == 0, shown.stderr

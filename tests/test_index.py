@@ -92,6 +92,7 @@ def test_refuses_to_overwrite_a_directory_that_is_not_an_index(tmp_path, tiny_mo
     assert (target / "notes.txt").read_text() == "keep me"
 
 
+@pytest.mark.slow
 def test_run_killed_at_any_point_leaves_last_complete_index(tmp_path, tiny_model):
     """SIGKILL a real `semsearch index` at several points: the old index always loads and answers."""
     build_index(faq(tmp_path), tmp_path / "idx", Strategy(model=tiny_model), text_fields=["question"])

@@ -23,7 +23,7 @@ from indexer.vectors.reranked import FULL_IDS, FULL_VECTORS
 from indexer.vectors.segments import segment_name
 from search import SearchEngine
 from search.cli import cli
-from tests.test_update import BASE, write_csv
+from tests.conftest import BASE, write_csv
 
 
 @pytest.fixture
@@ -263,6 +263,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(mount)], check=True)
 
 
+@pytest.mark.slow
 def test_a_real_full_disk(small_disk, tmp_path, tiny_model):
     """Filled to the last byte: add, compact and index say "disk full" in one line, the index
     answers as before, and once space is freed the same add succeeds."""

@@ -69,6 +69,7 @@ def test_fields(client):
     assert quoted.json()["hits"] == []
 
 
+@pytest.mark.slow
 def test_page_files_are_in_the_wheel(tmp_path):
     """A non-editable install has the page: setuptools ships search/static as package data."""
     source = tmp_path / "src"

@@ -20,7 +20,7 @@ import pytest
 
 from indexer import Strategy, build_index
 from tests.conftest import DATA
-from tests.test_server import serving as serving_port
+from tests.conftest import serving as serving_port
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
 

@@ -44,6 +44,7 @@ def test_beir_queries_and_qrels_read_with_their_ids(tmp_path):
     assert data.qrels == {"q-1": {"d1": 1}, "q-2": {"d2": 1}, "q-3": {"d3": 1}}
 
 
+@pytest.mark.slow
 def test_beir_queries_and_qrels_evaluate_end_to_end(tmp_path, bundled):
     """The corpus uses ``id`` here: BEIR's corpus ``_id`` is read by indexer.corpus (another branch)."""
     root = beir_set(tmp_path, corpus_id_key="id")
@@ -52,6 +53,7 @@ def test_beir_queries_and_qrels_evaluate_end_to_end(tmp_path, bundled):
     assert scores["queries"] == 3 and scores["success@1"] == 1.0
 
 
+@pytest.mark.slow
 def test_beir_corpus_evaluates_end_to_end(tmp_path, bundled):
     root = beir_set(tmp_path)
     data = read_retrieval_set(root / "queries.jsonl", root / "qrels" / "test.tsv")

@@ -79,12 +79,14 @@ def test_every_strategy_matches_torch_on_the_tiny_model(tiny_model, fields):
     assert_same(embedder.embed(sentences), encoder.embed(sentences))
 
 
+@pytest.mark.slow
 def test_default_strategy_matches_torch_on_the_bundled_model(bundled):
     _, encoder = torch_free(Strategy())
     sentences = stsb_sample() + ODD[2:]
     assert_same(bundled.embed(sentences), encoder.embed(sentences))
 
 
+@pytest.mark.slow
 def test_token_ids_match_the_transformers_tokenizer(bundled):
     assert bundled.export_for_queries() is None
     encoder = OnnxEncoder(bundled.strategy, spec=graph_spec(bundled.strategy))
@@ -100,6 +102,7 @@ def test_token_ids_match_the_transformers_tokenizer(bundled):
     assert encoder.tokens.special_ids == bundled.tokens.special_ids == [101, 102]
 
 
+@pytest.mark.slow
 def test_no_texts_give_no_vectors(bundled):
     _, encoder = torch_free(Strategy())
     assert encoder.embed([]).shape == (0, bundled.dimension)
@@ -169,6 +172,7 @@ def small_index(tmp_path_factory):
     return root / "idx", cache
 
 
+@pytest.mark.slow
 def test_search_engine_imports_no_torch(small_index):
     index, cache = small_index
     code = (
@@ -179,6 +183,7 @@ def test_search_engine_imports_no_torch(small_index):
     assert imported_after(code, cache) == set()
 
 
+@pytest.mark.slow
 def test_query_info_and_help_import_no_torch(small_index):
     index, cache = small_index
     for argv in (["query", str(index), "a child rides a horse", "-k", "2"], ["info", str(index)], ["--help"]):
@@ -190,6 +195,7 @@ def test_query_info_and_help_import_no_torch(small_index):
         assert imported_after(code, cache) == set(), argv
 
 
+@pytest.mark.slow
 def test_info_names_the_encoder(small_index):
     from indexer.store import open_index
     from search.engine import SearchEngine
@@ -199,6 +205,7 @@ def test_info_names_the_encoder(small_index):
     assert SearchEngine(index).snapshot.info()["encoder"] == "onnx"
 
 
+@pytest.mark.slow
 def test_serve_imports_no_torch_up_to_its_first_answer(small_index):
     """`semsearch serve` as run from the shell (the engine loading in its thread while the web stack
     imports), its uvicorn swapped for a client that asks one question."""

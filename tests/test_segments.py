@@ -19,8 +19,7 @@ from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vectors.segments import segment_name
 from search import SearchEngine
 from search.duplicates import find_duplicates
-from tests.conftest import kill_during, whole_run
-from tests.test_update import BASE, rowids, write_csv
+from tests.conftest import BASE, kill_during, rowids, whole_run, write_csv
 
 
 @pytest.fixture
@@ -141,6 +140,7 @@ def test_killed_writer_leaves_an_orphan_segment_and_a_hot_journal_that_are_recov
     assert SearchEngine(index).search("a brand new entry", k=1)[0].id == "n1"  # orphan replaced
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", ["add", "compact"])
 def test_sigkill_during_segment_write_or_merge_leaves_last_complete_state(index, tmp_path, operation):
     extra = write_csv(tmp_path / "x.csv", [(f"x{i}", f"extra entry {i} about app", "app") for i in range(6)])

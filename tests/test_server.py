@@ -4,14 +4,8 @@ the real `semsearch serve` process bound to localhost."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,24 +14,9 @@ httpx = pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from indexer import Strategy, build_index  # noqa: E402
 from indexer.update import add_to_index, delete_from_index  # noqa: E402
 from search.server import create_app  # noqa: E402
-
-ROWS = [
-    ("a1", "How do I pay for a ride?", "billing"),
-    ("a2", "Where can I park the bike?", "stations"),
-    ("a3", "Can I get a refund?", "billing"),
-    ("a4", "Is there an app?", "app"),
-]
-
-
-def build_faq(directory: Path, model: str, field: str = "category", **strategy: object) -> Path:
-    """The four-row FAQ in ``directory/idx`` (built again there with another strategy if asked)."""
-    corpus = directory / "faq.csv"
-    corpus.write_text(f"id,text,{field}\n" + "".join(f'{i},"{t}",{c}\n' for i, t, c in ROWS))
-    build_index(corpus, directory / "idx", Strategy(model=model, **strategy))
-    return directory / "idx"
+from tests.conftest import ROWS, build_faq, serving  # noqa: E402
 
 
 @pytest.fixture
@@ -120,39 +99,7 @@ def test_concurrent_queries_are_embedded_together(index):
     assert largest > 1
 
 
-def answering(port: int, seconds: float, process: subprocess.Popen | None = None) -> bool:
-    """Whether the server on ``port`` answers /health within ``seconds`` (while ``process`` runs)."""
-    deadline = time.time() + seconds
-    while time.time() < deadline and (process is None or process.poll() is None):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    return False
-
-
-@contextlib.contextmanager
-def serving(index: Path, *options: str) -> Iterator[int]:
-    """`semsearch serve INDEX [OPTIONS]` in a subprocess, up and answering; yields its port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", "serve", str(index), "--port", str(port), *options],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        if not answering(port, 120, process):
-            pytest.fail("server did not start")
-        yield port
-        assert process.poll() is None, "the server died"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
+@pytest.mark.slow
 def test_serve_binds_localhost_by_default(index):
     with serving(index) as port:
         if shutil.which("ss"):  # the listening socket's local address is loopback only

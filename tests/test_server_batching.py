@@ -15,7 +15,7 @@ pytest.importorskip("fastapi")
 from indexer.encoders.onnx_encoder import OnnxEncoder  # noqa: E402
 from indexer.strategy import Strategy  # noqa: E402
 from search.server import MicroBatcher, create_app, embed_in_groups, length_groups  # noqa: E402
-from tests.test_server import ROWS, build_faq  # noqa: E402
+from tests.conftest import ROWS, build_faq  # noqa: E402
 
 
 class Gate:
@@ -64,13 +64,23 @@ def test_request_in_flight_during_a_reload_sees_one_version(tmp_path, tiny_model
     index = build_faq(tmp_path, tiny_model)
     app = create_app(index)
     gate = Gate(monkeypatch)
+    second_queued = asyncio.Event()
+    queue = MicroBatcher.run
+
+    async def queued(batcher: MicroBatcher, embedder, texts, after):
+        """The batcher is handed a request's texts once it holds its snapshot."""
+        if texts == [ROWS[1][1]]:
+            second_queued.set()
+        return await queue(batcher, embedder, texts, after)
+
+    monkeypatch.setattr(MicroBatcher, "run", queued)
 
     async def run() -> list[int]:
         async with client_for(app) as client:
             first = asyncio.create_task(client.post("/search", json={"query": ROWS[0][1]}))
             await gate.wait_entered()  # the worker is busy: the next query waits in the queue
             second = asyncio.create_task(client.post("/search", json={"query": ROWS[1][1]}))
-            await asyncio.sleep(0.5)  # lets it reach the queue on the old version
+            await asyncio.wait_for(second_queued.wait(), 60)  # queued on the old version
             # the new version has another strategy and dimension (two layers concatenated)
             await asyncio.to_thread(build_faq, tmp_path, tiny_model, layers=(-1, -2), combine="concat")
             assert (await client.post("/reload")).json()["reloads"] == 1

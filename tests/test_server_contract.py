@@ -18,8 +18,7 @@ from fastapi.routing import APIRoute  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from search.server import PAGE_POLICY, create_app  # noqa: E402
-from tests.test_cli import assert_clean_failure, run  # noqa: E402
-from tests.test_server import build_faq  # noqa: E402
+from tests.conftest import assert_clean_failure, build_faq, run  # noqa: E402
 
 JSON = {"content-type": "application/json"}
 # A body each POST route accepts, and one request per route that its validation refuses.
@@ -150,6 +149,7 @@ def test_head_and_the_page_policy(index):
             assert response.headers["content-security-policy"] == PAGE_POLICY, path
 
 
+@pytest.mark.slow
 def test_serve_on_a_port_in_use_is_one_line_and_exit_1(index):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

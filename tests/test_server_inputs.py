@@ -14,8 +14,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from search.server import MAX_REQUEST_TOKENS, create_app  # noqa: E402
-from tests.conftest import long_sentences  # noqa: E402
-from tests.test_server import ROWS, build_faq  # noqa: E402
+from tests.conftest import ROWS, build_faq, long_sentences  # noqa: E402
 
 
 @pytest.fixture(scope="module")

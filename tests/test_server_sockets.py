@@ -14,8 +14,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from tests.conftest import long_sentences  # noqa: E402
-from tests.test_server import ROWS, build_faq, serving  # noqa: E402
+from tests.conftest import ROWS, build_faq, long_sentences, serving  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

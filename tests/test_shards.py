@@ -59,6 +59,7 @@ def test_shards_of_one_model_at_two_paths_merge_with_their_fields_and_storage(tm
         merge_shards([a, other], tmp_path / "bad")
 
 
+@pytest.mark.slow
 def test_shard_files_are_utf8_whatever_the_locale(tmp_path, tiny_model):
     """Python warns where a file is opened in the locale's encoding; none of those may be a shard
     file (the opener reported is the last frame in our code)."""

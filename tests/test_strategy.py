@@ -90,6 +90,7 @@ def test_different_local_models_conflict_whatever_their_path(tiny_model, tmp_pat
     assert model_fingerprint(tiny_model) == stored.model_fingerprint  # cached: same answer
 
 
+@pytest.mark.slow
 def test_bundled_model_is_identified_by_name(bundled):
     assert bundled.strategy.model == DEFAULT_MODEL and bundled.strategy.model_fingerprint is None
     check_strategy(bundled.strategy, {"pooling": "auto", "layers": (-1,), "model": DEFAULT_MODEL})

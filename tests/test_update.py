@@ -17,30 +17,13 @@ from indexer.errors import SemsearchError
 from indexer.store import open_index, writer_lock
 from indexer.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
-from tests.conftest import kill_during, whole_run
-
-
-def write_csv(path: Path, rows: list[tuple[str, str, str]]) -> Path:
-    lines = ["id,text,category"] + [f'{i},"{t}",{c}' for i, t, c in rows]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-BASE = [
-    (f"e{i}", f"entry number {i} about {topic}", topic)
-    for i, topic in enumerate(["bikes", "billing", "parking", "billing", "bikes", "app"] * 5)
-]
+from tests.conftest import BASE, kill_during, rowids, whole_run, write_csv
 
 
 @pytest.fixture
 def index(tmp_path, tiny_model) -> Path:
     build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
     return tmp_path / "idx"
-
-
-def rowids(index_dir: Path) -> dict[str, int]:
-    live = open_index(index_dir)
-    return dict(live.db.execute("select _id, _rowid from entries"))
 
 
 def faiss_ids(index_dir: Path) -> set[int]:
@@ -117,6 +100,7 @@ def test_second_writer_fails_clearly_while_readers_go_on(index, tmp_path, tiny_m
         assert SearchEngine(index).search("bikes", k=1)  # readers are never blocked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", ["add", "delete"])
 def test_sigkill_during_add_or_delete_leaves_last_complete_state(index, tmp_path, tiny_model, operation):
     big = tmp_path / "big.csv"
@@ -248,11 +232,12 @@ def test_row_number_index_written_before_the_counter_appends_past_its_ids(tmp_pa
     assert sorted(map(int, entry_ids(idx))) == list(range(1, 10))
 
 
+@pytest.mark.slow
 def test_add_past_the_field_limit_is_one_clear_error_and_changes_nothing(index, tmp_path):
     """The index's fields and the file's new ones together must fit SQLite's table: checked before
     anything is written (SQLite's own "too many columns" came mid-write)."""
     from indexer.corpus import MAX_FIELDS
-    from tests.test_cli import assert_clean_failure, run
+    from tests.conftest import assert_clean_failure, run
 
     names = ["id", "text", *(f"x{i}" for i in range(MAX_FIELDS - 2))]  # as wide as a file may be
     wide = tmp_path / "wide.csv"

@@ -24,16 +24,7 @@ from indexer.vectors.reranked import Reranked
 from indexer.vectors.segments import Manifest, Segments, segment_name, write_segment
 from indexer.vectors.tuning import RECALL_TARGET, recall_at_10
 from search import SearchEngine
-from tests.conftest import ROOT
-from tests.test_encoders import heavy_imports
-
-
-def clustered(n: int, dimension: int = 32, clusters: int = 50, seed: int = 0) -> np.ndarray:
-    """Unit vectors in clusters, like sentence embeddings (uniform random ones are not)."""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(clusters, dimension))
-    points = centres[rng.integers(clusters, size=n)] + rng.normal(scale=0.35, size=(n, dimension))
-    return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
+from tests.conftest import ROOT, clustered, heavy_imports
 
 
 def test_ivf_reaches_recall_target_against_exact():

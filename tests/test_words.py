@@ -20,6 +20,7 @@ def words_embedder():
     return TorchEncoder(WORD_STRATEGY)
 
 
+@pytest.mark.slow
 def test_money_banks_are_closer_to_each_other_than_to_the_river_bank(words_embedder):
     words = word_vectors(words_embedder, SENTENCE)
     banks = [w.vector for w in occurrences(words, "bank")]
@@ -28,6 +29,7 @@ def test_money_banks_are_closer_to_each_other_than_to_the_river_bank(words_embed
     assert cos[0, 1] > cos[0, 2] and cos[0, 1] > cos[1, 2]
 
 
+@pytest.mark.slow
 def test_word_pieces_merge_into_words(words_embedder):
     text = "river embeddings"
     pieces = words_embedder.tokenizer.tokenize(text)
@@ -43,6 +45,7 @@ def test_word_pieces_merge_into_words(words_embedder):
         word_vectors(words_embedder, text, "median")
 
 
+@pytest.mark.slow
 def test_occurrences_are_labelled_by_their_offsets(words_embedder):
     """ "bank's" is the word "bank" (the tokenizer splits off 's): the first occurrence is the
     money bank, whatever whitespace splitting would say."""
