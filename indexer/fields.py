@@ -107,8 +107,9 @@ def also_ids(rowids: Sequence[int] | np.ndarray) -> np.ndarray:
 
 
 def row_ids(ids: np.ndarray) -> np.ndarray:
-    """The entry (row id) of each FAISS id: an also-vector's is its entry's."""
-    return ids % ALSO_ID
+    """The entry (row id) of each FAISS id: an also-vector's is its entry's. FAISS's -1 (no
+    vector: fewer found than asked) stays -1, never a made-up row id that counts as a hit."""
+    return np.where(ids < 0, ids, ids % ALSO_ID)
 
 
 def is_also(ids: np.ndarray) -> np.ndarray:

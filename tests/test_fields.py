@@ -11,7 +11,7 @@ import pytest
 
 from indexer import build_index
 from indexer.errors import BadInput
-from indexer.fields import ALSO_ID, FieldScoring
+from indexer.fields import ALSO_ID, FieldScoring, row_ids
 from indexer.store import open_index
 from indexer.update import add_to_index, delete_from_index
 from search.confidence import Neighbourhood
@@ -215,3 +215,10 @@ def test_info_names_the_also_fields(combined, tmp_path, corpus):
     build_index(corpus, tmp_path / "plain")
     assert "also:" not in run("info", tmp_path / "plain").stdout
     assert json.loads(run("info", tmp_path / "plain", "--json").stdout)["also"] is None
+
+
+def test_faiss_padding_is_no_row():
+    """FAISS pads a search that finds fewer vectors than asked with -1: that is no entry, and the
+    engine counts only real rows (a made-up row id made it stop widening one hit short)."""
+    found = np.array([[7, ALSO_ID + 7, ALSO_ID + 3, -1, -1]], dtype=np.int64)
+    assert row_ids(found).tolist() == [[7, 7, 3, -1, -1]]
