@@ -23,8 +23,8 @@ Errors: every error answer is ``{"error": "<one line>"}``, Starlette's and uvico
 405, HTTP h11 cannot read), and ``/openapi.json`` documents them as ``Error``. Input the server
 cannot read or that breaks a limit (bad JSON, a missing or out-of-range field, text that is not
 valid Unicode, a bad filter, too much text) is 400; a body over ``MAX_BODY`` is 413; a conflict with
-the index is 409; an index that cannot serve is 503 (``http_status``), as are index files that fail
-under the running server (removed, garbled: OSError, sqlite3.DatabaseError).
+the index is 409; an index that cannot serve is 503 (each error class's ``http_status``), as are
+index files that fail under the running server (removed, garbled: OSError, sqlite3.DatabaseError).
 
 Connections (``serve``, ``GuardedH11``): a whole request within ``REQUEST_TIMEOUT``, idle
 keep-alive for ``KEEP_ALIVE``, at most ``MAX_CONNECTIONS`` open.
@@ -58,7 +58,7 @@ from pydantic import AfterValidator, BaseModel, Field
 from starlette.exceptions import HTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
+from indexer.errors import BadInput, IndexDamaged, SemsearchError
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine, Snapshot, check_queries, configure_threads
 from search.filters import MAX_FILTER_LENGTH
@@ -104,15 +104,6 @@ KEEP_ALIVE = 5.0
 MAX_CONNECTIONS = 256
 
 T = TypeVar("T")
-
-
-def http_status(error: SemsearchError) -> int:
-    """409 for a conflict with the index's state, 503 for an index that cannot serve, else 400."""
-    if isinstance(error, (StrategyConflict, IndexLocked)):
-        return 409
-    if isinstance(error, IndexDamaged):
-        return 503
-    return 400
 
 
 def _unicode(text: str) -> str:
@@ -594,7 +585,7 @@ def create_app(
 
     @app.exception_handler(SemsearchError)
     async def user_error(request: Request, exc: SemsearchError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=http_status(exc))
+        return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
