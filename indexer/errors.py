@@ -1,5 +1,6 @@
-"""The exceptions users see. A caller tells them apart by class, never by message text: the CLI
-maps each kind to an exit code and the server to an HTTP status (``search.cli``, ``search.server``).
+"""The exceptions users see. A caller tells them apart by class, never by message text; each class
+carries the exit code the CLI ends with and the HTTP status the server answers with (``exit_code``,
+``http_status``), so the two cannot drift apart from each other or from this table.
 
     SemsearchError          base of all of them
     ├── BadInput            the user can fix the input (file, option, query, filter): exit 1, 400
@@ -15,6 +16,9 @@ maps each kind to an exit code and the server to an HTTP status (``search.cli``,
 class SemsearchError(Exception):
     """Anything the user can act on; its message is printed as a single line by the CLI."""
 
+    exit_code = 1
+    http_status = 400
+
 
 class BadInput(SemsearchError):
     """Bad input: a file, option, query or model the user named cannot be used as given."""
@@ -27,13 +31,22 @@ class FilterError(BadInput):
 class StrategyConflict(SemsearchError):
     """A request for a strategy other than the one the index was built with."""
 
+    exit_code = 3
+    http_status = 409
+
 
 class IndexLocked(SemsearchError):
     """Another writer holds the index's lock."""
 
+    exit_code = 4
+    http_status = 409
+
 
 class IndexDamaged(SemsearchError):
     """The index on disk cannot be trusted: missing files, wrong counts, a CURRENT outside it."""
+
+    exit_code = 5
+    http_status = 503
 
 
 class DiskFull(SemsearchError):

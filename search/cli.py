@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from indexer.corpus import FORMATS
-from indexer.errors import BadInput, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
+from indexer.errors import BadInput, SemsearchError
 from indexer.strategy import (
     AUTO,
     BACKENDS,
@@ -28,18 +28,11 @@ from indexer.strategy import (
 )
 from indexer.vectors.factory import KINDS, STORAGES
 
-EXIT_CODES: dict[type[SemsearchError], int] = {
-    StrategyConflict: 3,
-    IndexLocked: 4,
-    IndexDamaged: 5,
-}
-"""Exit code by kind of error (bad input and anything else the user can fix: 1), for scripts."""
-
 
 class _UserError(click.ClickException):
     def __init__(self, error: SemsearchError):
         super().__init__(str(error))
-        self.exit_code = next((code for kind, code in EXIT_CODES.items() if isinstance(error, kind)), 1)
+        self.exit_code = error.exit_code
 
 
 class _Group(click.Group):

@@ -139,12 +139,12 @@ def test_http_duplicates_scan_once_per_version_however_many_ask(index, monkeypat
 
     from fastapi.testclient import TestClient
 
-    import search.server
+    import search.server.scans
     from indexer.update import delete_from_index
     from search.server import create_app
 
     scans: list[float] = []
-    original = search.server.find_duplicates
+    original = search.server.scans.find_duplicates
     running = threading.Lock()
 
     def slow_scan(*args, **kwargs):
@@ -156,7 +156,7 @@ def test_http_duplicates_scan_once_per_version_however_many_ask(index, monkeypat
         finally:
             running.release()
 
-    monkeypatch.setattr(search.server, "find_duplicates", slow_scan)
+    monkeypatch.setattr(search.server.scans, "find_duplicates", slow_scan)
     with TestClient(create_app(index)) as client:
         ask = lambda score: client.get("/duplicates", params={"min_score": score}).json()  # noqa: E731
         with ThreadPoolExecutor(6) as pool:
@@ -211,11 +211,11 @@ def test_clients_that_hang_up_never_run_two_scans_at_once(index, monkeypatch):
     import threading
     import time
 
-    import search.server
+    import search.server.scans
     from search.duplicates import ScanStopped
     from search.server import create_app
 
-    original = search.server.find_duplicates
+    original = search.server.scans.find_duplicates
     guard = threading.Lock()
     running, most, steps = [0], [0], []
 
@@ -234,7 +234,7 @@ def test_clients_that_hang_up_never_run_two_scans_at_once(index, monkeypatch):
             with guard:
                 running[0] -= 1
 
-    monkeypatch.setattr(search.server, "find_duplicates", slow_scan)
+    monkeypatch.setattr(search.server.scans, "find_duplicates", slow_scan)
     app = create_app(index)
 
     async def ask(score: float, hang_up_after: float | None) -> list[dict]:

@@ -49,7 +49,7 @@ def test_page_and_its_files(client):
         answer = client.get(f"/static/{name}")
         assert answer.status_code == 200 and kind in answer.headers["content-type"]
         assert "http://" not in answer.text and "https://" not in answer.text
-    assert client.get("/static/../server.py").status_code == 404
+    assert client.get("/static/../cli.py").status_code == 404
     assert client.get("/static/nothing.js").status_code == 404
     assert "innerHTML" not in client.get("/static/page.js").text  # stored values go in as text
 

@@ -14,7 +14,8 @@ pytest.importorskip("fastapi")
 
 from indexer.encoders.onnx_encoder import OnnxEncoder  # noqa: E402
 from indexer.strategy import Strategy  # noqa: E402
-from search.server import MicroBatcher, create_app, embed_in_groups, length_groups  # noqa: E402
+from search.server import create_app  # noqa: E402
+from search.server.batching import MicroBatcher, embed_in_groups, length_groups  # noqa: E402
 from tests.conftest import ROWS, build_faq  # noqa: E402
 
 
@@ -217,7 +218,7 @@ def test_a_batch_costs_one_hop_for_its_lookups_not_one_per_request(tmp_path, tin
     """The hops off the event loop are what batching saves: a batch's lookups (FAISS, SQLite) run
     together on the lookup thread, not one thread-pool hop per request."""
     import search.engine
-    import search.server
+    import search.server.batching
 
     app = create_app(build_faq(tmp_path, tiny_model), reload_every=3600)
     hops: list[str] = []
@@ -233,7 +234,7 @@ def test_a_batch_costs_one_hop_for_its_lookups_not_one_per_request(tmp_path, tin
         lookups.append(threading.current_thread().name)
         return lookup(self, *args, **kwargs)
 
-    monkeypatch.setattr(search.server.asyncio, "to_thread", counted)
+    monkeypatch.setattr(search.server.batching.asyncio, "to_thread", counted)
     monkeypatch.setattr(search.engine.Snapshot, "lookup", recorded)
 
     async def burst() -> list[int]:

@@ -17,7 +17,8 @@ pytest.importorskip("httpx")
 from fastapi.routing import APIRoute  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from search.server import PAGE_POLICY, create_app  # noqa: E402
+from search.server import create_app  # noqa: E402
+from search.server.page import PAGE_POLICY  # noqa: E402
 from tests.conftest import assert_clean_failure, build_faq, run  # noqa: E402
 
 JSON = {"content-type": "application/json"}

@@ -13,7 +13,8 @@ pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from search.server import MAX_REQUEST_TOKENS, create_app  # noqa: E402
+from search.server import create_app  # noqa: E402
+from search.server.batching import MAX_REQUEST_TOKENS  # noqa: E402
 from tests.conftest import ROWS, build_faq, long_sentences  # noqa: E402
 
 

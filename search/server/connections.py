@@ -1,0 +1,175 @@
+"""What guards the server's connections and bodies: the body limit (``BodyLimit``), the request
+deadline and connection cap of ``GuardedH11`` (uvicorn's h11 protocol), and ``while_connected``,
+which cancels a request's work when its client hangs up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import h11
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+MAX_BODY = 1 << 20  # bytes in a request body, counted as they arrive
+# Connections (``serve``): a client has REQUEST_TIMEOUT s from connecting or from its previous
+# answer to send a whole request (a 1 MiB body at 100 kB/s fits), an idle keep-alive connection is
+# closed after KEEP_ALIVE s, and past MAX_CONNECTIONS open at once a new one is refused (503).
+REQUEST_TIMEOUT = 10.0
+KEEP_ALIVE = 5.0
+MAX_CONNECTIONS = 256
+
+T = TypeVar("T")
+
+
+class BodyLimit:
+    """ASGI middleware: refuses a body over ``limit`` bytes with 413. The bytes are counted as they
+    arrive (a chunked body has no content-length to trust) and the app gets the body whole, so no
+    more than ``limit`` bytes of it are ever held."""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            return await self.refuse(scope, send)
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return await self.refuse(scope, send)
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # after the body: the disconnect, whenever it comes
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+    async def refuse(self, scope: dict, send: Callable) -> None:
+        answer = JSONResponse({"error": f"request body over {self.limit} bytes"}, status_code=413)
+        await answer(scope, None, send)
+
+
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol with the bounds it lacks: a connection past ``max_connections`` is
+    answered 503 and closed before anything is read, and a client has ``request_timeout`` seconds
+    from connecting (or from its previous answer) to send a whole request, head and body: past
+    that the connection is closed, with a 408 if a request was begun. (uvicorn's keep-alive
+    timeout starts only after a first answer and stops at the first byte of the next request, so
+    an idle or slowloris connection was held forever.)"""
+
+    request_timeout = REQUEST_TIMEOUT
+    max_connections = MAX_CONNECTIONS
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.deadline: asyncio.TimerHandle | None = None
+        self.refused = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.max_connections:
+            self.refused = True
+            transport.write(_raw_error(503, f"too many connections: at most {self.max_connections} at once"))
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._rearm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.refused:
+            return
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._follow()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._disarm()
+        self._follow()
+
+    def send_400_response(self, msg: str) -> None:
+        """HTTP that h11 cannot read: the one error shape too."""
+        self.transport.write(_raw_error(400, msg))
+        self.transport.close()
+
+    def _follow(self) -> None:
+        """The deadline runs while a request is being received (or awaited), not while answered."""
+        if self.transport.is_closing() or self.conn.their_state not in (h11.IDLE, h11.SEND_BODY):
+            self._disarm()
+        elif self.deadline is None:
+            self._rearm()
+
+    def _rearm(self) -> None:
+        self._disarm()
+        self.deadline = self.loop.call_later(self.request_timeout, self._expire)
+
+    def _disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def _expire(self) -> None:
+        self.deadline = None
+        if self.transport.is_closing():
+            return
+        begun = self.conn.their_state is h11.SEND_BODY or bool(self.conn.trailing_data[0])
+        if begun and not (self.cycle is not None and self.cycle.response_started):
+            self.transport.write(_raw_error(408, f"request not received within {self.request_timeout:g} s"))
+        self.transport.close()
+
+
+def _raw_error(status: int, message: str) -> bytes:
+    """A whole HTTP/1.1 error answer in the one shape, for a connection about to be closed."""
+    body = json.dumps({"error": message}).encode()
+    reason = {400: "Bad Request", 408: "Request Timeout", 503: "Service Unavailable"}[status]
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+
+class ClientGone(Exception):
+    """The client hung up before its answer was ready."""
+
+
+async def _disconnected(receive: Callable[[], Awaitable[dict]]) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def while_connected(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, or ClientGone as soon as the client disconnects: the work is then
+    cancelled, which drops its texts from the batcher's queue."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+    if not task.done() or task.cancelled():  # cancelled, not yet unwound: it ends on its own
+        raise ClientGone
+    return task.result()
+

@@ -1,0 +1,41 @@
+"""The engine a running server serves: it picks up a new index version written by
+``add``/``delete``/``index`` between requests, and hands each request one snapshot to work on
+throughout, so a request always sees one complete version."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from concurrent.futures import Future
+from pathlib import Path
+
+from indexer.errors import IndexDamaged, SemsearchError
+from search.engine import SearchEngine, Snapshot
+
+
+class LiveEngine:
+    """The engine ``loading`` gives, checked for a new version at most every ``reload_every``
+    seconds (or at once when forced), one check at a time; ``reloads`` counts the versions picked
+    up. It takes the engine still loading, so the app's routes are set up meanwhile."""
+
+    def __init__(self, loading: Future[SearchEngine], index_dir: str | Path, reload_every: float):
+        self.loading = loading
+        self.index_dir = index_dir
+        self.reload_every = reload_every
+        self.checked = time.monotonic()
+        self.reloads = 0
+        self.reloading = asyncio.Lock()
+
+    async def current(self, force: bool = False) -> Snapshot:
+        """The snapshot a request works on, after picking up a new version if one is due."""
+        now = time.monotonic()
+        if force or now - self.checked >= self.reload_every:
+            self.checked = now
+            async with self.reloading:
+                try:
+                    reloaded = await asyncio.to_thread(self.loading.result().reload_if_changed)
+                except (SemsearchError, OSError, sqlite3.DatabaseError) as exc:
+                    raise IndexDamaged(f"the index at {self.index_dir} cannot be read: {exc}") from None
+                self.reloads += reloaded
+        return self.loading.result().snapshot

@@ -1,0 +1,96 @@
+"""The API's shapes: the request models with their bounds, the ``Error`` every error answer has,
+and the OpenAPI schema that documents exactly those answers (no 422: bad input is a 400)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import AfterValidator, BaseModel, Field
+
+from indexer.errors import BadInput
+from search.filters import MAX_FILTER_LENGTH
+from search.queries import check_text
+from search.server.connections import MAX_BODY
+
+MAX_QUERY = 2000  # characters in one query or sentence
+MAX_K = 100
+MAX_BATCH = 64  # queries in one /search/batch, and default texts per forward pass
+MAX_CANDIDATES = 1000
+
+
+def _unicode(text: str) -> str:
+    """JSON can carry lone surrogates (``"\\ud800"``): refused at the boundary, field by field."""
+    try:
+        return check_text(text)
+    except BadInput as exc:
+        raise ValueError(str(exc)) from None
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY), AfterValidator(_unicode)]
+Where = Annotated[str, Field(max_length=MAX_FILTER_LENGTH), AfterValidator(_unicode)]
+
+
+class Error(BaseModel):
+    """Every error answer: one line saying what went wrong."""
+
+    error: str
+
+
+def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The error answers a route gives, for its OpenAPI entry (all of them ``Error``)."""
+    return {code: {"model": Error, "description": ERRORS[code]} for code in codes}
+
+
+ERRORS = {
+    400: "Bad input: unreadable JSON or text, a missing or out-of-range field, a bad filter, too much text.",
+    404: "No such route or file.",
+    405: "The route does not take this method.",
+    409: "A conflict with the index's state.",
+    413: f"A request body over {MAX_BODY} bytes.",
+    503: "The index cannot serve: damaged, removed or unreadable.",
+}
+
+
+class SearchRequest(BaseModel):
+    query: Query
+    k: int = Field(10, ge=1, le=MAX_K)
+    where: Where | None = None
+    min_score: float | None = Field(None, ge=-1, le=1)  # answered = cosine >= it, over the stored rule
+
+
+class BatchRequest(BaseModel):
+    queries: list[Query] = Field(min_length=1, max_length=MAX_BATCH)
+    k: int = Field(10, ge=1, le=MAX_K)
+    where: Where | None = None
+    min_score: float | None = Field(None, ge=-1, le=1)
+
+
+class SimilarRequest(BaseModel):
+    sentence: Query
+    candidates: list[Text] = Field(min_length=1, max_length=MAX_CANDIDATES)
+    k: int | None = Field(None, ge=1, le=MAX_CANDIDATES)
+
+
+
+
+def install_openapi(app: FastAPI) -> None:
+    """FastAPI's schema, less the 422 it documents for every route with input: this server
+    answers bad input with 400 ``Error`` (``search.server.app``'s ``invalid_request``)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            for operations in schema["paths"].values():
+                for operation in operations.values():
+                    operation["responses"].pop("422", None)
+            for unused in ("HTTPValidationError", "ValidationError"):
+                schema["components"]["schemas"].pop(unused, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
