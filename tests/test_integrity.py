@@ -216,12 +216,12 @@ def unchanged(index: Path, before: dict[str, bytes]) -> bool:
 def test_a_full_disk_during_add_or_compact_is_one_line_and_changes_nothing(
     index, tmp_path, monkeypatch, failure
 ):
-    import indexer.store
+    import indexer.store.changes
 
     add_to_index(index, more(tmp_path))  # a segment to compact
     before = snapshot(index)
     with monkeypatch.context() as patch:
-        patch.setattr(indexer.store, "write_segment", failure)
+        patch.setattr(indexer.store.changes, "write_segment", failure)
         result = CliRunner().invoke(
             cli, ["add", str(index), str(write_csv(tmp_path / "m.csv", [("x", "y z", "a")]))]
         )

@@ -196,6 +196,7 @@ def test_the_factory_opens_each_stored_kind_as_its_implementation(tmp_path, stor
     assert 3 not in view.stored()[1] and view.search(vectors[550:551], 1)[1][0].tolist() == [551]
 
 
+@pytest.mark.slow
 def test_the_cli_lists_kinds_and_storages_without_numpy():
     """``semsearch --help`` names every storage (the factory's registry) yet loads no numpy or
     FAISS: the implementations are imported when an index is built or opened."""
