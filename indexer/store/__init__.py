@@ -31,11 +31,12 @@ Every open checks presence, sizes, headers and meta types (stat calls and header
 ``verify`` (``info --check``) and merging writers compare the checksums. Any writer, under the
 lock, removes the partial versions killed writers left; a full disk ends as ``DiskFull``.
 
-The two halves of a version have their own modules: ``catalog`` (SQLite: entries and meta) and
-``vectors`` (the vector index). The package is cut by job: ``layout`` (file names and the store's own meta keys), ``meta`` (the
-typed meta), ``versions`` (lock, ``CURRENT``, making a version live, cleanup), ``integrity``
-(sizes, headers, checksums), ``opening`` (``open_index``, ``verify``), ``writer`` (a new
-version part by part) and ``changes`` (updates). This module names the public API callers use.
+The two halves of a version have their own modules: ``catalog`` (SQLite: entries and meta)
+and ``vectors`` (the vector index). The package is cut by job: ``layout`` (file names and the
+store's own meta keys), ``meta`` (``IndexMeta``, the typed meta), ``versions`` (lock,
+``CURRENT``, making a version live, cleanup), ``integrity`` (sizes, headers, checksums),
+``opening`` (``open_index``, ``verify``), ``writer`` (a new version part by part) and
+``changes`` (updates). This module names the public API callers use.
 """
 
 from indexer.store.changes import MAX_SEGMENTS, Change, append_change, apply_change, commit_change

@@ -17,7 +17,6 @@ from indexer.fields import vector_ids, with_also_ids
 from indexer.store.integrity import records, verify_files
 from indexer.store.layout import (
     DATABASE,
-    FILES,
     TRANSFORM,
     VECTORS,
 )
@@ -54,8 +53,8 @@ def commit_change(index_dir: str | Path, change: Change) -> Path:
     Returns the live version. The caller holds ``writer_lock``."""
     index_dir = Path(index_dir)
     live = live_meta(index_dir)
-    manifest = Manifest.of(live)
-    base = int(live["vectors"]) + manifest.hidden - manifest.segment_vectors
+    manifest = live.manifest or Manifest()
+    base = live.vectors + manifest.hidden - manifest.segment_vectors
     added = manifest.segment_vectors + (0 if change.vectors is None else len(change.vectors))
     # entries that may bury vectors (``reembed`` also names new ones): a bound, not a count
     hidden = manifest.hidden + len(change.deletes) + len(change.reembed)
@@ -131,8 +130,8 @@ def _append(index_dir: Path, change: Change) -> Path:
     committed = False
     try:
         catalog.db.execute("begin immediate")
-        placed = _place(catalog, change, int(live.meta["next_rowid"]))
-        segments, added, files = manifest.segments, 0, dict(live.meta.get(FILES, {}))
+        placed = _place(catalog, change, int(live.meta.next_rowid))
+        segments, added, files = manifest.segments, 0, dict(live.meta.files or {})
         if change.vectors is not None and len(change.vectors):
             write_segment(segment, *_new_vectors(change, placed))
             fsync(segment)
@@ -145,18 +144,16 @@ def _append(index_dir: Path, change: Change) -> Path:
         catalog.bury(buried, generation)
         catalog.delete(placed.gone)
         catalog.put(change.upserts, placed.rowids, placed.chunks)
-        new_rows = placed.next_rowid - int(live.meta["next_rowid"])
-        catalog.write_meta(
-            {
-                "count": int(live.meta["count"]) - len(placed.gone) + new_rows,
-                "vectors": int(live.meta["vectors"]) - hidden + added,
-                "next_rowid": placed.next_rowid,
-                **Manifest(segments, generation, manifest.hidden + hidden).to_meta(),
-                **({FILES: files} if files else {}),
-                "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                **(change.meta or {}),
-            }
+        new_rows = placed.next_rowid - int(live.meta.next_rowid)
+        meta = live.meta.replace(
+            count=live.meta.count - len(placed.gone) + new_rows,
+            vectors=live.meta.vectors - hidden + added,
+            next_rowid=placed.next_rowid,
+            manifest=Manifest(segments, generation, manifest.hidden + hidden),
+            files=files or live.meta.files,
+            updated=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
+        catalog.write_meta(meta.merged(change.meta, index_dir).to_dict())
         catalog.commit()
         committed = True
     finally:
@@ -185,7 +182,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
             shutil.copyfile(live.version / TRANSFORM, version / TRANSFORM)
         catalog = Catalog(version / DATABASE, readonly=False)
         index = live.vectors.merged()
-        placed = _place(catalog, change, int(live.meta["next_rowid"]))
+        placed = _place(catalog, change, int(live.meta.next_rowid))
         if placed.gone or placed.replaced:
             index.remove(with_also_ids(placed.gone + placed.replaced))
         catalog.delete(placed.gone)
@@ -195,23 +192,21 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
         catalog.clear_tombstones()
         index, tuned_for = refit(
             index,
-            live.meta["index_kind"],
-            live.meta.get("storage", "float32"),
-            int(live.meta.get("tuned_for", live.meta["vectors"])),
+            live.meta.index_kind,
+            live.meta.storage_name,
+            live.meta.vectors if live.meta.tuned_for is None else live.meta.tuned_for,
             retune=compact,
         )
-        catalog.write_meta(
-            {
-                "count": catalog.count(),
-                "vectors": int(index.count),
-                "next_rowid": placed.next_rowid,
-                "tuned_for": tuned_for,
-                **shape_of(index),
-                **Manifest(generation=live.manifest.generation).to_meta(),
-                "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                **(change.meta or {}),
-            }
+        meta = live.meta.replace(
+            count=catalog.count(),
+            vectors=int(index.count),
+            next_rowid=placed.next_rowid,
+            tuned_for=tuned_for,
+            **shape_of(index),
+            manifest=Manifest(generation=live.manifest.generation),
+            updated=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
+        catalog.write_meta(meta.merged(change.meta, index_dir).to_dict())
         catalog.commit()
         if compact:
             catalog.vacuum()

@@ -6,12 +6,9 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from indexer.errors import IndexDamaged
-from indexer.store.layout import (
-    FILES,
-)
 from indexer.vectors.files import npy_size
 
 if TYPE_CHECKING:
@@ -31,11 +28,12 @@ def records(version: Path, names: Iterable[str]) -> dict[str, list[int]]:
     return {name: [(version / name).stat().st_size, checksum(version / name)] for name in names}
 
 
-def check_files(index_dir: Path, version: Path, meta: dict[str, Any], needed: Sequence[str]) -> None:
+def check_files(
+    index_dir: Path, version: Path, recorded: dict[str, list[int]], needed: Sequence[str]
+) -> None:
     """Every file the version needs is there, with the size it was written with (recorded at
     commit) and, for ``.npy`` files, the size its header implies: stat calls and one header read,
-    cheap enough for every open. A damaged file is named."""
-    recorded = meta.get(FILES, {})
+    cheap enough for every open. A damaged file is named. ``recorded``: ``IndexMeta.files``."""
     for name in dict.fromkeys([*needed, *recorded]):
         path = version / name
         if not path.is_file():
@@ -71,7 +69,7 @@ def check_database_header(path: Path) -> None:
 def verify_files(index: StoredIndex) -> int:
     """The full check (``verify``): every file recorded at commit against its checksum. Returns
     the number of files checked."""
-    recorded = index.meta.get(FILES, {})
+    recorded = index.meta.files or {}
     damaged = [name for name, (_, crc) in recorded.items() if checksum(index.version / name) != crc]
     if damaged:
         raise IndexDamaged(

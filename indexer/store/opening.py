@@ -17,11 +17,10 @@ from indexer.store.integrity import check_database_header, check_files, verify_f
 from indexer.store.layout import (
     CURRENT,
     DATABASE,
-    FORMAT_VERSION,
     TRANSFORM,
     VECTORS,
 )
-from indexer.store.meta import check_meta
+from indexer.store.meta import IndexMeta
 from indexer.store.versions import live_version, version_dir
 from indexer.strategy import Strategy
 from indexer.transform import Transform
@@ -37,16 +36,19 @@ class StoredIndex:
 
     path: Path
     version: Path
-    strategy: Strategy
-    meta: dict[str, Any]
+    meta: IndexMeta
     vectors: VectorIndex | None
     catalog: Catalog
     transform: Transform | None
     tombstones: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
 
     @property
+    def strategy(self) -> Strategy:
+        return self.meta.strategy
+
+    @property
     def manifest(self) -> Manifest:
-        return Manifest.of(self.meta)
+        return self.meta.manifest or Manifest()
 
     def changed(self) -> bool:
         """Whether an update committed into this version since it was opened: one meta row read.
@@ -65,14 +67,14 @@ class StoredIndex:
             VECTORS,
             self.manifest,
             self.tombstones,
-            int(self.meta["vectors"]),
+            self.meta.vectors,
             mmap=True,
             storage=self.storage,
         )
 
     @property
     def storage(self) -> str:
-        return self.meta.get("storage", "float32")
+        return self.meta.storage_name
 
     @property
     def db(self) -> Any:  # sqlite3.Connection, read-only
@@ -91,11 +93,11 @@ class StoredIndex:
         """What the CLI's ``info`` and the server's ``/info`` show."""
         from indexer.encoders.factory import encoder_status
 
-        meta, source = self.meta, self.meta.get("source", {})
-        if self.vectors is None and "vector_kind" not in meta:  # written before meta kept the kind
+        meta, source = self.meta, self.meta.source or {}
+        if self.vectors is None and meta.vector_kind is None:  # written before meta kept the kind
             self.vectors = self.read_vectors()
         if self.vectors is None:
-            kind, nprobe = meta["vector_kind"], meta.get("nprobe")
+            kind, nprobe = meta.vector_kind, meta.nprobe
         else:
             kind, nprobe = self.vectors.kind, self.vectors.nprobe
         return {
@@ -104,17 +106,17 @@ class StoredIndex:
             "strategy": self.strategy.to_dict(),
             "description": self.strategy.describe(),
             "encoder": encoder_status(self.strategy),
-            "model": meta["model"],
-            "entries": meta["count"],
-            "vectors": meta["vectors"],
-            "dimension": meta["dimension"],
+            "model": meta.model,
+            "entries": meta.count,
+            "vectors": meta.vectors,
+            "dimension": meta.dimension,
             "index_kind": kind,
-            "storage": meta.get("storage", "float32"),
+            "storage": meta.storage_name,
             **({"nprobe": int(nprobe)} if kind == "ivf" else {}),
             "size_bytes": self.size_on_disk(),
             "segments": len(self.manifest.segments),
-            "created": meta.get("created"),
-            "updated": meta.get("updated"),
+            "created": meta.created,
+            "updated": meta.updated,
             "source": source.get("path"),
             "text_fields": list(source.get("text_fields") or []),
             "id_field": source.get("id_field"),
@@ -160,21 +162,16 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
         check_database_header(version / DATABASE)
         catalog = Catalog(version / DATABASE)
         catalog.db.execute("begin")  # meta, count and tombstones of one generation
-        meta = catalog.read_meta()
-        count = catalog.count() if load else meta.get("count")  # a scan of every row: queries only
+        stored = catalog.read_meta()
+        count = catalog.count() if load else stored.get("count")  # a scan of every row: queries only
         tombstones = catalog.tombstones()
         catalog.db.commit()
     except (sqlite3.DatabaseError, ValueError, OSError) as exc:
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise BadInput(
-            f"index {index_dir} has format version {meta.get('format_version')!r}; this semsearch "
-            f"reads version {FORMAT_VERSION}: rebuild it with 'semsearch index'"
-        )
-    strategy = check_meta(index_dir, meta)
-    manifest = Manifest.of(meta)
+    meta = IndexMeta.parse(stored, index_dir)
+    manifest = meta.manifest or Manifest()
     files = [VECTORS, *manifest.files()]
-    check_files(index_dir, version, meta, [*files, *side_files(meta.get("storage", "float32"))])
+    check_files(index_dir, version, meta.files or {}, [*files, *side_files(meta.storage_name)])
     vectors = None
     try:
         if load:
@@ -183,9 +180,9 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
                 VECTORS,
                 manifest,
                 tombstones,
-                int(meta["vectors"]),
+                meta.vectors,
                 mmap=mmap,
-                storage=meta.get("storage", "float32"),
+                storage=meta.storage_name,
             )
             shapes = vectors.part_shapes()
         else:
@@ -193,21 +190,21 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
     except (RuntimeError, OSError, ValueError, TypeError):
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {VECTORS} or a segment") from None
     dimension, total = shapes[0][0], sum(n for _, n in shapes) - manifest.hidden
-    if count != meta.get("count") or total != meta.get("vectors"):
+    if count != meta.count or total != meta.vectors:
         raise IndexDamaged(
             f"damaged index {index_dir}: {count} entries and {total} vectors, "
-            f"expected {meta.get('count')} and {meta.get('vectors')}"
+            f"expected {meta.count} and {meta.vectors}"
         )
     if any(d != dimension for d, _ in shapes):
         raise IndexDamaged(f"damaged index {index_dir}: a segment's dimension differs from the base's")
-    if dimension != meta.get("dimension"):
+    if dimension != meta.dimension:
         raise IndexDamaged(f"damaged index {index_dir}: vector dimension {dimension} != stored")
     transform = None
-    if strategy.postprocess != "none":
+    if meta.strategy.postprocess != "none":
         if not (version / TRANSFORM).is_file():
             raise IndexDamaged(f"damaged index {index_dir}: {TRANSFORM} is missing")
         transform = Transform.load(version / TRANSFORM)
-    return StoredIndex(index_dir, version, strategy, meta, vectors, catalog, transform, tombstones)
+    return StoredIndex(index_dir, version, meta, vectors, catalog, transform, tombstones)
 
 
 def verify(index_dir: str | Path) -> int:

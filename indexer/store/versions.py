@@ -14,7 +14,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from indexer.catalog import Catalog
 from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
@@ -22,12 +21,11 @@ from indexer.store.integrity import records
 from indexer.store.layout import (
     CURRENT,
     DATABASE,
-    FILES,
     LOCK,
     MAX_POINTER,
-    PREVIOUS,
     VERSION_NAME,
 )
+from indexer.store.meta import IndexMeta
 
 
 def fsync(path: Path) -> None:
@@ -72,17 +70,17 @@ def _remove_leftovers(index_dir: Path) -> None:
     (a partial version is always newer: it was begun after the live one was committed)."""
     try:
         live = live_version(index_dir)
-        meta = live_meta(index_dir) if live else {}
+        if live is None:
+            return
+        meta = live_meta(index_dir)
     except SemsearchError:
         return  # a damaged or absent index: leave everything for the user to see
-    if live is None:
-        return
     stamp = live[: len("v-YYYYmmddTHHMMSS")]
 
     def leftover(name: str) -> bool:
-        return PREVIOUS in meta or name[: len(stamp)] > stamp
+        return meta.records_previous or name[: len(stamp)] > stamp
 
-    _remove_stale(index_dir, keep={live, meta.get(PREVIOUS)}, version=leftover)
+    _remove_stale(index_dir, keep={live, meta.previous}, version=leftover)
 
 
 def prepare_target(index_dir: Path) -> Path | None:
@@ -158,7 +156,9 @@ def _write_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
         previous = live_or_none(index_dir)
         catalog = Catalog(version / DATABASE, readonly=False)
         names = [f.name for f in version.iterdir() if f.name != DATABASE]
-        catalog.write_meta({FILES: records(version, names), PREVIOUS: previous})
+        meta = IndexMeta.parse(catalog.read_meta(), index_dir)
+        meta = meta.replace(files=records(version, names), previous=previous, records_previous=True)
+        catalog.write_meta(meta.to_dict())
         catalog.commit()
         catalog.close()
         for child in version.iterdir():
@@ -226,7 +226,7 @@ def _remove_stale(
             child.unlink(missing_ok=True)
 
 
-def live_meta(index_dir: str | Path) -> dict[str, Any]:
+def live_meta(index_dir: str | Path) -> IndexMeta:
     """The live version's meta table alone: cheap, no vectors loaded."""
     index_dir = Path(index_dir)
     name = live_version(index_dir)
@@ -236,6 +236,7 @@ def live_meta(index_dir: str | Path) -> dict[str, Any]:
     try:
         catalog = Catalog(version / DATABASE)
         with contextlib.closing(catalog.db):
-            return catalog.read_meta()
+            stored = catalog.read_meta()
     except (sqlite3.DatabaseError, ValueError) as exc:
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
+    return IndexMeta.parse(stored, index_dir)

@@ -15,10 +15,10 @@ from indexer.errors import BadInput
 from indexer.fields import vector_ids
 from indexer.store.layout import (
     DATABASE,
-    FORMAT_VERSION,
     TRANSFORM,
     VECTORS,
 )
+from indexer.store.meta import IndexMeta
 from indexer.store.versions import commit_version, prepare_target
 from indexer.strategy import Strategy
 from indexer.transform import Transform
@@ -90,7 +90,7 @@ class VersionWriter:
         transform: Transform | None = None,
         index_kind: str = "auto",
         storage: str = "float32",
-    ) -> dict[str, Any]:
+    ) -> IndexMeta:
         """Fit the strategy's transform on the spooled vectors (unless ``transform`` is given: then
         they were transformed already), build and write the vector index; returns the meta written."""
         self._spool.close()
@@ -111,22 +111,21 @@ class VersionWriter:
         )
         (self.version / self.SPOOL).unlink()
         (self.version / self.SPOOL_IDS).unlink()
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "strategy": strategy.to_dict(),
-            "model": strategy.model,
-            "dimension": int(dimension),
-            "count": self.entries,
-            "vectors": self.vectors,
-            "next_rowid": self.entries + 1,
-            "index_kind": index_kind,
-            "storage": storage,
-            "tuned_for": self.vectors,
+        meta = IndexMeta(
+            strategy=strategy,
+            model=strategy.model,
+            dimension=int(dimension),
+            count=self.entries,
+            vectors=self.vectors,
+            next_rowid=self.entries + 1,
+            index_kind=index_kind,
+            storage=storage,
+            tuned_for=self.vectors,
             **shape_of(index),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "source": source,
-        }
-        self.catalog.write_meta(meta)
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            source=source,
+        )
+        self.catalog.write_meta(meta.to_dict())
         self.catalog.commit()
         self.catalog.close()
         index.write(self.version / VECTORS)
