@@ -15,11 +15,7 @@ from indexer.catalog import Catalog
 from indexer.corpus import Entry
 from indexer.fields import vector_ids, with_also_ids
 from indexer.store.integrity import records, verify_files
-from indexer.store.layout import (
-    DATABASE,
-    TRANSFORM,
-    VECTORS,
-)
+from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
 from indexer.store.opening import open_index
 from indexer.store.versions import commit_version, fsync, live_meta, space
 from indexer.vectors.base import shape_of

@@ -14,12 +14,7 @@ import numpy as np
 from indexer.catalog import Catalog
 from indexer.errors import BadInput, IndexDamaged
 from indexer.store.integrity import check_database_header, check_files, verify_files
-from indexer.store.layout import (
-    CURRENT,
-    DATABASE,
-    TRANSFORM,
-    VECTORS,
-)
+from indexer.store.layout import CURRENT, DATABASE, TRANSFORM, VECTORS
 from indexer.store.meta import IndexMeta
 from indexer.store.versions import live_version, version_dir
 from indexer.strategy import Strategy

@@ -18,13 +18,7 @@ from pathlib import Path
 from indexer.catalog import Catalog
 from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
 from indexer.store.integrity import records
-from indexer.store.layout import (
-    CURRENT,
-    DATABASE,
-    LOCK,
-    MAX_POINTER,
-    VERSION_NAME,
-)
+from indexer.store.layout import CURRENT, DATABASE, LOCK, MAX_POINTER, VERSION_NAME
 from indexer.store.meta import IndexMeta
 
 

@@ -13,11 +13,7 @@ from indexer.catalog import Catalog, detect_types
 from indexer.corpus import Entry
 from indexer.errors import BadInput
 from indexer.fields import vector_ids
-from indexer.store.layout import (
-    DATABASE,
-    TRANSFORM,
-    VECTORS,
-)
+from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
 from indexer.store.meta import IndexMeta
 from indexer.store.versions import commit_version, prepare_target
 from indexer.strategy import Strategy
