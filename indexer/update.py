@@ -196,7 +196,7 @@ def _check_columns(corpus: Corpus, columns: dict[str, str], path: str | Path) ->
 
 
 def _count(index_dir: Path) -> int:
-    return int(live_meta(index_dir)["count"])
+    return live_meta(index_dir).count
 
 
 def read_ids(path: str | Path) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 
 import indexer.build
 import indexer.encoders.factory
-import indexer.store
+import indexer.store.writer
 from indexer import Strategy, build_index
 from indexer.catalog import Catalog
 from indexer.encoders.factory import encoder_for
@@ -44,7 +44,7 @@ def corpus(tmp_path: Path, rows=ROWS) -> Path:
 def small_parts(monkeypatch):
     """Parts of 2 entries and spool reads of 3 vectors: every boundary is crossed."""
     monkeypatch.setattr(indexer.build, "PART_ENTRIES", 2)
-    monkeypatch.setattr(indexer.store, "PART_ROWS", 3)
+    monkeypatch.setattr(indexer.store.writer, "PART_ROWS", 3)
 
 
 def test_streamed_build_keeps_every_row_check_across_parts(tmp_path, tiny_model, small_parts, monkeypatch):
@@ -148,7 +148,7 @@ def test_ivf_index_built_from_parts(tmp_path, tiny_model, monkeypatch):
     """Above the exact limit the index is IVF, trained on a sample read from the spool; info
     shows its kind and probes from the meta, as FAISS has them."""
     monkeypatch.setattr(indexer.build, "PART_ENTRIES", 300)
-    monkeypatch.setattr(indexer.store, "PART_ROWS", 700)
+    monkeypatch.setattr(indexer.store.writer, "PART_ROWS", 700)
     monkeypatch.setattr("indexer.vectors.factory.EXACT_LIMIT", 1000)
     path = tmp_path / "c.txt"
     path.write_text("\n".join(f"line {i} about bikes, trains and {i % 37} dogs" for i in range(2000)))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 from indexer import Strategy, build_index
+from indexer.catalog import Catalog
 from indexer.errors import IndexDamaged
 from indexer.store import DATABASE, VECTORS, open_index
+from indexer.store.meta import IndexMeta
 from indexer.update import add_to_index, compact_index, delete_from_index
+from indexer.vectors.factory import STORAGES
 from indexer.vectors.faiss_index import FaissIndex
 from indexer.vectors.reranked import FULL_IDS, FULL_VECTORS
 from indexer.vectors.segments import segment_name
@@ -152,26 +157,27 @@ def test_a_garbled_current_is_damage(index, tmp_path, pointer):
         add_to_index(index, more(tmp_path))
 
 
-@pytest.mark.parametrize(
-    ("key", "value"),
-    [
-        ("count", '"many"'),
-        ("vectors", "-1"),
-        ("dimension", "null"),
-        ("segments", '"none"'),
-        ("segments", "[[1]]"),
-        ("generation", "1.5"),
-        ("hidden", '"0"'),
-        ("storage", '"float8"'),
-        ("index_kind", "7"),
-        ("strategy", "[1, 2]"),
-        ("strategy", '{"pooling": 3, "layers": "x"}'),
-        ("files", '{"vectors.faiss": "big"}'),
-        ("source", '"a file"'),
-        ("nprobe", '"eight"'),
-        ("vector_kind", '"hnsw"'),
-    ],
-)
+MALFORMED = [
+    ("count", '"many"'),
+    ("vectors", "-1"),
+    ("dimension", "null"),
+    ("segments", '"none"'),
+    ("segments", "[[1]]"),
+    ("generation", "1.5"),
+    ("hidden", '"0"'),
+    ("storage", '"float8"'),
+    ("index_kind", "7"),
+    ("strategy", "[1, 2]"),
+    ("strategy", '{"pooling": 3, "layers": "x"}'),
+    ("files", '{"vectors.faiss": "big"}'),
+    ("source", '"a file"'),
+    ("nprobe", '"eight"'),
+    ("vector_kind", '"hnsw"'),
+]
+"""Meta values not of the type they were written with (key, JSON text)."""
+
+
+@pytest.mark.parametrize(("key", "value"), MALFORMED)
 def test_malformed_meta_values_are_damage(index, key, value):
     import sqlite3
 
@@ -180,6 +186,38 @@ def test_malformed_meta_values_are_damage(index, key, value):
     assert_damaged(info(index), key)
     with pytest.raises(IndexDamaged, match=key):
         SearchEngine(index)
+
+
+@pytest.mark.parametrize(("key", "value"), MALFORMED)
+def test_index_meta_names_the_malformed_key(index, key, value):
+    meta = dict(open_index(index).meta)
+    with pytest.raises(IndexDamaged, match=f"malformed meta in meta.db: {re.escape(key)}"):
+        IndexMeta.parse({**meta, key: json.loads(value)}, index)
+
+
+def on_disk(meta: IndexMeta) -> dict:
+    """The keys and JSON values ``Catalog.write_meta`` stores for ``meta``."""
+    return {key: json.loads(json.dumps(value)) for key, value in meta.to_dict().items()}
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_every_meta_round_trips_through_index_meta_unchanged(tmp_path, tiny_model, storage):
+    """What each writer stores (a build, an append with its segment list, a merge with the
+    previous version's name) parses to an ``IndexMeta`` that serialises to the same keys and JSON
+    values; so does an index written before the optional keys existed, which stays without them."""
+    index = tmp_path / "idx"
+    build_index(write_csv(tmp_path / "base.csv", BASE), index, Strategy(model=tiny_model), storage=storage)
+    stored = []
+    for change in (lambda: None, lambda: add_to_index(index, more(tmp_path)), lambda: compact_index(index)):
+        change()
+        stored.append(Catalog(open_index(index).version / DATABASE).read_meta())
+        assert on_disk(IndexMeta.parse(stored[-1], index)) == stored[-1]
+    assert "segments" in stored[1] and stored[2]["previous"] and stored[0].get("storage") == storage
+    legacy = {
+        k: v for k, v in stored[0].items() if k not in ("storage", "tuned_for", "vector_kind", "nprobe")
+    }
+    meta = IndexMeta.parse(legacy, index)
+    assert on_disk(meta) == legacy and meta.storage_name == "float32" and "storage" not in meta
 
 
 def test_ivf_on_too_few_rows_is_bad_input(tmp_path, tiny_model):
@@ -216,12 +254,12 @@ def unchanged(index: Path, before: dict[str, bytes]) -> bool:
 def test_a_full_disk_during_add_or_compact_is_one_line_and_changes_nothing(
     index, tmp_path, monkeypatch, failure
 ):
-    import indexer.store
+    import indexer.store.changes
 
     add_to_index(index, more(tmp_path))  # a segment to compact
     before = snapshot(index)
     with monkeypatch.context() as patch:
-        patch.setattr(indexer.store, "write_segment", failure)
+        patch.setattr(indexer.store.changes, "write_segment", failure)
         result = CliRunner().invoke(
             cli, ["add", str(index), str(write_csv(tmp_path / "m.csv", [("x", "y z", "a")]))]
         )

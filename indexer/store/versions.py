@@ -1,0 +1,236 @@
+"""Versions of an index: the writer lock, ``CURRENT``, making a version durable and live, and
+removing what old versions and killed writers left."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import secrets
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from indexer.catalog import Catalog
+from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
+from indexer.store.integrity import records
+from indexer.store.layout import CURRENT, DATABASE, LOCK, MAX_POINTER, VERSION_NAME
+from indexer.store.meta import IndexMeta
+
+
+def fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
+    """One writer at a time per index; the kernel drops the lock if the writer dies. ``wait``:
+    seconds to keep trying while another writer holds it, then ``IndexLocked``."""
+    deadline = time.monotonic() + wait
+    if not Path(index_dir).is_dir():
+        raise BadInput(f"no index at {index_dir}")
+    try:
+        handle = (Path(index_dir) / LOCK).open("a+")
+    except OSError as exc:
+        raise BadInput(f"cannot write to {index_dir}: {exc.strerror}") from None
+    with handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise IndexLocked(
+                        f"another semsearch process is writing to {index_dir}: try again when it has "
+                        "finished, or wait for it (--wait SECONDS)"
+                    ) from None
+                time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
+        _remove_leftovers(Path(index_dir))
+        yield
+
+
+def _remove_leftovers(index_dir: Path) -> None:
+    """What killed writers left (a partial version, a pointer file), removed by the next writer
+    under the lock: every version directory but the live one and the one before it. An index
+    written before versions recorded their predecessor loses only those newer than the live one
+    (a partial version is always newer: it was begun after the live one was committed)."""
+    try:
+        live = live_version(index_dir)
+        if live is None:
+            return
+        meta = live_meta(index_dir)
+    except SemsearchError:
+        return  # a damaged or absent index: leave everything for the user to see
+    stamp = live[: len("v-YYYYmmddTHHMMSS")]
+
+    def leftover(name: str) -> bool:
+        return meta.records_previous or name[: len(stamp)] > stamp
+
+    _remove_stale(index_dir, keep={live, meta.previous}, version=leftover)
+
+
+def prepare_target(index_dir: Path) -> Path | None:
+    """Make sure ``index_dir`` can take an index; returns the topmost directory this created."""
+    if index_dir.exists() and not index_dir.is_dir():
+        raise BadInput(f"{index_dir} exists and is not a directory")
+    occupied = index_dir.is_dir() and any(p.name != LOCK for p in index_dir.iterdir())
+    if occupied and not (index_dir / CURRENT).is_file():
+        raise BadInput(
+            f"{index_dir} exists, is not empty and is not a semsearch index: refusing to overwrite it"
+        )
+    top, missing = None, index_dir.absolute()
+    while not missing.exists():
+        top, missing = missing, missing.parent
+    try:
+        index_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"cannot create {index_dir}: {exc.strerror}") from None
+    return top
+
+
+@contextlib.contextmanager
+def building(index_dir: Path, wait: float = 0) -> Iterator[None]:
+    """Prepare ``index_dir`` and hold its writer lock for a build. A build that fails before
+    any index exists there removes the directories it created: nothing is left behind."""
+    made = prepare_target(index_dir)
+    with writer_lock(index_dir, wait):
+        try:
+            yield
+        except BaseException:
+            if made is not None and live_or_none(index_dir) is None:
+                shutil.rmtree(made, ignore_errors=True)
+            raise
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Whether a write failed for want of space, as each writer says it: an OSError (ENOSPC,
+    EDQUOT, or numpy's short write), SQLite's SQLITE_FULL, FAISS's RuntimeError text."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT) or (
+            exc.errno is None and "requested and" in str(exc)
+        )
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    return isinstance(exc, RuntimeError) and "No space left on device" in str(exc)
+
+
+@contextlib.contextmanager
+def space(index_dir: Path) -> Iterator[None]:
+    """A write that runs out of space ends as ``DiskFull`` (its caller has undone its partial files)."""
+    try:
+        yield
+    except Exception as exc:
+        if _disk_full(exc):
+            raise DiskFull(
+                f"disk full: cannot write to {index_dir}; the index is unchanged (free some space and retry)"
+            ) from None
+        raise
+
+
+def commit_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
+    """Make a new version directory with ``fill``, make it durable, then make it the live one."""
+    with space(index_dir):
+        return _write_version(index_dir, fill)
+
+
+def _write_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
+    version = index_dir / f"v-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
+    version.mkdir()
+    pointer = index_dir / f".{CURRENT}.{secrets.token_hex(4)}"
+    try:
+        fill(version)
+        previous = live_or_none(index_dir)
+        catalog = Catalog(version / DATABASE, readonly=False)
+        names = [f.name for f in version.iterdir() if f.name != DATABASE]
+        meta = IndexMeta.parse(catalog.read_meta(), index_dir)
+        meta = meta.replace(files=records(version, names), previous=previous, records_previous=True)
+        catalog.write_meta(meta.to_dict())
+        catalog.commit()
+        catalog.close()
+        for child in version.iterdir():
+            fsync(child)
+        fsync(version)
+        pointer.write_text(version.name + "\n", encoding="utf-8")
+        fsync(pointer)
+    except BaseException:
+        shutil.rmtree(version, ignore_errors=True)
+        pointer.unlink(missing_ok=True)
+        raise
+    os.replace(pointer, index_dir / CURRENT)  # the swap: from here on the version is live
+    fsync(index_dir)
+    _remove_stale(index_dir, keep={version.name, previous})
+    return version
+
+
+def live_version(index_dir: Path) -> str | None:
+    """Name of the live version directory (what CURRENT says), or None where there is no
+    CURRENT. One that cannot hold a version name (not UTF-8, too long) is damage."""
+    try:
+        with (index_dir / CURRENT).open("rb") as f:
+            raw = f.read(MAX_POINTER + 1)
+    except OSError:
+        return None
+    try:
+        name = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        name = None
+    if name is None or len(raw) > MAX_POINTER:
+        raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} does not hold a version name")
+    return name
+
+
+def live_or_none(index_dir: Path) -> str | None:
+    """``live_version`` for a writer about to replace CURRENT: a damaged one counts as none."""
+    try:
+        return live_version(index_dir)
+    except IndexDamaged:
+        return None
+
+
+def version_dir(index_dir: Path, name: str) -> Path:
+    """The live version's directory. Only a plain ``v-<time>-<hex>`` name (no path separators,
+    not a symlink) is accepted, so the directory is always inside ``index_dir``."""
+    version = index_dir / name
+    if not VERSION_NAME.fullmatch(name) or version.is_symlink():
+        plain = re.fullmatch(r"[\w-]+", name) and not version.is_symlink()
+        what = f"a missing version {name!r}" if plain else f"{name!r}, which is not a version directory in it"
+        raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} names {what}")
+    return version
+
+
+def _remove_stale(
+    index_dir: Path, keep: set[str | None], version: Callable[[str], bool] = lambda name: True
+) -> None:
+    """Older versions (those ``version`` accepts) and leftovers of killed runs (an open reader
+    keeps its unlinked files)."""
+    for child in index_dir.iterdir():
+        if child.name in keep:
+            continue
+        if child.name.startswith("v-") and child.is_dir() and not child.is_symlink() and version(child.name):
+            shutil.rmtree(child, ignore_errors=True)
+        elif child.name.startswith(f".{CURRENT}."):
+            child.unlink(missing_ok=True)
+
+
+def live_meta(index_dir: str | Path) -> IndexMeta:
+    """The live version's meta table alone: cheap, no vectors loaded."""
+    index_dir = Path(index_dir)
+    name = live_version(index_dir)
+    if name is None:
+        raise BadInput(f"{index_dir} is not a semsearch index (no {CURRENT} file)")
+    version = version_dir(index_dir, name)
+    try:
+        catalog = Catalog(version / DATABASE)
+        with contextlib.closing(catalog.db):
+            stored = catalog.read_meta()
+    except (sqlite3.DatabaseError, ValueError) as exc:
+        raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
+    return IndexMeta.parse(stored, index_dir)

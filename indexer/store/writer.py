@@ -1,0 +1,180 @@
+"""A new version written part by part: entries to SQLite, vectors to a spool, then the index."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexer.catalog import Catalog, detect_types
+from indexer.corpus import Entry
+from indexer.errors import BadInput
+from indexer.fields import vector_ids
+from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
+from indexer.store.meta import IndexMeta
+from indexer.store.versions import commit_version, prepare_target
+from indexer.strategy import Strategy
+from indexer.transform import Transform
+from indexer.vectors.base import shape_of
+from indexer.vectors.factory import build_from_parts
+from indexer.vectors.faiss_index import unit_length
+
+PART_ROWS = 8192
+"""Vectors read back from the spool at a time (12 MB at 384 dimensions)."""
+
+
+class VersionWriter:
+    """A new version filled part by part: entries go to SQLite as they come (one transaction),
+    their raw vectors to a spool file beside it, so neither the texts nor the vectors of the
+    whole corpus are ever held in memory. ``finish`` builds the vector index from the spool
+    (``vectors.factory.build_from_parts``): the index's copy is the only whole one."""
+
+    SPOOL = ".vectors.spool"  # raw float32 vectors; removed before the version is committed
+    SPOOL_IDS = ".ids.spool"  # the row id of each (int64)
+
+    def __init__(self, version: Path, field_types: dict[str, str]):
+        self.version = version
+        self.catalog = Catalog.create(version / DATABASE, field_types)
+        self.entries = 0
+        self.vectors = 0
+        self.dimension: int | None = None
+        self._spool = (version / self.SPOOL).open("wb")
+        self._spool_ids = (version / self.SPOOL_IDS).open("wb")
+
+    def add(
+        self,
+        entries: Sequence[Entry],
+        vectors: np.ndarray,
+        owners: np.ndarray,
+        also: np.ndarray | None = None,
+    ) -> None:
+        """Entries with their vectors; ``owners[i]``: position in ``entries`` of ``vectors[i]``;
+        ``also[i]``: it is that entry's also-vector (``indexer.fields``)."""
+        rowids = np.arange(self.entries + 1, self.entries + len(entries) + 1, dtype=np.int64)
+        self.catalog.put(entries, rowids, np.bincount(owners, minlength=len(entries)))
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if self.dimension is None:
+            self.dimension = vectors.shape[1]
+        self._spool.write(vectors.tobytes())
+        self._spool_ids.write(vector_ids(rowids[owners], also).tobytes())
+        self.entries += len(entries)
+        self.vectors += len(vectors)
+
+    def parts(self, transform: Transform | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The spooled vectors, ``transform``-ed and unit length, with their row ids."""
+        with (self.version / self.SPOOL_IDS).open("rb") as ids:
+            for raw in self.raw_parts():
+                vectors = np.ascontiguousarray(Transform.apply_optional(transform, raw))
+                unit_length(vectors)
+                yield vectors, np.fromfile(ids, np.int64, len(vectors))
+
+    def raw_parts(self) -> Iterator[np.ndarray]:
+        """The spooled vectors as embedded, ``PART_ROWS`` at a time."""
+        with (self.version / self.SPOOL).open("rb") as spool:
+            for start in range(0, self.vectors, PART_ROWS):
+                rows = min(PART_ROWS, self.vectors - start)
+                yield np.fromfile(spool, np.float32, rows * self.dimension).reshape(rows, -1)
+
+    def finish(
+        self,
+        strategy: Strategy,
+        *,
+        source: dict[str, Any],
+        transform: Transform | None = None,
+        index_kind: str = "auto",
+        storage: str = "float32",
+    ) -> IndexMeta:
+        """Fit the strategy's transform on the spooled vectors (unless ``transform`` is given: then
+        they were transformed already), build and write the vector index; returns the meta written."""
+        self._spool.close()
+        self._spool_ids.close()
+        if not self.entries:
+            raise BadInput("nothing to index: no entries")
+        given = transform is not None
+        if not given:
+            transform = Transform.for_strategy(strategy, self.raw_parts())
+        dimension = (transform and transform.dimension) or self.dimension
+        index = build_from_parts(
+            lambda: self.parts(None if given else transform),
+            self.vectors,
+            dimension,
+            index_kind,
+            storage,
+            directory=self.version,
+        )
+        (self.version / self.SPOOL).unlink()
+        (self.version / self.SPOOL_IDS).unlink()
+        meta = IndexMeta(
+            strategy=strategy,
+            model=strategy.model,
+            dimension=int(dimension),
+            count=self.entries,
+            vectors=self.vectors,
+            next_rowid=self.entries + 1,
+            index_kind=index_kind,
+            storage=storage,
+            tuned_for=self.vectors,
+            **shape_of(index),
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            source=source,
+        )
+        self.catalog.write_meta(meta.to_dict())
+        self.catalog.commit()
+        self.catalog.close()
+        index.write(self.version / VECTORS)
+        if transform is not None:
+            transform.save(self.version / TRANSFORM)
+        return meta
+
+    def close(self) -> None:
+        """Release the files of an abandoned version (its directory is removed by the caller)."""
+        self._spool.close()
+        self._spool_ids.close()
+        self.catalog.close()
+
+
+def stream_index(
+    index_dir: str | Path, field_types: dict[str, str], fill: Callable[[VersionWriter], None]
+) -> Path:
+    """Write a complete new index beside the live one, then swap it in. Returns the version dir.
+    ``fill`` adds the entries and vectors (``VersionWriter.add``) and calls ``finish``; if it
+    raises, the new version is removed and the live one stays. The caller holds ``writer_lock``."""
+    index_dir = Path(index_dir)
+    prepare_target(index_dir)
+
+    def run(version: Path) -> None:
+        writer = VersionWriter(version, field_types)
+        try:
+            fill(writer)
+        finally:
+            writer.close()
+
+    return commit_version(index_dir, run)
+
+
+def write_index(
+    index_dir: str | Path,
+    strategy: Strategy,
+    entries: Sequence[Entry],
+    vectors: np.ndarray,
+    owners: np.ndarray,
+    *,
+    source: dict[str, Any],
+    transform: Transform | None = None,
+    index_kind: str = "auto",
+    storage: str = "float32",
+    also: np.ndarray | None = None,
+) -> Path:
+    """``stream_index`` for entries and vectors already in memory (vectors transformed already by
+    ``transform``, if any). ``owners[i]`` is the entry (position in ``entries``) of ``vectors[i]``;
+    ``also[i]``: it is that entry's also-vector (``indexer.fields``)."""
+
+    def fill(writer: VersionWriter) -> None:
+        writer.add(entries, vectors, owners, also)
+        finish = {"source": source, "index_kind": index_kind, "storage": storage}
+        writer.finish(strategy, transform=transform, **finish)
+
+    return stream_index(index_dir, detect_types(e.fields for e in entries), fill)
