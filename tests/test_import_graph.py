@@ -1,0 +1,72 @@
+"""The product's modules import each other one way: no module-level import circle in ``indexer``
+or ``search`` (a circle makes import order matter and hides which part depends on which)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def module_names() -> dict[str, Path]:
+    names = {}
+    for package in ("indexer", "search"):
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def module_level_imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The product modules ``name`` imports when it is imported (not in functions, not under
+    ``if TYPE_CHECKING``)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, done, path = [], set(), []
+
+    def visit(module: str) -> None:
+        path.append(module)
+        for other in sorted(graph[module]):
+            if other in path:
+                found.append(path[path.index(other) :] + [other])
+            elif other not in done:
+                visit(other)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module)
+    return found
+
+
+def test_no_module_level_import_circle():
+    known = module_names()
+    graph = {name: module_level_imports(name, path, known) for name, path in known.items()}
+    assert sum(map(len, graph.values())) > 20  # the scan sees the imports it looks for
+    assert circles(graph) == []
+
+
+def test_the_circle_finder_finds_one():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
