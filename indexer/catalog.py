@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from indexer.corpus import RESERVED, Entry
+from indexer.errors import FilterError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -66,6 +67,20 @@ holds it to SQLite's own behaviour)."""
 _INT64 = 1 << 63
 MAX_FACET_VALUES = 50  # distinct values up to which a field gets a value list (a select on a page)
 MAX_FACET_CHARS = 100  # a longer value is prose (an answer), not something to pick from a list
+
+
+
+DatabaseError = sqlite3.DatabaseError
+"""What SQLite raises for a database file it cannot read (garbled, truncated, removed under a
+reader): the name callers outside the catalog catch, so only the catalog imports ``sqlite3``."""
+OperationalError = sqlite3.OperationalError
+"""What SQLite raises for a statement it cannot run now (a killed writer's journal, a lock)."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether SQLite failed because the disk is full (SQLITE_FULL)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(error, OperationalError) and code == sqlite3.SQLITE_FULL
 
 
 class Facet(TypedDict):
@@ -341,7 +356,23 @@ class Catalog:
     def matching(self, condition: str, params: Sequence[Any]) -> list[tuple[int, int]]:
         """(row id, vectors held) of each entry a filter admits. ``condition`` is SQL that
         ``search.filters`` built from a parsed filter, its values bound as ``params``."""
-        return self.db.execute(f"select _rowid, _chunks from entries where {condition}", params).fetchall()
+        try:
+            found = self.db.execute(f"select _rowid, _chunks from entries where {condition}", params)
+            return found.fetchall()
+        except OperationalError as exc:  # what the filter parser's bounds let through
+            raise FilterError(f"filter: too large or complex ({exc})") from None
+
+    def generation(self) -> int:
+        """The update generation committed into this version (0 before any update)."""
+        row = self.db.execute("select value from meta where key = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    def integrity_problems(self) -> list[str]:
+        """SQLite's own integrity check of the file: ``["ok"]`` when it is sound."""
+        try:
+            return [row[0] for row in self.db.execute("pragma integrity_check")]
+        except DatabaseError as exc:
+            return [str(exc)]
 
     def texts_by_hash(self) -> dict[str, str]:
         """Content hash -> its text: one item per distinct embedded text."""

@@ -4,7 +4,6 @@ indexer's network exported to ONNX and its NumPy head: no torch, see ``indexer.e
 from __future__ import annotations
 
 import functools
-import sqlite3
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -16,7 +15,7 @@ import numpy as np
 from indexer.catalog import Facet
 from indexer.corpus import RESERVED
 from indexer.encoders.factory import encoder_for
-from indexer.errors import BadInput, FilterError, StrategyConflict
+from indexer.errors import BadInput, StrategyConflict
 from indexer.fields import FieldScoring, also_ids, row_ids, with_also_ids
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
@@ -150,11 +149,8 @@ class Snapshot:
         with self.db_lock:
             columns = self.index.columns()
         condition = parse_filter(where, [c for c in columns if c not in RESERVED])
-        try:
-            with self.db_lock:
-                found = self.index.catalog.matching(condition.sql, condition.params)
-        except sqlite3.OperationalError as exc:
-            raise FilterError(f"filter: too large or complex ({exc})") from None
+        with self.db_lock:
+            found = self.index.catalog.matching(condition.sql, condition.params)
         ids = np.array([r[0] for r in found], dtype=np.int64)
         return Allowed(ids, int(sum(r[1] for r in found)))
 

@@ -1,12 +1,13 @@
 """The product's modules import each other one way: no module-level import circle in ``indexer``
-or ``search`` (a circle makes import order matter and hides which part depends on which)."""
+or ``search`` (a circle makes import order matter and hides which part depends on which), and
+SQLite is spoken by the catalog alone."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, heavy_imports
 
 
 def module_names() -> dict[str, Path]:
@@ -70,3 +71,13 @@ def test_no_module_level_import_circle():
 
 def test_the_circle_finder_finds_one():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
+
+
+def test_sqlite3_is_imported_only_by_the_catalog():
+    """Every SQL statement and SQLite error lives in ``indexer/catalog.py``. The corpus reader
+    asks the SQLite library one fact (its column limit, to refuse a too-wide file before anything
+    is written); it cannot ask the catalog, which imports it."""
+    allowed = {ROOT / "indexer" / "catalog.py", ROOT / "indexer" / "corpus.py"}
+    paths = [p for package in ("indexer", "search") for p in sorted((ROOT / package).rglob("*.py"))]
+    assert [hit for p in paths if p not in allowed for hit in heavy_imports(p, ("sqlite3",))] == []
+    assert heavy_imports(ROOT / "indexer" / "catalog.py", ("sqlite3",))  # the scan sees it

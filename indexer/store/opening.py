@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from indexer.catalog import Catalog
+from indexer.catalog import Catalog, DatabaseError, OperationalError
 from indexer.errors import BadInput, IndexDamaged
 from indexer.store.integrity import check_database_header, check_files, verify_files
 from indexer.store.layout import CURRENT, DATABASE, TRANSFORM, VECTORS
@@ -49,10 +48,10 @@ class StoredIndex:
         """Whether an update committed into this version since it was opened: one meta row read.
         (A new version is seen through ``CURRENT``.)"""
         try:
-            row = self.db.execute("select value from meta where key = 'generation'").fetchone()
-        except sqlite3.OperationalError:  # a killed writer's journal: reopen, which rolls it back
+            generation = self.catalog.generation()
+        except OperationalError:  # a killed writer's journal: reopen, which rolls it back
             return True
-        return (int(row[0]) if row else 0) != self.manifest.generation
+        return generation != self.manifest.generation
 
     def read_vectors(self) -> VectorIndex:
         """The vectors of this snapshot through a handle of its own (a scan that must not touch
@@ -72,7 +71,7 @@ class StoredIndex:
         return self.meta.storage_name
 
     @property
-    def db(self) -> Any:  # sqlite3.Connection, read-only
+    def db(self) -> Any:  # the catalog's connection, read-only
         return self.catalog.db
 
     def rows(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -161,7 +160,7 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
         count = catalog.count() if load else stored.get("count")  # a scan of every row: queries only
         tombstones = catalog.tombstones()
         catalog.db.commit()
-    except (sqlite3.DatabaseError, ValueError, OSError) as exc:
+    except (DatabaseError, ValueError, OSError) as exc:
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
     meta = IndexMeta.parse(stored, index_dir)
     manifest = meta.manifest or Manifest()
@@ -210,10 +209,7 @@ def verify(index_dir: str | Path) -> int:
     index = open_index(index_dir)
     try:
         checked = verify_files(index)
-        try:
-            problems = [row[0] for row in index.db.execute("pragma integrity_check")]
-        except sqlite3.DatabaseError as exc:
-            problems = [str(exc)]
+        problems = index.catalog.integrity_problems()
         if problems != ["ok"]:
             raise IndexDamaged(f"damaged index {index.path}: {DATABASE} fails SQLite's check: {problems[0]}")
     finally:

@@ -10,12 +10,12 @@ import os
 import re
 import secrets
 import shutil
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from indexer.catalog import Catalog
+from indexer.catalog import Catalog, DatabaseError
+from indexer.catalog import is_disk_full as is_sqlite_full
 from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
 from indexer.store.integrity import records
 from indexer.store.layout import CURRENT, DATABASE, LOCK, MAX_POINTER, VERSION_NAME
@@ -117,8 +117,8 @@ def _disk_full(exc: BaseException) -> bool:
         return exc.errno in (errno.ENOSPC, errno.EDQUOT) or (
             exc.errno is None and "requested and" in str(exc)
         )
-    if isinstance(exc, sqlite3.OperationalError):
-        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    if is_sqlite_full(exc):
+        return True
     return isinstance(exc, RuntimeError) and "No space left on device" in str(exc)
 
 
@@ -231,6 +231,6 @@ def live_meta(index_dir: str | Path) -> IndexMeta:
         catalog = Catalog(version / DATABASE)
         with contextlib.closing(catalog.db):
             stored = catalog.read_meta()
-    except (sqlite3.DatabaseError, ValueError) as exc:
+    except (DatabaseError, ValueError) as exc:
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
     return IndexMeta.parse(stored, index_dir)

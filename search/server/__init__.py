@@ -24,7 +24,7 @@ Errors: every error answer is ``{"error": "<one line>"}``, Starlette's and uvico
 cannot read or that breaks a limit (bad JSON, a missing or out-of-range field, text that is not
 valid Unicode, a bad filter, too much text) is 400; a body over ``MAX_BODY`` is 413; a conflict with
 the index is 409; an index that cannot serve is 503 (each error class's ``http_status``), as are
-index files that fail under the running server (removed, garbled: OSError, sqlite3.DatabaseError).
+index files that fail under the running server (removed, garbled: OSError, the catalog's DatabaseError).
 
 Connections (``serve``, ``GuardedH11``): a whole request within ``REQUEST_TIMEOUT``, idle
 keep-alive for ``KEEP_ALIVE``, at most ``MAX_CONNECTIONS`` open.

@@ -4,7 +4,6 @@ A new endpoint goes here (its request model in ``schema``)."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
+from indexer.catalog import DatabaseError
 from indexer.errors import SemsearchError
 from search.engine import SearchEngine, check_queries, configure_threads
 from search.loading import load_engine
@@ -83,7 +83,7 @@ def create_app(
         reason = " ".join(str(exc).split()) or type(exc).__name__
         return JSONResponse({"error": f"the index cannot be read: {reason}"}, status_code=503)
 
-    app.add_exception_handler(sqlite3.DatabaseError, unreadable)
+    app.add_exception_handler(DatabaseError, unreadable)
     app.add_exception_handler(OSError, unreadable)
 
     @app.exception_handler(ClientGone)

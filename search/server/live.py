@@ -5,11 +5,11 @@ throughout, so a request always sees one complete version."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from concurrent.futures import Future
 from pathlib import Path
 
+from indexer.catalog import DatabaseError
 from indexer.errors import IndexDamaged, SemsearchError
 from search.engine import SearchEngine, Snapshot
 
@@ -35,7 +35,7 @@ class LiveEngine:
             async with self.reloading:
                 try:
                     reloaded = await asyncio.to_thread(self.loading.result().reload_if_changed)
-                except (SemsearchError, OSError, sqlite3.DatabaseError) as exc:
+                except (SemsearchError, OSError, DatabaseError) as exc:
                     raise IndexDamaged(f"the index at {self.index_dir} cannot be read: {exc}") from None
                 self.reloads += reloaded
         return self.loading.result().snapshot
