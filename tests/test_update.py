@@ -116,12 +116,11 @@ def test_sigkill_during_add_or_delete_leaves_last_complete_state(index, tmp_path
         command = ["delete", str(index), "--ids-file", str(ids)]
     states = {len(BASE), len(BASE) + 30000}
     killed = 0
-    if operation == "add":  # kills at shares of one whole add, on a copy of the index
-        shutil.copytree(index, tmp_path / "measured")
-        took = whole_run(["add", str(tmp_path / "measured"), str(big)])
-        delays: tuple[float | str, ...] = (*(took * share for share in (0.1, 0.3, 0.5, 0.7)), "writing")
-    else:
-        delays = (0.2, 0.6, "writing", "writing")
+    # kills at shares of one whole run of the same command, measured on a copy of the index
+    shutil.copytree(index, tmp_path / "measured")
+    took = whole_run([command[0], str(tmp_path / "measured"), *command[2:]])
+    shares = (0.1, 0.3, 0.5, 0.7) if operation == "add" else (0.2, 0.5)
+    delays: tuple[float | str, ...] = (*(took * share for share in shares), "writing", "writing")
     for when in delays:
         if operation == "delete" and open_index(index).meta["count"] == len(BASE):
             add_to_index(index, big)  # the last delete finished: give the next one work again
