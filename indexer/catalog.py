@@ -47,12 +47,13 @@ import json
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from indexer.corpus import RESERVED, Entry
-from indexer.errors import FilterError
+from indexer.errors import FilterError, IndexMoved
 
 if TYPE_CHECKING:
     import numpy as np
@@ -361,6 +362,19 @@ class Catalog:
             return found.fetchall()
         except OperationalError as exc:  # what the filter parser's bounds let through
             raise FilterError(f"filter: too large or complex ({exc})") from None
+
+    @contextmanager
+    def reading_at(self, generation: int) -> Iterator[None]:
+        """One read transaction that sees ``generation``: the reads inside it come from the state
+        the caller's vectors were opened at, or ``IndexMoved`` says an update has committed since.
+        (A read transaction holds off a writer's commit only while it lasts: keep it short.)"""
+        self.db.execute("begin")
+        try:
+            if self.generation() != generation:
+                raise IndexMoved("the index changed while it was being read: ask again")
+            yield
+        finally:
+            self.db.commit()
 
     def generation(self) -> int:
         """The update generation committed into this version (0 before any update)."""

@@ -42,6 +42,12 @@ class IndexLocked(SemsearchError):
     http_status = 409
 
 
+class IndexMoved(IndexLocked):
+    """An update committed into the version a reader had open, so its rows no longer belong to
+    the vectors it holds. The engine and the server reopen and retry; a caller sees this only
+    when updates keep outrunning its reads."""
+
+
 class IndexDamaged(SemsearchError):
     """The index on disk cannot be trusted: missing files, wrong counts, a CURRENT outside it."""
 

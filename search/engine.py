@@ -3,19 +3,20 @@ indexer's network exported to ONNX and its NumPy head: no torch, see ``indexer.e
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from indexer.catalog import Facet
+from indexer.catalog import Catalog, Facet
 from indexer.corpus import RESERVED
 from indexer.encoders.factory import encoder_for
-from indexer.errors import BadInput, StrategyConflict
+from indexer.errors import BadInput, IndexMoved, StrategyConflict
 from indexer.fields import FieldScoring, also_ids, row_ids, with_also_ids
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
@@ -28,6 +29,10 @@ from search.queries import check_text
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
 
+T = TypeVar("T")
+
+RETRIES = 3
+"""Times a search is redone on a reopened snapshot when updates commit under it."""
 
 CANDIDATES = 64
 """Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
@@ -94,8 +99,11 @@ class Snapshot:
     could not be exported, the model on torch; ``info`` says which (``indexer.encoders.factory``).
 
     A request takes one snapshot and does everything with it, so a reload (which publishes a new
-    snapshot) can never pair one version's vectors with another's model. The SQLite connection is
-    shared by the threads that serve requests, so every use of it holds ``db_lock``.
+    snapshot) can never pair one version's vectors with another's model. An update commits into
+    the same version, so every read of rows goes through ``reading``: it sees the generation the
+    vectors were opened at, or raises ``IndexMoved`` (the engine then reopens and asks again). The
+    SQLite connection is shared by the threads that serve requests, so every use of it holds
+    ``db_lock``.
     """
 
     index: StoredIndex
@@ -114,6 +122,12 @@ class Snapshot:
         """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use."""
         with self.db_lock:
             return {**self.index.info(), "encoder": self.embedder.choice.status}
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Catalog]:
+        """The catalog, read at this snapshot's generation under the lock (``Catalog.reading_at``)."""
+        with self.db_lock, self.index.catalog.reading_at(self.index.manifest.generation):
+            yield self.index.catalog
 
     def changed(self) -> bool:
         """An update committed into this snapshot's version since it was opened (new segments or
@@ -149,8 +163,8 @@ class Snapshot:
         with self.db_lock:
             columns = self.index.columns()
         condition = parse_filter(where, [c for c in columns if c not in RESERVED])
-        with self.db_lock:
-            found = self.index.catalog.matching(condition.sql, condition.params)
+        with self.reading() as catalog:
+            found = catalog.matching(condition.sql, condition.params)
         ids = np.array([r[0] for r in found], dtype=np.int64)
         return Allowed(ids, int(sum(r[1] for r in found)))
 
@@ -178,8 +192,8 @@ class Snapshot:
 
     def _neighbourhood(self, best: dict[int, float]) -> Neighbourhood:
         rowids = list(best)
-        with self.db_lock:
-            hashes = self.index.catalog.values(rowids, "_hash")
+        with self.reading() as catalog:
+            hashes = catalog.values(rowids, "_hash")
         return Neighbourhood(rowids, np.array(list(best.values())), [hashes[r] for r in rowids])
 
     @functools.cached_property
@@ -226,8 +240,8 @@ class Snapshot:
         chunk taken, then ``FieldScoring.combine``."""
         if not rowids:
             return {}
-        with self.db_lock:
-            chunks = self.index.catalog.values(rowids, "_chunks")
+        with self.reading() as catalog:
+            chunks = catalog.values(rowids, "_chunks")
         held = int(sum(chunks.values()))
         scores, ids = self.index.vectors.search(vector[None, :], held, with_also_ids(rowids))
         best: dict[int, float] = {}
@@ -246,10 +260,8 @@ class Snapshot:
     ) -> list[Hit]:
         rule = self.rule
         best = self._nearest(vector, max(k, NEIGHBOURS) if rule else k, allowed)
-        with self.db_lock:
-            rows = self.index.rows(list(best))
-        # a row deleted by an update committed after this snapshot was taken is no answer
-        best = {rowid: score for rowid, score in best.items() if rowid in rows}
+        with self.reading() as catalog:
+            rows = catalog.rows(list(best))
         top = list(best.items())[:k]
         confidence: list[float | None] = [None] * len(top)
         if rule is not None and top:
@@ -310,7 +322,17 @@ class SearchEngine:
     def search_many(
         self, queries: Sequence[str], k: int = 10, where: str | None = None, min_score: float | None = None
     ) -> list[list[Hit]]:
-        return self.snapshot.search_many(queries, k, where, min_score)
+        return self.fresh(lambda snapshot: snapshot.search_many(queries, k, where, min_score))
+
+    def fresh(self, work: Callable[[Snapshot], T]) -> T:
+        """``work`` on the current snapshot, redone on a reopened one when an update committed
+        under it (``IndexMoved``), a few times before the error reaches the caller."""
+        for _ in range(RETRIES):
+            try:
+                return work(self.snapshot)
+            except IndexMoved:
+                self.reload_if_changed()
+        return work(self.snapshot)
 
 
 @dataclass(frozen=True)

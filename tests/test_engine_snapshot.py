@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from indexer.encoders.factory import encoder_for
-from indexer.errors import BadInput, FilterError
+from indexer.errors import BadInput, FilterError, IndexMoved
 from indexer.store import open_index
 from indexer.strategy import Strategy
 from search.engine import SearchEngine
@@ -80,3 +80,27 @@ def test_rank_similar_applies_the_given_transform(tmp_path, tiny_model):
     vectors = index.transform.apply(embedder.embed([ROWS[0][1], ROWS[1][1]]))
     assert hits[0].score == pytest.approx(1.0, abs=1e-4)
     assert hits[1].score == pytest.approx(float(np.dot(vectors[0], vectors[1])), abs=1e-4)
+
+
+def test_a_snapshot_never_pairs_its_vectors_with_rows_written_after_it(tmp_path, tiny_model):
+    """An upsert commits into the same version: an engine opened before it must not score the
+    entry by its old vector while showing its new text (nor the other way round)."""
+    from indexer.update import add_to_index
+    from tests.conftest import write_csv
+
+    path = build_faq(tmp_path, tiny_model)
+    engine = SearchEngine(path)
+    stale = engine.snapshot
+    question = "Which bikes can I rent for a whole week?"
+    change = write_csv(tmp_path / "change.csv", [("a2", question, "stations")], ("id", "text", "category"))
+    add_to_index(path, change, id_field="id")
+
+    fresh = SearchEngine(path).search(question, k=4)
+    assert fresh[0].id == "a2" and fresh[0].text == question
+    found = engine.search(question, k=4)
+    assert [(h.id, h.text, round(h.score, 5)) for h in found] == [
+        (h.id, h.text, round(h.score, 5)) for h in fresh
+    ]
+    assert engine.snapshot is not stale
+    with pytest.raises(IndexMoved):
+        stale.search_many([question], k=4)

@@ -105,3 +105,24 @@ def test_serve_binds_localhost_by_default(index):
         if shutil.which("ss"):  # the listening socket's local address is loopback only
             listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True)
             assert [line.split()[3] for line in listening.stdout.splitlines()] == [f"127.0.0.1:{port}"]
+
+
+def test_a_search_after_an_update_answers_from_one_generation(index, tmp_path):
+    """An upsert commits into the version the server has open, between its reload checks: the
+    request is answered from the new generation whole (rows and vectors), not a mix, nor an error."""
+    from search.engine import SearchEngine
+    from tests.conftest import write_csv
+
+    question = "Which bikes can I rent for a whole week?"
+    with TestClient(create_app(index, reload_every=3600)) as client:
+        assert client.post("/search", json={"query": question, "k": 4}).status_code == 200
+        columns = ("id", "text", "category")
+        change = write_csv(tmp_path / "change.csv", [("a2", question, "stations")], columns)
+        add_to_index(index, change, id_field="id")
+        for where in (None, "category = 'stations'"):
+            answer = client.post("/search", json={"query": question, "k": 4, "where": where})
+            assert answer.status_code == 200, answer.text
+            fresh = SearchEngine(index).search(question, k=4, where=where)
+            assert [(h["id"], h["text"], round(h["score"], 5)) for h in answer.json()["hits"]] == [
+                (h.id, h.text, round(h.score, 5)) for h in fresh
+            ]

@@ -17,8 +17,8 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 from indexer.catalog import DatabaseError
-from indexer.errors import SemsearchError
-from search.engine import SearchEngine, check_queries, configure_threads
+from indexer.errors import IndexMoved, SemsearchError
+from search.engine import RETRIES, SearchEngine, Snapshot, check_queries, configure_threads
 from search.loading import load_engine
 from search.server.batching import MicroBatcher, check_budget
 from search.server.connections import BodyLimit, ClientGone, while_connected
@@ -98,15 +98,23 @@ def create_app(
         queries: list[str], k: int, where: str | None, min_score: float | None = None
     ) -> list[list[dict[str, Any]]]:
         check_queries(queries)
-        snapshot = await live.current()
-        check_budget(queries, snapshot.embedder.strategy.max_length)
-        allowed = None if where is None else await asyncio.to_thread(snapshot.allowed, where)
 
-        def look_up(vectors: np.ndarray) -> list[list[dict[str, Any]]]:
-            hits = snapshot.lookup(snapshot.finish(vectors), k, allowed, min_score)
-            return [[hit.to_dict() for hit in found] for found in hits]
+        async def once(snapshot: Snapshot) -> list[list[dict[str, Any]]]:
+            check_budget(queries, snapshot.embedder.strategy.max_length)
+            allowed = None if where is None else await asyncio.to_thread(snapshot.allowed, where)
 
-        return await batcher.run(snapshot.embedder, queries, look_up)
+            def look_up(vectors: np.ndarray) -> list[list[dict[str, Any]]]:
+                hits = snapshot.lookup(snapshot.finish(vectors), k, allowed, min_score)
+                return [[hit.to_dict() for hit in found] for found in hits]
+
+            return await batcher.run(snapshot.embedder, queries, look_up)
+
+        for _ in range(RETRIES):
+            try:
+                return await once(await live.current())
+            except IndexMoved:  # an update committed under the snapshot: reload, ask again
+                await live.current(force=True)
+        return await once(await live.current())
 
     @app.post("/search", responses=answers(400, 413, 503))
     async def search_one(body: SearchRequest, request: Request) -> dict[str, Any]:
