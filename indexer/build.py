@@ -120,12 +120,12 @@ def build_index(
 
         def fill(writer: VersionWriter) -> None:
             nonlocal embed_seconds, meta, export_failure
-            if ray is not None:
-                from indexer.distributed import connected
             size = PART_ENTRIES if ray is None else RAY_PART_ENTRIES
             on = encoder
-            if ray is not None:
-                on = encoder_for(encoder.strategy, batch_size=batch_size, ray=ray, ray_workers=ray_workers)
+            if ray is not None:  # each worker loads (and identifies) the model
+                from indexer.distributed import RayEncoder, connected
+
+                on = RayEncoder(encoder.strategy, ray, ray_workers, batch_size)
             bar = tqdm(total=survey.entries, disable=not progress, unit="text", desc="embedding")
             with bar, contextlib.nullcontext() if ray is None else connected(ray, ray_workers):
                 for part in corpus_parts(reader, survey.entries, size):

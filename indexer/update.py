@@ -61,6 +61,7 @@ def add_to_index(
     added with new ids (the module docstring) unless ``id_field`` is given. A row whose value
     cannot be stored in its column as written is rejected (``catalog.misfit``). ``wait``: seconds
     to wait for another writer; ``ray``/``ray_workers``: embed on Ray, as ``build_index`` does."""
+    from indexer.distributed import RayEncoder
     from indexer.encoders.factory import encoder_for
 
     started = time.perf_counter()
@@ -101,7 +102,11 @@ def add_to_index(
         to_embed = added + changed
         vectors = owners = also_vectors = None
         if to_embed:
-            encoder = encoder_for(live.strategy, batch_size=batch_size, ray=ray, ray_workers=ray_workers)
+            encoder = (
+                encoder_for(live.strategy, batch_size=batch_size)
+                if ray is None
+                else RayEncoder(live.strategy, ray, ray_workers, batch_size)
+            )
             vectors, owners, also_vectors = embed_entries(encoder, to_embed, also, progress=progress)
             if live.transform is not None:
                 vectors = live.transform.apply(vectors)

@@ -83,11 +83,12 @@ def test_ray_build_ranks_like_a_single_build(ray_runtime, tmp_path, tiny_model, 
 
 @pytest.mark.slow
 def test_the_ray_encoder_embeds_as_the_local_one(ray_runtime, tiny_model, single):
-    """Built by the factory, typed as an ``Encoder``: queries truncated, documents chunked."""
+    """An ``Encoder`` like the local one: queries truncated, documents chunked."""
+    from indexer.distributed import RayEncoder
     from indexer.encoders.factory import encoder_for
 
     strategy = open_index(single).strategy.chunked(8)
-    local, on_ray = encoder_for(strategy), encoder_for(strategy, ray="local", ray_workers=2)
+    local, on_ray = encoder_for(strategy), RayEncoder(strategy, "local", 2)
     texts = [*QUESTIONS, " ".join(["word"] * 300)]
     np.testing.assert_allclose(on_ray.embed(texts), local.embed(texts), atol=1e-5)
     vectors, owners = on_ray.embed_documents(texts)

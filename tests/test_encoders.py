@@ -97,10 +97,10 @@ def test_the_execution_provider_is_the_callers_choice(tiny_model):
         encoder_for(strategy, queries=True, provider="NoSuchExecutionProvider")
 
 
-def test_ray_is_one_more_encoder_from_the_factory(tiny_model):
+def test_ray_is_one_more_encoder(tiny_model):
     from indexer.distributed import RayEncoder
 
     strategy = encoder_for(Strategy(model=tiny_model)).strategy
-    on_ray = encoder_for(strategy, ray="local", ray_workers=2)  # nothing starts before it embeds
-    assert isinstance(on_ray, RayEncoder) and on_ray.choice.backend == "ray"
+    on_ray = RayEncoder(strategy, "local", 2)  # nothing starts before it embeds
+    assert on_ray.choice.backend == "ray" and callable(on_ray.embed_documents)
     assert (on_ray.strategy, on_ray.workers) == (strategy, 2)

@@ -50,18 +50,12 @@ def encoder_for(
     queries: bool = False,
     export_queries: bool = False,
     provider: str = CPU,
-    ray: str | None = None,
-    ray_workers: int | None = None,
 ) -> Encoder:
     """The encoder of ``strategy`` (see the module doc). ``queries``: for an index's questions
     (the strategy is its stored, resolved one). ``export_queries``: also make sure the graph the
     index's queries will run exists (what a build does; ``choice.export_failure`` says why it
-    cannot). ``provider``: ONNX Runtime's execution provider. ``ray``: embed documents on Ray
-    workers at that address (``indexer.distributed``), each of which picks its own encoder here."""
-    if ray is not None:  # each worker loads (and identifies) the model
-        from indexer.distributed import RayEncoder
-
-        return RayEncoder(strategy or Strategy(), ray, ray_workers, batch_size)
+    cannot). ``provider``: ONNX Runtime's execution provider. (Embedding on Ray is
+    ``indexer.distributed.RayEncoder``, whose workers each pick their encoder here.)"""
     if queries:
         return _for_queries(strategy or Strategy(), provider)
     request = identified(strategy or Strategy())

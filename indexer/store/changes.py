@@ -170,7 +170,8 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
     index_dir = Path(index_dir)
     live = open_index(index_dir, mmap=False)  # changed in memory, written to the new version
     live.catalog.close()
-    verify_files(live)  # it reads the whole index anyway: never carry damage into a new version
+    # it reads the whole index anyway: never carry damage into a new version
+    verify_files(live.path, live.version, live.meta.files or {})
 
     def fill(version: Path) -> None:
         shutil.copyfile(live.version / DATABASE, version / DATABASE)

@@ -6,13 +6,9 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from indexer.errors import IndexDamaged
 from indexer.vectors.files import npy_size
-
-if TYPE_CHECKING:
-    from indexer.store.opening import StoredIndex
 
 
 def checksum(path: Path) -> int:
@@ -66,14 +62,13 @@ def check_database_header(path: Path) -> None:
         raise ValueError(f"truncated: {path.stat().st_size} bytes, {page_size * pages} expected")
 
 
-def verify_files(index: StoredIndex) -> int:
-    """The full check (``verify``): every file recorded at commit against its checksum. Returns
-    the number of files checked."""
-    recorded = index.meta.files or {}
-    damaged = [name for name, (_, crc) in recorded.items() if checksum(index.version / name) != crc]
+def verify_files(index_dir: Path, version: Path, recorded: dict[str, list[int]]) -> int:
+    """The full check (``verify``): every file of ``version`` recorded at commit (name -> size,
+    CRC-32) against its checksum. Returns the number of files checked."""
+    damaged = [name for name, (_, crc) in recorded.items() if checksum(version / name) != crc]
     if damaged:
         raise IndexDamaged(
-            f"damaged index {index.path}: {', '.join(sorted(damaged))} do not match the checksum "
+            f"damaged index {index_dir}: {', '.join(sorted(damaged))} do not match the checksum "
             "written at commit"
         )
     return len(recorded)

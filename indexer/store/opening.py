@@ -208,7 +208,7 @@ def verify(index_dir: str | Path) -> int:
     naming the file."""
     index = open_index(index_dir)
     try:
-        checked = verify_files(index)
+        checked = verify_files(index.path, index.version, index.meta.files or {})
         problems = index.catalog.integrity_problems()
         if problems != ["ok"]:
             raise IndexDamaged(f"damaged index {index.path}: {DATABASE} fails SQLite's check: {problems[0]}")
