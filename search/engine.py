@@ -16,6 +16,7 @@ import numpy as np
 from indexer.catalog import Catalog, Facet
 from indexer.corpus import RESERVED
 from indexer.encoders.factory import encoder_for
+from indexer.encoders.onnx_graph import CPU
 from indexer.errors import BadInput, IndexMoved, StrategyConflict
 from indexer.fields import FieldScoring, also_ids, row_ids, with_also_ids
 from indexer.store import StoredIndex, live_version, open_index
@@ -286,11 +287,16 @@ class SearchEngine:
     changed). Take ``snapshot`` once per request: it stays whole whatever reloads happen after.
     """
 
-    def __init__(self, index_dir: str | Path, *, strategy: dict[str, Any] | None = None):
+    def __init__(
+        self, index_dir: str | Path, *, strategy: dict[str, Any] | None = None, provider: str = CPU
+    ):
+        """``strategy``: what the caller asks for, checked against the stored one (never applied);
+        ``provider``: the ONNX Runtime execution provider queries run on (``CUDAExecutionProvider``...)."""
         self.path = Path(index_dir)
+        self.provider = provider
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
-        self.snapshot = Snapshot(index, encoder_for(index.strategy, queries=True))
+        self.snapshot = Snapshot(index, encoder_for(index.strategy, queries=True, provider=provider))
 
     @property
     def index(self) -> StoredIndex:
@@ -310,7 +316,10 @@ class SearchEngine:
             return False
         fresh = open_index(self.path)
         same = fresh.strategy == current.index.strategy
-        encoder = current.embedder if same else encoder_for(fresh.strategy, queries=True)
+        if same:
+            encoder = current.embedder
+        else:
+            encoder = encoder_for(fresh.strategy, queries=True, provider=self.provider)
         self.snapshot = Snapshot(fresh, encoder)
         return True
 

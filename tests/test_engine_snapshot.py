@@ -104,3 +104,13 @@ def test_a_snapshot_never_pairs_its_vectors_with_rows_written_after_it(tmp_path,
     assert engine.snapshot is not stale
     with pytest.raises(IndexMoved):
         stale.search_many([question], k=4)
+
+
+def test_the_engine_runs_its_queries_on_the_execution_provider_asked_for(tmp_path, tiny_model):
+    path = build_faq(tmp_path, tiny_model)
+    with pytest.raises(BadInput, match="no execution provider 'NoSuchExecutionProvider'"):
+        SearchEngine(path, provider="NoSuchExecutionProvider")
+    engine = SearchEngine(path, provider="CPUExecutionProvider")
+    assert engine.embedder.choice.provider == "CPUExecutionProvider"
+    build_faq(tmp_path, tiny_model, layers=(-1, -2), combine="concat")
+    assert engine.reload_if_changed() and engine.embedder.choice.provider == "CPUExecutionProvider"
