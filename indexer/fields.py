@@ -70,6 +70,15 @@ class FieldScoring:
         return cls(tuple(fields), DEFAULT_WEIGHT if weight is None else weight)
 
     @classmethod
+    def given(cls, also: FieldScoring | str | Sequence[str] | None) -> FieldScoring | None:
+        """What the Python API's ``also=`` gives: a ``FieldScoring``, field names (a list, or
+        comma-separated as on the command line) with the default weight; None or no names: none."""
+        if also is None or isinstance(also, FieldScoring):
+            return also
+        names = also.split(",") if isinstance(also, str) else list(also)
+        return cls.asked([str(name).strip() for name in names if str(name).strip()])
+
+    @classmethod
     def from_source(cls, source: Mapping[str, Any]) -> FieldScoring | None:
         """The scoring an index's ``source`` meta saved, or None for one vector per entry."""
         stored = source.get("also")
