@@ -4,7 +4,7 @@ entry ``(1 - weight) * cos(q, text) + weight * cos(q, also)``.
 
 Why: a FAQ question alone matches paraphrases of it well but cannot tell apart entries that share
 it (one question, several answers); question+answer does, and the sum beats either (StackFAQ dev,
-README "Question and answer scored together").
+docs/faq-fields.md).
 
 Both vector sets live in the one FAISS index: the text's vectors under the entry's row id, the
 also text's under ``row id + ALSO_ID``. So ``add``/``delete``/``compact`` keep them in step with
