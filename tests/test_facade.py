@@ -179,3 +179,19 @@ def test_also_with_a_field_no_row_has_is_bad_input(tmp_path, tiny_model):
 def test_a_built_corpus_at_a_given_time_keeps_timestamps_as_text():
     (entry,) = read([{"question": "q", "at": datetime(2024, 1, 2, 3, 4, 5)}])
     assert entry.fields["at"] == "2024-01-02T03:04:05"
+
+
+@pytest.mark.slow
+def test_importing_semsearch_costs_nothing_and_searching_needs_no_torch():
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, semsearch\n"
+        "print(sorted(m for m in ('numpy', 'faiss', 'torch', 'search.engine') if m in sys.modules))\n"
+        "semsearch.SearchEngine, semsearch.build_index, semsearch.add\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[]", "[]"]
