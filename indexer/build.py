@@ -19,6 +19,7 @@ from indexer.catalog import TypeCounter
 from indexer.corpus import CorpusReader, Entry, Rejection, rejection_summary
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring, embed_entries
+from indexer.rows import CorpusSource, source_name
 from indexer.strategy import Strategy
 
 PART_ENTRIES = 4096
@@ -29,6 +30,8 @@ RAY_PART_ENTRIES = 8 * PART_ENTRIES
 
 @dataclass(frozen=True)
 class BuildReport:
+    """What a build did: entries and vectors written, the rows rejected (with their reasons)."""
+
     index_dir: Path
     strategy: Strategy
     entries: int
@@ -83,7 +86,7 @@ def corpus_parts(
 
 
 def build_index(
-    corpus_path: str | Path,
+    corpus: CorpusSource,
     index_dir: str | Path,
     strategy: Strategy | None = None,
     *,
@@ -97,21 +100,25 @@ def build_index(
     wait: float = 0,
     ray: str | None = None,
     ray_workers: int | None = None,
-    also: FieldScoring | None = None,
+    also: FieldScoring | str | Sequence[str] | None = None,
 ) -> BuildReport:
-    """Index a corpus file into ``index_dir``, replacing any index there only once complete.
+    """Index a corpus into ``index_dir``, replacing any index there only once complete.
+    ``corpus``: a file (CSV, TSV, JSON Lines, text; ``fmt`` if its extension does not tell), or
+    rows: an iterable of dicts (or strings) or a pandas DataFrame (``indexer.rows``).
     ``index_kind``: ``auto`` (exact below ``vectors.factory.EXACT_LIMIT`` vectors, IVF above),
     ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to
     wait for another writer to finish; ``ray``: embed on Ray, ``"local"`` or a cluster address, with
     ``ray_workers`` actors (``indexer.distributed``); ``also``: a second vector per entry scored
-    with the first (``indexer.fields``). A failed first build leaves no directory behind."""
+    with the first (``indexer.fields``): its field names (``["question", "answer"]``) or a
+    ``FieldScoring`` with a weight. A failed first build leaves no directory behind."""
     from tqdm import tqdm
 
     from indexer.encoders.factory import encoder_for
     from indexer.store import VersionWriter, building, stream_index
 
     started = time.perf_counter()
-    reader = CorpusReader(corpus_path, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    also = FieldScoring.given(also)
+    reader = CorpusReader(corpus, text_fields=text_fields, id_field=id_field, fmt=fmt)
     survey = survey_corpus(reader)
     embed_seconds, meta, export_failure = 0.0, {}, None
     with building(Path(index_dir), wait):
@@ -137,7 +144,7 @@ def build_index(
             export_failure = encoder.choice.export_failure
             rows = survey.entries + len(survey.rejected)
             source = {
-                "path": str(Path(corpus_path).resolve()),
+                "path": source_name(corpus),
                 "text_fields": reader.text_fields,
                 "id_field": reader.id_field,
                 "rows": rows,

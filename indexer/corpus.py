@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from indexer.errors import BadInput
+from indexer.rows import ROWS_NAME, CorpusSource, Spool, is_path
 
 FORMATS = ("csv", "tsv", "jsonl", "text")
 _SUFFIXES = {
@@ -327,7 +328,7 @@ class CorpusReader:
 
     def __init__(
         self,
-        path: str | Path,
+        path: CorpusSource,
         *,
         text_fields: Sequence[str] | None = None,
         id_field: str | None = None,
@@ -335,6 +336,11 @@ class CorpusReader:
         first_row_id: int | None = None,
         check: Callable[[dict[str, Any]], str | None] | None = None,
     ):
+        self.name: str | None = None
+        """What messages call rows given in Python (None: a file, named by its path)."""
+        if not is_path(path):  # rows: read from a spool file as JSON Lines (indexer.rows)
+            self._spool = Spool(path)
+            path, fmt, self.name = self._spool.path, "jsonl", ROWS_NAME
         self.path = Path(path)
         _open(self.path).close()  # a missing or unreadable file is the first error
         self.fmt = detect_format(self.path, fmt)
@@ -385,16 +391,17 @@ class CorpusReader:
                 entries += 1
                 yield Entry(key, joined, row)
         check_field_names(names, id_field)
-        check_field_count(len(names) - ("_id" in names), f"the rows of {path} have {len(names)} fields")
+        shown = self.name or path
+        check_field_count(len(names) - ("_id" in names), f"the rows of {shown} have {len(names)} fields")
         missing = [f for f in [*wanted, *([id_field] if id_field else [])] if names and f not in names]
         if missing:
             raise BadInput(
-                f"no row of {path.name} has field {', '.join(map(repr, missing))}; fields are: "
+                f"no row of {self.name or path.name} has field {', '.join(map(repr, missing))}; fields are: "
                 f"{', '.join(sorted(names))} (choose with --text-field / --id-field)"
             )
         if not entries:
             detail = f" ({_summary(kinds)})" if kinds else ""
-            raise BadInput(f"empty corpus: no usable rows in {path}{detail}")
+            raise BadInput(f"empty corpus: no usable rows in {self.name or path}{detail}")
         self.id_field = id_field
 
 
@@ -405,7 +412,7 @@ def field_text(row: dict[str, Any], names: Sequence[str]) -> str:
 
 
 def read_corpus(
-    path: str | Path,
+    path: CorpusSource,
     *,
     text_fields: Sequence[str] | None = None,
     id_field: str | None = None,

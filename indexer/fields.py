@@ -4,7 +4,7 @@ entry ``(1 - weight) * cos(q, text) + weight * cos(q, also)``.
 
 Why: a FAQ question alone matches paraphrases of it well but cannot tell apart entries that share
 it (one question, several answers); question+answer does, and the sum beats either (StackFAQ dev,
-README "Question and answer scored together").
+docs/faq-fields.md).
 
 Both vector sets live in the one FAISS index: the text's vectors under the entry's row id, the
 also text's under ``row id + ALSO_ID``. So ``add``/``delete``/``compact`` keep them in step with
@@ -68,6 +68,15 @@ class FieldScoring:
                 raise BadInput("--also-weight needs --also FIELDS")
             return None
         return cls(tuple(fields), DEFAULT_WEIGHT if weight is None else weight)
+
+    @classmethod
+    def given(cls, also: FieldScoring | str | Sequence[str] | None) -> FieldScoring | None:
+        """What the Python API's ``also=`` gives: a ``FieldScoring``, field names (a list, or
+        comma-separated as on the command line) with the default weight; None or no names: none."""
+        if also is None or isinstance(also, FieldScoring):
+            return also
+        names = also.split(",") if isinstance(also, str) else list(also)
+        return cls.asked([str(name).strip() for name in names if str(name).strip()])
 
     @classmethod
     def from_source(cls, source: Mapping[str, Any]) -> FieldScoring | None:

@@ -24,6 +24,7 @@ from indexer.catalog import Catalog, comparable, content_hash, misfit
 from indexer.corpus import Corpus, Rejection, check_field_count, entry_id, read_corpus
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring, embed_entries
+from indexer.rows import ROWS_NAME, CorpusSource, is_path
 from indexer.store import Change, apply_change, commit_change, live_meta, open_index, writer_lock
 
 _ROW_ID = re.compile(r"[1-9][0-9]*")
@@ -32,6 +33,8 @@ _ROW_ID = re.compile(r"[1-9][0-9]*")
 
 @dataclass(frozen=True)
 class UpdateReport:
+    """What an add or delete did: entries added, updated, unchanged, rejected, deleted, not found."""
+
     added: int
     updated: int
     unchanged: int
@@ -45,7 +48,7 @@ class UpdateReport:
 
 def add_to_index(
     index_dir: str | Path,
-    corpus_path: str | Path,
+    corpus_path: CorpusSource,
     *,
     text_fields: Sequence[str] | None = None,
     id_field: str | None = None,
@@ -56,7 +59,8 @@ def add_to_index(
     ray: str | None = None,
     ray_workers: int | None = None,
 ) -> UpdateReport:
-    """Upsert every usable row of a corpus by id: an upserted entry's fields are replaced whole.
+    """Upsert every usable row of a corpus (a file, or rows as ``build_index`` takes them) by id:
+    an upserted entry's fields are replaced whole.
     Text and id fields default to the index's own; to an index built on row numbers the rows are
     added with new ids (the module docstring) unless ``id_field`` is given. A row whose value
     cannot be stored in its column as written is rejected (``catalog.misfit``). ``wait``: seconds
@@ -84,7 +88,7 @@ def add_to_index(
             first_row_id=first_row_id,
             check=lambda row: misfit(row, columns),
         )
-        _check_columns(corpus, columns, corpus_path)
+        _check_columns(corpus, columns, corpus_path if is_path(corpus_path) else ROWS_NAME)
         stored = live.catalog.fingerprints([e.id for e in corpus.entries])
         types = live.catalog.types_for([e.fields for e in corpus.entries])
         live.catalog.close()

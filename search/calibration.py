@@ -4,7 +4,7 @@ A tool above the engine: it searches through a ``Snapshot`` and writes through t
 the writer lock like any write.
 
 ``score,gap`` is the default feature set: on the StackFAQ dev split it is the set whose AUROC beats
-the plain cosine's (README "Knowing when there is no answer" has every set tried).
+the plain cosine's (docs/abstention.md has every set tried).
 
 Without labelled questions, ``calibrate --self`` makes them from the corpus (``self_observations``):
 each distinct text, with a third of its words dropped (a crude paraphrase), is a question whose

@@ -423,7 +423,7 @@ def calibrate_command(
     wait: float,
 ) -> None:
     """Fit and store the rule that marks hits answered; unjudged questions are unanswerable ones.
-    With --self, the questions are the index's own texts with words dropped (see the README)."""
+    With --self, the questions are the index's own texts with words dropped (docs/abstention.md)."""
     from search.calibration import calibrate_index
     from search.evaluate import read_retrieval_set
 

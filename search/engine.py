@@ -41,6 +41,8 @@ CANDIDATES = 64
 
 @dataclass(frozen=True)
 class Hit:
+    """One result: its rank (from 1), the entry's id, cosine score, embedded text and stored fields."""
+
     rank: int
     id: str
     score: float
@@ -326,6 +328,11 @@ class SearchEngine:
     def search(
         self, query: str, k: int = 10, where: str | None = None, min_score: float | None = None
     ) -> list[Hit]:
+        """The ``k`` entries nearest to ``query`` by the index's stored strategy, best first.
+        ``where``: a filter on stored fields (``"category = 'billing'"``), applied before the
+        vector search, so k hits come back whenever k entries match; ``min_score``: mark hits
+        ``answered`` by this cosine instead of the index's calibrated rule. Many queries at
+        once: ``search_many`` (one pass through the model)."""
         return self.search_many([query], k, where, min_score)[0]
 
     def search_many(

@@ -201,9 +201,18 @@ def reproduce(strategy: Strategy) -> str:
     return " ".join(parts)
 
 
+def output_file(path: Path) -> Path:
+    """An output path whose directory exists (made if missing), or one clear error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"cannot write {path}: {exc.strerror}") from None
+    return path
+
+
 def write_csv(cells: Sequence[Cell], path: Path) -> None:
     metrics = list(cells[0].scores)
-    with path.open("w", newline="", encoding="utf-8") as f:
+    with output_file(path).open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["row", "layers", "combine", "pooling", "postprocess", *metrics, "options"])
         for c in cells:
@@ -262,7 +271,7 @@ def write_heatmap(cells: Sequence[Cell], metric: str, path: Path, title: str) ->
         fig.colorbar(image, ax=ax, fraction=0.04)
     fig.suptitle(f"{title}: {metric} (best boxed: {best.row}, {best.strategy.pooling})", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(output_file(path), dpi=110)
     plt.close(fig)
 
 

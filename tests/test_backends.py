@@ -38,7 +38,7 @@ def test_int8_is_close_and_stored_with_the_index(tmp_path, bundled):
     sentences = real_sentences()[:120]
     int8 = encoder_for(Strategy(backend="onnx-int8")).embed(sentences)
     cosines = (bundled.embed(sentences) * int8).sum(axis=1)
-    # the documented tolerance (README, Performance): cosine to torch >= 0.95, mean >= 0.99
+    # the documented tolerance (docs/performance.md): cosine to torch >= 0.95, mean >= 0.99
     assert cosines.min() >= 0.95 and cosines.mean() >= 0.99, (cosines.min(), cosines.mean())
     assert not np.allclose(cosines, 1.0)  # lossy, but close
     corpus = tmp_path / "c.txt"

@@ -76,7 +76,7 @@ def test_page_files_are_in_the_wheel(tmp_path):
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    for package in ("indexer", "search"):
+    for package in ("indexer", "search", "semsearch"):
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     built = subprocess.run(
         [
@@ -99,6 +99,7 @@ def test_page_files_are_in_the_wheel(tmp_path):
     (wheel,) = Path(tmp_path / "dist").glob("semsearch-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"search/static/{name}" for name in PAGE_FILES} <= names
+    assert "semsearch/__init__.py" in names  # `import semsearch` works from the wheel too
 
 
 def test_the_page_offers_duplicates_and_the_api_gives_their_texts(tmp_path, tiny_model):

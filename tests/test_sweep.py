@@ -62,3 +62,16 @@ def test_a_good_plan(tiny_model):
         ("whiten",),
     )
     assert plan_sweep().poolings == POOLINGS and plan_sweep().postprocesses == ("none",)
+
+
+def test_sweep_outputs_go_into_a_directory_that_does_not_exist_yet(tmp_path):
+    # before: `sweep ... --csv out/sweep.csv` computed the whole grid, then ended in an unexpected
+    # FileNotFoundError for the missing `out/`
+    from search.sweep import Cell, write_csv
+
+    cells = [Cell("layer 1", Strategy(layers=(1,), pooling="mean"), {"mrr@10": 0.5})]
+    write_csv(cells, tmp_path / "out" / "sweep.csv")
+    assert (tmp_path / "out" / "sweep.csv").read_text().startswith("row,layers")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(BadInput, match="cannot write"):
+        write_csv(cells, tmp_path / "file" / "sweep.csv")

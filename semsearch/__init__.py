@@ -1,0 +1,71 @@
+"""semsearch's Python API in one place: ``import semsearch``.
+
+This module only hands on names; the code lives in ``indexer`` (the writing side) and ``search``
+(the reading side), which stay the packages to extend (docs/architecture.md). Names load on first
+use, so importing semsearch costs nothing until a name is used.
+
+Build and keep an index:
+    Strategy        how a text becomes a vector (model, layers, pooling...), stored in the index
+    build_index     a corpus file, an iterable of dicts or a pandas DataFrame -> an index directory
+    add             upsert rows (a file, dicts, a DataFrame) into an index by id
+    delete          remove entries by id
+    compact         merge an index's update segments into one version
+    FieldScoring    ``also=``: a second text per entry (question + answer) and its weight
+    open_index      the stored index itself (its ``info()``, its catalog)
+
+Search:
+    SearchEngine    open an index once; ``search(query, k, where)`` -> list of ``Hit``
+    rank_similar    rank a handful of sentences against one, without an index
+    find_duplicates pairs and groups of near-identical entries of an index
+    calibrate       fit and store the rule that marks hits answered or not
+    word_vectors    contextual vectors of each word of a text
+
+Errors (each carries ``exit_code`` and ``http_status``): SemsearchError and its kinds BadInput,
+FilterError, StrategyConflict, IndexLocked, IndexMoved, IndexDamaged, DiskFull.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_SOURCES = {
+    "Strategy": "indexer.strategy:Strategy",
+    "build_index": "indexer.build:build_index",
+    "BuildReport": "indexer.build:BuildReport",
+    "add": "indexer.update:add_to_index",
+    "delete": "indexer.update:delete_from_index",
+    "compact": "indexer.update:compact_index",
+    "UpdateReport": "indexer.update:UpdateReport",
+    "FieldScoring": "indexer.fields:FieldScoring",
+    "open_index": "indexer.store:open_index",
+    "word_vectors": "indexer.words:word_vectors",
+    "SearchEngine": "search.engine:SearchEngine",
+    "Hit": "search.engine:Hit",
+    "rank_similar": "search.similar:rank_similar",
+    "find_duplicates": "search.duplicates:find_duplicates",
+    "calibrate": "search.calibration:calibrate_index",
+    # texts -> vectors (`encode`) and strategy tuning (`tune`) are handed on here, one line each
+    "SemsearchError": "indexer.errors:SemsearchError",
+    "BadInput": "indexer.errors:BadInput",
+    "FilterError": "indexer.errors:FilterError",
+    "StrategyConflict": "indexer.errors:StrategyConflict",
+    "IndexLocked": "indexer.errors:IndexLocked",
+    "IndexMoved": "indexer.errors:IndexMoved",
+    "IndexDamaged": "indexer.errors:IndexDamaged",
+    "DiskFull": "indexer.errors:DiskFull",
+}
+"""Each public name -> ``module:attribute`` it is handed on from."""
+
+__all__ = list(_SOURCES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SOURCES:
+        module, attribute = _SOURCES[name].split(":")
+        return getattr(import_module(module), attribute)
+    raise AttributeError(f"module 'semsearch' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "__doc__", "__name__"])
