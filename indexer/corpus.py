@@ -1,6 +1,7 @@
 """Corpus files -> entries to index (id, text, every field of the row), and the rows rejected.
 
-Formats: CSV and TSV with a header, JSON Lines, plain text (one entry per line). A row that cannot
+Formats: CSV and TSV with a header, JSON Lines, plain text (one entry per line), parsed by
+``indexer.formats``; this module decides what each parsed row is. A row that cannot
 be used is never dropped silently: it is kept as a Rejection with its row number and reason.
 Bytes that are not UTF-8 reject their row only (decoded with ``surrogateescape``, then detected).
 A CSV quote left open at the end of the file rejects the row that opened it ("unterminated
@@ -20,39 +21,34 @@ and so does a value nested deeper than ``MAX_DEPTH``.
 
 from __future__ import annotations
 
-import codecs
-import csv
 import json
 import re
 import sqlite3
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from indexer.errors import BadInput
+from indexer.formats import (
+    LINE_ENDS,
+    MAX_DEPTH,
+    SURROGATE,
+    TOO_DEEP,
+    detect_format,
+    json_row,
+    open_file,
+    parse_rows,
+    read_lines,
+    record_lines,
+)
 from indexer.rows import ROWS_NAME, CorpusSource, Spool, is_path
 
-FORMATS = ("csv", "tsv", "jsonl", "text")
-_SUFFIXES = {
-    ".csv": "csv",
-    ".tsv": "tsv",
-    ".tab": "tsv",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".txt": "text",
-    ".text": "text",
-}
 RESERVED = ("_rowid", "_id", "_text", "_hash", "_chunks")
 """Column names the index uses for itself; an input field may not take them."""
-_SURROGATE = re.compile("[\udc80-\udcff]")
-"""What bytes that are not UTF-8 decode to (``surrogateescape``)."""
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 """Characters SQLite cannot take as text: NUL, and any surrogate (UTF-8 cannot encode one)."""
-MAX_DEPTH = 100
-"""Levels of lists and objects a JSON value may nest; a deeper row is rejected (storing it as JSON
-text recurses once per level)."""
 
 
 def _sqlite_columns() -> int:
@@ -65,10 +61,6 @@ def _sqlite_columns() -> int:
 
 MAX_FIELDS = _sqlite_columns() - len(RESERVED)
 """Fields an index holds: SQLite's column limit (2,000 by default) less the index's own columns."""
-csv.field_size_limit(1 << 30)
-_BLOCK = 1 << 20
-_LINE_ENDS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-"""What ``str.splitlines`` ends a line at."""
 
 
 @dataclass(frozen=True)
@@ -99,142 +91,15 @@ class Corpus:
         return rejection_summary(self.rejected)
 
 
-def detect_format(path: Path, fmt: str | None) -> str:
-    if fmt:
-        if fmt not in FORMATS:
-            raise BadInput(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
-        return fmt
-    found = _SUFFIXES.get(path.suffix.lower())
-    if found is None:
-        raise BadInput(
-            f"cannot tell the format of {path.name!r} from its extension: use --format {'|'.join(FORMATS)}"
-        )
-    return found
-
-
-def _open(path: Path) -> BinaryIO:
-    if not path.exists():
-        raise BadInput(f"no such file: {path}")
-    if not path.is_file():
-        raise BadInput(f"not a file: {path}")
-    try:
-        return path.open("rb")
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-
-
-def _lines(path: Path, handle: BinaryIO) -> Iterator[str]:
-    """The file's lines with their ends, as ``str.splitlines(keepends=True)`` splits the whole
-    text, read in blocks (memory bounded by the longest line): ``\r\n`` across two blocks stays
-    one end. A leading BOM is dropped; bytes that are not UTF-8 become surrogates (row checks)."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
-    held, first = "", True
-    while True:
-        try:
-            block = handle.read(_BLOCK)
-        except OSError as exc:
-            raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-        text = held + decoder.decode(block, final=not block)
-        if first and text:
-            text, first = text.removeprefix("\ufeff"), False
-        if not block:
-            yield from text.splitlines(keepends=True)
-            return
-        pieces = text.splitlines(keepends=True)
-        held = pieces.pop() if pieces else ""
-        if held.endswith("\r") or not held.endswith(tuple(_LINE_ENDS)):
-            yield from pieces  # the last piece may go on (or be \r of a \r\n) in the next block
-        else:
-            yield from pieces
-            yield held
-            held = ""
-
-
-def _records(lines: Iterator[str]) -> Iterator[str]:
-    """Lines of JSON Lines, CSV and TSV, which end at ``\n`` (or ``\r``) only: a U+2028 or a
-    form feed inside a JSON string or a cell is part of its line, not the end of one."""
-    held = ""
-    for line in lines:
-        held += line
-        if held.endswith(("\n", "\r")):
-            yield held
-            held = ""
-    if held:
-        yield held
-
-
-Rows = Iterator[tuple[int, "dict[str, Any] | str"]]
-
-
-def _rows(lines: Iterator[str], fmt: str, path: Path) -> tuple[list[str], Rows]:
-    """The header's field names (empty for formats without one) and (row number, row) pairs;
-    a string row is the reason it could not be parsed."""
-    if fmt == "text":
-        return [], ((n, {"text": line.rstrip(_LINE_ENDS)}) for n, line in enumerate(lines, 1))
-    if fmt == "jsonl":
-        return [], (_json_row(n, line.rstrip(_LINE_ENDS)) for n, line in enumerate(_records(lines), 1))
-    records = _csv_records(_records(lines), fmt)
-    header = next(records, None)
-    if not isinstance(header, list) or not any(h.strip() for h in header):
-        raise BadInput(f"{path} has no header row")
+def _check_header(header: list[str], path: Path) -> None:
+    """A CSV or TSV header's names must be usable as columns, before any row is read."""
     if _UNSTORABLE.search("".join(header)):
         raise BadInput(f"{path}: the header row is not valid UTF-8 (or holds a NUL)")
-    header = [h.strip() for h in header]
     duplicated = [h for h, n in Counter(header).items() if n > 1]
     if duplicated:
         raise BadInput(f"{path}: duplicate column names: {', '.join(duplicated)}")
     _check_case(header)
     check_field_count(len(header) - ("_id" in header), f"{path} has {len(header)} columns")
-
-    def rows() -> Rows:
-        for number, values in enumerate(records, 1):
-            if isinstance(values, str):
-                yield number, values
-            elif not values or not any(v.strip() for v in values):
-                yield number, "empty line"
-            elif len(values) != len(header):
-                yield number, f"wrong field count: {len(values)} fields, header has {len(header)}"
-            else:
-                yield number, dict(zip(header, values, strict=True))
-
-    return header, rows()
-
-
-def _csv_records(lines: Iterator[str], fmt: str) -> Iterator[list[str] | str]:
-    """CSV/TSV records; a string is why a record was rejected. Parsing is strict, so a quote
-    open until the end of the file, or closed lines later by a quote that is followed by more text,
-    is an error rather than one field holding the rows after it: that record is rejected and
-    parsing resumes on the line after the one it started on (the lines the failed record took are
-    read again; only they are held)."""
-    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
-    again: deque[str] = deque()  # lines to read again before the rest of the file
-    taken: list[str] = []  # lines of the record being read
-
-    def feed() -> Iterator[str]:
-        while True:
-            line = again.popleft() if again else next(lines, None)
-            if line is None:
-                return
-            taken.append(line)
-            yield line
-
-    start = 0  # lines before the current reader's first
-    while True:
-        reader = csv.reader(feed(), strict=True, **dialect)
-        consumed = 0  # lines taken by the records read so far
-        try:
-            for values in reader:
-                taken.clear()
-                yield values
-                consumed = reader.line_num
-            return
-        except csv.Error as exc:
-            opened = start + consumed + 1
-            ran_on = reader.line_num - consumed > 1 or "".join(taken).count('"') % 2  # a quote left open
-            yield f"unterminated quote: opened on line {opened}" if ran_on else f"bad CSV: {exc}"
-            again.extendleft(reversed(taken[1:]))
-            taken.clear()
-            start += consumed + 1
 
 
 def _check_case(names: Sequence[str]) -> None:
@@ -258,31 +123,16 @@ def check_field_names(names: Iterable[str], id_field: str | None = None) -> None
         raise BadInput(f"field names {', '.join(clash)} are reserved: rename them")
 
 
-def _json_row(number: int, line: str) -> tuple[int, dict[str, Any] | str]:
-    if not line.strip():
-        return number, "empty line"
-    try:
-        row = json.loads(line)
-    except ValueError:
-        return number, "invalid JSON" + (" (not UTF-8)" if _SURROGATE.search(line) else "")
-    except RecursionError:
-        return number, _TOO_DEEP
-    return number, row if isinstance(row, dict) else "not a JSON object"
-
-
-_TOO_DEEP = f"nested too deeply: more than {MAX_DEPTH} levels of lists and objects"
-
-
 def _json_id_field(path: Path) -> str | None:
     """The id field of a JSON Lines file: ``id`` if any row has one, else ``_id`` if any row has
     one, else None (row numbers). Decided by the whole file, so that a first row without an id is
     rejected for it rather than switching the file to row numbers."""
     found = None
-    with _open(path) as handle:
-        for line in _records(_lines(path, handle)):
+    with open_file(path) as handle:
+        for line in record_lines(read_lines(path, handle)):
             if 'id"' not in line and "\\u" not in line:  # no id key, escaped or not: skip the parse
                 continue
-            row = _json_row(0, line.rstrip(_LINE_ENDS))[1]
+            row = json_row(0, line.rstrip(LINE_ENDS))[1]
             if not isinstance(row, dict) or _unstorable(row):  # a broken row's names are not names
                 continue
             if "id" in row:
@@ -342,7 +192,7 @@ class CorpusReader:
             self._spool = Spool(path)
             path, fmt, self.name = self._spool.path, "jsonl", ROWS_NAME
         self.path = Path(path)
-        _open(self.path).close()  # a missing or unreadable file is the first error
+        open_file(self.path).close()  # a missing or unreadable file is the first error
         self.fmt = detect_format(self.path, fmt)
         self.text_fields = list(text_fields or ["text"])
         self.id_field = id_field
@@ -363,8 +213,10 @@ class CorpusReader:
             id_field = _json_id_field(path)
         entries, kinds = 0, Counter()
         seen: dict[str, int] = {}
-        with _open(path) as handle:
-            header, rows = _rows(_lines(path, handle), fmt, path)
+        with open_file(path) as handle:
+            header, rows = parse_rows(read_lines(path, handle), fmt, path)
+            if header:
+                _check_header(header, path)
             names: dict[str, None] = dict.fromkeys(header)  # in order of appearance
             if header and id_field is None and first is None:
                 id_field = _default_id(header)
@@ -479,14 +331,14 @@ def _unstorable(row: dict[str, Any]) -> str | None:
         value, depth = pending.pop()
         if isinstance(value, (dict, list)):
             if depth > MAX_DEPTH:
-                return _TOO_DEEP
+                return TOO_DEEP
             items = value.items() if isinstance(value, dict) else enumerate(value)
             pending.extend((part, depth + 1) for pair in items for part in pair)
         elif isinstance(value, str) and (found := _UNSTORABLE.search(value)):
             char = found.group()
             if char == "\x00":
                 return "binary data: NUL bytes"
-            if _SURROGATE.match(char):
+            if SURROGATE.match(char):
                 return "invalid UTF-8"
             return f"invalid text: lone surrogate \\u{ord(char):04x} (half of a character, cut in two?)"
     return None

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from indexer.corpus import FORMATS
 from indexer.errors import BadInput, SemsearchError
+from indexer.formats import FORMATS
 from indexer.strategy import (
     AUTO,
     BACKENDS,

@@ -154,12 +154,12 @@ ODD_LINES = (
 def test_corpus_read_in_small_blocks_reads_as_a_whole_file(tmp_path, monkeypatch, block):
     """The file is read a block at a time: a line end, a multi-byte character or a BOM cut by a
     block boundary reads as it does in one piece."""
-    import indexer.corpus
+    import indexer.formats
 
     path = tmp_path / "odd.csv"
     path.write_bytes(ODD_LINES.encode("utf-8").replace("\xc3\xbf".encode("latin-1"), b"\xff"))
     whole = read_corpus(path)
-    monkeypatch.setattr(indexer.corpus, "_BLOCK", block)
+    monkeypatch.setattr(indexer.formats, "_BLOCK", block)
     streamed = read_corpus(path)
     assert [(e.id, e.text) for e in whole.entries] == [(e.id, e.text) for e in streamed.entries]
     assert whole.rejected == streamed.rejected
@@ -175,9 +175,9 @@ def test_corpus_read_in_small_blocks_reads_as_a_whole_file(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("fmt", ["text", "jsonl"])
 def test_line_formats_read_in_small_blocks(tmp_path, monkeypatch, fmt):
-    import indexer.corpus
+    import indexer.formats
 
-    monkeypatch.setattr(indexer.corpus, "_BLOCK", 2)
+    monkeypatch.setattr(indexer.formats, "_BLOCK", 2)
     lines = ["first \u00e9", "second\u2028third", "", "fourth"]
     if fmt == "jsonl":
         lines = [json.dumps({"text": t}, ensure_ascii=False) if t else "" for t in lines]
