@@ -652,6 +652,64 @@ def similar_command(
         _print_hits(sentence, hits)
 
 
+@cli.command("encode")
+@click.argument("source", default="-")
+@click.option(
+    "-o",
+    "--output",
+    help="File to write: FILE.npy (float32, row i = text i) or FILE.jsonl; default: JSON lines on stdout.",
+)
+@click.option("--to", type=click.Choice(("npy", "jsonl")), help="Output format (default: from the -o extension).")
+@click.option(
+    "--text-field", default="text", show_default=True, help="Field(s) of a CSV/JSONL row to encode, joined."
+)
+@click.option("--id-field", help="Field with the row's id in JSON lines (default: 'id' if present, else row number).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format (default: from the extension).")
+@click.option(
+    "--index",
+    "index_dir",
+    type=click.Path(path_type=Path),
+    help="Encode as this index does (its strategy and fitted post-processing): the vectors it compares.",
+)
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@strategy_options
+def encode_command(
+    source: str,
+    output: str | None,
+    to: str | None,
+    text_field: str,
+    id_field: str | None,
+    fmt: str | None,
+    index_dir: Path | None,
+    batch_size: int,
+    asked: dict[str, Any],
+) -> None:
+    """Vectors of the texts of SOURCE (lines, CSV/TSV or JSONL with --text-field; default: stdin
+    lines), in input order, to a .npy matrix or JSON lines {"id", "vector"}."""
+    from search.encoding import Encoding, encode_file, output_format
+
+    if index_dir is not None and asked:
+        raise click.UsageError("--index encodes with its stored strategy: drop the strategy options")
+    output_format(output, to)  # a bad output is told before the model loads
+    strategy = None if index_dir is not None else _strategy(asked)
+    encoding = Encoding.load(strategy, index=index_dir, batch_size=batch_size)
+    report = encode_file(
+        source,
+        output,
+        encoding,
+        to=to,
+        text_fields=_split(text_field),
+        id_field=id_field,
+        fmt=fmt,
+        progress=_progress(),
+    )
+    click.echo(
+        f"encoded {report.texts} texts (dim {report.dimension}) into {report.output} in {report.seconds:.1f}s",
+        err=True,
+    )
+    click.echo(f"strategy: {report.strategy.describe()}", err=True)
+
+
 @cli.command("info")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True)
