@@ -659,12 +659,18 @@ def similar_command(
     "--output",
     help="File to write: FILE.npy (float32, row i = text i) or FILE.jsonl; default: JSON lines on stdout.",
 )
-@click.option("--to", type=click.Choice(("npy", "jsonl")), help="Output format (default: from the -o extension).")
+@click.option(
+    "--to", type=click.Choice(("npy", "jsonl")), help="Output format (default: from the -o extension)."
+)
 @click.option(
     "--text-field", default="text", show_default=True, help="Field(s) of a CSV/JSONL row to encode, joined."
 )
-@click.option("--id-field", help="Field with the row's id in JSON lines (default: 'id' if present, else row number).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format (default: from the extension).")
+@click.option(
+    "--id-field", help="Field with the row's id in JSON lines (default: 'id' if present, else row number)."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), help="Input format (default: from the extension)."
+)
 @click.option(
     "--index",
     "index_dir",
@@ -704,7 +710,8 @@ def encode_command(
         progress=_progress(),
     )
     click.echo(
-        f"encoded {report.texts} texts (dim {report.dimension}) into {report.output} in {report.seconds:.1f}s",
+        f"encoded {report.texts} texts (dim {report.dimension}) into {report.output} "
+        f"in {report.seconds:.1f}s",
         err=True,
     )
     click.echo(f"strategy: {report.strategy.describe()}", err=True)

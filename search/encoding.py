@@ -84,7 +84,9 @@ class Encoding:
 
         if index is not None:
             if strategy is not None:
-                raise BadInput("give a strategy or an index, not both: an index encodes with its stored strategy")
+                raise BadInput(
+                    "give a strategy or an index, not both: an index encodes with its stored strategy"
+                )
             from indexer.store import open_index
 
             stored = open_index(index, vectors=False)
@@ -140,7 +142,10 @@ class Encoding:
         with tqdm(disable=not progress, unit="text", desc="encoding") as bar:
             while part := list(islice(rows, size)):
                 texts = check_texts([text for _, text in part], done + 1)
-                yield [i for i, _ in part], self.finish(self.embedder.embed(texts)).astype(np.float32, copy=False)
+                yield (
+                    [i for i, _ in part],
+                    self.finish(self.embedder.embed(texts)).astype(np.float32, copy=False),
+                )
                 done += len(part)
                 bar.update(len(part))
 
@@ -244,7 +249,10 @@ class _JsonLinesWriter:
         self.handle, self.rows = handle, 0
 
     def write(self, ids: Sequence[str], vectors: np.ndarray) -> None:
-        lines = (json.dumps({"id": i, "vector": v}, ensure_ascii=False) for i, v in zip(ids, vectors.tolist(), strict=True))
+        lines = (
+            json.dumps({"id": i, "vector": v}, ensure_ascii=False)
+            for i, v in zip(ids, vectors.tolist(), strict=True)
+        )
         self.handle.write("".join(line + "\n" for line in lines).encode("utf-8"))
         self.rows += len(vectors)
 
@@ -284,11 +292,15 @@ def encode_file(
     if output in (None, "-"):
         writer = _JsonLinesWriter(sys.stdout.buffer)
         dimension = _stream(rows, encoding, writer, progress)
-        return EncodeReport("stdout", writer.rows, dimension, time.perf_counter() - started, encoding.strategy)
+        return EncodeReport(
+            "stdout", writer.rows, dimension, time.perf_counter() - started, encoding.strategy
+        )
     target = Path(output)
     if target.is_dir():
         raise BadInput(f"{target} is a directory: give a file name")
-    handle, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
+    handle, temporary = tempfile.mkstemp(
+        dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}."
+    )
     try:
         with os.fdopen(handle, "wb") as file:
             writer = _NpyWriter(file) if kind == "npy" else _JsonLinesWriter(file)
