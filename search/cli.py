@@ -559,7 +559,7 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
 
 
 @cli.command("serve")
-@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.argument("index_dir", required=False, type=click.Path(path_type=Path))
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Interface to bind (localhost only by default)."
 )
@@ -592,27 +592,45 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
     type=click.IntRange(min=1),
     help="Open connections at most; past that a new one gets a 503.",
 )
+@strategy_options
 def serve_command(
-    index_dir: Path,
+    index_dir: Path | None,
     host: str,
     port: int,
     max_batch: int,
     request_timeout: float,
     keep_alive: float,
     max_connections: int,
+    asked: dict[str, Any],
 ) -> None:
-    """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar; GET /info,
-    /fields, /health; docs at /docs."""
-    from search.loading import load_engine
+    """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar,
+    /v1/embeddings (OpenAI's shape), /encode; GET /info, /fields, /health; docs at /docs.
+    With no INDEX_DIR and --model (or other strategy options): vectors alone (/v1/embeddings,
+    /encode, /info)."""
+    from search.loading import load_encoding, load_engine
 
-    loading = load_engine(index_dir)  # the engine imports and loads while the web stack imports
+    if index_dir is not None and asked:
+        raise click.UsageError("an index is served with its stored strategy: drop the strategy options")
+    if index_dir is None and not asked:
+        raise click.UsageError(
+            "give INDEX_DIR to search it, or --model (and strategy options) to serve vectors"
+        )
+    # the engine (or encoder) imports and loads while the web stack imports
+    loading = load_engine(index_dir) if index_dir is not None else None
+    encoding = load_encoding(_strategy(asked)) if index_dir is None else None
     try:
         from search.server import create_app, listen, serve
     except ImportError:
         raise BadInput("serving needs the 'serve' extra: pip install 'semsearch[serve]'") from None
     listening = listen(host, port)  # a port in use is told at once, not after the index loads
-    app = create_app(index_dir, max_batch=max_batch, loading=loading)
-    click.echo(f"serving {index_dir}: search page on http://{host}:{port}/ (API docs: /docs)", err=True)
+    app = create_app(index_dir, max_batch=max_batch, loading=loading, encoding=encoding)
+    if index_dir is None:
+        served = encoding.result().strategy.describe()
+        click.echo(
+            f"serving vectors of {served} on http://{host}:{port}/v1/embeddings (docs: /docs)", err=True
+        )
+    else:
+        click.echo(f"serving {index_dir}: search page on http://{host}:{port}/ (API docs: /docs)", err=True)
     serve(
         app,
         listening,

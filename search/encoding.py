@@ -149,14 +149,6 @@ class Encoding:
                 done += len(part)
                 bar.update(len(part))
 
-    def tokens(self, texts: Sequence[str]) -> int:
-        """Tokens the model read for ``texts`` (each cut at max_length): a request's usage."""
-        from indexer.encoders.base import NetworkEncoder
-
-        if isinstance(self.embedder, NetworkEncoder):
-            return sum(len(ids) for ids in self.embedder.tokens.ids(texts))
-        return sum(min(len(t), self.strategy.max_length or len(t)) for t in texts)
-
     def info(self) -> dict[str, Any]:
         """What the encode-only server's ``/info`` shows."""
         return {
@@ -166,6 +158,15 @@ class Encoding:
             "dimension": self.dimension,
             "index": None,
         }
+
+
+def token_count(embedder: Encoder, texts: Sequence[str]) -> int:
+    """Tokens the model reads of ``texts`` (each cut at max_length): a request's usage."""
+    from indexer.encoders.base import NetworkEncoder
+
+    if isinstance(embedder, NetworkEncoder):
+        return sum(len(ids) for ids in embedder.tokens.ids(texts))
+    return sum(min(len(text), embedder.strategy.max_length or len(text)) for text in texts)
 
 
 def encode(
