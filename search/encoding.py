@@ -31,7 +31,6 @@ from indexer.errors import BadInput
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from search.queries import check_text
-from search.similar import check_transform
 
 if TYPE_CHECKING:  # an index's encoder runs its exported graph: no torch
     from indexer.encoders.base import Encoder
@@ -93,7 +92,11 @@ class Encoding:
             stored.catalog.close()
             return cls(encoder_for(stored.strategy, queries=True), stored.transform)
         strategy = strategy or Strategy()
-        check_transform(strategy, None)
+        if strategy.postprocess != "none":
+            raise BadInput(
+                "post-processing needs statistics fitted on a corpus: encode with an index built with "
+                "it (--index IDX, index=IDX, or serve IDX) or drop --postprocess"
+            )
         if serving:
             from indexer.models import resolve_strategy
 
