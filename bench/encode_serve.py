@@ -8,8 +8,8 @@ run: one ``encode`` call per text (what a loop over requests costs) and all of t
 
 Texts: STS-B dev sentences (unique, in file order). Columns: texts/s over the whole run, p50 and
 p90 of one request (or one call), and the throughput ratios against the peer's per-text loop and
-its batches of 32. The
-server runs in its own process on this machine's cores, the clients are threads of this one.
+its batches of 32. The server runs in its own process on this machine's cores, the clients are
+threads of this one.
 """
 
 from __future__ import annotations
