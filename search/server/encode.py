@@ -21,7 +21,14 @@ from indexer.errors import BadInput
 from search.encoding import Encoding, check_texts, token_count
 from search.server.batching import MicroBatcher, check_budget
 from search.server.connections import while_connected
-from search.server.schema import EmbeddingsRequest, EncodeRequest, answers
+from search.server.schema import (
+    EmbeddingsAnswer,
+    EmbeddingsRequest,
+    EncodeAnswer,
+    EncodeRequest,
+    answered,
+    answers,
+)
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
@@ -75,7 +82,7 @@ def add_encode_routes(app: FastAPI, batcher: MicroBatcher, current: Callable[[],
 
         return await while_connected(request, batcher.run(source.embedder, texts, finish))
 
-    @app.post("/v1/embeddings", responses=answers(400, 413, 503))
+    @app.post("/v1/embeddings", responses=answered(EmbeddingsAnswer, 400, 413, 503))
     async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
         """OpenAI-compatible embeddings of ``input`` (a string or a list of strings): ``data[i]
         .embedding`` for input i, floats or (``encoding_format: base64``) little-endian float32."""
@@ -88,7 +95,7 @@ def add_encode_routes(app: FastAPI, batcher: MicroBatcher, current: Callable[[],
 
         return await encoded(request, body.input, answer)
 
-    @app.post("/encode", responses=answers(400, 413, 503))
+    @app.post("/encode", responses=answered(EncodeAnswer, 400, 413, 503))
     async def encode(body: EncodeRequest, request: Request) -> Response:
         """bert-as-service's shape: ``{"texts": [...]}`` -> ``{"vectors": [[...], ...]}``, row i
         for text i."""

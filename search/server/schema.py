@@ -109,6 +109,35 @@ class EncodeRequest(BaseModel):
     texts: list[EncodeText] = Field(min_length=1, max_length=MAX_INPUTS)
 
 
+class Embedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str  # floats, or base64 of little-endian float32
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsAnswer(BaseModel):
+    """OpenAI's embeddings answer: ``data[i]`` is input i's vector."""
+
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: Usage
+
+
+class EncodeAnswer(BaseModel):
+    vectors: list[list[float]]
+
+
+def answered(model: type[BaseModel], *codes: int) -> dict[int | str, dict[str, Any]]:
+    """``answers(*codes)`` and the 200 answer's model, for a route that returns a ready response."""
+    return {200: {"model": model, "description": "Successful Response"}, **answers(*codes)}
+
+
 
 
 def install_openapi(app: FastAPI) -> None:
