@@ -684,7 +684,7 @@ def similar_command(
     "--text-field", default="text", show_default=True, help="Field(s) of a CSV/JSONL row to encode, joined."
 )
 @click.option(
-    "--id-field", help="Field with the row's id in JSON lines (default: 'id' if present, else row number)."
+    "--id-field", help="Field giving each row's id in JSON lines output (default: id, else row number)."
 )
 @click.option(
     "--format", "fmt", type=click.Choice(FORMATS), help="Input format (default: from the extension)."
@@ -695,7 +695,6 @@ def similar_command(
     type=click.Path(path_type=Path),
     help="Encode as this index does (its strategy and fitted post-processing): the vectors it compares.",
 )
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
 @strategy_options
 def encode_command(
     source: str,
@@ -705,7 +704,6 @@ def encode_command(
     id_field: str | None,
     fmt: str | None,
     index_dir: Path | None,
-    batch_size: int,
     asked: dict[str, Any],
 ) -> None:
     """Vectors of the texts of SOURCE (lines, CSV/TSV or JSONL with --text-field; default: stdin
@@ -716,7 +714,7 @@ def encode_command(
         raise click.UsageError("--index encodes with its stored strategy: drop the strategy options")
     output_format(output, to)  # a bad output is told before the model loads
     strategy = None if index_dir is not None else _strategy(asked)
-    encoding = Encoding.load(strategy, index=index_dir, batch_size=batch_size)
+    encoding = Encoding.load(strategy, index=index_dir)
     report = encode_file(
         source,
         output,

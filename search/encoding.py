@@ -73,7 +73,6 @@ class Encoding:
         *,
         index: str | Path | None = None,
         serving: bool = False,
-        batch_size: int = 32,
     ) -> Encoding:
         """The encoder of ``strategy`` (default: the bundled model's), or of the index at
         ``index`` (its stored strategy and fitted transform; no FAISS vectors are read).
@@ -101,7 +100,7 @@ class Encoding:
             from indexer.models import resolve_strategy
 
             return cls(encoder_for(resolve_strategy(strategy), queries=True))
-        return cls(encoder_for(strategy, batch_size=batch_size))
+        return cls(encoder_for(strategy))
 
     @property
     def strategy(self) -> Strategy:
