@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from indexer.transform import Transform
 from search.queries import check_text
 
 if TYPE_CHECKING:  # an index's encoder runs its exported graph: no torch
-    from indexer.encoders.base import Encoder
+    from indexer.encoders.base import Encoder, NetworkEncoder
 
 PART_TEXTS = 256
 """Texts embedded at a time when streaming: memory holds one part and its vectors."""
@@ -163,12 +163,10 @@ class Encoding:
 
 
 def token_count(embedder: Encoder, texts: Sequence[str]) -> int:
-    """Tokens the model reads of ``texts`` (each cut at max_length): a request's usage."""
-    from indexer.encoders.base import NetworkEncoder
-
-    if isinstance(embedder, NetworkEncoder):
-        return sum(len(ids) for ids in embedder.tokens.ids(texts))
-    return sum(min(len(text), embedder.strategy.max_length or len(text)) for text in texts)
+    """Tokens the model reads of ``texts`` (each cut at max_length): a request's usage. A served
+    encoder runs in this process: a ``NetworkEncoder``, with its tokenizer."""
+    tokens = cast("NetworkEncoder", embedder).tokens
+    return sum(len(ids) for ids in tokens.ids(texts))
 
 
 def encode(
