@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -18,10 +18,8 @@ from starlette.exceptions import HTTPException
 
 from indexer.catalog import DatabaseError
 from indexer.errors import SemsearchError
-from indexer.strategy import Strategy
-from search.encoding import Encoding
 from search.engine import SearchEngine, check_queries, configure_threads
-from search.loading import load_encoding, load_engine
+from search.loading import load_engine
 from search.server.batching import MicroBatcher, check_budget
 from search.server.connections import BodyLimit, ClientGone, while_connected
 from search.server.encode import add_encode_routes, encode_only
@@ -37,6 +35,9 @@ from search.server.schema import (
     install_openapi,
 )
 from search.similar import rank_vectors, rankable
+
+if TYPE_CHECKING:
+    from search.encoding import Encoding
 
 
 def _field_error(error: dict[str, Any]) -> str:
@@ -104,7 +105,7 @@ def create_app(
     app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
     if index_dir is None:
         install_openapi(app)
-        return encode_only(app, batcher, encoding or load_encoding(Strategy()))
+        return encode_only(app, batcher, encoding)
     live = LiveEngine(loading, index_dir, reload_every)
     scans = Scans()
     add_encode_routes(app, batcher, live.current)

@@ -18,7 +18,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from indexer.errors import BadInput
+from indexer.strategy import Strategy
 from search.encoding import Encoding, check_texts, token_count
+from search.loading import load_encoding
 from search.server.batching import MicroBatcher, check_budget
 from search.server.connections import while_connected
 from search.server.schema import (
@@ -102,9 +104,12 @@ def add_encode_routes(app: FastAPI, batcher: MicroBatcher, current: Callable[[],
         return await encoded(request, body.texts, lambda source, vectors: {"vectors": vectors.tolist()})
 
 
-def encode_only(app: FastAPI, batcher: MicroBatcher, loading: Future[Encoding]) -> FastAPI:
+def encode_only(app: FastAPI, batcher: MicroBatcher, loading: Future[Encoding] | None) -> FastAPI:
     """``app`` serving vectors alone (``semsearch serve --model ...``, no index): the encode
-    endpoints, ``/info`` (the strategy) and ``/health``; the encoder loaded before it returns."""
+    endpoints and ``/info`` (the strategy); the encoder loaded before it returns (``loading``,
+    else the bundled model's default strategy)."""
+    if loading is None:
+        loading = load_encoding(Strategy())
 
     async def current() -> Encoding:
         return loading.result()
