@@ -23,7 +23,7 @@ from search.engine import SearchEngine  # noqa: E402
 from search.loading import load_encoding  # noqa: E402
 from search.server import create_app  # noqa: E402
 from search.server.schema import MAX_INPUTS, MAX_TEXT  # noqa: E402
-from tests.conftest import build_faq, run, serving  # noqa: E402
+from tests.conftest import assert_clean_failure, build_faq, run, serving  # noqa: E402
 
 TEXTS = ["How do I pay for a ride?", "a bike", "Where can I park the bike near the station?"]
 
@@ -149,3 +149,10 @@ def test_openai_client_against_a_real_server_equals_encode_and_the_index(tmp_pat
                 client.embeddings.create(model=DEFAULT_MODEL, input=bad)
         info = httpx.get(f"http://127.0.0.1:{port}/info").json()
         assert info["description"] == SearchEngine(index).strategy.describe()
+
+
+@pytest.mark.slow
+def test_serve_without_an_index_needs_a_strategy_and_an_index_keeps_its_own(whitened, tiny_model):
+    assert_clean_failure(run("serve"), "give INDEX_DIR to search it, or --model")
+    assert_clean_failure(run("serve", whitened, "--pooling", "cls"), "drop the strategy options")
+    assert_clean_failure(run("serve", "--model", tiny_model, "--postprocess", "whiten"), "post-processing")
