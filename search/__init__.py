@@ -1,4 +1,5 @@
-"""The reading side: query an index (SearchEngine) or rank sentences (rank_similar); the CLI.
+"""The reading side: query an index (SearchEngine), rank sentences (rank_similar), or hand vectors
+to other programs (encode, Encoding); the CLI.
 
 Names load on first use so ``semsearch --help`` and ``info`` do not pay for importing torch.
 """
@@ -8,7 +9,13 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-_EXPORTS = {"Hit": "search.engine", "SearchEngine": "search.engine", "rank_similar": "search.similar"}
+_EXPORTS = {
+    "Encoding": "search.encoding",
+    "Hit": "search.engine",
+    "SearchEngine": "search.engine",
+    "encode": "search.encoding",
+    "rank_similar": "search.similar",
+}
 __all__ = list(_EXPORTS)
 
 

@@ -559,7 +559,7 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
 
 
 @cli.command("serve")
-@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.argument("index_dir", required=False, type=click.Path(path_type=Path))
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Interface to bind (localhost only by default)."
 )
@@ -592,27 +592,45 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
     type=click.IntRange(min=1),
     help="Open connections at most; past that a new one gets a 503.",
 )
+@strategy_options
 def serve_command(
-    index_dir: Path,
+    index_dir: Path | None,
     host: str,
     port: int,
     max_batch: int,
     request_timeout: float,
     keep_alive: float,
     max_connections: int,
+    asked: dict[str, Any],
 ) -> None:
-    """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar; GET /info,
-    /fields, /health; docs at /docs."""
-    from search.loading import load_engine
+    """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar,
+    /v1/embeddings (OpenAI's shape), /encode; GET /info, /fields, /health; docs at /docs.
+    With no INDEX_DIR and --model (or other strategy options): vectors alone (/v1/embeddings,
+    /encode, /info)."""
+    from search.loading import load_encoding, load_engine
 
-    loading = load_engine(index_dir)  # the engine imports and loads while the web stack imports
+    if index_dir is not None and asked:
+        raise click.UsageError("an index is served with its stored strategy: drop the strategy options")
+    if index_dir is None and not asked:
+        raise click.UsageError(
+            "give INDEX_DIR to search it, or --model (and strategy options) to serve vectors"
+        )
+    # the engine (or encoder) imports and loads while the web stack imports
+    loading = load_engine(index_dir) if index_dir is not None else None
+    encoding = load_encoding(_strategy(asked)) if index_dir is None else None
     try:
         from search.server import create_app, listen, serve
     except ImportError:
         raise BadInput("serving needs the 'serve' extra: pip install 'semsearch[serve]'") from None
     listening = listen(host, port)  # a port in use is told at once, not after the index loads
-    app = create_app(index_dir, max_batch=max_batch, loading=loading)
-    click.echo(f"serving {index_dir}: search page on http://{host}:{port}/ (API docs: /docs)", err=True)
+    app = create_app(index_dir, max_batch=max_batch, loading=loading, encoding=encoding)
+    if index_dir is None:
+        served = encoding.result().strategy.describe()
+        click.echo(
+            f"serving vectors of {served} on http://{host}:{port}/v1/embeddings (docs: /docs)", err=True
+        )
+    else:
+        click.echo(f"serving {index_dir}: search page on http://{host}:{port}/ (API docs: /docs)", err=True)
     serve(
         app,
         listening,
@@ -650,6 +668,69 @@ def similar_command(
         click.echo(json.dumps({"query": sentence, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
     else:
         _print_hits(sentence, hits)
+
+
+@cli.command("encode")
+@click.argument("source", default="-")
+@click.option(
+    "-o",
+    "--output",
+    help="File to write: FILE.npy (float32, row i = text i) or FILE.jsonl; default: JSON lines on stdout.",
+)
+@click.option(
+    "--to", type=click.Choice(("npy", "jsonl")), help="Output format (default: from the -o extension)."
+)
+@click.option(
+    "--text-field", default="text", show_default=True, help="Field(s) of a CSV/JSONL row to encode, joined."
+)
+@click.option(
+    "--id-field", help="Field giving each row's id in JSON lines output (default: id, else row number)."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), help="Input format (default: from the extension)."
+)
+@click.option(
+    "--index",
+    "index_dir",
+    type=click.Path(path_type=Path),
+    help="Encode as this index does (its strategy and fitted post-processing): the vectors it compares.",
+)
+@strategy_options
+def encode_command(
+    source: str,
+    output: str | None,
+    to: str | None,
+    text_field: str,
+    id_field: str | None,
+    fmt: str | None,
+    index_dir: Path | None,
+    asked: dict[str, Any],
+) -> None:
+    """Vectors of the texts of SOURCE (lines, CSV/TSV or JSONL with --text-field; default: stdin
+    lines), in input order, to a .npy matrix or JSON lines {"id", "vector"}."""
+    from search.encoding import Encoding, encode_file, output_format
+
+    if index_dir is not None and asked:
+        raise click.UsageError("--index encodes with its stored strategy: drop the strategy options")
+    output_format(output, to)  # a bad output is told before the model loads
+    strategy = None if index_dir is not None else _strategy(asked)
+    encoding = Encoding.load(strategy, index=index_dir)
+    report = encode_file(
+        source,
+        output,
+        encoding,
+        to=to,
+        text_fields=_split(text_field),
+        id_field=id_field,
+        fmt=fmt,
+        progress=_progress(),
+    )
+    click.echo(
+        f"encoded {report.texts} texts (dim {report.dimension}) into {report.output} "
+        f"in {report.seconds:.1f}s",
+        err=True,
+    )
+    click.echo(f"strategy: {report.strategy.describe()}", err=True)
 
 
 @cli.command("info")

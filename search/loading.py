@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from indexer.strategy import Strategy
+    from search.encoding import Encoding
     from search.engine import SearchEngine
 
 
@@ -26,3 +28,20 @@ def _open(index_dir: str | Path) -> SearchEngine:
     from search.engine import SearchEngine
 
     return SearchEngine(index_dir)
+
+
+def load_encoding(strategy: Strategy) -> Future[Encoding]:
+    """The encoder of ``strategy`` for a server with no index (``Encoding.load(serving=True)``),
+    warmed up by one text (which also tells its dimension), loading in a thread of its own."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
+    loading = pool.submit(_encoding, strategy)
+    pool.shutdown(wait=False)
+    return loading
+
+
+def _encoding(strategy: Strategy) -> Encoding:
+    from search.encoding import Encoding
+
+    encoding = Encoding.load(strategy, serving=True)
+    encoding.dimension  # noqa: B018 (embeds one text: the first request pays no warm-up)
+    return encoding

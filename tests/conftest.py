@@ -295,13 +295,14 @@ def answering(port: int, seconds: float, process: subprocess.Popen | None = None
 
 
 @contextlib.contextmanager
-def serving(index: Path, *options: str) -> Iterator[int]:
-    """`semsearch serve INDEX [OPTIONS]` in a subprocess, up and answering; yields its port."""
+def serving(index: Path | None, *options: str) -> Iterator[int]:
+    """`semsearch serve [INDEX] [OPTIONS]` in a subprocess, up and answering; yields its port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     process = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", "serve", str(index), "--port", str(port), *options],
+        [sys.executable, "-m", "search.cli", "serve", *([str(index)] if index else []), "--port", str(port)]
+        + list(options),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

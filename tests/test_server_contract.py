@@ -27,6 +27,8 @@ GOOD = {
     "/search": {"query": "bike", "k": 1},
     "/search/batch": {"queries": ["bike"], "k": 1},
     "/similar": {"sentence": "bike", "candidates": ["a bike"]},
+    "/v1/embeddings": {"input": "bike", "model": "m"},
+    "/encode": {"texts": ["bike"]},
     "/reload": None,
 }
 

@@ -6,6 +6,10 @@ The model loads once and one worker thread owns it: every text to embed (queries
 throughput grows with load instead of queries queueing one by one for the CPU. A batch's FAISS
 and SQLite work runs on one lookup thread, never on the event loop.
 
+``POST /v1/embeddings`` (OpenAI's shape) and ``POST /encode`` (bert-as-service's) give the
+vectors the index's queries get, through the same batcher and bounds; served with no index
+(``create_app(None, encoding=...)``, ``semsearch serve --model ...``) they are all it serves.
+
 ``GET /`` is a search page for people (``search/static``: plain HTML/CSS/JS over this API, served
 with a policy that lets it load nothing from elsewhere); ``GET /fields`` gives it the stored
 fields' values and ranges to filter on.
@@ -36,6 +40,7 @@ Modules, one job each (none imports ``app``, so there is no circle):
     batching     the micro-batcher, the token budget of a request and its parts
     live         the engine being served and its reloading (a snapshot per request)
     scans        /duplicates: one scan at a time, answers kept per version
+    encode       /v1/embeddings and /encode, and the app that serves vectors alone
     connections  body limit, request deadline, connection cap, client hang-ups
     page         the search page and its static files under their policy
     serving      the listening socket and uvicorn

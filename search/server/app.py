@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -22,6 +22,7 @@ from search.engine import RETRIES, SearchEngine, Snapshot, check_queries, config
 from search.loading import load_engine
 from search.server.batching import MicroBatcher, check_budget
 from search.server.connections import BodyLimit, ClientGone, while_connected
+from search.server.encode import add_encode_routes, encode_only
 from search.server.live import LiveEngine
 from search.server.page import add_page
 from search.server.scans import MAX_DUPLICATE_PAIRS, Scans
@@ -35,6 +36,9 @@ from search.server.schema import (
 )
 from search.similar import rank_vectors, rankable
 
+if TYPE_CHECKING:
+    from search.encoding import Encoding
+
 
 def _field_error(error: dict[str, Any]) -> str:
     """One line for a validation error: ``<field>: <message>`` (``body`` for unreadable JSON)."""
@@ -44,22 +48,22 @@ def _field_error(error: dict[str, Any]) -> str:
 
 
 def create_app(
-    index_dir: str | Path,
+    index_dir: str | Path | None,
     *,
     max_batch: int = MAX_BATCH,
     reload_every: float = 1.0,
     loading: Future[SearchEngine] | None = None,
+    encoding: Future[Encoding] | None = None,
 ) -> FastAPI:
     """Load the index and model now (so a bad index fails before the server binds), and set up the
     serving process (``configure_threads``). The engine loads in a thread while the routes are set
     up; ``loading``: an engine already loading (``semsearch serve`` starts it before importing
-    anything heavy, to overlap those imports too: ``search.loading``)."""
+    anything heavy, to overlap those imports too: ``search.loading``). ``index_dir`` None: serve
+    vectors alone, with the ``encoding`` loading (``search.loading.load_encoding``)."""
     configure_threads()
-    if loading is None:
+    if loading is None and index_dir is not None:
         loading = load_engine(index_dir)
     batcher = MicroBatcher(max_batch)
-    live = LiveEngine(loading, index_dir, reload_every)
-    scans = Scans()
     app = FastAPIOffline(
         title="semsearch", description="Semantic search over a semsearch index.", version="0.1.0"
     )
@@ -93,6 +97,18 @@ def create_app(
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+    if index_dir is None:
+        install_openapi(app)
+        return encode_only(app, batcher, encoding)
+    live = LiveEngine(loading, index_dir, reload_every)
+    scans = Scans()
+    add_encode_routes(app, batcher, live.current)
 
     async def search(
         queries: list[str], k: int, where: str | None, min_score: float | None = None
@@ -173,12 +189,6 @@ def create_app(
         return {"fields": await asyncio.to_thread(snapshot.facets)}
 
     add_page(app)
-
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
 
     @app.post("/reload", responses=answers(503))
     async def force_reload() -> dict[str, Any]:

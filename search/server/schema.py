@@ -3,11 +3,11 @@ and the OpenAPI schema that documents exactly those answers (no 422: bad input i
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 from indexer.errors import BadInput
 from search.filters import MAX_FILTER_LENGTH
@@ -72,6 +72,70 @@ class SimilarRequest(BaseModel):
     sentence: Query
     candidates: list[Text] = Field(min_length=1, max_length=MAX_CANDIDATES)
     k: int | None = Field(None, ge=1, le=MAX_CANDIDATES)
+
+
+MAX_INPUTS = 2048  # texts in one /v1/embeddings or /encode request (OpenAI's own limit)
+MAX_TEXT = 20_000  # characters in one text to encode: far past what any model reads (it cuts there)
+EncodeText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT), AfterValidator(_unicode)]
+
+
+def _inputs(value: object) -> object:
+    """OpenAI's ``input``: one string is one text; token ids (its other form) are refused by name."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, int | list) for v in value):
+        raise ValueError(
+            "token ids are not taken: send the texts (LangChain: check_embedding_ctx_length=False)"
+        )
+    return value
+
+
+class EmbeddingsRequest(BaseModel):
+    """OpenAI's embeddings request. ``model`` is required by OpenAI clients and not checked: the
+    answer's ``model`` names what this server runs."""
+
+    input: Annotated[
+        list[EncodeText], BeforeValidator(_inputs), Field(min_length=1, max_length=MAX_INPUTS)
+    ]
+    model: str = ""
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = None
+
+
+class EncodeRequest(BaseModel):
+    """bert-as-service's shape: texts in, one vector each out."""
+
+    texts: list[EncodeText] = Field(min_length=1, max_length=MAX_INPUTS)
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str  # floats, or base64 of little-endian float32
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsAnswer(BaseModel):
+    """OpenAI's embeddings answer: ``data[i]`` is input i's vector."""
+
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: Usage
+
+
+class EncodeAnswer(BaseModel):
+    vectors: list[list[float]]
+
+
+def answered(model: type[BaseModel], *codes: int) -> dict[int | str, dict[str, Any]]:
+    """``answers(*codes)`` and the 200 answer's model, for a route that returns a ready response."""
+    return {200: {"model": model, "description": "Successful Response"}, **answers(*codes)}
 
 
 

@@ -1,0 +1,328 @@
+"""Texts -> vectors for other programs: what bert-as-service's ``BertClient().encode`` was for.
+
+``encode(texts, strategy=...)`` gives the vectors of a strategy (model, layers, pooling...), as an
+index built with it embeds its queries; ``encode(texts, index=IDX)`` gives exactly what that index
+compares: its stored strategy and its fitted post-processing (centering, whitening). ``Encoding``
+is the same thing kept loaded, for many calls (the server holds one); ``encode_file`` streams a
+file of any size to ``.npy`` or JSON lines in bounded memory (``semsearch encode``).
+
+The rules every surface shares (Python, CLI, HTTP) live here: a text is a non-blank string of
+valid Unicode (``check_texts``), and a strategy with post-processing needs an index's statistics.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from indexer.corpus import CorpusReader, Entry
+from indexer.errors import BadInput
+from indexer.strategy import Strategy
+from indexer.transform import Transform
+from search.queries import check_text
+
+if TYPE_CHECKING:  # an index's encoder runs its exported graph: no torch
+    from indexer.encoders.base import Encoder, NetworkEncoder
+
+PART_TEXTS = 256
+"""Texts embedded at a time when streaming: memory holds one part and its vectors."""
+OUTPUTS = ("npy", "jsonl")
+"""What ``encode_file`` writes: a float32 ``.npy`` matrix, or one ``{"id", "vector"}`` per line."""
+
+
+def check_texts(texts: Iterable[object], first: int = 1) -> list[str]:
+    """``texts`` as a list, when each can be encoded: a string with some non-blank text, valid
+    Unicode. The first that cannot is an error naming its position (counted from ``first``): a
+    text is never dropped, so row i of the vectors is always text i."""
+    if isinstance(texts, str | bytes):
+        raise BadInput("texts: give a list of strings, not one string (wrap it: [text])")
+    checked = list(texts)
+    for position, text in enumerate(checked, first):
+        if not isinstance(text, str):
+            raise BadInput(f"text {position} is not a string but {type(text).__name__}")
+        if not text.strip():
+            raise BadInput(f"text {position} is empty: every text is encoded, in order; give some text")
+        check_text(text, f"text {position}")
+    return checked
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """An encoder kept loaded with the post-processing its vectors get: ``encode`` many times.
+    ``Encoding.load(strategy)`` or ``Encoding.load(index=IDX)``; the server's index snapshots have
+    the same ``embedder`` and ``finish``."""
+
+    embedder: Encoder
+    transform: Transform | None = None
+
+    @classmethod
+    def load(
+        cls,
+        strategy: Strategy | None = None,
+        *,
+        index: str | Path | None = None,
+        serving: bool = False,
+    ) -> Encoding:
+        """The encoder of ``strategy`` (default: the bundled model's), or of the index at
+        ``index`` (its stored strategy and fitted transform; no FAISS vectors are read).
+        ``serving``: the query encoder an index gives its queries (threads asleep between
+        requests) rather than the bulk one (threads spinning, for throughput); same vectors."""
+        from indexer.encoders.factory import encoder_for
+
+        if index is not None:
+            if strategy is not None:
+                raise BadInput(
+                    "give a strategy or an index, not both: an index encodes with its stored strategy"
+                )
+            from indexer.store import open_index
+
+            stored = open_index(index, vectors=False)
+            stored.catalog.close()
+            return cls(encoder_for(stored.strategy, queries=True), stored.transform)
+        strategy = strategy or Strategy()
+        if strategy.postprocess != "none":
+            raise BadInput(
+                "post-processing needs statistics fitted on a corpus: encode with an index built with "
+                "it (--index IDX, index=IDX, or serve IDX) or drop --postprocess"
+            )
+        if serving:
+            from indexer.models import resolve_strategy
+
+            return cls(encoder_for(resolve_strategy(strategy), queries=True))
+        return cls(encoder_for(strategy))
+
+    @property
+    def strategy(self) -> Strategy:
+        """The resolved strategy the vectors follow."""
+        return self.embedder.strategy
+
+    @functools.cached_property
+    def dimension(self) -> int:
+        """Width of a vector (after whitening, if it keeps fewer); embeds one word to know it."""
+        return int(self.encode(["dimension"]).shape[1])
+
+    def finish(self, vectors: np.ndarray) -> np.ndarray:
+        """Raw model vectors -> the final ones (the index's fitted post-processing, if any)."""
+        return Transform.apply_optional(self.transform, vectors)
+
+    def encode(self, texts: Iterable[str], *, progress: bool = False) -> np.ndarray:
+        """A float32 matrix, row i the vector of text i (``check_texts``); any number of texts,
+        embedded a part at a time. Texts longer than the strategy's max_length are cut there."""
+        parts = list(self.parts(texts, progress=progress))
+        if not parts:
+            raise BadInput("no texts to encode")
+        return np.concatenate(parts)
+
+    def parts(
+        self, texts: Iterable[str], *, progress: bool = False, size: int = PART_TEXTS
+    ) -> Iterator[np.ndarray]:
+        """The vectors of ``texts``, ``size`` texts at a time, as they are read: an iterator of
+        texts of any length is encoded in bounded memory."""
+        if isinstance(texts, str | bytes):
+            check_texts(texts)
+        rows = (("", text) for text in texts)
+        return (vectors for _, vectors in self.pieces(rows, progress=progress, size=size))
+
+    def pieces(
+        self, rows: Iterable[tuple[str, str]], *, progress: bool = False, size: int = PART_TEXTS
+    ) -> Iterator[tuple[list[str], np.ndarray]]:
+        """``(ids, vectors)`` of ``(id, text)`` rows, ``size`` rows at a time, in order."""
+        from tqdm import tqdm
+
+        rows, done = iter(rows), 0
+        with tqdm(disable=not progress, unit="text", desc="encoding") as bar:
+            while part := list(islice(rows, size)):
+                texts = check_texts([text for _, text in part], done + 1)
+                yield (
+                    [i for i, _ in part],
+                    self.finish(self.embedder.embed(texts)).astype(np.float32, copy=False),
+                )
+                done += len(part)
+                bar.update(len(part))
+
+    def info(self) -> dict[str, Any]:
+        """What the encode-only server's ``/info`` shows."""
+        return {
+            "strategy": self.strategy.to_dict(),
+            "description": self.strategy.describe(),
+            "encoder": self.embedder.choice.status,
+            "dimension": self.dimension,
+            "index": None,
+        }
+
+
+def token_count(embedder: Encoder, texts: Sequence[str]) -> int:
+    """Tokens the model reads of ``texts`` (each cut at max_length): a request's usage. A served
+    encoder runs in this process: a ``NetworkEncoder``, with its tokenizer."""
+    tokens = cast("NetworkEncoder", embedder).tokens
+    return sum(len(ids) for ids in tokens.ids(texts))
+
+
+def encode(
+    texts: Iterable[str],
+    strategy: Strategy | None = None,
+    *,
+    index: str | Path | None = None,
+    progress: bool = False,
+) -> np.ndarray:
+    """Vectors of ``texts`` (a list or any iterable of strings) as a float32 matrix, row i for
+    text i, with ``strategy`` (default: the bundled model's own) or with the index at ``index``
+    (its stored strategy and fitted centering/whitening: exactly the vectors it compares).
+
+    For many calls, load once: ``Encoding.load(strategy).encode(texts)``.
+    """
+    return Encoding.load(strategy, index=index).encode(texts, progress=progress)
+
+
+@dataclass(frozen=True)
+class EncodeReport:
+    output: str
+    texts: int
+    dimension: int
+    seconds: float
+    strategy: Strategy
+
+
+def read_texts(
+    source: str,
+    *,
+    text_fields: Sequence[str] | None = None,
+    id_field: str | None = None,
+    fmt: str | None = None,
+) -> Iterator[tuple[str, str]]:
+    """``(id, text)`` of each row of a corpus file (CSV/TSV/JSONL/text lines, read as ``index``
+    reads one), or of each line of stdin for ``-`` (its line number as id), in order and as read.
+    A row that cannot be encoded is an error naming it: a row is never skipped."""
+    if source == "-":
+        if fmt not in (None, "text"):
+            raise BadInput("stdin is read as text lines, one text each: give a file for --format " + fmt)
+        for number, line in enumerate(sys.stdin, 1):
+            yield str(number), line.rstrip("\r\n")
+        return
+    reader = CorpusReader(source, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    for item in reader:
+        if not isinstance(item, Entry):
+            raise BadInput(f"{source} row {item.row}: {item.reason} (every row is encoded, in order: fix it)")
+        yield item.id, item.text
+
+
+class _NpyWriter:
+    """A ``.npy`` float32 matrix written as its rows arrive: the header says 0 rows until
+    ``close`` writes the count over it (NumPy's header leaves room for any row count)."""
+
+    def __init__(self, handle: IO[bytes]):
+        self.handle, self.rows, self.dimension, self.header = handle, 0, 0, 0
+
+    def _header(self) -> None:
+        shape = {"descr": "<f4", "fortran_order": False, "shape": (self.rows, self.dimension)}
+        np.lib.format.write_array_header_1_0(self.handle, shape)
+
+    def write(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        if not self.dimension:
+            self.dimension = vectors.shape[1]
+            self._header()
+            self.header = self.handle.tell()
+        self.handle.write(np.ascontiguousarray(vectors, dtype="<f4").tobytes())
+        self.rows += len(vectors)
+
+    def close(self) -> None:
+        self.handle.seek(0)
+        self._header()
+        if self.handle.tell() != self.header:  # never: NumPy pads the header for this
+            raise RuntimeError("the .npy header changed length")
+
+
+class _JsonLinesWriter:
+    """One ``{"id": ..., "vector": [...]}`` line per text."""
+
+    def __init__(self, handle: IO[bytes]):
+        self.handle, self.rows = handle, 0
+
+    def write(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        lines = (
+            json.dumps({"id": i, "vector": v}, ensure_ascii=False)
+            for i, v in zip(ids, vectors.tolist(), strict=True)
+        )
+        self.handle.write("".join(line + "\n" for line in lines).encode("utf-8"))
+        self.rows += len(vectors)
+
+    def close(self) -> None:
+        self.handle.flush()
+
+
+def output_format(output: str | Path | None, to: str | None) -> str:
+    """What ``encode_file`` writes: ``to`` if given, else by the output's extension (``.npy``,
+    else JSON lines); to stdout (``None`` or ``-``) only JSON lines (a ``.npy`` needs a file)."""
+    fmt = to or ("npy" if output not in (None, "-") and Path(output).suffix.lower() == ".npy" else "jsonl")
+    if fmt not in OUTPUTS:
+        raise BadInput(f"unknown output format {fmt!r}: use one of {', '.join(OUTPUTS)}")
+    if fmt == "npy" and output in (None, "-"):
+        raise BadInput("a .npy matrix needs a file: give -o FILE.npy (stdout takes JSON lines)")
+    return fmt
+
+
+def encode_file(
+    source: str,
+    output: str | Path | None,
+    encoding: Encoding,
+    *,
+    to: str | None = None,
+    text_fields: Sequence[str] | None = None,
+    id_field: str | None = None,
+    fmt: str | None = None,
+    progress: bool = False,
+) -> EncodeReport:
+    """Encode every text of ``source`` (``read_texts``) into ``output``: a float32 ``.npy``
+    (row i = text i) or JSON lines (``output_format``), streamed a part at a time. A file is
+    written beside its place and renamed into it when complete: a failure leaves no half file.
+    ``output`` None or ``-``: JSON lines on stdout."""
+    started = time.perf_counter()
+    kind = output_format(output, to)
+    rows = read_texts(source, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    if output in (None, "-"):
+        writer = _JsonLinesWriter(sys.stdout.buffer)
+        dimension = _stream(rows, encoding, writer, progress)
+        return EncodeReport(
+            "stdout", writer.rows, dimension, time.perf_counter() - started, encoding.strategy
+        )
+    target = Path(output)
+    if target.is_dir():
+        raise BadInput(f"{target} is a directory: give a file name")
+    handle, temporary = tempfile.mkstemp(
+        dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}."
+    )
+    try:
+        with os.fdopen(handle, "wb") as file:
+            writer = _NpyWriter(file) if kind == "npy" else _JsonLinesWriter(file)
+            dimension = _stream(rows, encoding, writer, progress)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return EncodeReport(str(target), writer.rows, dimension, time.perf_counter() - started, encoding.strategy)
+
+
+def _stream(
+    rows: Iterator[tuple[str, str]], encoding: Encoding, writer: _NpyWriter | _JsonLinesWriter, progress: bool
+) -> int:
+    """Each part of ``rows`` encoded and written; the vectors' width. No rows: an error."""
+    dimension = 0
+    for ids, vectors in encoding.pieces(rows, progress=progress):
+        writer.write(ids, vectors)
+        dimension = vectors.shape[1]
+    if not writer.rows:
+        raise BadInput("no texts to encode: the input is empty")
+    writer.close()
+    return dimension

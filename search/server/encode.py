@@ -1,0 +1,126 @@
+"""The encode endpoints: ``POST /v1/embeddings`` (OpenAI's shape, for its clients and LangChain's
+or LlamaIndex's OpenAI embedding classes) and ``POST /encode`` (bert-as-service's), over whatever
+the server encodes with: an index's snapshot (its strategy and fitted post-processing, the vectors
+its queries get) or, served with no index, an ``Encoding`` (``encode_only``). Their texts go
+through the micro-batcher and the token budget like /search's; an answer is serialised to JSON on
+the lookup thread, never on the event loop."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from indexer.errors import BadInput
+from indexer.strategy import Strategy
+from search.encoding import Encoding, check_texts, token_count
+from search.loading import load_encoding
+from search.server.batching import MicroBatcher, check_budget
+from search.server.connections import while_connected
+from search.server.schema import (
+    EmbeddingsAnswer,
+    EmbeddingsRequest,
+    EncodeAnswer,
+    EncodeRequest,
+    answered,
+    answers,
+)
+
+if TYPE_CHECKING:
+    from indexer.encoders.base import Encoder
+
+
+class Encodes(Protocol):
+    """What the endpoints encode with: an index ``Snapshot`` or an ``Encoding``."""
+
+    embedder: Encoder
+
+    def finish(self, vectors: np.ndarray) -> np.ndarray: ...
+
+
+def _json(answer: dict[str, Any]) -> Response:
+    return Response(json.dumps(answer, ensure_ascii=False).encode("utf-8"), media_type="application/json")
+
+
+def _base64(vector: np.ndarray) -> str:
+    """OpenAI's ``encoding_format: base64``: the little-endian float32 bytes."""
+    return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def embeddings_answer(
+    vectors: np.ndarray, model: str, tokens: int, encoding_format: str = "float"
+) -> dict[str, Any]:
+    """OpenAI's embeddings answer for ``vectors`` (row i: input i)."""
+    as_text = _base64 if encoding_format == "base64" else (lambda vector: vector.tolist())
+    data = [
+        {"object": "embedding", "index": i, "embedding": as_text(vector)} for i, vector in enumerate(vectors)
+    ]
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def add_encode_routes(app: FastAPI, batcher: MicroBatcher, current: Callable[[], Awaitable[Encodes]]) -> None:
+    """``/v1/embeddings`` and ``/encode`` on ``app``; ``current()`` gives what a request encodes with."""
+
+    async def encoded(
+        request: Request, texts: Sequence[str], answer: Callable[[Encodes, np.ndarray], dict[str, Any]]
+    ) -> Response:
+        texts = check_texts(texts)
+        source = await current()
+        check_budget(texts, source.embedder.strategy.max_length)
+
+        def finish(vectors: np.ndarray) -> Response:
+            return _json(answer(source, source.finish(vectors)))
+
+        return await while_connected(request, batcher.run(source.embedder, texts, finish))
+
+    @app.post("/v1/embeddings", responses=answered(EmbeddingsAnswer, 400, 413, 503))
+    async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
+        """OpenAI-compatible embeddings of ``input`` (a string or a list of strings): ``data[i]
+        .embedding`` for input i, floats or (``encoding_format: base64``) little-endian float32."""
+
+        def answer(source: Encodes, vectors: np.ndarray) -> dict[str, Any]:
+            if body.dimensions is not None and body.dimensions != vectors.shape[1]:
+                raise BadInput(f"dimensions: these vectors have {vectors.shape[1]}, not {body.dimensions}")
+            tokens = token_count(source.embedder, body.input)
+            return embeddings_answer(vectors, source.embedder.strategy.model, tokens, body.encoding_format)
+
+        return await encoded(request, body.input, answer)
+
+    @app.post("/encode", responses=answered(EncodeAnswer, 400, 413, 503))
+    async def encode(body: EncodeRequest, request: Request) -> Response:
+        """bert-as-service's shape: ``{"texts": [...]}`` -> ``{"vectors": [[...], ...]}``, row i
+        for text i."""
+        return await encoded(request, body.texts, lambda source, vectors: {"vectors": vectors.tolist()})
+
+
+def encode_only(app: FastAPI, batcher: MicroBatcher, loading: Future[Encoding] | None) -> FastAPI:
+    """``app`` serving vectors alone (``semsearch serve --model ...``, no index): the encode
+    endpoints and ``/info`` (the strategy); the encoder loaded before it returns (``loading``,
+    else the bundled model's default strategy)."""
+    if loading is None:
+        loading = load_encoding(Strategy())
+
+    async def current() -> Encoding:
+        return loading.result()
+
+    add_encode_routes(app, batcher, current)
+
+    @app.get("/info", responses=answers(503))
+    async def info() -> dict[str, Any]:
+        """The strategy the vectors follow, their dimension and the encoder that runs them."""
+        encoding = await current()
+        return {**encoding.info(), "largest_batch": batcher.largest, "dropped": batcher.dropped}
+
+    loading.result()
+    return app

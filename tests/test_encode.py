@@ -1,0 +1,121 @@
+"""Vectors for other programs: ``search.encoding.encode`` and ``semsearch encode`` give exactly the
+vectors an index compares (its strategy and fitted whitening), in input order, streamed in
+bounded memory, and refuse bad input with one line."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from indexer.errors import BadInput
+from indexer.strategy import Strategy
+from search.encoding import PART_TEXTS, Encoding, check_texts, encode
+from search.engine import SearchEngine
+from tests.conftest import assert_clean_failure, build_faq, run, write_csv
+
+TEXTS = ["How do I pay for a ride?", "a bike", "Where can I park the bike near the station?"]
+
+
+@pytest.fixture
+def whitened(tmp_path, tiny_model):
+    return build_faq(tmp_path, tiny_model, postprocess="whiten", whiten_dims=3)
+
+
+def test_encode_with_an_index_gives_its_query_vectors(whitened):
+    vectors = encode(TEXTS, index=whitened)
+    expected = SearchEngine(whitened).snapshot.embed(TEXTS)
+    assert vectors.dtype == np.float32 and vectors.shape == (3, 3)  # whitened to 3 dimensions
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
+
+
+def test_encode_with_a_strategy_gives_the_query_vectors_of_an_index_of_it(tmp_path, tiny_model):
+    strategy = Strategy(model=tiny_model, pooling="max", layers=(-1, -2), combine="concat")
+    index = build_faq(tmp_path, tiny_model, pooling="max", layers=(-1, -2), combine="concat")
+    vectors = encode(TEXTS, strategy)
+    np.testing.assert_allclose(vectors, SearchEngine(index).snapshot.embed(TEXTS), atol=1e-5)
+    # one at a time or all together, from a generator: the same rows in the same order
+    one_by_one = np.concatenate([encode([text], strategy) for text in TEXTS])
+    np.testing.assert_allclose(encode(iter(TEXTS), strategy), one_by_one, atol=1e-5)
+
+
+def test_parts_read_only_what_they_encode(tiny_model):
+    """An endless iterator of texts: the first part comes without reading past it."""
+    read = []
+
+    def endless():
+        for n in itertools.count():
+            read.append(n)
+            yield f"text number {n}"
+
+    first = next(Encoding.load(Strategy(model=tiny_model)).parts(endless()))
+    assert len(first) == PART_TEXTS
+    assert len(read) <= PART_TEXTS + 1
+
+
+@pytest.mark.parametrize(
+    ("texts", "message"),
+    [
+        ("one string", "not one string"),
+        (["fine", 3], "text 2 is not a string"),
+        (["fine", "  "], "text 2 is empty"),
+        (["\ud800"], "text 1 is not valid UTF-8"),
+    ],
+)
+def test_bad_texts_are_refused_naming_them(texts, message):
+    with pytest.raises(BadInput, match=message):
+        check_texts(texts)
+
+
+def test_bad_requests_of_the_library(whitened, tiny_model):
+    with pytest.raises(BadInput, match="no texts"):
+        encode([], index=whitened)
+    with pytest.raises(BadInput, match="not both"):
+        encode(TEXTS, Strategy(model=tiny_model), index=whitened)
+    with pytest.raises(BadInput, match="post-processing needs statistics"):
+        encode(TEXTS, Strategy(model=tiny_model, postprocess="center"))
+
+
+@pytest.mark.slow
+def test_cli_writes_npy_and_json_lines_in_input_order(whitened, tmp_path):
+    """More rows than one part, through a file and through stdin: row i is text i, as the index
+    would embed it as a query."""
+    texts = [f"{text} {n}" for n in range(PART_TEXTS // 2 + 3) for text in TEXTS[:2]]
+    corpus = write_csv(tmp_path / "texts.csv", [(f"r{i}", t, "x") for i, t in enumerate(texts)])
+    expected = SearchEngine(whitened).snapshot.embed(texts)
+
+    out = tmp_path / "out.npy"
+    result = run("encode", corpus, "--index", whitened, "-o", out)
+    assert result.returncode == 0, result.stderr
+    matrix = np.load(out)
+    assert matrix.dtype == np.float32 and matrix.shape == (len(texts), 3)
+    np.testing.assert_allclose(matrix, expected, atol=1e-5)
+
+    result = run("encode", "--index", whitened, stdin="\n".join(texts) + "\n")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["id"] for row in rows] == [str(n) for n in range(1, len(texts) + 1)]
+    np.testing.assert_allclose(np.array([row["vector"] for row in rows]), expected, atol=1e-5)
+
+    result = run("encode", corpus, "--index", whitened, "--text-field", "text", "-o", tmp_path / "out.jsonl")
+    assert result.returncode == 0, result.stderr
+    ids = [json.loads(line)["id"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert ids == [f"r{i}" for i in range(len(texts))]
+
+
+@pytest.mark.slow
+def test_cli_bad_input_is_one_line_and_leaves_no_file(whitened, tmp_path, tiny_model):
+    model = ["--model", tiny_model]
+    assert_clean_failure(run("encode", *model, stdin=""), "no texts to encode")
+    assert_clean_failure(run("encode", *model, stdin="one\n\nthree\n"), "text 2 is empty")
+    assert_clean_failure(run("encode", *model, "--to", "npy", stdin="x\n"), "needs a file")
+    assert_clean_failure(run("encode", "--index", whitened, "--pooling", "cls", stdin="x\n"), "drop the")
+    assert_clean_failure(run("encode", *model, "--postprocess", "whiten", stdin="x\n"), "post-processing")
+    assert_clean_failure(run("encode", tmp_path / "missing.txt", *model), "no such file")
+    # a bad row past the first part: the run fails, and neither the file nor a partial one is left
+    rows = [(f"r{i}", f"text {i}", "x") for i in range(PART_TEXTS + 5)] + [("r-last", "", "x")]
+    corpus = write_csv(tmp_path / "bad.csv", rows)
+    assert_clean_failure(run("encode", corpus, *model, "-o", tmp_path / "out.npy"), "empty text")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["bad.csv", "faq.csv", "idx"])
