@@ -13,6 +13,10 @@ Build and keep an index:
     FieldScoring    ``also=``: a second text per entry (question + answer) and its weight
     open_index      the stored index itself (its ``info()``, its catalog)
 
+Vectors:
+    encode          texts -> float32 vectors, with a strategy or exactly as an index's queries
+    Encoding        a loaded encoder for many ``encode`` calls
+
 Search:
     SearchEngine    open an index once; ``search(query, k, where)`` -> list of ``Hit``
     rank_similar    rank a handful of sentences against one, without an index
@@ -45,7 +49,9 @@ _SOURCES = {
     "rank_similar": "search.similar:rank_similar",
     "find_duplicates": "search.duplicates:find_duplicates",
     "calibrate": "search.calibration:calibrate_index",
-    # texts -> vectors (`encode`) and strategy tuning (`tune`) are handed on here, one line each
+    "encode": "search.encoding:encode",
+    "Encoding": "search.encoding:Encoding",
+    # strategy tuning (`tune`) is handed on here, one line
     "SemsearchError": "indexer.errors:SemsearchError",
     "BadInput": "indexer.errors:BadInput",
     "FilterError": "indexer.errors:FilterError",
