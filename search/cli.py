@@ -164,6 +164,15 @@ def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
+def provider_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Where an index's queries run: ONNX Runtime's execution provider (the vectors are the same)."""
+    return click.option(
+        "--provider",
+        help="ONNX Runtime execution provider the queries run on, e.g. CUDAExecutionProvider "
+        "(default: CPUExecutionProvider); the vectors are the same.",
+    )(command)
+
+
 def also_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--also``/``--also-weight``: a second vector per entry (``indexer.fields``), given to the
     command as ``also`` (a ``FieldScoring`` or None)."""
@@ -368,6 +377,7 @@ def _print_hits(
 @click.option(
     "--min-score", type=float, help="Mark hits with a cosine below this not answered (over a calibration)."
 )
+@provider_option
 @strategy_options
 def query_command(
     index_dir: Path,
@@ -377,6 +387,7 @@ def query_command(
     where: str | None,
     as_json: bool,
     min_score: float | None,
+    provider: str | None,
     asked: dict[str, Any],
 ) -> None:
     """Search INDEX_DIR for QUESTION (or for every query in --queries)."""
@@ -388,7 +399,7 @@ def query_command(
     queries = read_queries(queries_file) if queries_file else [Query("1", question)]
     check_queries([q.text for q in queries])
     configure_threads()
-    engine = SearchEngine(index_dir, strategy=asked)
+    engine = SearchEngine(index_dir, strategy=asked, provider=provider)
     results = engine.search_many([q.text for q in queries], k, where, min_score)
     source = engine.index.meta.get("source", {})
     text_fields = source.get("text_fields") or []
@@ -592,6 +603,7 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
     type=click.IntRange(min=1),
     help="Open connections at most; past that a new one gets a 503.",
 )
+@provider_option
 @strategy_options
 def serve_command(
     index_dir: Path | None,
@@ -601,6 +613,7 @@ def serve_command(
     request_timeout: float,
     keep_alive: float,
     max_connections: int,
+    provider: str | None,
     asked: dict[str, Any],
 ) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar,
@@ -616,7 +629,7 @@ def serve_command(
             "give INDEX_DIR to search it, or --model (and strategy options) to serve vectors"
         )
     # the engine (or encoder) imports and loads while the web stack imports
-    loading = load_engine(index_dir) if index_dir is not None else None
+    loading = load_engine(index_dir, provider) if index_dir is not None else None
     encoding = load_encoding(_strategy(asked)) if index_dir is None else None
     try:
         from search.server import create_app, listen, serve

@@ -290,15 +290,16 @@ class SearchEngine:
     """
 
     def __init__(
-        self, index_dir: str | Path, *, strategy: dict[str, Any] | None = None, provider: str = CPU
+        self, index_dir: str | Path, *, strategy: dict[str, Any] | None = None, provider: str | None = None
     ):
         """``strategy``: what the caller asks for, checked against the stored one (never applied);
-        ``provider``: the ONNX Runtime execution provider queries run on (``CUDAExecutionProvider``...)."""
+        ``provider``: the ONNX Runtime execution provider queries run on (``CUDAExecutionProvider``...;
+        default the CPU)."""
         self.path = Path(index_dir)
-        self.provider = provider
+        self.provider = provider or CPU
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
-        self.snapshot = Snapshot(index, encoder_for(index.strategy, queries=True, provider=provider))
+        self.snapshot = Snapshot(index, encoder_for(index.strategy, queries=True, provider=self.provider))
 
     @property
     def index(self) -> StoredIndex:

@@ -15,19 +15,19 @@ if TYPE_CHECKING:
     from search.engine import SearchEngine
 
 
-def load_engine(index_dir: str | Path) -> Future[SearchEngine]:
-    """``SearchEngine(index_dir)``, its imports included, in a thread of its own; the future holds
-    the engine or the error opening the index raised."""
+def load_engine(index_dir: str | Path, provider: str | None = None) -> Future[SearchEngine]:
+    """``SearchEngine(index_dir, provider=...)``, its imports included, in a thread of its own;
+    the future holds the engine or the error opening the index raised."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
-    loading = pool.submit(_open, index_dir)
+    loading = pool.submit(_open, index_dir, provider)
     pool.shutdown(wait=False)  # the thread ends when the engine is loaded
     return loading
 
 
-def _open(index_dir: str | Path) -> SearchEngine:
+def _open(index_dir: str | Path, provider: str | None) -> SearchEngine:
     from search.engine import SearchEngine
 
-    return SearchEngine(index_dir)
+    return SearchEngine(index_dir, provider=provider)
 
 
 def load_encoding(strategy: Strategy) -> Future[Encoding]:

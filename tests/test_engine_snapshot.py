@@ -114,3 +114,19 @@ def test_the_engine_runs_its_queries_on_the_execution_provider_asked_for(tmp_pat
     assert engine.embedder.choice.provider == "CPUExecutionProvider"
     build_faq(tmp_path, tiny_model, layers=(-1, -2), combine="concat")
     assert engine.reload_if_changed() and engine.embedder.choice.provider == "CPUExecutionProvider"
+
+
+def test_query_and_serve_take_the_execution_provider(tmp_path, tiny_model):
+    from click.testing import CliRunner
+
+    from search.cli import cli
+    from search.loading import load_engine
+
+    path = build_faq(tmp_path, tiny_model)
+    bad = CliRunner().invoke(cli, ["query", str(path), "bike", "--provider", "NoSuchExecutionProvider"])
+    assert bad.exit_code == 1 and "no execution provider 'NoSuchExecutionProvider'" in bad.output
+    asked = ["--provider", "CPUExecutionProvider"]
+    good = CliRunner().invoke(cli, ["query", str(path), ROWS[1][1], "-k", "1", *asked])
+    assert good.exit_code == 0 and "a2" in good.output
+    with pytest.raises(BadInput, match="no execution provider"):
+        load_engine(path, provider="NoSuchExecutionProvider").result()
