@@ -278,7 +278,7 @@ class SearchEngine:
         self.path = Path(index_dir)
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
-        self.snapshot = Snapshot(index, encoder_for(index.strategy, queries=True))
+        self.snapshot = Snapshot(index, encoder_for(index.strategy, queries=True, held=index.graph))
 
     @property
     def index(self) -> StoredIndex:
@@ -298,7 +298,7 @@ class SearchEngine:
             return False
         fresh = open_index(self.path)
         same = fresh.strategy == current.index.strategy
-        encoder = current.embedder if same else encoder_for(fresh.strategy, queries=True)
+        encoder = current.embedder if same else encoder_for(fresh.strategy, queries=True, held=fresh.graph)
         self.snapshot = Snapshot(fresh, encoder)
         return True
 

@@ -52,18 +52,20 @@ def encoder_for(
     provider: str = CPU,
     ray: str | None = None,
     ray_workers: int | None = None,
+    held: GraphSpec | None = None,
 ) -> Encoder:
     """The encoder of ``strategy`` (see the module doc). ``queries``: for an index's questions
     (the strategy is its stored, resolved one). ``export_queries``: also make sure the graph the
     index's queries will run exists (what a build does; ``choice.export_failure`` says why it
     cannot). ``provider``: ONNX Runtime's execution provider. ``ray``: embed documents on Ray
-    workers at that address (``indexer.distributed``), each of which picks its own encoder here."""
+    workers at that address (``indexer.distributed``), each of which picks its own encoder here.
+    ``held``: the graph an index holds for its queries (``StoredIndex.graph``), run before any other."""
     if ray is not None:  # each worker loads (and identifies) the model
         from indexer.distributed import RayEncoder
 
         return RayEncoder(strategy or Strategy(), ray, ray_workers, batch_size)
     if queries:
-        return _for_queries(strategy or Strategy(), provider)
+        return _for_queries(strategy or Strategy(), provider, held)
     request = identified(strategy or Strategy())
     if request.backend == "torch":
         encoder = runtime("torch")(request, batch_size=batch_size)
@@ -90,9 +92,14 @@ def encoder_for(
 EXPORTED = "its graph was exported now (cached for the next time)"
 
 
-def _for_queries(strategy: Strategy, provider: str) -> Encoder:
-    """The graph when it is exported; else export it, unless that failed before (its note says
-    why: nobody retries each query); on torch where it cannot be had."""
+HELD = "the index holds its graph"
+
+
+def _for_queries(strategy: Strategy, provider: str, held: GraphSpec | None) -> Encoder:
+    """The graph the index holds; else the cached one; else export it, unless that failed before
+    (its note says why: nobody retries each query); on torch where it cannot be had."""
+    if held is not None and held.exported:
+        return _onnx(strategy, held, HELD, provider)
     spec = graph_spec(strategy)
     if spec.exported:
         return _onnx(strategy, spec, "its graph is cached", provider)
@@ -128,9 +135,11 @@ def _on_torch(
     )
 
 
-def encoder_status(strategy: Strategy) -> str:
+def encoder_status(strategy: Strategy, held: GraphSpec | None = None) -> str:
     """What ``info`` shows for an index's queries, without loading anything: ``onnx``, or
-    ``torch (why)`` when they cannot run without torch."""
+    ``torch (why)`` when they cannot run without torch. ``held``: the graph the index holds."""
+    if held is not None and held.exported:
+        return "onnx"
     spec = graph_spec(strategy)
     if spec.exported:
         return "onnx"
