@@ -63,7 +63,10 @@ def test_a_version_holds_its_query_graph_and_tokenizer_as_links_of_the_cache(tmp
         assert name in stored.meta.files  # sizes and checksums, like every file of the version
     # hard links: the weights cost their bytes once on a disk, however many indexes hold them
     assert (stored.version / spec.weights.name).stat().st_ino == spec.weights.stat().st_ino
-    assert stored.info()["encoder"] == "onnx"
+    info = stored.info()
+    assert info["encoder"] == "onnx"
+    held = sum((stored.version / name).stat().st_size for name in held_names(index))
+    assert info["graph_bytes"] == held and info["size_bytes"] > held
 
 
 def test_a_change_carries_the_graph_into_the_new_version_without_the_cache(tmp_path, private_cache):

@@ -42,6 +42,15 @@ def holds(version: Path, strategy: Strategy, key: str | None) -> GraphSpec | Non
     return None if key is None else held_graph(strategy, version, key)
 
 
+def held_bytes(version: Path, key: str | None) -> int:
+    """Bytes of the graph and model files a version holds (part of what a copy of the index
+    weighs; on one disk, shared through hard links with the cache and the other versions)."""
+    if key is None:
+        return 0
+    names = [f"{key}.onnx", f"{key}.onnx.data", *HELD_FILES]
+    return sum((version / name).stat().st_size for name in names if (version / name).is_file())
+
+
 def _link(source: Path, target: Path) -> None:
     """``target`` as a hard link of ``source`` (no bytes copied; the cache replaces its files,
     never writes into them) or, across file systems, a copy."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from indexer.catalog import Catalog, DatabaseError, OperationalError
 from indexer.errors import BadInput, IndexDamaged
-from indexer.store.held import holds
+from indexer.store.held import held_bytes, holds
 from indexer.store.integrity import check_database_header, check_files, verify_files
 from indexer.store.layout import CURRENT, DATABASE, TRANSFORM, VECTORS
 from indexer.store.meta import IndexMeta
@@ -118,6 +118,7 @@ class StoredIndex:
             "storage": meta.storage_name,
             **({"nprobe": int(nprobe)} if kind == "ivf" else {}),
             "size_bytes": self.size_on_disk(),
+            "graph_bytes": held_bytes(self.version, meta.graph),
             "segments": len(self.manifest.segments),
             "created": meta.created,
             "updated": meta.updated,
