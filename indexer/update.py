@@ -101,7 +101,9 @@ def add_to_index(
         to_embed = added + changed
         vectors = owners = also_vectors = None
         if to_embed:
-            encoder = encoder_for(live.strategy, batch_size=batch_size, ray=ray, ray_workers=ray_workers)
+            encoder = encoder_for(
+                live.strategy, batch_size=batch_size, ray=ray, ray_workers=ray_workers, held=live.graph
+            )
             vectors, owners, also_vectors = embed_entries(encoder, to_embed, also, progress=progress)
             if live.transform is not None:
                 vectors = live.transform.apply(vectors)

@@ -82,6 +82,24 @@ def test_a_change_carries_the_graph_into_the_new_version_without_the_cache(tmp_p
     assert after.info()["encoder"] == "onnx"
 
 
+def test_a_copied_index_takes_additions_without_its_model_or_the_cache(tmp_path, private_cache):
+    """What is added to an index is embedded by the graph it holds (the network its vectors came
+    from), so a copy can grow where the model and the cache are not."""
+    from indexer.update import add_to_index
+    from search.engine import SearchEngine
+
+    model = random_bert(tmp_path / "model")
+    index = faq_index(tmp_path, model, layers=(-1,), pooling="mean")
+    copy = tmp_path / "elsewhere" / "idx"
+    shutil.copytree(index, copy)
+    shutil.rmtree(model)
+    shutil.rmtree(private_cache)
+    more = write_csv(tmp_path / "more.csv", [("q7", "Do you lend helmets to riders?")], ("id", "text"))
+    add_to_index(copy, more)
+    hits = SearchEngine(copy).search("Do you lend helmets to riders?", k=1)
+    assert hits[0].id == "q7" and hits[0].score > 0.999
+
+
 def test_a_damaged_held_graph_is_named_when_the_index_opens(tmp_path):
     model = random_bert(tmp_path / "model")
     index = faq_index(tmp_path, model, layers=(1,))

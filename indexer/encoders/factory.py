@@ -59,13 +59,16 @@ def encoder_for(
     index's queries will run exists (what a build does; ``choice.export_failure`` says why it
     cannot). ``provider``: ONNX Runtime's execution provider. ``ray``: embed documents on Ray
     workers at that address (``indexer.distributed``), each of which picks its own encoder here.
-    ``held``: the graph an index holds for its queries (``StoredIndex.graph``), run before any other."""
+    ``held``: the graph an index holds for its queries (``StoredIndex.graph``), run before any other
+    (for its queries and for what is added to it: the same network, so the same vectors)."""
     if ray is not None:  # each worker loads (and identifies) the model
         from indexer.distributed import RayEncoder
 
         return RayEncoder(strategy or Strategy(), ray, ray_workers, batch_size)
     if queries:
         return _for_queries(strategy or Strategy(), provider, held)
+    if held is not None and held.exported:  # an index's own graph embeds what is added to it
+        return _onnx(strategy or Strategy(), held, HELD, provider, batch_size, spin=True)
     request = identified(strategy or Strategy())
     if request.backend == "torch":
         encoder = runtime("torch")(request, batch_size=batch_size)
@@ -90,8 +93,6 @@ def encoder_for(
 
 
 EXPORTED = "its graph was exported now (cached for the next time)"
-
-
 HELD = "the index holds its graph"
 
 
