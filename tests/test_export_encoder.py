@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer import BadInput, Strategy, build_index
-from indexer.export import MARKER, export_encoder
+from indexer import BadInput, Strategy, build_index, export_encoder
+from indexer.export import MARKER
 from search.engine import SearchEngine
 from tests.conftest import DATA, assert_clean_failure, real_sentences, run
 
