@@ -128,6 +128,16 @@ def _unit(ops: _Appender, vectors: str) -> str:
     return ops.op("Div", [vectors, ops.op("Max", [length, ops.const(np.float32(1e-12))])])
 
 
+def exportable(strategy: Strategy) -> None:
+    """Refuse what one batched graph cannot reproduce: an onnx-int8 index's graph runs each text
+    alone (dynamic quantisation's scales are taken over the whole input, padding included)."""
+    if strategy.backend == "onnx-int8":
+        raise BadInput(
+            "an onnx-int8 index runs each text alone (its vectors depend on the batch otherwise): "
+            "only fp32 indexes (backend onnx or torch) can be exported"
+        )
+
+
 def standalone(
     spec: GraphSpec,
     strategy: Strategy,
@@ -139,11 +149,7 @@ def standalone(
 ) -> tuple[onnx.ModelProto, int, list[str]]:
     """The graph of ``spec`` with ``strategy``'s head (and ``transform``) appended: the model,
     its output width and its input names."""
-    if spec.backend != "onnx":
-        raise BadInput(
-            "an onnx-int8 index runs each text alone (its vectors depend on the batch otherwise): "
-            "only fp32 indexes (backend onnx or torch) can be exported"
-        )
+    exportable(strategy)
     model = _with_weights(spec)
     graph = model.graph
     ops = _Appender(graph)
