@@ -8,7 +8,9 @@ index and prints its size: what each costs before it does any work.
     .venv/bin/python bench/cold.py [--repeats 5] [--no-peer]
 
 Indexes: the demo FAQ (question + answer, built by `build_index`, which also exports the query
-graph: the first query pays no export), and a 100k-vector index (the demo's real vectors and texts
+graph: the first query pays no export; and the same index copied elsewhere, each query run on a
+fresh copy with an empty `SEMSEARCH_CACHE`: what the first query costs on another machine, the
+graph the index holds its only graph), and a 100k-vector index (the demo's real vectors and texts
 jittered to 100,000, written by `write_index`, IVF as `auto` picks at that size).
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -55,6 +58,24 @@ def wall(command: list[str], repeats: int) -> float:
         started = time.perf_counter()
         subprocess.run(command, check=True, capture_output=True, cwd=ROOT, env=ENV)
         times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def first_query_elsewhere(index_dir: Path, folder: Path, repeats: int) -> float:
+    """Median wall time of ``semsearch query`` on a fresh copy of the index with an empty cache
+    (``shutil.copytree``: no hard link shared with this machine's cache), ``repeats`` times."""
+    times = []
+    for attempt in range(repeats):
+        copy, cache = folder / f"copy-{attempt}", folder / f"empty-cache-{attempt}"
+        shutil.copytree(index_dir, copy)
+        env = {**ENV, "SEMSEARCH_CACHE": str(cache)}
+        started = time.perf_counter()
+        subprocess.run(
+            [SEMSEARCH, "query", str(copy), QUESTION, "-k", "3"], check=True, capture_output=True, env=env
+        )
+        times.append(time.perf_counter() - started)
+        if cache.exists() and any(cache.rglob("*.onnx")):
+            raise RuntimeError("the copied index exported its graph again")
     return statistics.median(times)
 
 
@@ -182,6 +203,9 @@ def main() -> None:
             ours = wall([SEMSEARCH, "query", str(index_dir), QUESTION, "-k", "3"], args.repeats)
             theirs = peer_wall([*peer, *files, QUESTION], args.repeats)
             rows.append((f"`semsearch query` ({label} entries)", ours, theirs))
+            if index_dir == demo:
+                elsewhere = first_query_elsewhere(demo, folder, args.repeats)
+                rows.append((f"`semsearch query` ({label} entries, copied, empty cache)", elsewhere, theirs))
         serve = [(label, *serve_to_first_answer(index_dir, args.repeats)) for label, index_dir, _ in cases]
     print(f"cold processes, median of {args.repeats} (after one unmeasured run); {os.cpu_count()} CPUs")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (1 min), {started_load:.1f} at the start\n")

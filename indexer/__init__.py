@@ -11,7 +11,7 @@ from typing import Any
 from indexer.errors import BadInput, FilterError, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
 from indexer.strategy import DEFAULT_MODEL, Strategy
 
-_LAZY = {"BuildReport": "indexer.build", "build_index": "indexer.build"}
+_LAZY = {"BuildReport": "indexer.build", "build_index": "indexer.build", "export_encoder": "indexer.export"}
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -24,6 +24,7 @@ __all__ = [
     "Strategy",
     "StrategyConflict",
     "build_index",
+    "export_encoder",
 ]
 
 

@@ -107,7 +107,7 @@ def add_to_index(
         vectors = owners = also_vectors = None
         if to_embed:
             encoder = (
-                encoder_for(live.strategy, batch_size=batch_size)
+                encoder_for(live.strategy, batch_size=batch_size, held=live.graph)
                 if ray is None
                 else RayEncoder(live.strategy, ray, ray_workers, batch_size)
             )

@@ -569,6 +569,30 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
     click.echo(f"merged {len(shards)} shards: {count} entries in {index_dir}", err=True)
 
 
+@cli.command("export-encoder")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    "target",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory to write (created; an earlier export there is replaced).",
+)
+def export_encoder_command(index_dir: Path, target: Path) -> None:
+    """Write INDEX_DIR's query encoder for other programs: one ONNX model from token ids to the
+    index's vectors (layers, pooling, normalisation and fitted post-processing inside), its
+    tokenizer.json and a README of inputs and outputs."""
+    from indexer.export import export_encoder
+
+    done = export_encoder(index_dir, target)
+    click.echo(
+        f"exported the encoder of {index_dir} to {done.directory}: {', '.join(done.inputs)} -> "
+        f"sentence_embedding [batch, {done.dimension}] ({done.size_bytes / 1e6:.1f} MB)",
+        err=True,
+    )
+
+
 @cli.command("serve")
 @click.argument("index_dir", required=False, type=click.Path(path_type=Path))
 @click.option(

@@ -89,7 +89,7 @@ class Encoding:
 
             stored = open_index(index, vectors=False)
             stored.catalog.close()
-            return cls(encoder_for(stored.strategy, queries=True), stored.transform)
+            return cls(encoder_for(stored.strategy, queries=True, held=stored.graph), stored.transform)
         strategy = strategy or Strategy()
         if strategy.postprocess != "none":
             raise BadInput(

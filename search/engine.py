@@ -299,7 +299,8 @@ class SearchEngine:
         self.provider = provider or CPU
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
-        self.snapshot = Snapshot(index, encoder_for(index.strategy, queries=True, provider=self.provider))
+        encoder = encoder_for(index.strategy, queries=True, provider=self.provider, held=index.graph)
+        self.snapshot = Snapshot(index, encoder)
 
     @property
     def index(self) -> StoredIndex:
@@ -322,7 +323,7 @@ class SearchEngine:
         if same:
             encoder = current.embedder
         else:
-            encoder = encoder_for(fresh.strategy, queries=True, provider=self.provider)
+            encoder = encoder_for(fresh.strategy, queries=True, provider=self.provider, held=fresh.graph)
         self.snapshot = Snapshot(fresh, encoder)
         return True
 

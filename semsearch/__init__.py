@@ -16,6 +16,7 @@ Build and keep an index:
 Vectors:
     encode          texts -> float32 vectors, with a strategy or exactly as an index's queries
     Encoding        a loaded encoder for many ``encode`` calls
+    export_encoder  an index's query encoder as one standalone ONNX model + tokenizer
 
 Search:
     SearchEngine    open an index once; ``search(query, k, where)`` -> list of ``Hit``
@@ -51,6 +52,7 @@ _SOURCES = {
     "calibrate": "search.calibration:calibrate_index",
     "encode": "search.encoding:encode",
     "Encoding": "search.encoding:Encoding",
+    "export_encoder": "indexer.export:export_encoder",
     # strategy tuning (`tune`) is handed on here, one line
     "SemsearchError": "indexer.errors:SemsearchError",
     "BadInput": "indexer.errors:BadInput",

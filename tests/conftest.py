@@ -61,10 +61,17 @@ def pytest_configure(config: pytest.Config) -> None:
     models.load_model = _noting(
         "loads the real model", models.load_model, lambda model, **_: models.model_location(model) == real
     )
+    real_config = (Path(real) / "config.json").read_bytes()
+
+    def real_graph(spec: onnx_graph.GraphSpec) -> bool:
+        """The bundled model's graph, from the cache or held by an index (its config beside it)."""
+        held = Path(spec.location) / "config.json"
+        return spec.location == real or (spec.home is not None and held.read_bytes() == real_config)
+
     onnx_graph.OnnxGraph.__init__ = _noting(
         "runs the real model's ONNX graph",
         onnx_graph.OnnxGraph.__init__,
-        lambda _, spec, **__: spec.location == real,
+        lambda _, spec, **__: real_graph(spec),
     )
     subprocess.Popen.__init__ = _noting("starts a subprocess", subprocess.Popen.__init__)
 

@@ -291,10 +291,11 @@ def test_a_full_disk_during_index_is_one_line_and_keeps_the_old_index(
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 2 MB tmpfs (where this process may mount one): a real full disk."""
+    """A 16 MB tmpfs (where this process may mount one): a real full disk, large enough for an
+    index of the tiny model with the graph it holds (a copy: a link cannot cross filesystems)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True)
     if done.returncode:
         pytest.skip("cannot mount a tmpfs here")
     yield mount

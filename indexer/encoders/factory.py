@@ -50,14 +50,19 @@ def encoder_for(
     queries: bool = False,
     export_queries: bool = False,
     provider: str = CPU,
+    held: GraphSpec | None = None,
 ) -> Encoder:
     """The encoder of ``strategy`` (see the module doc). ``queries``: for an index's questions
     (the strategy is its stored, resolved one). ``export_queries``: also make sure the graph the
     index's queries will run exists (what a build does; ``choice.export_failure`` says why it
-    cannot). ``provider``: ONNX Runtime's execution provider. (Embedding on Ray is
+    cannot). ``provider``: ONNX Runtime's execution provider. ``held``: the graph an index holds
+    for its queries (``StoredIndex.graph``), run before any other (for its queries and for what is
+    added to it: the same network, so the same vectors). (Embedding on Ray is
     ``indexer.distributed.RayEncoder``, whose workers each pick their encoder here.)"""
     if queries:
-        return _for_queries(strategy or Strategy(), provider)
+        return _for_queries(strategy or Strategy(), provider, held)
+    if held is not None and held.exported:  # an index's own graph embeds what is added to it
+        return _onnx(strategy or Strategy(), held, HELD, provider, batch_size, spin=True)
     request = identified(strategy or Strategy())
     if request.backend == "torch":
         encoder = runtime("torch")(request, batch_size=batch_size)
@@ -82,11 +87,14 @@ def encoder_for(
 
 
 EXPORTED = "its graph was exported now (cached for the next time)"
+HELD = "the index holds its graph"
 
 
-def _for_queries(strategy: Strategy, provider: str) -> Encoder:
-    """The graph when it is exported; else export it, unless that failed before (its note says
-    why: nobody retries each query); on torch where it cannot be had."""
+def _for_queries(strategy: Strategy, provider: str, held: GraphSpec | None) -> Encoder:
+    """The graph the index holds; else the cached one; else export it, unless that failed before
+    (its note says why: nobody retries each query); on torch where it cannot be had."""
+    if held is not None and held.exported:
+        return _onnx(strategy, held, HELD, provider)
     spec = graph_spec(strategy)
     if spec.exported:
         return _onnx(strategy, spec, "its graph is cached", provider)
@@ -122,9 +130,11 @@ def _on_torch(
     )
 
 
-def encoder_status(strategy: Strategy) -> str:
+def encoder_status(strategy: Strategy, held: GraphSpec | None = None) -> str:
     """What ``info`` shows for an index's queries, without loading anything: ``onnx``, or
-    ``torch (why)`` when they cannot run without torch."""
+    ``torch (why)`` when they cannot run without torch. ``held``: the graph the index holds."""
+    if held is not None and held.exported:
+        return "onnx"
     spec = graph_spec(strategy)
     if spec.exported:
         return "onnx"

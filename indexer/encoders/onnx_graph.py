@@ -10,13 +10,18 @@ the hidden states it outputs and the backend. Its weights lie beside it in ``<ke
 (ONNX external data): ONNX Runtime maps that file instead of parsing and copying 90 MB out of the
 graph's protobuf, which was most of a server's session start-up (docs/profile-serve.md).
 An export that failed leaves a ``.failed`` note with the reason beside where the graph would be.
+
+An index holds the graph of its queries itself (``indexer.store.held``): the two files and the
+model's ``HELD_FILES`` in each version directory, hard links of the cached ones where the file
+system allows, so a copied index answers on a machine with an empty cache and no torch
+(``held_graph``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +33,10 @@ from indexer.strategy import Strategy
 
 CPU = "CPUExecutionProvider"
 """The execution provider ONNX Runtime runs a graph on unless the caller names another."""
+
+HELD_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+"""The model files that run a graph without the model (its sizes, its tokenizer and special tokens):
+an index holds them beside its graph."""
 
 EXPORT_RECIPE = 3
 """Bumped when ``indexer.encoders.onnx_export`` exports differently (2: eager attention, fused; int8 per
@@ -51,16 +60,23 @@ class GraphSpec:
     layers: tuple[int, ...]
     pooler: bool
     backend: str  # "onnx" (fp32) or "onnx-int8"
+    home: Path | None = None
+    """The directory holding the graph and ``HELD_FILES`` (an index's version: then also its
+    ``location``); None: the cache."""
+    held_key: str | None = None
+    """The graph's key as the index recorded it (nothing of the model is read to find it)."""
 
     def key(self) -> str:
         """The model's fingerprint (its config, tokenizer and weights, wherever it lies) with the
         outputs and the backend: a copied model reuses its graph, a model changed in place does not."""
+        if self.held_key is not None:
+            return self.held_key
         text = repr((EXPORT_RECIPE, model_identity(self.location), self.layers, self.pooler, self.backend))
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
     @property
     def path(self) -> Path:
-        return cache_root() / "onnx" / f"{self.key()}.onnx"
+        return (self.home or cache_root() / "onnx") / f"{self.key()}.onnx"
 
     @property
     def weights(self) -> Path:
@@ -88,7 +104,16 @@ def graph_spec(strategy: Strategy, num_layers: int | None = None) -> GraphSpec:
     """The exported graph that runs this (resolved) strategy's network: the hidden states it reads,
     on its precision (``onnx-int8``'s own graph; ``onnx`` for ``torch`` too: the same fp32 vectors).
     ``num_layers``: the model's, when known; else what its ``config.json`` says."""
-    location = model_location(strategy.model)
+    return _spec(strategy, model_location(strategy.model), num_layers)
+
+
+def held_graph(strategy: Strategy, directory: Path, key: str) -> GraphSpec:
+    """The graph an index holds in ``directory`` under ``key`` (the model's ``HELD_FILES`` beside
+    it): found without the model, the cache or a fingerprint."""
+    return replace(_spec(strategy, str(directory), None), home=directory, held_key=key)
+
+
+def _spec(strategy: Strategy, location: str, num_layers: int | None) -> GraphSpec:
     if num_layers is None:
         config = read_json(model_file(location, "config.json")) or {}
         num_layers = int(config.get("num_hidden_layers", 0))

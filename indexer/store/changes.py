@@ -14,6 +14,7 @@ import numpy as np
 from indexer.catalog import Catalog
 from indexer.corpus import Entry
 from indexer.fields import vector_ids, with_also_ids
+from indexer.store.held import hold_graph
 from indexer.store.integrity import records, verify_files
 from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
 from indexer.store.opening import open_index
@@ -177,6 +178,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
         shutil.copyfile(live.version / DATABASE, version / DATABASE)
         if (live.version / TRANSFORM).exists():
             shutil.copyfile(live.version / TRANSFORM, version / TRANSFORM)
+        graph = hold_graph(version, live.strategy, live.graph)
         catalog = Catalog(version / DATABASE, readonly=False)
         index = live.vectors.merged()
         placed = _place(catalog, change, int(live.meta.next_rowid))
@@ -202,6 +204,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
             **shape_of(index),
             manifest=Manifest(generation=live.manifest.generation),
             updated=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            graph=graph,
         )
         catalog.write_meta(meta.merged(change.meta, index_dir).to_dict())
         catalog.commit()

@@ -26,6 +26,7 @@ _OPTIONAL = (
     "nprobe",
     "created",
     "updated",
+    "graph",
 )
 _MANIFEST = ("segments", "generation", "hidden")
 
@@ -50,6 +51,7 @@ class IndexMeta(Mapping[str, Any]):
     nprobe: int | None = None
     created: str | None = None
     updated: str | None = None
+    graph: str | None = None  # the key of the query graph the version holds (``indexer.store.held``)
     source: dict[str, Any] | None = None
     manifest: Manifest | None = None  # segments, generation, hidden: written by updates
     files: dict[str, list[int]] | None = None  # {file name: [size, crc32]}, written at commit
@@ -160,6 +162,8 @@ def _check(index_dir: Path, meta: Mapping[str, Any]) -> Strategy:
         bad.append("index_kind")
     if meta.get("vector_kind", "flat") not in ("flat", "ivf"):
         bad.append("vector_kind")
+    if not re.fullmatch(r"[0-9a-f]{20}", str(meta.get("graph", "0" * 20))):
+        bad.append("graph")
     if not isinstance(meta.get("source", {}), dict):
         bad.append("source")
     strategy = None

@@ -6,12 +6,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from indexer.catalog import Catalog, DatabaseError, OperationalError
 from indexer.errors import BadInput, IndexDamaged
+from indexer.store.held import held_bytes, holds
 from indexer.store.integrity import check_database_header, check_files, verify_files
 from indexer.store.layout import CURRENT, DATABASE, TRANSFORM, VECTORS
 from indexer.store.meta import IndexMeta
@@ -22,6 +23,9 @@ from indexer.vectors.base import VectorIndex
 from indexer.vectors.factory import open_vectors, side_files
 from indexer.vectors.files import stored_shape
 from indexer.vectors.segments import Manifest
+
+if TYPE_CHECKING:
+    from indexer.encoders.onnx_graph import GraphSpec
 
 
 @dataclass
@@ -67,6 +71,12 @@ class StoredIndex:
         )
 
     @property
+    def graph(self) -> GraphSpec | None:
+        """The graph of this version's queries it holds itself (``indexer.store.held``), or None
+        (an index built before indexes held it, or of a model that cannot be exported)."""
+        return holds(self.version, self.strategy, self.meta.graph)
+
+    @property
     def storage(self) -> str:
         return self.meta.storage_name
 
@@ -99,7 +109,7 @@ class StoredIndex:
             "version": self.version.name,
             "strategy": self.strategy.to_dict(),
             "description": self.strategy.describe(),
-            "encoder": encoder_status(self.strategy),
+            "encoder": encoder_status(self.strategy, self.graph),
             "model": meta.model,
             "entries": meta.count,
             "vectors": meta.vectors,
@@ -108,6 +118,7 @@ class StoredIndex:
             "storage": meta.storage_name,
             **({"nprobe": int(nprobe)} if kind == "ivf" else {}),
             "size_bytes": self.size_on_disk(),
+            "graph_bytes": held_bytes(self.version, meta.graph),
             "segments": len(self.manifest.segments),
             "created": meta.created,
             "updated": meta.updated,

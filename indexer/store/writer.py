@@ -13,6 +13,7 @@ from indexer.catalog import Catalog, detect_types
 from indexer.corpus import Entry
 from indexer.errors import BadInput
 from indexer.fields import vector_ids
+from indexer.store.held import hold_graph
 from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
 from indexer.store.meta import IndexMeta
 from indexer.store.versions import commit_version, prepare_target
@@ -88,7 +89,8 @@ class VersionWriter:
         storage: str = "float32",
     ) -> IndexMeta:
         """Fit the strategy's transform on the spooled vectors (unless ``transform`` is given: then
-        they were transformed already), build and write the vector index; returns the meta written."""
+        they were transformed already), build and write the vector index, and hold the graph its
+        queries run (``indexer.store.held``); returns the meta written."""
         self._spool.close()
         self._spool_ids.close()
         if not self.entries:
@@ -120,6 +122,7 @@ class VersionWriter:
             **shape_of(index),
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             source=source,
+            graph=hold_graph(self.version, strategy),
         )
         self.catalog.write_meta(meta.to_dict())
         self.catalog.commit()
