@@ -326,9 +326,14 @@ def _short(value: Any, limit: int = 400) -> str:
 
 
 def _print_hits(
-    query: str, hits: Sequence[Any], lead_field: str | None = None, hidden: Iterable[str] = ()
+    query: str,
+    hits: Sequence[Any],
+    lead_field: str | None = None,
+    hidden: Iterable[str] = (),
+    group_by: str | None = None,
 ) -> None:
-    """A ranked table: rank, score, id, then the lead text (e.g. the FAQ question) and other fields."""
+    """A ranked table: rank, score, id, then the lead text (e.g. the FAQ question) and other fields;
+    grouped, how many more entries each hit's group holds."""
     indent = " " * 25
     width = max(40, shutil.get_terminal_size((100, 20)).columns - len(indent))
     click.echo(f"\nquery: {query}")
@@ -348,6 +353,8 @@ def _print_hits(
             click.echo(f"{indent}answered: {'yes' if hit.answered else 'no'}{sure}")
         for line in body[1:]:
             click.echo(indent + line)
+        if hit.others:
+            click.echo(f"{indent}+{hit.others} more in this {group_by}")
         for name, value in hit.fields.items():
             if name in hidden or name == lead_field or value in (None, ""):
                 continue
@@ -368,6 +375,12 @@ def _print_hits(
 @click.option(
     "--min-score", type=float, help="Mark hits with a cosine below this not answered (over a calibration)."
 )
+@click.option(
+    "--group-by",
+    metavar="FIELD",
+    help="The best hit per value of this stored field, k of them, each with the count of the rest "
+    "(one FAQ question with several answers shown once).",
+)
 @strategy_options
 def query_command(
     index_dir: Path,
@@ -377,6 +390,7 @@ def query_command(
     where: str | None,
     as_json: bool,
     min_score: float | None,
+    group_by: str | None,
     asked: dict[str, Any],
 ) -> None:
     """Search INDEX_DIR for QUESTION (or for every query in --queries)."""
@@ -389,7 +403,7 @@ def query_command(
     check_queries([q.text for q in queries])
     configure_threads()
     engine = SearchEngine(index_dir, strategy=asked)
-    results = engine.search_many([q.text for q in queries], k, where, min_score)
+    results = engine.search_many([q.text for q in queries], k, where, min_score, group_by)
     source = engine.index.meta.get("source", {})
     text_fields = source.get("text_fields") or []
     lead_field = text_fields[0] if text_fields else None
@@ -399,7 +413,7 @@ def query_command(
             record = {"query_id": query.id, "query": query.text, "hits": [h.to_dict() for h in hits]}
             click.echo(json.dumps(record, ensure_ascii=False))
         else:
-            _print_hits(query.text, hits, lead_field, hidden)
+            _print_hits(query.text, hits, lead_field, hidden, group_by)
 
 
 @cli.command("calibrate")
