@@ -22,6 +22,7 @@ import numpy as np
 
 from indexer.corpus import Entry, field_text
 from indexer.errors import BadInput
+from indexer.progress import Share
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
@@ -77,7 +78,7 @@ class FieldScoring:
 
 
 def embed_entries(
-    encoder: Encoder, entries: Sequence[Entry], scoring: FieldScoring | None, *, progress: bool = False
+    encoder: Encoder, entries: Sequence[Entry], scoring: FieldScoring | None, *, progress: Share | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectors of the entries' texts (and, with ``scoring``, of their also texts): (vectors,
     owners = entry position of each vector, also = whether it is an also-vector)."""

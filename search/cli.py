@@ -195,8 +195,18 @@ def _strategy(asked: dict[str, Any], **extra: Any) -> Strategy:
     return Strategy(**asked, **extra)
 
 
-def _progress() -> bool:
-    return sys.stderr.isatty()
+def progress_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``-q/--quiet`` for a command that runs long, given to it as ``progress``: whether the
+    library shows its bars (``indexer.progress``): on a terminal, unless ``--quiet``; never in a
+    pipe. A new long command takes this decorator and passes ``progress`` on."""
+
+    @functools.wraps(command)
+    def wrapper(quiet: bool, **kwargs: Any) -> Any:
+        return command(progress=not quiet and sys.stderr.isatty(), **kwargs)
+
+    return click.option(
+        "-q", "--quiet", is_flag=True, help="No progress bar (a pipe or a file never gets one)."
+    )(wrapper)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -254,6 +264,7 @@ def cli() -> None:
 @ray_options
 @also_options
 @strategy_options
+@progress_options
 def index_command(
     corpus: Path,
     index_dir: Path,
@@ -270,6 +281,7 @@ def index_command(
     ray_workers: int | None,
     also: Any,
     asked: dict[str, Any],
+    progress: bool,
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
     from indexer.build import build_index
@@ -286,7 +298,7 @@ def index_command(
         id_field=id_field,
         fmt=fmt,
         batch_size=batch_size,
-        progress=_progress(),
+        progress=progress,
         index_kind=index_kind,
         storage=storage,
         wait=wait,
@@ -426,6 +438,7 @@ def query_command(
 @rule_options
 @click.option("--json", "as_json", is_flag=True)
 @wait_option
+@progress_options
 def calibrate_command(
     index_dir: Path,
     queries_file: str | None,
@@ -435,6 +448,7 @@ def calibrate_command(
     features: str | None,
     as_json: bool,
     wait: float,
+    progress: bool,
 ) -> None:
     """Fit and store the rule that marks hits answered; unjudged questions are unanswerable ones.
     With --self, the questions are the index's own texts with words dropped (see the README)."""
@@ -451,6 +465,7 @@ def calibrate_command(
         precision=precision,
         features=_split(features) if features else None,
         wait=wait,
+        progress=progress,
     )
     shown = {
         k: v for k, v in rule.to_dict().items() if k in ("threshold", "precision", "coverage", "questions")
@@ -464,14 +479,17 @@ def calibrate_command(
 @click.option("--limit", type=click.IntRange(min=0), help="List at most this many pairs (best first).")
 @click.option("--exact", is_flag=True, help="Compare every pair, also past 30k vectors (slower).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: pairs and groups.")
+@progress_options
 def duplicates_command(
-    index_dir: Path, min_score: float, limit: int | None, exact: bool, as_json: bool
+    index_dir: Path, min_score: float, limit: int | None, exact: bool, as_json: bool, progress: bool
 ) -> None:
     """Pairs of entries at least MIN_SCORE alike, and the groups they form."""
     from indexer.store import open_index
     from search.duplicates import find_duplicates
 
-    found = find_duplicates(open_index(index_dir), min_score, limit, exact=exact or None)
+    found = find_duplicates(
+        open_index(index_dir), min_score, limit, exact=exact or None, progress=progress
+    )
     if as_json:
         click.echo(json.dumps(found.to_dict(), ensure_ascii=False))
         return
@@ -497,6 +515,7 @@ def duplicates_command(
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
 @wait_option
 @ray_options
+@progress_options
 def add_command(
     index_dir: Path,
     corpus: Path,
@@ -507,6 +526,7 @@ def add_command(
     wait: float,
     ray_address: str | None,
     ray_workers: int | None,
+    progress: bool,
 ) -> None:
     """Upsert CORPUS into INDEX_DIR by id: new and changed texts are embedded, unchanged ones skipped."""
     from indexer.update import add_to_index
@@ -519,7 +539,7 @@ def add_command(
         id_field=id_field,
         fmt=fmt,
         batch_size=batch_size,
-        progress=_progress(),
+        progress=progress,
         wait=wait,
         ray=ray_address,
         ray_workers=ray_workers,
@@ -770,13 +790,21 @@ def evaluate_group() -> None:
 @pair_options
 @click.option("--json", "as_json", is_flag=True)
 @strategy_options
+@progress_options
 def evaluate_sts_command(
-    pairs: Path, sentence1: str, sentence2: str, score: str, as_json: bool, asked: dict[str, Any]
+    pairs: Path,
+    sentence1: str,
+    sentence2: str,
+    score: str,
+    as_json: bool,
+    asked: dict[str, Any],
+    progress: bool,
 ) -> None:
     """Spearman and Pearson (x100) of cosine vs gold score on PAIRS (STS Benchmark format accepted)."""
     from search.evaluate import evaluate_sts, read_pairs
 
-    _echo_scores(evaluate_sts(read_pairs(pairs, sentence1, sentence2, score), _strategy(asked)), as_json)
+    data = read_pairs(pairs, sentence1, sentence2, score)
+    _echo_scores(evaluate_sts(data, _strategy(asked), progress=progress), as_json)
 
 
 @evaluate_group.command("retrieval")
@@ -787,6 +815,7 @@ def evaluate_sts_command(
 @click.option("--json", "as_json", is_flag=True)
 @also_options
 @strategy_options
+@progress_options
 def evaluate_retrieval_command(
     corpus: Path | None,
     queries_file: Path,
@@ -797,6 +826,7 @@ def evaluate_retrieval_command(
     as_json: bool,
     also: Any,
     asked: dict[str, Any],
+    progress: bool,
 ) -> None:
     """MRR@k, nDCG@k, Recall@1/@k and Success@1/@3 of the queries against the qrels."""
     from search.evaluate import evaluate_retrieval, read_retrieval_set
@@ -815,6 +845,7 @@ def evaluate_retrieval_command(
         text_fields=fields,
         k=k,
         also=also,
+        progress=progress,
     )
     _echo_scores(scores, as_json)
 
@@ -830,6 +861,7 @@ def evaluate_retrieval_command(
 @click.option("--json", "as_json", is_flag=True)
 @also_options
 @strategy_options
+@progress_options
 def evaluate_abstention_command(
     corpus: Path,
     queries_file: Path,
@@ -842,6 +874,7 @@ def evaluate_abstention_command(
     as_json: bool,
     also: Any,
     asked: dict[str, Any],
+    progress: bool,
 ) -> None:
     """Precision, coverage and AUROC of the calibrated rule vs a plain cosine threshold, with a
     share of the FAQ threads removed from the corpus (their questions must go unanswered)."""
@@ -857,6 +890,7 @@ def evaluate_abstention_command(
         strategy=_strategy(asked),
         text_fields=_split(text_field),
         also=also,
+        progress=progress,
     )
     _echo_scores(scores, as_json)
 
@@ -963,6 +997,7 @@ def sweep_group() -> None:
 @sweep_group.command("sts")
 @pair_options
 @sweep_options
+@progress_options
 def sweep_sts_command(
     pairs: Path,
     sentence1: str,
@@ -977,6 +1012,7 @@ def sweep_sts_command(
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
+    progress: bool,
 ) -> None:
     """Every strategy of the grid on sentence pairs, ranked by Spearman."""
     from search.evaluate import read_pairs
@@ -985,7 +1021,7 @@ def sweep_sts_command(
     plan = _plan(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
     data = read_pairs(pairs, sentence1, sentence2, score)
     cells = sweep_sts(
-        data, plan.base, poolings=plan.poolings, postprocesses=plan.postprocesses, progress=_progress()
+        data, plan.base, poolings=plan.poolings, postprocesses=plan.postprocesses, progress=progress
     )
     _report_sweep(cells, "spearman", csv_path, heatmap, top, pairs.name, "semsearch index CORPUS -o INDEX")
 
@@ -996,6 +1032,7 @@ def sweep_sts_command(
     "--metric", help="Metric to rank by: mrr@K (default), ndcg@K, recall@1, recall@K, success@1, success@3."
 )
 @sweep_options
+@progress_options
 def sweep_retrieval_command(
     corpus: Path | None,
     queries_file: Path,
@@ -1012,6 +1049,7 @@ def sweep_retrieval_command(
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
+    progress: bool,
 ) -> None:
     """Every strategy of the grid on a retrieval set, ranked by --metric."""
     from search.evaluate import read_retrieval_set
@@ -1030,7 +1068,7 @@ def sweep_retrieval_command(
         text_fields=fields,
         poolings=plan.poolings,
         postprocesses=plan.postprocesses,
-        progress=_progress(),
+        progress=progress,
         k=k,
         metric=metric,
     )

@@ -17,6 +17,7 @@ from indexer.corpus import RESERVED
 from indexer.encoders.factory import encoder_for
 from indexer.errors import BadInput, StrategyConflict
 from indexer.fields import FieldScoring, also_ids, row_ids, with_also_ids
+from indexer.progress import Share
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
 from indexer.transform import Transform
@@ -140,9 +141,9 @@ class Snapshot:
         allowed = self.allowed(where)
         return self.lookup(self.embed(queries), k, allowed, min_score, self.grouping(group_by))
 
-    def embed(self, queries: Sequence[str]) -> np.ndarray:
+    def embed(self, queries: Sequence[str], progress: Share | None = None) -> np.ndarray:
         check_queries(queries)
-        return self.finish(self.embedder.embed(list(queries)))
+        return self.finish(self.embedder.embed(list(queries), progress=progress))
 
     def finish(self, vectors: np.ndarray) -> np.ndarray:
         """Raw model vectors -> this index's space (its fitted post-processing, if any)."""
