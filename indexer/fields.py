@@ -52,7 +52,10 @@ class FieldScoring:
         """Each entry's second text; an entry whose also fields are all empty uses its text."""
         missing = [f for f in self.also if entries and not any(f in e.fields for e in entries)]
         if missing:
-            raise BadInput(f"--also: no entry has field {', '.join(map(repr, missing))}")
+            fields = sorted({name for e in entries for name in e.fields})
+            raise BadInput(
+                f"--also: no entry has field {', '.join(map(repr, missing))}; fields are: {', '.join(fields)}"
+            )
         return [field_text(e.fields, self.also) or e.text for e in entries]
 
     def combine(self, text_scores: np.ndarray, also_scores: np.ndarray) -> np.ndarray:

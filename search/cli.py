@@ -68,63 +68,95 @@ def _parse_layers(ctx: click.Context, param: click.Parameter, value: str | None)
         raise click.BadParameter("give layer indices like -2 or -4,-3,-2,-1") from None
 
 
-def strategy_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The embedding-strategy options, collected into ``asked``: only those the user gave."""
-    options = [
-        click.option("--model", help="Hugging Face name or local path (default: bundled all-MiniLM-L6-v2)."),
-        click.option(
-            "--layers",
-            callback=_parse_layers,
-            help="Hidden state(s) to read: -2, or -4,-3,-2,-1 (0 = embeddings). Default: auto.",
-        ),
-        click.option("--combine", type=click.Choice(COMBINES), help="How several layers combine."),
-        click.option(
-            "--pooling",
-            type=click.Choice((AUTO, *POOLINGS)),
-            help="Token pooling (auto: the model's own config, else mean).",
-        ),
-        click.option(
-            "--skip-special/--keep-special", default=None, help="Leave [CLS]/[SEP] out of mean/max pooling."
-        ),
-        click.option(
-            "--max-length", type=click.IntRange(min=4), help="Tokens per text (default: model limit)."
-        ),
-        click.option("--normalize/--no-normalize", default=None, help="L2-normalise vectors."),
-        click.option(
-            "--postprocess",
-            type=click.Choice(POSTPROCESSES),
-            help="Anisotropy correction fitted on the indexed texts: center or whiten.",
-        ),
-        click.option("--whiten-dims", type=click.IntRange(min=1), help="Dimensions kept by whitening."),
-        click.option(
-            "--backend",
-            type=click.Choice(BACKENDS),
-            help="Inference: onnx (default, fast), torch (same vectors), onnx-int8 (other vectors).",
-        ),
-    ]
-    names = (
-        "model",
-        "layers",
-        "combine",
-        "pooling",
-        "skip_special",
-        "max_length",
-        "normalize",
-        "postprocess",
-        "whiten_dims",
-        "backend",
-    )
+STRATEGY_OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "model": (("--model",), {"help": "Hugging Face name or local path. Default: {default}."}),
+    "layers": (
+        ("--layers",),
+        {
+            "callback": _parse_layers,
+            "help": "Hidden state(s) to read, e.g. -2 or -3,-2,-1 (0 = embeddings). Default: {default}.",
+        },
+    ),
+    "combine": (
+        ("--combine",),
+        {"type": click.Choice(COMBINES), "help": "How several layers combine. Default: {default}."},
+    ),
+    "pooling": (
+        ("--pooling",),
+        {
+            "type": click.Choice((AUTO, *POOLINGS)),
+            "help": "Token pooling (auto: the model's own config, else mean). Default: {default}.",
+        },
+    ),
+    "skip_special": (
+        ("--skip-special/--keep-special",),
+        {"default": None, "help": "Leave [CLS]/[SEP] out of mean/max pooling."},
+    ),
+    "max_length": (
+        ("--max-length",),
+        {"type": click.IntRange(min=4), "help": "Tokens per text. Default: {default}."},
+    ),
+    "normalize": (("--normalize/--no-normalize",), {"default": None, "help": "L2-normalise vectors."}),
+    "postprocess": (
+        ("--postprocess",),
+        {
+            "type": click.Choice(POSTPROCESSES),
+            "help": "Anisotropy correction fitted on the indexed texts: center or whiten.",
+        },
+    ),
+    "whiten_dims": (
+        ("--whiten-dims",),
+        {"type": click.IntRange(min=1), "help": "Dimensions kept by whitening."},
+    ),
+    "backend": (
+        ("--backend",),
+        {
+            "type": click.Choice(BACKENDS),
+            "help": "Inference: onnx (fast), torch (same vectors), onnx-int8 (other vectors). "
+            "Default: {default}.",
+        },
+    ),
+}
+"""Every embedding-strategy option: its flags and click settings; ``{default}`` in a help text is
+filled with the default of the command that shows it (``strategy_options_for``)."""
 
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> Any:
-        asked = {name: kwargs.pop(name) for name in names}
-        if asked["layers"] is None:  # "auto" and "not given" mean the same: let the model decide
-            asked.pop("layers")
-        return command(asked={k: v for k, v in asked.items() if v is not None}, **kwargs)
+DEFAULTS = {
+    "model": "the bundled all-MiniLM-L6-v2",
+    "layers": "auto (a sentence-transformers model's last, else the second-to-last)",
+    "combine": "mean",
+    "pooling": "auto",
+    "max_length": "the model's limit",
+    "backend": "onnx",
+}
+"""What the library picks when a strategy option is not given (``indexer.strategy.Strategy``)."""
 
-    for option in reversed(options):
-        wrapper = option(wrapper)
-    return wrapper
+
+def strategy_options_for(*names: str, **defaults: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator with the strategy options ``names`` (all of them when none is named) that
+    collects them into ``asked`` (only those the user gave). A command shows only the options
+    that can change its vectors; ``defaults`` overrides ``DEFAULTS`` where it picks others."""
+    chosen = names or tuple(STRATEGY_OPTIONS)
+    said = {**DEFAULTS, **defaults}
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            asked = {name: kwargs.pop(name) for name in chosen}
+            if asked.get("layers", 0) is None:  # "auto" and "not given" mean the same: the model decides
+                asked.pop("layers")
+            return command(asked={k: v for k, v in asked.items() if v is not None}, **kwargs)
+
+        for name in reversed(chosen):
+            flags, settings = STRATEGY_OPTIONS[name]
+            text = settings["help"].format(default=said.get(name, ""))
+            wrapper = click.option(*flags, **{**settings, "help": text})(wrapper)
+        return wrapper
+
+    return decorate
+
+
+strategy_options = strategy_options_for()
+"""All the strategy options: for the commands that embed with a strategy of their own."""
 
 
 wait_option = click.option(
@@ -134,6 +166,83 @@ wait_option = click.option(
     show_default=True,
     help="Seconds to wait for another writer of the index to finish (default: fail at once).",
 )
+
+
+def json_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json``, saying what the one JSON document holds."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print JSON: {what}.")
+
+
+batch_size_option = click.option(
+    "--batch-size",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Texts per forward pass of the model (larger: more memory, rarely faster on a CPU).",
+)
+format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    help="Corpus format (default: from the file extension).",
+)
+index_kind_option = click.option(
+    "--index-kind",
+    type=click.Choice(KINDS),
+    default="auto",
+    show_default=True,
+    help="Exact search, or IVF (approximate, tuned to recall@10 >= 0.97); auto: by size.",
+)
+storage_option = click.option(
+    "--storage",
+    type=click.Choice(STORAGES),
+    default="float32",
+    show_default=True,
+    help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged); pq "
+    "keeps 48-byte codes in memory and re-ranks from full vectors memory-mapped on disk (100M scale).",
+)
+
+
+def output_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "-o",
+        "--output",
+        "index_dir",
+        required=True,
+        type=click.Path(path_type=Path),
+        help="Index directory (replaced atomically when the new index is complete).",
+    )(command)
+
+
+def corpus_option(*, required: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(
+        "--corpus",
+        required=required,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Corpus to index (JSONL with id, text, ...; or CSV/TSV/text lines).",
+    )
+
+
+def judged_options(*, required: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--queries`` and ``--qrels``: questions and which entries answer them."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option(
+            "--qrels",
+            required=required,
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Judgements: query_id, doc_id, relevance per line (TSV, header optional); doc_id is "
+            "an entry id of the corpus.",
+        )(command)
+        return click.option(
+            "--queries",
+            "queries_file",
+            required=required,
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Questions: JSONL, each with id and text.",
+        )(command)
+
+    return decorate
 
 
 def ray_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -217,14 +326,7 @@ def cli() -> None:
 
 @cli.command("index")
 @click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    "index_dir",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Index directory (replaced atomically when the new index is complete).",
-)
+@output_option
 @click.option(
     "--text-field",
     default="text",
@@ -232,34 +334,16 @@ def cli() -> None:
     help="Field(s) to embed, comma-separated and joined: question,answer",
 )
 @click.option("--id-field", help="Field with the entry id (default: 'id' if present, else row number).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    help="Corpus format (default: from the file extension).",
-)
+@format_option
 @click.option("--chunk", is_flag=True, help="Split long documents into overlapping windows.")
 @click.option(
     "--chunk-overlap",
     type=click.IntRange(min=0),
     help=f"Tokens shared by neighbouring windows (implies --chunk; default {DEFAULT_CHUNK_OVERLAP}).",
 )
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
-@click.option(
-    "--index-kind",
-    type=click.Choice(KINDS),
-    default="auto",
-    show_default=True,
-    help="Exact search, or IVF (approximate, tuned to recall@10 >= 0.97); auto: by size.",
-)
-@click.option(
-    "--storage",
-    type=click.Choice(STORAGES),
-    default="float32",
-    show_default=True,
-    help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged); pq "
-    "keeps 48-byte codes in memory and re-ranks from full vectors memory-mapped on disk (100M scale).",
-)
+@batch_size_option
+@index_kind_option
+@storage_option
 @wait_option
 @ray_options
 @also_options
@@ -332,6 +416,11 @@ def _echo_rejections(rejected: list[Any], summary: str) -> None:
             click.echo(f"  ... and {len(rejected) - 10} more", err=True)
 
 
+def _count(number: int, noun: str) -> str:
+    """``1 pair``, ``2 pairs``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def _short(value: Any, limit: int = 400) -> str:
     text = " ".join(str(value).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -393,7 +482,6 @@ def _print_hits(
     help="The best hit per value of this stored field, k of them, each with the count of the rest "
     "(one FAQ question with several answers shown once).",
 )
-@strategy_options
 def query_command(
     index_dir: Path,
     question: str | None,
@@ -403,9 +491,9 @@ def query_command(
     as_json: bool,
     min_score: float | None,
     group_by: str | None,
-    asked: dict[str, Any],
 ) -> None:
-    """Search INDEX_DIR for QUESTION (or for every query in --queries)."""
+    """Search INDEX_DIR for QUESTION (or for every query in --queries), with the strategy it was
+    built with."""
     from search.engine import SearchEngine, check_queries, configure_threads
     from search.queries import Query, read_queries
 
@@ -414,7 +502,7 @@ def query_command(
     queries = read_queries(queries_file) if queries_file else [Query("1", question)]
     check_queries([q.text for q in queries])
     configure_threads()
-    engine = SearchEngine(index_dir, strategy=asked)
+    engine = SearchEngine(index_dir)
     results = engine.search_many([q.text for q in queries], k, where, min_score, group_by)
     source = engine.index.meta.get("source", {})
     text_fields = source.get("text_fields") or []
@@ -430,18 +518,17 @@ def query_command(
 
 @cli.command("calibrate")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--queries", "queries_file", help="Questions: JSONL with id and text.")
-@click.option("--qrels", type=click.Path(dir_okay=False, path_type=Path), help="Judgements.")
+@judged_options(required=False)
 @click.option(
     "--self", "from_corpus", is_flag=True, help="No labelled questions: make them from the index's own texts."
 )
 @rule_options
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the stored rule's threshold, precision, coverage and features")
 @wait_option
 @progress_options
 def calibrate_command(
     index_dir: Path,
-    queries_file: str | None,
+    queries_file: Path | None,
     qrels: Path | None,
     from_corpus: bool,
     precision: float,
@@ -493,13 +580,15 @@ def duplicates_command(
     if as_json:
         click.echo(json.dumps(found.to_dict(), ensure_ascii=False))
         return
-    click.echo(f"{found.total} pairs in {len(found.groups)} groups at cosine >= {found.min_score}")
+    pairs, groups = _count(found.total, "pair"), _count(len(found.groups), "group")
+    click.echo(f"{pairs} in {groups} at cosine >= {found.min_score}")
     for number, group in enumerate(found.groups, 1):
         click.echo(f"group {number}: {' '.join(group)}")
     for a, b, score in found.pairs:
-        click.echo(f"{score:6.3f}  {a}  {b}")
+        click.echo(f"{score:6.3f}  {a}  {_short(found.texts.get(a, ''), 60)}")
+        click.echo(f"{'':6}  {b}  {_short(found.texts.get(b, ''), 60)}")
     if found.truncated:
-        click.echo(f"... {found.total - len(found.pairs)} more pairs (--limit)")
+        click.echo(f"... {_count(found.total - len(found.pairs), 'more pair')} (--limit)")
 
 
 @cli.command("add")
@@ -511,8 +600,8 @@ def duplicates_command(
     help="Field with the entry id to upsert by (default: the index's own; an index built on row "
     "numbers appends the rows with new ids).",
 )
-@click.option("--format", "fmt", type=click.Choice(FORMATS))
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@format_option
+@batch_size_option
 @wait_option
 @ray_options
 @progress_options
@@ -581,9 +670,9 @@ def compact_command(index_dir: Path, wait: float) -> None:
 
 @cli.command("merge")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("-o", "--output", "index_dir", required=True, type=click.Path(path_type=Path))
-@click.option("--index-kind", type=click.Choice(KINDS), default="auto", show_default=True)
-@click.option("--storage", type=click.Choice(STORAGES), default="float32", show_default=True)
+@output_option
+@index_kind_option
+@storage_option
 def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, storage: str) -> None:
     """Merge shard directories written by workers (indexer.shards.embed_shard) into one index."""
     from indexer.shards import merge_shards
@@ -597,7 +686,9 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Interface to bind (localhost only by default)."
 )
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="TCP port to listen on."
+)
 @click.option(
     "--max-batch",
     default=64,
@@ -635,8 +726,9 @@ def serve_command(
     keep_alive: float,
     max_connections: int,
 ) -> None:
-    """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar; GET /info,
-    /fields, /health; docs at /docs."""
+    """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar,
+    /reload (pick up a new version now); GET /duplicates, /info, /fields, /health; API docs at /docs.
+    New versions written by index, add or delete are picked up within a second."""
     from search.loading import load_engine
 
     loading = load_engine(index_dir)  # the engine imports and loads while the web stack imports
@@ -688,7 +780,7 @@ def similar_command(
 
 @cli.command("info")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True)
+@json_option("one object with every fact, the unset ones as null")
 @click.option(
     "--check",
     is_flag=True,
@@ -720,7 +812,8 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)
     for key, value in shown.items():
-        click.echo(f"{key + ':':<12} {value}")
+        if value is not None:  # an unset fact (never updated, no calibration) is left out
+            click.echo(f"{key + ':':<12} {value}")
 
 
 def _echo_scores(scores: dict[str, Any], as_json: bool) -> None:
@@ -753,24 +846,8 @@ def pair_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def retrieval_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(
         [
-            click.option(
-                "--corpus",
-                type=click.Path(dir_okay=False, path_type=Path),
-                help="Corpus (JSONL with id, text, ...; or CSV/TSV/text).",
-            ),
-            click.option(
-                "--queries",
-                "queries_file",
-                required=True,
-                type=click.Path(dir_okay=False, path_type=Path),
-                help="Queries: JSONL with id and text.",
-            ),
-            click.option(
-                "--qrels",
-                required=True,
-                type=click.Path(dir_okay=False, path_type=Path),
-                help="Judgements: query_id doc_id relevance (TSV, header optional).",
-            ),
+            corpus_option(required=False),
+            judged_options(required=True),
             click.option("--text-field", default="text", show_default=True, help="Corpus field(s) to embed."),
             click.option(
                 "-k", default=10, show_default=True, type=click.IntRange(min=1), help="Metric cutoff."
@@ -788,7 +865,7 @@ def evaluate_group() -> None:
 
 @evaluate_group.command("sts")
 @pair_options
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the scores and the strategy")
 @strategy_options
 @progress_options
 def evaluate_sts_command(
@@ -812,7 +889,7 @@ def evaluate_sts_command(
 @click.option(
     "--index", "index_dir", type=click.Path(path_type=Path), help="Use this index instead of building one."
 )
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the metrics and the strategy")
 @also_options
 @strategy_options
 @progress_options
@@ -851,14 +928,13 @@ def evaluate_retrieval_command(
 
 
 @evaluate_group.command("abstention")
-@click.option("--corpus", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--queries", "queries_file", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--qrels", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@corpus_option(required=True)
+@judged_options(required=True)
 @click.option("--text-field", default="text", show_default=True, help="Corpus field(s) to embed.")
 @click.option("--holdout", default=0.33, show_default=True, type=float, help="Share of threads removed.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random choice of threads.")
 @rule_options
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the scores of each rule")
 @also_options
 @strategy_options
 @progress_options
@@ -1093,10 +1169,10 @@ def sweep_retrieval_command(
     show_default=True,
     help="How word pieces merge into a word vector.",
 )
-@click.option("--json", "as_json", is_flag=True)
-@strategy_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the words and their cosines.")
+@strategy_options_for("model", "layers", "combine", "max_length", layers="-4,-3,-2,-1", combine="sum")
 def words_command(text: str, word: str | None, merge: str, as_json: bool, asked: dict[str, Any]) -> None:
-    """Contextual word vectors of TEXT (default layers: sum of the last four)."""
+    """Contextual word vectors of TEXT, read from the model's hidden states (on torch)."""
     from dataclasses import replace
 
     from indexer.encoders.torch_encoder import TorchEncoder

@@ -33,7 +33,7 @@ def test_exit_codes_tell_the_kind_of_error(index, tmp_path):
     damaged.mkdir()
     (damaged / CURRENT).write_text("v-missing\n")
     bad_input = run("query", index, "hi", "--where", "nope = 1")
-    conflict = run("query", index, "hi", "--layers", "-1")
+    conflict = run("similar", "hi", "--index", index, "--layers", "-1", stdin="a line\n")
     broken = run("query", damaged, "hi")
     assert_clean_failure(bad_input, "unknown field 'nope'")
     assert_clean_failure(conflict, "built with")
