@@ -28,11 +28,10 @@ import numpy as np
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.store import Change, apply_change, writer_lock
-from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood, Rule
+from search.confidence import DEFAULT_FEATURES, FEATURES, NEIGHBOURS, Neighbourhood, Rule
 from search.engine import SearchEngine, Snapshot
 from search.queries import Query
 
-DEFAULT_FEATURES = ("score", "gap")
 PLAIN = ("score",)
 """The cosine alone: the rule a held-out evaluation holds the fitted one against."""
 

@@ -17,6 +17,7 @@ import click
 
 from indexer.corpus import FORMATS
 from indexer.errors import BadInput, SemsearchError
+from indexer.fields import DEFAULT_WEIGHT
 from indexer.strategy import (
     AUTO,
     BACKENDS,
@@ -27,6 +28,7 @@ from indexer.strategy import (
     Strategy,
 )
 from indexer.vectors.factory import KINDS, STORAGES
+from search.confidence import DEFAULT_FEATURES, FEATURES
 
 
 class _UserError(click.ClickException):
@@ -163,8 +165,7 @@ wait_option = click.option(
     "--wait",
     type=click.FloatRange(min=0),
     default=0,
-    show_default=True,
-    help="Seconds to wait for another writer of the index to finish (default: fail at once).",
+    help="Seconds to wait for another writer of the index to finish. Default: 0, fail at once.",
 )
 
 
@@ -266,7 +267,8 @@ def ray_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
     command = click.option(
-        "--features", help="Confidence features among score, margin, zscore, gap (default: score,gap)."
+        "--features",
+        help=f"Confidence features among {', '.join(FEATURES)}. Default: {','.join(DEFAULT_FEATURES)}.",
     )(command)
     return click.option(
         "--precision", default=0.95, show_default=True, type=float, help="Precision of answered hits."
@@ -286,7 +288,7 @@ def also_options(command: Callable[..., Any]) -> Callable[..., Any]:
     wrapper = click.option(
         "--also-weight",
         type=float,
-        help="Share of the --also text's cosine in an entry's score (default 0.7).",
+        help=f"Share of the --also text's cosine in an entry's score. Default: {DEFAULT_WEIGHT}.",
     )(wrapper)
     return click.option(
         "--also",
@@ -684,7 +686,7 @@ def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, st
 @cli.command("serve")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.option(
-    "--host", default="127.0.0.1", show_default=True, help="Interface to bind (localhost only by default)."
+    "--host", default="127.0.0.1", show_default=True, help="Interface to bind (127.0.0.1: this machine only)."
 )
 @click.option(
     "--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="TCP port to listen on."

@@ -44,6 +44,14 @@ def test_every_option_has_help(name):
     assert bare == []
 
 
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_each_default_is_stated_once(name):
+    command = commands()[name]
+    context = click.Context(command)
+    records = [p.get_help_record(context) for p in command.params if isinstance(p, click.Option)]
+    assert [r for r in records if r and r[1].lower().count("default") > 1] == []
+
+
 def test_query_has_no_strategy_options():
     """An index is queried with its stored strategy: a strategy option could only conflict."""
     assert not options("query") & {"--model", "--pooling", "--layers", "--backend", "--normalize"}
