@@ -110,6 +110,7 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_model: str) -> dict[str
     }
 
 
+JUDGED = ["--corpus", "{corpus}", "--queries", "{queries}", "--qrels", "{qrels}", "--model", "{model}"]
 COMMANDS = {  # command -> (arguments, the bars it draws with their totals)
     "index": (
         ["index", "{corpus}", "-o", "{out}/built", "--model", "{model}", "--batch-size", str(BATCH)],
@@ -118,34 +119,12 @@ COMMANDS = {  # command -> (arguments, the bars it draws with their totals)
     "add": (["add", "{added}", "{more}", "--batch-size", str(BATCH)], {"embedding": 40}),
     "evaluate sts": (["evaluate", "sts", "{pairs}", "--model", "{model}"], {"embedding": 2 * ENTRIES}),
     "evaluate retrieval": (
-        [
-            "evaluate",
-            "retrieval",
-            "--corpus",
-            "{corpus}",
-            "--queries",
-            "{queries}",
-            "--qrels",
-            "{qrels}",
-            "--model",
-            "{model}",
-        ],
+        ["evaluate", "retrieval", *JUDGED],
         {"embedding": ENTRIES, "questions": 40},
     ),
     "sweep sts": (["sweep", "sts", "{pairs}", "--model", "{model}"], {"embedding": 2 * ENTRIES}),
     "sweep retrieval": (
-        [
-            "sweep",
-            "retrieval",
-            "--corpus",
-            "{corpus}",
-            "--queries",
-            "{queries}",
-            "--qrels",
-            "{qrels}",
-            "--model",
-            "{model}",
-        ],
+        ["sweep", "retrieval", *JUDGED],
         {"embedding": ENTRIES + 40},
     ),
     "calibrate": (["calibrate", "{index}", "--self"], {"questions": ENTRIES}),
