@@ -759,9 +759,10 @@ def serve_command(
     "--index",
     "index_dir",
     type=click.Path(path_type=Path),
-    help="Embed with this index's strategy and fitted post-processing (needed for --postprocess).",
+    help="Embed as this index's entries were: its strategy and fitted post-processing (centering, "
+    "whitening); the strategy options must then match it.",
 )
-@strategy_options
+@strategy_options_for("model", "layers", "combine", "pooling", "skip_special", "max_length", "backend")
 def similar_command(
     sentence: str, file: str, k: int | None, as_json: bool, index_dir: Path | None, asked: dict[str, Any]
 ) -> None:

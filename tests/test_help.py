@@ -57,6 +57,13 @@ def test_query_has_no_strategy_options():
     assert not options("query") & {"--model", "--pooling", "--layers", "--backend", "--normalize"}
 
 
+def test_similar_shows_no_option_that_cannot_change_a_ranking():
+    """A cosine ignores the vectors' length, and post-processing needs an index's statistics
+    (``--index`` brings them)."""
+    assert options("similar") & {"--postprocess", "--whiten-dims", "--normalize"} == set()
+    assert {"--model", "--pooling", "--index"} <= options("similar")
+
+
 def test_words_shows_what_word_vectors_use_and_its_default_once():
     """Word vectors are read from torch, before any pooling or post-processing: only the model,
     the layers, how they combine and the length matter; the layers' default is said once."""
