@@ -158,9 +158,11 @@ def auroc(confidence: np.ndarray, positive: np.ndarray) -> float | None:
     return float(roc_auc_score(positive, confidence))
 
 
-def embedded(snapshot: Snapshot, questions: Sequence[str], progress: bool) -> np.ndarray:
-    """Questions embedded into the snapshot's space, with a bar of their own."""
-    with Progress(len(questions), "questions", enabled=progress) as bar:
+def embedded(
+    snapshot: Snapshot, questions: Sequence[str], progress: bool, what: str = "questions"
+) -> np.ndarray:
+    """Questions embedded into the snapshot's space, with a bar of their own named ``what``."""
+    with Progress(len(questions), what, enabled=progress) as bar:
         return snapshot.embed(questions, progress=bar.step(len(questions)))
 
 
@@ -211,7 +213,8 @@ def self_observations(
     if len(groups) > limit:
         groups = sorted(rng.choice(groups, size=limit, replace=False).tolist())
     questions = [paraphrase(texts[g], rng) for g in groups]
-    near = snapshot.neighbourhoods(embedded(snapshot, questions, progress), count=NEIGHBOURS + largest)
+    vectors = embedded(snapshot, questions, progress, "paraphrases")
+    near = snapshot.neighbourhoods(vectors, count=NEIGHBOURS + largest)
     seen = []
     for group, full in zip(groups, near, strict=True):
         for answerable, row in ((True, full.first(NEIGHBOURS)), (False, full.first(NEIGHBOURS, group))):
