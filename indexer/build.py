@@ -19,6 +19,7 @@ from indexer.catalog import TypeCounter
 from indexer.corpus import CorpusReader, Entry, Rejection, rejection_summary
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring, embed_entries
+from indexer.progress import Progress
 from indexer.rows import CorpusSource, source_name
 from indexer.strategy import Strategy
 
@@ -111,8 +112,6 @@ def build_index(
     ``ray_workers`` actors (``indexer.distributed``); ``also``: a second vector per entry scored
     with the first (``indexer.fields``): its field names (``["question", "answer"]``) or a
     ``FieldScoring`` with a weight. A failed first build leaves no directory behind."""
-    from tqdm import tqdm
-
     from indexer.encoders.factory import encoder_for
     from indexer.store import VersionWriter, building, stream_index
 
@@ -133,14 +132,17 @@ def build_index(
                 from indexer.distributed import RayEncoder, connected
 
                 on = RayEncoder(encoder.strategy, ray, ray_workers, batch_size)
-            bar = tqdm(total=survey.entries, disable=not progress, unit="text", desc="embedding")
+            bar = Progress(survey.entries, "embedding", enabled=progress)
             with bar, contextlib.nullcontext() if ray is None else connected(ray, ray_workers):
+                done = 0
                 for part in corpus_parts(reader, survey.entries, size):
                     embed_started = time.perf_counter()
-                    vectors, owners, also_vectors = embed_entries(on, part, also)
+                    step = bar.step(len(part))
+                    vectors, owners, also_vectors = embed_entries(on, part, also, progress=step)
                     embed_seconds += time.perf_counter() - embed_started
                     writer.add(part, vectors, owners, also_vectors if also else None)
-                    bar.update(len(part))
+                    done += len(part)
+                    bar.reach(done)
             export_failure = encoder.choice.export_failure
             rows = survey.entries + len(survey.rejected)
             source = {

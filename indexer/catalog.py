@@ -93,6 +93,10 @@ class Facet(TypedDict):
     max: NotRequired[int | float | None]
 
 
+_WITHIN = " where (?1 is null or _rowid in (select value from json_each(?1)))"
+"""The rows of a grouping: all, or those of a JSON list of row ids (a filter's)."""
+
+
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -430,12 +434,35 @@ class Catalog:
         return {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
 
     def values(self, rowids: Sequence[int], name: str) -> dict[int, Any]:
-        """Row id -> one reserved column (``_id``, ``_hash``: equal hashes hold the same text)."""
-        if name not in RESERVED:
-            raise ValueError(f"not a reserved column: {name}")
+        """Row id -> one column, for the row ids that exist: a reserved one (``_id``; ``_hash``:
+        equal hashes hold the same text) or a stored field (what hits are grouped by)."""
         found = self.db.execute(
-            f"select _rowid, {name} from entries where _rowid in (select value from json_each(?))",
+            f"select _rowid, {quote(name)} from entries where _rowid in (select value from json_each(?))",
             (json.dumps([int(r) for r in rowids]),),
+        )
+        return dict(found.fetchall())
+
+    def group_count(self, name: str, within: Sequence[int] | None = None) -> int:
+        """How many groups a field makes of the entries (of ``within``, the row ids a filter
+        admits): one per distinct value, one per entry without a value."""
+        column = quote(name)
+        found = self.db.execute(
+            f"select count(distinct {column}) + count(*) - count({column}) from entries"
+            + _WITHIN,
+            (None if within is None else json.dumps([int(r) for r in within]),),
+        )
+        return int(found.fetchone()[0])
+
+    def group_sizes(
+        self, name: str, values: Sequence[Any], within: Sequence[int] | None = None
+    ) -> dict[Any, int]:
+        """Value -> entries holding it in field ``name`` (of ``within``, the row ids a filter
+        admits), for each of ``values``."""
+        column = quote(name)
+        found = self.db.execute(
+            f"select {column}, count(*) from entries{_WITHIN}"
+            f" and {column} in (select value from json_each(?)) group by {column}",
+            (None if within is None else json.dumps([int(r) for r in within]), json.dumps(list(values))),
         )
         return dict(found.fetchall())
 

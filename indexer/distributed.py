@@ -28,6 +28,7 @@ import numpy as np
 from indexer.corpus import Entry
 from indexer.encoders.base import Choice
 from indexer.errors import BadInput, SemsearchError, StrategyConflict, WorkerFailed
+from indexer.progress import Share
 from indexer.strategy import Strategy
 
 LOCAL = "local"
@@ -199,11 +200,13 @@ class RayEncoder:
         self.strategy, self.address, self.workers, self.batch_size = strategy, address, workers, batch_size
         self.choice = Choice("ray", f"--ray {address}: each worker picks its encoder for the strategy")
 
-    def embed(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+    def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray:
+        """Workers report nothing back while they run: ``progress`` is not told (a build's bar
+        moves per part)."""
         return self._on_ray(texts, documents=False)[0]
 
     def embed_documents(
-        self, texts: Sequence[str], *, progress: bool = False
+        self, texts: Sequence[str], *, progress: Share | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         return self._on_ray(texts, documents=True)
 

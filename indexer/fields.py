@@ -22,6 +22,7 @@ import numpy as np
 
 from indexer.corpus import Entry, field_text
 from indexer.errors import BadInput
+from indexer.progress import Share
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
@@ -51,7 +52,10 @@ class FieldScoring:
         """Each entry's second text; an entry whose also fields are all empty uses its text."""
         missing = [f for f in self.also if entries and not any(f in e.fields for e in entries)]
         if missing:
-            raise BadInput(f"--also: no entry has field {', '.join(map(repr, missing))}")
+            fields = sorted({name for e in entries for name in e.fields})
+            raise BadInput(
+                f"--also: no entry has field {', '.join(map(repr, missing))}; fields are: {', '.join(fields)}"
+            )
         return [field_text(e.fields, self.also) or e.text for e in entries]
 
     def combine(self, text_scores: np.ndarray, also_scores: np.ndarray) -> np.ndarray:
@@ -86,7 +90,7 @@ class FieldScoring:
 
 
 def embed_entries(
-    encoder: Encoder, entries: Sequence[Entry], scoring: FieldScoring | None, *, progress: bool = False
+    encoder: Encoder, entries: Sequence[Entry], scoring: FieldScoring | None, *, progress: Share | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectors of the entries' texts (and, with ``scoring``, of their also texts): (vectors,
     owners = entry position of each vector, also = whether it is an also-vector)."""

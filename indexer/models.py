@@ -203,8 +203,7 @@ def model_facts(model: str) -> ModelFacts:
     try:
         config = AutoConfig.from_pretrained(location, local_files_only=True)
     except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BadInput(f"cannot read model {model!r} offline: {first}") from None
+        raise unloadable(model, location, exc) from None
     tokenizer_config = read_json(model_file(location, "tokenizer_config.json")) or {}
     return ModelFacts.of(config, tokenizer_config.get("model_max_length") or float("inf"), location)
 
@@ -247,6 +246,25 @@ def _quiet_transformers() -> None:
     warnings.filterwarnings("ignore", module="transformers")
 
 
+def unloadable(model: str, location: str, error: BaseException) -> BadInput:
+    """Why a model cannot load offline. One that is not on this machine at all gets how to bring
+    it (nothing here downloads); one whose files are there but unreadable gets the loader's reason."""
+    missing = model_file(location, "config.json") is None
+    if missing and (model.startswith(("/", ".", "~")) or model.count("/") > 1):  # a path, not a name
+        return BadInput(f"cannot load model {model!r}: no model directory there (config.json, weights)")
+    if missing:
+        from huggingface_hub import constants
+
+        return BadInput(
+            f"cannot load model {model!r}: it is neither a local directory nor in the Hugging Face "
+            f"cache ({constants.HF_HUB_CACHE}), and semsearch never downloads. Give a local directory "
+            f"holding the model (--model ./my-model), or on a machine with internet run "
+            f"`HF_HOME=DIR huggingface-cli download {model}` and copy DIR to this machine's HF_HOME"
+        )
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return BadInput(f"cannot load model {model!r} offline: {first}")
+
+
 def load_model(model: str, *, need_pooler: bool = False) -> tuple[Any, Any]:
     """Tokenizer and eval-mode model, from disk only; a clear error when that is impossible."""
     from transformers import AutoModel, AutoTokenizer
@@ -257,11 +275,7 @@ def load_model(model: str, *, need_pooler: bool = False) -> tuple[Any, Any]:
         tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True)
         network, info = AutoModel.from_pretrained(location, local_files_only=True, output_loading_info=True)
     except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BadInput(
-            f"cannot load model {model!r} offline (not a model directory, nor in the Hugging Face "
-            f"cache): {first}"
-        ) from None
+        raise unloadable(model, location, exc) from None
     if not getattr(tokenizer, "is_fast", False):
         raise BadInput(f"model {model!r} has no fast tokenizer (tokenizer.json); not supported")
     if need_pooler and any("pooler" in key for key in info.get("missing_keys", [])):

@@ -24,6 +24,7 @@ from indexer.catalog import Catalog, comparable, content_hash, misfit
 from indexer.corpus import Corpus, Rejection, check_field_count, entry_id, read_corpus
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring, embed_entries
+from indexer.progress import Progress
 from indexer.rows import ROWS_NAME, CorpusSource, is_path
 from indexer.store import Change, apply_change, commit_change, live_meta, open_index, writer_lock
 
@@ -111,7 +112,10 @@ def add_to_index(
                 if ray is None
                 else RayEncoder(live.strategy, ray, ray_workers, batch_size)
             )
-            vectors, owners, also_vectors = embed_entries(encoder, to_embed, also, progress=progress)
+            with Progress(len(to_embed), "embedding", enabled=progress) as bar:
+                vectors, owners, also_vectors = embed_entries(
+                    encoder, to_embed, also, progress=bar.step(len(to_embed))
+                )
             if live.transform is not None:
                 vectors = live.transform.apply(vectors)
         if to_embed or metadata_only:

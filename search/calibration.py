@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from indexer.errors import BadInput
+from indexer.progress import Progress
 from indexer.store import Change, apply_change, writer_lock
-from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood, Rule
+from search.confidence import DEFAULT_FEATURES, FEATURES, NEIGHBOURS, Neighbourhood, Rule
 from search.engine import SearchEngine, Snapshot
 from search.queries import Query
 
-DEFAULT_FEATURES = ("score", "gap")
 PLAIN = ("score",)
 """The cosine alone: the rule a held-out evaluation holds the fitted one against."""
 
@@ -158,13 +158,25 @@ def auroc(confidence: np.ndarray, positive: np.ndarray) -> float | None:
     return float(roc_auc_score(positive, confidence))
 
 
+def embedded(
+    snapshot: Snapshot, questions: Sequence[str], progress: bool, what: str = "questions"
+) -> np.ndarray:
+    """Questions embedded into the snapshot's space, with a bar of their own named ``what``."""
+    with Progress(len(questions), what, enabled=progress) as bar:
+        return snapshot.embed(questions, progress=bar.step(len(questions)))
+
+
 def observations(
-    snapshot: Snapshot, questions: Sequence[Query], qrels: Mapping[str, Mapping[str, int]]
+    snapshot: Snapshot,
+    questions: Sequence[Query],
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    progress: bool = False,
 ) -> list[Observation]:
     """Every question searched in ``snapshot`` and labelled by ``qrels`` (``observe``)."""
     if not questions:
         raise BadInput("no calibration questions")
-    near = snapshot.neighbourhoods(snapshot.embed([q.text for q in questions]))
+    near = snapshot.neighbourhoods(embedded(snapshot, [q.text for q in questions], progress))
     tops = [n.rowids[0] for n in near if n.rowids]
     judged = list(dict.fromkeys(doc for docs in qrels.values() for doc in docs))
     with snapshot.db_lock:
@@ -186,7 +198,9 @@ def paraphrase(text: str, rng: np.random.Generator) -> str:
     return " ".join(w for i, w in enumerate(words) if i not in dropped)
 
 
-def self_observations(snapshot: Snapshot, seed: int = 0, limit: int = SELF_QUESTIONS) -> list[Observation]:
+def self_observations(
+    snapshot: Snapshot, seed: int = 0, limit: int = SELF_QUESTIONS, *, progress: bool = False
+) -> list[Observation]:
     """Labelled questions made from the index's own texts (see the module doc): two observations
     per distinct text, one answerable, one not."""
     with snapshot.db_lock:
@@ -199,7 +213,8 @@ def self_observations(snapshot: Snapshot, seed: int = 0, limit: int = SELF_QUEST
     if len(groups) > limit:
         groups = sorted(rng.choice(groups, size=limit, replace=False).tolist())
     questions = [paraphrase(texts[g], rng) for g in groups]
-    near = snapshot.neighbourhoods(snapshot.embed(questions), count=NEIGHBOURS + largest)
+    vectors = embedded(snapshot, questions, progress, "paraphrases")
+    near = snapshot.neighbourhoods(vectors, count=NEIGHBOURS + largest)
     seen = []
     for group, full in zip(groups, near, strict=True):
         for answerable, row in ((True, full.first(NEIGHBOURS)), (False, full.first(NEIGHBOURS, group))):
@@ -217,6 +232,7 @@ def calibrate_index(
     precision: float = 0.95,
     features: Sequence[str] | None = None,
     wait: float = 0,
+    progress: bool = False,
 ) -> Rule:
     """Fit the rule on labelled questions and store it in the index as a new version (under the
     writer lock, like any write). A question with no relevant entry in the index (unjudged, or
@@ -227,9 +243,9 @@ def calibrate_index(
     with writer_lock(Path(index_dir), wait):
         snapshot = SearchEngine(index_dir).snapshot
         if questions is None:
-            seen = self_observations(snapshot)
+            seen = self_observations(snapshot, progress=progress)
         else:
-            seen = observations(snapshot, questions, qrels or {})
+            seen = observations(snapshot, questions, qrels or {}, progress=progress)
         rule = fit_rule(seen, precision, features)
         snapshot.index.catalog.close()
         apply_change(index_dir, Change(meta={"calibration": rule.to_dict()}))

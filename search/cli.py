@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from indexer.errors import BadInput, SemsearchError
+from indexer.fields import DEFAULT_WEIGHT
 from indexer.formats import FORMATS
 from indexer.strategy import (
     AUTO,
@@ -27,6 +28,7 @@ from indexer.strategy import (
     Strategy,
 )
 from indexer.vectors.factory import KINDS, STORAGES
+from search.confidence import DEFAULT_FEATURES, FEATURES
 
 
 class _UserError(click.ClickException):
@@ -68,72 +70,180 @@ def _parse_layers(ctx: click.Context, param: click.Parameter, value: str | None)
         raise click.BadParameter("give layer indices like -2 or -4,-3,-2,-1") from None
 
 
-def strategy_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The embedding-strategy options, collected into ``asked``: only those the user gave."""
-    options = [
-        click.option("--model", help="Hugging Face name or local path (default: bundled all-MiniLM-L6-v2)."),
-        click.option(
-            "--layers",
-            callback=_parse_layers,
-            help="Hidden state(s) to read: -2, or -4,-3,-2,-1 (0 = embeddings). Default: auto.",
-        ),
-        click.option("--combine", type=click.Choice(COMBINES), help="How several layers combine."),
-        click.option(
-            "--pooling",
-            type=click.Choice((AUTO, *POOLINGS)),
-            help="Token pooling (auto: the model's own config, else mean).",
-        ),
-        click.option(
-            "--skip-special/--keep-special", default=None, help="Leave [CLS]/[SEP] out of mean/max pooling."
-        ),
-        click.option(
-            "--max-length", type=click.IntRange(min=4), help="Tokens per text (default: model limit)."
-        ),
-        click.option("--normalize/--no-normalize", default=None, help="L2-normalise vectors."),
-        click.option(
-            "--postprocess",
-            type=click.Choice(POSTPROCESSES),
-            help="Anisotropy correction fitted on the indexed texts: center or whiten.",
-        ),
-        click.option("--whiten-dims", type=click.IntRange(min=1), help="Dimensions kept by whitening."),
-        click.option(
-            "--backend",
-            type=click.Choice(BACKENDS),
-            help="Inference: onnx (default, fast), torch (same vectors), onnx-int8 (other vectors).",
-        ),
-    ]
-    names = (
-        "model",
-        "layers",
-        "combine",
-        "pooling",
-        "skip_special",
-        "max_length",
-        "normalize",
-        "postprocess",
-        "whiten_dims",
-        "backend",
-    )
+STRATEGY_OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "model": (("--model",), {"help": "Hugging Face name or local path. Default: {default}."}),
+    "layers": (
+        ("--layers",),
+        {
+            "callback": _parse_layers,
+            "help": "Hidden state(s) to read, e.g. -2 or -3,-2,-1 (0 = embeddings). Default: {default}.",
+        },
+    ),
+    "combine": (
+        ("--combine",),
+        {"type": click.Choice(COMBINES), "help": "How several layers combine. Default: {default}."},
+    ),
+    "pooling": (
+        ("--pooling",),
+        {
+            "type": click.Choice((AUTO, *POOLINGS)),
+            "help": "Token pooling (auto: the model's own config, else mean). Default: {default}.",
+        },
+    ),
+    "skip_special": (
+        ("--skip-special/--keep-special",),
+        {"default": None, "help": "Leave [CLS]/[SEP] out of mean/max pooling."},
+    ),
+    "max_length": (
+        ("--max-length",),
+        {"type": click.IntRange(min=4), "help": "Tokens per text. Default: {default}."},
+    ),
+    "normalize": (("--normalize/--no-normalize",), {"default": None, "help": "L2-normalise vectors."}),
+    "postprocess": (
+        ("--postprocess",),
+        {
+            "type": click.Choice(POSTPROCESSES),
+            "help": "Anisotropy correction fitted on the indexed texts: center or whiten.",
+        },
+    ),
+    "whiten_dims": (
+        ("--whiten-dims",),
+        {"type": click.IntRange(min=1), "help": "Dimensions kept by whitening."},
+    ),
+    "backend": (
+        ("--backend",),
+        {
+            "type": click.Choice(BACKENDS),
+            "help": "Inference: onnx (fast), torch (same vectors), onnx-int8 (other vectors). "
+            "Default: {default}.",
+        },
+    ),
+}
+"""Every embedding-strategy option: its flags and click settings; ``{default}`` in a help text is
+filled with the default of the command that shows it (``strategy_options_for``)."""
 
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> Any:
-        asked = {name: kwargs.pop(name) for name in names}
-        if asked["layers"] is None:  # "auto" and "not given" mean the same: let the model decide
-            asked.pop("layers")
-        return command(asked={k: v for k, v in asked.items() if v is not None}, **kwargs)
+DEFAULTS = {
+    "model": "the bundled all-MiniLM-L6-v2",
+    "layers": "auto (a sentence-transformers model's last, else the second-to-last)",
+    "combine": "mean",
+    "pooling": "auto",
+    "max_length": "the model's limit",
+    "backend": "onnx",
+}
+"""What the library picks when a strategy option is not given (``indexer.strategy.Strategy``)."""
 
-    for option in reversed(options):
-        wrapper = option(wrapper)
-    return wrapper
+
+def strategy_options_for(*names: str, **defaults: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator with the strategy options ``names`` (all of them when none is named) that
+    collects them into ``asked`` (only those the user gave). A command shows only the options
+    that can change its vectors; ``defaults`` overrides ``DEFAULTS`` where it picks others."""
+    chosen = names or tuple(STRATEGY_OPTIONS)
+    said = {**DEFAULTS, **defaults}
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            asked = {name: kwargs.pop(name) for name in chosen}
+            if asked.get("layers", 0) is None:  # "auto" and "not given" mean the same: the model decides
+                asked.pop("layers")
+            return command(asked={k: v for k, v in asked.items() if v is not None}, **kwargs)
+
+        for name in reversed(chosen):
+            flags, settings = STRATEGY_OPTIONS[name]
+            text = settings["help"].format(default=said.get(name, ""))
+            wrapper = click.option(*flags, **{**settings, "help": text})(wrapper)
+        return wrapper
+
+    return decorate
+
+
+strategy_options = strategy_options_for()
+"""All the strategy options: for the commands that embed with a strategy of their own."""
 
 
 wait_option = click.option(
     "--wait",
     type=click.FloatRange(min=0),
     default=0,
-    show_default=True,
-    help="Seconds to wait for another writer of the index to finish (default: fail at once).",
+    help="Seconds to wait for another writer of the index to finish. Default: 0, fail at once.",
 )
+
+
+def json_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json``, saying what the one JSON document holds."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print JSON: {what}.")
+
+
+batch_size_option = click.option(
+    "--batch-size",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Texts per forward pass of the model (larger: more memory, rarely faster on a CPU).",
+)
+format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    help="Corpus format (default: from the file extension).",
+)
+index_kind_option = click.option(
+    "--index-kind",
+    type=click.Choice(KINDS),
+    default="auto",
+    show_default=True,
+    help="Exact search, or IVF (approximate, tuned to recall@10 >= 0.97); auto: by size.",
+)
+storage_option = click.option(
+    "--storage",
+    type=click.Choice(STORAGES),
+    default="float32",
+    show_default=True,
+    help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged); pq "
+    "keeps 48-byte codes in memory and re-ranks from full vectors memory-mapped on disk (100M scale).",
+)
+
+
+def output_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "-o",
+        "--output",
+        "index_dir",
+        required=True,
+        type=click.Path(path_type=Path),
+        help="Index directory (replaced atomically when the new index is complete).",
+    )(command)
+
+
+def corpus_option(*, required: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(
+        "--corpus",
+        required=required,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Corpus to index (JSONL with id, text, ...; or CSV/TSV/text lines).",
+    )
+
+
+def judged_options(*, required: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--queries`` and ``--qrels``: questions and which entries answer them."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option(
+            "--qrels",
+            required=required,
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Judgements: query_id, doc_id, relevance per line (TSV, header optional); doc_id is "
+            "an entry id of the corpus.",
+        )(command)
+        return click.option(
+            "--queries",
+            "queries_file",
+            required=required,
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Questions: JSONL, each with id and text.",
+        )(command)
+
+    return decorate
 
 
 def ray_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -157,7 +267,8 @@ def ray_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
     command = click.option(
-        "--features", help="Confidence features among score, margin, zscore, gap (default: score,gap)."
+        "--features",
+        help=f"Confidence features among {', '.join(FEATURES)}. Default: {','.join(DEFAULT_FEATURES)}.",
     )(command)
     return click.option(
         "--precision", default=0.95, show_default=True, type=float, help="Precision of answered hits."
@@ -186,7 +297,7 @@ def also_options(command: Callable[..., Any]) -> Callable[..., Any]:
     wrapper = click.option(
         "--also-weight",
         type=float,
-        help="Share of the --also text's cosine in an entry's score (default 0.7).",
+        help=f"Share of the --also text's cosine in an entry's score. Default: {DEFAULT_WEIGHT}.",
     )(wrapper)
     return click.option(
         "--also",
@@ -204,8 +315,18 @@ def _strategy(asked: dict[str, Any], **extra: Any) -> Strategy:
     return Strategy(**asked, **extra)
 
 
-def _progress() -> bool:
-    return sys.stderr.isatty()
+def progress_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``-q/--quiet`` for a command that runs long, given to it as ``progress``: whether the
+    library shows its bars (``indexer.progress``): on a terminal, unless ``--quiet``; never in a
+    pipe. A new long command takes this decorator and passes ``progress`` on."""
+
+    @functools.wraps(command)
+    def wrapper(quiet: bool, **kwargs: Any) -> Any:
+        return command(progress=not quiet and sys.stderr.isatty(), **kwargs)
+
+    return click.option(
+        "-q", "--quiet", is_flag=True, help="No progress bar (a pipe or a file never gets one)."
+    )(wrapper)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -216,14 +337,7 @@ def cli() -> None:
 
 @cli.command("index")
 @click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    "index_dir",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Index directory (replaced atomically when the new index is complete).",
-)
+@output_option
 @click.option(
     "--text-field",
     default="text",
@@ -231,38 +345,21 @@ def cli() -> None:
     help="Field(s) to embed, comma-separated and joined: question,answer",
 )
 @click.option("--id-field", help="Field with the entry id (default: 'id' if present, else row number).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    help="Corpus format (default: from the file extension).",
-)
+@format_option
 @click.option("--chunk", is_flag=True, help="Split long documents into overlapping windows.")
 @click.option(
     "--chunk-overlap",
     type=click.IntRange(min=0),
     help=f"Tokens shared by neighbouring windows (implies --chunk; default {DEFAULT_CHUNK_OVERLAP}).",
 )
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
-@click.option(
-    "--index-kind",
-    type=click.Choice(KINDS),
-    default="auto",
-    show_default=True,
-    help="Exact search, or IVF (approximate, tuned to recall@10 >= 0.97); auto: by size.",
-)
-@click.option(
-    "--storage",
-    type=click.Choice(STORAGES),
-    default="float32",
-    show_default=True,
-    help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged); pq "
-    "keeps 48-byte codes in memory and re-ranks from full vectors memory-mapped on disk (100M scale).",
-)
+@batch_size_option
+@index_kind_option
+@storage_option
 @wait_option
 @ray_options
 @also_options
 @strategy_options
+@progress_options
 def index_command(
     corpus: Path,
     index_dir: Path,
@@ -279,6 +376,7 @@ def index_command(
     ray_workers: int | None,
     also: Any,
     asked: dict[str, Any],
+    progress: bool,
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
     from indexer.build import build_index
@@ -295,7 +393,7 @@ def index_command(
         id_field=id_field,
         fmt=fmt,
         batch_size=batch_size,
-        progress=_progress(),
+        progress=progress,
         index_kind=index_kind,
         storage=storage,
         wait=wait,
@@ -329,15 +427,25 @@ def _echo_rejections(rejected: list[Any], summary: str) -> None:
             click.echo(f"  ... and {len(rejected) - 10} more", err=True)
 
 
+def _count(number: int, noun: str) -> str:
+    """``1 pair``, ``2 pairs``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def _short(value: Any, limit: int = 400) -> str:
     text = " ".join(str(value).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _print_hits(
-    query: str, hits: Sequence[Any], lead_field: str | None = None, hidden: Iterable[str] = ()
+    query: str,
+    hits: Sequence[Any],
+    lead_field: str | None = None,
+    hidden: Iterable[str] = (),
+    group_by: str | None = None,
 ) -> None:
-    """A ranked table: rank, score, id, then the lead text (e.g. the FAQ question) and other fields."""
+    """A ranked table: rank, score, id, then the lead text (e.g. the FAQ question) and other fields;
+    grouped, how many more entries each hit's group holds."""
     indent = " " * 25
     width = max(40, shutil.get_terminal_size((100, 20)).columns - len(indent))
     click.echo(f"\nquery: {query}")
@@ -357,6 +465,8 @@ def _print_hits(
             click.echo(f"{indent}answered: {'yes' if hit.answered else 'no'}{sure}")
         for line in body[1:]:
             click.echo(indent + line)
+        if hit.others:
+            click.echo(f"{indent}+{hit.others} more in this {group_by}")
         for name, value in hit.fields.items():
             if name in hidden or name == lead_field or value in (None, ""):
                 continue
@@ -378,7 +488,12 @@ def _print_hits(
     "--min-score", type=float, help="Mark hits with a cosine below this not answered (over a calibration)."
 )
 @provider_option
-@strategy_options
+@click.option(
+    "--group-by",
+    metavar="FIELD",
+    help="The best hit per value of this stored field, k of them, each with the count of the rest "
+    "(one FAQ question with several answers shown once).",
+)
 def query_command(
     index_dir: Path,
     question: str | None,
@@ -388,9 +503,10 @@ def query_command(
     as_json: bool,
     min_score: float | None,
     provider: str | None,
-    asked: dict[str, Any],
+    group_by: str | None,
 ) -> None:
-    """Search INDEX_DIR for QUESTION (or for every query in --queries)."""
+    """Search INDEX_DIR for QUESTION (or for every query in --queries), with the strategy it was
+    built with."""
     from search.engine import SearchEngine, check_queries, configure_threads
     from search.queries import Query, read_queries
 
@@ -399,8 +515,8 @@ def query_command(
     queries = read_queries(queries_file) if queries_file else [Query("1", question)]
     check_queries([q.text for q in queries])
     configure_threads()
-    engine = SearchEngine(index_dir, strategy=asked, provider=provider)
-    results = engine.search_many([q.text for q in queries], k, where, min_score)
+    engine = SearchEngine(index_dir, provider=provider)
+    results = engine.search_many([q.text for q in queries], k, where, min_score, group_by)
     source = engine.index.meta.get("source", {})
     text_fields = source.get("text_fields") or []
     lead_field = text_fields[0] if text_fields else None
@@ -410,28 +526,29 @@ def query_command(
             record = {"query_id": query.id, "query": query.text, "hits": [h.to_dict() for h in hits]}
             click.echo(json.dumps(record, ensure_ascii=False))
         else:
-            _print_hits(query.text, hits, lead_field, hidden)
+            _print_hits(query.text, hits, lead_field, hidden, group_by)
 
 
 @cli.command("calibrate")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--queries", "queries_file", help="Questions: JSONL with id and text.")
-@click.option("--qrels", type=click.Path(dir_okay=False, path_type=Path), help="Judgements.")
+@judged_options(required=False)
 @click.option(
     "--self", "from_corpus", is_flag=True, help="No labelled questions: make them from the index's own texts."
 )
 @rule_options
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the stored rule's threshold, precision, coverage and features")
 @wait_option
+@progress_options
 def calibrate_command(
     index_dir: Path,
-    queries_file: str | None,
+    queries_file: Path | None,
     qrels: Path | None,
     from_corpus: bool,
     precision: float,
     features: str | None,
     as_json: bool,
     wait: float,
+    progress: bool,
 ) -> None:
     """Fit and store the rule that marks hits answered; unjudged questions are unanswerable ones.
     With --self, the questions are the index's own texts with words dropped (docs/abstention.md)."""
@@ -448,6 +565,7 @@ def calibrate_command(
         precision=precision,
         features=_split(features) if features else None,
         wait=wait,
+        progress=progress,
     )
     shown = {
         k: v for k, v in rule.to_dict().items() if k in ("threshold", "precision", "coverage", "questions")
@@ -461,24 +579,29 @@ def calibrate_command(
 @click.option("--limit", type=click.IntRange(min=0), help="List at most this many pairs (best first).")
 @click.option("--exact", is_flag=True, help="Compare every pair, also past 30k vectors (slower).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: pairs and groups.")
+@progress_options
 def duplicates_command(
-    index_dir: Path, min_score: float, limit: int | None, exact: bool, as_json: bool
+    index_dir: Path, min_score: float, limit: int | None, exact: bool, as_json: bool, progress: bool
 ) -> None:
     """Pairs of entries at least MIN_SCORE alike, and the groups they form."""
     from indexer.store import open_index
     from search.duplicates import find_duplicates
 
-    found = find_duplicates(open_index(index_dir), min_score, limit, exact=exact or None)
+    found = find_duplicates(
+        open_index(index_dir), min_score, limit, exact=exact or None, progress=progress
+    )
     if as_json:
         click.echo(json.dumps(found.to_dict(), ensure_ascii=False))
         return
-    click.echo(f"{found.total} pairs in {len(found.groups)} groups at cosine >= {found.min_score}")
+    pairs, groups = _count(found.total, "pair"), _count(len(found.groups), "group")
+    click.echo(f"{pairs} in {groups} at cosine >= {found.min_score}")
     for number, group in enumerate(found.groups, 1):
         click.echo(f"group {number}: {' '.join(group)}")
     for a, b, score in found.pairs:
-        click.echo(f"{score:6.3f}  {a}  {b}")
+        click.echo(f"{score:6.3f}  {a}  {_short(found.texts.get(a, ''), 60)}")
+        click.echo(f"{'':6}  {b}  {_short(found.texts.get(b, ''), 60)}")
     if found.truncated:
-        click.echo(f"... {found.total - len(found.pairs)} more pairs (--limit)")
+        click.echo(f"... {_count(found.total - len(found.pairs), 'more pair')} (--limit)")
 
 
 @cli.command("add")
@@ -490,10 +613,11 @@ def duplicates_command(
     help="Field with the entry id to upsert by (default: the index's own; an index built on row "
     "numbers appends the rows with new ids).",
 )
-@click.option("--format", "fmt", type=click.Choice(FORMATS))
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@format_option
+@batch_size_option
 @wait_option
 @ray_options
+@progress_options
 def add_command(
     index_dir: Path,
     corpus: Path,
@@ -504,6 +628,7 @@ def add_command(
     wait: float,
     ray_address: str | None,
     ray_workers: int | None,
+    progress: bool,
 ) -> None:
     """Upsert CORPUS into INDEX_DIR by id: new and changed texts are embedded, unchanged ones skipped."""
     from indexer.update import add_to_index
@@ -516,7 +641,7 @@ def add_command(
         id_field=id_field,
         fmt=fmt,
         batch_size=batch_size,
-        progress=_progress(),
+        progress=progress,
         wait=wait,
         ray=ray_address,
         ray_workers=ray_workers,
@@ -558,9 +683,9 @@ def compact_command(index_dir: Path, wait: float) -> None:
 
 @cli.command("merge")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("-o", "--output", "index_dir", required=True, type=click.Path(path_type=Path))
-@click.option("--index-kind", type=click.Choice(KINDS), default="auto", show_default=True)
-@click.option("--storage", type=click.Choice(STORAGES), default="float32", show_default=True)
+@output_option
+@index_kind_option
+@storage_option
 def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, storage: str) -> None:
     """Merge shard directories written by workers (indexer.shards.embed_shard) into one index."""
     from indexer.shards import merge_shards
@@ -596,9 +721,11 @@ def export_encoder_command(index_dir: Path, target: Path) -> None:
 @cli.command("serve")
 @click.argument("index_dir", required=False, type=click.Path(path_type=Path))
 @click.option(
-    "--host", default="127.0.0.1", show_default=True, help="Interface to bind (localhost only by default)."
+    "--host", default="127.0.0.1", show_default=True, help="Interface to bind (127.0.0.1: this machine only)."
 )
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="TCP port to listen on."
+)
 @click.option(
     "--max-batch",
     default=64,
@@ -641,9 +768,10 @@ def serve_command(
     asked: dict[str, Any],
 ) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar,
-    /v1/embeddings (OpenAI's shape), /encode; GET /info, /fields, /health; docs at /docs.
-    With no INDEX_DIR and --model (or other strategy options): vectors alone (/v1/embeddings,
-    /encode, /info)."""
+    /v1/embeddings (OpenAI's shape), /encode, /reload (pick up a new version now); GET /duplicates,
+    /info, /fields, /health; API docs at /docs. New versions written by index, add or delete are
+    picked up within a second. With no INDEX_DIR and --model (or other strategy options): vectors
+    alone (/v1/embeddings, /encode, /info)."""
     from search.loading import load_encoding, load_engine
 
     if index_dir is not None and asked:
@@ -686,9 +814,10 @@ def serve_command(
     "--index",
     "index_dir",
     type=click.Path(path_type=Path),
-    help="Embed with this index's strategy and fitted post-processing (needed for --postprocess).",
+    help="Embed as this index's entries were: its strategy and fitted post-processing (centering, "
+    "whitening); the strategy options must then match it.",
 )
-@strategy_options
+@strategy_options_for("model", "layers", "combine", "pooling", "skip_special", "max_length", "backend")
 def similar_command(
     sentence: str, file: str, k: int | None, as_json: bool, index_dir: Path | None, asked: dict[str, Any]
 ) -> None:
@@ -732,6 +861,7 @@ def similar_command(
     type=click.Path(path_type=Path),
     help="Encode as this index does (its strategy and fitted post-processing): the vectors it compares.",
 )
+@progress_options
 @strategy_options
 def encode_command(
     source: str,
@@ -741,6 +871,7 @@ def encode_command(
     id_field: str | None,
     fmt: str | None,
     index_dir: Path | None,
+    progress: bool,
     asked: dict[str, Any],
 ) -> None:
     """Vectors of the texts of SOURCE (lines, CSV/TSV or JSONL with --text-field; default: stdin
@@ -760,7 +891,7 @@ def encode_command(
         text_fields=_split(text_field),
         id_field=id_field,
         fmt=fmt,
-        progress=_progress(),
+        progress=progress,
     )
     click.echo(
         f"encoded {report.texts} texts (dim {report.dimension}) into {report.output} "
@@ -772,7 +903,7 @@ def encode_command(
 
 @cli.command("info")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True)
+@json_option("one object with every fact, the unset ones as null")
 @click.option(
     "--check",
     is_flag=True,
@@ -804,7 +935,8 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)
     for key, value in shown.items():
-        click.echo(f"{key + ':':<12} {value}")
+        if value is not None:  # an unset fact (never updated, no calibration) is left out
+            click.echo(f"{key + ':':<12} {value}")
 
 
 def _echo_scores(scores: dict[str, Any], as_json: bool) -> None:
@@ -837,24 +969,8 @@ def pair_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def retrieval_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(
         [
-            click.option(
-                "--corpus",
-                type=click.Path(dir_okay=False, path_type=Path),
-                help="Corpus (JSONL with id, text, ...; or CSV/TSV/text).",
-            ),
-            click.option(
-                "--queries",
-                "queries_file",
-                required=True,
-                type=click.Path(dir_okay=False, path_type=Path),
-                help="Queries: JSONL with id and text.",
-            ),
-            click.option(
-                "--qrels",
-                required=True,
-                type=click.Path(dir_okay=False, path_type=Path),
-                help="Judgements: query_id doc_id relevance (TSV, header optional).",
-            ),
+            corpus_option(required=False),
+            judged_options(required=True),
             click.option("--text-field", default="text", show_default=True, help="Corpus field(s) to embed."),
             click.option(
                 "-k", default=10, show_default=True, type=click.IntRange(min=1), help="Metric cutoff."
@@ -872,15 +988,23 @@ def evaluate_group() -> None:
 
 @evaluate_group.command("sts")
 @pair_options
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the scores and the strategy")
 @strategy_options
+@progress_options
 def evaluate_sts_command(
-    pairs: Path, sentence1: str, sentence2: str, score: str, as_json: bool, asked: dict[str, Any]
+    pairs: Path,
+    sentence1: str,
+    sentence2: str,
+    score: str,
+    as_json: bool,
+    asked: dict[str, Any],
+    progress: bool,
 ) -> None:
     """Spearman and Pearson (x100) of cosine vs gold score on PAIRS (STS Benchmark format accepted)."""
     from search.evaluate import evaluate_sts, read_pairs
 
-    _echo_scores(evaluate_sts(read_pairs(pairs, sentence1, sentence2, score), _strategy(asked)), as_json)
+    data = read_pairs(pairs, sentence1, sentence2, score)
+    _echo_scores(evaluate_sts(data, _strategy(asked), progress=progress), as_json)
 
 
 @evaluate_group.command("retrieval")
@@ -888,9 +1012,10 @@ def evaluate_sts_command(
 @click.option(
     "--index", "index_dir", type=click.Path(path_type=Path), help="Use this index instead of building one."
 )
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the metrics and the strategy")
 @also_options
 @strategy_options
+@progress_options
 def evaluate_retrieval_command(
     corpus: Path | None,
     queries_file: Path,
@@ -901,6 +1026,7 @@ def evaluate_retrieval_command(
     as_json: bool,
     also: Any,
     asked: dict[str, Any],
+    progress: bool,
 ) -> None:
     """MRR@k, nDCG@k, Recall@1/@k and Success@1/@3 of the queries against the qrels."""
     from search.evaluate import evaluate_retrieval, read_retrieval_set
@@ -919,21 +1045,22 @@ def evaluate_retrieval_command(
         text_fields=fields,
         k=k,
         also=also,
+        progress=progress,
     )
     _echo_scores(scores, as_json)
 
 
 @evaluate_group.command("abstention")
-@click.option("--corpus", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--queries", "queries_file", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--qrels", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@corpus_option(required=True)
+@judged_options(required=True)
 @click.option("--text-field", default="text", show_default=True, help="Corpus field(s) to embed.")
 @click.option("--holdout", default=0.33, show_default=True, type=float, help="Share of threads removed.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random choice of threads.")
 @rule_options
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the scores of each rule")
 @also_options
 @strategy_options
+@progress_options
 def evaluate_abstention_command(
     corpus: Path,
     queries_file: Path,
@@ -946,6 +1073,7 @@ def evaluate_abstention_command(
     as_json: bool,
     also: Any,
     asked: dict[str, Any],
+    progress: bool,
 ) -> None:
     """Precision, coverage and AUROC of the calibrated rule vs a plain cosine threshold, with a
     share of the FAQ threads removed from the corpus (their questions must go unanswered)."""
@@ -961,6 +1089,7 @@ def evaluate_abstention_command(
         strategy=_strategy(asked),
         text_fields=_split(text_field),
         also=also,
+        progress=progress,
     )
     _echo_scores(scores, as_json)
 
@@ -1067,6 +1196,7 @@ def sweep_group() -> None:
 @sweep_group.command("sts")
 @pair_options
 @sweep_options
+@progress_options
 def sweep_sts_command(
     pairs: Path,
     sentence1: str,
@@ -1081,6 +1211,7 @@ def sweep_sts_command(
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
+    progress: bool,
 ) -> None:
     """Every strategy of the grid on sentence pairs, ranked by Spearman."""
     from search.evaluate import read_pairs
@@ -1089,7 +1220,7 @@ def sweep_sts_command(
     plan = _plan(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
     data = read_pairs(pairs, sentence1, sentence2, score)
     cells = sweep_sts(
-        data, plan.base, poolings=plan.poolings, postprocesses=plan.postprocesses, progress=_progress()
+        data, plan.base, poolings=plan.poolings, postprocesses=plan.postprocesses, progress=progress
     )
     _report_sweep(cells, "spearman", csv_path, heatmap, top, pairs.name, "semsearch index CORPUS -o INDEX")
 
@@ -1100,6 +1231,7 @@ def sweep_sts_command(
     "--metric", help="Metric to rank by: mrr@K (default), ndcg@K, recall@1, recall@K, success@1, success@3."
 )
 @sweep_options
+@progress_options
 def sweep_retrieval_command(
     corpus: Path | None,
     queries_file: Path,
@@ -1116,6 +1248,7 @@ def sweep_retrieval_command(
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
+    progress: bool,
 ) -> None:
     """Every strategy of the grid on a retrieval set, ranked by --metric."""
     from search.evaluate import read_retrieval_set
@@ -1134,7 +1267,7 @@ def sweep_retrieval_command(
         text_fields=fields,
         poolings=plan.poolings,
         postprocesses=plan.postprocesses,
-        progress=_progress(),
+        progress=progress,
         k=k,
         metric=metric,
     )
@@ -1159,10 +1292,10 @@ def sweep_retrieval_command(
     show_default=True,
     help="How word pieces merge into a word vector.",
 )
-@click.option("--json", "as_json", is_flag=True)
-@strategy_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the words and their cosines.")
+@strategy_options_for("model", "layers", "combine", "max_length", layers="-4,-3,-2,-1", combine="sum")
 def words_command(text: str, word: str | None, merge: str, as_json: bool, asked: dict[str, Any]) -> None:
-    """Contextual word vectors of TEXT (default layers: sum of the last four)."""
+    """Contextual word vectors of TEXT, read from the model's hidden states (on torch)."""
     from dataclasses import replace
 
     from indexer.encoders.torch_encoder import TorchEncoder

@@ -28,6 +28,8 @@ import numpy as np
 from indexer.errors import BadInput
 
 FEATURES = ("score", "margin", "zscore", "gap")
+DEFAULT_FEATURES = ("score", "gap")
+"""What a rule is fitted on unless asked otherwise (``search.calibration`` says why)."""
 GAP_TEXTS = 9
 """Distinct texts below a hit that ``gap`` compares it with."""
 NEIGHBOURS = 64

@@ -13,6 +13,7 @@ import numpy as np
 
 from indexer.errors import BadInput
 from indexer.fields import is_also
+from indexer.progress import Progress, Share
 from indexer.store import StoredIndex
 from indexer.vectors.factory import EXACT_LIMIT
 from indexer.vectors.faiss_index import PairIndex
@@ -90,6 +91,7 @@ def range_pairs(
     exact: bool | None = None,
     stop: Callable[[], bool] | None = None,
     block: int | None = None,
+    progress: Share | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Pairs of distinct owners with a cosine >= ``min_score`` between any of their vectors:
     (n, 2) owner ids (smaller first) and each pair's best cosine.
@@ -104,12 +106,14 @@ def range_pairs(
     Bounded whatever the min score: a tile or block yields at most ``MAX_RESULTS`` candidates,
     holding more than ``MAX_FOUND`` pairs is BadInput, and ``stop`` (asked before each row of
     tiles or block) returning True ends the scan with ScanStopped. ``block``: vectors per tile
-    or block instead of those defaults."""
+    or block instead of those defaults. ``progress``: told each row of tiles' or block's share of
+    the work."""
     found = _Found(min_score)
+    told = progress or (lambda share: None)
     if exact if exact is not None else len(vectors) < EXACT_LIMIT:
-        _exact_pairs(vectors, owners, min_score, found, stop, block or TILE)
+        _exact_pairs(vectors, owners, min_score, found, stop, block or TILE, told)
     else:
-        _ivf_pairs(vectors, owners, min_score, found, stop, block or 0)
+        _ivf_pairs(vectors, owners, min_score, found, stop, block or 0, told)
     return found.best()
 
 
@@ -120,8 +124,11 @@ def _exact_pairs(
     found: _Found,
     stop: Callable[[], bool] | None,
     tile: int,
+    progress: Share,
 ) -> None:
-    for start in range(0, len(vectors), tile):
+    n = len(vectors)
+    work = sum(min(tile, n - start) * (n - start) for start in range(0, n, tile))  # the triangle
+    for start in range(0, n, tile):
         if stop is not None and stop():
             raise ScanStopped
         rows = vectors[start : start + tile]
@@ -136,6 +143,7 @@ def _exact_pairs(
             keep = i != j  # chunks of one entry are never a pair
             i, j, scores = i[keep], j[keep], scores[keep]
             found.add(np.minimum(i, j), np.maximum(i, j), scores)
+        progress(len(rows) * (n - start) / work)
 
 
 def _ivf_pairs(
@@ -145,6 +153,7 @@ def _ivf_pairs(
     found: _Found,
     stop: Callable[[], bool] | None,
     rows_per_block: int,
+    progress: Share,
 ) -> None:
     ivf = PairIndex(vectors, PROBES)
     if rows_per_block <= 0:  # a query's results lie in its PROBES lists: at most the largest ones
@@ -157,6 +166,7 @@ def _ivf_pairs(
         others = owners[positions]
         keep = rows < others  # each pair once, never an entry with itself
         found.add(rows[keep], others[keep], scores[keep])
+        progress((len(lims) - 1) / len(vectors))
 
 
 def components(pairs: np.ndarray) -> list[list[int]]:
@@ -189,6 +199,7 @@ def find_duplicates(
     lock: AbstractContextManager[Any] | None = None,
     exact: bool | None = None,
     stop: Callable[[], bool] | None = None,
+    progress: bool = False,
 ) -> Duplicates:
     """Every pair of entries at cosine >= ``min_score`` (the best ``limit`` listed) and the groups
     they form (``exact``, ``stop`` and the bounds: see ``range_pairs``). Reads the vectors through
@@ -200,9 +211,15 @@ def find_duplicates(
     vectors, owners = index.read_vectors().stored()
     texts = ~is_also(owners)  # entries say the same thing when their texts do: also-vectors aside
     vectors, owners = vectors[texts], owners[texts]
-    pairs, scores = range_pairs(
-        np.ascontiguousarray(vectors, dtype=np.float32), owners, min_score, exact, stop
-    )
+    with Progress(len(vectors), "comparing", enabled=progress, unit="vector") as bar:
+        pairs, scores = range_pairs(
+            np.ascontiguousarray(vectors, dtype=np.float32),
+            owners,
+            min_score,
+            exact,
+            stop,
+            progress=bar.step(len(vectors)),
+        )
     best = np.argsort(-scores, kind="stable")[:limit]
     groups = components(pairs)
     shown = {int(r) for r in pairs[best].ravel()} | {r for g in groups for r in g}

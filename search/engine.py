@@ -19,6 +19,7 @@ from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_graph import CPU
 from indexer.errors import BadInput, IndexMoved, StrategyConflict
 from indexer.fields import FieldScoring, also_ids, row_ids, with_also_ids
+from indexer.progress import Share
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
 from indexer.transform import Transform
@@ -50,6 +51,7 @@ class Hit:
     fields: dict[str, Any]
     answered: bool | None = None  # by the index's calibrated rule or a --min-score; None: neither
     confidence: float | None = None  # the calibrated rule's probability that this hit is right
+    others: int | None = None  # grouped: entries of its group (the filter admits) below it; else None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,15 +146,21 @@ class Snapshot:
             return self.index.catalog.facets()
 
     def search_many(
-        self, queries: Sequence[str], k: int = 10, where: str | None = None, min_score: float | None = None
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        where: str | None = None,
+        min_score: float | None = None,
+        group_by: str | None = None,
     ) -> list[list[Hit]]:
-        """Embed all queries in one pass, then look each up (among the entries ``where`` allows)."""
+        """Embed all queries in one pass, then look each up (among the entries ``where`` allows,
+        the best per value of ``group_by``)."""
         allowed = self.allowed(where)
-        return self.lookup(self.embed(queries), k, allowed, min_score)
+        return self.lookup(self.embed(queries), k, allowed, min_score, self.grouping(group_by))
 
-    def embed(self, queries: Sequence[str]) -> np.ndarray:
+    def embed(self, queries: Sequence[str], progress: Share | None = None) -> np.ndarray:
         check_queries(queries)
-        return self.finish(self.embedder.embed(list(queries)))
+        return self.finish(self.embedder.embed(list(queries), progress=progress))
 
     def finish(self, vectors: np.ndarray) -> np.ndarray:
         """Raw model vectors -> this index's space (its fitted post-processing, if any)."""
@@ -171,6 +179,16 @@ class Snapshot:
         ids = np.array([r[0] for r in found], dtype=np.int64)
         return Allowed(ids, int(sum(r[1] for r in found)))
 
+    def grouping(self, group_by: str | None) -> str | None:
+        """The stored field hits are grouped by, checked before any vector is compared."""
+        if group_by is None:
+            return None
+        with self.db_lock:
+            fields = self.index.catalog.field_types()
+        if group_by not in fields:
+            raise BadInput(f"group by: unknown field {group_by!r}; fields are: {', '.join(sorted(fields))}")
+        return group_by
+
     @functools.cached_property
     def rule(self) -> Rule | None:
         """The decision rule ``calibrate`` stored in this version, if any."""
@@ -178,14 +196,20 @@ class Snapshot:
         return Rule.from_dict(stored) if stored else None
 
     def lookup(
-        self, vectors: np.ndarray, k: int, allowed: Allowed | None = None, min_score: float | None = None
+        self,
+        vectors: np.ndarray,
+        k: int,
+        allowed: Allowed | None = None,
+        min_score: float | None = None,
+        group_by: str | None = None,
     ) -> list[list[Hit]]:
         """Top-k hits of each vector. Each hit is marked ``answered`` by the stored rule (with its
-        ``confidence``) or, given ``min_score``, by its cosine; neither: ``answered`` is None."""
+        ``confidence``) or, given ``min_score``, by its cosine; neither: ``answered`` is None.
+        ``group_by`` (a field ``grouping`` checked): the best hit of each of the k best groups."""
         if k < 1:
             raise BadInput(f"k must be at least 1, not {k}")
         check_min_score(min_score)
-        return [self._lookup(vector, k, allowed, min_score) for vector in vectors]
+        return [self._lookup(vector, k, allowed, min_score, group_by) for vector in vectors]
 
     def neighbourhoods(
         self, vectors: np.ndarray, allowed: Allowed | None = None, count: int = NEIGHBOURS
@@ -259,26 +283,76 @@ class Snapshot:
         return {int(rows[i]): float(combined[i]) for i in order}
 
     def _lookup(
-        self, vector: np.ndarray, k: int, allowed: Allowed | None, min_score: float | None
+        self,
+        vector: np.ndarray,
+        k: int,
+        allowed: Allowed | None,
+        min_score: float | None,
+        group_by: str | None,
     ) -> list[Hit]:
         rule = self.rule
-        best = self._nearest(vector, max(k, NEIGHBOURS) if rule else k, allowed)
-        with self.reading() as catalog:
-            rows = catalog.rows(list(best))
-        top = list(best.items())[:k]
+        wanted = max(k, NEIGHBOURS) if rule else k
+        if group_by is None:
+            best = self._nearest(vector, wanted, allowed)
+            with self.reading() as catalog:
+                rows = catalog.rows(list(best))
+            heads, others = list(range(min(k, len(best)))), None
+        else:
+            best, heads, others = self._grouped(vector, k, wanted, allowed, group_by)
+            with self.reading() as catalog:
+                rows = catalog.rows([list(best)[i] for i in heads])
+        ranked = list(best.items())
+        top = [ranked[i] for i in heads]
         confidence: list[float | None] = [None] * len(top)
         if rule is not None and top:
-            confidence = rule.confidence(self._neighbourhood(best).features(len(top))).tolist()
-        hits = []
-        for rank, ((rowid, score), sure) in enumerate(zip(top, confidence, strict=True), 1):
+            around = dict(ranked[: max(wanted, heads[-1] + 1)])
+            features = self._neighbourhood(around).features(heads[-1] + 1)
+            confidence = rule.confidence(features[heads]).tolist()
+        hits: list[Hit] = []
+        for place, ((rowid, score), sure) in enumerate(zip(top, confidence, strict=True)):
             row = rows[rowid]
             fields = {name: value for name, value in row.items() if name not in RESERVED}
             if min_score is not None:
                 answered: bool | None = score >= min_score
             else:
                 answered = None if sure is None else sure >= rule.threshold
-            hits.append(Hit(rank, row["_id"], float(score), row["_text"], fields, answered, sure))
+            more = None if others is None else others[place]
+            hit = Hit(len(hits) + 1, row["_id"], float(score), row["_text"], fields, answered, sure, more)
+            hits.append(hit)
         return hits
+
+    def _grouped(
+        self, vector: np.ndarray, k: int, wanted: int, allowed: Allowed | None, group_by: str
+    ) -> tuple[dict[int, float], list[int], list[int]]:
+        """The nearest entries (row id -> score, best first, at least ``wanted``), the positions
+        in them of the best entry of each of the k best groups, and how many other entries (the
+        filter admits) each of those groups holds. An entry without a value is a group of its
+        own. The search widens until k groups are found or none is left: at most the whole
+        index, like a filter that admits few entries."""
+        within = None if allowed is None else allowed.ids.tolist()
+        with self.reading() as catalog:
+            available = catalog.group_count(group_by, within)
+        fetch = max(wanted, 4 * k)
+        while True:
+            found = self._nearest(vector, fetch, allowed)
+            with self.reading() as catalog:
+                values = catalog.values(list(found), group_by)
+            heads, seen = [], set()
+            for position, rowid in enumerate(found):
+                value = values[rowid]
+                if value is None or value not in seen:
+                    seen.add(value)
+                    heads.append(position)
+                    if len(heads) == k:
+                        break
+            if len(heads) >= min(k, available) or len(found) < fetch:
+                break
+            fetch *= 2
+        rowids = list(found)
+        named = [values[rowids[i]] for i in heads]
+        with self.reading() as catalog:
+            sizes = catalog.group_sizes(group_by, [v for v in named if v is not None], within)
+        return found, heads, [0 if value is None else sizes.get(value, 1) - 1 for value in named]
 
 
 class SearchEngine:
@@ -328,19 +402,32 @@ class SearchEngine:
         return True
 
     def search(
-        self, query: str, k: int = 10, where: str | None = None, min_score: float | None = None
+        self,
+        query: str,
+        k: int = 10,
+        where: str | None = None,
+        min_score: float | None = None,
+        group_by: str | None = None,
     ) -> list[Hit]:
-        """The ``k`` entries nearest to ``query`` by the index's stored strategy, best first.
-        ``where``: a filter on stored fields (``"category = 'billing'"``), applied before the
-        vector search, so k hits come back whenever k entries match; ``min_score``: mark hits
-        ``answered`` by this cosine instead of the index's calibrated rule. Many queries at
-        once: ``search_many`` (one pass through the model)."""
-        return self.search_many([query], k, where, min_score)[0]
+        """The k best hits for ``query``, best first, embedded with the index's own strategy.
+
+        ``where``: a filter on stored fields (``search.filters``), applied before the vectors are
+        compared. ``min_score``: hits below this cosine are marked not answered (over the
+        calibrated rule). ``group_by``: a stored field; the best hit per value of it (k
+        groups, each hit's ``others`` counting the rest of its group), e.g. one FAQ question
+        with several answers shown once."""
+        return self.search_many([query], k, where, min_score, group_by)[0]
 
     def search_many(
-        self, queries: Sequence[str], k: int = 10, where: str | None = None, min_score: float | None = None
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        where: str | None = None,
+        min_score: float | None = None,
+        group_by: str | None = None,
     ) -> list[list[Hit]]:
-        return self.fresh(lambda snapshot: snapshot.search_many(queries, k, where, min_score))
+        """``search`` for each query, all embedded in one pass."""
+        return self.fresh(lambda snapshot: snapshot.search_many(queries, k, where, min_score, group_by))
 
     def fresh(self, work: Callable[[Snapshot], T]) -> T:
         """``work`` on the current snapshot, redone on a reopened one when an update committed

@@ -22,6 +22,7 @@ import numpy as np
 
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring
+from indexer.progress import Progress
 from indexer.strategy import Strategy
 from search.queries import Query, read_queries
 
@@ -105,14 +106,18 @@ def pair_vectors(pairs: Pairs, vectors: np.ndarray) -> tuple[np.ndarray, np.ndar
     return vectors[[position[s] for s in pairs.first]], vectors[[position[s] for s in pairs.second]]
 
 
-def evaluate_sts(pairs: Pairs, strategy: Strategy | None = None) -> dict[str, float]:
+def evaluate_sts(
+    pairs: Pairs, strategy: Strategy | None = None, *, progress: bool = False
+) -> dict[str, float]:
     """Embed every sentence once with the strategy (post-processing fitted on these sentences), on
     the encoder an index of it would be built with (no torch once its graph is cached)."""
     from indexer.encoders.factory import encoder_for
     from indexer.transform import Transform
 
     embedder = encoder_for(strategy)
-    vectors = embedder.embed(pairs.sentences())
+    sentences = pairs.sentences()
+    with Progress(len(sentences), "embedding", enabled=progress) as bar:
+        vectors = embedder.embed(sentences, progress=bar.step(len(sentences)))
     vectors = Transform.apply_optional(Transform.for_strategy(embedder.strategy, vectors), vectors)
     return {**sts_scores(*pair_vectors(pairs, vectors), pairs.gold), "strategy": embedder.strategy.describe()}
 
@@ -193,10 +198,12 @@ def evaluate_retrieval(
     text_fields: Sequence[str] | None = None,
     k: int = 10,
     also: FieldScoring | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Query an existing index, or build a temporary one from ``corpus`` with ``strategy`` (and
     ``also`` fields); metrics at cutoff ``k``."""
     from indexer.build import build_index
+    from search.calibration import embedded
     from search.engine import SearchEngine
 
     with tempfile.TemporaryDirectory(prefix="semsearch-eval-") as tmp:
@@ -204,9 +211,10 @@ def evaluate_retrieval(
             if corpus is None:
                 raise BadInput("give a corpus to index, or an existing index")
             index_dir = Path(tmp) / "index"
-            build_index(corpus, index_dir, strategy, text_fields=text_fields, also=also)
+            build_index(corpus, index_dir, strategy, text_fields=text_fields, also=also, progress=progress)
         engine = SearchEngine(index_dir)
-        results = engine.search_many([q.text for q in data.queries], k=k)
+        vectors = embedded(engine.snapshot, [q.text for q in data.queries], progress)
+        results = engine.snapshot.lookup(vectors, k)
         ranked = {q.id: [h.id for h in hits] for q, hits in zip(data.queries, results, strict=True)}
         return {**retrieval_metrics(ranked, data.qrels, k), **described(engine.snapshot)}
 
@@ -243,6 +251,7 @@ def evaluate_abstention(
     strategy: Strategy | None = None,
     text_fields: Sequence[str] | None = None,
     also: FieldScoring | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Remove ``holdout`` of the threads (entries and their questions become unanswerable), index
     the rest, calibrate on half of the threads' questions and report on the other half: precision
@@ -278,11 +287,19 @@ def evaluate_abstention(
                 if entry.id not in gone:
                     out.write(json.dumps({**entry.fields, "id": entry.id}, ensure_ascii=False) + "\n")
         index_dir = Path(tmp) / "index"
-        build_index(remaining, index_dir, strategy, text_fields=text_fields, id_field="id", also=also)
+        build_index(
+            remaining,
+            index_dir,
+            strategy,
+            text_fields=text_fields,
+            id_field="id",
+            also=also,
+            progress=progress,
+        )
         engine = SearchEngine(index_dir)
         questions = [q for q in data.queries if q.id in set().union(*(t[0] for t in found))]
-        seen = observe_all(engine.snapshot, questions, data.qrels)
-        unlabelled = self_observations(engine.snapshot, seed)
+        seen = observe_all(engine.snapshot, questions, data.qrels, progress=progress)
+        unlabelled = self_observations(engine.snapshot, seed, progress=progress)
     split = [q.id in calibrating for q in questions]
     calibration = [o for o, c in zip(seen, split, strict=True) if c]
     test = [o for o, c in zip(seen, split, strict=True) if not c]

@@ -33,7 +33,7 @@ def rank_similar_with_index(
 ) -> list[Hit]:
     """``rank_similar`` with an index's strategy and its fitted post-processing (the sentences
     are embedded exactly as the index's entries were). ``strategy``: a request checked against
-    the index's, as ``query`` does."""
+    the index's, as ``SearchEngine`` does."""
     from search.engine import SearchEngine
 
     snapshot = SearchEngine(index_dir, strategy=strategy).snapshot

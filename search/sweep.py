@@ -17,6 +17,7 @@ import numpy as np
 
 from indexer.corpus import read_corpus
 from indexer.errors import BadInput
+from indexer.progress import Progress
 from indexer.strategy import POOLINGS, POSTPROCESSES, Strategy
 from indexer.transform import Transform
 from search.evaluate import Pairs, RetrievalSet, metric_names, pair_vectors, retrieval_metrics, sts_scores
@@ -110,7 +111,8 @@ def _embed_grid(base: Strategy, texts: Sequence[Sequence[str]], poolings: Sequen
     embedder = TorchEncoder(replace(base, postprocess="none", whiten_dims=None), all_layers=True)
     cells = grid(embedder.strategy, embedder.num_layers, poolings)
     strategies = [s for _, s in cells]
-    vectors = [embedder.embed_grid(t, strategies, progress=progress) for t in texts]
+    with Progress(sum(len(t) for t in texts), "embedding", enabled=progress) as bar:
+        vectors = [embedder.embed_grid(t, strategies, progress=bar.step(len(t))) for t in texts]
     return cells, vectors
 
 

@@ -51,9 +51,9 @@ def test_streamed_build_keeps_every_row_check_across_parts(tmp_path, tiny_model,
     calls = []
     embed = indexer.build.embed_entries  # whichever encoder the backend gives, it embeds a part here
 
-    def spy(on, part, also):
+    def spy(on, part, also, **options):
         calls.append(len(part))
-        return embed(on, part, also)
+        return embed(on, part, also, **options)
 
     monkeypatch.setattr(indexer.build, "embed_entries", spy)
     report = build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
@@ -111,7 +111,7 @@ def test_failure_in_a_later_part_leaves_the_previous_index(tmp_path, tiny_model,
     calls = []
     embed = indexer.build.embed_entries
 
-    def fails_on_the_third_part(on, part, also):
+    def fails_on_the_third_part(on, part, also, **options):
         calls.append(len(part))
         if len(calls) == 3:
             raise MemoryError("out of memory in the third part")

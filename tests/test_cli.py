@@ -104,7 +104,7 @@ def test_bad_inputs_are_one_line_errors(index, tmp_path, tiny_model):
         (("index", good, "-o", index, "--model", tiny_model, "--layers", "9"), "out of range"),
         (("index", good, "-o", index, "--layers", "x"), "Invalid value for '--layers'"),
         (("query", index, "   "), "empty query"),
-        (("query", index, "hi", "--layers", "-1"), "built with"),
+        (("similar", "hi", good, "--index", index, "--layers", "-1"), "built with"),
         (("query", tmp_path / "nowhere", "hi"), "no index at"),
         (("query", damaged, "hi"), "names a missing version"),
         (("query", tmp_path, "hi"), "not a semsearch index"),

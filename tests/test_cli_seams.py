@@ -33,7 +33,7 @@ def test_exit_codes_tell_the_kind_of_error(index, tmp_path):
     damaged.mkdir()
     (damaged / CURRENT).write_text("v-missing\n")
     bad_input = run("query", index, "hi", "--where", "nope = 1")
-    conflict = run("query", index, "hi", "--layers", "-1")
+    conflict = run("similar", "hi", "--index", index, "--layers", "-1", stdin="a line\n")
     broken = run("query", damaged, "hi")
     assert_clean_failure(bad_input, "unknown field 'nope'")
     assert_clean_failure(conflict, "built with")
@@ -107,17 +107,14 @@ def test_similar_with_post_processing_uses_an_index_or_refuses(tmp_path, tiny_mo
     corpus.write_text("A man plays guitar.\nA dog runs.\nStocks fell.\nIt is raining.\n", encoding="utf-8")
     built = run("index", corpus, "-o", tmp_path / "idx", "--model", tiny_model, "--postprocess", "center")
     assert built.returncode == 0, built.stderr
-    refused = run(
-        "similar",
-        "Someone makes music.",
-        "-",
-        "--model",
-        tiny_model,
-        "--postprocess",
-        "center",
-        stdin="A man plays guitar.\n",
-    )
-    assert_clean_failure(refused, "post-processing needs statistics fitted on a corpus")
+    from indexer.errors import BadInput
+    from indexer.strategy import Strategy
+    from search.similar import rank_similar
+
+    with pytest.raises(BadInput, match="post-processing needs statistics fitted on a corpus"):
+        rank_similar(
+            "Someone makes music.", ["A man plays guitar."], Strategy(model=tiny_model, postprocess="center")
+        )
     ranked = run(
         "similar",
         "Someone makes music.",

@@ -295,7 +295,8 @@ def small_disk(tmp_path):
     index of the tiny model with the graph it holds (a copy: a link cannot cross filesystems)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True)
+    mounting = ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)]
+    done = subprocess.run(mounting, capture_output=True)
     if done.returncode:
         pytest.skip("cannot mount a tmpfs here")
     yield mount

@@ -271,6 +271,26 @@ def test_range_and_odd_field_name(browser, odd_server):
     assert watched.dialogs == [] and watched.outside == []
 
 
+def test_group_by(browser, odd_server):
+    """Grouped by a field, the page shows the best hit per value and how many more each holds;
+    the URL keeps the grouping."""
+    watched = Watched(browser, odd_server, 1000, 800)
+    page = watched.page
+    page.goto(odd_server + "/?q=ride&k=50")
+    page.wait_for_function("() => document.querySelectorAll('#results > li').length === 30")
+    page.select_option("#group-by", value=ODD)
+    page.wait_for_function("() => document.querySelectorAll('#results > li').length === 2")
+    assert sorted(h["fields"][ODD] for h in results(page)) == ["ja", "nein"]
+    more = page.eval_on_selector_all("#results .hit-more", TEXTS)
+    assert sorted(more) == [f"+19 more in this {ODD}", f"+9 more in this {ODD}"]
+    assert "group=" in page.url
+    again = Watched(browser, odd_server, 1000, 800).page
+    again.goto(page.url)
+    again.wait_for_function("() => document.querySelectorAll('#results > li').length === 2")
+    assert again.input_value("#group-by") == ODD
+    assert watched.dialogs == [] and watched.outside == []
+
+
 DUPLICATED = [
     {"id": "d1", "text": "How do I reset my password?"},
     {"id": "d2", "text": "How do I reset my password?"},

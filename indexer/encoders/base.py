@@ -16,6 +16,7 @@ import numpy as np
 
 from indexer.encoders.tokens import TextTokenizer
 from indexer.head import Head, Network, encode
+from indexer.progress import Share, batches
 from indexer.strategy import Strategy
 
 
@@ -44,16 +45,17 @@ class Choice:
 class Encoder(Protocol):
     """Texts -> vectors with a resolved strategy. ``embed`` truncates at ``max_length`` (queries,
     sentences); ``embed_documents`` chunks long texts when the strategy says so and gives the text
-    index of each vector."""
+    index of each vector. ``progress``: told each batch's share of the texts' work
+    (``indexer.progress``)."""
 
     strategy: Strategy
     """The resolved strategy the vectors follow (its backend: what embedded them)."""
     choice: Choice
 
-    def embed(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray: ...
+    def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray: ...
 
     def embed_documents(
-        self, texts: Sequence[str], *, progress: bool = False
+        self, texts: Sequence[str], *, progress: Share | None = None
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
@@ -81,35 +83,28 @@ class NetworkEncoder:
         self.batch_size = batch_size
         self.choice = choice
 
-    def embed(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+    def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray:
         """One float32 vector per text (queries, sentences): always truncated at max_length."""
         return self.run(self.tokens.ids(texts), [self.head], progress=progress)[0]
 
     def embed_documents(
-        self, texts: Sequence[str], *, progress: bool = False
+        self, texts: Sequence[str], *, progress: Share | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Vectors for documents and the text index of each (several per text when chunking)."""
         tokenized = self.tokens.documents(texts)
         return self.run(tokenized.ids, [self.head], progress=progress)[0], tokenized.owners
 
     def run(
-        self, ids: Sequence[Sequence[int]], heads: Sequence[Head], *, progress: bool = False
+        self, ids: Sequence[Sequence[int]], heads: Sequence[Head], *, progress: Share | None = None
     ) -> list[np.ndarray]:
         """Token ids through the network; each head turns them into its vectors."""
         dimensions = [h.strategy.dimension(self.hidden_size) for h in heads]
-        if not progress:  # the read path: no progress bar to make per query
-            return encode(
-                self.network, ids, heads, dimensions, batch_size=self.batch_size, pad=self.tokens.pad
-            )
-        from tqdm import tqdm
-
-        with tqdm(total=len(ids), unit="text", desc="embedding") as bar:
-            return encode(
-                self.network,
-                ids,
-                heads,
-                dimensions,
-                batch_size=self.batch_size,
-                pad=self.tokens.pad,
-                on_batch=bar.update,
-            )
+        return encode(
+            self.network,
+            ids,
+            heads,
+            dimensions,
+            batch_size=self.batch_size,
+            pad=self.tokens.pad,
+            on_batch=batches(progress, len(ids)),
+        )

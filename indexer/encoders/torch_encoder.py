@@ -24,6 +24,7 @@ from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
 from indexer.head import Head, NetworkOutput
 from indexer.models import ModelFacts, identified, load_model, model_location, resolve_strategy
+from indexer.progress import Share
 from indexer.strategy import Strategy
 
 ASKED = Choice("torch", "backend torch asked for")
@@ -131,7 +132,7 @@ class TorchEncoder(NetworkEncoder):
         return Head(resolve_strategy(strategy, self.facts), self.num_layers, self.tokens.special_ids)
 
     def embed_grid(
-        self, texts: Sequence[str], strategies: Sequence[Strategy], *, progress: bool = False
+        self, texts: Sequence[str], strategies: Sequence[Strategy], *, progress: Share | None = None
     ) -> list[np.ndarray]:
         """Vectors of every strategy from one forward pass per batch (needs ``all_layers``).
 

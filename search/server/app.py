@@ -111,16 +111,17 @@ def create_app(
     add_encode_routes(app, batcher, live.current)
 
     async def search(
-        queries: list[str], k: int, where: str | None, min_score: float | None = None
+        queries: list[str], k: int, where: str | None, min_score: float | None, group_by: str | None
     ) -> list[list[dict[str, Any]]]:
         check_queries(queries)
 
         async def once(snapshot: Snapshot) -> list[list[dict[str, Any]]]:
             check_budget(queries, snapshot.embedder.strategy.max_length)
             allowed = None if where is None else await asyncio.to_thread(snapshot.allowed, where)
+            grouping = None if group_by is None else await asyncio.to_thread(snapshot.grouping, group_by)
 
             def look_up(vectors: np.ndarray) -> list[list[dict[str, Any]]]:
-                hits = snapshot.lookup(snapshot.finish(vectors), k, allowed, min_score)
+                hits = snapshot.lookup(snapshot.finish(vectors), k, allowed, min_score, grouping)
                 return [[hit.to_dict() for hit in found] for found in hits]
 
             return await batcher.run(snapshot.embedder, queries, look_up)
@@ -134,14 +135,19 @@ def create_app(
 
     @app.post("/search", responses=answers(400, 413, 503))
     async def search_one(body: SearchRequest, request: Request) -> dict[str, Any]:
-        """Top-k entries for one query, optionally filtered on stored fields first."""
-        found = await while_connected(request, search([body.query], body.k, body.where, body.min_score))
+        """Top-k entries for one query, optionally filtered on stored fields first and grouped by
+        one (the best entry per value)."""
+        found = await while_connected(
+            request, search([body.query], body.k, body.where, body.min_score, body.group_by)
+        )
         return {"query": body.query, "hits": found[0]}
 
     @app.post("/search/batch", responses=answers(400, 413, 503))
     async def search_batch(body: BatchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for each of up to 64 queries, embedded in one pass."""
-        results = await while_connected(request, search(body.queries, body.k, body.where, body.min_score))
+        results = await while_connected(
+            request, search(body.queries, body.k, body.where, body.min_score, body.group_by)
+        )
         return {"results": [{"query": q, "hits": h} for q, h in zip(body.queries, results, strict=True)]}
 
     async def similar(sentence: str, candidates: list[str], k: int | None) -> list[dict[str, Any]]:

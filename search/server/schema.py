@@ -18,6 +18,7 @@ MAX_QUERY = 2000  # characters in one query or sentence
 MAX_K = 100
 MAX_BATCH = 64  # queries in one /search/batch, and default texts per forward pass
 MAX_CANDIDATES = 1000
+MAX_FIELD_NAME = 200  # characters in a group_by field name
 
 
 def _unicode(text: str) -> str:
@@ -31,6 +32,16 @@ def _unicode(text: str) -> str:
 Text = Annotated[str, AfterValidator(_unicode)]
 Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY), AfterValidator(_unicode)]
 Where = Annotated[str, Field(max_length=MAX_FILTER_LENGTH), AfterValidator(_unicode)]
+GroupBy = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=MAX_FIELD_NAME,
+        description="A stored field: the best hit per value of it, each with `others`, the "
+        "count of the rest of its group.",
+    ),
+    AfterValidator(lambda name: name if name is None else _unicode(name)),
+]
 
 
 class Error(BaseModel):
@@ -59,6 +70,7 @@ class SearchRequest(BaseModel):
     k: int = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
     min_score: float | None = Field(None, ge=-1, le=1)  # answered = cosine >= it, over the stored rule
+    group_by: GroupBy = None
 
 
 class BatchRequest(BaseModel):
@@ -66,6 +78,7 @@ class BatchRequest(BaseModel):
     k: int = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
     min_score: float | None = Field(None, ge=-1, le=1)
+    group_by: GroupBy = None
 
 
 class SimilarRequest(BaseModel):

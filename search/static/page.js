@@ -109,6 +109,7 @@ function writeUrl(query, k, filterParams) {
   const params = new URLSearchParams();
   if (query) params.set("q", query);
   if (k !== "10") params.set("k", k);
+  if ($("group-by").value) params.set("group", $("group-by").value);
   for (const [key, value] of filterParams) params.set(key, value);
   const tab = TABS.find((name) => !$(`panel-${name}`).hidden);
   if (tab !== "search") params.set("tab", tab);
@@ -137,7 +138,8 @@ async function search() {
   const started = performance.now();
   $("status").textContent = "Searching…";
   try {
-    const body = { query, k: Number(k), ...(where ? { where } : {}) };
+    const group = $("group-by").value;
+    const body = { query, k: Number(k), ...(where ? { where } : {}), ...(group ? { group_by: group } : {}) };
     const data = await api("/search", body, controller.signal);
     const ms = Math.round(performance.now() - started);
     const status = $("status");
@@ -147,7 +149,7 @@ async function search() {
     }
     if (where) status.append(" · filter ", el("code", "", where));
     if (state.ignored.length) status.append(` · not in this index, ignored: ${state.ignored.join(", ")}`);
-    $("results").replaceChildren(...data.hits.map(renderHit));
+    $("results").replaceChildren(...data.hits.map((hit) => renderHit(hit, group)));
   } catch (error) {
     if (error.name === "AbortError") return;
     $("status").textContent = `Error: ${error.message}`;
@@ -166,7 +168,16 @@ function scoreBar(score) {
   return bar;
 }
 
-function renderHit(hit) {
+// Grouping: the stored fields (not the entry's id), chosen from the URL's "group" if it names one.
+function buildGroups(fields, params) {
+  const select = $("group-by");
+  for (const name of Object.keys(fields)) {
+    if (name !== state.info?.id_field) select.append(new Option(name, name));
+  }
+  if (Object.hasOwn(fields, params.get("group") || "")) select.value = params.get("group");
+}
+
+function renderHit(hit, group) {
   const item = el("li", "hit");
   item.tabIndex = 0;
   const textFields = (state.info && state.info.text_fields) || [];
@@ -179,6 +190,7 @@ function renderHit(hit) {
   if (hit.answered !== null && hit.answered !== undefined) head.append(answeredBadge(hit));
   item.append(head, el("h2", "hit-title", title));
   for (const name of stored.slice(1)) item.append(el("p", "hit-body", hit.fields[name]));
+  if (hit.others) item.append(el("p", "hit-more", `+${hit.others} more in this ${group}`));
   const chips = el("ul", "chips");
   for (const [name, value] of Object.entries(hit.fields)) {
     if (shown.has(name) || value === null || value === "") continue;
@@ -351,6 +363,7 @@ async function start() {
   document.addEventListener("keydown", onKey);
   $("q").addEventListener("input", () => runSearch(200));
   $("k").addEventListener("change", () => runSearch(0));
+  $("group-by").addEventListener("change", () => runSearch(0));
   $("search-form").addEventListener("submit", (event) => { event.preventDefault(); runSearch(0); });
   $("similar-form").addEventListener("submit", rankSimilar);
   $("clear-filters").addEventListener("click", () => {
@@ -369,6 +382,7 @@ async function start() {
     state.facets = fields.fields;
     showFacts(info);
     buildFilters(state.facets, params);
+    buildGroups(state.facets, params);
   } catch (error) {
     $("facts").textContent = `Cannot read the index: ${error.message}`;
   }

@@ -1,0 +1,61 @@
+"""Progress of long work: one bar per task on stderr (count, rate and time left), or nothing.
+
+A task counts in its own unit (entries, sentences, questions) and is done in steps whose pieces
+are something else: an encoder's batches of token windows, a scan's blocks of vectors. A step
+reports to a ``Share`` (``Progress.step``): it calls it with the share of the step each piece did,
+so the bar moves per batch in the task's unit whatever the step's pieces are.
+
+Whether a bar shows is the caller's choice (``enabled``): the CLI shows one on a terminal unless
+``--quiet`` (``search.cli.progress_options``), never in a pipe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+Share = Callable[[float], Any]
+"""What a step reports to: called after each of its pieces with the share of the step it did."""
+
+
+class Progress:
+    """A bar over ``total`` units of a task, or nothing when not ``enabled``."""
+
+    def __init__(self, total: int, desc: str, *, enabled: bool, unit: str = "text"):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit=unit, disable=not enabled)
+        self.done = 0.0
+
+    def advance(self, units: float) -> None:
+        """``units`` more done (fractions add up: the bar shows whole units)."""
+        self.done = min(self.done + units, self.bar.total or 0)
+        whole = int(self.done + 1e-9)  # shares of a step add up to its units, to float error
+        if whole > self.bar.n:
+            self.bar.update(whole - self.bar.n)
+
+    def step(self, units: float) -> Share:
+        """The ``Share`` of a step that does ``units`` of the task."""
+        return lambda share: self.advance(units * share)
+
+    def reach(self, units: float) -> None:
+        """At least ``units`` done: where a step that reports no pieces (Ray workers) ends."""
+        self.advance(max(0.0, units - self.done))
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is None:  # done: whatever fractions the steps' shares left behind
+            self.reach(self.bar.total or 0)
+        self.bar.close()
+
+
+def batches(progress: Share | None, total: int) -> Callable[[int], Any] | None:
+    """An ``on_batch(count)`` callback for ``total`` pieces, reporting each batch's share."""
+    if progress is None or total == 0:
+        return None
+    return lambda count: progress(count / total)

@@ -1,0 +1,194 @@
+"""Progress that moves: every long command shows one bar per task on a terminal, moving per batch
+(not per 4,096-entry part) with its rate and time left; nothing in a pipe or with --quiet. The
+commands run under a pseudo-terminal (``pty``), as a person at a terminal runs them."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer import Strategy, build_index
+from indexer.progress import Progress
+from search.duplicates import range_pairs
+from tests.conftest import clustered, run, write_csv
+
+BAR = re.compile(
+    r"(?P<desc>[a-z]+): +\d+%\|[^|\r\n]*\| *(?P<n>\d+)/(?P<total>\d+) \[[\d:]+<(?P<left>[\d:?]+), +\S+/s\]"
+)
+TOPICS = ["bikes", "billing", "parking", "app", "helmets"]
+ENTRIES = 120
+BATCH = 8
+DEFAULT_BATCH = 32  # texts per forward pass where a command has no --batch-size
+
+
+def on_terminal(*args: str) -> str:
+    """`semsearch ARGS` with stdout and stderr on a pseudo-terminal: everything it wrote there.
+    TQDM_MININTERVAL=0 draws every update (a fast tiny model would otherwise finish between two
+    redraws)."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # 24 x 120
+    env = {**os.environ, "TQDM_MININTERVAL": "0"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "search.cli", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    written = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        written += chunk
+    process.wait(timeout=300)
+    os.close(leader)
+    assert process.returncode == 0, written.decode(errors="replace")
+    return written.decode(errors="replace")
+
+
+def bars(output: str) -> dict[str, list[tuple[int, int]]]:
+    """Each bar's (done, total) states in the order drawn, by its name."""
+    drawn: dict[str, list[tuple[int, int]]] = {}
+    for match in BAR.finditer(output):
+        drawn.setdefault(match["desc"], []).append((int(match["n"]), int(match["total"])))
+    return drawn
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory, tiny_model: str) -> dict[str, Path]:
+    """A FAQ of 120 entries in five topics, 40 more, 120 sentence pairs, 40 judged questions and
+    an index of the FAQ, on the tiny model."""
+    directory = tmp_path_factory.mktemp("progress")
+    rows = [
+        (f"e{i}", f"entry {i} about {TOPICS[i % 5]} and more words {i * 7}", TOPICS[i % 5])
+        for i in range(ENTRIES)
+    ]
+    more = [(f"n{i}", f"new entry {i} about {TOPICS[i % 5]}", TOPICS[i % 5]) for i in range(40)]
+    pairs = directory / "pairs.csv"
+    write_csv(
+        pairs,
+        [(f"a sentence {i}", f"another one {i * 3}", i % 5) for i in range(ENTRIES)],
+        ("sentence1", "sentence2", "score"),
+    )
+    queries = directory / "queries.jsonl"
+    queries.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "text": f"question {i} on {TOPICS[i % 5]}"}) + "\n" for i in range(40)
+        )
+    )
+    qrels = directory / "qrels.tsv"
+    qrels.write_text("".join(f"q{i}\te{j}\t1\n" for i in range(40) for j in range(i % 5, ENTRIES, 25)))
+    corpus = write_csv(directory / "faq.csv", rows)
+    for index in ("idx", "added"):  # "added" is the one `add` changes
+        build_index(corpus, directory / index, Strategy(model=tiny_model))
+    return {
+        "corpus": corpus,
+        "more": write_csv(directory / "more.csv", more),
+        "pairs": pairs,
+        "queries": queries,
+        "qrels": qrels,
+        "index": directory / "idx",
+        "added": directory / "added",
+        "model": Path(tiny_model),
+        "out": directory,
+    }
+
+
+JUDGED = ["--corpus", "{corpus}", "--queries", "{queries}", "--qrels", "{qrels}", "--model", "{model}"]
+COMMANDS: dict[str, tuple[list[str], dict[str, int | None]]] = {  # arguments, bars and their totals
+    "index": (
+        ["index", "{corpus}", "-o", "{out}/built", "--model", "{model}", "--batch-size", str(BATCH)],
+        {"embedding": ENTRIES},
+    ),
+    "add": (["add", "{added}", "{more}", "--batch-size", str(BATCH)], {"embedding": 40}),
+    "evaluate sts": (["evaluate", "sts", "{pairs}", "--model", "{model}"], {"embedding": 2 * ENTRIES}),
+    "evaluate retrieval": (
+        ["evaluate", "retrieval", *JUDGED],
+        {"embedding": ENTRIES, "questions": 40},
+    ),
+    "sweep sts": (["sweep", "sts", "{pairs}", "--model", "{model}"], {"embedding": 2 * ENTRIES}),
+    "sweep retrieval": (
+        ["sweep", "retrieval", *JUDGED],
+        {"embedding": ENTRIES + 40},
+    ),
+    "evaluate abstention": (
+        ["evaluate", "abstention", *JUDGED, "--precision", "0.05"],
+        {"embedding": None, "questions": None, "paraphrases": None},  # what the held-out threads leave
+    ),
+    "calibrate": (["calibrate", "{index}", "--self"], {"paraphrases": ENTRIES}),
+    "duplicates": (["duplicates", "{index}", "--min-score", "0.99"], {"comparing": ENTRIES}),
+}
+
+
+def arguments(command: str, files: dict[str, Path]) -> list[str]:
+    return [part.format(**files) for part in COMMANDS[command][0]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", COMMANDS)
+def test_bars_move_per_batch_on_a_terminal(files, command):
+    drawn = bars(on_terminal(*arguments(command, files)))
+    expected = COMMANDS[command][1]
+    assert set(drawn) == set(expected), drawn
+    for name, total in expected.items():
+        states = drawn[name]
+        total = total or states[-1][1]
+        assert {t for _, t in states} == {total}
+        done = [n for n, _ in states]
+        assert done == sorted(done) and done[-1] == total
+        if name != "comparing":  # a scan of 120 vectors is one tile
+            batch = BATCH if "--batch-size" in COMMANDS[command][0] else DEFAULT_BATCH
+            between = {n for n in done if 0 < n < total}
+            assert len(between) >= -(-total // batch) - 1, states  # it moved batch by batch
+    if command == "index":
+        between = {n for n, _ in drawn["embedding"] if 0 < n < ENTRIES}
+        assert all(n % BATCH == 0 for n in between), between  # one step per batch of texts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["index", "calibrate"])
+def test_quiet_on_a_terminal_and_silent_in_a_pipe(files, command):
+    assert bars(on_terminal(*arguments(command, files), "--quiet")) == {}
+    piped = run(*arguments(command, files))
+    assert piped.returncode == 0, piped.stderr
+    assert not BAR.search(piped.stderr) and "%|" not in piped.stderr
+
+
+def test_steps_report_shares_in_the_task_unit():
+    """A step done in pieces of another unit (token windows, also texts) moves the bar by whole
+    units of the task, and the task ends complete."""
+    with Progress(10, "embedding", enabled=True) as bar:
+        step = bar.step(4)  # 4 entries embedded as 6 windows
+        for _ in range(6):
+            step(1 / 6)
+        assert bar.bar.n == 4
+        bar.step(6)(0.5)
+        assert bar.bar.n == 7
+        bar.reach(8)
+        assert bar.bar.n == 8
+    assert bar.bar.n == 10
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_duplicate_scan_reports_each_block(exact):
+    vectors = clustered(600)
+    told: list[float] = []
+    range_pairs(vectors, np.arange(600), 0.95, exact=exact, block=100, progress=told.append)
+    assert len(told) == 6 and all(share > 0 for share in told)
+    assert sum(told) == pytest.approx(1.0)
