@@ -245,7 +245,8 @@ class Snapshot:
         self, vector: np.ndarray, k: int, allowed: Allowed | None, min_score: float | None
     ) -> list[Hit]:
         rule = self.rule
-        best = self._nearest(vector, max(k, NEIGHBOURS) if rule else k, allowed)
+        wide = max(k, NEIGHBOURS) if rule and rule.reads_neighbours else k
+        best = self._nearest(vector, wide, allowed)
         with self.db_lock:
             rows = self.index.rows(list(best))
         # a row deleted by an update committed after this snapshot was taken is no answer
@@ -253,7 +254,16 @@ class Snapshot:
         top = list(best.items())[:k]
         confidence: list[float | None] = [None] * len(top)
         if rule is not None and top:
-            confidence = rule.confidence(self._neighbourhood(best).features(len(top))).tolist()
+            near = self._neighbourhood(best)
+            # a hit is measured against the query's whole neighbourhood: a filter never changes it
+            whole = (
+                near
+                if allowed is None or not rule.reads_neighbours
+                else self._neighbourhood(self._nearest(vector, wide, None))
+            )
+            confidence = rule.confidence(
+                whole.features_of(near.scores[: len(top)], near.groups[: len(top)])
+            ).tolist()
         hits = []
         for rank, ((rowid, score), sure) in enumerate(zip(top, confidence, strict=True), 1):
             row = rows[rowid]
