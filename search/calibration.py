@@ -110,6 +110,8 @@ RESAMPLES = 1000
 """Cluster bootstrap resamples behind a promise."""
 CUTS = 200
 """Candidate thresholds tried (quantiles of the calibration confidences)."""
+MIN_THREADS = 10
+"""Threads (distinct answers) below which no promise is made: the resampling needs some."""
 
 
 def check_share(name: str, value: float) -> float:
@@ -139,14 +141,18 @@ def fit_rule(
     answerable = np.array([o.answerable for o in seen], dtype=bool)
     if not answerable.any():
         raise BadInput("no calibration question is answerable (none has a relevant entry in the index)")
-    if answerable.all() or not correct.any():
-        what = "right" if not correct.any() else "answerable"
+    if not correct.any():
+        raise BadInput("cannot learn when to abstain: no calibration question's top hit is right")
+    if answerable.all():
         raise BadInput(
-            f"cannot learn when to abstain: no calibration question's top hit is {what} "
-            "(the index needs at least two distinct texts, and some questions it answers)"
-            if what == "right"
-            else "cannot learn when to abstain: every calibration question is answerable and none "
-            "could be hidden from the index (it needs at least two distinct texts)"
+            "cannot learn when to abstain: every calibration question is answerable and none could be "
+            "asked with its answers hidden (the index needs at least two distinct texts)"
+        )
+    threads = len({o.cluster for o in seen})
+    if threads < MIN_THREADS:
+        raise BadInput(
+            f"cannot promise a precision from questions on {threads} threads (distinct answers): "
+            f"give labelled questions on at least {MIN_THREADS}"
         )
     rows = np.array([o.features for o in seen])[:, [FEATURES.index(n) for n in features]]
     mean, scale = rows.mean(axis=0), rows.std(axis=0)
@@ -411,7 +417,7 @@ def calibrate_index(
 def remove_calibration(index_dir: str | Path, wait: float = 0) -> bool:
     """Drop the stored rule (a new version, under the writer lock); False if there was none."""
     with writer_lock(Path(index_dir), wait):
-        if live_meta(Path(index_dir)).calibration is None:
+        if not live_meta(Path(index_dir)).calibration:
             return False
-        apply_change(index_dir, Change(meta={"calibration": None}))
+        apply_change(index_dir, Change(meta={"calibration": {}}))  # a version's meta keys are only ever set
     return True
