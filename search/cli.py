@@ -480,6 +480,8 @@ def calibrate_command(
     )
     click.echo(f"measured:   on {rule.measured_on}")
     click.echo(f"rule:       {','.join(rule.features)}, threshold {rule.threshold:.4f}")
+    if rule.why:
+        click.echo(f"chosen:     {rule.why}")
 
 
 @cli.command("duplicates")
@@ -855,8 +857,9 @@ def evaluate_retrieval_command(
     "--holdout", default=0.33, show_default=True, type=float, help="Share of the test threads removed."
 )
 @click.option(
-    "--seeds", default=20, show_default=True, type=click.IntRange(min=1), help="Splits tried (seeds 0..N-1)."
+    "--seeds", default=20, show_default=True, type=click.IntRange(min=1), help="Splits tried, one per seed."
 )
+@click.option("--seed", default=0, show_default=True, type=int, help="The first seed.")
 @rule_options
 @click.option("--json", "as_json", is_flag=True)
 @also_options
@@ -868,6 +871,7 @@ def evaluate_abstention_command(
     text_field: str,
     holdout: float,
     seeds: int,
+    seed: int,
     precision: float,
     guarantee: float | None,
     unanswerable: float | None,
@@ -878,15 +882,15 @@ def evaluate_abstention_command(
 ) -> None:
     """How often the promise held on threads the rule never saw, over many splits: half the
     threads calibrate (answerable labels only), the other half test, with --holdout of them
-    removed from the index. The learned rule (--features, default score,gap) beside the plain
-    cosine threshold."""
+    removed from the index. The learned rule (--features, default score,gap), the plain cosine
+    threshold, and the default (the one calibrate picks on each calibration half)."""
     from search.evaluate import evaluate_abstention, read_retrieval_set
 
     report = evaluate_abstention(
         corpus,
         read_retrieval_set(queries_file, qrels),
         holdout=holdout,
-        seeds=range(seeds),
+        seeds=range(seed, seed + seeds),
         precision=precision,
         guarantee=guarantee,
         unanswerable=unanswerable,
@@ -900,12 +904,13 @@ def evaluate_abstention_command(
         return
     runs = report.pop("per seed")
     _echo_scores(report, False)
-    click.echo("seed  rule precision  coverage  plain precision  coverage")
+    click.echo("seed  rule precision  coverage  plain precision  coverage  default precision  coverage")
     for run in runs:
-        rule, plain = run["rule"], run["plain"]
+        rule, plain, chosen = run["rule"], run["plain"], run["default"]
         click.echo(
             f"{run['seed']:>4}  {rule['precision']:>14.3f}  {rule['coverage']:>8.3f}"
             f"  {plain['precision']:>15.3f}  {plain['coverage']:>8.3f}"
+            f"  {chosen['precision']:>17.3f}  {chosen['coverage']:>8.3f}"
         )
 
 

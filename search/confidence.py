@@ -113,6 +113,7 @@ class Rule:
     source: str = "labels"
     measured_on: str = ""
     created: str = ""
+    why: str = ""  # why these features: the learned rule against the plain one on held-out threads
 
     @property
     def reads_neighbours(self) -> bool:

@@ -267,6 +267,7 @@ def evaluate_abstention(
         auroc,
         check_precision,
         check_share,
+        choose_rule,
         fit_rule,
         measure,
         observe,
@@ -333,9 +334,13 @@ def evaluate_abstention(
         correct = np.array([o.correct for o in test])
         answerable = np.array([o.answerable for o in test])
         result: dict[str, Any] = {"seed": seed, "test unanswerable": float((~answerable).mean())}
-        for name, chosen in (("rule", learned), ("plain", PLAIN)):
+        for name, chosen in (("rule", learned), ("plain", PLAIN), ("default", None)):
             try:
-                rule = fit_rule(calibration, precision, chosen, guarantee, unanswerable)
+                if chosen is None:
+                    rule = choose_rule(calibration, precision, guarantee, unanswerable)
+                    result["default chose"] = ",".join(rule.features)
+                else:
+                    rule = fit_rule(calibration, precision, chosen, guarantee, unanswerable)
             except BadInput:  # no promise possible on this split: nothing is answered
                 result[name] = {"precision": 1.0, "coverage": 0.0, "auroc": None, "refused": True}
                 continue
@@ -352,7 +357,10 @@ def evaluate_abstention(
         "target": f"precision >= {precision:g} with {guarantee:.0%} confidence, "
         f"up to {unanswerable:.0%} unanswerable",
     }
-    for name, chosen in (("rule", learned), ("plain", PLAIN)):
+    report["default chose learned"] = (
+        f"{sum(r.get('default chose') == ','.join(LEARNED) for r in per_seed)}/{len(per_seed)} seeds"
+    )
+    for name, chosen in (("rule", learned), ("plain", PLAIN), ("default", ("chosen per split",))):
         runs = [r[name] for r in per_seed]
         got = np.array([r["precision"] for r in runs])
         covered = np.array([r["coverage"] for r in runs])

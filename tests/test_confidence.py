@@ -258,6 +258,16 @@ def test_cli_calibrate_then_query(faq):
     assert_clean_failure(
         run("calibrate", index, "--queries", queries, "--qrels", qrels, "--precision", "0"), "precision"
     )
+    assert_clean_failure(
+        run("calibrate", index, "--queries", queries, "--qrels", qrels, "--guarantee", "1"), "guarantee"
+    )
+    info = run("info", index).stdout
+    assert "calibration: labels: plain cosine threshold; precision >= 0.95 with 90% confidence" in info
+    assert_clean_failure(run("calibrate", index, "--remove", "--self"), "--remove takes no questions")
+    assert run("calibrate", index, "--remove").stdout.strip() == "calibration removed"
+    assert "calibration: none" in run("info", index).stdout
+    assert run("calibrate", index, "--remove").stdout.strip() == "not calibrated: nothing to remove"
+    assert json.loads(run("query", index, OTHERS[2], "-k", "1", "--json").stdout)["hits"][0]["answered"] is None
 
 
 @pytest.mark.slow
