@@ -267,7 +267,8 @@ def test_cli_calibrate_then_query(faq):
     assert run("calibrate", index, "--remove").stdout.strip() == "calibration removed"
     assert "calibration: none" in run("info", index).stdout
     assert run("calibrate", index, "--remove").stdout.strip() == "not calibrated: nothing to remove"
-    assert json.loads(run("query", index, OTHERS[2], "-k", "1", "--json").stdout)["hits"][0]["answered"] is None
+    hit = json.loads(run("query", index, OTHERS[2], "-k", "1", "--json").stdout)["hits"][0]
+    assert hit["answered"] is None
 
 
 @pytest.mark.slow
