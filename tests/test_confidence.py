@@ -18,6 +18,7 @@ from search.calibration import (
     Curve,
     Observation,
     calibrate_index,
+    choose_rule,
     choose_threshold,
     fit_rule,
     measure,
@@ -634,3 +635,27 @@ def test_self_calibration_answers_most_right_hits_of_the_demo(demo_labels, bundl
     right, answered_right, answered = right_answered(index, asked)
     assert answered_right >= 0.75 * right
     assert answered_right / answered >= 0.9
+
+
+def separable(rng: np.random.Generator, gap_helps: bool, threads: int = 40) -> list[Observation]:
+    """Answerable questions and their hidden twins whose cosines overlap; ``gap`` tells them
+    apart when ``gap_helps``, else it is the same for every question."""
+    seen = []
+    for t in range(threads):
+        for _ in range(4):
+            for answerable, score, gap in ((True, 0.7, 0.3), (False, 0.62, 0.05)):
+                row = np.array(
+                    [score + rng.normal(0, 0.05), 0.0, 0.0, gap + rng.normal(0, 0.03) if gap_helps else 0.2]
+                )
+                seen.append(Observation(row, answerable, answerable, t, hidden=not answerable))
+    return seen
+
+
+def test_the_learned_rule_earns_its_place_on_held_out_threads():
+    rng = np.random.default_rng(0)
+    learned = choose_rule(separable(rng, gap_helps=True))
+    assert learned.features == ("score", "gap") and learned.why.startswith("learned score,gap")
+    plain = choose_rule(separable(rng, gap_helps=False))  # gap adds nothing: no more coverage
+    assert plain.features == ("score",) and plain.why.startswith("plain: learned vs plain held-out")
+    few = choose_rule(separable(rng, gap_helps=True, threads=12))
+    assert few.features == ("score",) and "too few threads (12)" in few.why
