@@ -340,9 +340,10 @@ function showFacts(info) {
     `${info.entries} entries`,
     `${info.index_kind} index`,
     built ? `built ${String(built).replace("T", " ").slice(0, 16)}` : null,
-    calibrationFact(info.calibration),
   ];
-  $("facts").replaceChildren(...facts.filter(Boolean).map((fact) => el("span", "fact", fact)));
+  const shown = facts.filter(Boolean).map((fact) => el("span", "fact", fact));
+  shown.push(el("span", "fact calibration", calibrationFact(info.calibration)));
+  $("facts").replaceChildren(...shown);
 }
 
 // The index's "no answer" promise, as `semsearch info` states it (its full record: /info).
