@@ -33,7 +33,6 @@ from indexer.errors import BadInput
 from indexer.store import Change, apply_change, live_meta, writer_lock
 from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood, Rule
 from search.engine import SearchEngine, Snapshot
-from search.evaluate import threads
 from search.queries import Query
 
 PLAIN = ("score",)
@@ -70,6 +69,27 @@ class Observation:
     correct: bool  # the top hit is relevant
     cluster: int = 0  # questions of one thread (or made from one text) share it: the unit resampled
     hidden: bool = False  # an answerable question asked again with its answers hidden
+
+
+def threads(qrels: Mapping[str, Mapping[str, int]]) -> list[tuple[set[str], set[str]]]:
+    """Questions and entries linked by judgements, as (question ids, entry ids) per connected
+    component: a FAQ thread, removed or kept whole so no paraphrase leaks across a split."""
+    parent: dict[str, str] = {}
+
+    def root(node: str) -> str:
+        while parent.setdefault(node, node) != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for question, docs in qrels.items():
+        for doc in docs:
+            parent[root("d:" + doc)] = root("q:" + question)
+    groups: dict[str, tuple[set[str], set[str]]] = {}
+    for node in list(parent):
+        questions, entries = groups.setdefault(root(node), (set(), set()))
+        (questions if node.startswith("q:") else entries).add(node[2:])
+    return [groups[key] for key in sorted(groups)]
 
 
 def observe(

@@ -211,27 +211,6 @@ def evaluate_retrieval(
         return {**retrieval_metrics(ranked, data.qrels, k), **described(engine.snapshot)}
 
 
-def threads(qrels: Mapping[str, Mapping[str, int]]) -> list[tuple[set[str], set[str]]]:
-    """Questions and entries linked by judgements, as (question ids, entry ids) per connected
-    component: a FAQ thread, removed or kept whole so no paraphrase leaks across a split."""
-    parent: dict[str, str] = {}
-
-    def root(node: str) -> str:
-        while parent.setdefault(node, node) != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
-    for question, docs in qrels.items():
-        for doc in docs:
-            parent[root("d:" + doc)] = root("q:" + question)
-    groups: dict[str, tuple[set[str], set[str]]] = {}
-    for node in list(parent):
-        questions, entries = groups.setdefault(root(node), (set(), set()))
-        (questions if node.startswith("q:") else entries).add(node[2:])
-    return [groups[key] for key in sorted(groups)]
-
-
 def evaluate_abstention(
     corpus: str | Path,
     data: RetrievalSet,
@@ -271,6 +250,7 @@ def evaluate_abstention(
         fit_rule,
         measure,
         observe,
+        threads,
     )
     from search.confidence import NEIGHBOURS
     from search.engine import SearchEngine

@@ -26,10 +26,11 @@ from search.calibration import (
     paraphrase,
     remove_calibration,
     self_observations,
+    threads,
 )
 from search.confidence import Neighbourhood, Rule
 from search.engine import SearchEngine
-from search.evaluate import evaluate_abstention, read_retrieval_set, threads
+from search.evaluate import evaluate_abstention, read_retrieval_set
 from tests.conftest import DATA, assert_clean_failure, run, shared_file
 
 TOPICS = [
