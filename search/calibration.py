@@ -261,7 +261,7 @@ def choose_rule(
     kept = learned_precision >= min(precision, plain_precision) - 1e-9
     wins = learned_coverage > plain_coverage and kept
     measured = (
-        f"held-out coverage {learned_coverage:.2f} vs {plain_coverage:.2f}, "
+        f"held-out coverage {learned_coverage:.3f} vs {plain_coverage:.3f}, "
         f"precision {learned_precision:.3f} vs {plain_precision:.3f}"
     )
     chosen = LEARNED if wins else PLAIN
