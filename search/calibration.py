@@ -11,8 +11,9 @@ The rule is a logistic regression (scikit-learn) on some of the features, standa
 say whether the top hit is right; its probability is the ``confidence``. The threshold keeps a
 promise, not an average (``Curve.guaranteed``): precision >= the target with a stated
 probability, on questions of which an assumed share has no answer, resampling whole threads.
-The plain cosine (``PLAIN``) is the default rule: the learned ``score,gap`` was chosen on the
-StackFAQ dev split and did not beat it on the held-out test threads (docs/abstention.md).
+The plain cosine (``PLAIN``) is the rule unless the learned ``score,gap`` beats it on held-out
+threads of the user's own labels (``choose_rule``): chosen on the StackFAQ dev split, it did not
+beat the plain threshold on the held-out test threads (docs/abstention-guarantee.md).
 
 Without labelled questions, ``calibrate --self`` makes them from the corpus (``self_observations``):
 each distinct text, with a third of its words dropped (a crude paraphrase), is a question whose
@@ -36,8 +37,7 @@ from search.engine import SearchEngine, Snapshot
 from search.queries import Query
 
 PLAIN = ("score",)
-"""The cosine alone: the default rule (the learned one did not beat it on held-out threads,
-docs/abstention.md)."""
+"""The cosine alone: the rule kept unless the learned one wins on held-out threads (``choose_rule``)."""
 LEARNED = ("score", "gap")
 """The learned rule ``evaluate abstention`` holds against the plain one by default."""
 DEFAULT_FEATURES = PLAIN
