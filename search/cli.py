@@ -158,7 +158,8 @@ def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
     command = click.option(
         "--features",
-        help="Confidence features among score, margin, zscore, gap (default: score, the cosine).",
+        help="Confidence features among score, margin, zscore, gap (default: score, the cosine, or "
+        "score,gap where it wins on held-out threads of the labels).",
     )(command)
     command = click.option(
         "--unanswerable",
