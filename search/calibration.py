@@ -3,37 +3,45 @@ questions and store it in the index (``calibrate``), so every query marks its hi
 A tool above the engine: it searches through a ``Snapshot`` and writes through the store, under
 the writer lock like any write.
 
-``score,gap`` is the default feature set: on the StackFAQ dev split it is the set whose AUROC beats
-the plain cosine's (docs/abstention.md has every set tried).
+Labels a FAQ owner has are answerable questions, so each one is also asked with its relevant
+entries hidden from its neighbourhood: an example of a question the index cannot answer, made
+from what the user has (``observe``). A question with no relevant entry in the index is one too.
+
+The rule is a logistic regression (scikit-learn) on some of the features, standardised, fitted to
+say whether the top hit is right; its probability is the ``confidence``. The threshold keeps a
+promise, not an average (``Curve.guaranteed``): precision >= the target with a stated
+probability, on questions of which an assumed share has no answer, resampling whole threads.
+The plain cosine (``PLAIN``) is the rule unless the learned ``score,gap`` beats it on held-out
+threads of the user's own labels (``choose_rule``): chosen on the StackFAQ dev split, it did not
+beat the plain threshold on the held-out test threads (docs/abstention-guarantee.md).
 
 Without labelled questions, ``calibrate --self`` makes them from the corpus (``self_observations``):
 each distinct text, with a third of its words dropped (a crude paraphrase), is a question whose
 right answer is that text's entries (answerable), and the same question with those entries left
 out is one the index cannot answer.
-
-The rule is a logistic regression (scikit-learn) on some of the features, standardised, fitted to
-say whether the top hit is right; its probability is the ``confidence`` and the threshold is the
-lowest one at which the calibration questions reach the asked precision. A question with no
-relevant entry in the index is an unanswerable example: its top hit is never right.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 from indexer.errors import BadInput
 from indexer.progress import Progress
-from indexer.store import Change, apply_change, writer_lock
-from search.confidence import DEFAULT_FEATURES, FEATURES, NEIGHBOURS, Neighbourhood, Rule
+from indexer.store import Change, apply_change, live_meta, writer_lock
+from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood, Rule
 from search.engine import SearchEngine, Snapshot
 from search.queries import Query
 
 PLAIN = ("score",)
-"""The cosine alone: the rule a held-out evaluation holds the fitted one against."""
+"""The cosine alone: the rule kept unless the learned one wins on held-out threads (``choose_rule``)."""
+LEARNED = ("score", "gap")
+"""The learned rule ``evaluate abstention`` holds against the plain one by default."""
+DEFAULT_FEATURES = PLAIN
 
 
 def check_features(names: Sequence[str] | None) -> tuple[str, ...]:
@@ -60,6 +68,29 @@ class Observation:
     features: np.ndarray  # one row of FEATURES
     answerable: bool  # a relevant entry is in the index
     correct: bool  # the top hit is relevant
+    cluster: int = 0  # questions of one thread (or made from one text) share it: the unit resampled
+    hidden: bool = False  # an answerable question asked again with its answers hidden
+
+
+def threads(qrels: Mapping[str, Mapping[str, int]]) -> list[tuple[set[str], set[str]]]:
+    """Questions and entries linked by judgements, as (question ids, entry ids) per connected
+    component: a FAQ thread, removed or kept whole so no paraphrase leaks across a split."""
+    parent: dict[str, str] = {}
+
+    def root(node: str) -> str:
+        while parent.setdefault(node, node) != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for question, docs in qrels.items():
+        for doc in docs:
+            parent[root("d:" + doc)] = root("q:" + question)
+    groups: dict[str, tuple[set[str], set[str]]] = {}
+    for node in list(parent):
+        questions, entries = groups.setdefault(root(node), (set(), set()))
+        (questions if node.startswith("q:") else entries).add(node[2:])
+    return [groups[key] for key in sorted(groups)]
 
 
 def observe(
@@ -67,47 +98,93 @@ def observe(
     neighbourhoods: Sequence[Neighbourhood],
     ids: Mapping[int, str],
     qrels: Mapping[str, Mapping[str, int]],
-    indexed: set[str],
+    indexed: Mapping[str, int],
+    removed: Collection[int] = (),
 ) -> list[Observation]:
-    """Label each question: answerable if a relevant id is indexed, correct if its top hit is
-    relevant. ``ids``: row id -> external id of every top hit."""
-    if not indexed.intersection(doc for judged in qrels.values() for doc in judged):
+    """Label each question: answerable if a relevant entry is indexed, correct if its top hit is
+    relevant. An answerable question is seen twice: as asked, and with its relevant entries
+    hidden from its neighbourhood (one the index cannot answer), so labels that are all
+    answerable still teach the rule to abstain. ``ids``: row id -> external id of every
+    neighbour; ``indexed``: external id -> row id of the judged entries the index holds;
+    ``removed``: row ids seen as absent from the index (a held-out evaluation)."""
+    if not set(indexed).intersection(doc for judged in qrels.values() for doc in judged):
         raise BadInput("the qrels name none of the index's entries: are they for this corpus?")
+    cluster = {q: number for number, (questions, _) in enumerate(threads(qrels)) for q in questions}
     seen = []
     for question, near in zip(question_ids, neighbourhoods, strict=True):
         relevant = qrels.get(question, {})
-        top = ids.get(near.rowids[0]) if near.rowids else None
-        row = near.features(1)
-        if not len(row):
-            continue
-        answerable = any(doc in indexed for doc in relevant)
-        seen.append(Observation(row[0], answerable, answerable and top in relevant))
+        rows = {indexed[doc] for doc in relevant if doc in indexed and indexed[doc] not in removed}
+        unit = cluster.get(question, len(cluster) + len(seen))
+        asked = near.first(NEIGHBOURS, removed=removed)
+        if asked.rowids:
+            top = ids.get(asked.rowids[0])
+            seen.append(Observation(asked.features(1)[0], bool(rows), bool(rows) and top in relevant, unit))
+        hidden = near.first(NEIGHBOURS, removed={*removed, *rows})
+        if rows and hidden.rowids:
+            seen.append(Observation(hidden.features(1)[0], False, False, unit, hidden=True))
     return seen
 
 
+UNANSWERABLE = 1 / 3
+"""Share of the questions asked that have no answer in the index, assumed by default: precision
+depends on it (``guaranteed_threshold``), so the promise names it."""
+GUARANTEE = 0.9
+"""Default probability that the promised precision holds."""
+RESAMPLES = 1000
+"""Cluster bootstrap resamples behind a promise."""
+CUTS = 200
+"""Candidate thresholds tried (quantiles of the calibration confidences)."""
+MIN_THREADS = 10
+"""Threads (distinct answers) below which no promise is made: the resampling needs some."""
+
+
+def check_share(name: str, value: float) -> float:
+    """A guarantee level or a share of unanswerable questions: in (0, 1)."""
+    if not 0 < value < 1:
+        raise BadInput(f"{name} must be in (0, 1), not {value}")
+    return float(value)
+
+
 def fit_rule(
-    seen: Sequence[Observation], precision: float = 0.95, features: Sequence[str] | None = None
+    seen: Sequence[Observation],
+    precision: float = 0.95,
+    features: Sequence[str] | None = None,
+    guarantee: float = GUARANTEE,
+    unanswerable: float = UNANSWERABLE,
 ) -> Rule:
     """The logistic rule on ``features`` and the lowest threshold at which the answered questions
-    reach ``precision`` (right top hit among those answered)."""
+    reach ``precision`` with probability ``guarantee`` (``guaranteed_threshold``), unanswerable
+    questions weighted to make up the share ``unanswerable``."""
     from sklearn.linear_model import LogisticRegression
 
     precision = check_precision(precision)
     features = check_features(features)
+    check_share("the guarantee", guarantee)
+    check_share("the unanswerable share", unanswerable)
     correct = np.array([o.correct for o in seen], dtype=bool)
     answerable = np.array([o.answerable for o in seen], dtype=bool)
     if not answerable.any():
         raise BadInput("no calibration question is answerable (none has a relevant entry in the index)")
-    if correct.all() or not correct.any():
-        what = "right" if correct.all() else "wrong"
+    if not correct.any():
+        raise BadInput("cannot learn when to abstain: no calibration question's top hit is right")
+    if answerable.all():
         raise BadInput(
-            f"every calibration question's top hit is {what}: calibrating needs both right and wrong "
-            "(or unanswerable) questions"
+            "cannot learn when to abstain: every calibration question is answerable and none could be "
+            "asked with its answers hidden (the index needs at least two distinct texts)"
+        )
+    threads = len({o.cluster for o in seen})
+    if threads < MIN_THREADS:
+        raise BadInput(
+            f"cannot promise a precision from questions on {threads} threads (distinct answers): "
+            f"give labelled questions on at least {MIN_THREADS}"
         )
     rows = np.array([o.features for o in seen])[:, [FEATURES.index(n) for n in features]]
     mean, scale = rows.mean(axis=0), rows.std(axis=0)
     scale[scale == 0] = 1.0
-    model = LogisticRegression().fit((rows - mean) / scale, correct)
+    weight = np.where(
+        answerable, 1.0, unanswerable / (1 - unanswerable) * answerable.sum() / (~answerable).sum()
+    )
+    model = LogisticRegression().fit((rows - mean) / scale, correct, sample_weight=weight)
     rule = Rule(
         features,
         tuple(mean.tolist()),
@@ -121,14 +198,159 @@ def fit_rule(
         len(seen),
     )
     confidence = rule.confidence(np.array([o.features for o in seen]))
-    threshold = choose_threshold(confidence, correct, precision)
+    clusters = np.unique([o.cluster for o in seen], return_inverse=True)[1]
+    curve = Curve(confidence, correct, answerable, clusters, unanswerable)
+    threshold, bound = curve.guaranteed(precision, guarantee)
     if threshold is None:
         raise BadInput(
-            f"no threshold reaches precision {precision:g} on these {len(seen)} questions: "
-            "ask for a lower --precision or give more questions"
+            f"these {len(seen)} questions ({clusters.max() + 1} threads) cannot promise precision "
+            f"{precision:g} with {guarantee:.0%} confidence (at best {bound:.3f}): give more labelled "
+            "questions, on more entries, or ask for a lower --precision or --guarantee"
         )
-    scored = measure(confidence >= threshold, correct, answerable)
-    return Rule(**{**asdict(rule), "threshold": threshold, **scored, "features": features})
+    unguarded = curve.unguarded(precision)
+    answered = confidence >= threshold
+    return Rule(
+        **{
+            **asdict(rule),
+            "threshold": threshold,
+            "precision": weighted_precision(answered, correct, answerable, unanswerable),
+            "coverage": float(answered[answerable].mean()),
+            "guarantee": guarantee,
+            "unanswerable": unanswerable,
+            "bound": bound,
+            "unguarded_coverage": float((confidence[answerable] >= unguarded).mean()),
+            "features": features,
+        }
+    )
+
+
+def choose_rule(
+    seen: Sequence[Observation],
+    precision: float = 0.95,
+    guarantee: float = GUARANTEE,
+    unanswerable: float = UNANSWERABLE,
+) -> Rule:
+    """The plain cosine threshold, unless the learned rule (``LEARNED``) beats it on threads it
+    was not fitted on: the threads are cut in two, each rule is fitted on one half and measured on
+    the other (both ways); the learned one is kept only if it answers more of the held-out
+    answerable questions at a held-out precision that still reaches the target (or the plain
+    rule's, if that misses it). The winner is fitted on everything and
+    says why (``Rule.why``). Too few threads to cut in two (``MIN_THREADS`` each): plain."""
+    units = sorted({o.cluster for o in seen})
+    if len(units) < 2 * MIN_THREADS:
+        rule = fit_rule(seen, precision, PLAIN, guarantee, unanswerable)
+        return replace(rule, why=f"plain: too few threads ({len(units)}) to hold the learned rule against it")
+    half = set(np.random.default_rng(0).permutation(units)[: len(units) // 2].tolist())
+    held: dict[tuple[str, ...], list[tuple[float, float]]] = {PLAIN: [], LEARNED: []}
+    for fitted_half in (True, False):
+        fit_on = [o for o in seen if (o.cluster in half) == fitted_half]
+        test = [o for o in seen if (o.cluster in half) != fitted_half]
+        correct = np.array([o.correct for o in test])
+        answerable = np.array([o.answerable for o in test])
+        for features in held:
+            try:
+                rule = fit_rule(fit_on, precision, features, guarantee, unanswerable)
+            except BadInput:
+                held[features].append((1.0, 0.0))
+                continue
+            answered = rule.confidence(np.array([o.features for o in test])) >= rule.threshold
+            scored = weighted_precision(answered, correct, answerable, unanswerable)
+            held[features].append((scored, float(answered[answerable].mean())))
+    (plain_precision, plain_coverage), (learned_precision, learned_coverage) = (
+        tuple(np.mean(held[f], axis=0).tolist()) for f in (PLAIN, LEARNED)
+    )
+    kept = learned_precision >= min(precision, plain_precision) - 1e-9
+    wins = learned_coverage > plain_coverage and kept
+    measured = (
+        f"held-out coverage {learned_coverage:.3f} vs {plain_coverage:.3f}, "
+        f"precision {learned_precision:.3f} vs {plain_precision:.3f}"
+    )
+    chosen = LEARNED if wins else PLAIN
+    why = f"{'learned ' + ','.join(LEARNED) if wins else 'plain'}: learned vs plain {measured}"
+    return replace(fit_rule(seen, precision, chosen, guarantee, unanswerable), why=why)
+
+
+class Curve:
+    """Precision of the answered calibration questions at each candidate threshold, with the
+    unanswerable ones weighted to make up the share ``unanswerable`` (precision depends on it:
+    the more questions without an answer, the more wrong hits pass a threshold).
+
+    The promise resamples whole clusters (a thread's paraphrases are not independent questions:
+    they are right or wrong together), ``RESAMPLES`` times with a fixed seed, so the same
+    questions always give the same rule."""
+
+    def __init__(
+        self,
+        confidence: np.ndarray,
+        correct: np.ndarray,
+        answerable: np.ndarray,
+        clusters: np.ndarray,
+        unanswerable: float,
+    ):
+        self.confidence, self.correct, self.answerable = confidence, correct, answerable
+        self.unanswerable = unanswerable
+        self.cuts = np.unique(np.quantile(confidence, np.linspace(0, 1, CUTS), method="lower"))[::-1]
+        # the first cut (from the top) each question passes: answered at that cut and every lower one
+        passes = np.searchsorted(-self.cuts, -confidence, side="left")
+        count = clusters.max() + 1
+
+        def cumulative(mask: np.ndarray) -> np.ndarray:
+            table = np.zeros((count, len(self.cuts) + 1))
+            np.add.at(table, (clusters[mask], passes[mask]), 1.0)
+            return np.cumsum(table, axis=1)[:, :-1]
+
+        self.right = cumulative(correct & answerable)
+        self.wrong = cumulative(~correct & answerable)
+        self.absent = cumulative(~answerable)
+        self.answerable_counts = np.bincount(clusters, weights=answerable, minlength=count)
+        self.absent_counts = np.bincount(clusters, weights=~answerable, minlength=count)
+        self.clusters = count
+
+    def precisions(self, weights: np.ndarray) -> np.ndarray:
+        """Precision at each cut for each row of cluster ``weights`` (one row: the sample itself)."""
+        share = self.unanswerable
+        answerable = (weights @ self.answerable_counts)[:, None]
+        absent = np.maximum(weights @ self.absent_counts, 1e-12)[:, None]
+        right = share_of(weights @ self.right, answerable)
+        wrong = share_of(weights @ self.wrong, answerable)
+        answered = (1 - share) * (right + wrong) + share * (weights @ self.absent) / absent
+        return np.where(answered > 0, (1 - share) * right / np.maximum(answered, 1e-12), 1.0)
+
+    def guaranteed(self, precision: float, guarantee: float) -> tuple[float | None, float]:
+        """The lowest cut, stepping down from the top, whose precision is at least ``precision``
+        in all but ``1 - guarantee`` of the cluster resamples, and that lower quantile (the
+        stated bound); the step-down stops at the first cut that fails, so trying many cuts does
+        not buy a lucky one. None (and the best quantile) if no cut passes."""
+        rng = np.random.default_rng(0)
+        weights = rng.multinomial(self.clusters, [1 / self.clusters] * self.clusters, size=RESAMPLES)
+        lower = np.quantile(self.precisions(weights.astype(np.float64)), 1 - guarantee, axis=0)
+        passed = np.flatnonzero(lower >= precision - 1e-12)
+        if not len(passed):
+            return None, float(lower.max())
+        failed = np.flatnonzero(lower[passed[0] :] < precision - 1e-12)
+        last = passed[0] + (failed[0] - 1 if len(failed) else len(lower) - 1 - passed[0])
+        return float(self.cuts[last]), float(lower[last])
+
+    def unguarded(self, precision: float) -> float:
+        """The lowest cut at which the sample's own precision reaches ``precision`` (no promise)."""
+        reached = np.flatnonzero(self.precisions(np.ones((1, self.clusters)))[0] >= precision - 1e-12)
+        return float(self.cuts[reached[-1]]) if len(reached) else float(self.cuts[0])
+
+
+def weighted_precision(
+    answered: np.ndarray, correct: np.ndarray, answerable: np.ndarray, share: float
+) -> float:
+    """Precision of the answered questions were a share ``share`` of all questions unanswerable."""
+    right = (answered & correct & answerable).sum() / max(answerable.sum(), 1)
+    wrong = (answered & ~correct & answerable).sum() / max(answerable.sum(), 1)
+    absent = (answered & ~answerable).sum() / max((~answerable).sum(), 1)
+    total = (1 - share) * (right + wrong) + share * absent
+    return float((1 - share) * right / total) if total > 0 else 1.0
+
+
+def share_of(counts: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """``counts / totals``, 0 where a total is 0."""
+    return np.where(totals > 0, counts / np.maximum(totals, 1e-12), 0.0)
 
 
 def choose_threshold(confidence: np.ndarray, correct: np.ndarray, precision: float) -> float | None:
@@ -176,13 +398,27 @@ def observations(
     """Every question searched in ``snapshot`` and labelled by ``qrels`` (``observe``)."""
     if not questions:
         raise BadInput("no calibration questions")
-    near = snapshot.neighbourhoods(embedded(snapshot, [q.text for q in questions], progress))
-    tops = [n.rowids[0] for n in near if n.rowids]
     judged = list(dict.fromkeys(doc for docs in qrels.values() for doc in docs))
     with snapshot.db_lock:
-        ids = {rowid: row["_id"] for rowid, row in snapshot.index.rows(tops).items()}
-        indexed = set(snapshot.index.catalog.rowids(judged))
+        indexed = snapshot.index.catalog.rowids(judged)
+        largest = snapshot.index.catalog.largest_text_group()
+    most = max(sum(doc in indexed for doc in qrels.get(q.id, {})) for q in questions)
+    vectors = embedded(snapshot, [q.text for q in questions], progress)
+    near = snapshot.neighbourhoods(vectors, count=NEIGHBOURS + largest + most)
+    with snapshot.db_lock:
+        ids = snapshot.index.catalog.values(sorted({r for n in near for r in n.rowids}), "_id")
     return observe([q.id for q in questions], near, ids, qrels, indexed)
+
+
+def described_labels(seen: Sequence[Observation]) -> str:
+    """What a rule fitted on labelled questions was measured on, for ``info``."""
+    asked = [o for o in seen if not o.hidden]
+    unanswerable = sum(not o.answerable for o in asked)
+    return (
+        f"{len(asked)} labelled questions on {len({o.cluster for o in asked})} threads "
+        f"({unanswerable} without an answer in the index), each answerable one also asked with its "
+        "answers hidden"
+    )
 
 
 SELF_QUESTIONS = 2000
@@ -202,7 +438,7 @@ def self_observations(
     snapshot: Snapshot, seed: int = 0, limit: int = SELF_QUESTIONS, *, progress: bool = False
 ) -> list[Observation]:
     """Labelled questions made from the index's own texts (see the module doc): two observations
-    per distinct text, one answerable, one not."""
+    per distinct text, one answerable, one not (each text its own cluster)."""
     with snapshot.db_lock:
         texts = snapshot.index.catalog.texts_by_hash()
         largest = snapshot.index.catalog.largest_text_group()
@@ -216,11 +452,11 @@ def self_observations(
     vectors = embedded(snapshot, questions, progress, "paraphrases")
     near = snapshot.neighbourhoods(vectors, count=NEIGHBOURS + largest)
     seen = []
-    for group, full in zip(groups, near, strict=True):
+    for unit, (group, full) in enumerate(zip(groups, near, strict=True)):
         for answerable, row in ((True, full.first(NEIGHBOURS)), (False, full.first(NEIGHBOURS, group))):
             if row.rowids:
                 correct = answerable and row.groups[0] == group
-                seen.append(Observation(row.features(1)[0], answerable, correct))
+                seen.append(Observation(row.features(1)[0], answerable, correct, unit))
     return seen
 
 
@@ -231,22 +467,47 @@ def calibrate_index(
     *,
     precision: float = 0.95,
     features: Sequence[str] | None = None,
+    guarantee: float | None = None,
+    unanswerable: float | None = None,
     wait: float = 0,
     progress: bool = False,
 ) -> Rule:
     """Fit the rule on labelled questions and store it in the index as a new version (under the
     writer lock, like any write). A question with no relevant entry in the index (unjudged, or
-    judged against ids the index lacks) is an example of one it cannot answer. No questions (None):
-    made from the corpus itself (``self_observations``)."""
+    judged against ids the index lacks) is an example of one it cannot answer; each answerable
+    one is also asked with its answers hidden (``observe``). No questions (None): made from the
+    corpus itself (``self_observations``)."""
     check_precision(precision)
     check_features(features)
+    guarantee = check_share("the guarantee", GUARANTEE if guarantee is None else guarantee)
+    unanswerable = check_share(
+        "the unanswerable share", UNANSWERABLE if unanswerable is None else unanswerable
+    )
     with writer_lock(Path(index_dir), wait):
         snapshot = SearchEngine(index_dir).snapshot
         if questions is None:
-            seen = self_observations(snapshot, progress=progress)
+            seen, source = self_observations(snapshot, progress=progress), "self"
+            measured = (
+                f"{len(seen) // 2} questions made from the index's own texts (not questions users asked)"
+            )
         else:
-            seen = observations(snapshot, questions, qrels or {}, progress=progress)
-        rule = fit_rule(seen, precision, features)
+            seen, source = observations(snapshot, questions, qrels or {}, progress=progress), "labels"
+            measured = described_labels(seen)
+        if features is None:
+            rule = choose_rule(seen, precision, guarantee, unanswerable)
+        else:
+            rule = fit_rule(seen, precision, features, guarantee, unanswerable)
+        created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        rule = replace(rule, source=source, measured_on=measured, created=created)
         snapshot.index.catalog.close()
         apply_change(index_dir, Change(meta={"calibration": rule.to_dict()}))
     return rule
+
+
+def remove_calibration(index_dir: str | Path, wait: float = 0) -> bool:
+    """Drop the stored rule (a new version, under the writer lock); False if there was none."""
+    with writer_lock(Path(index_dir), wait):
+        if not live_meta(Path(index_dir)).calibration:
+            return False
+        apply_change(index_dir, Change(meta={"calibration": {}}))  # a version's meta keys are only ever set
+    return True

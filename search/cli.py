@@ -28,7 +28,6 @@ from indexer.strategy import (
     Strategy,
 )
 from indexer.vectors.factory import KINDS, STORAGES
-from search.confidence import DEFAULT_FEATURES, FEATURES
 
 
 class _UserError(click.ClickException):
@@ -268,10 +267,25 @@ def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
     command = click.option(
         "--features",
-        help=f"Confidence features among {', '.join(FEATURES)}. Default: {','.join(DEFAULT_FEATURES)}.",
+        help="Confidence features among score, margin, zscore, gap (default: score, the cosine, or "
+        "score,gap where it wins on held-out threads of the labels).",
+    )(command)
+    command = click.option(
+        "--unanswerable",
+        type=float,
+        help="Share of asked questions the index has no answer for, assumed by the promise (default 1/3).",
+    )(command)
+    command = click.option(
+        "--guarantee",
+        type=float,
+        help="Probability that the precision promise holds (default 0.9).",
     )(command)
     return click.option(
-        "--precision", default=0.95, show_default=True, type=float, help="Precision of answered hits."
+        "--precision",
+        default=0.95,
+        show_default=True,
+        type=float,
+        help="Promised precision of answered hits.",
     )(command)
 
 
@@ -535,6 +549,7 @@ def query_command(
 @click.option(
     "--self", "from_corpus", is_flag=True, help="No labelled questions: make them from the index's own texts."
 )
+@click.option("--remove", is_flag=True, help="Remove the index's calibration (hits are no longer marked).")
 @rule_options
 @json_option("the stored rule's threshold, precision, coverage and features")
 @wait_option
@@ -544,17 +559,28 @@ def calibrate_command(
     queries_file: Path | None,
     qrels: Path | None,
     from_corpus: bool,
+    remove: bool,
     precision: float,
+    guarantee: float | None,
+    unanswerable: float | None,
     features: str | None,
     as_json: bool,
     wait: float,
     progress: bool,
 ) -> None:
-    """Fit and store the rule that marks hits answered; unjudged questions are unanswerable ones.
-    With --self, the questions are the index's own texts with words dropped (docs/abstention.md)."""
-    from search.calibration import calibrate_index
+    """Fit and store the rule that marks hits answered, with its promise: precision >= --precision
+    with --guarantee confidence. Each answerable question is also asked with its answers hidden,
+    so labels that are all answerable still teach it to abstain; unjudged questions are
+    unanswerable ones. With --self, the questions are the index's own texts with words dropped."""
+    from search.calibration import calibrate_index, remove_calibration
     from search.evaluate import read_retrieval_set
 
+    if remove:
+        if from_corpus or queries_file or qrels:
+            raise click.UsageError("--remove takes no questions")
+        removed = remove_calibration(index_dir, wait)
+        click.echo("calibration removed" if removed else "not calibrated: nothing to remove")
+        return
     if from_corpus == bool(queries_file or qrels) or not from_corpus and not (queries_file and qrels):
         raise click.UsageError("give --queries and --qrels (labelled questions), or --self")
     data = None if from_corpus else read_retrieval_set(queries_file, qrels)
@@ -564,13 +590,26 @@ def calibrate_command(
         data.qrels if data else None,
         precision=precision,
         features=_split(features) if features else None,
+        guarantee=guarantee,
+        unanswerable=unanswerable,
         wait=wait,
         progress=progress,
     )
-    shown = {
-        k: v for k, v in rule.to_dict().items() if k in ("threshold", "precision", "coverage", "questions")
-    }
-    _echo_scores({**shown, "features": ",".join(rule.features)}, as_json)
+    if as_json:
+        click.echo(json.dumps(rule.to_dict()))
+        return
+    click.echo(
+        f"promise:    precision >= {rule.target:g} with {rule.guarantee:.0%} confidence, "
+        f"if up to {rule.unanswerable:.0%} of the questions asked have no answer in the index"
+    )
+    click.echo(
+        f"coverage:   {rule.coverage:.2f} of the answerable calibration questions answered "
+        f"({rule.unguarded_coverage:.2f} without the {rule.guarantee:.0%} guarantee)"
+    )
+    click.echo(f"measured:   on {rule.measured_on}")
+    click.echo(f"rule:       {','.join(rule.features)}, threshold {rule.threshold:.4f}")
+    if rule.why:
+        click.echo(f"chosen:     {rule.why}")
 
 
 @cli.command("duplicates")
@@ -932,6 +971,9 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     }
     if not info["also"]:
         shown.pop("also")
+    from search.confidence import Rule
+
+    shown["calibration"] = Rule.from_dict(info["calibration"]).describe() if info["calibration"] else "none"
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)
     for key, value in shown.items():
@@ -1054,8 +1096,13 @@ def evaluate_retrieval_command(
 @corpus_option(required=True)
 @judged_options(required=True)
 @click.option("--text-field", default="text", show_default=True, help="Corpus field(s) to embed.")
-@click.option("--holdout", default=0.33, show_default=True, type=float, help="Share of threads removed.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random choice of threads.")
+@click.option(
+    "--holdout", default=0.33, show_default=True, type=float, help="Share of the test threads removed."
+)
+@click.option(
+    "--seeds", default=20, show_default=True, type=click.IntRange(min=1), help="Splits tried, one per seed."
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="The first seed.")
 @rule_options
 @json_option("the scores of each rule")
 @also_options
@@ -1067,31 +1114,50 @@ def evaluate_abstention_command(
     qrels: Path,
     text_field: str,
     holdout: float,
+    seeds: int,
     seed: int,
     precision: float,
+    guarantee: float | None,
+    unanswerable: float | None,
     features: str | None,
     as_json: bool,
     also: Any,
     asked: dict[str, Any],
     progress: bool,
 ) -> None:
-    """Precision, coverage and AUROC of the calibrated rule vs a plain cosine threshold, with a
-    share of the FAQ threads removed from the corpus (their questions must go unanswered)."""
+    """How often the promise held on threads the rule never saw, over many splits: half the
+    threads calibrate (answerable labels only), the other half test, with --holdout of them
+    removed from the index. The learned rule (--features, default score,gap), the plain cosine
+    threshold, and the default (the one calibrate picks on each calibration half)."""
     from search.evaluate import evaluate_abstention, read_retrieval_set
 
-    scores = evaluate_abstention(
+    report = evaluate_abstention(
         corpus,
         read_retrieval_set(queries_file, qrels),
         holdout=holdout,
-        seed=seed,
+        seeds=range(seed, seed + seeds),
         precision=precision,
+        guarantee=guarantee,
+        unanswerable=unanswerable,
         features=_split(features) if features else None,
         strategy=_strategy(asked),
         text_fields=_split(text_field),
         also=also,
         progress=progress,
     )
-    _echo_scores(scores, as_json)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    runs = report.pop("per seed")
+    _echo_scores(report, False)
+    click.echo("seed  rule precision  coverage  plain precision  coverage  default precision  coverage")
+    for run in runs:
+        rule, plain, chosen = run["rule"], run["plain"], run["default"]
+        click.echo(
+            f"{run['seed']:>4}  {rule['precision']:>14.3f}  {rule['coverage']:>8.3f}"
+            f"  {plain['precision']:>15.3f}  {plain['coverage']:>8.3f}"
+            f"  {chosen['precision']:>17.3f}  {chosen['coverage']:>8.3f}"
+        )
 
 
 def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:

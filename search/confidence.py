@@ -19,7 +19,7 @@ sigmoid(weights . standardised features + bias), answered when it reaches the th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -45,29 +45,37 @@ class Neighbourhood:
     scores: np.ndarray
     groups: list[str]
 
-    def first(self, count: int, leave_out: str | None = None) -> Neighbourhood:
+    def first(self, count: int, leave_out: str | None = None, removed: Collection[int] = ()) -> Neighbourhood:
         """The first ``count`` entries, with those of the text ``leave_out`` left out (as if the
-        FAQ lacked it)."""
-        kept = [i for i, g in enumerate(self.groups) if g != leave_out][:count]
+        FAQ lacked it), and the entries ``removed`` (row ids) and every entry sharing a text with
+        one of them (as if the FAQ lacked those answers)."""
+        hidden = {g for r, g in zip(self.rowids, self.groups, strict=True) if r in removed}
+        hidden.add(leave_out)
+        kept = [i for i, g in enumerate(self.groups) if g not in hidden][:count]
         rowids, groups = [self.rowids[i] for i in kept], [self.groups[i] for i in kept]
         return Neighbourhood(rowids, self.scores[kept], groups)
 
     def features(self, count: int) -> np.ndarray:
         """One row of ``FEATURES`` for each of the first ``count`` entries."""
-        scores = self.scores
+        return self.features_of(self.scores[:count], self.groups[:count])
+
+    def features_of(self, scores: np.ndarray, groups: Sequence[str]) -> np.ndarray:
+        """One row of ``FEATURES`` for each hit (its cosine and text hash) against this
+        neighbourhood, whether or not the hit is in it: a hit found under a filter is measured
+        against the query's whole neighbourhood, so its confidence does not depend on the filter."""
         best: dict[str, float] = {}
-        for group, score in zip(self.groups, scores.tolist(), strict=True):
+        for group, score in zip(self.groups, self.scores.tolist(), strict=True):
             best.setdefault(group, score)
         distinct = np.array(list(best.values()))
         ranked = sorted(best.items(), key=lambda item: -item[1])
         spread = float(distinct.std()) if len(distinct) > 1 else 0.0
-        floor = float(scores.min()) if len(scores) else 0.0
+        floor = float(self.scores.min()) if len(self.scores) else 0.0
         rows = []
-        for i in range(min(count, len(scores))):
-            others = [s for g, s in ranked if g != self.groups[i]]
-            z = (scores[i] - distinct.mean()) / spread if spread > 0 else 0.0
+        for score, group in zip(np.asarray(scores, dtype=np.float64).tolist(), groups, strict=True):
+            others = [s for g, s in ranked if g != group]
+            z = (score - distinct.mean()) / spread if spread > 0 else 0.0
             below = np.mean(others[:GAP_TEXTS]) if others else floor
-            rows.append((scores[i], scores[i] - (others[0] if others else floor), z, scores[i] - below))
+            rows.append((score, score - (others[0] if others else floor), z, score - below))
         return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES))
 
 
@@ -81,7 +89,14 @@ def check_min_score(min_score: float | None) -> None:
 class Rule:
     """A fitted decision rule: confidence = sigmoid(weights . standardised features + bias);
     answered when confidence >= threshold. ``precision``/``coverage``: measured on the
-    calibration questions at that threshold."""
+    calibration questions at that threshold.
+
+    The promise (``calibration.guaranteed_threshold``): with probability ``guarantee`` the
+    precision of answered hits is at least ``target`` on questions like the calibration ones, of
+    which a share ``unanswerable`` has no answer in the index. ``bound`` is the precision the
+    calibration questions support at that level; ``unguarded_coverage`` the coverage a bare
+    point estimate of the precision would have given (what the promise costs). A rule stored
+    before the promise existed has ``guarantee`` 0."""
 
     features: tuple[str, ...]
     mean: tuple[float, ...]
@@ -93,6 +108,32 @@ class Rule:
     precision: float
     coverage: float
     questions: int
+    guarantee: float = 0.0
+    unanswerable: float = 0.0
+    bound: float = 0.0
+    unguarded_coverage: float = 0.0
+    source: str = "labels"
+    measured_on: str = ""
+    created: str = ""
+    why: str = ""  # why these features: the learned rule against the plain one on held-out threads
+
+    @property
+    def reads_neighbours(self) -> bool:
+        """Whether a hit's confidence needs the query's neighbourhood (any feature but the cosine)."""
+        return self.features != ("score",)
+
+    def describe(self) -> str:
+        """One line for ``info``: what the rule promises, what it costs, what it was measured on."""
+        rule = "plain cosine threshold" if self.features == ("score",) else "rule " + ",".join(self.features)
+        promise = (
+            f"precision >= {self.target:g} with {self.guarantee:.0%} confidence "
+            f"(up to {self.unanswerable:.0%} of questions without an answer)"
+            if self.guarantee
+            else f"precision {self.target:g} (a point estimate, no guarantee)"
+        )
+        on = f" on {self.measured_on}" if self.measured_on else f" on {self.questions} questions"
+        when = f", {self.created}" if self.created else ""
+        return f"{self.source}: {rule}; {promise}; coverage {self.coverage:.2f}{on}{when}"
 
     def confidence(self, rows: np.ndarray) -> np.ndarray:
         """Confidence of each row of ``FEATURES`` (as ``Neighbourhood.features`` gives them)."""

@@ -291,23 +291,29 @@ class Snapshot:
         group_by: str | None,
     ) -> list[Hit]:
         rule = self.rule
-        wanted = max(k, NEIGHBOURS) if rule else k
+        wide = max(k, NEIGHBOURS) if rule and rule.reads_neighbours else k
         if group_by is None:
-            best = self._nearest(vector, wanted, allowed)
+            best = self._nearest(vector, wide, allowed)
             with self.reading() as catalog:
                 rows = catalog.rows(list(best))
             heads, others = list(range(min(k, len(best)))), None
         else:
-            best, heads, others = self._grouped(vector, k, wanted, allowed, group_by)
+            best, heads, others = self._grouped(vector, k, wide, allowed, group_by)
             with self.reading() as catalog:
                 rows = catalog.rows([list(best)[i] for i in heads])
         ranked = list(best.items())
         top = [ranked[i] for i in heads]
         confidence: list[float | None] = [None] * len(top)
         if rule is not None and top:
-            around = dict(ranked[: max(wanted, heads[-1] + 1)])
-            features = self._neighbourhood(around).features(heads[-1] + 1)
-            confidence = rule.confidence(features[heads]).tolist()
+            near = self._neighbourhood(dict(ranked[: max(wide, heads[-1] + 1)]))
+            # a hit is measured against the query's whole neighbourhood: a filter never changes it
+            whole = (
+                near
+                if allowed is None or not rule.reads_neighbours
+                else self._neighbourhood(self._nearest(vector, wide, None))
+            )
+            features = whole.features_of(near.scores[heads], [near.groups[i] for i in heads])
+            confidence = rule.confidence(features).tolist()
         hits: list[Hit] = []
         for place, ((rowid, score), sure) in enumerate(zip(top, confidence, strict=True)):
             row = rows[rowid]

@@ -219,120 +219,149 @@ def evaluate_retrieval(
         return {**retrieval_metrics(ranked, data.qrels, k), **described(engine.snapshot)}
 
 
-def threads(qrels: Mapping[str, Mapping[str, int]]) -> list[tuple[set[str], set[str]]]:
-    """Questions and entries linked by judgements, as (question ids, entry ids) per connected
-    component: a FAQ thread, removed or kept whole so no paraphrase leaks across a split."""
-    parent: dict[str, str] = {}
-
-    def root(node: str) -> str:
-        while parent.setdefault(node, node) != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
-    for question, docs in qrels.items():
-        for doc in docs:
-            parent[root("d:" + doc)] = root("q:" + question)
-    groups: dict[str, tuple[set[str], set[str]]] = {}
-    for node in list(parent):
-        questions, entries = groups.setdefault(root(node), (set(), set()))
-        (questions if node.startswith("q:") else entries).add(node[2:])
-    return [groups[key] for key in sorted(groups)]
-
-
 def evaluate_abstention(
     corpus: str | Path,
     data: RetrievalSet,
     *,
     holdout: float = 0.33,
-    seed: int = 0,
+    seeds: Sequence[int] = range(20),
     precision: float = 0.95,
+    guarantee: float | None = None,
+    unanswerable: float | None = None,
     features: Sequence[str] | None = None,
     strategy: Strategy | None = None,
     text_fields: Sequence[str] | None = None,
     also: FieldScoring | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Remove ``holdout`` of the threads (entries and their questions become unanswerable), index
-    the rest, calibrate on half of the threads' questions and report on the other half: precision
-    of the answered, coverage, AUROC (answerable vs not) of the confidence, for the calibrated
-    rule, for a plain top-1 cosine threshold at the same precision, and for the rule calibrated
-    on the corpus alone (``self``: no labelled question, ``calibration.self_observations``)."""
+    """Whether the promise holds on questions the rule never saw, over many splits. Each seed
+    splits the threads in half: the first half's questions calibrate (all answerable, as a FAQ
+    owner's labels are), the second half's are the test, with ``holdout`` of its threads removed
+    from the index (their questions must go unanswered). The learned rule (``features``) and the
+    plain cosine threshold, side by side: how many seeds kept the promise (test precision >=
+    ``precision``), precision and coverage (mean, worst), AUROC (answerable vs not).
+
+    One index of the whole corpus is built and searched once; a removed thread is left out of
+    each question's neighbourhood (``Neighbourhood.first``), which is what searching an index
+    without it finds (exact search; a post-processing would be fitted with it)."""
     import random
 
     from indexer.build import build_index
-    from indexer.corpus import read_corpus
-    from search.calibration import PLAIN, auroc, check_precision, fit_rule, measure, self_observations
-    from search.calibration import observations as observe_all
+    from search.calibration import (
+        GUARANTEE,
+        LEARNED,
+        PLAIN,
+        UNANSWERABLE,
+        auroc,
+        check_precision,
+        check_share,
+        choose_rule,
+        embedded,
+        fit_rule,
+        measure,
+        observe,
+        threads,
+    )
+    from search.confidence import NEIGHBOURS
     from search.engine import SearchEngine
 
     if not 0 < holdout < 1:
         raise BadInput(f"holdout must be a fraction in (0, 1), not {holdout}")
+    if not seeds:
+        raise BadInput("give at least one seed")
     check_precision(precision)
+    guarantee = check_share("the guarantee", GUARANTEE if guarantee is None else guarantee)
+    unanswerable = check_share(
+        "the unanswerable share", UNANSWERABLE if unanswerable is None else unanswerable
+    )
     asked = {q.id for q in data.queries}
     found = [t for t in threads(data.qrels) if t[0] & asked]
     if len(found) < 4:
         raise BadInput(f"{len(found)} threads with questions: need at least 4 to hold some out")
-    rng = random.Random(seed)
-    rng.shuffle(found)
-    removed_count = min(max(1, round(holdout * len(found))), len(found) - 2)
-    removed, kept = found[:removed_count], found[removed_count:]
-    calibrating = set().union(*(t[0] for part in (removed, kept) for t in part[0::2]))
-    gone = set().union(*(t[1] for t in removed))
-    read = read_corpus(corpus, text_fields=text_fields)
+    half = len(found) // 2
+    removed_count = min(max(1, round(holdout * (len(found) - half))), len(found) - half - 1)
+    splits = []
+    for seed in seeds:
+        order = list(found)
+        random.Random(seed).shuffle(order)
+        splits.append((order[:half], order[half:], order[half : half + removed_count]))
+    questions = [q for q in data.queries if q.id in set().union(*(t[0] for t in found))]
     with tempfile.TemporaryDirectory(prefix="semsearch-abstain-") as tmp:
-        remaining = Path(tmp) / "corpus.jsonl"
-        with remaining.open("w", encoding="utf-8") as out:
-            for entry in read.entries:
-                if entry.id not in gone:
-                    out.write(json.dumps({**entry.fields, "id": entry.id}, ensure_ascii=False) + "\n")
         index_dir = Path(tmp) / "index"
         build_index(
-            remaining,
-            index_dir,
-            strategy,
-            text_fields=text_fields,
-            id_field="id",
-            also=also,
-            progress=progress,
+            corpus, index_dir, strategy, text_fields=text_fields, id_field="id", also=also, progress=progress
         )
-        engine = SearchEngine(index_dir)
-        questions = [q for q in data.queries if q.id in set().union(*(t[0] for t in found))]
-        seen = observe_all(engine.snapshot, questions, data.qrels, progress=progress)
-        unlabelled = self_observations(engine.snapshot, seed, progress=progress)
-    split = [q.id in calibrating for q in questions]
-    calibration = [o for o, c in zip(seen, split, strict=True) if c]
-    test = [o for o, c in zip(seen, split, strict=True) if not c]
-    correct = np.array([o.correct for o in test])
-    answerable = np.array([o.answerable for o in test])
-    rows = np.array([o.features for o in test])
+        snapshot = SearchEngine(index_dir).snapshot
+        judged = list(dict.fromkeys(doc for docs in data.qrels.values() for doc in docs))
+        with snapshot.db_lock:
+            indexed = snapshot.index.catalog.rowids(judged)
+            largest = snapshot.index.catalog.largest_text_group()
+        most = max(sum(d in indexed for d in t[1]) for t in found)
+        gone = max(sum(d in indexed for t in split[2] for d in t[1]) for split in splits)
+        count = NEIGHBOURS + largest + most + gone
+        vectors = embedded(snapshot, [q.text for q in questions], progress)
+        found_near = snapshot.neighbourhoods(vectors, count=count)
+        near = dict(zip([q.id for q in questions], found_near, strict=True))
+        with snapshot.db_lock:
+            ids = snapshot.index.catalog.values(sorted({r for n in near.values() for r in n.rowids}), "_id")
+        described_index = described(snapshot)
+    learned = tuple(features) if features else LEARNED
+    per_seed = []
+    for seed, (calibrating, testing, removed) in zip(seeds, splits, strict=True):
+        rows = {indexed[d] for t in removed for d in t[1] if d in indexed}
+        calibration_ids = sorted(set().union(*(t[0] for t in calibrating)) & asked)
+        test_ids = sorted(set().union(*(t[0] for t in testing)) & asked)
+        calibration = observe(
+            calibration_ids, [near[q] for q in calibration_ids], ids, data.qrels, indexed, rows
+        )
+        test = [
+            o
+            for o in observe(test_ids, [near[q] for q in test_ids], ids, data.qrels, indexed, rows)
+            if not o.hidden
+        ]
+        correct = np.array([o.correct for o in test])
+        answerable = np.array([o.answerable for o in test])
+        result: dict[str, Any] = {"seed": seed, "test unanswerable": float((~answerable).mean())}
+        for name, chosen in (("rule", learned), ("plain", PLAIN), ("default", None)):
+            try:
+                if chosen is None:
+                    rule = choose_rule(calibration, precision, guarantee, unanswerable)
+                    result["default chose"] = ",".join(rule.features)
+                else:
+                    rule = fit_rule(calibration, precision, chosen, guarantee, unanswerable)
+            except BadInput:  # no promise possible on this split: nothing is answered
+                result[name] = {"precision": 1.0, "coverage": 0.0, "auroc": None, "refused": True}
+                continue
+            confidence = rule.confidence(np.array([o.features for o in test]))
+            scored = measure(confidence >= rule.threshold, correct, answerable)
+            result[name] = {**scored, "auroc": auroc(confidence, answerable), "refused": False}
+        per_seed.append(result)
     report: dict[str, Any] = {
         "threads": len(found),
-        "removed": len(removed),
-        "calibration questions": len(calibration),
-        "test questions": len(test),
-        "test unanswerable": int((~answerable).sum()),
+        "seeds": len(per_seed),
+        "calibration threads": half,
+        "test threads": len(found) - half,
+        "removed threads": removed_count,
+        "target": f"precision >= {precision:g} with {guarantee:.0%} confidence, "
+        f"up to {unanswerable:.0%} unanswerable",
     }
-    for name, chosen, fitted_on in (
-        ("rule", features, calibration),
-        ("plain", PLAIN, calibration),
-        ("self", features, unlabelled),
-    ):
-        try:
-            rule = fit_rule(fitted_on, precision, chosen)
-        except BadInput as exc:  # the corpus alone may not reach the precision: say so, beside the rest
-            if name != "self":
-                raise
-            report["self error"] = str(exc)
-            continue
-        confidence = rule.confidence(rows)
-        scored = measure(confidence >= rule.threshold, correct, answerable)
-        report[f"{name} features"] = ",".join(rule.features)
-        report[f"{name} precision"] = scored["precision"]
-        report[f"{name} coverage"] = scored["coverage"]
-        report[f"{name} auroc"] = auroc(confidence, answerable)
-        report[f"{name} auroc right"] = auroc(confidence, correct)
-    return {**report, **described(engine.snapshot)}
+    report["default chose learned"] = (
+        f"{sum(r.get('default chose') == ','.join(LEARNED) for r in per_seed)}/{len(per_seed)} seeds"
+    )
+    for name, chosen in (("rule", learned), ("plain", PLAIN), ("default", ("chosen per split",))):
+        runs = [r[name] for r in per_seed]
+        got = np.array([r["precision"] for r in runs])
+        covered = np.array([r["coverage"] for r in runs])
+        areas = [r["auroc"] for r in runs if r["auroc"] is not None]
+        report[f"{name} features"] = ",".join(chosen)
+        report[f"{name} promise kept"] = f"{int((got >= precision - 1e-12).sum())}/{len(runs)} seeds"
+        report[f"{name} precision mean"] = float(got.mean())
+        report[f"{name} precision worst"] = float(got.min())
+        report[f"{name} coverage mean"] = float(covered.mean())
+        report[f"{name} coverage worst"] = float(covered.min())
+        report[f"{name} auroc mean"] = float(np.mean(areas)) if areas else None
+        report[f"{name} refused"] = sum(r["refused"] for r in runs)
+    return {**report, **described_index, "per seed": per_seed}
 
 
 def described(snapshot: Snapshot) -> dict[str, str]:

@@ -15,18 +15,23 @@ from indexer.errors import BadInput
 from indexer.store import live_version, open_index
 from indexer.update import add_to_index
 from search.calibration import (
+    Curve,
     Observation,
     calibrate_index,
+    choose_rule,
     choose_threshold,
     fit_rule,
     measure,
+    observe,
     paraphrase,
+    remove_calibration,
     self_observations,
+    threads,
 )
 from search.confidence import Neighbourhood, Rule
 from search.engine import SearchEngine
-from search.evaluate import evaluate_abstention, read_retrieval_set, threads
-from tests.conftest import assert_clean_failure, run, shared_file
+from search.evaluate import evaluate_abstention, read_retrieval_set
+from tests.conftest import DATA, assert_clean_failure, run, shared_file
 
 TOPICS = [
     "How do I reset my password?",
@@ -113,7 +118,8 @@ def test_calibration_is_stored_and_marks_hits(faq):
     rule = calibrate(index, queries, qrels)
     assert live_version(index) != before  # a new version, like any write
     assert Rule.from_dict(open_index(index).meta["calibration"]) == rule
-    assert rule.precision >= 0.95 and rule.questions == 20 and rule.features == ("score", "gap")
+    # 20 asked, and the 10 answerable ones again with their answers hidden; the default: the cosine
+    assert rule.precision >= 0.95 and rule.questions == 30 and rule.features == ("score",)
     engine = SearchEngine(index)
     answered = engine.search(TOPICS[3], k=3)
     assert answered[0].id in ("e3a", "e3b") and answered[0].answered is True
@@ -171,9 +177,9 @@ def test_no_answerable_question(faq, tmp_path):
 def test_all_right_or_all_wrong_cannot_calibrate():
     right = [Observation(np.array([0.9, 0.2, 1.0, 0.3]), True, True)] * 3
     wrong = [Observation(np.array([0.5, 0.0, 0.0, 0.0]), True, False)] * 3
-    with pytest.raises(BadInput, match="every calibration question's top hit is right"):
+    with pytest.raises(BadInput, match="every calibration question is answerable and none could be"):
         fit_rule(right)
-    with pytest.raises(BadInput, match="is wrong"):
+    with pytest.raises(BadInput, match="no calibration question's top hit is right"):
         fit_rule(wrong)
 
 
@@ -197,10 +203,14 @@ def test_unknown_feature_and_no_questions(faq):
 
 def test_unreachable_precision_is_said():
     same = np.array([0.8, 0.1, 1.0, 0.2])  # right and wrong questions that look alike: no cut separates them
-    seen = [Observation(same, True, True), Observation(same, True, False)] * 2
-    with pytest.raises(BadInput, match="no threshold reaches precision 0.95"):
+    seen = [
+        Observation(same, answerable, right, thread)
+        for thread in range(10)
+        for answerable, right in ((True, True), (True, False), (False, False))
+    ]
+    with pytest.raises(BadInput, match="cannot promise precision 0.95 with 90% confidence"):
         fit_rule(seen, 0.95)
-    assert fit_rule(seen, 0.5).coverage == 1.0
+    assert fit_rule(seen, 0.3).coverage == 1.0  # half right, a third without an answer: precision 1/3
 
 
 def test_threads_are_connected_components():
@@ -211,16 +221,28 @@ def test_threads_are_connected_components():
 def test_abstention_evaluation_removes_whole_threads(tmp_path, tiny_model):
     corpus, queries, qrels = write_faq(tmp_path)
     report = evaluate_abstention(
-        corpus, read_retrieval_set(queries, qrels), strategy=Strategy(model=tiny_model), holdout=0.4
+        corpus,
+        read_retrieval_set(queries, qrels),
+        strategy=Strategy(model=tiny_model),
+        holdout=0.4,
+        seeds=range(3),
+        precision=0.5,
     )
-    assert (report["threads"], report["removed"]) == (10, 4)
-    assert report["test unanswerable"] == 2  # two of the four removed threads are test questions
-    assert report["calibration questions"] == report["test questions"] == 5
+    assert (report["threads"], report["calibration threads"], report["removed threads"]) == (10, 5, 2)
+    assert [split["seed"] for split in report["per seed"]] == [0, 1, 2]
+    for split in report["per seed"]:
+        assert split["test unanswerable"] == pytest.approx(2 / 5)  # one question per thread
     for name in ("rule", "plain"):
-        assert 0 <= report[f"{name} coverage"] <= 1 and 0 <= report[f"{name} precision"] <= 1
-    assert report["plain features"] == "score"
+        precisions = [run[name]["precision"] for run in report["per seed"]]
+        kept = sum(p >= 0.5 for p in precisions)
+        assert report[f"{name} promise kept"] == f"{kept}/3 seeds"
+        assert report[f"{name} precision worst"] == min(precisions)
+        assert 0 <= report[f"{name} coverage mean"] <= 1
+    assert (report["plain features"], report["rule features"]) == ("score", "score,gap")
     with pytest.raises(BadInput, match="holdout"):
         evaluate_abstention(corpus, read_retrieval_set(queries, qrels), holdout=1.0)
+    with pytest.raises(BadInput, match="guarantee"):
+        evaluate_abstention(corpus, read_retrieval_set(queries, qrels), guarantee=1.0)
 
 
 @pytest.mark.slow
@@ -238,23 +260,36 @@ def test_cli_calibrate_then_query(faq):
     assert_clean_failure(
         run("calibrate", index, "--queries", queries, "--qrels", qrels, "--precision", "0"), "precision"
     )
+    assert_clean_failure(
+        run("calibrate", index, "--queries", queries, "--qrels", qrels, "--guarantee", "1"), "guarantee"
+    )
+    info = run("info", index).stdout
+    assert "calibration: labels: plain cosine threshold; precision >= 0.95 with 90% confidence" in info
+    assert_clean_failure(run("calibrate", index, "--remove", "--self"), "--remove takes no questions")
+    assert run("calibrate", index, "--remove").stdout.strip() == "calibration removed"
+    assert "calibration: none" in run("info", index).stdout
+    assert run("calibrate", index, "--remove").stdout.strip() == "not calibrated: nothing to remove"
+    hit = json.loads(run("query", index, OTHERS[2], "-k", "1", "--json").stdout)["hits"][0]
+    assert hit["answered"] is None
 
 
 @pytest.mark.slow
-def test_stackfaq_abstention_meets_the_aim():
-    """The real dev split with the bundled model: the calibrated rule at precision ~0.95 answers
-    more of the answerable questions than the plain cosine threshold (seed 0: 0.81 vs 0.75), and
-    so does the rule calibrated on the corpus alone, with no labelled question (0.81 too)."""
+def test_stackfaq_abstention_keeps_its_promise_on_held_out_threads():
+    """The real dev split, FAQ default index (question, and question + answer scored together),
+    answerable labels only: over 20 splits the promise (precision >= 0.95 with 90% confidence)
+    must hold on most held-out test halves, for the plain threshold and the learned rule alike
+    (docs/abstention.md has the numbers)."""
+    from indexer.fields import FieldScoring
+
     corpus = shared_file("stackfaq", "corpus.jsonl")
     data = read_retrieval_set(shared_file("stackfaq", "queries.jsonl"), shared_file("stackfaq", "qrels.tsv"))
-    report = evaluate_abstention(corpus, data, holdout=0.33, seed=0)
-    assert report["rule precision"] >= 0.93
-    assert report["rule coverage"] >= 0.75
-    assert report["rule coverage"] > report["plain coverage"]
-    assert report["rule auroc right"] > report["plain auroc right"]
-    assert report["rule auroc"] >= report["plain auroc"]
-    assert report["self precision"] >= 0.93
-    assert report["self coverage"] > report["plain coverage"]
+    report = evaluate_abstention(corpus, data, text_fields=["text"], also=FieldScoring(("text", "answer")))
+    for name in ("plain", "rule"):
+        kept = int(report[f"{name} promise kept"].split("/")[0])
+        assert kept >= 10, report
+        assert report[f"{name} precision mean"] >= 0.94
+        assert report[f"{name} coverage mean"] >= 0.4
+        assert report[f"{name} auroc mean"] >= 0.9
 
 
 def test_http_search_marks_hits(faq):
@@ -277,10 +312,13 @@ def test_http_search_marks_hits(faq):
 def test_cli_evaluate_abstention(tmp_path, tiny_model):
     corpus, queries, qrels = write_faq(tmp_path)
     common = ["--corpus", corpus, "--queries", queries, "--qrels", qrels, "--model", tiny_model]
-    result = run("evaluate", "abstention", *common, "--holdout", "0.4", "--json")
+    result = run("evaluate", "abstention", *common, "--holdout", "0.4", "--seeds", "3", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["removed"] == 4 and {"rule auroc", "plain coverage"} <= set(report)
+    assert report["removed threads"] == 2 and len(report["per seed"]) == 3
+    assert {"rule promise kept", "plain promise kept", "plain coverage mean"} <= set(report)
+    table = run("evaluate", "abstention", *common, "--seeds", "2", "--precision", "0.5")
+    assert "plain promise kept" in table.stdout and "seed  rule precision" in table.stdout
     assert_clean_failure(run("evaluate", "abstention", *common, "--holdout", "1.5"), "holdout")
 
 
@@ -341,7 +379,7 @@ def test_cli_calibrate_self_and_its_misuse(faq):
     if result.returncode == 0:  # the tiny random model may reach no threshold: then one clean line
         assert json.loads(result.stdout)["questions"] == 2 * len(TOPICS)
     else:
-        assert_clean_failure(result, "no threshold reaches precision")
+        assert_clean_failure(result, "cannot promise precision")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -388,3 +426,237 @@ def test_self_observations_read_the_catalog_under_the_snapshot_lock(faq):
     snapshot.index.catalog.db = checked
     assert len(self_observations(snapshot)) == 2 * len(TOPICS)
     assert checked.unlocked == []
+
+
+def threaded_neighbourhoods(threads: int = 20, per: int = 3, seed: int = 0):
+    """Synthetic labels of a FAQ whose every question is answerable: thread t owns entries 2t and
+    2t+1 (one text), its questions find them first (0.75-0.9), every other thread below 0.6."""
+    rng = np.random.default_rng(seed)
+    ids = {r: f"e{r}" for r in range(2 * threads)}
+    questions, near, qrels = [], [], {}
+    for t in range(threads):
+        for n in range(per):
+            own = rng.uniform(0.75, 0.9)
+            others = sorted((u for u in range(threads) if u != t), key=lambda u: rng.random())
+            scores = np.sort(rng.uniform(0.3, 0.6, len(others)))[::-1]
+            rowids = [2 * t, 2 * t + 1] + [r for u in others for r in (2 * u, 2 * u + 1)]
+            values = np.array([own, own] + [s for s in scores for _ in range(2)])
+            groups = [f"g{t}"] * 2 + [f"g{u}" for u in others for _ in range(2)]
+            questions.append(f"q{t}-{n}")
+            near.append(Neighbourhood(rowids, values, groups))
+            qrels[f"q{t}-{n}"] = {f"e{2 * t}": 1, f"e{2 * t + 1}": 1}
+    return questions, near, ids, qrels, {v: k for k, v in ids.items()}
+
+
+def test_answerable_only_labels_learn_to_abstain():
+    """Labels that are all answerable (and all right) still teach the rule to abstain: each
+    question is also asked with its thread's entries hidden, and what it then finds is wrong."""
+    questions, near, ids, qrels, indexed = threaded_neighbourhoods()
+    seen = observe(questions, near, ids, qrels, indexed)
+    asked = [o for o in seen if not o.hidden]
+    assert len(asked) == len(questions) and all(o.answerable and o.correct for o in asked)
+    hidden = [o for o in seen if o.hidden]
+    assert len(hidden) == len(questions) and not any(o.answerable or o.correct for o in hidden)
+    assert all(o.features[0] <= 0.6 for o in hidden)  # the best other thread, not its own entries
+    rule = fit_rule(seen, 0.95)
+    unrelated, answered = rule.confidence(np.array([[0.58, 0, 0, 0], [0.86, 0, 0, 0]]))
+    assert unrelated < rule.threshold <= answered
+    assert rule.unanswerable == pytest.approx(1 / 3) and rule.guarantee == 0.9 and rule.bound >= 0.95
+
+
+def test_a_set_that_cannot_teach_abstention_is_one_line():
+    questions, near, ids, qrels, indexed = threaded_neighbourhoods(threads=12, per=1)
+    alone = [Neighbourhood(n.rowids[:2], n.scores[:2], n.groups[:2]) for n in near]  # nothing else indexed
+    with pytest.raises(BadInput, match="none could be asked with its answers hidden"):
+        fit_rule(observe(questions, alone, ids, qrels, indexed))
+    few = observe(questions[:3], near[:3], ids, qrels, indexed)
+    with pytest.raises(BadInput, match="questions on 3 threads .* at least 10"):
+        fit_rule(few)
+    assert fit_rule(observe(questions, near, ids, qrels, indexed)).threshold < 1
+
+
+def clustered(rng: np.random.Generator, threads: int, per: int = 6) -> list[Observation]:
+    """Observations whose threads differ (a thread's questions share a shift: right or wrong
+    together), each question answerable (right 95% of the time) and again with its answers hidden."""
+    seen = []
+    for t in range(threads):
+        shift = rng.normal(0, 0.05)
+        for _ in range(per):
+            right = rng.random() < 0.95  # a wrong top hit scores lower, as a right one stands out
+            score = (0.72 if right else 0.6) + shift + rng.normal(0, 0.06)
+            seen.append(Observation(np.array([score, 0, 0, 0]), True, right, t))
+            hidden = np.array([0.55 + shift + rng.normal(0, 0.07), 0, 0, 0])
+            seen.append(Observation(hidden, False, False, t, hidden=True))
+    return seen
+
+
+def true_precision(rule: Rule, threshold: float, population: list[Observation], share: float) -> float:
+    """Precision of the answered hits on questions of which ``share`` have no answer."""
+    confidence = rule.confidence(np.array([o.features for o in population]))
+    answered = confidence >= threshold
+    answerable = np.array([o.answerable for o in population])
+    correct = np.array([o.correct for o in population])
+    right = (answered & correct & answerable).sum() / answerable.sum()
+    wrong = (answered & ~correct & answerable).sum() / answerable.sum()
+    absent = (answered & ~answerable).sum() / (~answerable).sum()
+    return (1 - share) * right / ((1 - share) * (right + wrong) + share * absent)
+
+
+def test_the_promise_holds_over_seeded_calibration_sets():
+    """Precision >= 0.95 with 90% confidence: over 30 calibration sets of 40 threads drawn from
+    one population, the precision the population sees at the chosen threshold reaches 0.95 in
+    at least 25 of them (nominal 27); the bare point estimate (no guarantee) misses it far more often."""
+    population = clustered(np.random.default_rng(999), 3000)
+    kept = unguarded_kept = 0
+    for seed in range(30):
+        sample = clustered(np.random.default_rng(seed), 40)
+        rule = fit_rule(sample, 0.95)
+        kept += true_precision(rule, rule.threshold, population, rule.unanswerable) >= 0.95
+        point = Curve(
+            rule.confidence(np.array([o.features for o in sample])),
+            np.array([o.correct for o in sample]),
+            np.array([o.answerable for o in sample]),
+            np.array([o.cluster for o in sample]),
+            rule.unanswerable,
+        ).unguarded(0.95)
+        unguarded_kept += true_precision(rule, point, population, rule.unanswerable) >= 0.95
+    assert kept >= 25, kept
+    assert unguarded_kept <= 20, unguarded_kept
+
+
+def test_remove_calibration(faq):
+    index, _, queries, qrels = faq
+    assert remove_calibration(index) is False  # nothing to remove: no new version
+    calibrate(index, queries, qrels)
+    assert open_index(index, vectors=False).info()["calibration"]["source"] == "labels"
+    before = live_version(index)
+    assert remove_calibration(index) is True
+    assert live_version(index) != before and not open_index(index).meta.get("calibration")
+    engine = SearchEngine(index)
+    assert engine.snapshot.rule is None
+    assert (engine.search(TOPICS[0], k=1)[0].answered, open_index(index).info()["calibration"]) == (
+        None,
+        None,
+    )
+
+
+def test_a_filter_does_not_change_a_hits_confidence(faq):
+    """A learned rule reads the query's neighbourhood: a filtered search measures its hits
+    against the same whole neighbourhood, so the same hit has the same confidence."""
+    index, _, queries, qrels = faq
+    calibrate(index, queries, qrels, features=["score", "gap"], precision=0.8)
+    engine = SearchEngine(index)
+    for question in (TOPICS[3], OTHERS[2]):
+        everything = {h.id: h.confidence for h in engine.search(question, k=20)}
+        for hit in engine.search(question, k=2, where="answer = 'answer a to 3'"):
+            assert hit.confidence == pytest.approx(everything[hit.id])
+
+
+def test_info_states_the_calibration(faq):
+    pytest.importorskip("httpx")
+    from fastapi.testclient import TestClient
+
+    from search.server import create_app
+
+    index, _, queries, qrels = faq
+    rule = calibrate(index, queries, qrels)
+    line = Rule.from_dict(open_index(index, vectors=False).info()["calibration"]).describe()
+    assert line.startswith("labels: plain cosine threshold; precision >= 0.95 with 90% confidence")
+    assert f"coverage {rule.coverage:.2f} on 20 labelled questions on 20 threads" in line
+    assert rule.created[:4] in line
+    with TestClient(create_app(index)) as client:
+        shown = client.get("/info").json()["calibration"]
+    assert {k: shown[k] for k in ("source", "target", "guarantee", "coverage", "created")} == {
+        "source": "labels",
+        "target": 0.95,
+        "guarantee": 0.9,
+        "coverage": rule.coverage,
+        "created": rule.created,
+    }
+
+
+@pytest.fixture(scope="module")
+def demo_labels(tmp_path_factory) -> tuple[Path, Path, Path, list[dict]]:
+    """The demo FAQ indexed the FAQ default way, and its user questions as labels: every one of
+    them answerable (qrels from ``answer_id``)."""
+    directory = tmp_path_factory.mktemp("demo-labels")
+    from indexer.fields import FieldScoring
+
+    build_index(
+        DATA / "demo_faq.csv",
+        directory / "idx",
+        text_fields=["question"],
+        also=FieldScoring(("question", "answer")),
+    )
+    asked = [json.loads(line) for line in (DATA / "demo_questions.jsonl").read_text().splitlines()]
+    qrels = directory / "qrels.tsv"
+    qrels.write_text("".join(f"{q['id']}\t{q['answer_id']}\t1\n" for q in asked))
+    return directory / "idx", DATA / "demo_questions.jsonl", qrels, asked
+
+
+def right_answered(index: Path, asked: list[dict]) -> tuple[int, int, int]:
+    """(right top hits, of them answered, answered) over the demo's user questions."""
+    results = SearchEngine(index).search_many([q["text"] for q in asked], k=1)
+    right = [hits[0].id == q["answer_id"] for q, hits in zip(asked, results, strict=True)]
+    answered = [hits[0].answered for hits in results]
+    return sum(right), sum(r and a for r, a in zip(right, answered, strict=True)), sum(answered)
+
+
+@pytest.mark.slow
+def test_answerable_only_labels_abstain_on_what_the_faq_lacks(demo_labels, bundled):
+    """The demo's own user questions, all answerable, as labels: the rule still says "no answer"
+    to questions the FAQ does not cover, and what it answers is right (a quarter of the demo's
+    top hits are wrong, at cosines as high as right ones: few pass at precision 0.95)."""
+    index, queries, qrels, asked = demo_labels
+    rule = calibrate(index, queries, qrels)
+    assert rule.coverage < 1
+    engine = SearchEngine(index)
+    for stranger in ("what is the capital of France", "asdf qwerty", "recipe for sourdough bread with rye"):
+        assert engine.search(stranger, k=1)[0].answered is False, stranger
+    _, answered_right, answered = right_answered(index, asked)
+    assert answered_right >= 10 and answered_right / answered >= 0.9
+
+
+@pytest.mark.slow
+def test_self_calibration_says_what_its_coverage_was_measured_on(demo_labels, bundled):
+    index = demo_labels[0]
+    result = run("calibrate", index, "--self")
+    assert result.returncode == 0, result.stderr
+    assert "made from the index's own texts (not questions users asked)" in result.stdout
+    assert "promise:    precision >= 0.95 with 90% confidence" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True, reason="--self still answers under half the demo's right hits (docs/abstention.md)"
+)
+def test_self_calibration_answers_most_right_hits_of_the_demo(demo_labels, bundled):
+    index, _, _, asked = demo_labels
+    calibrate_index(index, None, None)
+    right, answered_right, answered = right_answered(index, asked)
+    assert answered_right >= 0.75 * right
+    assert answered_right / answered >= 0.9
+
+
+def separable(rng: np.random.Generator, gap_helps: bool, threads: int = 40) -> list[Observation]:
+    """Answerable questions and their hidden twins whose cosines overlap; ``gap`` tells them
+    apart when ``gap_helps``, else it is the same for every question."""
+    seen = []
+    for t in range(threads):
+        for _ in range(4):
+            for answerable, score, gap in ((True, 0.7, 0.3), (False, 0.62, 0.05)):
+                row = np.array(
+                    [score + rng.normal(0, 0.05), 0.0, 0.0, gap + rng.normal(0, 0.03) if gap_helps else 0.2]
+                )
+                seen.append(Observation(row, answerable, answerable, t, hidden=not answerable))
+    return seen
+
+
+def test_the_learned_rule_earns_its_place_on_held_out_threads():
+    rng = np.random.default_rng(0)
+    learned = choose_rule(separable(rng, gap_helps=True))
+    assert learned.features == ("score", "gap") and learned.why.startswith("learned score,gap")
+    plain = choose_rule(separable(rng, gap_helps=False))  # gap adds nothing: no more coverage
+    assert plain.features == ("score",) and plain.why.startswith("plain: learned vs plain held-out")
+    few = choose_rule(separable(rng, gap_helps=True, threads=12))
+    assert few.features == ("score",) and "too few threads (12)" in few.why

@@ -324,6 +324,7 @@ def test_answered_hits_and_the_duplicates_tab(browser, calibrated_server):
     page = watched.page
     page.goto(calibrated_server + "/")
     search(page, "How do I reset my password?")
+    assert "calibrated (labels): precision 0.95 (no guarantee), coverage 1.00" in page.text_content("#facts")
     badges = page.eval_on_selector_all("#results .answered", TEXTS)
     assert badges[0] == "answered · confidence 1.00"
     assert "no answer" not in page.text_content("#status")

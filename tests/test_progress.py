@@ -129,7 +129,7 @@ COMMANDS: dict[str, tuple[list[str], dict[str, int | None]]] = {  # arguments, b
     ),
     "evaluate abstention": (
         ["evaluate", "abstention", *JUDGED, "--precision", "0.05"],
-        {"embedding": None, "questions": None, "paraphrases": None},  # what the held-out threads leave
+        {"embedding": ENTRIES, "questions": None},  # the whole corpus once; its judged questions
     ),
     "calibrate": (["calibrate", "{index}", "--self"], {"paraphrases": ENTRIES}),
     "duplicates": (["duplicates", "{index}", "--min-score", "0.99"], {"comparing": ENTRIES}),

@@ -27,6 +27,7 @@ _OPTIONAL = (
     "created",
     "updated",
     "graph",
+    "calibration",
 )
 _MANIFEST = ("segments", "generation", "hidden")
 
@@ -35,7 +36,7 @@ _MANIFEST = ("segments", "generation", "hidden")
 class IndexMeta(Mapping[str, Any]):
     """The meta of one version. An optional field that is None is absent on disk (an index
     written before the key existed keeps it absent); ``extra`` holds the keys the store does not
-    read (a calibration), passed through unchanged. Read as a mapping it is the on-disk JSON."""
+    read , passed through unchanged. Read as a mapping it is the on-disk JSON."""
 
     strategy: Strategy
     model: str
@@ -55,6 +56,7 @@ class IndexMeta(Mapping[str, Any]):
     source: dict[str, Any] | None = None
     manifest: Manifest | None = None  # segments, generation, hidden: written by updates
     files: dict[str, list[int]] | None = None  # {file name: [size, crc32]}, written at commit
+    calibration: dict[str, Any] | None = None  # the "no answer" rule (search.calibration); {}: removed
     previous: str | None = None
     records_previous: bool = False  # whether ``previous`` is on disk (null: there was none)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -166,6 +168,8 @@ def _check(index_dir: Path, meta: Mapping[str, Any]) -> Strategy:
         bad.append("graph")
     if not isinstance(meta.get("source", {}), dict):
         bad.append("source")
+    if not isinstance(meta.get("calibration") or {}, dict):
+        bad.append("calibration")
     strategy = None
     if isinstance(meta.get("strategy"), dict):
         try:

@@ -127,6 +127,7 @@ class StoredIndex:
             "id_field": source.get("id_field"),
             "also": source.get("also"),
             "fields": self.catalog.field_types(),
+            "calibration": meta.calibration or None,
         }
 
 

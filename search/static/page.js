@@ -353,7 +353,19 @@ function showFacts(info) {
     `${info.index_kind} index`,
     built ? `built ${String(built).replace("T", " ").slice(0, 16)}` : null,
   ];
-  $("facts").replaceChildren(...facts.filter(Boolean).map((fact) => el("span", "fact", fact)));
+  const shown = facts.filter(Boolean).map((fact) => el("span", "fact", fact));
+  shown.push(el("span", "fact calibration", calibrationFact(info.calibration)));
+  $("facts").replaceChildren(...shown);
+}
+
+// The index's "no answer" promise, as `semsearch info` states it (its full record: /info).
+function calibrationFact(rule) {
+  if (!rule) return "not calibrated";
+  const promise = rule.guarantee
+    ? `precision ≥ ${rule.target} with ${Math.round(rule.guarantee * 100)}% confidence`
+    : `precision ${rule.target} (no guarantee)`;
+  const when = rule.created ? `, ${String(rule.created).slice(0, 10)}` : "";
+  return `calibrated (${rule.source || "labels"}${when}): ${promise}, coverage ${Number(rule.coverage).toFixed(2)}`;
 }
 
 async function start() {
