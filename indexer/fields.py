@@ -23,14 +23,13 @@ import numpy as np
 from indexer.corpus import Entry, field_text
 from indexer.errors import BadInput
 from indexer.progress import Share
+from indexer.strategy import DEFAULT_WEIGHT
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
 
 ALSO_ID = 1 << 40
 """FAISS id offset of the also-vectors (row ids stay far below it)."""
-DEFAULT_WEIGHT = 0.7
-"""Share of the also text's cosine: the best of 0.3/0.5/0.7 on StackFAQ dev (bench/faq_fields.py)."""
 
 
 @dataclass(frozen=True)

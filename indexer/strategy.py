@@ -18,6 +18,10 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 AUTO = "auto"
 DEFAULT_CHUNK_OVERLAP = 32
 """Tokens shared by neighbouring windows when a document is chunked without saying how much."""
+DEFAULT_WEIGHT = 0.7
+"""Share of an ``--also`` text's cosine in an entry's score (``indexer.fields``): the best of
+0.3/0.5/0.7 on StackFAQ dev (bench/faq_fields.py). Here, beside the other defaults the CLI states,
+because ``indexer.fields`` loads NumPy and ``semsearch --help`` loads none."""
 COMBINES = ("mean", "sum", "concat")
 POOLINGS = ("cls", "mean", "max", "mean-max", "pooler")
 POSTPROCESSES = ("none", "center", "whiten")

@@ -16,13 +16,13 @@ from typing import Any
 import click
 
 from indexer.errors import BadInput, SemsearchError
-from indexer.fields import DEFAULT_WEIGHT
 from indexer.formats import FORMATS
 from indexer.strategy import (
     AUTO,
     BACKENDS,
     COMBINES,
     DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_WEIGHT,
     POOLINGS,
     POSTPROCESSES,
     Strategy,
