@@ -115,15 +115,17 @@ def retrieval_labels(
                 f"the judgements name {len(unknown)} {what} id(s) not in {where}: {', '.join(unknown[:3])}"
             )
     links = [(q, d) for q, docs in data.qrels.items() for d in sorted(docs)]
-    groups = components([("q:" + q, "d:" + d) for q, d in links])
     relevant: dict[str, set[int]] = {}
     for q, d in links:
         relevant.setdefault(texts[q], set()).add(position[d])
+    pieces = dict(zip(links, components([("q:" + q, "d:" + d) for q, d in links]), strict=True))
+    # one training pair per query and distinct entry text (FAQ entries often share their question)
+    unique = list({(texts[q], entries[position[d]].text): (q, d) for q, d in links}.values())
     return Labels(
         "query-entry pairs",
-        [texts[q] for q, _ in links],
-        [entries[position[d]].text for _, d in links],
-        groups,
+        [texts[q] for q, _ in unique],
+        [entries[position[d]].text for _, d in unique],
+        np.array([pieces[link] for link in unique]),
         candidates=[e.text for e in entries],
         relevant=relevant,
         mine_negatives=True,
