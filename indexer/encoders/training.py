@@ -98,10 +98,6 @@ class Outcome:
     stopped: str
     losses: list[float] = field(default_factory=list)
     """Mean training loss of each evaluation interval."""
-    strategy: Strategy | None = None
-    """The strategy the saved model is indexed with (its model: the output directory)."""
-    flags: str = ""
-    """Options ``--model DIR`` needs besides itself to embed as trained ('' when none)."""
 
 
 Measure = Callable[[Callable[[Sequence[str]], np.ndarray]], float]
