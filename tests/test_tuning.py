@@ -20,7 +20,24 @@ from indexer.strategy import Strategy
 from search.tuning import hold_back, read_labels, training_examples, tune
 from tests.conftest import DATA, assert_clean_failure, run
 
-WORDS = ["bike", "station", "river", "lock", "map", "ticket", "refund", "app", "park", "rain", "card", "phone", "price", "night", "city", "helmet"]
+WORDS = [
+    "bike",
+    "station",
+    "river",
+    "lock",
+    "map",
+    "ticket",
+    "refund",
+    "app",
+    "park",
+    "rain",
+    "card",
+    "phone",
+    "price",
+    "night",
+    "city",
+    "helmet",
+]
 
 
 def sentence(i: int, salt: int = 0) -> str:
