@@ -1059,6 +1059,12 @@ def sweep_retrieval_command(
 @click.option("--text-field", default="text", show_default=True, help="Corpus field(s) of an entry's text.")
 @click.option("--also", "also_fields", help="FAQ without labels: the field(s) each entry's text should find.")
 @click.option(
+    "--index",
+    "index_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Train through this index's strategy (its model, layers, pooling...).",
+)
+@click.option(
     "--held-back",
     default=0.1,
     show_default=True,
@@ -1085,6 +1091,7 @@ def tune_command(
     corpus: Path | None,
     text_field: str,
     also_fields: str | None,
+    index_dir: Path | None,
     held_back: float,
     epochs: int,
     max_minutes: float | None,
@@ -1097,8 +1104,10 @@ def tune_command(
     """Fine-tune the model (default: the index's) on your labels through the index's strategy,
     holding a share back to measure; then index and query with --model OUTPUT."""
     from indexer.fields import FieldScoring
-    from search.tuning import read_labels, tune
+    from search.tuning import index_strategy, read_labels, tune
 
+    if index_dir is not None and asked:
+        raise click.UsageError("--index trains through the index's strategy: drop the strategy options")
     labels = read_labels(
         pairs=pairs,
         columns=(sentence1, sentence2, score),
@@ -1111,7 +1120,7 @@ def tune_command(
     done = tune(
         labels,
         output,
-        _strategy(asked),
+        index_strategy(index_dir) if index_dir is not None else _strategy(asked),
         held_back=held_back,
         epochs=epochs,
         max_minutes=max_minutes,
@@ -1130,7 +1139,7 @@ def tune_command(
         f"of {done.steps}, {done.epochs:.2f} epochs, {done.minutes:.1f} min)"
     )
     click.echo(
-        f"saved {done.output}: semsearch index CORPUS -o INDEX --model {done.output} {done.options}".rstrip()
+        f"saved {done.output}: semsearch index CORPUS -o INDEX {done.options or '--model ' + done.output}"
     )
 
 

@@ -322,7 +322,7 @@ def tune(
             "after": outcome.best,
         },
     }
-    stored, options = save_model(encoder, output, facts, (strategy or Strategy()).backend)
+    stored = save_model(encoder, output, facts, (strategy or Strategy()).backend)
     return TuneReport(
         str(output),
         labels.kind,
@@ -338,5 +338,23 @@ def tune(
         outcome.stopped,
         outcome.losses,
         stored.describe(),
-        options,
+        options_for(stored),
     )
+
+
+def options_for(stored: Strategy) -> str:
+    """The ``index`` options that embed with ``stored`` (its model: the tuned directory), or ''
+    when ``--model DIR`` alone does (a single layer, no special-token rule: the directory's
+    sentence-transformers config states the rest)."""
+    from indexer.models import resolve_strategy
+    from search.sweep import reproduce
+
+    plain = resolve_strategy(Strategy(model=stored.model, backend=stored.backend))
+    return reproduce(stored) if resolve_strategy(stored).differences(plain) else ""
+
+
+def index_strategy(index_dir: str | Path) -> Strategy:
+    """The strategy an existing index was built with: what ``tune --index`` trains through."""
+    from indexer.store import open_index
+
+    return open_index(index_dir, vectors=False).strategy

@@ -262,14 +262,11 @@ def fine_tune(
     return outcome
 
 
-def save_model(
-    encoder: TorchEncoder, output: Path, facts: dict[str, Any], backend: str
-) -> tuple[Strategy, str]:
+def save_model(encoder: TorchEncoder, output: Path, facts: dict[str, Any], backend: str) -> Strategy:
     """Write the tuned model to ``output`` (created whole, or not at all): config, safetensors,
     tokenizer, sentence-transformers' modules (pooling and normalising as the strategy does) and
-    ``semsearch.json`` (the strategy, on ``backend``, and ``facts``). Returns the strategy
-    ``--model output`` embeds with and the options it needs besides (empty when the model
-    directory states it all)."""
+    ``semsearch.json`` (the strategy, on ``backend``, and ``facts``). Returns that strategy: the
+    one an index of the tuned model must be built with."""
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()  # saving is quick: no bar in a pipe
@@ -278,25 +275,17 @@ def save_model(
     model = encoder.model
     model.config.num_hidden_layers = blocks
     layers = tuple(-1 if i == blocks else i for i in encoder.head.layers)
-    flags = []
-    if layers != (-1,):
-        flags.append("--layers " + ",".join(map(str, layers)))
-        if len(layers) > 1:
-            flags.append(f"--combine {resolved.combine}")
-    if resolved.skip_special:
-        flags.append("--skip-special")
     output = Path(output)
+    stored = replace(
+        resolved, model=str(output.resolve()), layers=layers, backend=backend, model_fingerprint=None
+    )
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
         model.save_pretrained(staging, safe_serialization=True)
         encoder.tokenizer.save_pretrained(staging)
         _write_sentence_transformers(staging, resolved, model.config.hidden_size)
-        stored = replace(
-            resolved, model=str(output.resolve()), layers=layers, backend=backend, model_fingerprint=None
-        )
         (staging / "semsearch.json").write_text(
-            json.dumps({"strategy": stored.to_dict(), "options": " ".join(flags), **facts}, indent=2) + "\n",
-            encoding="utf-8",
+            json.dumps({"strategy": stored.to_dict(), **facts}, indent=2) + "\n", encoding="utf-8"
         )
         if output.is_dir():
             output.rmdir()  # checked empty before training
@@ -304,7 +293,7 @@ def save_model(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return stored, " ".join(flags)
+    return stored
 
 
 def _write_sentence_transformers(directory: Path, strategy: Strategy, hidden: int) -> None:
