@@ -373,3 +373,14 @@ def test_tune_trains_through_an_index_strategy(tiny_model, tmp_path):
     stored = resolve_strategy(Strategy(model=done.output))
     assert (stored.layers, stored.pooling) == ((-1,), "cls") and done.options == ""
     assert json.loads((tmp_path / "out" / "semsearch.json").read_text())["strategy"]["backend"] == "torch"
+
+
+def test_a_time_budget_lays_the_learning_rate_decay_out_over_the_steps_it_leaves():
+    from indexer.encoders.training import Schedule
+
+    plan = Schedule(1000)
+    assert plan.rate(0) == 0 and plan.rate(100) == 1 and plan.rate(1000) == 0
+    plan.fit(done=50, seconds_per_step=2.0, seconds_left=100.0)  # 50 more steps fit the budget
+    assert plan.planned == 100 and plan.rate(100) == 0 and 0 < plan.rate(60) < 1
+    plan.fit(done=60, seconds_per_step=0.1, seconds_left=1000.0)  # faster now: never past the epochs
+    assert plan.planned == 1000 and plan.rate(100) == 1

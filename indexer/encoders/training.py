@@ -178,6 +178,31 @@ def _batch_loss(encoder: TorchEncoder, examples: Examples, rows: Sequence[int]) 
     return in_batch_loss(first, _vectors(encoder, texts), groups, candidate_groups)
 
 
+@dataclass
+class Schedule:
+    """Learning-rate factor: linear warm-up over the first 10 % of the planned steps, then linear
+    decay to 0 at the last. With a time budget the plan shrinks to the steps the budget leaves
+    (evaluations included), so a run cut by ``--max-minutes`` ends with its rate decayed, not at
+    its peak."""
+
+    total: int
+    """The steps the epochs asked for."""
+    planned: int = 0
+
+    def __post_init__(self) -> None:
+        self.planned = self.planned or self.total
+
+    def rate(self, step: int) -> float:
+        warm = max(1, int(0.1 * self.planned))
+        if step < warm:
+            return step / warm
+        return max(0.0, (self.planned - step) / max(1, self.planned - warm))
+
+    def fit(self, done: int, seconds_per_step: float, seconds_left: float) -> None:
+        """Plan the asked steps, or fewer: ``done`` plus what ``seconds_left`` allows at this pace."""
+        self.planned = min(self.total, done + max(0, int(seconds_left / max(seconds_per_step, 1e-9))))
+
+
 def _batches(count: int, size: int, rng: random.Random) -> list[list[int]]:
     order = list(range(count))
     rng.shuffle(order)
@@ -198,7 +223,6 @@ def fine_tune(
     ``budget.evaluations`` times an epoch and at the end, and leave the best weights loaded.
     Memory stays bounded: one batch's activations and one copy of the best weights."""
     from tqdm import tqdm
-    from transformers import get_linear_schedule_with_warmup
 
     torch.manual_seed(budget.seed)
     rng = random.Random(budget.seed)
@@ -209,11 +233,13 @@ def fine_tune(
     total = per_epoch * budget.epochs
     every = max(1, math.ceil(per_epoch / budget.evaluations))
     optimizer = torch.optim.AdamW(model.parameters(), lr=budget.learning_rate, weight_decay=0.01)
-    schedule = get_linear_schedule_with_warmup(optimizer, int(0.1 * total), total)
+    plan = Schedule(total)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, plan.rate)
 
     model.eval()
     before = measure(encoder.embed)
     report(f"held-back metric before tuning: {before:.4f}")
+    training_started = time.monotonic()
     outcome = Outcome(before, before, 0, 0, 0.0, 0.0, "epochs done")
     best_state = copy.deepcopy(model.state_dict())
     since_best, interval = 0, []
@@ -226,8 +252,11 @@ def fine_tune(
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
-                schedule.step()
                 outcome.steps += 1
+                if deadline is not None:  # lay the decay out over the steps the budget leaves
+                    now = time.monotonic()
+                    plan.fit(outcome.steps, (now - training_started) / outcome.steps, deadline - now)
+                schedule.step()
                 interval.append(loss.item())
                 bar.update(1)
                 bar.set_postfix(loss=f"{interval[-1]:.4f}")
