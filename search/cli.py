@@ -1071,14 +1071,22 @@ def sweep_retrieval_command(
     type=float,
     help="Share of the labels measured, never trained.",
 )
-@click.option("--epochs", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--epochs", default=4, show_default=True, type=click.IntRange(min=1), help="Passes over the labels."
+)
 @click.option(
     "--max-minutes", type=click.FloatRange(min=0, min_open=True), help="Stop training after this long."
 )
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=2))
-@click.option("--learning-rate", default=2e-5, show_default=True, type=float)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed of the held-back share and the batches."
+)
+@click.option(
+    "--batch-size", default=16, show_default=True, type=click.IntRange(min=2), help="Pairs per training step."
+)
+@click.option(
+    "--learning-rate", default=2e-5, show_default=True, type=float, help="Peak learning rate (AdamW)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @strategy_options
 def tune_command(
     output: Path,
@@ -1127,7 +1135,7 @@ def tune_command(
         seed=seed,
         batch_size=batch_size,
         learning_rate=learning_rate,
-        progress=_progress(),
+        progress=sys.stderr.isatty(),  # a bar on a terminal, never in a pipe
         report=lambda line: click.echo(line, err=True),
     )
     if as_json:
