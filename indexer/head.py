@@ -1,5 +1,6 @@
 """The strategy's part after the network, in NumPy: pad token ids into batches, run a network,
-pick and combine hidden states, pool, normalise.
+pick and combine hidden states, pool, normalise. ``Head`` also runs on torch tensors, so
+fine-tuning (``indexer.encoders.training``) trains through the head the index embeds with.
 
 Every encoder (``indexer.encoders``: torch, or the same graph on ONNX Runtime) runs its network
 through ``encode``, so a query is embedded by exactly the code that embedded the corpus; only the
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from indexer.pooling import Pooling
+from indexer.pooling import Pooling, namespace
 from indexer.strategy import Strategy
 
 
@@ -44,20 +45,26 @@ class Head:
 
     def tokens(self, output: NetworkOutput) -> np.ndarray:
         """Per-token vectors of the chosen layers, combined: ``[batch, tokens, width]``."""
-        picked = [np.asarray(output.hidden_states[i], dtype=np.float32) for i in self.layers]
+        xp = namespace(output.hidden_states[self.layers[0]])
+        picked = [output.hidden_states[i] for i in self.layers]
+        if xp is np:
+            picked = [np.asarray(p, dtype=np.float32) for p in picked]
         if len(picked) == 1:
             return picked[0]
         if self.strategy.combine == "concat":
-            return np.concatenate(picked, axis=-1)
-        total = np.sum(picked, axis=0, dtype=np.float32)
-        return total if self.strategy.combine == "sum" else total / np.float32(len(picked))
+            return xp.concatenate(picked, axis=-1)
+        total = sum(picked[1:], picked[0])
+        return total if self.strategy.combine == "sum" else total / len(picked)
 
     def __call__(self, output: NetworkOutput, input_ids: np.ndarray, attention: np.ndarray) -> np.ndarray:
+        """Sentence vectors (float32 NumPy, or torch tensors that keep their gradient)."""
         tokens = None if self.strategy.pooling == "pooler" else self.tokens(output)
-        pooler = None if output.pooler_output is None else np.asarray(output.pooler_output)
-        vectors = self.pooling(tokens, input_ids, attention, pooler).astype(np.float32)
+        pooler = output.pooler_output
+        vectors = self.pooling(tokens, input_ids, attention, pooler)
+        if namespace(vectors) is np:
+            vectors = np.asarray(vectors, dtype=np.float32)
         if self.strategy.normalize:
-            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            vectors = vectors / ((vectors * vectors).sum(1) ** 0.5)[:, None].clip(min=1e-12)
         return vectors
 
 

@@ -1,15 +1,30 @@
-"""Token vectors -> one sentence vector, in NumPy (so the torch-free query path shares it).
-Padding never takes part: every mode reads the mask. Modes are data (a name -> function table), as
-in sentence-transformers' ``models/Pooling.py``.
+"""Token vectors -> one sentence vector, in NumPy (so the torch-free query path shares it) or on
+torch tensors (fine-tuning, ``indexer.encoders.training``, trains through this very code). Padding
+never takes part: every mode reads the mask. Modes are data (a name -> function table), as in
+sentence-transformers' ``models/Pooling.py``.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 from indexer.errors import BadInput
+
+
+def namespace(array: Any) -> Any:
+    """``numpy`` for a NumPy array, ``torch`` for a torch tensor: the calls used here (``where``,
+    ``einsum``, ``concatenate``, ``amax``, ``isin``) mean the same in both. torch is never imported
+    here; a tensor means it is loaded already."""
+    return sys.modules["torch"] if type(array).__module__.startswith("torch") else np
+
+
+def as_float(mask: Any, like: Any) -> Any:
+    """A boolean mask as numbers of ``like``'s dtype (NumPy ``astype``, torch ``to``)."""
+    return mask.to(like.dtype) if namespace(mask) is not np else mask.astype(like.dtype)
 
 
 def _cls(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -17,16 +32,17 @@ def _cls(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def _mean(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    weights = mask[..., None].astype(tokens.dtype)
-    return np.einsum("btd,bt->bd", tokens, weights[..., 0]) / np.maximum(weights.sum(1), 1e-9)
+    weights = as_float(mask, tokens)
+    return namespace(tokens).einsum("btd,bt->bd", tokens, weights) / weights.sum(1)[:, None].clip(min=1e-9)
 
 
 def _max(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    return np.where(mask[..., None], tokens, -np.inf).max(1)
+    xp = namespace(tokens)
+    return xp.amax(xp.where(mask[..., None], tokens, -np.inf), axis=1)
 
 
 def _mean_max(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    return np.concatenate([_mean(tokens, mask), _max(tokens, mask)], axis=-1)
+    return namespace(tokens).concatenate([_mean(tokens, mask), _max(tokens, mask)], axis=-1)
 
 
 MODES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
@@ -49,10 +65,12 @@ class Pooling:
 
     def token_mask(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Which tokens pool: real ones, minus [CLS]/[SEP] when asked (never an empty set)."""
-        mask = np.asarray(attention_mask).astype(bool)
+        xp = namespace(attention_mask)
+        mask = (attention_mask if xp is not np else np.asarray(attention_mask)) != 0
         if self.skip_special and len(self.special_ids):
-            content = mask & ~np.isin(input_ids, self.special_ids)
-            mask = np.where(content.any(axis=1, keepdims=True), content, mask)
+            special = self.special_ids if xp is np else xp.from_numpy(self.special_ids)
+            content = mask & ~xp.isin(input_ids, special)
+            mask = xp.where(content.any(1)[:, None], content, mask)
         return mask
 
     def __call__(

@@ -1348,6 +1348,126 @@ def sweep_retrieval_command(
     )
 
 
+@cli.command("tune")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="New model directory (use it with --model).",
+)
+@click.option(
+    "--pairs",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Scored sentence pairs (any file evaluate sts reads), or two text columns (positive pairs).",
+)
+@click.option("--sentence1", default="sentence1", show_default=True, help="Column of the first sentence.")
+@click.option("--sentence2", default="sentence2", show_default=True, help="Column of the second sentence.")
+@click.option("--score", default="score", show_default=True, help="Column of the gold score.")
+@click.option(
+    "--queries", "queries_file", type=click.Path(dir_okay=False, path_type=Path), help="Queries (JSONL)."
+)
+@click.option("--qrels", type=click.Path(dir_okay=False, path_type=Path), help="Judgements of the queries.")
+@click.option(
+    "--corpus",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Corpus the judgements name; alone with --also: an FAQ without labels.",
+)
+@click.option("--text-field", default="text", show_default=True, help="Corpus field(s) of an entry's text.")
+@click.option("--also", "also_fields", help="FAQ without labels: the field(s) each entry's text should find.")
+@click.option(
+    "--index",
+    "index_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Train through this index's strategy (its model, layers, pooling...).",
+)
+@click.option(
+    "--held-back",
+    default=0.1,
+    show_default=True,
+    type=float,
+    help="Share of the labels measured, never trained.",
+)
+@click.option(
+    "--epochs", default=4, show_default=True, type=click.IntRange(min=1), help="Passes over the labels."
+)
+@click.option(
+    "--max-minutes", type=click.FloatRange(min=0, min_open=True), help="Stop training after this long."
+)
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed of the held-back share and the batches."
+)
+@click.option(
+    "--batch-size", default=16, show_default=True, type=click.IntRange(min=2), help="Pairs per training step."
+)
+@click.option(
+    "--learning-rate", default=2e-5, show_default=True, type=float, help="Peak learning rate (AdamW)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@strategy_options
+def tune_command(
+    output: Path,
+    pairs: Path | None,
+    sentence1: str,
+    sentence2: str,
+    score: str,
+    queries_file: Path | None,
+    qrels: Path | None,
+    corpus: Path | None,
+    text_field: str,
+    also_fields: str | None,
+    index_dir: Path | None,
+    held_back: float,
+    epochs: int,
+    max_minutes: float | None,
+    seed: int,
+    batch_size: int,
+    learning_rate: float,
+    as_json: bool,
+    asked: dict[str, Any],
+) -> None:
+    """Fine-tune the model (default: the index's) on your labels through the index's strategy,
+    holding a share back to measure; then index and query with --model OUTPUT."""
+    from indexer.fields import FieldScoring
+    from search.tuning import index_strategy, read_labels, tune
+
+    if index_dir is not None and asked:
+        raise click.UsageError("--index trains through the index's strategy: drop the strategy options")
+    labels = read_labels(
+        pairs=pairs,
+        columns=(sentence1, sentence2, score),
+        queries=queries_file,
+        qrels=qrels,
+        corpus=corpus,
+        text_fields=_split(text_field),
+        also=FieldScoring.asked(_split(also_fields or "")),
+    )
+    done = tune(
+        labels,
+        output,
+        index_strategy(index_dir) if index_dir is not None else _strategy(asked),
+        held_back=held_back,
+        epochs=epochs,
+        max_minutes=max_minutes,
+        seed=seed,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        progress=sys.stderr.isatty(),  # a bar on a terminal, never in a pipe
+        report=lambda line: click.echo(line, err=True),
+    )
+    if as_json:
+        click.echo(json.dumps(done.to_dict()))
+        return
+    click.echo(
+        f"held-back {done.metric} x100 on {done.held_back_pairs} {done.kind}: "
+        f"{done.before:.2f} before, {done.after:.2f} after ({done.stopped}; best at step {done.best_step} "
+        f"of {done.steps}, {done.epochs:.2f} epochs, {done.minutes:.1f} min)"
+    )
+    click.echo(
+        f"saved {done.output}: semsearch index CORPUS -o INDEX {done.options or '--model ' + done.output}"
+    )
+
+
 @cli.command("words")
 @click.argument("text")
 @click.option("--word", help="Show every occurrence of this word and their cosine matrix.")

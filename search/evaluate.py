@@ -35,6 +35,8 @@ class Pairs:
     first: list[str]
     second: list[str]
     gold: np.ndarray
+    scored: bool = True
+    """False: pairs read without a score column (each a positive pair; ``gold`` is all ones)."""
 
     def sentences(self) -> list[str]:
         """Each distinct sentence once, so a sentence shared by pairs is embedded once."""
@@ -48,9 +50,18 @@ def _float(value: str) -> float | None:
         return None
 
 
-def read_pairs(path: str | Path, s1: str = "sentence1", s2: str = "sentence2", score: str = "score") -> Pairs:
+def read_pairs(
+    path: str | Path,
+    s1: str = "sentence1",
+    s2: str = "sentence2",
+    score: str = "score",
+    *,
+    need_score: bool = True,
+) -> Pairs:
     """Sentence pairs with gold scores from CSV/TSV with a header, JSONL, or the original STS
-    Benchmark files (tab-separated, no header: genre, file, year, id, score, s1, s2, ...)."""
+    Benchmark files (tab-separated, no header: genre, file, year, id, score, s1, s2, ...).
+    Without ``need_score``, a file with no score column gives positive pairs (``scored`` False):
+    its ``s1``/``s2`` columns, or its only two columns."""
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"no such file: {path}")
@@ -58,6 +69,9 @@ def read_pairs(path: str | Path, s1: str = "sentence1", s2: str = "sentence2", s
     lines = text.splitlines()
     if path.suffix.lower() in (".jsonl", ".ndjson"):
         rows = [json.loads(line) for line in lines if line.strip()]
+        keys = list(rows[0]) if rows and isinstance(rows[0], dict) else []
+        if not need_score and {s1, s2} - set(keys) and len(keys) == 2:
+            rows = [dict(zip((s1, s2), (r.get(k) for k in keys), strict=True)) for r in rows]
     else:
         tabbed = "\t" in (lines[0] if lines else "")
         reader = csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tabbed else {}))
@@ -65,22 +79,30 @@ def read_pairs(path: str | Path, s1: str = "sentence1", s2: str = "sentence2", s
         if not table:
             raise BadInput(f"{path} is empty")
         header = [h.strip() for h in table[0]]
-        if {s1, s2, score} <= set(header):
+        if {s1, s2, score} <= set(header) or (not need_score and {s1, s2} <= set(header)):
             rows = [dict(zip(header, row, strict=False)) for row in table[1:]]
         elif len(header) >= 7 and _float(header[4]) is not None:  # STS Benchmark as distributed
             rows = [{score: r[4], s1: r[5], s2: r[6]} for r in table if len(r) >= 7]
+        elif not need_score and len(header) == 2:  # two text columns, named anything
+            rows = [dict(zip((s1, s2), row, strict=False)) for row in table[1:]]
         else:
             raise BadInput(
                 f"{path}: no columns {s1!r}, {s2!r}, {score!r} in the header "
                 f"({', '.join(header[:8])}); name them with --sentence1/--sentence2/--score"
             )
-    usable = [r for r in rows if r.get(s1) and r.get(s2) and _float(r.get(score)) is not None]
+    scored = need_score or any(isinstance(r, dict) and r.get(score) not in (None, "") for r in rows)
+    usable = [
+        r
+        for r in rows
+        if isinstance(r, dict) and r.get(s1) and r.get(s2) and not (scored and _float(r.get(score)) is None)
+    ]
     if len(usable) < 3:
         raise BadInput(f"{path}: fewer than 3 usable sentence pairs")
     return Pairs(
         [str(r[s1]) for r in usable],
         [str(r[s2]) for r in usable],
-        np.array([_float(r[score]) for r in usable]),
+        np.array([_float(r[score]) for r in usable] if scored else np.ones(len(usable))),
+        scored,
     )
 
 

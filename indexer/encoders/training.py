@@ -1,0 +1,350 @@
+"""Fine-tuning a model through the strategy an index embeds with (``semsearch tune``).
+
+The training forward pass is the encoder's own: ``TorchEncoder``'s tokenizer, its network (cut
+after the deepest layer the strategy reads) and its ``indexer.head.Head`` (layers, combination,
+pooling, special-token rule), run on torch tensors so the gradient flows through them. The
+held-back metric is measured with ``TorchEncoder.embed`` on the same weights, i.e. exactly as an
+index would embed.
+
+Why a small loop and not sentence-transformers' trainer: its ``Transformer`` module hands its
+pooling the last layer only and its ``Pooling`` has no special-token rule, so a strategy reading
+another layer, combining several or skipping [CLS]/[SEP] cannot be expressed there. The losses
+are the ones its trainer would use (``CoSENTLoss``, ``MultipleNegativesRankingLoss`` with hard
+negatives), a few lines each.
+
+The output is a plain Hugging Face directory plus sentence-transformers' module files
+(``save_model``); the network is saved cut after the deepest layer read, so "the last layer" of
+the saved model is the layer that was trained, which both semsearch (``--model DIR``) and
+sentence-transformers read by default.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from indexer.encoders.torch_encoder import TorchEncoder, _layer_stack
+from indexer.errors import BadInput
+from indexer.head import NetworkOutput, pad_batch
+from indexer.strategy import Strategy
+
+SCALE = 20.0
+"""Cosine scale of both losses (sentence-transformers' default for CoSENT and in-batch negatives)."""
+ST_POOLING = {"cls": ("cls_token",), "mean": ("mean_tokens",), "max": ("max_tokens",)}
+ST_POOLING["mean-max"] = ("mean_tokens", "max_tokens")
+
+
+@dataclass(frozen=True)
+class Examples:
+    """Training rows. ``scores``: scored pairs (CoSENT). Without: ``first`` -> ``second`` are
+    positives, every other row's ``second`` (and ``negatives``) in the batch is a negative, except
+    rows of the same ``group`` (a thread, an intent: they may be relevant too)."""
+
+    first: list[str]
+    second: list[str]
+    groups: list[int]
+    scores: list[float] | None = None
+    negatives: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long and how hard to train. An evaluation of the held-back share runs ``evaluations``
+    times per epoch; training stops after ``patience`` evaluations without a better one."""
+
+    epochs: int = 4
+    max_minutes: float | None = None
+    batch_size: int = 16
+    learning_rate: float = 2e-5
+    seed: int = 0
+    evaluations: int = 2
+    patience: int = 3
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 2 or self.evaluations < 1 or self.patience < 1:
+            raise BadInput("epochs, evaluations and patience must be at least 1, batch size at least 2")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise BadInput(f"max minutes must be positive, not {self.max_minutes}")
+        if not 0 < self.learning_rate < 1:
+            raise BadInput(f"learning rate must be in (0, 1), not {self.learning_rate}")
+
+
+@dataclass
+class Outcome:
+    """What a run did: the held-back metric before and at the kept checkpoint, and why it stopped."""
+
+    before: float
+    best: float
+    best_step: int
+    steps: int
+    epochs: float
+    minutes: float
+    stopped: str
+    losses: list[float] = field(default_factory=list)
+    """Mean training loss of each evaluation interval."""
+
+
+Measure = Callable[[Callable[[Sequence[str]], np.ndarray]], float]
+"""Held-back metric (higher is better) of an ``embed`` function."""
+
+
+def trainable(strategy: Strategy | None) -> TorchEncoder:
+    """The strategy's torch encoder, checked to be trainable and savable as a model directory
+    whose default reading is the strategy's (one clear line otherwise)."""
+    encoder = TorchEncoder(replace(strategy or Strategy(), backend="torch"))
+    resolved = encoder.strategy
+    if resolved.pooling == "pooler":
+        raise BadInput(
+            "pooling 'pooler' cannot be tuned and stated in a model directory: choose cls/mean/max"
+        )
+    found = _layer_stack(encoder.model)
+    deepest = max(encoder.head.layers)
+    if found is None and deepest != encoder.num_layers:
+        raise BadInput(
+            f"model {resolved.model!r} cannot be tuned at layer {deepest}: its transformer blocks "
+            "are not a BERT-like layer list, so the network cannot be cut there"
+        )
+    if deepest == 0:
+        raise BadInput(
+            "layer 0 (the embedding output) cannot be tuned as a sentence encoder: choose a layer >= 1"
+        )
+    if not any(p.requires_grad for p in encoder.model.parameters()):
+        raise BadInput(f"model {resolved.model!r} has no trainable parameters")
+    return encoder
+
+
+def _vectors(encoder: TorchEncoder, texts: Sequence[str]) -> torch.Tensor:
+    """Sentence vectors with their gradient: the encoder's tokens, network and head."""
+    input_ids, attention = pad_batch(encoder.tokens.ids(texts), encoder.tokens.pad)
+    ids, mask = torch.from_numpy(input_ids), torch.from_numpy(attention)
+    out = encoder.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
+    return encoder.head(NetworkOutput(out.hidden_states, getattr(out, "pooler_output", None)), ids, mask)
+
+
+def _unit(vectors: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.normalize(vectors, dim=-1)
+
+
+def cosent_loss(first: torch.Tensor, second: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """CoSENT (Su 2022): every pair ranked above a pair with a lower gold score, by cosine."""
+    cosines = (_unit(first) * _unit(second)).sum(-1) * SCALE
+    differences = cosines[None, :] - cosines[:, None]  # [i, j]: cos_j - cos_i, penalised when gold_i > gold_j
+    wrong_order = scores[:, None] > scores[None, :]
+    differences = differences.masked_fill(~wrong_order, -1e12)
+    return torch.logsumexp(torch.cat([torch.zeros(1), differences.flatten()]), dim=0)
+
+
+def in_batch_loss(
+    anchors: torch.Tensor, candidates: torch.Tensor, groups: torch.Tensor, candidate_groups: torch.Tensor
+) -> torch.Tensor:
+    """Cross-entropy of each anchor's positive (candidate ``i``) against the other candidates of the
+    batch (its positives, then hard negatives); a candidate of the anchor's own group is not a
+    negative."""
+    logits = _unit(anchors) @ _unit(candidates).T * SCALE
+    rows = torch.arange(len(anchors))
+    same = groups[:, None] == candidate_groups[None, :]
+    same[rows, rows] = False
+    return torch.nn.functional.cross_entropy(logits.masked_fill(same, -1e12), rows)
+
+
+def _batch_loss(encoder: TorchEncoder, examples: Examples, rows: Sequence[int]) -> torch.Tensor:
+    first = _vectors(encoder, [examples.first[i] for i in rows])
+    if examples.scores is not None:
+        second = _vectors(encoder, [examples.second[i] for i in rows])
+        return cosent_loss(first, second, torch.tensor([examples.scores[i] for i in rows]))
+    groups = torch.tensor([examples.groups[i] for i in rows])
+    texts = [examples.second[i] for i in rows]
+    candidate_groups = groups
+    if examples.negatives is not None:
+        negatives = [i for i in rows if examples.negatives[i] is not None]
+        texts += [examples.negatives[i] for i in negatives]
+        candidate_groups = torch.cat([groups, torch.full((len(negatives),), -1)])
+    return in_batch_loss(first, _vectors(encoder, texts), groups, candidate_groups)
+
+
+@dataclass
+class Schedule:
+    """Learning-rate factor: linear warm-up over the first 10 % of the planned steps, then linear
+    decay to 0 at the last. With a time budget the plan shrinks to the steps the budget leaves
+    (evaluations included), so a run cut by ``--max-minutes`` ends with its rate decayed, not at
+    its peak."""
+
+    total: int
+    """The steps the epochs asked for."""
+    planned: int = 0
+
+    def __post_init__(self) -> None:
+        self.planned = self.planned or self.total
+
+    def rate(self, step: int) -> float:
+        warm = max(1, int(0.1 * self.planned))
+        if step < warm:
+            return step / warm
+        return max(0.0, (self.planned - step) / max(1, self.planned - warm))
+
+    def fit(self, done: int, seconds_per_step: float, seconds_left: float) -> None:
+        """Plan the asked steps, or fewer: ``done`` plus what ``seconds_left`` allows at this pace."""
+        self.planned = min(self.total, done + max(0, int(seconds_left / max(seconds_per_step, 1e-9))))
+
+
+def _batches(count: int, size: int, rng: random.Random) -> list[list[int]]:
+    order = list(range(count))
+    rng.shuffle(order)
+    batches = [order[i : i + size] for i in range(0, count, size)]
+    return [b for b in batches if len(b) >= 2]  # a lone row has no pair to rank
+
+
+def fine_tune(
+    encoder: TorchEncoder,
+    examples: Examples,
+    measure: Measure,
+    budget: Budget,
+    *,
+    progress: bool = False,
+    report: Callable[[str], object] = lambda line: None,
+) -> Outcome:
+    """Train ``encoder``'s model in place on ``examples``; measure the held-back share before,
+    ``budget.evaluations`` times an epoch and at the end, and leave the best weights loaded.
+    Memory stays bounded: one batch's activations and one copy of the best weights."""
+    from tqdm import tqdm
+
+    torch.manual_seed(budget.seed)
+    rng = random.Random(budget.seed)
+    started = time.monotonic()
+    deadline = None if budget.max_minutes is None else started + budget.max_minutes * 60
+    model = encoder.model
+    per_epoch = max(1, len(_batches(len(examples), budget.batch_size, random.Random(0))))
+    total = per_epoch * budget.epochs
+    every = max(1, math.ceil(per_epoch / budget.evaluations))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=budget.learning_rate, weight_decay=0.01)
+    plan = Schedule(total)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, plan.rate)
+
+    model.eval()
+    before = measure(encoder.embed)
+    report(f"held-back metric before tuning: {before:.4f}")
+    training_started = time.monotonic()
+    outcome = Outcome(before, before, 0, 0, 0.0, 0.0, "epochs done")
+    best_state = copy.deepcopy(model.state_dict())
+    since_best, interval = 0, []
+    with tqdm(total=total, unit="batch", desc="tuning", disable=not progress) as bar:
+        for _ in range(budget.epochs):
+            for rows in _batches(len(examples), budget.batch_size, rng):
+                model.train()
+                loss = _batch_loss(encoder, examples, rows)
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                outcome.steps += 1
+                if deadline is not None:  # lay the decay out over the steps the budget leaves
+                    now = time.monotonic()
+                    plan.fit(outcome.steps, (now - training_started) / outcome.steps, deadline - now)
+                schedule.step()
+                interval.append(loss.item())
+                bar.update(1)
+                bar.set_postfix(loss=f"{interval[-1]:.4f}")
+                out_of_time = deadline is not None and time.monotonic() >= deadline
+                if outcome.steps % every and outcome.steps != total and not out_of_time:
+                    continue
+                model.eval()
+                metric = measure(encoder.embed)
+                outcome.losses.append(float(np.mean(interval)))
+                interval = []
+                report(
+                    f"step {outcome.steps} (epoch {outcome.steps / per_epoch:.2f}): "
+                    f"loss {outcome.losses[-1]:.4f}, held-back {metric:.4f}"
+                )
+                if metric > outcome.best:
+                    outcome.best, outcome.best_step, since_best = metric, outcome.steps, 0
+                    best_state = copy.deepcopy(model.state_dict())
+                else:
+                    since_best += 1
+                if out_of_time or since_best >= budget.patience:
+                    outcome.stopped = (
+                        "time budget spent" if out_of_time else "held-back metric stopped improving"
+                    )
+                    break
+            else:
+                continue
+            break
+    model.load_state_dict(best_state)
+    model.eval()
+    outcome.epochs = outcome.steps / per_epoch
+    outcome.minutes = (time.monotonic() - started) / 60
+    return outcome
+
+
+def save_model(encoder: TorchEncoder, output: Path, facts: dict[str, Any], backend: str) -> Strategy:
+    """Write the tuned model to ``output`` (created whole, or not at all): config, safetensors,
+    tokenizer, sentence-transformers' modules (pooling and normalising as the strategy does) and
+    ``semsearch.json`` (the strategy, on ``backend``, and ``facts``). Returns that strategy: the
+    one an index of the tuned model must be built with."""
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()  # saving is quick: no bar in a pipe
+    resolved = encoder.strategy
+    blocks = max(encoder.head.layers)  # the network is cut there: the saved model's last layer
+    model = encoder.model
+    model.config.num_hidden_layers = blocks
+    layers = tuple(-1 if i == blocks else i for i in encoder.head.layers)
+    output = Path(output)
+    stored = replace(
+        resolved, model=str(output.resolve()), layers=layers, backend=backend, model_fingerprint=None
+    )
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        encoder.tokenizer.save_pretrained(staging)
+        _write_sentence_transformers(staging, resolved, model.config.hidden_size)
+        (staging / "semsearch.json").write_text(
+            json.dumps({"strategy": stored.to_dict(), **facts}, indent=2) + "\n", encoding="utf-8"
+        )
+        if output.is_dir():
+            output.rmdir()  # checked empty before training
+        os.replace(staging, output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return stored
+
+
+def _write_sentence_transformers(directory: Path, strategy: Strategy, hidden: int) -> None:
+    """modules.json, sentence_bert_config.json, 1_Pooling (and 2_Normalize): how
+    sentence-transformers (and semsearch's ``auto`` pooling) read this directory."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    if strategy.normalize:
+        modules.append(
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+        )
+        (directory / "2_Normalize").mkdir()
+    modes = ST_POOLING[strategy.pooling]
+    pooling = {"word_embedding_dimension": hidden} | {
+        f"pooling_mode_{mode}": mode in modes
+        for mode in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
+    }
+    (directory / "1_Pooling").mkdir()
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2), encoding="utf-8")
+    (directory / "modules.json").write_text(json.dumps(modules, indent=2), encoding="utf-8")
+    (directory / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": strategy.max_length, "do_lower_case": False}), encoding="utf-8"
+    )

@@ -1,0 +1,360 @@
+"""``semsearch tune``: fine-tune the index's model on the user's labels, honestly.
+
+Labels of four kinds become training rows (``indexer.encoders.training.Examples``): scored pairs
+(CoSENT), positive pairs (in-batch negatives), retrieval judgements (query -> relevant entry, with
+a hard negative mined by the untuned model) and an unlabelled FAQ (question -> its answer). A
+share of the labels is held back by group (the connected pieces of the label graph: a thread, an
+intent, every pair sharing a sentence), never trained on, and measured before, during (early
+stopping, best checkpoint kept) and after training.
+
+This module and ``indexer.encoders.training`` are the tuning code: only the ``tune`` command
+imports them (``tests/test_tuning.py`` holds the read path and ``index`` to that).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from indexer.errors import BadInput
+from indexer.fields import FieldScoring
+from indexer.strategy import Strategy
+
+if TYPE_CHECKING:
+    from indexer.encoders.training import Examples
+
+MIN_LABELS = 10
+"""Fewer labelled pairs than this leave nothing to hold back and learn from at once."""
+HELD_BACK = 0.1
+K = 10
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Labelled pairs of one kind. ``groups[i]``: the label-graph piece of pair ``i`` (held back
+    whole). For ranking kinds, ``candidates`` is the pool a held-back anchor is ranked in and
+    ``relevant[anchor]`` the candidate indices it should find."""
+
+    kind: str
+    first: list[str]
+    second: list[str]
+    groups: np.ndarray
+    scores: np.ndarray | None = None
+    candidates: list[str] | None = None
+    relevant: dict[str, set[int]] | None = None
+    mine_negatives: bool = False
+
+    def __post_init__(self) -> None:
+        pieces = len(set(self.groups.tolist()))
+        if len(self.first) < MIN_LABELS or pieces < 2:
+            raise BadInput(
+                f"too few labels: {len(self.first)} {self.kind} in {pieces} group(s); tune needs at least "
+                f"{MIN_LABELS} pairs in 2 groups or more (a share is held back to measure)"
+            )
+
+
+def components(edges: Sequence[tuple[str, str]]) -> np.ndarray:
+    """The connected piece of each edge in the graph the edges make (nodes: any strings)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    nodes: dict[str, int] = {}
+    rows = [nodes.setdefault(a, len(nodes)) for a, _ in edges]
+    cols = [nodes.setdefault(b, len(nodes)) for _, b in edges]
+    graph = coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(nodes), len(nodes)))
+    _, piece = connected_components(graph, directed=False)
+    return piece[np.asarray(rows, dtype=np.int64)]
+
+
+def _ranking(first: list[str], second: list[str], groups: np.ndarray, kind: str) -> Labels:
+    """Positive pairs ranked among every distinct second text."""
+    candidates = list(dict.fromkeys(second))
+    position = {text: i for i, text in enumerate(candidates)}
+    relevant: dict[str, set[int]] = {}
+    for a, b in zip(first, second, strict=True):
+        relevant.setdefault(a, set()).add(position[b])
+    return Labels(kind, first, second, groups, candidates=candidates, relevant=relevant)
+
+
+def pair_labels(
+    path: str | Path, s1: str = "sentence1", s2: str = "sentence2", score: str = "score"
+) -> Labels:
+    """Every file ``evaluate sts`` reads (scored pairs), or two text columns (positive pairs)."""
+    from search.evaluate import read_pairs
+
+    pairs = read_pairs(path, s1, s2, score, need_score=False)
+    groups = components(list(zip(pairs.first, pairs.second, strict=True)))
+    if pairs.scored:
+        return Labels("scored pairs", pairs.first, pairs.second, groups, scores=pairs.gold)
+    return _ranking(pairs.first, pairs.second, groups, "positive pairs")
+
+
+def retrieval_labels(
+    queries: str | Path, qrels: str | Path, corpus: str | Path, text_fields: Sequence[str] | None = None
+) -> Labels:
+    """``evaluate retrieval``'s inputs: each query -> each relevant entry, grouped by thread (the
+    questions and entries the judgements link), ranked against the whole corpus; hard negatives
+    are mined when training."""
+    from indexer.corpus import read_corpus
+    from search.evaluate import read_retrieval_set
+
+    data = read_retrieval_set(queries, qrels)
+    entries = read_corpus(corpus, text_fields=text_fields).entries
+    position = {e.id: i for i, e in enumerate(entries)}
+    texts = {q.id: q.text for q in data.queries}
+    unknown_queries = sorted(set(data.qrels) - set(texts))
+    unknown_entries = sorted({d for docs in data.qrels.values() for d in docs} - set(position))
+    for what, unknown, where in (("query", unknown_queries, queries), ("entry", unknown_entries, corpus)):
+        if unknown:
+            raise BadInput(
+                f"the judgements name {len(unknown)} {what} id(s) not in {where}: {', '.join(unknown[:3])}"
+            )
+    links = [(q, d) for q, docs in data.qrels.items() for d in sorted(docs)]
+    relevant: dict[str, set[int]] = {}
+    for q, d in links:
+        relevant.setdefault(texts[q], set()).add(position[d])
+    pieces = dict(zip(links, components([("q:" + q, "d:" + d) for q, d in links]), strict=True))
+    # one training pair per query and distinct entry text (FAQ entries often share their question)
+    unique = list({(texts[q], entries[position[d]].text): (q, d) for q, d in links}.values())
+    return Labels(
+        "query-entry pairs",
+        [texts[q] for q, _ in unique],
+        [entries[position[d]].text for _, d in unique],
+        np.array([pieces[link] for link in unique]),
+        candidates=[e.text for e in entries],
+        relevant=relevant,
+        mine_negatives=True,
+    )
+
+
+def faq_labels(corpus: str | Path, text_fields: Sequence[str] | None, also: FieldScoring) -> Labels:
+    """An unlabelled FAQ: each entry's text (its question) -> its ``also`` text (the answer, or
+    question and answer); entries sharing a question are one group."""
+    from indexer.corpus import read_corpus
+
+    entries = read_corpus(corpus, text_fields=text_fields).entries
+    pairs = [(e.text, t) for e, t in zip(entries, also.texts(entries), strict=True) if t != e.text]
+    if not pairs:
+        raise BadInput("--also: every entry's second text equals its text; name the answer field")
+    first, second = [p[0] for p in pairs], [p[1] for p in pairs]
+    return _ranking(first, second, components(pairs), "question-answer pairs")
+
+
+def read_labels(
+    *,
+    pairs: str | Path | None = None,
+    columns: tuple[str, str, str] = ("sentence1", "sentence2", "score"),
+    queries: str | Path | None = None,
+    qrels: str | Path | None = None,
+    corpus: str | Path | None = None,
+    text_fields: Sequence[str] | None = None,
+    also: FieldScoring | None = None,
+) -> Labels:
+    """The labels one set of inputs gives: ``pairs``; ``queries`` + ``qrels`` + ``corpus``; or
+    ``corpus`` + ``also`` (an FAQ without labels)."""
+    if pairs is not None:
+        if queries or qrels or corpus:
+            raise BadInput("give --pairs, or --queries/--qrels/--corpus, not both")
+        return pair_labels(pairs, *columns)
+    if queries is not None or qrels is not None:
+        if queries is None or qrels is None or corpus is None:
+            raise BadInput("retrieval labels need --queries, --qrels and --corpus together")
+        return retrieval_labels(queries, qrels, corpus, text_fields)
+    if corpus is not None:
+        if also is None:
+            raise BadInput("an FAQ without labels needs --also naming the answer field(s)")
+        return faq_labels(corpus, text_fields, also)
+    raise BadInput("nothing to tune on: give --pairs, or --queries/--qrels/--corpus, or --corpus with --also")
+
+
+def hold_back(labels: Labels, share: float, seed: int) -> np.ndarray:
+    """Which pairs are held back: whole groups, shuffled by ``seed``, until ``share`` of the pairs."""
+    if not 0 < share < 1:
+        raise BadInput(f"held-back share must be in (0, 1), not {share}")
+    pieces = sorted(set(labels.groups.tolist()))
+    random.Random(seed).shuffle(pieces)
+    held: set[int] = set()
+    size = np.bincount(labels.groups)
+    count = 0
+    for piece in pieces[:-1]:  # one group at least stays for training
+        if count >= share * len(labels.first):
+            break
+        held.add(piece)
+        count += int(size[piece])
+    return np.isin(labels.groups, sorted(held))
+
+
+def measure_for(labels: Labels, held: np.ndarray) -> Callable[[Callable[[Sequence[str]], np.ndarray]], float]:
+    """The held-back metric: Spearman x100 of scored pairs, else MRR@10 x100 of held-back anchors
+    ranked among ``candidates``."""
+    from search.evaluate import retrieval_metrics, sts_scores
+
+    rows = np.flatnonzero(held)
+    if labels.scores is not None:
+        first, second, gold = (
+            [labels.first[i] for i in rows],
+            [labels.second[i] for i in rows],
+            labels.scores[rows],
+        )
+        return lambda embed: sts_scores(embed(first), embed(second), gold)["spearman"]
+    assert labels.candidates is not None and labels.relevant is not None
+    anchors = list(dict.fromkeys(labels.first[i] for i in rows))
+    qrels = {a: {str(c): 1 for c in labels.relevant[a]} for a in anchors}
+    distinct = list(dict.fromkeys(labels.candidates))
+    lookup = {t: i for i, t in enumerate(distinct)}
+    where = np.array([lookup[t] for t in labels.candidates])  # each candidate's distinct text
+
+    def measure(embed: Callable[[Sequence[str]], np.ndarray]) -> float:
+        scores = embed(anchors) @ embed(distinct)[where].T
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :K]
+        ranked = {a: [str(c) for c in row] for a, row in zip(anchors, top, strict=True)}
+        return retrieval_metrics(ranked, qrels, K)[f"mrr@{K}"] * 100
+
+    return measure
+
+
+def hard_negatives(
+    labels: Labels, held: np.ndarray, embed: Callable[[Sequence[str]], np.ndarray]
+) -> list[str | None]:
+    """For each training pair, the candidate the untuned model ranks highest among those that are
+    neither relevant to its anchor, nor the same text as a relevant one, nor a held-back text."""
+    assert labels.candidates is not None and labels.relevant is not None
+    rows = np.flatnonzero(~held)
+    banned = {labels.second[i] for i in np.flatnonzero(held)} | {
+        labels.first[i] for i in np.flatnonzero(held)
+    }
+    anchors = list(dict.fromkeys(labels.first[i] for i in rows))
+    distinct = list(dict.fromkeys(labels.candidates))
+    order = np.argsort(-(embed(anchors) @ embed(distinct).T), axis=1)[:, : 4 * K]
+    best: dict[str, str | None] = {}
+    for anchor, ranked in zip(anchors, order, strict=True):
+        taken = banned | {labels.candidates[c] for c in labels.relevant[anchor]}
+        best[anchor] = next((distinct[c] for c in ranked if distinct[c] not in taken), None)
+    return [best[labels.first[i]] for i in rows]
+
+
+def training_examples(
+    labels: Labels, held: np.ndarray, embed: Callable[[Sequence[str]], np.ndarray]
+) -> Examples:
+    """The pairs not held back, as training rows (hard negatives mined with ``embed``)."""
+    from indexer.encoders.training import Examples
+
+    rows = np.flatnonzero(~held)
+    return Examples(
+        [labels.first[i] for i in rows],
+        [labels.second[i] for i in rows],
+        labels.groups[rows].tolist(),
+        scores=None if labels.scores is None else labels.scores[rows].tolist(),
+        negatives=hard_negatives(labels, held, embed) if labels.mine_negatives else None,
+    )
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    """What ``tune`` did and where the model is."""
+
+    output: str
+    kind: str
+    metric: str
+    trained_pairs: int
+    held_back_pairs: int
+    before: float
+    after: float
+    best_step: int
+    steps: int
+    epochs: float
+    minutes: float
+    stopped: str
+    losses: list[float]
+    strategy: str
+    options: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def tune(
+    labels: Labels,
+    output: str | Path,
+    strategy: Strategy | None = None,
+    *,
+    held_back: float = HELD_BACK,
+    epochs: int = 4,
+    max_minutes: float | None = None,
+    seed: int = 0,
+    batch_size: int = 16,
+    learning_rate: float = 2e-5,
+    progress: bool = False,
+    report: Callable[[str], object] = lambda line: None,
+) -> TuneReport:
+    """Fine-tune ``strategy``'s model (default: the index's default) on ``labels`` through that
+    strategy, holding back ``held_back`` of the labels by group, and save the best checkpoint to
+    ``output`` (a new or empty directory), loadable with ``--model output``."""
+    from indexer.encoders.training import Budget, fine_tune, save_model, trainable
+
+    output = Path(output)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise BadInput(f"{output} exists and is not an empty directory: choose a new one")
+    if not output.parent.is_dir():
+        raise BadInput(f"no such directory: {output.parent}")
+    budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
+    held = hold_back(labels, held_back, seed)
+    rows = np.flatnonzero(~held)
+    encoder = trainable(strategy)
+    examples = training_examples(labels, held, encoder.embed)
+    metric = "spearman" if labels.scores is not None else f"mrr@{K}"
+    report(f"{labels.kind}: {len(rows)} trained on, {int(held.sum())} held back ({metric} x100)")
+    outcome = fine_tune(
+        encoder, examples, measure_for(labels, held), budget, progress=progress, report=report
+    )
+    facts = {
+        "tuned_from": encoder.strategy.model_id,
+        "labels": labels.kind,
+        "held_back": {
+            "pairs": int(held.sum()),
+            "metric": metric,
+            "before": outcome.before,
+            "after": outcome.best,
+        },
+    }
+    stored = save_model(encoder, output, facts, (strategy or Strategy()).backend)
+    return TuneReport(
+        str(output),
+        labels.kind,
+        metric,
+        len(rows),
+        int(held.sum()),
+        outcome.before,
+        outcome.best,
+        outcome.best_step,
+        outcome.steps,
+        outcome.epochs,
+        outcome.minutes,
+        outcome.stopped,
+        outcome.losses,
+        stored.describe(),
+        options_for(stored),
+    )
+
+
+def options_for(stored: Strategy) -> str:
+    """The ``index`` options that embed with ``stored`` (its model: the tuned directory), or ''
+    when ``--model DIR`` alone does (a single layer, no special-token rule: the directory's
+    sentence-transformers config states the rest)."""
+    from indexer.models import resolve_strategy
+    from search.sweep import reproduce
+
+    plain = resolve_strategy(Strategy(model=stored.model, backend=stored.backend))
+    return reproduce(stored) if resolve_strategy(stored).differences(plain) else ""
+
+
+def index_strategy(index_dir: str | Path) -> Strategy:
+    """The strategy an existing index was built with: what ``tune --index`` trains through."""
+    from indexer.store import open_index
+
+    return open_index(index_dir, vectors=False).strategy

@@ -1,0 +1,386 @@
+"""``semsearch tune``: each label kind trains, the held-back share never reaches training, the
+strategy the index uses is the one trained through, and the output is a model directory every
+path loads (index, query, evaluate, the ONNX export, sentence-transformers)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.errors import BadInput
+from indexer.fields import FieldScoring
+from indexer.head import Head, NetworkOutput, pad_batch
+from indexer.strategy import Strategy
+from search.tuning import hold_back, read_labels, training_examples, tune
+from tests.conftest import DATA, assert_clean_failure, run
+
+WORDS = [
+    "bike",
+    "station",
+    "river",
+    "lock",
+    "map",
+    "ticket",
+    "refund",
+    "app",
+    "park",
+    "rain",
+    "card",
+    "phone",
+    "price",
+    "night",
+    "city",
+    "helmet",
+]
+
+
+def sentence(i: int, salt: int = 0) -> str:
+    return " ".join(WORDS[(i * 7 + j * (3 + salt)) % len(WORDS)] for j in range(4 + i % 3)) + f" {i}"
+
+
+def scored_pairs(directory: Path, count: int = 40) -> Path:
+    path = directory / "scored.tsv"
+    lines = ["sentence1\tsentence2\tscore"] + [
+        f"{sentence(i)}\t{sentence(i, 1 + i % 2)}\t{i % 6}" for i in range(count)
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def positive_pairs(directory: Path, count: int = 40) -> Path:
+    path = directory / "positives.csv"
+    rows = ["question,answer"] + [f"{sentence(i)},{sentence(i, 2)} yes" for i in range(count)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def retrieval_files(directory: Path, entries: int = 12, per_entry: int = 3) -> dict[str, Path]:
+    """A corpus of ``entries`` (text, answer), ``per_entry`` queries each, and their qrels."""
+    corpus, queries, qrels = directory / "corpus.jsonl", directory / "queries.jsonl", directory / "qrels.tsv"
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": f"e{i}", "text": sentence(i), "answer": sentence(i, 3) + " answer"}) + "\n"
+            for i in range(entries)
+        )
+    )
+    asked = [(f"q{i}_{j}", i, sentence(i, j + 1) + " ?") for i in range(entries) for j in range(per_entry)]
+    queries.write_text("".join(json.dumps({"id": q, "text": text}) + "\n" for q, _, text in asked))
+    qrels.write_text("query_id\tdoc_id\trelevance\n" + "".join(f"{q}\te{i}\t1\n" for q, i, _ in asked))
+    return {"corpus": corpus, "queries": queries, "qrels": qrels}
+
+
+def labels_of(kind: str, directory: Path):
+    if kind == "scored pairs":
+        return read_labels(pairs=scored_pairs(directory))
+    if kind == "positive pairs":
+        return read_labels(pairs=positive_pairs(directory))
+    files = retrieval_files(directory)
+    if kind == "retrieval":
+        return read_labels(queries=files["queries"], qrels=files["qrels"], corpus=files["corpus"])
+    return read_labels(corpus=files["corpus"], also=FieldScoring(("answer",)))
+
+
+KINDS = ("scored pairs", "positive pairs", "retrieval", "faq")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_label_kind_trains_and_lowers_the_loss(kind, tiny_model, tmp_path):
+    from indexer.encoders.training import Budget, fine_tune, trainable
+
+    labels = labels_of(kind, tmp_path)
+    held = hold_back(labels, 0.2, seed=0)
+    encoder = trainable(Strategy(model=tiny_model))
+    examples = training_examples(labels, held, encoder.embed)
+    assert len(examples) == int((~held).sum()) > 0
+    assert (examples.scores is not None) == (kind == "scored pairs")
+    assert (examples.negatives is not None) == (kind == "retrieval")
+    budget = Budget(epochs=6, batch_size=8, learning_rate=1e-3, evaluations=1, patience=100)
+    outcome = fine_tune(encoder, examples, lambda embed: 0.0, budget)
+    assert len(outcome.losses) == 6 and outcome.steps >= 6
+    assert outcome.losses[-1] < outcome.losses[0]
+
+
+@pytest.mark.parametrize("kind", ("positive pairs", "retrieval"))
+def test_the_held_back_share_never_reaches_training(kind, tiny_model, tmp_path, monkeypatch):
+    from indexer.encoders import training
+
+    seen: set[str] = set()
+    forward = training._vectors
+
+    def recording(encoder, texts):
+        seen.update(texts)
+        return forward(encoder, texts)
+
+    monkeypatch.setattr(training, "_vectors", recording)
+    labels = labels_of(kind, tmp_path)
+    done = tune(
+        labels, tmp_path / "out", Strategy(model=tiny_model, backend="torch"), held_back=0.25, epochs=2
+    )
+    held = hold_back(labels, 0.25, seed=0)
+    held_texts = {labels.first[i] for i in np.flatnonzero(held)} | {
+        labels.second[i] for i in np.flatnonzero(held)
+    }
+    assert done.held_back_pairs == held.sum() > 0 and done.trained_pairs == (~held).sum()
+    assert seen and held_texts and not seen & held_texts
+    # whole groups are held back: no group is on both sides
+    assert not set(labels.groups[held].tolist()) & set(labels.groups[~held].tolist())
+
+
+def test_groups_are_the_pieces_the_labels_link(tmp_path):
+    files = retrieval_files(tmp_path, entries=12, per_entry=3)
+    labels = read_labels(queries=files["queries"], qrels=files["qrels"], corpus=files["corpus"])
+    assert len(set(labels.groups.tolist())) == 12  # one thread per entry and its 3 questions
+    shared = tmp_path / "shared.tsv"  # a sentence in two pairs ties them into one group
+    rows = [f"{sentence(i)}\t{sentence(i, 1)}\t1" for i in range(12)] + [f"{sentence(0)}\tanother one\t2"]
+    shared.write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n")
+    labels = read_labels(pairs=shared)
+    assert labels.groups[0] == labels.groups[-1] and len(set(labels.groups.tolist())) == 12
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        Strategy(layers=(2,), pooling="mean"),
+        Strategy(layers=(1,), pooling="max", skip_special=True),
+        Strategy(layers=(1, 3), combine="concat", pooling="mean-max"),
+        Strategy(layers=(0, 2), combine="sum", pooling="cls"),
+    ],
+    ids=lambda s: s.describe(),
+)
+def test_the_head_on_torch_tensors_is_the_head_on_numpy(strategy, tiny_model):
+    """Training runs the index's own head on tensors: same vectors, and a gradient."""
+    import torch
+
+    from indexer.encoders.torch_encoder import TorchEncoder
+
+    encoder = TorchEncoder(replace(strategy, model=tiny_model, backend="torch"), all_layers=True)
+    texts = [sentence(i) for i in range(5)]
+    input_ids, attention = pad_batch(encoder.tokens.ids(texts), encoder.tokens.pad)
+    head = Head(encoder.strategy, encoder.num_layers, encoder.tokens.special_ids)
+    out = encoder.model(
+        input_ids=torch.from_numpy(input_ids),
+        attention_mask=torch.from_numpy(attention),
+        output_hidden_states=True,
+    )
+    on_torch = head(
+        NetworkOutput(out.hidden_states), torch.from_numpy(input_ids), torch.from_numpy(attention)
+    )
+    on_numpy = head(NetworkOutput([h.detach().numpy() for h in out.hidden_states]), input_ids, attention)
+    assert on_torch.requires_grad
+    np.testing.assert_allclose(on_torch.detach().numpy(), on_numpy, atol=1e-5)
+    np.testing.assert_allclose(on_numpy, encoder.embed(texts), atol=1e-5)
+
+
+def scripted_metric(monkeypatch, values: list[float]) -> None:
+    """The held-back metric replaced by ``values``, one per evaluation (then the last again)."""
+    import search.tuning
+
+    calls = iter(values)
+    monkeypatch.setattr(
+        search.tuning, "measure_for", lambda labels, held: lambda embed: next(calls, values[-1])
+    )
+
+
+def test_a_strategy_other_than_last_layer_mean_is_trained_through_and_stored(
+    tiny_model, tmp_path, monkeypatch
+):
+    from indexer.encoders.torch_encoder import TorchEncoder
+    from indexer.models import resolve_strategy
+
+    asked = Strategy(model=tiny_model, layers=(1,), pooling="max", backend="torch")
+    texts = [sentence(i) for i in range(6)]
+    before = TorchEncoder(asked).embed(texts)
+    scripted_metric(monkeypatch, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])  # every evaluation better: the last is kept
+    done = tune(
+        read_labels(pairs=scored_pairs(tmp_path)), tmp_path / "out", asked, epochs=2, learning_rate=1e-3
+    )
+    assert done.best_step == done.steps and done.losses[-1] < done.losses[0]
+    assert done.options == ""  # the directory states it all: cut after layer 1, max pooling
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["num_hidden_layers"] == 1
+    stored = resolve_strategy(Strategy(model=str(tmp_path / "out")))
+    assert (stored.layers, stored.pooling, stored.max_length) == ((-1,), "max", 128)
+    after = TorchEncoder(Strategy(model=str(tmp_path / "out"), backend="torch")).embed(texts)
+    assert after.shape == before.shape and not np.allclose(after, before, atol=1e-4)
+
+    several = Strategy(model=tiny_model, layers=(1, 2), combine="concat", skip_special=True, backend="torch")
+    done = tune(read_labels(pairs=scored_pairs(tmp_path)), tmp_path / "several", several, epochs=1)
+    assert "--layers 1,-1 --combine concat" in done.options and "--skip-special" in done.options
+    kept = json.loads((tmp_path / "several" / "semsearch.json").read_text())
+    assert kept["strategy"]["layers"] == [1, -1] and kept["strategy"]["skip_special"]
+    again = Strategy(model=str(tmp_path / "several"), layers=(1, -1), combine="concat", skip_special=True)
+    assert TorchEncoder(replace(again, backend="torch")).embed(texts).shape == (6, 64)
+
+
+def test_training_stops_when_the_held_back_metric_stops_improving_and_keeps_the_best(
+    tiny_model, tmp_path, monkeypatch
+):
+    from indexer.encoders.torch_encoder import TorchEncoder
+
+    asked = Strategy(model=tiny_model, backend="torch")
+    texts = [sentence(i) for i in range(6)]
+    scripted_metric(monkeypatch, [1.0, 1.0, 1.0, 1.0])  # never better than before training
+    done = tune(
+        read_labels(pairs=scored_pairs(tmp_path)), tmp_path / "out", asked, epochs=8, learning_rate=1e-3
+    )
+    assert done.stopped == "held-back metric stopped improving" and done.best_step == 0
+    assert done.steps < 8 * 3 and done.before == done.after == 1.0  # 36 pairs: 3 batches an epoch
+    untouched = TorchEncoder(
+        Strategy(model=str(tmp_path / "out"), layers=(-1,), pooling="mean", backend="torch")
+    )
+    np.testing.assert_allclose(untouched.embed(texts), TorchEncoder(asked).embed(texts), atol=1e-5)
+
+
+def test_bad_labels_and_untrainable_models_are_one_clear_error(tiny_model, tmp_path):
+    from indexer.encoders.training import trainable
+
+    with pytest.raises(BadInput, match="too few labels"):
+        read_labels(pairs=scored_pairs(tmp_path, count=6))
+    files = retrieval_files(tmp_path)
+    with files["qrels"].open("a") as f:
+        f.write("q0_0\tnowhere\t1\n")
+    with pytest.raises(BadInput, match="1 entry id.* not in .*nowhere"):
+        read_labels(queries=files["queries"], qrels=files["qrels"], corpus=files["corpus"])
+    with pytest.raises(BadInput, match="need --queries, --qrels and --corpus"):
+        read_labels(queries=files["queries"], qrels=files["qrels"])
+    with pytest.raises(BadInput, match="pooler"):
+        trainable(Strategy(model=tiny_model, pooling="pooler"))
+    with pytest.raises(BadInput, match="layer 0"):
+        trainable(Strategy(model=tiny_model, layers=(0,)))
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "file").write_text("mine")
+    with pytest.raises(BadInput, match="not an empty directory"):
+        tune(read_labels(pairs=scored_pairs(tmp_path)), tmp_path / "taken", Strategy(model=tiny_model))
+    assert (tmp_path / "taken" / "file").read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_the_output_loads_in_index_query_evaluate_onnx_and_sentence_transformers(
+    tiny_model, tmp_path, monkeypatch
+):
+    from sentence_transformers import SentenceTransformer
+
+    from indexer.build import build_index
+    from indexer.encoders.factory import encoder_for
+    from indexer.models import identified
+    from search.engine import SearchEngine
+    from search.evaluate import evaluate_sts, read_pairs
+
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))
+    files = retrieval_files(tmp_path)
+    out = tmp_path / "tuned"
+    tune(
+        read_labels(queries=files["queries"], qrels=files["qrels"], corpus=files["corpus"]),
+        out,
+        Strategy(model=tiny_model),
+        epochs=1,
+    )
+    assert {"config.json", "model.safetensors", "tokenizer.json", "modules.json"} <= {
+        p.name for p in out.iterdir()
+    }
+    assert identified(Strategy(model=str(out))).model_fingerprint.startswith("sha256:")
+    onnx = encoder_for(Strategy(model=str(out)))
+    assert onnx.choice.backend == "onnx"  # exported by the existing path: queries stay torch-free
+    texts = [sentence(i) for i in range(8)]
+    reference = encoder_for(Strategy(model=str(out), backend="torch")).embed(texts)
+    np.testing.assert_allclose(onnx.embed(texts), reference, atol=1e-5)
+    peer = SentenceTransformer(str(out), device="cpu").encode(texts, normalize_embeddings=True)
+    np.testing.assert_allclose(peer, reference, atol=1e-5)
+
+    build_index(files["corpus"], tmp_path / "idx", Strategy(model=str(out)))
+    hits = SearchEngine(tmp_path / "idx").search(sentence(3, 1) + " ?", k=3)
+    assert len(hits) == 3
+    assert evaluate_sts(read_pairs(scored_pairs(tmp_path)), Strategy(model=str(out)))["pairs"] == 40
+    result = run("query", tmp_path / "idx", sentence(3, 1), "-k", "2", "--json")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.slow
+def test_the_read_path_and_a_plain_index_never_import_the_tuning_code(tiny_model, tmp_path):
+    files = retrieval_files(tmp_path)
+    code = (
+        "import sys\n"
+        "import search.cli, search.server, search.engine, search.evaluate\n"
+        "from indexer.build import build_index\n"
+        "from indexer.strategy import Strategy\n"
+        "from search.engine import SearchEngine\n"
+        f"build_index({str(files['corpus'])!r}, {str(tmp_path / 'idx')!r}, Strategy(model={tiny_model!r}))\n"
+        f"SearchEngine({str(tmp_path / 'idx')!r}).search('a bike', k=2)\n"
+        "print(sorted(m for m in sys.modules if m in ('search.tuning', 'indexer.encoders.training')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.slow
+def test_tune_on_the_bundled_model_with_a_short_budget(tmp_path):
+    out = tmp_path / "tuned"
+    result = run(
+        "tune",
+        "-o",
+        out,
+        "--corpus",
+        DATA / "demo_faq.csv",
+        "--text-field",
+        "question",
+        "--also",
+        "answer",
+        "--max-length",
+        "64",
+        "--max-minutes",
+        "0.3",
+        "--epochs",
+        "1",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    done = json.loads(result.stdout)
+    assert done["kind"] == "question-answer pairs" and done["held_back_pairs"] > 0
+    assert done["steps"] > 0 and "held-back metric before tuning" in result.stderr
+    scored = run("evaluate", "sts", scored_pairs(tmp_path), "--model", out, "--json")
+    assert scored.returncode == 0 and json.loads(scored.stdout)["pairs"] == 40
+    built = run(
+        "index", DATA / "demo_faq.csv", "-o", tmp_path / "idx", "--text-field", "question", "--model", out
+    )
+    assert built.returncode == 0, built.stderr
+    answered = run("query", tmp_path / "idx", "how do i register", "-k", "1", "--json")
+    assert answered.returncode == 0 and "faq" in answered.stdout
+
+
+@pytest.mark.slow
+def test_bad_input_on_the_command_line_is_one_line(tmp_path):
+    result = run("tune", "-o", tmp_path / "out", "--pairs", scored_pairs(tmp_path, count=5))
+    assert_clean_failure(result, "too few labels")
+    assert not (tmp_path / "out").exists()
+
+
+def test_tune_trains_through_an_index_strategy(tiny_model, tmp_path):
+    from indexer.build import build_index
+    from indexer.models import resolve_strategy
+    from search.tuning import index_strategy
+
+    files = retrieval_files(tmp_path)
+    asked = Strategy(model=tiny_model, layers=(1,), pooling="cls", backend="torch")
+    build_index(files["corpus"], tmp_path / "idx", asked)
+    labels = read_labels(queries=files["queries"], qrels=files["qrels"], corpus=files["corpus"])
+    done = tune(labels, tmp_path / "out", index_strategy(tmp_path / "idx"), epochs=1)
+    stored = resolve_strategy(Strategy(model=done.output))
+    assert (stored.layers, stored.pooling) == ((-1,), "cls") and done.options == ""
+    assert json.loads((tmp_path / "out" / "semsearch.json").read_text())["strategy"]["backend"] == "torch"
+
+
+def test_a_time_budget_lays_the_learning_rate_decay_out_over_the_steps_it_leaves():
+    from indexer.encoders.training import Schedule
+
+    plan = Schedule(1000)
+    assert plan.rate(0) == 0 and plan.rate(100) == 1 and plan.rate(1000) == 0
+    plan.fit(done=50, seconds_per_step=2.0, seconds_left=100.0)  # 50 more steps fit the budget
+    assert plan.planned == 100 and plan.rate(100) == 0 and 0 < plan.rate(60) < 1
+    plan.fit(done=60, seconds_per_step=0.1, seconds_left=1000.0)  # faster now: never past the epochs
+    assert plan.planned == 1000 and plan.rate(100) == 1
