@@ -1404,6 +1404,7 @@ def sweep_retrieval_command(
     "--learning-rate", default=2e-5, show_default=True, type=float, help="Peak learning rate (AdamW)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@progress_options
 @strategy_options
 def tune_command(
     output: Path,
@@ -1425,6 +1426,7 @@ def tune_command(
     learning_rate: float,
     as_json: bool,
     asked: dict[str, Any],
+    progress: bool,
 ) -> None:
     """Fine-tune the model (default: the index's) on your labels through the index's strategy,
     holding a share back to measure; then index and query with --model OUTPUT."""
@@ -1452,7 +1454,7 @@ def tune_command(
         seed=seed,
         batch_size=batch_size,
         learning_rate=learning_rate,
-        progress=sys.stderr.isatty(),  # a bar on a terminal, never in a pipe
+        progress=progress,
         report=lambda line: click.echo(line, err=True),
     )
     if as_json:

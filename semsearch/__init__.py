@@ -18,6 +18,10 @@ Vectors:
     Encoding        a loaded encoder for many ``encode`` calls
     export_encoder  an index's query encoder as one standalone ONNX model + tokenizer
 
+Tuning:
+    read_labels     scored pairs, positive pairs, queries + judgements, or an FAQ -> labels
+    tune            fine-tune the model on labels through a strategy -> a model directory
+
 Search:
     SearchEngine    open an index once; ``search(query, k, where)`` -> list of ``Hit``
     rank_similar    rank a handful of sentences against one, without an index
@@ -53,7 +57,8 @@ _SOURCES = {
     "encode": "search.encoding:encode",
     "Encoding": "search.encoding:Encoding",
     "export_encoder": "indexer.export:export_encoder",
-    # strategy tuning (`tune`) is handed on here, one line
+    "read_labels": "search.tuning:read_labels",
+    "tune": "search.tuning:tune",
     "SemsearchError": "indexer.errors:SemsearchError",
     "BadInput": "indexer.errors:BadInput",
     "FilterError": "indexer.errors:FilterError",
