@@ -27,9 +27,10 @@ from sklearn.linear_model import LogisticRegression
 
 from indexer.encoders.factory import encoder_for
 from indexer.fields import DEFAULT_WEIGHT
-from search.calibration import auroc, choose_threshold, measure, threads
+from search.calibration import threads
 from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood
 from search.evaluate import read_qrels
+from search.promise import auroc, choose_threshold, measure
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"
 COLUMNS = (*FEATURES, "density", "text", "also")

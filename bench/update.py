@@ -73,8 +73,8 @@ PART = 50_000
 
 def write_index(index_dir: Path, size: int, strategy_from: Path) -> float:
     """N synthetic unit vectors and rows, written as a build writes them; returns seconds."""
-    from indexer.catalog import detect_types
     from indexer.corpus import Entry
+    from indexer.field_types import detect_types
     from indexer.store import VersionWriter, open_index, stream_index
 
     strategy = open_index(strategy_from).strategy

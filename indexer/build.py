@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from indexer.catalog import TypeCounter
 from indexer.corpus import CorpusReader, Entry, Rejection, rejection_summary
 from indexer.errors import BadInput
+from indexer.field_types import TypeCounter
 from indexer.fields import FieldScoring, embed_entries
 from indexer.progress import Progress
 from indexer.rows import CorpusSource, source_name

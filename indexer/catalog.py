@@ -1,5 +1,6 @@
 """The catalog: the SQLite half of an index version (``meta.db``), one row per entry plus the
 index's meta, with typed operations on it. The vectors are the other half (``vector_index``).
+How a field's values decide its column type, and how a value is stored in it: ``indexer.field_types``.
 
 Tables::
 
@@ -8,35 +9,6 @@ Tables::
     tombstones(_rowid INTEGER PRIMARY KEY, generation INTEGER)   vectors hidden by an update
                                          (``indexer.segments``); made by the first update that needs it
 
-Field types are decided per column from the rows that first bring it (the build, or the ``add``
-that adds the column), so a filter compares numbers as numbers in any corpus format:
-
-- a value counts as a number when it is one (JSON) or when its text reads as one (CSV and TSV
-  cells, JSON strings): ``12``, ``-3``, ``9.5``, ``1e3``; not ``1_000``, ``nan`` or ``inf``;
-- a *code* is a value SQLite's numeric affinity would turn into a number that is not one here,
-  so it would not come back as written: ``007`` or ``02134`` (a leading zero), ``+44`` (a sign),
-  ``.5``, an integer past 64 bits (``99999999999999999999999``, which SQLite would keep as
-  ``1e+23``). A numeric column cannot keep a code as text, so one code makes its column ``text``,
-  and an ``add`` that brings one to an existing numeric column has that row rejected
-  (``misfit``) rather than its value changed;
-- every non-empty value a number -> ``integer`` (all whole) or ``number`` (SQLite NUMERIC);
-- more numbers than other text (``"9.5"``, ``"n/a"``, ``"12"``) -> ``number``: the numbers are
-  stored and compared as numbers, the text stays text (a filter treats it as unknown in ``<``,
-  ``<=``, ``>``, ``>=`` with a number: see ``search.filters``);
-- otherwise (or any JSON list/object, stored as JSON text) -> ``text``.
-
-The id field's column is ``text`` whatever its values (``indexer.build.survey_corpus``): ids are
-text, ``"01"`` and ``"1"`` two of them.
-
-In a numeric column an empty cell (or empty string) is NULL. NUMERIC stores a whole float as an
-integer: JSON ``10`` and ``10.0`` both come back as ``10``, ``9.5`` as ``9.5`` (a REAL column
-would give ``10.0``). A later ``add`` converts its values to the stored column types the same
-way. Upserting an entry replaces all its fields: one missing from the new row becomes NULL.
-
-(sqlite-utils' ``TypeTracker`` cannot express these rules: it is all-or-nothing per column, so
-one ``n/a`` makes a price column text, and it calls a JSON float such as 9.5 an integer, as
-``int(9.5)`` succeeds.)
-
 Operations that take many ids bind them as one JSON array (``json_each``), never one parameter
 per id, so they work past SQLite's bound-parameter limit.
 """
@@ -44,28 +16,21 @@ per id, so they work past SQLite's bound-parameter limit.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
-from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from indexer.corpus import RESERVED, Entry
 from indexer.errors import FilterError, IndexMoved
+from indexer.field_types import comparable, detect_types, stored_value
 
 if TYPE_CHECKING:
     import numpy as np
 
 SQL_TYPES = {"integer": "INTEGER", "number": "NUMERIC", "text": "TEXT"}
 _FIELD_TYPES = {"INTEGER": "integer", "NUMERIC": "number", "REAL": "number", "FLOAT": "number"}
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_SPACE = r"[ \t\n\v\f\r]*"
-_SQLITE_NUMBER = re.compile(_SPACE + r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?" + _SPACE)
-"""Text that SQLite's INTEGER, NUMERIC and REAL affinities store as a number (tests/test_corpus_fuzz.py
-holds it to SQLite's own behaviour)."""
-_INT64 = 1 << 63
 MAX_FACET_VALUES = 50  # distinct values up to which a field gets a value list (a select on a page)
 MAX_FACET_CHARS = 100  # a longer value is prose (an answer), not something to pick from a list
 
@@ -99,113 +64,6 @@ _WITHIN = " where (?1 is null or _rowid in (select value from json_each(?1)))"
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def _number(value: Any) -> int | float | None:
-    """The number a value stands for, or None. Whole floats become ints (NUMERIC semantics)."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if not _NUMBER.fullmatch(text):
-            return None
-        value = float(text) if any(c in text for c in ".eE") else int(text)
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return None
-        return int(value) if value.is_integer() and abs(value) < _INT64 else value
-    if isinstance(value, int):
-        return value if -_INT64 <= value < _INT64 else None
-    return None
-
-
-def _kind(value: Any) -> str | None:
-    """How a value counts towards its column's type: ``integer``, ``float``, ``code`` (see the
-    module docstring), ``text``, ``structured`` (a list or object); None if empty."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    if isinstance(value, (dict, list)):
-        return "structured"
-    number = _number(value)
-    if number is not None:
-        return "integer" if isinstance(number, int) else "float"
-    return "code" if _SQLITE_NUMBER.fullmatch(value if isinstance(value, str) else str(value)) else "text"
-
-
-def misfit(row: dict[str, Any], types: dict[str, str]) -> str | None:
-    """Why a row's values cannot be stored in the existing columns (``types``: casefolded name ->
-    type): a code in a numeric column would come back as another value. None if they fit."""
-    for name, value in row.items():
-        if types.get(name.casefold(), "text") != "text" and _kind(value) == "code":
-            return (
-                f"code in a number column: field {name!r} is {str(value)!r}, which the index's number "
-                "column would store as another value (rebuild the index to make the column text)"
-            )
-    return None
-
-
-class TypeCounter:
-    """Field types decided from rows seen one at a time (constant memory per field), so a
-    streamed build types its columns as a whole-corpus ``detect_types`` would."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, Counter] = {}
-
-    def add(self, row: dict[str, Any]) -> None:
-        for name, value in row.items():
-            seen = self.counts.setdefault(name, Counter())
-            kind = _kind(value)
-            if kind:
-                seen[kind] += 1
-
-    def types(self) -> dict[str, str]:
-        """Field name -> ``integer``, ``number`` or ``text`` (the rules in the module docstring)."""
-        types = {}
-        for name, seen in self.counts.items():
-            numbers = seen["integer"] + seen["float"]
-            if seen["structured"] or seen["code"] or numbers <= seen["text"]:
-                types[name] = "text"
-            elif seen["float"] or seen["text"]:
-                types[name] = "number"
-            else:
-                types[name] = "integer"
-        return types
-
-
-def detect_types(rows: Iterable[dict[str, Any]]) -> dict[str, str]:
-    """Field name -> ``integer``, ``number`` or ``text`` (the rules in the module docstring)."""
-    counter = TypeCounter()
-    for row in rows:
-        counter.add(row)
-    return counter.types()
-
-
-def stored_value(value: Any, field_type: str) -> Any:
-    """What the column keeps for ``value``: numbers in numeric columns (empty -> NULL), text in
-    text columns, JSON text for lists and objects."""
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False)
-    if field_type == "text":
-        if isinstance(value, bool):
-            return str(int(value))
-        return str(value) if isinstance(value, (int, float)) else value
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    number = _number(value)
-    if number is None:
-        return value if isinstance(value, str) else str(value)
-    return number
-
-
-def comparable(fields: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:
-    """Fields as stored (casefolded names, NULLs left out): equal means nothing to update.
-    ``types``: casefolded name -> type (``Catalog.types_for``)."""
-    out = {}
-    for name, value in fields.items():
-        kept = stored_value(value, types[name.casefold()])
-        if kept is not None:
-            out[name.casefold()] = kept
-    return out
 
 
 class Catalog:

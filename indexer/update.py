@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from indexer.catalog import Catalog, comparable, content_hash, misfit
+from indexer.catalog import Catalog, content_hash
 from indexer.corpus import Corpus, Rejection, check_field_count, entry_id, read_corpus
 from indexer.errors import BadInput
+from indexer.field_types import comparable, misfit
 from indexer.fields import FieldScoring, embed_entries
 from indexer.progress import Progress
 from indexer.rows import ROWS_NAME, CorpusSource, is_path
@@ -64,7 +65,7 @@ def add_to_index(
     an upserted entry's fields are replaced whole.
     Text and id fields default to the index's own; to an index built on row numbers the rows are
     added with new ids (the module docstring) unless ``id_field`` is given. A row whose value
-    cannot be stored in its column as written is rejected (``catalog.misfit``). ``wait``: seconds
+    cannot be stored in its column as written is rejected (``field_types.misfit``). ``wait``: seconds
     to wait for another writer; ``ray``/``ray_workers``: embed on Ray, as ``build_index`` does."""
     from indexer.distributed import RayEncoder
     from indexer.encoders.factory import encoder_for

@@ -270,22 +270,18 @@ def evaluate_abstention(
 
     from indexer.build import build_index
     from search.calibration import (
-        GUARANTEE,
         LEARNED,
         PLAIN,
-        UNANSWERABLE,
-        auroc,
         check_precision,
-        check_share,
         choose_rule,
         embedded,
         fit_rule,
-        measure,
         observe,
         threads,
     )
     from search.confidence import NEIGHBOURS
     from search.engine import SearchEngine
+    from search.promise import GUARANTEE, UNANSWERABLE, auroc, check_share, measure
 
     if not 0 < holdout < 1:
         raise BadInput(f"holdout must be a fraction in (0, 1), not {holdout}")

@@ -15,13 +15,10 @@ from indexer.errors import BadInput
 from indexer.store import live_version, open_index
 from indexer.update import add_to_index
 from search.calibration import (
-    Curve,
     Observation,
     calibrate_index,
     choose_rule,
-    choose_threshold,
     fit_rule,
-    measure,
     observe,
     paraphrase,
     remove_calibration,
@@ -31,6 +28,7 @@ from search.calibration import (
 from search.confidence import Neighbourhood, Rule
 from search.engine import SearchEngine
 from search.evaluate import evaluate_abstention, read_retrieval_set
+from search.promise import Curve, choose_threshold, measure
 from tests.conftest import DATA, assert_clean_failure, run, shared_file
 
 TOPICS = [

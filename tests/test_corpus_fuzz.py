@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer import Strategy, build_index
-from indexer.catalog import _SQLITE_NUMBER, SQL_TYPES, Catalog, _number, detect_types
+from indexer.catalog import SQL_TYPES, Catalog
 from indexer.corpus import Corpus, read_corpus
 from indexer.errors import SemsearchError
+from indexer.field_types import SQLITE_NUMBER, as_number, detect_types
 from indexer.store import open_index
 from indexer.update import add_to_index
 
@@ -135,7 +136,7 @@ def check_stored(corpus: Corpus, directory: Path) -> None:
         assert (row["_id"], row["_text"]) == (entry.id, entry.text)
         for name, value in entry.fields.items():
             if isinstance(value, str) and value.strip():
-                assert row[name] == value or row[name] == _number(value), (name, value, row[name])
+                assert row[name] == value or row[name] == as_number(value), (name, value, row[name])
     catalog.close()
 
 
@@ -162,13 +163,13 @@ def test_every_row_is_an_entry_or_a_rejection_with_its_reason(fmt):
 @FUZZ
 @given(st.text(st.sampled_from("0123456789+-.eE \t\n\x0b\x0c\rx\xa0"), max_size=8))
 def test_what_sqlite_reads_as_a_number_is_known(value):
-    """``_SQLITE_NUMBER`` is the text SQLite's numeric affinity converts: what the catalog relies
+    """``SQLITE_NUMBER`` is the text SQLite's numeric affinity converts: what the catalog relies
     on to keep a code (``007``) out of a number column."""
     db = sqlite3.connect(":memory:")
     db.execute(f"create table t (a {SQL_TYPES['number']})")
     db.execute("insert into t values (?)", (value,))
     converted = db.execute("select typeof(a) from t").fetchone()[0] != "text"
-    assert converted == bool(_SQLITE_NUMBER.fullmatch(value))
+    assert converted == bool(SQLITE_NUMBER.fullmatch(value))
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "tsv", "text"])

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from indexer.catalog import Catalog, detect_types
+from indexer.catalog import Catalog
 from indexer.corpus import Entry
+from indexer.field_types import detect_types
 from search.filters import parse_filter
 
 HOSTILE = ['say "hi"', "with space", "catégorie 分类", "x'); drop table entries; --"]

@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from indexer.catalog import Catalog, detect_types
+from indexer.catalog import Catalog
 from indexer.corpus import Entry
 from indexer.errors import BadInput
+from indexer.field_types import detect_types
 from indexer.fields import vector_ids
 from indexer.store.held import hold_graph
 from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
