@@ -299,6 +299,10 @@ def encode_file(
     target = Path(output)
     if target.is_dir():
         raise BadInput(f"{target} is a directory: give a file name")
+    if target.exists() and not target.is_file():  # the rename below would replace the device or pipe
+        raise BadInput(
+            f"{target} is not a regular file: give a file name, or no -o for JSON lines on stdout"
+        )
     handle, temporary = tempfile.mkstemp(
         dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}."
     )

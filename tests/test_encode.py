@@ -119,3 +119,21 @@ def test_cli_bad_input_is_one_line_and_leaves_no_file(whitened, tmp_path, tiny_m
     corpus = write_csv(tmp_path / "bad.csv", rows)
     assert_clean_failure(run("encode", corpus, *model, "-o", tmp_path / "out.npy"), "empty text")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["bad.csv", "faq.csv", "idx"])
+
+
+def test_an_output_that_is_not_a_regular_file_is_refused_and_left_alone(whitened, tmp_path):
+    """The output is written beside its place and renamed over it: over a device or a pipe that
+    rename would replace the special file itself (as root, ``-o /dev/full`` replaced the device)."""
+    import os
+    import stat
+
+    from search.encoding import encode_file
+
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    pipe = tmp_path / "pipe.npy"
+    os.mkfifo(pipe)
+    with pytest.raises(BadInput, match="not a regular file"):
+        encode_file(str(source), pipe, Encoding.load(index=whitened))
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".pipe")] == []
