@@ -88,7 +88,8 @@ def read_pairs(
         else:
             raise BadInput(
                 f"{path}: no columns {s1!r}, {s2!r}, {score!r} in the header "
-                f"({', '.join(header[:8])}); name them with --sentence1/--sentence2/--score"
+                f"({', '.join(ascii(h[:30]) for h in header[:8])}); "
+                "name them with --sentence1/--sentence2/--score"
             )
     scored = need_score or any(isinstance(r, dict) and r.get(score) not in (None, "") for r in rows)
     usable = [

@@ -156,3 +156,15 @@ def test_stackfaq_default_beats_tfidf_floor():
     assert scores["queries"] == 499
     assert scores["mrr@10"] > 0.718  # the README's TF-IDF floor for text+answer
     assert np.isfinite(scores["ndcg@10"])
+
+
+def test_a_header_of_binary_junk_is_named_without_its_bytes(tmp_path):
+    """The error quotes the header it could not use: escaped and cut short, never raw control
+    bytes written to the user's terminal."""
+    junk = tmp_path / "junk.tsv"
+    junk.write_bytes(b"\x1b[2J\x07bell\tx" + bytes(range(1, 32)) * 40 + b"\n")
+    with pytest.raises(SemsearchError) as caught:
+        read_pairs(junk)
+    message = str(caught.value)
+    assert "no columns" in message and len(message) < 400
+    assert not any(ord(c) < 32 for c in message)
