@@ -33,6 +33,7 @@ import numpy as np
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.store import Change, apply_change, live_meta, writer_lock
+from search.components import groups
 from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood, Rule
 from search.engine import SearchEngine, Snapshot
 from search.promise import (
@@ -82,23 +83,13 @@ class Observation:
 
 def threads(qrels: Mapping[str, Mapping[str, int]]) -> list[tuple[set[str], set[str]]]:
     """Questions and entries linked by judgements, as (question ids, entry ids) per connected
-    component: a FAQ thread, removed or kept whole so no paraphrase leaks across a split."""
-    parent: dict[str, str] = {}
-
-    def root(node: str) -> str:
-        while parent.setdefault(node, node) != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
-    for question, docs in qrels.items():
-        for doc in docs:
-            parent[root("d:" + doc)] = root("q:" + question)
-    groups: dict[str, tuple[set[str], set[str]]] = {}
-    for node in list(parent):
-        questions, entries = groups.setdefault(root(node), (set(), set()))
-        (questions if node.startswith("q:") else entries).add(node[2:])
-    return [groups[key] for key in sorted(groups)]
+    component: a FAQ thread, removed or kept whole so no paraphrase leaks across a split.
+    Threads come in the order of their smallest entry id."""
+    links = [("q:" + question, "d:" + doc) for question, docs in qrels.items() for doc in docs]
+    return [
+        ({n[2:] for n in nodes if n[0] == "q"}, {n[2:] for n in nodes if n[0] == "d"})
+        for nodes in groups([q for q, _ in links], [d for _, d in links])
+    ]
 
 
 def observe(

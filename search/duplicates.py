@@ -17,6 +17,7 @@ from indexer.progress import Progress, Share
 from indexer.store import StoredIndex
 from indexer.vectors.factory import EXACT_LIMIT
 from indexer.vectors.faiss_index import PairIndex
+from search.components import groups
 
 BLOCK = 4096  # most query vectors per IVF range search
 # Candidates one step of a scan may yield: an exact tile of TILE x TILE vectors, an IVF block of
@@ -171,19 +172,7 @@ def _ivf_pairs(
 
 def components(pairs: np.ndarray) -> list[list[int]]:
     """Connected components (of two or more) of the graph the pairs draw, largest first."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    if not len(pairs):
-        return []
-    nodes, edges = np.unique(pairs, return_inverse=True)
-    edges = edges.reshape(-1, 2)
-    graph = coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(len(nodes), len(nodes)))
-    _, labels = connected_components(graph, directed=False)
-    groups: dict[int, list[int]] = {}
-    for node, label in zip(nodes.tolist(), labels.tolist(), strict=True):
-        groups.setdefault(label, []).append(node)
-    return sorted(groups.values(), key=lambda g: (-len(g), g))
+    return sorted(groups(pairs[:, 0], pairs[:, 1]), key=lambda g: (-len(g), g))
 
 
 def check_min_score(min_score: float) -> float:

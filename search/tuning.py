@@ -24,6 +24,7 @@ import numpy as np
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring
 from indexer.strategy import Strategy
+from search.components import connected
 
 if TYPE_CHECKING:
     from indexer.encoders.training import Examples
@@ -60,15 +61,7 @@ class Labels:
 
 def components(edges: Sequence[tuple[str, str]]) -> np.ndarray:
     """The connected piece of each edge in the graph the edges make (nodes: any strings)."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    nodes: dict[str, int] = {}
-    rows = [nodes.setdefault(a, len(nodes)) for a, _ in edges]
-    cols = [nodes.setdefault(b, len(nodes)) for _, b in edges]
-    graph = coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(nodes), len(nodes)))
-    _, piece = connected_components(graph, directed=False)
-    return piece[np.asarray(rows, dtype=np.int64)]
+    return connected([a for a, _ in edges], [b for _, b in edges])[2]
 
 
 def _ranking(first: list[str], second: list[str], groups: np.ndarray, kind: str) -> Labels:
