@@ -211,10 +211,11 @@ def choose_rule(
 ) -> Rule:
     """The plain cosine threshold, unless the learned rule (``LEARNED``) beats it on threads it
     was not fitted on: the threads are cut in two, each rule is fitted on one half and measured on
-    the other (both ways); the learned one is kept only if it answers more of the held-out
-    answerable questions at a held-out precision that still reaches the target (or the plain
-    rule's, if that misses it). The winner is fitted on everything and
-    says why (``Rule.why``). Too few threads to cut in two (``MIN_THREADS`` each): plain."""
+    the other (both ways). The learned one is kept if its held-out precision reaches the target
+    where the plain rule's does not (keeping the promise beats answering more), or if it answers
+    more of the held-out answerable questions at a held-out precision that still reaches the
+    target (or the plain rule's, if that misses it). The winner is fitted on everything and says
+    why (``Rule.why``). Too few threads to cut in two (``MIN_THREADS`` each): plain."""
     units = sorted({o.cluster for o in seen})
     if len(units) < 2 * MIN_THREADS:
         rule = fit_rule(seen, precision, PLAIN, guarantee, unanswerable)
@@ -238,8 +239,9 @@ def choose_rule(
     (plain_precision, plain_coverage), (learned_precision, learned_coverage) = (
         tuple(np.mean(held[f], axis=0).tolist()) for f in (PLAIN, LEARNED)
     )
+    learned_keeps, plain_keeps = (p >= precision - 1e-9 for p in (learned_precision, plain_precision))
     kept = learned_precision >= min(precision, plain_precision) - 1e-9
-    wins = learned_coverage > plain_coverage and kept
+    wins = (learned_keeps and not plain_keeps) or (learned_coverage > plain_coverage and kept)
     measured = (
         f"held-out coverage {learned_coverage:.3f} vs {plain_coverage:.3f}, "
         f"precision {learned_precision:.3f} vs {plain_precision:.3f}"

@@ -660,3 +660,28 @@ def test_the_learned_rule_earns_its_place_on_held_out_threads():
     assert plain.features == ("score",) and plain.why.startswith("plain: learned vs plain held-out")
     few = choose_rule(separable(rng, gap_helps=True, threads=12))
     assert few.features == ("score",) and "too few threads (12)" in few.why
+
+
+def test_a_rule_that_misses_the_target_on_held_out_threads_is_not_preferred(monkeypatch):
+    """The plain threshold answers every held-out question at a precision far below the target;
+    the learned rule answers half of the answerable ones, all right. Keeping the promise beats
+    answering more: the learned rule is chosen."""
+    seen = [
+        Observation(np.array([score, 0.0, 0.0, gap]), answerable, answerable, thread, hidden=not answerable)
+        for thread in range(20)
+        for answerable, score, gap in ((True, 0.8, 0.3 if thread % 2 else 0.0), (False, 0.7, 0.0))
+    ]
+
+    def fitted(seen, precision=0.95, features=None, guarantee=0.9, unanswerable=1 / 3) -> Rule:
+        """A plain rule whose threshold passes every question; a learned one reading only ``gap``."""
+        plain = tuple(features) == ("score",)
+        weights, threshold = ((1.0,), 0.5) if plain else ((0.0, 1.0), 1 / (1 + math.exp(-0.2)))
+        zeros = tuple(0.0 for _ in weights)
+        return Rule(
+            tuple(features), zeros, tuple(1.0 for _ in weights), weights, 0.0, threshold, precision, 0, 0, 1
+        )
+
+    monkeypatch.setattr("search.calibration.fit_rule", fitted)
+    rule = choose_rule(seen)
+    assert rule.features == ("score", "gap")
+    assert rule.why.startswith("learned score,gap: learned vs plain held-out coverage 0.500 vs 1.000")
