@@ -5,10 +5,8 @@ Names load on first use so ``semsearch --help`` and ``info`` do not pay for what
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
-
 from indexer.errors import BadInput, FilterError, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
+from indexer.lazy import lazy_exports
 from indexer.strategy import DEFAULT_MODEL, Strategy
 
 _LAZY = {"BuildReport": "indexer.build", "build_index": "indexer.build", "export_encoder": "indexer.export"}
@@ -28,7 +26,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'indexer' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)[0]  # no __dir__: the eager names above are listed too

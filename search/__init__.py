@@ -6,8 +6,7 @@ Names load on first use so ``semsearch --help`` and ``info`` do not pay for impo
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from indexer.lazy import lazy_exports
 
 _EXPORTS = {
     "Encoding": "search.encoding",
@@ -17,9 +16,4 @@ _EXPORTS = {
     "rank_similar": "search.similar",
 }
 __all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'search' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

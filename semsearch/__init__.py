@@ -35,8 +35,7 @@ FilterError, StrategyConflict, IndexLocked, IndexMoved, IndexDamaged, DiskFull.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from indexer.lazy import lazy_exports
 
 _SOURCES = {
     "Strategy": "indexer.strategy:Strategy",
@@ -71,14 +70,4 @@ _SOURCES = {
 """Each public name -> ``module:attribute`` it is handed on from."""
 
 __all__ = list(_SOURCES)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _SOURCES:
-        module, attribute = _SOURCES[name].split(":")
-        return getattr(import_module(module), attribute)
-    raise AttributeError(f"module 'semsearch' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*__all__, "__doc__", "__name__"])
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)
