@@ -20,9 +20,10 @@ Share = Callable[[float], Any]
 
 
 class Progress:
-    """A bar over ``total`` units of a task, or nothing when not ``enabled``."""
+    """A bar over ``total`` units of a task, or nothing when not ``enabled``. ``total`` None: not
+    known ahead (texts streamed from stdin), the bar counts and shows the rate."""
 
-    def __init__(self, total: int, desc: str, *, enabled: bool, unit: str = "text"):
+    def __init__(self, total: int | None, desc: str, *, enabled: bool, unit: str = "text"):
         from tqdm import tqdm
 
         self.bar = tqdm(total=total, desc=desc, unit=unit, disable=not enabled)
@@ -30,7 +31,8 @@ class Progress:
 
     def advance(self, units: float) -> None:
         """``units`` more done (fractions add up: the bar shows whole units)."""
-        self.done = min(self.done + units, self.bar.total or 0)
+        total = self.bar.total
+        self.done = self.done + units if total is None else min(self.done + units, total)
         whole = int(self.done + 1e-9)  # shares of a step add up to its units, to float error
         if whole > self.bar.n:
             self.bar.update(whole - self.bar.n)

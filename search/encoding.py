@@ -28,6 +28,7 @@ import numpy as np
 
 from indexer.corpus import CorpusReader, Entry
 from indexer.errors import BadInput
+from indexer.progress import Progress
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from search.queries import check_text
@@ -138,10 +139,8 @@ class Encoding:
         self, rows: Iterable[tuple[str, str]], *, progress: bool = False, size: int = PART_TEXTS
     ) -> Iterator[tuple[list[str], np.ndarray]]:
         """``(ids, vectors)`` of ``(id, text)`` rows, ``size`` rows at a time, in order."""
-        from tqdm import tqdm
-
         rows, done = iter(rows), 0
-        with tqdm(disable=not progress, unit="text", desc="encoding") as bar:
+        with Progress(None, "encoding", enabled=progress) as bar:
             while part := list(islice(rows, size)):
                 texts = check_texts([text for _, text in part], done + 1)
                 yield (
@@ -149,7 +148,7 @@ class Encoding:
                     self.finish(self.embedder.embed(texts)).astype(np.float32, copy=False),
                 )
                 done += len(part)
-                bar.update(len(part))
+                bar.advance(len(part))
 
     def info(self) -> dict[str, Any]:
         """What the encode-only server's ``/info`` shows."""

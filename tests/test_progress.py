@@ -192,3 +192,21 @@ def test_a_duplicate_scan_reports_each_block(exact):
     range_pairs(vectors, np.arange(600), 0.95, exact=exact, block=100, progress=told.append)
     assert len(told) == 6 and all(share > 0 for share in told)
     assert sum(told) == pytest.approx(1.0)
+
+
+COUNTER = re.compile(r"encoding: (?P<n>\d+)text \[[\d:]+, +\S+/s\]")
+
+
+@pytest.mark.slow
+def test_encode_counts_its_texts_on_a_terminal_and_is_silent_in_a_pipe(files, tmp_path):
+    """``encode`` streams texts whose number it cannot know ahead (stdin): its bar counts them,
+    a part of 256 at a time, with the rate; nothing in a pipe or with --quiet."""
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"line {i} about {TOPICS[i % 5]}\n" for i in range(600)))
+    command = ["encode", str(lines), "--model", str(files["model"]), "-o"]
+    counted = [int(m["n"]) for m in COUNTER.finditer(on_terminal(*command, str(tmp_path / "a.npy")))]
+    assert sorted(set(counted)) == [0, 256, 512, 600]
+    assert not COUNTER.search(on_terminal(*command, str(tmp_path / "b.npy"), "--quiet"))
+    piped = run(*command, tmp_path / "c.npy")
+    assert piped.returncode == 0, piped.stderr
+    assert "encoding" not in piped.stderr
