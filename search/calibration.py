@@ -39,6 +39,7 @@ from search.engine import SearchEngine, Snapshot
 from search.promise import (
     GUARANTEE,
     MIN_THREADS,
+    TARGETS,
     UNANSWERABLE,
     Curve,
     check_share,
@@ -199,6 +200,7 @@ def fit_rule(
             "bound": bound,
             "unguarded_coverage": float((confidence[answerable] >= unguarded).mean()),
             "features": features,
+            "costs": curve.costs(sorted({*TARGETS, precision}), guarantee),
         }
     )
 

@@ -606,6 +606,9 @@ def calibrate_command(
         f"coverage:   {rule.coverage:.2f} of the answerable calibration questions answered "
         f"({rule.unguarded_coverage:.2f} without the {rule.guarantee:.0%} guarantee)"
     )
+    if rule.costs:
+        costs = ", ".join(f"{target:g} -> {coverage:.2f}" for target, coverage in rule.costs)
+        click.echo(f"trade-off:  coverage at each precision target, same guarantee: {costs}")
     click.echo(f"measured:   on {rule.measured_on}")
     click.echo(f"rule:       {','.join(rule.features)}, threshold {rule.threshold:.4f}")
     if rule.why:

@@ -116,6 +116,7 @@ class Rule:
     measured_on: str = ""
     created: str = ""
     why: str = ""  # why these features: the learned rule against the plain one on held-out threads
+    costs: tuple[tuple[float, float], ...] = ()  # (precision target, coverage) with the same guarantee
 
     @property
     def reads_neighbours(self) -> bool:
@@ -149,4 +150,5 @@ class Rule:
         fields = dict(stored)
         for name in ("features", "mean", "scale", "weights"):
             fields[name] = tuple(fields[name])
+        fields["costs"] = tuple(tuple(pair) for pair in fields.get("costs", ()))
         return cls(**fields)

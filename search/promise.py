@@ -9,6 +9,8 @@ lower bound; ``search.calibration`` fits rules with it and ``evaluate abstention
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from indexer.errors import BadInput
@@ -22,6 +24,8 @@ RESAMPLES = 1000
 """Cluster bootstrap resamples behind a promise."""
 CUTS = 200
 """Candidate thresholds tried (quantiles of the calibration confidences)."""
+TARGETS = (0.8, 0.85, 0.9, 0.95, 0.98)
+"""Precision targets whose coverage ``calibrate`` also reports (``Curve.costs``)."""
 MIN_THREADS = 10
 """Threads (distinct answers) below which no promise is made: the resampling needs some."""
 
@@ -68,6 +72,7 @@ class Curve:
         self.answerable_counts = np.bincount(clusters, weights=answerable, minlength=count)
         self.absent_counts = np.bincount(clusters, weights=~answerable, minlength=count)
         self.clusters = count
+        self._lower: dict[float, np.ndarray] = {}
 
     def precisions(self, weights: np.ndarray) -> np.ndarray:
         """Precision at each cut for each row of cluster ``weights`` (one row: the sample itself)."""
@@ -79,20 +84,41 @@ class Curve:
         answered = (1 - share) * (right + wrong) + share * (weights @ self.absent) / absent
         return np.where(answered > 0, (1 - share) * right / np.maximum(answered, 1e-12), 1.0)
 
+    def lower(self, guarantee: float) -> np.ndarray:
+        """The precision at each cut that all but ``1 - guarantee`` of the cluster resamples reach."""
+        if guarantee not in self._lower:
+            rng = np.random.default_rng(0)
+            weights = rng.multinomial(self.clusters, [1 / self.clusters] * self.clusters, size=RESAMPLES)
+            self._lower[guarantee] = np.quantile(
+                self.precisions(weights.astype(np.float64)), 1 - guarantee, axis=0
+            )
+        return self._lower[guarantee]
+
     def guaranteed(self, precision: float, guarantee: float) -> tuple[float | None, float]:
         """The lowest cut, stepping down from the top, whose precision is at least ``precision``
         in all but ``1 - guarantee`` of the cluster resamples, and that lower quantile (the
         stated bound); the step-down stops at the first cut that fails, so trying many cuts does
         not buy a lucky one. None (and the best quantile) if no cut passes."""
-        rng = np.random.default_rng(0)
-        weights = rng.multinomial(self.clusters, [1 / self.clusters] * self.clusters, size=RESAMPLES)
-        lower = np.quantile(self.precisions(weights.astype(np.float64)), 1 - guarantee, axis=0)
+        lower = self.lower(guarantee)
         passed = np.flatnonzero(lower >= precision - 1e-12)
         if not len(passed):
             return None, float(lower.max())
         failed = np.flatnonzero(lower[passed[0] :] < precision - 1e-12)
         last = passed[0] + (failed[0] - 1 if len(failed) else len(lower) - 1 - passed[0])
         return float(self.cuts[last]), float(lower[last])
+
+    def coverage(self, threshold: float) -> float:
+        """Share of the answerable calibration questions whose confidence reaches ``threshold``."""
+        return float((self.confidence[self.answerable] >= threshold).mean())
+
+    def costs(self, targets: Sequence[float], guarantee: float) -> tuple[tuple[float, float], ...]:
+        """``(target, coverage)`` for each precision target the same promise could make (coverage 0
+        where none can be kept): what a stricter or looser target costs or buys."""
+        found = []
+        for target in targets:
+            threshold, _ = self.guaranteed(target, guarantee)
+            found.append((float(target), 0.0 if threshold is None else self.coverage(threshold)))
+        return tuple(found)
 
     def unguarded(self, precision: float) -> float:
         """The lowest cut at which the sample's own precision reaches ``precision`` (no promise)."""

@@ -249,6 +249,8 @@ def test_cli_calibrate_then_query(faq):
     result = run("calibrate", index, "--queries", queries, "--qrels", qrels, "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["precision"] >= 0.95
+    table = run("calibrate", index, "--queries", queries, "--qrels", qrels).stdout
+    assert "trade-off:  coverage at each precision target, same guarantee: 0.8 -> " in table
     result = run("query", index, OTHERS[2], "-k", "1", "--json")
     hit = json.loads(result.stdout)["hits"][0]
     assert hit["answered"] is False and 0 <= hit["confidence"] <= 1
@@ -685,3 +687,25 @@ def test_a_rule_that_misses_the_target_on_held_out_threads_is_not_preferred(monk
     rule = choose_rule(seen)
     assert rule.features == ("score", "gap")
     assert rule.why.startswith("learned score,gap: learned vs plain held-out coverage 0.500 vs 1.000")
+
+
+def test_a_rule_says_what_other_precision_targets_would_cost():
+    """Beside its own promise, a rule reports the coverage the same guarantee gives at other
+    precision targets: a stricter one answers less, its own is its coverage, and it survives
+    being stored."""
+    rng = np.random.default_rng(0)
+    seen = [
+        Observation(
+            np.array([centre + rng.normal(0, 0.06), 0, 0, 0]), answerable, answerable, t, not answerable
+        )
+        for t in range(40)
+        for _ in range(4)
+        for answerable, centre in ((True, 0.72), (False, 0.6))
+    ]
+    rule = fit_rule(seen, 0.95, ("score",))
+    targets = [target for target, _ in rule.costs]
+    assert targets == sorted(targets) and {0.8, 0.9, 0.95, 0.98} <= set(targets)
+    coverages = [coverage for _, coverage in rule.costs]
+    assert coverages == sorted(coverages, reverse=True) and coverages[0] > coverages[-1]
+    assert dict(rule.costs)[0.95] == rule.coverage
+    assert Rule.from_dict(json.loads(json.dumps(rule.to_dict()))) == rule
