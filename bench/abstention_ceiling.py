@@ -18,14 +18,14 @@ a logistic rule is fitted on the other parts and scores the questions of each pa
   out-of-sample confidences themselves, which no calibration can do: an upper bound.
 
 The product's features (``Neighbourhood.features``) come with candidates kept out of the product
-because they do not lift the ceiling: the field cosines of the top entry (question, question +
-answer, answer), whether the question and question + answer vectors agree on the top thread,
-the top thread's cosine to its nearest other thread (computed without the left-out thread), the
-softmax share of the top thread, TF-IDF cosines and the IDF-weighted share of the question's
-words found in the top thread, a second representation (layer 3, mean) and its agreement, and
-stability under dropping a quarter of the question's words (4 draws). The peer is
-sentence-transformers + a FAISS flat index with a plain cosine threshold on its top hit, in the
-same run and protocol, as a ratio of ceilings.
+because they do not lift the ceiling: the field cosines of the top entry (question + answer,
+answer; the question's own is the product's ``text``), whether the question and question +
+answer vectors agree on the top thread, the top thread's cosine to its nearest other thread
+(computed without the left-out thread), the softmax share of the top thread, TF-IDF cosines and
+the IDF-weighted share of the question's words found in the top thread, a second representation
+(layer 3, mean) and its agreement, and stability under dropping a quarter of the question's
+words (4 draws). The peer is sentence-transformers + a FAISS flat index with a plain cosine
+threshold on its top hit, in the same run and protocol, as a ratio of ceilings.
 
 The demo (``data/demo_faq.csv``, its 110 questions, all answerable) is measured apart: the share
 of right top hits a rule fitted on the questions themselves (in hindsight) can answer at a
@@ -54,16 +54,18 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "stackfaq"
 SHARE = 1 / 3
 CANDIDATES = (
-    "field_text", "field_both", "field_answer", "fields_agree", "nearest_thread", "softmax",
+    "field_both", "field_answer", "fields_agree", "nearest_thread", "softmax",
     "tfidf", "tfidf_both", "word_share", "second_agree", "second_margin", "stable", "dropped_score",
 )  # fmt: skip
 COLUMNS = (*FEATURES, *CANDIDATES)
 SETS = [
     ("score",),
+    ("text",),
     ("score", "gap"),
-    ("score", "margin"),
-    ("score", "margin", "zscore", "gap"),
-    *[("score", "gap", name) for name in CANDIDATES],
+    ("text", "gap"),
+    ("text", "margin"),
+    FEATURES,
+    *[("text", "gap", name) for name in CANDIDATES],
     COLUMNS,
 ]
 
@@ -154,9 +156,8 @@ def stackfaq_features() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
             if left_out is not None:
                 live[left_out] = False
             ranked = np.flatnonzero(live)[np.argsort(-score[i, live], kind="stable")]
-            near = Neighbourhood(
-                ranked[:NEIGHBOURS].tolist(), score[i, ranked[:NEIGHBOURS]], ranked[:NEIGHBOURS].tolist()
-            )
+            first = ranked[:NEIGHBOURS]
+            near = Neighbourhood(first.tolist(), score[i, first], first.tolist(), field_text[i, first])
             top = int(ranked[0])
             mass = np.exp(score[i, ranked[:NEIGHBOURS]] / 0.05)
             second_live = np.where(live, second_score[i], -np.inf)
@@ -165,7 +166,6 @@ def stackfaq_features() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
             found = sum(idf(w) for w in kept_words if w in thread_words[top])
             stable = np.where(live, dropped_scores[:, i], -np.inf).argmax(axis=1) == top
             candidates = (
-                field_text[i, top],
                 field_both[i, top],
                 field_answer[i, top],
                 float(
@@ -269,7 +269,7 @@ def demo() -> None:
     """The demo's hindsight ceilings on its own questions, and ``calibrate --self`` per assumed share."""
     from indexer.build import build_index
     from indexer.fields import FieldScoring
-    from search.calibration import fit_rule, observations, self_observations
+    from search.calibration import LEARNED, fit_rule, observations, self_observations
     from search.engine import SearchEngine
     from search.evaluate import read_qrels
     from search.queries import read_queries
@@ -292,18 +292,21 @@ def demo() -> None:
     x, correct = np.array([o.features for o in questions]), np.array([o.correct for o in questions])
     print(f"\ndemo: {len(asked)} questions, {correct.sum()} right top hits")
     print(f"{'rule (fitted on the questions themselves)':<44} {'right answered at 0.95':>22} {'at 0.90':>8}")
-    for names in (("score",), ("gap",), ("margin",), ("score", "gap"), FEATURES):
+    for names in (("score",), ("text",), ("gap",), ("margin",), ("score", "gap"), LEARNED, FEATURES):
         columns = x[:, [FEATURES.index(n) for n in names]]
         scaled = (columns - columns.mean(axis=0)) / columns.std(axis=0)
         confidence = LogisticRegression().fit(scaled, correct).predict_proba(scaled)[:, 1]
         shares = [answered_share(confidence, correct, target) for target in (0.95, 0.9)]
         print(f"{','.join(names):<44} {shares[0]:>22.2f} {shares[1]:>8.2f}")
-    print(f"\n{'calibrate --self, assumed unanswerable share':<44} {'right answered':>14} {'precision':>9}")
+    print(
+        f"\n{'calibrate --self (text,gap), assumed unanswerable share':<56} "
+        f"{'right answered':>14} {'precision':>9}"
+    )
     for share in (0.01, 0.05, 0.1, 0.2, 1 / 3):
-        rule = fit_rule(made, features=("score", "gap"), unanswerable=share)
+        rule = fit_rule(made, features=LEARNED, unanswerable=share)
         answered = rule.confidence(x) >= rule.threshold
         print(
-            f"{share:<44.2f} {(answered & correct).sum() / correct.sum():>14.2f} "
+            f"{share:<56.2f} {(answered & correct).sum() / correct.sum():>14.2f} "
             f"{correct[answered].mean():>9.3f}"
         )
 

@@ -12,7 +12,8 @@ zscore, gap) and candidates kept out of the product because they did not win:
 
 - ``density``: the score minus the top entry's best cosine to another text of the corpus (the
   score normalised against the corpus's own neighbour distribution);
-- ``text``/``also``: the two field scores of the top entry (question; question + answer).
+- ``also``: the question + answer cosine of the top entry (``text``, its question's cosine, is a
+  product feature).
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from search.evaluate import read_qrels
 from search.promise import auroc, choose_threshold, measure
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"
-COLUMNS = (*FEATURES, "density", "text", "also")
+COLUMNS = (*FEATURES, "density", "also")
 SETS = [
     ("score",),
+    ("text",),
+    ("text", "gap"),
     ("score", "margin"),
     ("score", "zscore"),
     ("score", "gap"),
@@ -123,9 +126,10 @@ def main() -> None:
             rows, correct = [], []
             for n, rel in enumerate(relevant):
                 order = np.argsort(-scores[n], kind="stable")[:NEIGHBOURS]
-                near = Neighbourhood(order.tolist(), scores[n][order], [kept_texts[i] for i in order])
+                own = text_scores[n][order] if variant == "combined" else None
+                near = Neighbourhood(order.tolist(), scores[n][order], [kept_texts[i] for i in order], own)
                 top = order[0]
-                extra = (scores[n][top] - density[top], text_scores[n][top], also_scores[n][top])
+                extra = (scores[n][top] - density[top], also_scores[n][top])
                 rows.append([*near.features(1)[0], *extra])
                 correct.append(bool(answerable[n]) and ids[keep[top]] in rel)
             x, correct_ = np.array(rows), np.array(correct)

@@ -11,9 +11,9 @@ The rule is a logistic regression (scikit-learn) on some of the features, standa
 say whether the top hit is right; its probability is the ``confidence``. The threshold keeps a
 promise, not an average (``search.promise.Curve.guaranteed``): precision >= the target with a stated
 probability, on questions of which an assumed share has no answer, resampling whole threads.
-The plain cosine (``PLAIN``) is the rule unless the learned ``score,gap`` beats it on held-out
-threads of the user's own labels (``choose_rule``): chosen on the StackFAQ dev split, it did not
-beat the plain threshold on the held-out test threads (docs/abstention-guarantee.md).
+The plain cosine (``PLAIN``) is the rule unless the learned ``text,gap`` beats it on held-out
+threads of the user's own labels (``choose_rule``): a rule that won on one data set need not win
+on another (docs/abstention-guarantee.md).
 
 Without labelled questions, ``calibrate --self`` makes them from the corpus (``self_observations``):
 each distinct text, with a third of its words dropped (a crude paraphrase), is a question whose
@@ -47,9 +47,11 @@ from search.promise import (
 )
 from search.queries import Query
 
-PLAIN = ("score",)
-"""The cosine alone: the rule kept unless the learned one wins on held-out threads (``choose_rule``)."""
-LEARNED = ("score", "gap")
+PLAIN = ("text",)
+"""A cosine alone, each entry's own text's (its score unless the index scores a second text: for
+an FAQ indexed with its answers, the question's, which tells near-duplicate questions apart
+better): the rule kept unless the learned one wins on held-out threads (``choose_rule``)."""
+LEARNED = ("text", "gap")
 """The learned rule ``evaluate abstention`` holds against the plain one by default."""
 DEFAULT_FEATURES = PLAIN
 

@@ -267,8 +267,8 @@ def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
     command = click.option(
         "--features",
-        help="Confidence features among score, margin, zscore, gap (default: score, the cosine, or "
-        "score,gap where it wins on held-out threads of the labels).",
+        help="Confidence features among score, margin, zscore, gap, text (default: text, the cosine of "
+        "an entry's own text, or text,gap where it wins on held-out threads of the labels).",
     )(command)
     command = click.option(
         "--unanswerable",
@@ -1130,7 +1130,7 @@ def evaluate_abstention_command(
 ) -> None:
     """How often the promise held on threads the rule never saw, over many splits: half the
     threads calibrate (answerable labels only), the other half test, with --holdout of them
-    removed from the index. The learned rule (--features, default score,gap), the plain cosine
+    removed from the index. The learned rule (--features, default text,gap), the plain cosine
     threshold, and the default (the one calibrate picks on each calibration half)."""
     from search.evaluate import evaluate_abstention, read_retrieval_set
 

@@ -11,7 +11,11 @@ A hit's features come from the query's neighbourhood (the nearest ``NEIGHBOURS``
 - ``zscore``: its cosine against the query's own neighbour distribution (the best cosine of each
   distinct text in the neighbourhood): how far it stands out of the crowd;
 - ``gap``: its cosine minus the mean of the best cosines of the next nine distinct texts (rank
-  based: a right answer stands above the rest, a question with no answer finds a flat field).
+  based: a right answer stands above the rest, a question with no answer finds a flat field);
+- ``text``: its cosine to the entry's own text alone. The same as ``score`` unless the index
+  scores a second text per entry (``--also``): there the score mixes in the answer, which makes a
+  near-duplicate FAQ question look as right as the right one, and the question's own cosine tells
+  them apart better (docs/abstention-guarantee.md).
 
 The rule is a logistic regression on some of these features, standardised: confidence =
 sigmoid(weights . standardised features + bias), answered when it reaches the threshold.
@@ -27,9 +31,9 @@ import numpy as np
 
 from indexer.errors import BadInput
 
-FEATURES = ("score", "margin", "zscore", "gap")
-DEFAULT_FEATURES = ("score", "gap")
-"""What a rule is fitted on unless asked otherwise (``search.calibration`` says why)."""
+FEATURES = ("score", "margin", "zscore", "gap", "text")
+COSINES = frozenset({"score", "text"})
+"""Features a hit has by itself; the others need the query's neighbourhood."""
 GAP_TEXTS = 9
 """Distinct texts below a hit that ``gap`` compares it with."""
 NEIGHBOURS = 64
@@ -39,11 +43,18 @@ answers with one text: the margin needs an entry past them)."""
 
 @dataclass(frozen=True)
 class Neighbourhood:
-    """A query's nearest distinct entries, best first: their row ids, cosines and text hashes."""
+    """A query's nearest distinct entries, best first: their row ids, scores and text hashes, and
+    (``texts``) each one's cosine to its own text where the score also reads a second text."""
 
     rowids: list[int]
     scores: np.ndarray
     groups: list[str]
+    texts: np.ndarray | None = None
+
+    @property
+    def own(self) -> np.ndarray:
+        """Each entry's cosine to its own text (its score, unless the index scores two texts)."""
+        return self.scores if self.texts is None else self.texts
 
     def first(self, count: int, leave_out: str | None = None, removed: Collection[int] = ()) -> Neighbourhood:
         """The first ``count`` entries, with those of the text ``leave_out`` left out (as if the
@@ -53,16 +64,18 @@ class Neighbourhood:
         hidden.add(leave_out)
         kept = [i for i, g in enumerate(self.groups) if g not in hidden][:count]
         rowids, groups = [self.rowids[i] for i in kept], [self.groups[i] for i in kept]
-        return Neighbourhood(rowids, self.scores[kept], groups)
+        texts = None if self.texts is None else self.texts[kept]
+        return Neighbourhood(rowids, self.scores[kept], groups, texts)
 
     def features(self, count: int) -> np.ndarray:
         """One row of ``FEATURES`` for each of the first ``count`` entries."""
-        return self.features_of(self.scores[:count], self.groups[:count])
+        return self.features_of(self.scores[:count], self.groups[:count], self.own[:count])
 
-    def features_of(self, scores: np.ndarray, groups: Sequence[str]) -> np.ndarray:
-        """One row of ``FEATURES`` for each hit (its cosine and text hash) against this
-        neighbourhood, whether or not the hit is in it: a hit found under a filter is measured
-        against the query's whole neighbourhood, so its confidence does not depend on the filter."""
+    def features_of(self, scores: np.ndarray, groups: Sequence[str], texts: np.ndarray) -> np.ndarray:
+        """One row of ``FEATURES`` for each hit (its score, text hash and own text's cosine)
+        against this neighbourhood, whether or not the hit is in it: a hit found under a filter is
+        measured against the query's whole neighbourhood, so its confidence does not depend on the
+        filter."""
         best: dict[str, float] = {}
         for group, score in zip(self.groups, self.scores.tolist(), strict=True):
             best.setdefault(group, score)
@@ -71,11 +84,13 @@ class Neighbourhood:
         spread = float(distinct.std()) if len(distinct) > 1 else 0.0
         floor = float(self.scores.min()) if len(self.scores) else 0.0
         rows = []
-        for score, group in zip(np.asarray(scores, dtype=np.float64).tolist(), groups, strict=True):
+        cosines = np.asarray(scores, dtype=np.float64).tolist()
+        own = np.asarray(texts, dtype=np.float64).tolist()
+        for score, group, text in zip(cosines, groups, own, strict=True):
             others = [s for g, s in ranked if g != group]
             z = (score - distinct.mean()) / spread if spread > 0 else 0.0
             below = np.mean(others[:GAP_TEXTS]) if others else floor
-            rows.append((score, score - (others[0] if others else floor), z, score - below))
+            rows.append((score, score - (others[0] if others else floor), z, score - below, text))
         return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES))
 
 
@@ -120,12 +135,13 @@ class Rule:
 
     @property
     def reads_neighbours(self) -> bool:
-        """Whether a hit's confidence needs the query's neighbourhood (any feature but the cosine)."""
-        return self.features != ("score",)
+        """Whether a hit's confidence needs the query's neighbourhood (any feature but a cosine)."""
+        return not COSINES.issuperset(self.features)
 
     def describe(self) -> str:
         """One line for ``info``: what the rule promises, what it costs, what it was measured on."""
-        rule = "plain cosine threshold" if self.features == ("score",) else "rule " + ",".join(self.features)
+        plain = len(self.features) == 1 and self.features[0] in COSINES
+        rule = "plain cosine threshold" if plain else "rule " + ",".join(self.features)
         promise = (
             f"precision >= {self.target:g} with {self.guarantee:.0%} confidence "
             f"(up to {self.unanswerable:.0%} of questions without an answer)"

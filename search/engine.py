@@ -215,26 +215,36 @@ class Snapshot:
         self, vectors: np.ndarray, allowed: Allowed | None = None, count: int = NEIGHBOURS
     ) -> list[Neighbourhood]:
         """Each vector's nearest ``count`` entries: what a confidence is computed from."""
-        return [self._neighbourhood(self._nearest(v, count, allowed)) for v in vectors]
+        found = []
+        for vector in vectors:
+            texts: dict[int, float] = {}
+            found.append(self._neighbourhood(self._nearest(vector, count, allowed, texts), texts))
+        return found
 
-    def _neighbourhood(self, best: dict[int, float]) -> Neighbourhood:
+    def _neighbourhood(self, best: dict[int, float], texts: dict[int, float]) -> Neighbourhood:
+        """``best`` (row id -> score) with each entry's text hash, and its own text's cosine
+        (``texts``, which ``_nearest`` fills) where the index scores a second text."""
         rowids = list(best)
         with self.reading() as catalog:
             hashes = catalog.values(rowids, "_hash")
-        return Neighbourhood(rowids, np.array(list(best.values())), [hashes[r] for r in rowids])
+        own = np.array([texts[r] for r in rowids]) if self.scoring else None
+        return Neighbourhood(rowids, np.array(list(best.values())), [hashes[r] for r in rowids], own)
 
     @functools.cached_property
     def scoring(self) -> FieldScoring | None:
         """The second vector per entry this version scores with (``indexer.fields``), if any."""
         return FieldScoring.from_source(self.meta.get("source", {}))
 
-    def _nearest(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> dict[int, float]:
+    def _nearest(
+        self, vector: np.ndarray, k: int, allowed: Allowed | None, texts: dict[int, float] | None = None
+    ) -> dict[int, float]:
         """Row id -> score of the k best entries, best first. With a ``scoring``, candidates
-        come from both vector sets and each is scored exactly with both (``_scored``)."""
+        come from both vector sets and each is scored exactly with both (``_scored``), which
+        puts each one's cosine to its own text into ``texts`` when given."""
         if self.scoring is None:
             return self._search(vector, k, allowed)
         pool = self._search(vector, max(2 * k, CANDIDATES), allowed)
-        return dict(list(self._scored(vector, list(pool)).items())[:k])
+        return dict(list(self._scored(vector, list(pool), texts).items())[:k])
 
     def _search(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> dict[int, float]:
         """Row id -> best cosine of the k nearest entries, best first. A chunked entry (or one
@@ -261,10 +271,12 @@ class Snapshot:
                 return best
             fetch = min(2 * fetch, total)
 
-    def _scored(self, vector: np.ndarray, rowids: list[int]) -> dict[int, float]:
+    def _scored(
+        self, vector: np.ndarray, rowids: list[int], texts: dict[int, float] | None = None
+    ) -> dict[int, float]:
         """Row id -> combined score of each candidate, best first: both of its vector sets
         compared with the query (a search restricted to its vectors, so exact), each set's best
-        chunk taken, then ``FieldScoring.combine``."""
+        chunk taken, then ``FieldScoring.combine``. ``texts`` gets each one's own text cosine."""
         if not rowids:
             return {}
         with self.reading() as catalog:
@@ -279,6 +291,8 @@ class Snapshot:
         text = np.array([best.get(r, -1.0) for r in rowids])
         also = np.array([best.get(a, -1.0) for a in also_ids(rowids).tolist()])
         combined = self.scoring.combine(text, also)
+        if texts is not None:
+            texts.update(zip(rowids, text.tolist(), strict=True))
         order = np.argsort(-combined, kind="stable")
         return {int(rows[i]): float(combined[i]) for i in order}
 
@@ -292,27 +306,27 @@ class Snapshot:
     ) -> list[Hit]:
         rule = self.rule
         wide = max(k, NEIGHBOURS) if rule and rule.reads_neighbours else k
+        texts: dict[int, float] = {}
         if group_by is None:
-            best = self._nearest(vector, wide, allowed)
+            best = self._nearest(vector, wide, allowed, texts)
             with self.reading() as catalog:
                 rows = catalog.rows(list(best))
             heads, others = list(range(min(k, len(best)))), None
         else:
-            best, heads, others = self._grouped(vector, k, wide, allowed, group_by)
+            best, heads, others = self._grouped(vector, k, wide, allowed, group_by, texts)
             with self.reading() as catalog:
                 rows = catalog.rows([list(best)[i] for i in heads])
         ranked = list(best.items())
         top = [ranked[i] for i in heads]
         confidence: list[float | None] = [None] * len(top)
         if rule is not None and top:
-            near = self._neighbourhood(dict(ranked[: max(wide, heads[-1] + 1)]))
+            near = self._neighbourhood(dict(ranked[: max(wide, heads[-1] + 1)]), texts)
             # a hit is measured against the query's whole neighbourhood: a filter never changes it
-            whole = (
-                near
-                if allowed is None or not rule.reads_neighbours
-                else self._neighbourhood(self._nearest(vector, wide, None))
-            )
-            features = whole.features_of(near.scores[heads], [near.groups[i] for i in heads])
+            whole = near
+            if allowed is not None and rule.reads_neighbours:
+                unfiltered: dict[int, float] = {}
+                whole = self._neighbourhood(self._nearest(vector, wide, None, unfiltered), unfiltered)
+            features = whole.features_of(near.scores[heads], [near.groups[i] for i in heads], near.own[heads])
             confidence = rule.confidence(features).tolist()
         hits: list[Hit] = []
         for place, ((rowid, score), sure) in enumerate(zip(top, confidence, strict=True)):
@@ -328,19 +342,25 @@ class Snapshot:
         return hits
 
     def _grouped(
-        self, vector: np.ndarray, k: int, wanted: int, allowed: Allowed | None, group_by: str
+        self,
+        vector: np.ndarray,
+        k: int,
+        wanted: int,
+        allowed: Allowed | None,
+        group_by: str,
+        texts: dict[int, float] | None = None,
     ) -> tuple[dict[int, float], list[int], list[int]]:
         """The nearest entries (row id -> score, best first, at least ``wanted``), the positions
         in them of the best entry of each of the k best groups, and how many other entries (the
         filter admits) each of those groups holds. An entry without a value is a group of its
         own. The search widens until k groups are found or none is left: at most the whole
-        index, like a filter that admits few entries."""
+        index, like a filter that admits few entries. ``texts``: as ``_nearest``."""
         within = None if allowed is None else allowed.ids.tolist()
         with self.reading() as catalog:
             available = catalog.group_count(group_by, within)
         fetch = max(wanted, 4 * k)
         while True:
-            found = self._nearest(vector, fetch, allowed)
+            found = self._nearest(vector, fetch, allowed, texts)
             with self.reading() as catalog:
                 values = catalog.values(list(found), group_by)
             heads, seen = [], set()

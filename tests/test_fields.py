@@ -14,7 +14,7 @@ from indexer.errors import BadInput
 from indexer.fields import ALSO_ID, FieldScoring, row_ids
 from indexer.store import open_index
 from indexer.update import add_to_index, delete_from_index
-from search.confidence import Neighbourhood
+from search.confidence import FEATURES, Neighbourhood
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine
 from tests.conftest import assert_clean_failure, run
@@ -113,6 +113,25 @@ def test_calibration_features_use_the_combined_score(combined):
     assert isinstance(near, Neighbourhood)
     hits = snapshot.search_many([QUERY], k=3)[0]
     assert near.scores.tolist() == pytest.approx([h.score for h in hits])
+
+
+@pytest.mark.slow
+def test_a_hits_text_feature_is_its_own_texts_cosine(bundled, combined):
+    """The ``text`` feature of an entry is the query's cosine to its own text alone (its
+    question), not the score that mixes in the answer: in a neighbourhood, and in what is left of
+    it when entries are hidden (as calibration does)."""
+    text = dict(zip([e["id"] for e in ENTRIES], cosines(bundled, [e["text"] for e in ENTRIES]), strict=True))
+    snapshot = SearchEngine(combined).snapshot
+    [near] = snapshot.neighbourhoods(snapshot.embed([QUERY]))
+    with snapshot.db_lock:
+        ids = snapshot.index.catalog.values(near.rowids, "_id")
+    column = FEATURES.index("text")
+    found = dict(zip([ids[r] for r in near.rowids], near.features(3)[:, column].tolist(), strict=True))
+    assert found == pytest.approx(text, abs=1e-4)
+    assert near.features(3)[:, column].tolist() != pytest.approx(near.scores.tolist(), abs=1e-3)
+    filtered = near.first(3, removed=[r for r in near.rowids if ids[r] == "adecoy"])
+    expected = [text["right"], text["qdecoy"]]
+    assert filtered.features(2)[:, column].tolist() == pytest.approx(expected, abs=1e-4)
 
 
 @pytest.mark.slow
