@@ -306,7 +306,7 @@ class Snapshot:
     ) -> list[Hit]:
         rule = self.rule
         wide = max(k, NEIGHBOURS) if rule and rule.reads_neighbours else k
-        texts: dict[int, float] = {}
+        texts: dict[int, float] | None = None if rule is None else {}  # own-text cosines, for the rule
         if group_by is None:
             best = self._nearest(vector, wide, allowed, texts)
             with self.reading() as catalog:
@@ -319,7 +319,7 @@ class Snapshot:
         ranked = list(best.items())
         top = [ranked[i] for i in heads]
         confidence: list[float | None] = [None] * len(top)
-        if rule is not None and top:
+        if rule is not None and texts is not None and top:
             near = self._neighbourhood(dict(ranked[: max(wide, heads[-1] + 1)]), texts)
             # a hit is measured against the query's whole neighbourhood: a filter never changes it
             whole = near
