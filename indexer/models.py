@@ -259,7 +259,7 @@ def unloadable(model: str, location: str, error: BaseException) -> BadInput:
             f"cannot load model {model!r}: it is neither a local directory nor in the Hugging Face "
             f"cache ({constants.HF_HUB_CACHE}), and semsearch never downloads. Give a local directory "
             f"holding the model (--model ./my-model), or on a machine with internet run "
-            f"`HF_HOME=DIR huggingface-cli download {model}` and copy DIR to this machine's HF_HOME"
+            f"`HF_HOME=DIR hf download {model}` and copy DIR to this machine's HF_HOME"
         )
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return BadInput(f"cannot load model {model!r} offline: {first}")
