@@ -1,7 +1,8 @@
 """The documented error contract at its edges, route by route: every error answer is
-``{"error": "..."}`` with the status the README and the OpenAPI schema state (400 bad input, 404,
-405, 413, 503 for an index that cannot serve), HEAD and the page's policy, and `serve` on a port
-already taken."""
+``{"error": "..."}`` (on ``/v1/embeddings`` OpenAI's ``{"error": {"message", "type", "param",
+"code"}}``, so OpenAI's clients show the reason) with the status the README and the OpenAPI
+schema state (400 bad input, 404, 405, 413, 503 for an index that cannot serve), HEAD and the
+page's policy, and `serve` on a port already taken."""
 
 from __future__ import annotations
 
@@ -51,8 +52,13 @@ def client_of(index: Path) -> TestClient:
 def assert_error(response, status: int) -> None:
     assert response.status_code == status, (response.request.url, response.status_code, response.text)
     answer = response.json()
-    assert list(answer) == ["error"] and isinstance(answer["error"], str) and answer["error"]
-    assert "\n" not in answer["error"]
+    assert list(answer) == ["error"]
+    message = answer["error"]
+    if response.request.url.path == "/v1/embeddings":
+        assert set(message) == {"message", "type", "param", "code"}, answer
+        assert message["type"] == ("invalid_request_error" if status < 500 else "server_error")
+        message = message["message"]
+    assert isinstance(message, str) and message and "\n" not in message
 
 
 def documented(schema: dict, path: str, method: str) -> set[int]:
@@ -91,9 +97,10 @@ def test_the_openapi_schema_states_the_real_answers(index):
         for method, operation in operations.items():
             codes = documented(schema, path, method)
             assert 422 not in codes, (path, method)
+            shape = "OpenAIError" if path == "/v1/embeddings" else "Error"
             for code in codes - {200}:
                 content = operation["responses"][str(code)]["content"]["application/json"]
-                assert content["schema"] == {"$ref": "#/components/schemas/Error"}, (path, method, code)
+                assert content["schema"] == {"$ref": f"#/components/schemas/{shape}"}, (path, method, code)
             if path != "/health":
                 assert 503 in codes, (path, method)  # every route that reads the index
 
@@ -119,9 +126,27 @@ def test_a_damaged_or_removed_index_is_a_503(index):
             client.get("/duplicates"),
             client.post("/search", json={"query": "bike"}),
             client.post("/reload"),
+            client.post("/v1/embeddings", json=GOOD["/v1/embeddings"]),
+            client.post("/encode", json=GOOD["/encode"]),
         ):
             assert_error(response, 503)
         assert client.get("/health").status_code == 200
+
+
+def test_a_server_fault_is_a_500_in_each_route_s_shape(index, monkeypatch):
+    """What the server did not foresee is a 500 that names no more than the error's type, in the
+    shape of the route's clients (OpenAI's on /v1/embeddings)."""
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a fault in the server")
+
+    monkeypatch.setattr("search.server.encode.token_count", broken)
+    monkeypatch.setattr("search.server.app.rank_vectors", broken)
+    with client_of(index) as client:
+        for path, body in [("/v1/embeddings", GOOD["/v1/embeddings"]), ("/similar", GOOD["/similar"])]:
+            response = client.post(path, json=body)
+            assert_error(response, 500)
+            assert "RuntimeError" in response.text and "a fault" not in response.text
 
 
 def test_removed_under_a_server_that_has_not_looked_yet(index):

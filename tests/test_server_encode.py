@@ -76,10 +76,12 @@ def test_bad_encode_requests_are_400(whitened):
         for body in bad:
             response = client.post("/v1/embeddings", json=body)
             assert response.status_code == 400, (str(body)[:80], response.text[:200])
-            assert list(response.json()) == ["error"] and "\n" not in response.json()["error"]
+            error = response.json()["error"]  # OpenAI's shape: its clients show the message
+            assert error["type"] == "invalid_request_error" and "\n" not in error["message"]
         for body in [{"texts": []}, {"texts": "one string"}, {"texts": [None]}, {"texts": ["ok", ""]}]:
             response = client.post("/encode", json=body)
             assert response.status_code == 400, (body, response.text)
+            assert isinstance(response.json()["error"], str)
         schema = client.get("/openapi.json").json()["paths"]
         assert set(schema["/v1/embeddings"]["post"]["responses"]) == {"200", "400", "413", "503"}
 
@@ -120,7 +122,8 @@ def test_served_without_an_index_it_encodes_a_strategy(tiny_model):
 def test_openai_client_against_a_real_server_equals_encode_and_the_index(tmp_path):
     """``semsearch serve --model ...`` (no index) read by the ``openai`` client, floats and base64
     (its default): the vectors of ``semsearch encode`` and the query vectors of an index of the
-    same strategy, to 1e-5; its bad inputs come back as the client's BadRequestError."""
+    same strategy, to 1e-5; its bad inputs come back as the client's BadRequestError, the reason in
+its message."""
     openai = pytest.importorskip("openai")
     from indexer.strategy import DEFAULT_MODEL
 
@@ -144,9 +147,12 @@ def test_openai_client_against_a_real_server_equals_encode_and_the_index(tmp_pat
         single = client.embeddings.create(model=DEFAULT_MODEL, input=TEXTS[1])
         np.testing.assert_allclose(single.data[0].embedding, expected[1], atol=1e-5)
         assert answer.usage.prompt_tokens > 0
-        for bad in ([], [""], ["x"] * 100_000):
-            with pytest.raises(openai.BadRequestError):
+        for bad, reason in (([], "input: "), ([""], "input.0: "), (["x"] * 100_000, "input: ")):
+            with pytest.raises(openai.BadRequestError, match=f"Error code: 400 - {reason}"):
                 client.embeddings.create(model=DEFAULT_MODEL, input=bad)
+        with pytest.raises(openai.APIStatusError, match="Error code: 413 - request body over") as raised:
+            client.embeddings.create(model=DEFAULT_MODEL, input=["x " * 9000] * 100)
+        assert raised.value.status_code == 413 and raised.value.type == "invalid_request_error"
         info = httpx.get(f"http://127.0.0.1:{port}/info").json()
         assert info["description"] == SearchEngine(index).strategy.describe()
 

@@ -24,7 +24,9 @@ one request may cost the model at most ``MAX_REQUEST_TOKENS`` tokens. When a cli
 request is cancelled and its texts, if still queued, are dropped without costing any model time.
 
 Errors: every error answer is ``{"error": "<one line>"}``, Starlette's and uvicorn's own too (404,
-405, HTTP h11 cannot read), and ``/openapi.json`` documents them as ``Error``. Input the server
+405, HTTP h11 cannot read), and ``/openapi.json`` documents them as ``Error``; on
+``/v1/embeddings`` it is OpenAI's ``{"error": {"message", "type", "param", "code"}}``
+(``OpenAIError``), whose message OpenAI's clients show (``errors``, for every handler). Input the server
 cannot read or that breaks a limit (bad JSON, a missing or out-of-range field, text that is not
 valid Unicode, a bad filter, too much text) is 400; a body over ``MAX_BODY`` is 413; a conflict with
 the index is 409; an index that cannot serve is 503 (each error class's ``http_status``), as are
@@ -37,6 +39,7 @@ Modules, one job each (none imports ``app``, so there is no circle):
 
     app          create_app: the routes and error handlers (a new endpoint goes here)
     schema       request models, their bounds, ``Error`` and the OpenAPI schema
+    errors       the error answer's shape, per route (OpenAI's on /v1/embeddings)
     batching     the micro-batcher, the token budget of a request and its parts
     live         the engine being served and its reloading (a snapshot per request)
     scans        /duplicates: one scan at a time, answers kept per version

@@ -23,6 +23,7 @@ from search.loading import load_engine
 from search.server.batching import MicroBatcher, check_budget
 from search.server.connections import BodyLimit, ClientGone, while_connected
 from search.server.encode import add_encode_routes, encode_only
+from search.server.errors import error_answer
 from search.server.live import LiveEngine
 from search.server.page import add_page
 from search.server.scans import MAX_DUPLICATE_PAIRS, Scans
@@ -71,21 +72,21 @@ def create_app(
 
     @app.exception_handler(SemsearchError)
     async def user_error(request: Request, exc: SemsearchError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
+        return error_answer(request.url.path, exc.http_status, str(exc))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": "; ".join(_field_error(e) for e in exc.errors()[:3])}, status_code=400)
+        return error_answer(request.url.path, 400, "; ".join(_field_error(e) for e in exc.errors()[:3]))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         """Starlette's own answers (404, 405, a body FastAPI cannot parse) in the one shape."""
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+        return error_answer(request.url.path, exc.status_code, str(exc.detail), exc.headers)
 
     async def unreadable(request: Request, exc: Exception) -> JSONResponse:
         """The index's files failed under the server (removed, garbled): it cannot serve."""
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        return JSONResponse({"error": f"the index cannot be read: {reason}"}, status_code=503)
+        return error_answer(request.url.path, 503, f"the index cannot be read: {reason}")
 
     app.add_exception_handler(DatabaseError, unreadable)
     app.add_exception_handler(OSError, unreadable)
@@ -96,7 +97,7 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
+        return error_answer(request.url.path, 500, f"internal error: {type(exc).__name__}")
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -11,8 +11,9 @@ from typing import Any, TypeVar
 
 import h11
 from fastapi import Request
-from fastapi.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from search.server.errors import error_answer, error_body
 
 MAX_BODY = 1 << 20  # bytes in a request body, counted as they arrive
 # Connections (``serve``): a client has REQUEST_TIMEOUT s from connecting or from its previous
@@ -62,7 +63,7 @@ class BodyLimit:
         return await self.app(scope, replay, send)
 
     async def refuse(self, scope: dict, send: Callable) -> None:
-        answer = JSONResponse({"error": f"request body over {self.limit} bytes"}, status_code=413)
+        answer = error_answer(scope["path"], 413, f"request body over {self.limit} bytes")
         await answer(scope, None, send)
 
 
@@ -133,13 +134,16 @@ class GuardedH11(H11Protocol):
             return
         begun = self.conn.their_state is h11.SEND_BODY or bool(self.conn.trailing_data[0])
         if begun and not (self.cycle is not None and self.cycle.response_started):
-            self.transport.write(_raw_error(408, f"request not received within {self.request_timeout:g} s"))
+            path = self.scope["path"] if self.conn.their_state is h11.SEND_BODY else ""  # its head was read
+            message = f"request not received within {self.request_timeout:g} s"
+            self.transport.write(_raw_error(408, message, path))
         self.transport.close()
 
 
-def _raw_error(status: int, message: str) -> bytes:
-    """A whole HTTP/1.1 error answer in the one shape, for a connection about to be closed."""
-    body = json.dumps({"error": message}).encode()
+def _raw_error(status: int, message: str, path: str = "") -> bytes:
+    """A whole HTTP/1.1 error answer in the one shape (``path``'s, when its head was read), for a
+    connection about to be closed."""
+    body = json.dumps(error_body(path, status, message)).encode()
     reason = {400: "Bad Request", 408: "Request Timeout", 503: "Service Unavailable"}[status]
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"

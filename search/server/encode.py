@@ -28,6 +28,7 @@ from search.server.schema import (
     EmbeddingsRequest,
     EncodeAnswer,
     EncodeRequest,
+    OpenAIError,
     answered,
     answers,
 )
@@ -84,7 +85,7 @@ def add_encode_routes(app: FastAPI, batcher: MicroBatcher, current: Callable[[],
 
         return await while_connected(request, batcher.run(source.embedder, texts, finish))
 
-    @app.post("/v1/embeddings", responses=answered(EmbeddingsAnswer, 400, 413, 503))
+    @app.post("/v1/embeddings", responses=answered(EmbeddingsAnswer, 400, 413, 503, shape=OpenAIError))
     async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
         """OpenAI-compatible embeddings of ``input`` (a string or a list of strings): ``data[i]
         .embedding`` for input i, floats or (``encoding_format: base64``) little-endian float32."""

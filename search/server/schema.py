@@ -45,14 +45,28 @@ GroupBy = Annotated[
 
 
 class Error(BaseModel):
-    """Every error answer: one line saying what went wrong."""
+    """Every error answer (but /v1/embeddings'): one line saying what went wrong."""
 
     error: str
 
 
-def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """The error answers a route gives, for its OpenAPI entry (all of them ``Error``)."""
-    return {code: {"model": Error, "description": ERRORS[code]} for code in codes}
+class OpenAIErrorDetail(BaseModel):
+    message: str  # the one line
+    type: Literal["invalid_request_error", "server_error"]  # 4xx, 5xx
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIError(BaseModel):
+    """Every error answer of /v1/embeddings: OpenAI's shape, whose message its clients show
+    (``search.server.errors``)."""
+
+    error: OpenAIErrorDetail
+
+
+def answers(*codes: int, shape: type[BaseModel] = Error) -> dict[int | str, dict[str, Any]]:
+    """The error answers a route gives, for its OpenAPI entry (all of them ``shape``)."""
+    return {code: {"model": shape, "description": ERRORS[code]} for code in codes}
 
 
 ERRORS = {
@@ -146,9 +160,12 @@ class EncodeAnswer(BaseModel):
     vectors: list[list[float]]
 
 
-def answered(model: type[BaseModel], *codes: int) -> dict[int | str, dict[str, Any]]:
-    """``answers(*codes)`` and the 200 answer's model, for a route that returns a ready response."""
-    return {200: {"model": model, "description": "Successful Response"}, **answers(*codes)}
+def answered(
+    model: type[BaseModel], *codes: int, shape: type[BaseModel] = Error
+) -> dict[int | str, dict[str, Any]]:
+    """``answers(*codes, shape=shape)`` and the 200 answer's model, for a route that returns a
+    ready response."""
+    return {200: {"model": model, "description": "Successful Response"}, **answers(*codes, shape=shape)}
 
 
 
