@@ -123,6 +123,7 @@ def serve(index_dir: Path, max_batch: int) -> tuple[subprocess.Popen, str]:
             str(port),
             "--max-batch",
             str(max_batch),
+            "--quiet",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -796,6 +796,7 @@ def export_encoder_command(index_dir: Path, target: Path) -> None:
     type=click.IntRange(min=1),
     help="Open connections at most; past that a new one gets a 503.",
 )
+@click.option("-q", "--quiet", is_flag=True, help="No access log (by default a line a request on stderr).")
 @provider_option
 @strategy_options
 def serve_command(
@@ -806,6 +807,7 @@ def serve_command(
     request_timeout: float,
     keep_alive: float,
     max_connections: int,
+    quiet: bool,
     provider: str | None,
     asked: dict[str, Any],
 ) -> None:
@@ -813,7 +815,8 @@ def serve_command(
     /v1/embeddings (OpenAI's shape), /encode, /reload (pick up a new version now); GET /duplicates,
     /info, /fields, /health; API docs at /docs. New versions written by index, add or delete are
     picked up within a second. With no INDEX_DIR and --model (or other strategy options): vectors
-    alone (/v1/embeddings, /encode, /info)."""
+    alone (/v1/embeddings, /encode, /info). Each request is a line on stderr (client, method,
+    path, status, milliseconds) unless --quiet."""
     from search.loading import load_encoding, load_engine
 
     if index_dir is not None and asked:
@@ -844,6 +847,7 @@ def serve_command(
         request_timeout=request_timeout,
         keep_alive=keep_alive,
         max_connections=max_connections,
+        access_log=not quiet,
     )
 
 

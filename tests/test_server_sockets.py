@@ -1,11 +1,15 @@
-"""The real `semsearch serve` process over real sockets: the body cap holds for chunked bodies, and
-clients that give up mid-request leave no work behind that slows everyone else."""
+"""The real `semsearch serve` process over real sockets: the body cap holds for chunked bodies,
+clients that give up mid-request leave no work behind that slows everyone else, and each request
+is one line of its access log."""
 
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -14,7 +18,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from tests.conftest import ROWS, build_faq, long_sentences, serving  # noqa: E402
+from tests.conftest import ROWS, answering, build_faq, long_sentences, serving  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -101,3 +105,39 @@ def test_abandoned_requests_leave_no_work_behind(port):
     assert errors == []
     assert len(latencies) == 200
     assert latencies[int(0.99 * len(latencies))] < 5.0, latencies[-10:]
+
+
+def test_serve_logs_one_line_a_request_unless_quiet(tmp_path, tiny_model):
+    """`semsearch serve` writes one access line a request on stderr (client, request line, status,
+    milliseconds: uvicorn's access format and the time); `--quiet` writes none."""
+    index = build_faq(tmp_path, tiny_model)
+    logs = {}
+    for options in ((), ("--quiet",)):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            free = s.getsockname()[1]
+        log = tmp_path / f"stderr{len(options)}.txt"
+        with log.open("wb") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "search.cli", "serve", str(index), "--port", str(free), *options],
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+            try:
+                assert answering(free, 120, process), log.read_text()
+                url = f"http://127.0.0.1:{free}"
+                found = httpx.post(f"{url}/search?x=1", json={"query": "bike", "k": 1}, timeout=30)
+                assert found.status_code == 200
+                assert httpx.post(f"{url}/search", json={"k": 1}, timeout=30).status_code == 400
+                assert httpx.get(f"{url}/no-such-route", timeout=30).status_code == 404
+            finally:
+                process.terminate()
+                process.wait(timeout=30)
+        logs[options] = log.read_text()
+    def line(request: str, status: int) -> str:
+        return rf'^127\.0\.0\.1:\d+ - "{re.escape(request)} HTTP/1\.1" {status} \d+\.\d ms$'
+
+    for request, status in (("POST /search?x=1", 200), ("POST /search", 400), ("GET /no-such-route", 404)):
+        assert len(re.findall(line(request, status), logs[()], re.M)) == 1, logs[()]
+    assert re.search(line("GET /health", 200), logs[()], re.M)
+    assert "HTTP/1.1" not in logs[("--quiet",)] and "serving" in logs[("--quiet",)]

@@ -1,14 +1,22 @@
 """Running the app: the listening socket (bound before the index loads, so a port in use is told
-at once) and uvicorn with ``GuardedH11``'s connection bounds."""
+at once), uvicorn with ``GuardedH11``'s connection bounds, and the access log."""
 
 from __future__ import annotations
 
+import logging
 import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from indexer.errors import BadInput
 from search.server.connections import KEEP_ALIVE, MAX_CONNECTIONS, REQUEST_TIMEOUT, GuardedH11
+
+ACCESS = logging.getLogger("semsearch.access")
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -28,6 +36,49 @@ def listen(host: str, port: int) -> socket.socket:
         ) from None
     return listening
 
+class AccessLog:
+    """ASGI middleware: one line on ``ACCESS`` a request once it is answered, uvicorn's access
+    format and the time from its arrival to its last byte sent:
+    ``127.0.0.1:50312 - "POST /search HTTP/1.1" 200 4.2 ms`` (499: the client left unanswered)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = 499
+
+        async def sending(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            ACCESS.info(
+                '%s - "%s %s HTTP/%s" %d %.1f ms',
+                get_client_addr(scope),
+                scope["method"],
+                get_path_with_query_string(scope),
+                scope["http_version"],
+                status,
+                (time.perf_counter() - start) * 1000,
+            )
+
+
+def _log_to_stderr() -> None:
+    """``ACCESS``'s lines, bare, on stderr (uvicorn's own logging stays at warnings)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    ACCESS.handlers[:] = [handler]
+    ACCESS.setLevel(logging.INFO)
+    ACCESS.propagate = False
+
+
 def serve(
     app: FastAPI,
     listening: socket.socket,
@@ -35,14 +86,17 @@ def serve(
     request_timeout: float = REQUEST_TIMEOUT,
     keep_alive: float = KEEP_ALIVE,
     max_connections: int = MAX_CONNECTIONS,
+    access_log: bool = True,
 ) -> None:
     """Run ``app`` on the ``listen`` socket until interrupted, with the connection bounds of
-    GuardedH11 and uvicorn's keep-alive timeout."""
+    GuardedH11 and uvicorn's keep-alive timeout; ``access_log``: a line a request on stderr."""
     import uvicorn
 
+    if access_log:
+        _log_to_stderr()
     bounds = {"request_timeout": request_timeout, "max_connections": max_connections}
     config = uvicorn.Config(
-        app,
+        AccessLog(app) if access_log else app,
         http=type("Guarded", (GuardedH11,), bounds),
         timeout_keep_alive=keep_alive,
         log_level="warning",
