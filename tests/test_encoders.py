@@ -104,3 +104,15 @@ def test_ray_is_one_more_encoder(tiny_model):
     on_ray = RayEncoder(strategy, "local", 2)  # nothing starts before it embeds
     assert on_ray.choice.backend == "ray" and callable(on_ray.embed_documents)
     assert (on_ray.strategy, on_ray.workers) == (strategy, 2)
+
+
+def test_a_text_that_tokenises_to_nothing_is_refused_by_every_encoder(tiny_model):
+    """Only special tokens ([CLS] [SEP]) is no text: every such text would get the same vector."""
+    for backend in ("torch", "onnx"):
+        encoder = encoder_for(Strategy(model=tiny_model, backend=backend))
+        for texts in (["a bike", "\u0301"], ["\u200b"]):
+            with pytest.raises(BadInput, match="no tokens"):
+                encoder.embed(texts)
+            with pytest.raises(BadInput, match="no tokens"):
+                encoder.embed_documents(texts)
+        assert encoder.embed(["a\u200bb"]).shape == (1, 32)

@@ -71,7 +71,17 @@ class TextTokenizer:
 
     def ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's token ids, truncated at max_length."""
-        return [e.ids for e in self.truncating.encode_batch(list(texts))]
+        found = [e.ids for e in self.truncating.encode_batch(list(texts))]
+        self._check(texts, found)
+        return found
+
+    def _check(self, texts: Sequence[str], ids: Sequence[Sequence[int]]) -> None:
+        """A text that tokenises to the special tokens alone is empty: each such text would get
+        the one vector of ``[CLS] [SEP]``, and tie with every other."""
+        special = set(self.special_ids)
+        for text, piece in zip(texts, ids, strict=True):
+            if all(i in special for i in piece):
+                raise BadInput(f"a text has no tokens the model reads: {text[:40]!r} (give some text)")
 
     def documents(self, texts: Sequence[str]) -> Tokenized:
         """With ``chunk_overlap``, a long text becomes its first window and then its overflowing
@@ -80,7 +90,9 @@ class TextTokenizer:
             return Tokenized(self.ids(texts), np.arange(len(texts), dtype=np.int64))
         ids: list[list[int]] = []
         owners: list[int] = []
-        for owner, encoding in enumerate(self.windows.encode_batch(list(texts))):
+        encodings = self.windows.encode_batch(list(texts))
+        self._check(texts, [encoding.ids for encoding in encodings])
+        for owner, encoding in enumerate(encodings):
             pieces = [encoding, *encoding.overflowing]
             ids.extend(piece.ids for piece in pieces)
             owners.extend([owner] * len(pieces))
