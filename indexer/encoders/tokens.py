@@ -23,6 +23,10 @@ from indexer.strategy import Strategy
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
+CHARS_PER_TOKEN = 32
+"""More characters than any token of running text covers: a text is cut at ``max_length`` times
+this (at a space) before it is tokenised, so a line of any length costs the tokenizer the same."""
+
 SPECIAL = ("cls_token", "sep_token", "bos_token", "eos_token")
 """The special tokens a text is wrapped in, by the names tokenizer configs give them."""
 
@@ -41,6 +45,7 @@ class TextTokenizer:
 
     def __init__(self, tokenizer: Tokenizer, named: Mapping[str, object], strategy: Strategy):
         max_length = int(strategy.max_length or 512)
+        self.max_length = max_length
         self.truncating = tokenizer
         self.truncating.no_padding()
         self.truncating.enable_truncation(max_length=max_length)
@@ -70,8 +75,15 @@ class TextTokenizer:
         return cls(Tokenizer.from_file(str(tokenizer_file)), named, strategy)
 
     def ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's token ids, truncated at max_length."""
-        found = [e.ids for e in self.truncating.encode_batch(list(texts))]
+        """Each text's token ids, truncated at max_length. A long text is cut before tokenising
+        (``CHARS_PER_TOKEN``); where its cut reads fewer than max_length tokens (long runs of
+        spaces or of characters the tokenizer drops), the rest might count, so it is read whole."""
+        texts = list(texts)
+        bound = self.max_length * CHARS_PER_TOKEN
+        found = [e.ids for e in self.truncating.encode_batch([_cut(text, bound) for text in texts])]
+        for i, text in enumerate(texts):
+            if len(text) > bound and len(found[i]) < self.max_length:
+                found[i] = self.truncating.encode(text).ids
         self._check(texts, found)
         return found
 
@@ -97,3 +109,14 @@ class TextTokenizer:
             ids.extend(piece.ids for piece in pieces)
             owners.extend([owner] * len(pieces))
         return Tokenized(ids, np.asarray(owners, dtype=np.int64))
+
+
+def _cut(text: str, bound: int) -> str:
+    """``text`` up to the last whitespace within ``bound`` characters (a word is never split, so
+    the words kept tokenise as in the whole text); one word longer than that is cut at ``bound``."""
+    if len(text) <= bound:
+        return text
+    for end in range(bound, bound // 2, -1):
+        if text[end].isspace():
+            return text[:end]
+    return text[:bound]
