@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -159,6 +160,17 @@ def check_field_count(count: int, what: str) -> None:
         raise BadInput(
             f"{what}: an index holds at most {MAX_FIELDS} fields (SQLite's column limit); keep fewer"
         )
+
+
+UNREAD = frozenset({"Cc", "Cf", "Co", "Cn", "Mn", "Me"})
+"""Unicode categories a tokenizer keeps nothing of on their own: controls (NUL), format characters
+(zero-width spaces, a BOM), private and unassigned code points, combining marks with no letter."""
+
+
+def blank(text: str) -> bool:
+    """A text with nothing a model reads: only whitespace and ``UNREAD`` characters (it would
+    tokenise to the special tokens alone, the same vector for all of them). Such a text is empty."""
+    return all(c.isspace() or c == "\ufffd" or unicodedata.category(c) in UNREAD for c in text)
 
 
 def _text_value(value: Any) -> str | None:
@@ -311,7 +323,7 @@ def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None)
         value = _text_value(row[name])
         if value is None:
             return f"text not a string: field {name!r}"
-    if not any(_text_value(row[name]).strip() for name in wanted):
+    if all(blank(_text_value(row[name])) for name in wanted):
         return "empty text"
     if id_field:
         value = row.get(id_field)

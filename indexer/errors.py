@@ -9,6 +9,7 @@ carries the exit code the CLI ends with and the HTTP status the server answers w
     ├── IndexLocked         another process is writing the index: exit 4, 409
     ├── IndexDamaged        the index on disk is missing parts or inconsistent: exit 5, 503
     ├── DiskFull            a write ran out of space; the index is as it was: exit 1
+    ├── ModelFailed         the model made vectors that are not finite (NaN, infinity): exit 1, 500
     └── WorkerFailed        a distributed worker died past its retries (``--ray``): exit 1
 """
 
@@ -53,6 +54,13 @@ class IndexDamaged(SemsearchError):
 
     exit_code = 5
     http_status = 503
+
+
+class ModelFailed(SemsearchError):
+    """The model produced vectors that are not finite (NaN or infinity): its weights or its
+    exported graph are broken. No input fixes that, so a server answers it as its own fault."""
+
+    http_status = 500
 
 
 class DiskFull(SemsearchError):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from indexer.errors import ModelFailed
 from indexer.pooling import Pooling, namespace
 from indexer.strategy import Strategy
 
@@ -93,7 +94,9 @@ def encode(
     pad: int,
     on_batch: Callable[[int], object] | None = None,
 ) -> list[np.ndarray]:
-    """Length-sorted batches (little padding) through the network; each head makes its vectors."""
+    """Length-sorted batches (little padding) through the network; each head makes its vectors.
+    A vector that is not finite is an error here, where it leaves the network: NaN compares with
+    nothing, so an index of it answers no query and JSON cannot carry it."""
     outs = [np.zeros((len(ids), d), dtype=np.float32) for d in dimensions]
     order = np.argsort([len(piece) for piece in ids], kind="stable")
     for start in range(0, len(order), batch_size):
@@ -102,6 +105,11 @@ def encode(
         output = network(input_ids, attention)
         for out, head in zip(outs, heads, strict=True):
             out[batch] = head(output, input_ids, attention)
+            if not np.isfinite(out[batch]).all():
+                raise ModelFailed(
+                    f"the model {head.strategy.model} produced non-finite vectors (NaN or infinity): "
+                    "its weights or its exported ONNX graph are damaged"
+                )
         if on_batch is not None:
             on_batch(len(batch))
     return outs

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from indexer.corpus import Entry, check_field_names
-from indexer.errors import BadInput, SemsearchError
+from indexer.errors import BadInput, SemsearchError, StrategyConflict
 from indexer.strategy import Strategy
 
 
@@ -159,6 +159,23 @@ def _dimension(strategy: Strategy, first: Any) -> int:
     return first.shape[1] if isinstance(first, np.ndarray) and first.ndim == 2 else 0
 
 
+def _check_model(model: str, shards: Sequence[tuple[str | Path, Strategy]]) -> None:
+    """The index's queries run the model at ``model`` as it is now (its graph is held from it):
+    it must be the model every shard was embedded with, by fingerprint, not just by path."""
+    from indexer.models import is_local, model_fingerprint
+
+    if not is_local(model):
+        return
+    found = model_fingerprint(model)
+    for shard, strategy in shards:
+        if strategy.model_fingerprint not in (None, found):
+            raise StrategyConflict(
+                f"shard {shard} was embedded with the model {strategy.model_fingerprint[:19]}, but the "
+                f"model at {Path(model).resolve()} is now {found[:19]}: embed the shards again with it, "
+                "or put the shards' model back"
+            )
+
+
 def merge_shards(
     shards: Sequence[str | Path], index_dir: str | Path, *, index_kind: str = "auto", storage: str = "float32"
 ) -> int:
@@ -178,6 +195,7 @@ def merge_shards(
     strategy, entries, merged, owners = combine(
         [(strategy, part, v, o) for strategy, _, part, v, o in read], [f"shard {s}" for s in shards]
     )
+    _check_model(strategy.model, [(shard, found) for shard, (found, *_) in zip(shards, read, strict=True)])
     transform = Transform.for_strategy(strategy, merged)  # on the whole corpus, as a build would
     merged = Transform.apply_optional(transform, merged)
     with building(Path(index_dir)):

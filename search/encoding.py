@@ -7,7 +7,8 @@ is the same thing kept loaded, for many calls (the server holds one); ``encode_f
 file of any size to ``.npy`` or JSON lines in bounded memory (``semsearch encode``).
 
 The rules every surface shares (Python, CLI, HTTP) live here: a text is a non-blank string of
-valid Unicode (``check_texts``), and a strategy with post-processing needs an index's statistics.
+valid Unicode (``check_texts``; zero-width or control characters alone are blank), and a strategy
+with post-processing needs an index's statistics.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from indexer.corpus import CorpusReader, Entry
+from indexer.corpus import CorpusReader, Entry, blank
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.strategy import Strategy
@@ -52,7 +53,7 @@ def check_texts(texts: Iterable[object], first: int = 1) -> list[str]:
     for position, text in enumerate(checked, first):
         if not isinstance(text, str):
             raise BadInput(f"text {position} is not a string but {type(text).__name__}")
-        if not text.strip():
+        if blank(text):
             raise BadInput(f"text {position} is empty: every text is encoded, in order; give some text")
         check_text(text, f"text {position}")
     return checked

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from indexer.catalog import Catalog, Facet
-from indexer.corpus import RESERVED
+from indexer.corpus import RESERVED, blank
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_graph import CPU
 from indexer.errors import BadInput, IndexMoved, StrategyConflict
@@ -61,7 +61,7 @@ def check_queries(queries: Sequence[str]) -> None:
     """An empty query has no meaning to embed: refuse it rather than return arbitrary hits; nor
     has text that is not valid UTF-8."""
     for query in queries:
-        if not isinstance(query, str) or not query.strip():
+        if not isinstance(query, str) or blank(query):
             raise BadInput("empty query: give some text to search for")
         check_text(query, "the query")
 

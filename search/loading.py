@@ -27,7 +27,9 @@ def load_engine(index_dir: str | Path, provider: str | None = None) -> Future[Se
 def _open(index_dir: str | Path, provider: str | None) -> SearchEngine:
     from search.engine import SearchEngine
 
-    return SearchEngine(index_dir, provider=provider)
+    engine = SearchEngine(index_dir, provider=provider)
+    engine.embedder.embed(["semsearch"])  # warm, and a model that yields NaN fails before serving
+    return engine
 
 
 def load_encoding(strategy: Strategy) -> Future[Encoding]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from indexer.corpus import blank
 from indexer.errors import BadInput
 from indexer.strategy import Strategy
 from indexer.transform import Transform
@@ -67,7 +68,7 @@ def rank_similar(
 def rankable(sentence: str, candidates: Sequence[str]) -> list[tuple[int, str]]:
     """The non-empty candidates with their 1-based positions; refuses an empty sentence or none."""
     check_queries([sentence])
-    kept = [(i, check_text(c, f"sentence {i}")) for i, c in enumerate(candidates, 1) if c.strip()]
+    kept = [(i, check_text(c, f"sentence {i}")) for i, c in enumerate(candidates, 1) if not blank(c)]
     if not kept:
         raise BadInput("no sentences to rank: the input has no non-empty lines")
     return kept

@@ -46,6 +46,15 @@ def test_jsonl_and_text(tmp_path):
     assert [(e.id, e.text) for e in lines.entries] == [("1", "one"), ("2", "two")]
 
 
+def test_rows_with_no_readable_character_are_empty(tmp_path):
+    """Control, zero-width, BOM and lone combining characters tokenise to nothing: rejected as empty."""
+    content = "id,text\n1,good\n2,\u00ad\u0301\n3,\x01\x02\n4,\u200b\u200b\n5,\ufeff\n6,a\u200bb\n".encode()
+    corpus = read_corpus(write(tmp_path / "odd.csv", content))
+    assert [e.id for e in corpus.entries] == ["1", "6"]
+    assert {r.row: r.reason for r in corpus.rejected} == {n: "empty text" for n in (2, 3, 4, 5)}
+    assert corpus.rejection_summary() == "4 empty text"
+
+
 def test_bad_rows_are_counted_with_reasons(tmp_path):
     content = b"id,text\n1,good\n2,\n1,duplicate\n3,bad \xff byte\n4,a,b\n,no id\n5,  \n6,fine\n"
     corpus = read_corpus(write(tmp_path / "bad.csv", content))

@@ -62,6 +62,10 @@ def test_parts_read_only_what_they_encode(tiny_model):
         (["fine", 3], "text 2 is not a string"),
         (["fine", "  "], "text 2 is empty"),
         (["\ud800"], "text 1 is not valid UTF-8"),
+        (["fine", "\0"], "text 2 is empty"),
+        (["\x01\x02 \x7f"], "text 1 is empty"),
+        (["fine", "ok", "\u200b\u200c\u2060"], "text 3 is empty"),
+        (["\ufeff"], "text 1 is empty"),
     ],
 )
 def test_bad_texts_are_refused_naming_them(texts, message):

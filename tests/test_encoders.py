@@ -104,3 +104,51 @@ def test_ray_is_one_more_encoder(tiny_model):
     on_ray = RayEncoder(strategy, "local", 2)  # nothing starts before it embeds
     assert on_ray.choice.backend == "ray" and callable(on_ray.embed_documents)
     assert (on_ray.strategy, on_ray.workers) == (strategy, 2)
+
+
+def test_a_text_that_tokenises_to_nothing_is_refused_by_every_encoder(tiny_model):
+    """Only special tokens ([CLS] [SEP]) is no text: every such text would get the same vector."""
+    for backend in ("torch", "onnx"):
+        encoder = encoder_for(Strategy(model=tiny_model, backend=backend))
+        for texts in (["a bike", "\u0301"], ["\u200b"]):
+            with pytest.raises(BadInput, match="no tokens"):
+                encoder.embed(texts)
+            with pytest.raises(BadInput, match="no tokens"):
+                encoder.embed_documents(texts)
+        assert encoder.embed(["a\u200bb"]).shape == (1, 32)
+
+
+def test_a_long_text_is_cut_before_tokenising_with_the_same_tokens(tiny_model):
+    """Only the first max_length tokens are read, so a long line is cut (at a space) before the
+    tokenizer sees it: the ids are those of the whole text truncated, as before."""
+    encoder = encoder_for(Strategy(model=tiny_model, backend="torch", max_length=64))
+    whole = encoder.tokens.truncating
+    words = " ".join(f"word{i % 97} and-some punctuation!" for i in range(20000))
+    spaced = "start " + " " * 5000 + words  # mostly whitespace where a cut would fall: read further
+    for text in (words, spaced, "x" * 50000, words.replace(" ", "\u200b ")):
+        assert encoder.tokens.ids([text]) == [whole.encode(text).ids]
+    np.testing.assert_allclose(encoder.embed([words]), encoder.embed([words[:20000]]), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_memory_stays_flat_whatever_a_line_s_length(tmp_path, tiny_model):
+    """Tokenising 4 MB lines costs little more than a short one (the tokenizer's memory is
+    native, so it is the process's peak resident size that is measured)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import resource, sys
+from indexer.encoders.tokens import TextTokenizer
+from indexer.strategy import Strategy
+tokens = TextTokenizer.from_files({tiny_model!r}, Strategy(model={tiny_model!r}, max_length=128))
+line = " ".join(f"word{{i}}" for i in range(500000))
+tokens.ids(["warm up"])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for _ in range(5):
+    tokens.ids([line, line])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) < 100_000, f"{int(done.stdout) // 1024} MB more for 4 MB lines"

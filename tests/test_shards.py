@@ -18,7 +18,7 @@ from indexer.errors import BadInput, SemsearchError
 from indexer.shards import embed_shard, merge_shards
 from indexer.store import open_index
 from search import SearchEngine
-from tests.conftest import DATA, ROOT
+from tests.conftest import DATA, ROOT, random_bert
 
 
 def test_merged_shards_answer_like_a_single_build(tmp_path, tiny_model):
@@ -161,3 +161,21 @@ def test_merge_refuses_an_inconsistent_shard_before_writing(faq_shards, tmp_path
     assert result.exit_code == 1 and "unexpected" not in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1 and str(bad) in result.output
     assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == before
+
+
+def test_a_model_replaced_at_its_path_since_the_shards_is_refused(tmp_path):
+    """The shards record the model's fingerprint; merge builds the index's query graph from the
+    model at that path now. Another model there is refused, naming both, and nothing is written."""
+    model = tmp_path / "model"
+    random_bert(model, seed=0)
+    entries = [Entry(f"e{i}", f"entry {i} about bikes", {"text": f"entry {i} about bikes"}) for i in range(4)]
+    shards = [embed_shard(entries[i::2], tmp_path / f"s{i}", Strategy(model=str(model))) for i in range(2)]
+    recorded = json.loads((shards[0] / "strategy.json").read_text())["model_fingerprint"]
+    shutil.rmtree(model)
+    random_bert(model, seed=1)
+    with pytest.raises(SemsearchError) as caught:
+        merge_shards(shards, tmp_path / "merged")
+    message = str(caught.value)
+    assert "\n" not in message and recorded[:19] in message and str(model) in message
+    assert str(shards[0]) in message
+    assert not (tmp_path / "merged").exists()

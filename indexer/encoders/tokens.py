@@ -23,6 +23,10 @@ from indexer.strategy import Strategy
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
+CHARS_PER_TOKEN = 32
+"""More characters than any token of running text covers: a text is cut at ``max_length`` times
+this (at a space) before it is tokenised, so a line of any length costs the tokenizer the same."""
+
 SPECIAL = ("cls_token", "sep_token", "bos_token", "eos_token")
 """The special tokens a text is wrapped in, by the names tokenizer configs give them."""
 
@@ -41,6 +45,7 @@ class TextTokenizer:
 
     def __init__(self, tokenizer: Tokenizer, named: Mapping[str, object], strategy: Strategy):
         max_length = int(strategy.max_length or 512)
+        self.max_length = max_length
         self.truncating = tokenizer
         self.truncating.no_padding()
         self.truncating.enable_truncation(max_length=max_length)
@@ -70,8 +75,25 @@ class TextTokenizer:
         return cls(Tokenizer.from_file(str(tokenizer_file)), named, strategy)
 
     def ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's token ids, truncated at max_length."""
-        return [e.ids for e in self.truncating.encode_batch(list(texts))]
+        """Each text's token ids, truncated at max_length. A long text is cut before tokenising
+        (``CHARS_PER_TOKEN``); where its cut reads fewer than max_length tokens (long runs of
+        spaces or of characters the tokenizer drops), the rest might count, so it is read whole."""
+        texts = list(texts)
+        bound = self.max_length * CHARS_PER_TOKEN
+        found = [e.ids for e in self.truncating.encode_batch([_cut(text, bound) for text in texts])]
+        for i, text in enumerate(texts):
+            if len(text) > bound and len(found[i]) < self.max_length:
+                found[i] = self.truncating.encode(text).ids
+        self._check(texts, found)
+        return found
+
+    def _check(self, texts: Sequence[str], ids: Sequence[Sequence[int]]) -> None:
+        """A text that tokenises to the special tokens alone is empty: each such text would get
+        the one vector of ``[CLS] [SEP]``, and tie with every other."""
+        special = set(self.special_ids)
+        for text, piece in zip(texts, ids, strict=True):
+            if all(i in special for i in piece):
+                raise BadInput(f"a text has no tokens the model reads: {text[:40]!r} (give some text)")
 
     def documents(self, texts: Sequence[str]) -> Tokenized:
         """With ``chunk_overlap``, a long text becomes its first window and then its overflowing
@@ -80,8 +102,21 @@ class TextTokenizer:
             return Tokenized(self.ids(texts), np.arange(len(texts), dtype=np.int64))
         ids: list[list[int]] = []
         owners: list[int] = []
-        for owner, encoding in enumerate(self.windows.encode_batch(list(texts))):
+        encodings = self.windows.encode_batch(list(texts))
+        self._check(texts, [encoding.ids for encoding in encodings])
+        for owner, encoding in enumerate(encodings):
             pieces = [encoding, *encoding.overflowing]
             ids.extend(piece.ids for piece in pieces)
             owners.extend([owner] * len(pieces))
         return Tokenized(ids, np.asarray(owners, dtype=np.int64))
+
+
+def _cut(text: str, bound: int) -> str:
+    """``text`` up to the last whitespace within ``bound`` characters (a word is never split, so
+    the words kept tokenise as in the whole text); one word longer than that is cut at ``bound``."""
+    if len(text) <= bound:
+        return text
+    for end in range(bound, bound // 2, -1):
+        if text[end].isspace():
+            return text[:end]
+    return text[:bound]
