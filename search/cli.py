@@ -289,6 +289,28 @@ def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
+def device_options(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--device`` and ``--precision``: where the network runs (``indexer.encoders.devices``)."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option(
+            "--precision",
+            type=click.Choice(("auto", "fp32", "fp16", "bf16")),
+            default="auto",
+            show_default=True,
+            help="Network precision: auto is fp16 on a GPU, fp32 on the CPU.",
+        )(command)
+        return click.option(
+            "--device",
+            default=default,
+            show_default=True,
+            metavar="auto|cpu|cuda|cuda:N",
+            help="Where the model runs: auto takes a GPU when torch sees one.",
+        )(command)
+
+    return decorate
+
+
 def provider_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """Where an index's queries run: ONNX Runtime's execution provider (the vectors are the same)."""
     return click.option(
@@ -373,6 +395,7 @@ def cli() -> None:
 @ray_options
 @also_options
 @strategy_options
+@device_options("auto")
 @progress_options
 def index_command(
     corpus: Path,
@@ -390,6 +413,8 @@ def index_command(
     ray_workers: int | None,
     also: Any,
     asked: dict[str, Any],
+    device: str,
+    precision: str,
     progress: bool,
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
@@ -414,6 +439,8 @@ def index_command(
         ray=ray_address,
         ray_workers=ray_workers,
         also=also,
+        device=device,
+        precision=precision,
     )
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
@@ -659,6 +686,7 @@ def duplicates_command(
 @batch_size_option
 @wait_option
 @ray_options
+@device_options("auto")
 @progress_options
 def add_command(
     index_dir: Path,
@@ -670,6 +698,8 @@ def add_command(
     wait: float,
     ray_address: str | None,
     ray_workers: int | None,
+    device: str,
+    precision: str,
     progress: bool,
 ) -> None:
     """Upsert CORPUS into INDEX_DIR by id: new and changed texts are embedded, unchanged ones skipped."""
@@ -687,6 +717,8 @@ def add_command(
         wait=wait,
         ray=ray_address,
         ray_workers=ray_workers,
+        device=device,
+        precision=precision,
     )
     click.echo(
         f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "
@@ -797,6 +829,7 @@ def export_encoder_command(index_dir: Path, target: Path) -> None:
     help="Open connections at most; past that a new one gets a 503.",
 )
 @provider_option
+@device_options("cpu")
 @strategy_options
 def serve_command(
     index_dir: Path | None,
@@ -807,6 +840,8 @@ def serve_command(
     keep_alive: float,
     max_connections: int,
     provider: str | None,
+    device: str,
+    precision: str,
     asked: dict[str, Any],
 ) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar,
@@ -814,6 +849,7 @@ def serve_command(
     /info, /fields, /health; API docs at /docs. New versions written by index, add or delete are
     picked up within a second. With no INDEX_DIR and --model (or other strategy options): vectors
     alone (/v1/embeddings, /encode, /info)."""
+    from indexer.encoders.devices import placement
     from search.loading import load_encoding, load_engine
 
     if index_dir is not None and asked:
@@ -823,8 +859,9 @@ def serve_command(
             "give INDEX_DIR to search it, or --model (and strategy options) to serve vectors"
         )
     # the engine (or encoder) imports and loads while the web stack imports
-    loading = load_engine(index_dir, provider) if index_dir is not None else None
-    encoding = load_encoding(_strategy(asked)) if index_dir is None else None
+    placement(device, precision)  # a GPU asked for and missing: said before the server starts
+    loading = load_engine(index_dir, provider, device, precision) if index_dir is not None else None
+    encoding = load_encoding(_strategy(asked), device, precision) if index_dir is None else None
     try:
         from search.server import create_app, listen, serve
     except ImportError:
@@ -904,6 +941,7 @@ def similar_command(
     help="Encode as this index does (its strategy and fitted post-processing): the vectors it compares.",
 )
 @progress_options
+@device_options("auto")
 @strategy_options
 def encode_command(
     source: str,
@@ -914,6 +952,8 @@ def encode_command(
     fmt: str | None,
     index_dir: Path | None,
     progress: bool,
+    device: str,
+    precision: str,
     asked: dict[str, Any],
 ) -> None:
     """Vectors of the texts of SOURCE (lines, CSV/TSV or JSONL with --text-field; default: stdin
@@ -924,7 +964,7 @@ def encode_command(
         raise click.UsageError("--index encodes with its stored strategy: drop the strategy options")
     output_format(output, to)  # a bad output is told before the model loads
     strategy = None if index_dir is not None else _strategy(asked)
-    encoding = Encoding.load(strategy, index=index_dir)
+    encoding = Encoding.load(strategy, index=index_dir, device=device, precision=precision)
     report = encode_file(
         source,
         output,
@@ -974,6 +1014,8 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     }
     if not info["also"]:
         shown.pop("also")
+    if info["embedded"]:  # where and at what precision the vectors were made (older indexes: unknown)
+        shown["embedded"] = f"{info['embedded']['device']}, {info['embedded']['precision']}"
     from search.confidence import Rule
 
     shown["calibration"] = Rule.from_dict(info["calibration"]).describe() if info["calibration"] else "none"
