@@ -123,3 +123,27 @@ def _encoded(tmp_path, name, model):
     result = run("encode", tmp_path / "c.txt", "--index", tmp_path / name, "-o", out, "--device", "cpu")
     assert result.returncode == 0, result.stderr
     return out
+
+
+def test_a_many_core_machine_runs_several_sessions_of_a_few_cores():
+    from indexer.encoders.onnx_graph import bulk_sessions
+
+    assert bulk_sessions(2) == (1, 0)  # a laptop: one session on every core, as before
+    assert bulk_sessions(7) == (1, 0)
+    assert bulk_sessions(16) == (4, 4)
+    assert bulk_sessions(64) == (16, 4)
+
+
+@pytest.mark.slow
+def test_sessions_side_by_side_give_the_vectors_of_one(tiny_model):
+    from indexer.encoders.factory import encoder_for
+    from indexer.encoders.onnx_encoder import OnnxEncoder
+
+    strategy = encoder_for(Strategy(model=tiny_model)).strategy  # resolved, its graph exported
+    texts = [f"text number {i} " + "word " * (i % 40) for i in range(300)]
+    one = OnnxEncoder(strategy, spin=True, sessions=(1, 0), batch_size=8)
+    three = OnnxEncoder(strategy, spin=True, sessions=(3, 1), batch_size=8)
+    assert len(three.sessions) == 3
+    shares: list[float] = []
+    np.testing.assert_allclose(three.embed(texts, progress=shares.append), one.embed(texts), atol=1e-6)
+    assert sum(shares) == pytest.approx(1.0)

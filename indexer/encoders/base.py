@@ -86,6 +86,8 @@ class NetworkEncoder:
         self.batch_size = batch_size
         self.choice = choice
         self.placement = Placement("cpu", PRECISION[strategy.backend])
+        self.sessions: Sequence[Network] = (network,)
+        """Copies of the network that run batches side by side (``indexer.encoders.onnx_encoder``)."""
 
     def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray:
         """One float32 vector per text (queries, sentences): always truncated at max_length."""
@@ -104,7 +106,7 @@ class NetworkEncoder:
         """Token ids through the network; each head turns them into its vectors."""
         dimensions = [h.strategy.dimension(self.hidden_size) for h in heads]
         return encode(
-            self.network,
+            self.sessions,
             ids,
             heads,
             dimensions,
