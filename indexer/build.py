@@ -102,6 +102,8 @@ def build_index(
     ray: str | None = None,
     ray_workers: int | None = None,
     also: FieldScoring | str | Sequence[str] | None = None,
+    device: str = "auto",
+    precision: str = "auto",
 ) -> BuildReport:
     """Index a corpus into ``index_dir``, replacing any index there only once complete.
     ``corpus``: a file (CSV, TSV, JSON Lines, text; ``fmt`` if its extension does not tell), or
@@ -111,18 +113,22 @@ def build_index(
     wait for another writer to finish; ``ray``: embed on Ray, ``"local"`` or a cluster address, with
     ``ray_workers`` actors (``indexer.distributed``); ``also``: a second vector per entry scored
     with the first (``indexer.fields``): its field names (``["question", "answer"]``) or a
-    ``FieldScoring`` with a weight. A failed first build leaves no directory behind."""
+    ``FieldScoring`` with a weight. ``device`` / ``precision``: where the network runs
+    (``indexer.encoders.devices``: ``auto`` takes a GPU torch sees). A failed first build leaves no
+    directory behind."""
+    from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
     from indexer.store import VersionWriter, building, stream_index
 
     started = time.perf_counter()
+    on_device = placement(device, precision)  # a GPU asked for and missing: said before anything
     also = FieldScoring.given(also)
     reader = CorpusReader(corpus, text_fields=text_fields, id_field=id_field, fmt=fmt)
     survey = survey_corpus(reader)
     embed_seconds, meta, export_failure = 0.0, {}, None
     with building(Path(index_dir), wait):
         # the graph the index's queries will run is exported now, if it can be (choice.export_failure)
-        encoder = encoder_for(strategy, batch_size=batch_size, export_queries=True)
+        encoder = encoder_for(strategy, batch_size=batch_size, export_queries=True, placement=on_device)
 
         def fill(writer: VersionWriter) -> None:
             nonlocal embed_seconds, meta, export_failure
@@ -154,6 +160,7 @@ def build_index(
                 # ids are row numbers: an add numbers its rows from here (indexer.update)
                 **({"next_row_id": rows + 1} if reader.id_field is None else {}),
                 **({"also": also.to_dict()} if also else {}),
+                "embedded": encoder.placement.to_dict(),
             }
             meta = writer.finish(encoder.strategy, source=source, index_kind=index_kind, storage=storage)
 

@@ -9,7 +9,9 @@ network differs.
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,12 +82,23 @@ def pad_batch(pieces: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np
     return input_ids, attention
 
 
+def finite(vectors: np.ndarray, strategy: Strategy) -> np.ndarray:
+    """``vectors``, checked where they leave the network: NaN compares with nothing, so an index of
+    it answers no query, and JSON cannot carry it."""
+    if not np.isfinite(vectors).all():
+        raise ModelFailed(
+            f"the model {strategy.model} produced non-finite vectors (NaN or infinity): "
+            "its weights or its exported ONNX graph are damaged"
+        )
+    return vectors
+
+
 Network = Callable[[np.ndarray, np.ndarray], NetworkOutput]
 """Token ids and attention mask (int64 ``[batch, tokens]``) -> hidden states."""
 
 
 def encode(
-    network: Network,
+    network: Network | Sequence[Network],
     ids: Sequence[Sequence[int]],
     heads: Sequence[Head],
     dimensions: Sequence[int],
@@ -95,21 +108,39 @@ def encode(
     on_batch: Callable[[int], object] | None = None,
 ) -> list[np.ndarray]:
     """Length-sorted batches (little padding) through the network; each head makes its vectors.
-    A vector that is not finite is an error here, where it leaves the network: NaN compares with
-    nothing, so an index of it answers no query and JSON cannot carry it."""
+    Several networks (copies of one: ONNX Runtime sessions, each on a few cores) run batches side by
+    side, one thread each: one session cannot keep many cores busy on small batches."""
+    networks = [network] if callable(network) else list(network)
     outs = [np.zeros((len(ids), d), dtype=np.float32) for d in dimensions]
     order = np.argsort([len(piece) for piece in ids], kind="stable")
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+    def run(on: Network, batch: np.ndarray) -> int:
         input_ids, attention = pad_batch([ids[i] for i in batch], pad)
-        output = network(input_ids, attention)
+        output = on(input_ids, attention)
         for out, head in zip(outs, heads, strict=True):
-            out[batch] = head(output, input_ids, attention)
-            if not np.isfinite(out[batch]).all():
-                raise ModelFailed(
-                    f"the model {head.strategy.model} produced non-finite vectors (NaN or infinity): "
-                    "its weights or its exported ONNX graph are damaged"
-                )
-        if on_batch is not None:
-            on_batch(len(batch))
+            out[batch] = finite(head(output, input_ids, attention), head.strategy)
+        return len(batch)
+
+    if len(networks) == 1:
+        for batch in batches:
+            count = run(networks[0], batch)
+            if on_batch is not None:
+                on_batch(count)
+        return outs
+    free: queue.SimpleQueue[Network] = queue.SimpleQueue()
+    for each in networks:
+        free.put(each)
+
+    def borrowing(batch: np.ndarray) -> int:
+        on = free.get()
+        try:
+            return run(on, batch)
+        finally:
+            free.put(on)
+
+    with ThreadPoolExecutor(len(networks), thread_name_prefix="session") as pool:
+        for count in pool.map(borrowing, batches):
+            if on_batch is not None:
+                on_batch(count)
     return outs

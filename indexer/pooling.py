@@ -68,7 +68,7 @@ class Pooling:
         xp = namespace(attention_mask)
         mask = (attention_mask if xp is not np else np.asarray(attention_mask)) != 0
         if self.skip_special and len(self.special_ids):
-            special = self.special_ids if xp is np else xp.from_numpy(self.special_ids)
+            special = self.special_ids if xp is np else xp.from_numpy(self.special_ids).to(input_ids.device)
             content = mask & ~xp.isin(input_ids, special)
             mask = xp.where(content.any(1)[:, None], content, mask)
         return mask

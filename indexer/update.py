@@ -60,18 +60,23 @@ def add_to_index(
     wait: float = 0,
     ray: str | None = None,
     ray_workers: int | None = None,
+    device: str = "auto",
+    precision: str = "auto",
 ) -> UpdateReport:
     """Upsert every usable row of a corpus (a file, or rows as ``build_index`` takes them) by id:
     an upserted entry's fields are replaced whole.
     Text and id fields default to the index's own; to an index built on row numbers the rows are
     added with new ids (the module docstring) unless ``id_field`` is given. A row whose value
     cannot be stored in its column as written is rejected (``field_types.misfit``). ``wait``: seconds
-    to wait for another writer; ``ray``/``ray_workers``: embed on Ray, as ``build_index`` does."""
+    to wait for another writer; ``ray``/``ray_workers``, ``device``/``precision``: as
+    ``build_index`` takes them."""
     from indexer.distributed import RayEncoder
+    from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
 
     started = time.perf_counter()
     index_dir = Path(index_dir)
+    on_device = placement(device, precision)
     live_meta(index_dir)  # not an index: say so before taking its lock
     with writer_lock(index_dir, wait):
         live = open_index(index_dir, vectors=False)  # the live state under the lock is what we change
@@ -109,7 +114,7 @@ def add_to_index(
         vectors = owners = also_vectors = None
         if to_embed:
             encoder = (
-                encoder_for(live.strategy, batch_size=batch_size, held=live.graph)
+                encoder_for(live.strategy, batch_size=batch_size, held=live.graph, placement=on_device)
                 if ray is None
                 else RayEncoder(live.strategy, ray, ray_workers, batch_size)
             )

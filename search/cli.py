@@ -290,6 +290,28 @@ def rule_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
+def device_options(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--device`` and ``--precision``: where the network runs (``indexer.encoders.devices``)."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option(
+            "--precision",
+            type=click.Choice(("auto", "fp32", "fp16", "bf16")),
+            default="auto",
+            show_default=True,
+            help="Network precision: auto is fp16 on a GPU, fp32 on the CPU.",
+        )(command)
+        return click.option(
+            "--device",
+            default=default,
+            show_default=True,
+            metavar="auto|cpu|cuda|cuda:N",
+            help="Where the model runs: auto takes a GPU when torch sees one.",
+        )(command)
+
+    return decorate
+
+
 def provider_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """Where an index's queries run: ONNX Runtime's execution provider (the vectors are the same)."""
     return click.option(
@@ -374,6 +396,7 @@ def cli() -> None:
 @ray_options
 @also_options
 @strategy_options
+@device_options("auto")
 @progress_options
 def index_command(
     corpus: Path,
@@ -391,6 +414,8 @@ def index_command(
     ray_workers: int | None,
     also: Any,
     asked: dict[str, Any],
+    device: str,
+    precision: str,
     progress: bool,
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
@@ -415,6 +440,8 @@ def index_command(
         ray=ray_address,
         ray_workers=ray_workers,
         also=also,
+        device=device,
+        precision=precision,
     )
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
@@ -660,6 +687,7 @@ def duplicates_command(
 @batch_size_option
 @wait_option
 @ray_options
+@device_options("auto")
 @progress_options
 def add_command(
     index_dir: Path,
@@ -671,6 +699,8 @@ def add_command(
     wait: float,
     ray_address: str | None,
     ray_workers: int | None,
+    device: str,
+    precision: str,
     progress: bool,
 ) -> None:
     """Upsert CORPUS into INDEX_DIR by id: new and changed texts are embedded, unchanged ones skipped."""
@@ -688,6 +718,8 @@ def add_command(
         wait=wait,
         ray=ray_address,
         ray_workers=ray_workers,
+        device=device,
+        precision=precision,
     )
     click.echo(
         f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "
@@ -799,6 +831,7 @@ def export_encoder_command(index_dir: Path, target: Path) -> None:
 )
 @click.option("-q", "--quiet", is_flag=True, help="No access log (by default a line a request on stderr).")
 @provider_option
+@device_options("cpu")
 @strategy_options
 def serve_command(
     index_dir: Path | None,
@@ -810,6 +843,8 @@ def serve_command(
     max_connections: int,
     quiet: bool,
     provider: str | None,
+    device: str,
+    precision: str,
     asked: dict[str, Any],
 ) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar,
@@ -818,6 +853,7 @@ def serve_command(
     picked up within a second. With no INDEX_DIR and --model (or other strategy options): vectors
     alone (/v1/embeddings, /encode, /info). Each request is a line on stderr (client, method,
     path, status, milliseconds) unless --quiet."""
+    from indexer.encoders.devices import placement
     from search.loading import load_encoding, load_engine
 
     if index_dir is not None and asked:
@@ -827,8 +863,9 @@ def serve_command(
             "give INDEX_DIR to search it, or --model (and strategy options) to serve vectors"
         )
     # the engine (or encoder) imports and loads while the web stack imports
-    loading = load_engine(index_dir, provider) if index_dir is not None else None
-    encoding = load_encoding(_strategy(asked)) if index_dir is None else None
+    placement(device, precision)  # a GPU asked for and missing: said before the server starts
+    loading = load_engine(index_dir, provider, device, precision) if index_dir is not None else None
+    encoding = load_encoding(_strategy(asked), device, precision) if index_dir is None else None
     try:
         from search.server import create_app, listen, serve
     except ImportError:
@@ -909,6 +946,7 @@ def similar_command(
     help="Encode as this index does (its strategy and fitted post-processing): the vectors it compares.",
 )
 @progress_options
+@device_options("auto")
 @strategy_options
 def encode_command(
     source: str,
@@ -919,6 +957,8 @@ def encode_command(
     fmt: str | None,
     index_dir: Path | None,
     progress: bool,
+    device: str,
+    precision: str,
     asked: dict[str, Any],
 ) -> None:
     """Vectors of the texts of SOURCE (lines, CSV/TSV or JSONL with --text-field; default: stdin
@@ -929,7 +969,7 @@ def encode_command(
         raise click.UsageError("--index encodes with its stored strategy: drop the strategy options")
     output_format(output, to)  # a bad output is told before the model loads
     strategy = None if index_dir is not None else _strategy(asked)
-    encoding = Encoding.load(strategy, index=index_dir)
+    encoding = Encoding.load(strategy, index=index_dir, device=device, precision=precision)
     report = encode_file(
         source,
         output,
@@ -979,6 +1019,8 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     }
     if not info["also"]:
         shown.pop("also")
+    if info["embedded"]:  # where and at what precision the vectors were made (older indexes: unknown)
+        shown["embedded"] = f"{info['embedded']['device']}, {info['embedded']['precision']}"
     from search.confidence import Rule
 
     shown["calibration"] = Rule.from_dict(info["calibration"]).describe() if info["calibration"] else "none"

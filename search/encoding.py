@@ -75,13 +75,18 @@ class Encoding:
         *,
         index: str | Path | None = None,
         serving: bool = False,
+        device: str = "auto",
+        precision: str = "auto",
     ) -> Encoding:
         """The encoder of ``strategy`` (default: the bundled model's), or of the index at
         ``index`` (its stored strategy and fitted transform; no FAISS vectors are read).
         ``serving``: the query encoder an index gives its queries (threads asleep between
-        requests) rather than the bulk one (threads spinning, for throughput); same vectors."""
+        requests) rather than the bulk one (threads spinning, for throughput); same vectors.
+        ``device`` / ``precision``: where the network runs (``indexer.encoders.devices``)."""
+        from indexer.encoders.devices import placement
         from indexer.encoders.factory import encoder_for
 
+        on = placement(device, precision)
         if index is not None:
             if strategy is not None:
                 raise BadInput(
@@ -91,7 +96,9 @@ class Encoding:
 
             stored = open_index(index, vectors=False)
             stored.catalog.close()
-            return cls(encoder_for(stored.strategy, queries=True, held=stored.graph), stored.transform)
+            return cls(
+                encoder_for(stored.strategy, queries=True, held=stored.graph, placement=on), stored.transform
+            )
         strategy = strategy or Strategy()
         if strategy.postprocess != "none":
             raise BadInput(
@@ -101,8 +108,8 @@ class Encoding:
         if serving:
             from indexer.models import resolve_strategy
 
-            return cls(encoder_for(resolve_strategy(strategy), queries=True))
-        return cls(encoder_for(strategy))
+            return cls(encoder_for(resolve_strategy(strategy), queries=True, placement=on))
+        return cls(encoder_for(strategy, placement=on))
 
     @property
     def strategy(self) -> Strategy:

@@ -15,6 +15,7 @@ import numpy as np
 
 from indexer.catalog import Catalog, Facet
 from indexer.corpus import RESERVED, blank
+from indexer.encoders.devices import placement
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_graph import CPU
 from indexer.errors import BadInput, IndexMoved, StrategyConflict
@@ -390,16 +391,26 @@ class SearchEngine:
     """
 
     def __init__(
-        self, index_dir: str | Path, *, strategy: dict[str, Any] | None = None, provider: str | None = None
+        self,
+        index_dir: str | Path,
+        *,
+        strategy: dict[str, Any] | None = None,
+        provider: str | None = None,
+        device: str = "cpu",
+        precision: str = "auto",
     ):
         """``strategy``: what the caller asks for, checked against the stored one (never applied);
         ``provider``: the ONNX Runtime execution provider queries run on (``CUDAExecutionProvider``...;
-        default the CPU)."""
+        default the CPU); ``device``: where queries embed (``cpu``: the ONNX graph; ``cuda``: torch on
+        the GPU, for a server of many requests)."""
         self.path = Path(index_dir)
         self.provider = provider or CPU
+        self.placement = placement(device, precision)
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
-        encoder = encoder_for(index.strategy, queries=True, provider=self.provider, held=index.graph)
+        encoder = encoder_for(
+            index.strategy, queries=True, provider=self.provider, held=index.graph, placement=self.placement
+        )
         self.snapshot = Snapshot(index, encoder)
 
     @property
@@ -423,7 +434,13 @@ class SearchEngine:
         if same:
             encoder = current.embedder
         else:
-            encoder = encoder_for(fresh.strategy, queries=True, provider=self.provider, held=fresh.graph)
+            encoder = encoder_for(
+                fresh.strategy,
+                queries=True,
+                provider=self.provider,
+                held=fresh.graph,
+                placement=self.placement,
+            )
         self.snapshot = Snapshot(fresh, encoder)
         return True
 

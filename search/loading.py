@@ -15,35 +15,37 @@ if TYPE_CHECKING:
     from search.engine import SearchEngine
 
 
-def load_engine(index_dir: str | Path, provider: str | None = None) -> Future[SearchEngine]:
-    """``SearchEngine(index_dir, provider=...)``, its imports included, in a thread of its own;
-    the future holds the engine or the error opening the index raised."""
+def load_engine(
+    index_dir: str | Path, provider: str | None = None, device: str = "cpu", precision: str = "auto"
+) -> Future[SearchEngine]:
+    """``SearchEngine(index_dir, provider=..., device=...)``, its imports included, in a thread of
+    its own; the future holds the engine or the error opening the index raised."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
-    loading = pool.submit(_open, index_dir, provider)
+    loading = pool.submit(_open, index_dir, provider, device, precision)
     pool.shutdown(wait=False)  # the thread ends when the engine is loaded
     return loading
 
 
-def _open(index_dir: str | Path, provider: str | None) -> SearchEngine:
+def _open(index_dir: str | Path, provider: str | None, device: str, precision: str) -> SearchEngine:
     from search.engine import SearchEngine
 
-    engine = SearchEngine(index_dir, provider=provider)
+    engine = SearchEngine(index_dir, provider=provider, device=device, precision=precision)
     engine.embedder.embed(["semsearch"])  # warm, and a model that yields NaN fails before serving
     return engine
 
 
-def load_encoding(strategy: Strategy) -> Future[Encoding]:
+def load_encoding(strategy: Strategy, device: str = "cpu", precision: str = "auto") -> Future[Encoding]:
     """The encoder of ``strategy`` for a server with no index (``Encoding.load(serving=True)``),
     warmed up by one text (which also tells its dimension), loading in a thread of its own."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
-    loading = pool.submit(_encoding, strategy)
+    loading = pool.submit(_encoding, strategy, device, precision)
     pool.shutdown(wait=False)
     return loading
 
 
-def _encoding(strategy: Strategy) -> Encoding:
+def _encoding(strategy: Strategy, device: str, precision: str) -> Encoding:
     from search.encoding import Encoding
 
-    encoding = Encoding.load(strategy, serving=True)
+    encoding = Encoding.load(strategy, serving=True, device=device, precision=precision)
     encoding.dimension  # noqa: B018 (embeds one text: the first request pays no warm-up)
     return encoding

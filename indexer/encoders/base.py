@@ -14,10 +14,11 @@ from typing import Protocol
 
 import numpy as np
 
+from indexer.encoders.devices import Placement
 from indexer.encoders.tokens import TextTokenizer
 from indexer.head import Head, Network, encode
 from indexer.progress import Share, batches
-from indexer.strategy import Strategy
+from indexer.strategy import PRECISION, Strategy
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class Encoder(Protocol):
     strategy: Strategy
     """The resolved strategy the vectors follow (its backend: what embedded them)."""
     choice: Choice
+    placement: Placement
+    """Where the vectors are made and at what precision (what ``info`` records)."""
 
     def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray: ...
 
@@ -82,6 +85,9 @@ class NetworkEncoder:
         self.dimension = strategy.dimension(hidden_size)
         self.batch_size = batch_size
         self.choice = choice
+        self.placement = Placement("cpu", PRECISION[strategy.backend])
+        self.sessions: Sequence[Network] = (network,)
+        """Copies of the network that run batches side by side (``indexer.encoders.onnx_encoder``)."""
 
     def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray:
         """One float32 vector per text (queries, sentences): always truncated at max_length."""
@@ -100,7 +106,7 @@ class NetworkEncoder:
         """Token ids through the network; each head turns them into its vectors."""
         dimensions = [h.strategy.dimension(self.hidden_size) for h in heads]
         return encode(
-            self.network,
+            self.sessions,
             ids,
             heads,
             dimensions,

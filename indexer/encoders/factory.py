@@ -10,6 +10,9 @@ an index's queries (``queries=True``).
   and run on ONNX Runtime. A model the exporter fails on is indexed on torch (the strategy then
   says ``torch``: what embedded it); on ``onnx-int8`` that is an error (its vectors exist only on
   the exported graph).
+- A GPU (``placement``, from ``--device``; ``indexer.encoders.devices``): the model on torch there,
+  through ``indexer.encoders.pipeline`` (the graph its queries run is still exported, from the
+  CPU model, first). ONNX Runtime here runs on the CPU only.
 - Queries always run the graph (``onnx`` for a ``torch`` index: the same fp32 vectors), exported
   first if that was never tried; on torch, saying why, where it cannot be.
 
@@ -24,10 +27,12 @@ from importlib import import_module
 from typing import Any
 
 from indexer.encoders.base import Choice, Encoder
+from indexer.encoders.devices import CPU as ON_CPU
+from indexer.encoders.devices import Placement
 from indexer.encoders.onnx_graph import CPU, GraphSpec, graph_spec
 from indexer.errors import BadInput
 from indexer.models import identified, model_facts_from_files, resolve_strategy
-from indexer.strategy import Strategy
+from indexer.strategy import PRECISION, Strategy
 
 RUNTIMES: dict[str, str] = {
     "torch": "indexer.encoders.torch_encoder:TorchEncoder",
@@ -51,14 +56,18 @@ def encoder_for(
     export_queries: bool = False,
     provider: str = CPU,
     held: GraphSpec | None = None,
+    placement: Placement = ON_CPU,
 ) -> Encoder:
     """The encoder of ``strategy`` (see the module doc). ``queries``: for an index's questions
     (the strategy is its stored, resolved one). ``export_queries``: also make sure the graph the
     index's queries will run exists (what a build does; ``choice.export_failure`` says why it
     cannot). ``provider``: ONNX Runtime's execution provider. ``held``: the graph an index holds
     for its queries (``StoredIndex.graph``), run before any other (for its queries and for what is
-    added to it: the same network, so the same vectors). (Embedding on Ray is
-    ``indexer.distributed.RayEncoder``, whose workers each pick their encoder here.)"""
+    added to it: the same network, so the same vectors). ``placement``: a GPU embeds on torch there.
+    (Embedding on Ray is ``indexer.distributed.RayEncoder``, whose workers each pick their encoder
+    here.)"""
+    if not placement.on_cpu:
+        return _on_device(strategy or Strategy(), placement, batch_size, export_queries and not queries)
     if queries:
         return _for_queries(strategy or Strategy(), provider, held)
     if held is not None and held.exported:  # an index's own graph embeds what is added to it
@@ -88,6 +97,19 @@ def encoder_for(
 
 EXPORTED = "its graph was exported now (cached for the next time)"
 HELD = "the index holds its graph"
+
+
+def _on_device(strategy: Strategy, placement: Placement, batch_size: int, export_queries: bool) -> Encoder:
+    """The model on torch on a GPU; with ``export_queries``, its CPU query graph exported first."""
+    if PRECISION[strategy.backend] == "int8":
+        raise BadInput(f"backend {strategy.backend} runs on the CPU only: use --device cpu or --backend onnx")
+    encoder = runtime("torch")(replace(strategy, backend="torch"), batch_size=batch_size, placement=placement)
+    failure = encoder.export_for_queries() if export_queries else None
+    why = f"{placement.describe()} asked for"
+    if failure:
+        why += f"; its graph cannot be exported ({failure})"
+    encoder.choice = Choice("torch", why, export_failure=failure)
+    return encoder
 
 
 def _for_queries(strategy: Strategy, provider: str, held: GraphSpec | None) -> Encoder:

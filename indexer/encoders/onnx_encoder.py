@@ -9,7 +9,7 @@ torch and transformers and loading the model cost seconds per process; this cost
 from __future__ import annotations
 
 from indexer.encoders.base import Choice, NetworkEncoder
-from indexer.encoders.onnx_graph import CPU, GraphSpec, OnnxGraph, graph_spec
+from indexer.encoders.onnx_graph import CPU, GraphSpec, OnnxGraph, bulk_sessions, graph_spec
 from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
 from indexer.head import Head
@@ -20,8 +20,9 @@ from indexer.strategy import Strategy
 class OnnxEncoder(NetworkEncoder):
     """The strategy's exported graph on ONNX Runtime (``onnx`` or ``onnx-int8``), tokenised by
     ``tokenizers``. ``strategy`` must be resolved (a stored one is). ``spin``: let idle threads
-    spin between operators (indexing throughput; a server wants them asleep). ``provider``: the
-    ONNX Runtime execution provider."""
+    spin between operators (indexing throughput; a server wants them asleep), and on a many-core
+    machine run several sessions side by side (``bulk_sessions``). ``provider``: the ONNX Runtime
+    execution provider."""
 
     def __init__(
         self,
@@ -32,6 +33,7 @@ class OnnxEncoder(NetworkEncoder):
         spin: bool = False,
         provider: str = CPU,
         choice: Choice | None = None,
+        sessions: tuple[int, int] | None = None,
     ):
         if not strategy.resolved:
             raise BadInput("the ONNX encoder needs a resolved strategy (an index's stored one)")
@@ -40,12 +42,15 @@ class OnnxEncoder(NetworkEncoder):
             raise FileNotFoundError(spec.path)
         tokens = TextTokenizer.from_files(spec.location, strategy)
         config = read_json(model_file(spec.location, "config.json")) or {}
+        count, threads = sessions or (bulk_sessions() if spin and provider == CPU else (1, 0))
+        graphs = [OnnxGraph(spec, spin=spin, provider=provider, threads=threads) for _ in range(count)]
         super().__init__(
             strategy,
             tokens,
             Head(strategy, int(config["num_hidden_layers"]), tokens.special_ids),
-            OnnxGraph(spec, spin=spin, provider=provider),
+            graphs[0],
             hidden_size=int(config["hidden_size"]),
             batch_size=batch_size,
             choice=choice or Choice(spec.backend, "its graph is exported", provider=provider),
         )
+        self.sessions = graphs

