@@ -94,6 +94,8 @@ def build_index(
     text_fields: Sequence[str] | None = None,
     id_field: str | None = None,
     fmt: str | None = None,
+    encoding: str = "utf-8",
+    delimiter: str | None = None,
     batch_size: int = 32,
     progress: bool = False,
     index_kind: str = "auto",
@@ -107,7 +109,8 @@ def build_index(
 ) -> BuildReport:
     """Index a corpus into ``index_dir``, replacing any index there only once complete.
     ``corpus``: a file (CSV, TSV, JSON Lines, text; ``fmt`` if its extension does not tell), or
-    rows: an iterable of dicts (or strings) or a pandas DataFrame (``indexer.rows``).
+    rows: an iterable of dicts (or strings) or a pandas DataFrame (``indexer.rows``); ``encoding``:
+    the file's; ``delimiter``: a CSV file's field separator (default: told from its header).
     ``index_kind``: ``auto`` (exact below ``vectors.factory.EXACT_LIMIT`` vectors, IVF above),
     ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to
     wait for another writer to finish; ``ray``: embed on Ray, ``"local"`` or a cluster address, with
@@ -123,7 +126,9 @@ def build_index(
     started = time.perf_counter()
     on_device = placement(device, precision)  # a GPU asked for and missing: said before anything
     also = FieldScoring.given(also)
-    reader = CorpusReader(corpus, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    reader = CorpusReader(
+        corpus, text_fields=text_fields, id_field=id_field, fmt=fmt, encoding=encoding, delimiter=delimiter
+    )
     survey = survey_corpus(reader)
     embed_seconds, meta, export_failure = 0.0, {}, None
     with building(Path(index_dir), wait):

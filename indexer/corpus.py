@@ -21,6 +21,7 @@ and so does a value nested deeper than ``MAX_DEPTH``.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import sqlite3
@@ -33,11 +34,12 @@ from typing import Any
 
 from indexer.errors import BadInput
 from indexer.formats import (
-    LINE_ENDS,
     MAX_DEPTH,
     SURROGATE,
     TOO_DEEP,
+    check_encoding,
     detect_format,
+    file_delimiter,
     json_row,
     open_file,
     parse_rows,
@@ -124,16 +126,16 @@ def check_field_names(names: Iterable[str], id_field: str | None = None) -> None
         raise BadInput(f"field names {', '.join(clash)} are reserved: rename them")
 
 
-def _json_id_field(path: Path) -> str | None:
+def _json_id_field(path: Path, encoding: str) -> str | None:
     """The id field of a JSON Lines file: ``id`` if any row has one, else ``_id`` if any row has
     one, else None (row numbers). Decided by the whole file, so that a first row without an id is
     rejected for it rather than switching the file to row numbers."""
     found = None
     with open_file(path) as handle:
-        for line in record_lines(read_lines(path, handle)):
+        for line in record_lines(read_lines(path, handle, encoding)):
             if 'id"' not in line and "\\u" not in line:  # no id key, escaped or not: skip the parse
                 continue
-            row = json_row(0, line.rstrip(LINE_ENDS))[1]
+            row = json_row(0, line.rstrip("\r\n"))[1]
             if not isinstance(row, dict) or _unstorable(row):  # a broken row's names are not names
                 continue
             if "id" in row:
@@ -197,6 +199,8 @@ class CorpusReader:
         fmt: str | None = None,
         first_row_id: int | None = None,
         check: Callable[[dict[str, Any]], str | None] | None = None,
+        encoding: str = "utf-8",
+        delimiter: str | None = None,
     ):
         self.name: str | None = None
         """What messages call rows given in Python (None: a file, named by its path)."""
@@ -206,6 +210,9 @@ class CorpusReader:
         self.path = Path(path)
         open_file(self.path).close()  # a missing or unreadable file is the first error
         self.fmt = detect_format(self.path, fmt)
+        self.encoding = check_encoding(encoding)
+        self.delimiter = file_delimiter(self.path, self.fmt, delimiter, self.encoding)
+        """A CSV file's field separator, given or told from its header; None for other formats."""
         self.text_fields = list(text_fields or ["text"])
         self.id_field = id_field
         """The field the ids come from (given, or detected by the first iteration); None: row numbers."""
@@ -222,26 +229,32 @@ class CorpusReader:
         if first is not None:
             id_field = None
         elif fmt == "jsonl" and id_field is None:
-            id_field = _json_id_field(path)
+            id_field = _json_id_field(path, self.encoding)
         entries, kinds = 0, Counter()
         seen: dict[str, int] = {}
         with open_file(path) as handle:
-            header, rows = parse_rows(read_lines(path, handle), fmt, path)
+            header, rows = parse_rows(read_lines(path, handle, self.encoding), fmt, path, self.delimiter)
             if header:
                 _check_header(header, path)
             names: dict[str, None] = dict.fromkeys(header)  # in order of appearance
             if header and id_field is None and first is None:
                 id_field = _default_id(header)
+            if header:
+                wanted, id_field = [spelled(n, header) for n in wanted], spelled(id_field, header)
+            asked = [*wanted, *([id_field] if id_field else [])]
             for number, row in rows:
+                row_wanted, row_id = wanted, id_field
                 if isinstance(row, str):
                     reason = row
                 else:
                     reason = _unstorable(row)
                     if not reason:  # the names of a row with a NUL or a surrogate are not names
                         names.update(dict.fromkeys(row))
-                        reason = _check_row(row, wanted, id_field) or (self.check and self.check(row))
+                        if not all(name in row for name in asked):  # JSON Lines: names as this row has them
+                            row_wanted, row_id = [spelled(n, row) for n in wanted], spelled(id_field, row)
+                        reason = _check_row(row, row_wanted, row_id) or (self.check and self.check(row))
                 if not reason:
-                    key = entry_id(row[id_field]) if id_field else str(number + (first or 1) - 1)
+                    key = entry_id(row[row_id]) if row_id else str(number + (first or 1) - 1)
                     if key in seen:
                         reason = f"duplicate id: {key!r} (first at row {seen[key]})"
                 if reason:
@@ -249,24 +262,42 @@ class CorpusReader:
                     yield Rejection(number, reason)
                     continue
                 seen[key] = number
-                joined = field_text(row, wanted)
-                if id_field == "_id":
+                joined = field_text(row, row_wanted)
+                if row_id == "_id":
                     row = {k: v for k, v in row.items() if k != "_id"}
                 entries += 1
                 yield Entry(key, joined, row)
+        wanted, id_field = [spelled(n, names) for n in wanted], spelled(id_field, names)
         check_field_names(names, id_field)
         shown = self.name or path
         check_field_count(len(names) - ("_id" in names), f"the rows of {shown} have {len(names)} fields")
         missing = [f for f in [*wanted, *([id_field] if id_field else [])] if names and f not in names]
         if missing:
             raise BadInput(
-                f"no row of {self.name or path.name} has field {', '.join(map(repr, missing))}; fields are: "
-                f"{', '.join(sorted(names))} (choose with --text-field / --id-field)"
+                f"no row of {self.name or path.name} has field {', '.join(map(repr, missing))}"
+                f"{nearest(missing[0], names)}; fields are: {', '.join(sorted(names))} "
+                "(choose with --text-field / --id-field)"
             )
+        self.text_fields = wanted
         if not entries:
             detail = f" ({_summary(kinds)})" if kinds else ""
             raise BadInput(f"empty corpus: no usable rows in {self.name or path}{detail}")
         self.id_field = id_field
+
+
+def spelled(name: str | None, present: Collection[str]) -> str | None:
+    """``name`` as ``present`` spells it: a field name matches whatever its case, as SQLite's
+    column names do (an exact match first)."""
+    if name is None or name in present:
+        return name
+    return next((other for other in present if other.casefold() == name.casefold()), name)
+
+
+def nearest(name: str, present: Collection[str]) -> str:
+    """`` (did you mean 'question'?)`` for the field name closest to ``name``, or nothing."""
+    folded = {other.casefold(): other for other in present}
+    close = difflib.get_close_matches(name.casefold(), list(folded), n=1)
+    return f" (did you mean {folded[close[0]]!r}?)" if close else ""
 
 
 def field_text(row: dict[str, Any], names: Sequence[str]) -> str:
@@ -283,13 +314,23 @@ def read_corpus(
     fmt: str | None = None,
     first_row_id: int | None = None,
     check: Callable[[dict[str, Any]], str | None] | None = None,
+    encoding: str = "utf-8",
+    delimiter: str | None = None,
 ) -> Corpus:
     """Read a whole corpus file into memory (``CorpusReader`` streams it). ``text_fields``: fields
     joined (by a space) into the embedded text, default ``text``. ``id_field``: the external id,
     default the ``id`` field if rows have one, else ``_id``, else the row number (counted from
-    ``first_row_id``, if given, whatever the fields); ``check``: a further check of each row."""
+    ``first_row_id``, if given, whatever the fields); ``check``: a further check of each row;
+    ``encoding``: the file's; ``delimiter``: a CSV file's (default: detected from its header)."""
     reader = CorpusReader(
-        path, text_fields=text_fields, id_field=id_field, fmt=fmt, first_row_id=first_row_id, check=check
+        path,
+        text_fields=text_fields,
+        id_field=id_field,
+        fmt=fmt,
+        first_row_id=first_row_id,
+        check=check,
+        encoding=encoding,
+        delimiter=delimiter,
     )
     corpus = Corpus()
     for item in reader:

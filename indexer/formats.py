@@ -2,8 +2,9 @@
 header, JSON Lines, plain text. What a row means (its id, its text, whether it can be stored) is
 ``indexer.corpus``'s job; a row this module cannot parse is the reason why, as a string.
 
-CSV, TSV and JSON Lines records end at ``\n`` or ``\r`` only; plain text splits lines as
-``str.splitlines`` does. Files are read in blocks, so memory is bounded by the longest line.
+A line ends at ``\n`` (``\r\n`` is one end), as ``wc -l`` counts, in every format and on stdin;
+CSV, TSV and JSON Lines records also end at a lone ``\r``. Files are read in blocks, so memory is
+bounded by the longest line.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import codecs
 import csv
 import json
 import re
+import sys
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,8 +39,6 @@ SURROGATE = re.compile("[\udc80-\udcff]")
 """What bytes that are not UTF-8 decode to (``surrogateescape``)."""
 csv.field_size_limit(1 << 30)
 _BLOCK = 1 << 20
-LINE_ENDS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-"""What ``str.splitlines`` ends a line at."""
 
 
 def detect_format(path: Path, fmt: str | None) -> str:
@@ -67,57 +67,201 @@ def open_file(path: Path) -> BinaryIO:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
 
 
-def read_lines(path: Path, handle: BinaryIO) -> Iterator[str]:
-    """The file's lines with their ends, as ``str.splitlines(keepends=True)`` splits the whole
-    text, read in blocks (memory bounded by the longest line): ``\r\n`` across two blocks stays
-    one end. A leading BOM is dropped; bytes that are not UTF-8 become surrogates (row checks)."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
-    held, first = "", True
+def check_encoding(encoding: str) -> str:
+    """``encoding`` if Python has a text codec by that name; else one clear error."""
+    try:
+        codec = codecs.lookup(encoding)
+    except LookupError:
+        raise BadInput(f"unknown encoding {encoding!r}: try utf-8, cp1252, latin-1 or utf-16") from None
+    if not getattr(codec, "_is_text_encoding", True):
+        raise BadInput(f"{encoding!r} is not a text encoding: try utf-8, cp1252, latin-1 or utf-16")
+    return encoding
+
+
+def read_lines(path: Path | str, handle: BinaryIO, encoding: str = "utf-8") -> Iterator[str]:
+    """The file's lines with their ends: a line ends at ``\n`` (``\r\n`` is one end), as
+    ``wc -l`` counts, read in blocks (memory bounded by the longest line). A leading BOM is
+    dropped; bytes ``encoding`` cannot decode become surrogates, which reject their row, unless
+    so many lines hold them that the file is in another encoding: then one error naming it."""
+    decoder = codecs.getincrementaldecoder(check_encoding(encoding))(errors="surrogateescape")
+    check = _Decoding(path, encoding)
+    parts: list[str] = []  # the line being read, one piece per block
+    first = True
     while True:
         try:
             block = handle.read(_BLOCK)
         except OSError as exc:
             raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-        text = held + decoder.decode(block, final=not block)
+        if first and block:
+            check.start(block)
+        text = decoder.decode(block, final=not block)
         if first and text:
             text, first = text.removeprefix("\ufeff"), False
+        *ended, rest = text.split("\n")
+        for piece in ended:
+            line = "".join([*parts, piece, "\n"])
+            parts = []
+            check.line(line)
+            yield line
+        if rest:
+            parts.append(rest)
         if not block:
-            yield from text.splitlines(keepends=True)
+            if parts:
+                check.line("".join(parts))
+                yield "".join(parts)
+            check.end()
             return
-        pieces = text.splitlines(keepends=True)
-        held = pieces.pop() if pieces else ""
-        if held.endswith("\r") or not held.endswith(tuple(LINE_ENDS)):
-            yield from pieces  # the last piece may go on (or be \r of a \r\n) in the next block
-        else:
-            yield from pieces
-            yield held
-            held = ""
+
+
+def line_text(line: str) -> str:
+    """A line without its end (``\n`` or ``\r\n``)."""
+    return line.removesuffix("\n").removesuffix("\r")
+
+
+def lines_of(source: str | Path, encoding: str = "utf-8") -> list[str]:
+    """The lines of a small text file (ids, queries, judgements), or of stdin for ``-``, without
+    their ends: split as ``read_lines`` splits a corpus. Every line counts here, so one that
+    ``encoding`` cannot decode is an error naming it."""
+    if str(source) == "-":
+        lines = [line_text(line) for line in read_lines("stdin", sys.stdin.buffer, encoding)]
+    else:
+        with open_file(Path(source)) as handle:
+            lines = [line_text(line) for line in read_lines(source, handle, encoding)]
+    for number, line in enumerate(lines, 1):
+        if SURROGATE.search(line):
+            hint = guess_encoding(line.encode(encoding, "surrogateescape"), encoding)
+            raise BadInput(f"{source} line {number} is not valid {encoding.upper()}: {hint}")
+    return lines
+
+
+EARLY = 5
+"""The first lines with text: all of them undecodable, the file is in another encoding."""
+UNDECODABLE_SHARE = 0.25
+"""More than this share of a file's lines undecodable: it is in another encoding."""
+
+
+class _Decoding:
+    """Counts the lines ``read_lines`` could not decode, and stops a file in another encoding
+    with one line that says which to try, before anything is made of its rows."""
+
+    def __init__(self, path: Path | str, encoding: str):
+        self.path, self.encoding = path, encoding
+        self.lines = self.bad = 0
+        self.sample = b""
+
+    def start(self, block: bytes) -> None:
+        utf16 = block.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+        if utf16 and codecs.lookup(self.encoding).name == "utf-8":
+            raise BadInput(f"{self.path} starts with a UTF-16 byte order mark: try --encoding utf-16")
+
+    def line(self, line: str) -> None:
+        if not line.strip():
+            return
+        self.lines += 1
+        if SURROGATE.search(line):
+            self.bad += 1
+            if not self.sample:
+                self.sample = line.encode(self.encoding, "surrogateescape")
+            if self.bad == self.lines == EARLY:
+                self.fail(f"the first {EARLY} lines")
+
+    def end(self) -> None:
+        if self.bad > self.lines * UNDECODABLE_SHARE:
+            self.fail(f"{self.bad} of {self.lines} lines")
+
+    def fail(self, lines: str) -> None:
+        hint = guess_encoding(self.sample, self.encoding)
+        raise BadInput(f"{self.path}: {lines} are not valid {self.encoding.upper()}; {hint}")
+
+
+def guess_encoding(sample: bytes, tried: str) -> str:
+    """What to try for a line ``tried`` could not decode: cp1252 (Windows' Western European,
+    which reads latin-1's printable characters alike) when it decodes the line, else latin-1
+    (which decodes any byte)."""
+    for encoding in ("cp1252", "latin-1"):
+        if codecs.lookup(encoding).name == codecs.lookup(tried).name:
+            continue
+        try:
+            sample.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+        label = "cp1252/latin-1" if encoding == "cp1252" else encoding
+        return f"looks like {label}: try --encoding {encoding}"
+    return "give its encoding with --encoding"
+
+
+_LONE_CR = re.compile("(?<=\r)(?!\n)")
 
 
 def record_lines(lines: Iterator[str]) -> Iterator[str]:
-    """Lines of JSON Lines, CSV and TSV, which end at ``\n`` (or ``\r``) only: a U+2028 or a
-    form feed inside a JSON string or a cell is part of its line, not the end of one."""
-    held = ""
+    """Lines of JSON Lines, CSV and TSV, which also end at a lone ``\r`` (an old Mac line end):
+    a U+2028 or a form feed inside a JSON string or a cell is part of its line, as in text."""
     for line in lines:
-        held += line
-        if held.endswith(("\n", "\r")):
-            yield held
-            held = ""
-    if held:
-        yield held
+        if "\r" in line.removesuffix("\r\n"):
+            yield from (piece for piece in _LONE_CR.split(line) if piece)
+        else:
+            yield line
 
 
 Rows = Iterator[tuple[int, "dict[str, Any] | str"]]
 
 
-def parse_rows(lines: Iterator[str], fmt: str, path: Path) -> tuple[list[str], Rows]:
+DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
+"""What a CSV file's fields may be separated by, told from its header when not given."""
+
+
+def check_delimiter(delimiter: str | None) -> str | None:
+    """A CSV field separator as given (``\\t`` or ``tab`` for a tab), or one clear error."""
+    if delimiter is None:
+        return None
+    named = {name: char for char, name in DELIMITERS.items()} | {"\\t": "\t"}
+    delimiter = named.get(delimiter.lower(), delimiter)
+    if len(delimiter) != 1 or delimiter in '"\r\n':
+        raise BadInput(f"a delimiter is one character (not a quote or a line end), not {delimiter!r}")
+    return delimiter
+
+
+def delimiter_of(header: str) -> str:
+    """The separator a CSV header line uses: the most frequent of ``DELIMITERS`` outside quotes,
+    a comma when none is (one column) or on a tie."""
+    unquoted = "".join(header.split('"')[::2])
+    return max(DELIMITERS, key=unquoted.count)
+
+
+def file_delimiter(path: Path, fmt: str, delimiter: str | None, encoding: str = "utf-8") -> str | None:
+    """The separator a CSV file is read with: ``delimiter`` if given, else ``delimiter_of`` its
+    first line; None for the other formats."""
+    if fmt != "csv":
+        return None
+    if delimiter is not None:
+        return check_delimiter(delimiter)
+    with open_file(path) as handle:
+        return delimiter_of(next(read_lines(path, handle, encoding), ""))
+
+
+def delimiter_note(path: Path, fmt: str | None, delimiter: str | None, encoding: str = "utf-8") -> str | None:
+    """One line saying what a CSV file's fields are read as separated by, when it is told from
+    its header and is not a comma; else None."""
+    if delimiter is not None or detect_format(path, fmt) != "csv":
+        return None
+    found = file_delimiter(path, "csv", None, encoding)
+    if found == ",":
+        return None
+    told = "told from its header; --delimiter to choose"
+    return f"reading {path.name} as {DELIMITERS[found]}-separated ({told})"
+
+
+def parse_rows(
+    lines: Iterator[str], fmt: str, path: Path, delimiter: str | None = None
+) -> tuple[list[str], Rows]:
     """The header's field names (empty for formats without one) and (row number, row) pairs;
-    a string row is the reason it could not be parsed."""
+    a string row is the reason it could not be parsed. ``delimiter``: a CSV file's separator
+    (``file_delimiter``)."""
     if fmt == "text":
-        return [], ((n, {"text": line.rstrip(LINE_ENDS)}) for n, line in enumerate(lines, 1))
+        return [], ((n, {"text": line_text(line)}) for n, line in enumerate(lines, 1))
     if fmt == "jsonl":
-        return [], (json_row(n, line.rstrip(LINE_ENDS)) for n, line in enumerate(record_lines(lines), 1))
-    records = _csv_records(record_lines(lines), fmt)
+        return [], (json_row(n, line.rstrip("\r\n")) for n, line in enumerate(record_lines(lines), 1))
+    records = _csv_records(record_lines(lines), fmt, delimiter or ",")
     header = next(records, None)
     if not isinstance(header, list) or not any(h.strip() for h in header):
         raise BadInput(f"{path} has no header row")
@@ -137,13 +281,13 @@ def parse_rows(lines: Iterator[str], fmt: str, path: Path) -> tuple[list[str], R
     return header, rows()
 
 
-def _csv_records(lines: Iterator[str], fmt: str) -> Iterator[list[str] | str]:
+def _csv_records(lines: Iterator[str], fmt: str, delimiter: str) -> Iterator[list[str] | str]:
     """CSV/TSV records; a string is why a record was rejected. Parsing is strict, so a quote
     open until the end of the file, or closed lines later by a quote that is followed by more text,
     is an error rather than one field holding the rows after it: that record is rejected and
     parsing resumes on the line after the one it started on (the lines the failed record took are
     read again; only they are held)."""
-    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
+    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {"delimiter": delimiter}
     again: deque[str] = deque()  # lines to read again before the rest of the file
     taken: list[str] = []  # lines of the record being read
 

@@ -13,7 +13,6 @@ upserts by it, and moves the counter past the integer ids it brings.
 from __future__ import annotations
 
 import re
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from indexer.corpus import Corpus, Rejection, check_field_count, entry_id, read_
 from indexer.errors import BadInput
 from indexer.field_types import comparable, misfit
 from indexer.fields import FieldScoring, embed_entries
+from indexer.formats import lines_of
 from indexer.progress import Progress
 from indexer.rows import ROWS_NAME, CorpusSource, is_path
 from indexer.store import Change, apply_change, commit_change, live_meta, open_index, writer_lock
@@ -55,6 +55,8 @@ def add_to_index(
     text_fields: Sequence[str] | None = None,
     id_field: str | None = None,
     fmt: str | None = None,
+    encoding: str = "utf-8",
+    delimiter: str | None = None,
     batch_size: int = 32,
     progress: bool = False,
     wait: float = 0,
@@ -67,9 +69,9 @@ def add_to_index(
     an upserted entry's fields are replaced whole.
     Text and id fields default to the index's own; to an index built on row numbers the rows are
     added with new ids (the module docstring) unless ``id_field`` is given. A row whose value
-    cannot be stored in its column as written is rejected (``field_types.misfit``). ``wait``: seconds
-    to wait for another writer; ``ray``/``ray_workers``, ``device``/``precision``: as
-    ``build_index`` takes them."""
+    cannot be stored in its column as written is rejected (``field_types.misfit``). ``encoding`` and
+    ``delimiter``: the file's; ``wait``: seconds to wait for another writer; ``ray``/``ray_workers``,
+    ``device``/``precision``: as ``build_index`` takes them."""
     from indexer.distributed import RayEncoder
     from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
@@ -92,6 +94,8 @@ def add_to_index(
             text_fields=text_fields,
             id_field=id_field,
             fmt=fmt,
+            encoding=encoding,
+            delimiter=delimiter,
             first_row_id=first_row_id,
             check=lambda row: misfit(row, columns),
         )
@@ -218,10 +222,6 @@ def _count(index_dir: Path) -> int:
     return live_meta(index_dir).count
 
 
-def read_ids(path: str | Path) -> list[str]:
+def read_ids(path: str | Path, encoding: str = "utf-8") -> list[str]:
     """One id per line (blank lines ignored), from a file or from stdin for "-"."""
-    try:
-        text = sys.stdin.read() if str(path) == "-" else Path(path).read_text(encoding="utf-8")
-        return [line.strip() for line in text.splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read ids from {path}: {exc}") from None
+    return [line.strip() for line in lines_of(path, encoding) if line.strip()]

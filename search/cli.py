@@ -204,6 +204,27 @@ storage_option = click.option(
 )
 
 
+def reading_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--encoding`` and ``--delimiter``: how a corpus file's bytes are read (``indexer.formats``)."""
+    command = click.option(
+        "--delimiter",
+        help="A CSV file's field separator: , ; | or tab (default: told from its header).",
+    )(command)
+    return click.option(
+        "--encoding",
+        default="utf-8",
+        show_default=True,
+        help="The file's text encoding: cp1252, latin-1, utf-16, ...",
+    )(command)
+
+
+def _note_delimiter(path: Path | str, fmt: str | None, delimiter: str | None, encoding: str) -> None:
+    from indexer.formats import delimiter_note
+
+    if str(path) != "-" and (note := delimiter_note(Path(path), fmt, delimiter, encoding)):
+        click.echo(note, err=True)
+
+
 def output_option(command: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "-o",
@@ -383,6 +404,7 @@ def cli() -> None:
 )
 @click.option("--id-field", help="Field with the entry id (default: 'id' if present, else row number).")
 @format_option
+@reading_options
 @click.option("--chunk", is_flag=True, help="Split long documents into overlapping windows.")
 @click.option(
     "--chunk-overlap",
@@ -404,6 +426,8 @@ def index_command(
     text_field: str,
     id_field: str | None,
     fmt: str | None,
+    encoding: str,
+    delimiter: str | None,
     chunk: bool,
     chunk_overlap: int | None,
     batch_size: int,
@@ -432,6 +456,8 @@ def index_command(
         text_fields=fields,
         id_field=id_field,
         fmt=fmt,
+        encoding=encoding,
+        delimiter=delimiter,
         batch_size=batch_size,
         progress=progress,
         index_kind=index_kind,
@@ -443,6 +469,7 @@ def index_command(
         device=device,
         precision=precision,
     )
+    _note_delimiter(corpus, fmt, delimiter, encoding)
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
         f"indexed {report.entries} entries ({report.vectors} vectors, dim {report.dimension}) into "
@@ -684,6 +711,7 @@ def duplicates_command(
     "numbers appends the rows with new ids).",
 )
 @format_option
+@reading_options
 @batch_size_option
 @wait_option
 @ray_options
@@ -695,6 +723,8 @@ def add_command(
     text_field: str | None,
     id_field: str | None,
     fmt: str | None,
+    encoding: str,
+    delimiter: str | None,
     batch_size: int,
     wait: float,
     ray_address: str | None,
@@ -713,6 +743,8 @@ def add_command(
         text_fields=fields,
         id_field=id_field,
         fmt=fmt,
+        encoding=encoding,
+        delimiter=delimiter,
         batch_size=batch_size,
         progress=progress,
         wait=wait,
@@ -721,6 +753,7 @@ def add_command(
         device=device,
         precision=precision,
     )
+    _note_delimiter(corpus, fmt, delimiter, encoding)
     click.echo(
         f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "
         f"rejected {len(report.rejected)}: {report.count} entries in {index_dir} ({report.seconds:.1f}s)",
@@ -945,6 +978,7 @@ def similar_command(
     type=click.Path(path_type=Path),
     help="Encode as this index does (its strategy and fitted post-processing): the vectors it compares.",
 )
+@reading_options
 @progress_options
 @device_options("auto")
 @strategy_options
@@ -956,6 +990,8 @@ def encode_command(
     id_field: str | None,
     fmt: str | None,
     index_dir: Path | None,
+    encoding: str,
+    delimiter: str | None,
     progress: bool,
     device: str,
     precision: str,
@@ -969,17 +1005,20 @@ def encode_command(
         raise click.UsageError("--index encodes with its stored strategy: drop the strategy options")
     output_format(output, to)  # a bad output is told before the model loads
     strategy = None if index_dir is not None else _strategy(asked)
-    encoding = Encoding.load(strategy, index=index_dir, device=device, precision=precision)
+    model = Encoding.load(strategy, index=index_dir, device=device, precision=precision)
     report = encode_file(
         source,
         output,
-        encoding,
+        model,
         to=to,
         text_fields=_split(text_field),
         id_field=id_field,
         fmt=fmt,
+        source_encoding=encoding,
+        delimiter=delimiter,
         progress=progress,
     )
+    _note_delimiter(source, fmt, delimiter, encoding)
     click.echo(
         f"encoded {report.texts} texts (dim {report.dimension}) into {report.output} "
         f"in {report.seconds:.1f}s",

@@ -29,6 +29,7 @@ import numpy as np
 
 from indexer.corpus import CorpusReader, Entry, blank
 from indexer.errors import BadInput
+from indexer.formats import line_text, read_lines
 from indexer.progress import Progress
 from indexer.strategy import Strategy
 from indexer.transform import Transform
@@ -207,6 +208,8 @@ def read_texts(
     text_fields: Sequence[str] | None = None,
     id_field: str | None = None,
     fmt: str | None = None,
+    encoding: str = "utf-8",
+    delimiter: str | None = None,
 ) -> Iterator[tuple[str, str]]:
     """``(id, text)`` of each row of a corpus file (CSV/TSV/JSONL/text lines, read as ``index``
     reads one), or of each line of stdin for ``-`` (its line number as id), in order and as read.
@@ -214,10 +217,12 @@ def read_texts(
     if source == "-":
         if fmt not in (None, "text"):
             raise BadInput("stdin is read as text lines, one text each: give a file for --format " + fmt)
-        for number, line in enumerate(sys.stdin, 1):
-            yield str(number), line.rstrip("\r\n")
+        for number, line in enumerate(read_lines("stdin", sys.stdin.buffer, encoding), 1):
+            yield str(number), line_text(line)
         return
-    reader = CorpusReader(source, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    reader = CorpusReader(
+        source, text_fields=text_fields, id_field=id_field, fmt=fmt, encoding=encoding, delimiter=delimiter
+    )
     for item in reader:
         if not isinstance(item, Entry):
             raise BadInput(f"{source} row {item.row}: {item.reason} (every row is encoded, in order: fix it)")
@@ -288,15 +293,24 @@ def encode_file(
     text_fields: Sequence[str] | None = None,
     id_field: str | None = None,
     fmt: str | None = None,
+    source_encoding: str = "utf-8",
+    delimiter: str | None = None,
     progress: bool = False,
 ) -> EncodeReport:
     """Encode every text of ``source`` (``read_texts``) into ``output``: a float32 ``.npy``
     (row i = text i) or JSON lines (``output_format``), streamed a part at a time. A file is
     written beside its place and renamed into it when complete: a failure leaves no half file.
-    ``output`` None or ``-``: JSON lines on stdout."""
+    ``output`` None or ``-``: JSON lines on stdout. ``source_encoding``: the source's encoding."""
     started = time.perf_counter()
     kind = output_format(output, to)
-    rows = read_texts(source, text_fields=text_fields, id_field=id_field, fmt=fmt)
+    rows = read_texts(
+        source,
+        text_fields=text_fields,
+        id_field=id_field,
+        fmt=fmt,
+        encoding=source_encoding,
+        delimiter=delimiter,
+    )
     if output in (None, "-"):
         writer = _JsonLinesWriter(sys.stdout.buffer)
         dimension = _stream(rows, encoding, writer, progress)

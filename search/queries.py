@@ -8,13 +8,12 @@ line number, so ids from a file match the string ids of qrels and of the index.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from indexer.corpus import entry_id
 from indexer.errors import BadInput
+from indexer.formats import lines_of
 
 ID_KEYS = ("id", "_id")
 TEXT_KEYS = ("text", "query")
@@ -36,18 +35,9 @@ class Query:
     text: str
 
 
-def read_lines(path: str) -> list[str]:
-    """Lines of a UTF-8 file, or of stdin for ``-``."""
-    try:
-        if path == "-":
-            return sys.stdin.read().splitlines()
-        if not Path(path).is_file():
-            raise BadInput(f"no such file: {path}")
-        return Path(path).read_text(encoding="utf-8").removeprefix("\ufeff").splitlines()
-    except UnicodeDecodeError:
-        raise BadInput(f"{path} is not valid UTF-8") from None
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+def read_lines(path: str, encoding: str = "utf-8") -> list[str]:
+    """Lines of a file, or of stdin for ``-``, split as a corpus's lines are (``formats.lines_of``)."""
+    return lines_of(path, encoding)
 
 
 def _json_query(row: Any, number: int) -> Query | None:

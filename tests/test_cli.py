@@ -155,3 +155,22 @@ def test_evaluate_sweep_and_words_commands(tmp_path, tiny_model):
     assert_clean_failure(run("words", "no such thing here", "--word", "bank"), "does not occur")
     assert_clean_failure(run("evaluate", "sts", pairs, "--sentence1", "left"), "--sentence1")
     assert_clean_failure(run("sweep", "sts", pairs, "--poolings", "median"), "unknown pooling")
+
+
+@pytest.mark.slow
+def test_a_windows_export_indexes_with_its_encoding_and_separator(tmp_path, tiny_model):
+    """A spreadsheet's CSV as Excel writes it in Europe: cp1252, semicolons, capitalised names.
+    Read as UTF-8 it is refused with the encoding to try and nothing written; with it, every row
+    is indexed and the separator is said."""
+    rows = [f"q{i};Caf\u00e9 n\u00b0{i} ferm\u00e9?;Oui" for i in range(8)]
+    corpus = tmp_path / "export.csv"
+    corpus.write_bytes(("Id;Question;Answer\r\n" + "\r\n".join(rows) + "\r\n").encode("cp1252"))
+    args = ["index", corpus, "-o", tmp_path / "idx", "--model", tiny_model, "--text-field", "question"]
+    assert_clean_failure(run(*args), "looks like cp1252/latin-1: try --encoding cp1252")
+    assert not (tmp_path / "idx").exists()
+    result = run(*args, "--encoding", "cp1252")
+    assert result.returncode == 0, result.stderr
+    assert "reading export.csv as semicolon-separated" in result.stderr
+    assert "indexed 8 entries" in result.stderr and "rejected" not in result.stderr
+    misspelt = run(*args, "--encoding", "cp1252", "--text-field", "questoin")
+    assert_clean_failure(misspelt, "did you mean 'Question'")

@@ -193,12 +193,7 @@ def test_line_formats_read_in_small_blocks(tmp_path, monkeypatch, fmt):
     path = tmp_path / f"c.{'txt' if fmt == 'text' else 'jsonl'}"
     path.write_text("\r\n".join(lines) + "\r", encoding="utf-8")
     corpus = read_corpus(path)
-    expected = (
-        ["first \u00e9", "second", "third", "fourth"]
-        if fmt == "text"
-        else ["first \u00e9", "second\u2028third", "fourth"]
-    )
-    assert [e.text for e in corpus.entries] == expected
+    assert [e.text for e in corpus.entries] == ["first \u00e9", "second\u2028third", "fourth"]
     assert [r.reason for r in corpus.rejected] == (["empty text"] if fmt == "text" else ["empty line"])
 
 
@@ -307,3 +302,86 @@ def test_csv_cells_keep_line_separators_other_than_newlines(tmp_path, sep):
     corpus = read_corpus(path)
     assert [(e.id, e.text) for e in corpus.entries] == [("1", "a\u2028b\x0cc\x0bd\x85e"), ("2", "ok")]
     assert corpus.rejected == []
+
+
+def test_text_lines_end_at_newlines_only_as_wc_counts(tmp_path, monkeypatch):
+    """Form feeds (pdftotext's page breaks), vertical tabs, U+2028, NEL and a lone \\r are text:
+    a file gives as many rows as ``wc -l`` counts, and stdin gives the same rows."""
+    import io
+    import sys
+
+    from search.encoding import read_texts
+
+    content = "page one\x0cpage two\n\x0bsecond\x1cline\x85\u2028\r\nthird\rstill third\n"
+    path = write(tmp_path / "pdf.txt", content)
+    corpus = read_corpus(path)
+    assert corpus.rows == content.count("\n") == 3
+    from_file = list(read_texts(str(path)))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(content.encode("utf-8"))))
+    assert [(i, t.strip()) for i, t in read_texts("-")] == from_file  # a file's texts are trimmed
+    assert [text for _, text in from_file][0] == "page one\x0cpage two"
+
+
+def test_small_line_files_split_as_corpora(tmp_path):
+    from indexer.update import read_ids
+    from search.queries import read_queries
+
+    path = write(tmp_path / "ids.txt", "a\x0cb\r\nc\n")
+    assert read_ids(path) == ["a\x0cb", "c"]
+    assert [q.text for q in read_queries(str(path))] == ["a\x0cb", "c"]
+
+
+def cp1252_csv(rows: int = 30, accented: int = 13) -> bytes:
+    lines = ["id,text"] + [f"{i},{'café crème' if i < accented else 'plain'} {i}" for i in range(rows)]
+    return ("\r\n".join(lines) + "\r\n").encode("cp1252")
+
+
+def test_a_file_in_another_encoding_is_refused_naming_the_one_to_try(tmp_path):
+    path = write(tmp_path / "win.csv", cp1252_csv())
+    message = r"13 of 31 lines are not valid UTF-8; looks like cp1252/latin-1: try --encoding cp1252"
+    with pytest.raises(SemsearchError, match=message):
+        read_corpus(path)
+    corpus = read_corpus(path, encoding="cp1252")
+    assert corpus.rows == len(corpus.entries) == 30 and corpus.entries[0].text == "café crème 0"
+    with pytest.raises(SemsearchError, match="unknown encoding"):
+        read_corpus(path, encoding="klingon")
+
+
+def test_undecodable_first_lines_stop_the_read_and_a_few_bad_rows_are_rejected(tmp_path):
+    content = "".join(f"caf\xe9 {i}\n" for i in range(5)).encode("latin-1") + b"ok\n" * 10_000
+    with pytest.raises(SemsearchError, match="the first 5 lines are not valid UTF-8"):
+        read_corpus(write(tmp_path / "a.txt", content))
+    corpus = read_corpus(write(tmp_path / "b.csv", cp1252_csv(30, accented=3)))
+    assert [r.reason for r in corpus.rejected] == ["invalid UTF-8"] * 3
+    utf16 = write(tmp_path / "c.txt", "one\ntwo\n".encode("utf-16"))
+    with pytest.raises(SemsearchError, match="try --encoding utf-16"):
+        read_corpus(utf16)
+    assert [e.text for e in read_corpus(utf16, encoding="utf-16").entries] == ["one", "two"]
+
+
+@pytest.mark.parametrize("sep", [";", "\t", "|"])
+def test_csv_delimiter_is_told_from_the_header(tmp_path, sep):
+    content = f'id{sep}question{sep}answer\n1{sep}"how, when"{sep}now\n2{sep}why{sep}so\n'
+    path = write(tmp_path / "faq.csv", content)
+    corpus = read_corpus(path, text_fields=["question", "answer"])
+    assert [(e.id, e.text) for e in corpus.entries] == [("1", "how, when now"), ("2", "why so")]
+
+
+def test_csv_delimiter_can_be_given(tmp_path):
+    path = write(tmp_path / "faq.csv", "id;text,more\n1;a,b\n")
+    assert read_corpus(path, text_fields=["more"]).entries[0].text == "b"  # one of each: a comma wins ties
+    assert read_corpus(path, delimiter=";", text_fields=["text,more"]).entries[0].text == "a,b"
+    with pytest.raises(SemsearchError, match="one character"):
+        read_corpus(path, delimiter=";;")
+
+
+def test_field_names_match_whatever_their_case(tmp_path):
+    csv_path = write(tmp_path / "faq.csv", "ID,question\n1,how?\n")
+    corpus = read_corpus(csv_path, text_fields=["Question"], id_field="id")
+    assert [(e.id, e.text) for e in corpus.entries] == [("1", "how?")]
+    content = '{"Key": "a", "Question": "how?"}\n{"Key": "b", "Question": "why?"}\n'
+    jsonl = write(tmp_path / "faq.jsonl", content)
+    corpus = read_corpus(jsonl, text_fields=["question"], id_field="KEY")
+    assert [(e.id, e.text) for e in corpus.entries] == [("a", "how?"), ("b", "why?")]
+    with pytest.raises(SemsearchError, match=r"has field 'qestion' \(did you mean 'question'\?\)"):
+        read_corpus(csv_path, text_fields=["qestion"])

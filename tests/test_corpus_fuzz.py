@@ -91,7 +91,7 @@ def corpus_file(draw: st.DrawFn, fmt: str, least: int = 1, good: int = 0) -> tup
     if fmt == "text":
         content = "\n".join(draw(st.lists(texts, min_size=least, max_size=least + 8)) + plain) + "\n"
         raw = content.encode("utf-8", "surrogatepass")
-        return bom + raw, len(raw.decode("utf-8", "surrogateescape").removeprefix("\ufeff").splitlines())
+        return bom + raw, raw.count(b"\n")  # a line ends at \n only, as wc -l counts
     header = draw(
         st.lists(st.one_of(st.sampled_from(["id", "text", "zip"]), cells(fmt == "csv")), max_size=4)
     )
@@ -180,7 +180,8 @@ def test_hostile_files_build_and_add_with_counts_that_add_up(tmp_path, tiny_mode
     tried, built = [], []
 
     @settings(max_examples=4, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(corpus_file(fmt, least=8, good=4))
+    # enough plain rows that undecodable lines stay under a quarter: rejected rows, not a refused file
+    @given(corpus_file(fmt, least=8, good=64))
     def run(generated: tuple[bytes, int]) -> None:
         content, rows = generated
         tried.append(rows)
