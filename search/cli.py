@@ -1121,6 +1121,7 @@ def evaluate_group() -> None:
 @pair_options
 @json_option("the scores and the strategy")
 @strategy_options
+@device_options("auto")
 @progress_options
 def evaluate_sts_command(
     pairs: Path,
@@ -1129,13 +1130,16 @@ def evaluate_sts_command(
     score: str,
     as_json: bool,
     asked: dict[str, Any],
+    device: str,
+    precision: str,
     progress: bool,
 ) -> None:
     """Spearman and Pearson (x100) of cosine vs gold score on PAIRS (STS Benchmark format accepted)."""
     from search.evaluate import evaluate_sts, read_pairs
 
     data = read_pairs(pairs, sentence1, sentence2, score)
-    _echo_scores(evaluate_sts(data, _strategy(asked), progress=progress), as_json)
+    scores = evaluate_sts(data, _strategy(asked), progress=progress, device=device, precision=precision)
+    _echo_scores(scores, as_json)
 
 
 @evaluate_group.command("retrieval")
@@ -1146,6 +1150,7 @@ def evaluate_sts_command(
 @json_option("the metrics and the strategy")
 @also_options
 @strategy_options
+@device_options("auto")
 @progress_options
 def evaluate_retrieval_command(
     corpus: Path | None,
@@ -1157,6 +1162,8 @@ def evaluate_retrieval_command(
     as_json: bool,
     also: Any,
     asked: dict[str, Any],
+    device: str,
+    precision: str,
     progress: bool,
 ) -> None:
     """MRR@k, nDCG@k, Recall@1/@k and Success@1/@3 of the queries against the qrels."""
@@ -1177,6 +1184,8 @@ def evaluate_retrieval_command(
         k=k,
         also=also,
         progress=progress,
+        device=device,
+        precision=precision,
     )
     _echo_scores(scores, as_json)
 
@@ -1351,6 +1360,7 @@ def sweep_group() -> None:
 @sweep_group.command("sts")
 @pair_options
 @sweep_options
+@device_options("auto")
 @progress_options
 def sweep_sts_command(
     pairs: Path,
@@ -1366,6 +1376,8 @@ def sweep_sts_command(
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
+    device: str,
+    precision: str,
     progress: bool,
 ) -> None:
     """Every strategy of the grid on sentence pairs, ranked by Spearman."""
@@ -1375,7 +1387,13 @@ def sweep_sts_command(
     plan = _plan(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
     data = read_pairs(pairs, sentence1, sentence2, score)
     cells = sweep_sts(
-        data, plan.base, poolings=plan.poolings, postprocesses=plan.postprocesses, progress=progress
+        data,
+        plan.base,
+        poolings=plan.poolings,
+        postprocesses=plan.postprocesses,
+        progress=progress,
+        device=device,
+        precision=precision,
     )
     _report_sweep(cells, "spearman", csv_path, heatmap, top, pairs.name, "semsearch index CORPUS -o INDEX")
 
@@ -1386,6 +1404,7 @@ def sweep_sts_command(
     "--metric", help="Metric to rank by: mrr@K (default), ndcg@K, recall@1, recall@K, success@1, success@3."
 )
 @sweep_options
+@device_options("auto")
 @progress_options
 def sweep_retrieval_command(
     corpus: Path | None,
@@ -1403,6 +1422,8 @@ def sweep_retrieval_command(
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
+    device: str,
+    precision: str,
     progress: bool,
 ) -> None:
     """Every strategy of the grid on a retrieval set, ranked by --metric."""
@@ -1425,6 +1446,8 @@ def sweep_retrieval_command(
         progress=progress,
         k=k,
         metric=metric,
+        device=device,
+        precision=precision,
     )
     _report_sweep(
         cells,

@@ -130,14 +130,21 @@ def pair_vectors(pairs: Pairs, vectors: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def evaluate_sts(
-    pairs: Pairs, strategy: Strategy | None = None, *, progress: bool = False
+    pairs: Pairs,
+    strategy: Strategy | None = None,
+    *,
+    progress: bool = False,
+    device: str = "auto",
+    precision: str = "auto",
 ) -> dict[str, float]:
     """Embed every sentence once with the strategy (post-processing fitted on these sentences), on
-    the encoder an index of it would be built with (no torch once its graph is cached)."""
+    the encoder an index of it would be built with (no torch once its graph is cached), on
+    ``device`` at ``precision`` (``indexer.encoders.devices``)."""
+    from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
     from indexer.transform import Transform
 
-    embedder = encoder_for(strategy)
+    embedder = encoder_for(strategy, placement=placement(device, precision))
     sentences = pairs.sentences()
     with Progress(len(sentences), "embedding", enabled=progress) as bar:
         vectors = embedder.embed(sentences, progress=bar.step(len(sentences)))
@@ -222,9 +229,11 @@ def evaluate_retrieval(
     k: int = 10,
     also: FieldScoring | None = None,
     progress: bool = False,
+    device: str = "auto",
+    precision: str = "auto",
 ) -> dict[str, Any]:
     """Query an existing index, or build a temporary one from ``corpus`` with ``strategy`` (and
-    ``also`` fields); metrics at cutoff ``k``."""
+    ``also`` fields) on ``device`` at ``precision``; metrics at cutoff ``k``."""
     from indexer.build import build_index
     from search.calibration import embedded
     from search.engine import SearchEngine
@@ -234,7 +243,16 @@ def evaluate_retrieval(
             if corpus is None:
                 raise BadInput("give a corpus to index, or an existing index")
             index_dir = Path(tmp) / "index"
-            build_index(corpus, index_dir, strategy, text_fields=text_fields, also=also, progress=progress)
+            build_index(
+                corpus,
+                index_dir,
+                strategy,
+                text_fields=text_fields,
+                also=also,
+                progress=progress,
+                device=device,
+                precision=precision,
+            )
         engine = SearchEngine(index_dir)
         vectors = embedded(engine.snapshot, [q.text for q in data.queries], progress)
         results = engine.snapshot.lookup(vectors, k)

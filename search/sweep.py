@@ -104,11 +104,23 @@ def grid(base: Strategy, num_layers: int, poolings: Sequence[str] = POOLINGS) ->
     return cells
 
 
-def _embed_grid(base: Strategy, texts: Sequence[Sequence[str]], poolings: Sequence[str], progress: bool):
-    """Resolved (row, strategy) cells and, per text list, each cell's vectors."""
+def _embed_grid(
+    base: Strategy,
+    texts: Sequence[Sequence[str]],
+    poolings: Sequence[str],
+    progress: bool,
+    device: str = "auto",
+    precision: str = "auto",
+):
+    """Resolved (row, strategy) cells and, per text list, each cell's vectors (on ``device``)."""
+    from indexer.encoders.devices import placement
     from indexer.encoders.torch_encoder import TorchEncoder
 
-    embedder = TorchEncoder(replace(base, postprocess="none", whiten_dims=None), all_layers=True)
+    embedder = TorchEncoder(
+        replace(base, postprocess="none", whiten_dims=None),
+        all_layers=True,
+        placement=placement(device, precision),
+    )
     cells = grid(embedder.strategy, embedder.num_layers, poolings)
     strategies = [s for _, s in cells]
     with Progress(sum(len(t) for t in texts), "embedding", enabled=progress) as bar:
@@ -123,11 +135,13 @@ def sweep_sts(
     poolings: Sequence[str] = POOLINGS,
     postprocesses: Sequence[str] = ("none",),
     progress: bool = False,
+    device: str = "auto",
+    precision: str = "auto",
 ) -> list[Cell]:
-    """Every cell's Spearman/Pearson on the pairs, best first."""
+    """Every cell's Spearman/Pearson on the pairs, best first (embedded on ``device``)."""
     plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses)
     base, postprocesses = plan.base, plan.postprocesses
-    cells, (vectors,) = _embed_grid(base, [pairs.sentences()], plan.poolings, progress)
+    cells, (vectors,) = _embed_grid(base, [pairs.sentences()], plan.poolings, progress, device, precision)
     results = []
     for (row, strategy), raw in zip(cells, vectors, strict=True):
         for post in postprocesses:
@@ -150,6 +164,8 @@ def sweep_retrieval(
     progress: bool = False,
     k: int = 10,
     metric: str | None = None,
+    device: str = "auto",
+    precision: str = "auto",
 ) -> list[Cell]:
     """Every cell's retrieval metrics at cutoff ``k`` (exact cosine search, as the index does),
     best first by ``metric`` (default ``mrr@k``)."""
@@ -161,7 +177,12 @@ def sweep_retrieval(
     entries = read_corpus(corpus, text_fields=text_fields).entries
     doc_ids = np.array([e.id for e in entries])
     cells, (docs, queries) = _embed_grid(
-        base, [[e.text for e in entries], [q.text for q in data.queries]], plan.poolings, progress
+        base,
+        [[e.text for e in entries], [q.text for q in data.queries]],
+        plan.poolings,
+        progress,
+        device,
+        precision,
     )
     top_k = min(k, len(entries))
     results = []
