@@ -4,7 +4,6 @@ removing what old versions and killed writers left."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import re
@@ -15,8 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from indexer.catalog import Catalog, DatabaseError
-from indexer.catalog import is_disk_full as is_sqlite_full
 from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
+from indexer.outputs import out_of_space
 from indexer.store.integrity import records
 from indexer.store.layout import CURRENT, DATABASE, LOCK, MAX_POINTER, VERSION_NAME
 from indexer.store.meta import IndexMeta
@@ -110,25 +109,13 @@ def building(index_dir: Path, wait: float = 0) -> Iterator[None]:
             raise
 
 
-def _disk_full(exc: BaseException) -> bool:
-    """Whether a write failed for want of space, as each writer says it: an OSError (ENOSPC,
-    EDQUOT, or numpy's short write), SQLite's SQLITE_FULL, FAISS's RuntimeError text."""
-    if isinstance(exc, OSError):
-        return exc.errno in (errno.ENOSPC, errno.EDQUOT) or (
-            exc.errno is None and "requested and" in str(exc)
-        )
-    if is_sqlite_full(exc):
-        return True
-    return isinstance(exc, RuntimeError) and "No space left on device" in str(exc)
-
-
 @contextlib.contextmanager
 def space(index_dir: Path) -> Iterator[None]:
     """A write that runs out of space ends as ``DiskFull`` (its caller has undone its partial files)."""
     try:
         yield
     except Exception as exc:
-        if _disk_full(exc):
+        if out_of_space(exc):
             raise DiskFull(
                 f"disk full: cannot write to {index_dir}; the index is unchanged (free some space and retry)"
             ) from None
