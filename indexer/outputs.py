@@ -170,14 +170,15 @@ def _remove_killed(target: Path, own: Path) -> None:
     """Every other staging of ``target``: a killed run's removed; a running one's refused."""
     name = re.compile(rf"\.{re.escape(target.name)}\.{STAGING}[0-9a-f]{{8}}")
     for child in target.parent.iterdir():
-        if child != own and name.fullmatch(child.name) and not _remove_unheld(child):
+        if child != own and name.fullmatch(child.name) and not remove_unheld(child):
             raise IndexLocked(
                 f"another semsearch process is writing {target}: wait for it to finish, or write elsewhere"
             )
 
 
-def _remove_unheld(path: Path) -> bool:
-    """Remove ``path`` unless a running process holds its lock; False when one does."""
+def remove_unheld(path: Path) -> bool:
+    """Remove ``path`` unless a running process holds an flock on it (a writer its staging, a
+    reader an index version it has open); False when one does."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
