@@ -6,7 +6,7 @@ carries the exit code the CLI ends with and the HTTP status the server answers w
     ├── BadInput            the user can fix the input (file, option, query, filter): exit 1, 400
     │   └── FilterError     a ``--where`` condition that cannot be read or is too large
     ├── StrategyConflict    asked for another strategy than the index's: exit 3, 409
-    ├── IndexLocked         another process is writing the index: exit 4, 409
+    ├── IndexLocked         another process is writing the index (or the same output): exit 4, 409
     ├── IndexDamaged        the index on disk is missing parts or inconsistent: exit 5, 503
     ├── DiskFull            a write ran out of space; the index is as it was: exit 1
     ├── ModelFailed         the model made vectors that are not finite (NaN, infinity): exit 1, 500

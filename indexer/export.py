@@ -1,21 +1,19 @@
 """``semsearch export-encoder``: an index's query encoder as files other programs load, namely one
 ONNX model from token ids to the index's final vectors (``indexer.encoders.standalone``), its
 ``tokenizer.json`` (truncating at the index's ``max_length``) and a README of inputs and outputs.
-The directory is written beside its target and moved in whole: never half an export."""
+The directory is written beside its target and moved in whole (``indexer.outputs``): never half an export."""
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.errors import BadInput
 from indexer.models import model_file, read_json
+from indexer.outputs import staged_dir
 
 if TYPE_CHECKING:
     from indexer.encoders.onnx_graph import GraphSpec
@@ -60,13 +58,11 @@ def export_encoder(index_dir: str | Path, target: str | Path) -> EncoderExport:
         special_ids=tokens.special_ids,
         transform=index.transform,
     )
-    parent = target.absolute().parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        made = Path(tempfile.mkdtemp(dir=parent, prefix=f".{target.name}."))
+        target.absolute().parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BadInput(f"cannot write to {parent}: {exc.strerror}") from None
-    try:
+        raise BadInput(f"cannot write to {target.absolute().parent}: {exc.strerror}") from None
+    with staged_dir(target, _check_target) as made:
         files = save(model, made / "model.onnx")
         (made / "tokenizer.json").write_text(tokens.truncating.to_str(), encoding="utf-8")
         files.append("tokenizer.json")
@@ -90,11 +86,6 @@ def export_encoder(index_dir: str | Path, target: str | Path) -> EncoderExport:
         (made / MARKER).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
         (made / "README.md").write_text(_readme(facts), encoding="utf-8")
         files += [MARKER, "README.md"]
-        os.chmod(made, 0o755)  # mkdtemp makes it private; an export is meant to be shared
-        _move_in(made, target)
-    except BaseException:
-        shutil.rmtree(made, ignore_errors=True)
-        raise
     size = sum((target / name).stat().st_size for name in files)
     return EncoderExport(target, dimension, inputs, files, size)
 
@@ -121,17 +112,6 @@ def _graph(index: StoredIndex) -> GraphSpec:
         if failure is not None:
             raise BadInput(f"this index's model cannot be exported to ONNX ({failure})")
     return spec
-
-
-def _move_in(made: Path, target: Path) -> None:
-    """``made`` renamed to ``target``; an earlier export there is moved aside first, then removed."""
-    if not target.exists():
-        os.rename(made, target)
-        return
-    old = target.with_name(f".{target.name}.old-{secrets.token_hex(4)}")
-    os.rename(target, old)
-    os.rename(made, target)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _readme(facts: dict) -> str:

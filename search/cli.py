@@ -1631,6 +1631,9 @@ def words_command(text: str, word: str | None, merge: str, as_json: bool, asked:
 
 
 def main() -> None:
+    from indexer.outputs import stop_on_sigterm
+
+    stop_on_sigterm()  # a stopped run cleans up as after an error: no half-written output
     cli(prog_name="semsearch")
 
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ import numpy as np
 from indexer.corpus import CorpusReader, Entry, blank
 from indexer.errors import BadInput
 from indexer.formats import line_text, read_lines
+from indexer.outputs import staged_file
 from indexer.progress import Progress
 from indexer.strategy import Strategy
 from indexer.transform import Transform
@@ -215,6 +214,8 @@ def read_texts(
     reads one), or of each line of stdin for ``-`` (its line number as id), in order and as read.
     A row that cannot be encoded is an error naming it: a row is never skipped."""
     if source == "-":
+        if sys.stdin is None:
+            raise BadInput("stdin is closed: give a file of texts to encode")
         if fmt not in (None, "text"):
             raise BadInput("stdin is read as text lines, one text each: give a file for --format " + fmt)
         for number, line in enumerate(read_lines("stdin", sys.stdin.buffer, encoding), 1):
@@ -281,6 +282,8 @@ def output_format(output: str | Path | None, to: str | None) -> str:
         raise BadInput(f"unknown output format {fmt!r}: use one of {', '.join(OUTPUTS)}")
     if fmt == "npy" and output in (None, "-"):
         raise BadInput("a .npy matrix needs a file: give -o FILE.npy (stdout takes JSON lines)")
+    if output in (None, "-") and sys.stdout is None:
+        raise BadInput("stdout is closed: give -o FILE for the vectors")
     return fmt
 
 
@@ -299,8 +302,9 @@ def encode_file(
 ) -> EncodeReport:
     """Encode every text of ``source`` (``read_texts``) into ``output``: a float32 ``.npy``
     (row i = text i) or JSON lines (``output_format``), streamed a part at a time. A file is
-    written beside its place and renamed into it when complete: a failure leaves no half file.
-    ``output`` None or ``-``: JSON lines on stdout. ``source_encoding``: the source's encoding."""
+    written beside its place and renamed into it when complete (``indexer.outputs``): a failure
+    or a stop leaves no half file. ``output`` None or ``-``: JSON lines on stdout.
+    ``source_encoding``: the source's encoding."""
     started = time.perf_counter()
     kind = output_format(output, to)
     rows = read_texts(
@@ -317,26 +321,10 @@ def encode_file(
         return EncodeReport(
             "stdout", writer.rows, dimension, time.perf_counter() - started, encoding.strategy
         )
-    target = Path(output)
-    if target.is_dir():
-        raise BadInput(f"{target} is a directory: give a file name")
-    if target.exists() and not target.is_file():  # the rename below would replace the device or pipe
-        raise BadInput(
-            f"{target} is not a regular file: give a file name, or no -o for JSON lines on stdout"
-        )
-    handle, temporary = tempfile.mkstemp(
-        dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}."
-    )
-    try:
-        with os.fdopen(handle, "wb") as file:
-            writer = _NpyWriter(file) if kind == "npy" else _JsonLinesWriter(file)
-            dimension = _stream(rows, encoding, writer, progress)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return EncodeReport(str(target), writer.rows, dimension, time.perf_counter() - started, encoding.strategy)
+    with staged_file(output) as file:
+        writer = _NpyWriter(file) if kind == "npy" else _JsonLinesWriter(file)
+        dimension = _stream(rows, encoding, writer, progress)
+    return EncodeReport(str(output), writer.rows, dimension, time.perf_counter() - started, encoding.strategy)
 
 
 def _stream(

@@ -23,6 +23,7 @@ import numpy as np
 
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring
+from indexer.outputs import staged_dir
 from indexer.strategy import Strategy
 from search.components import connected
 
@@ -291,31 +292,28 @@ def tune(
     from indexer.encoders.training import Budget, fine_tune, save_model, trainable
 
     output = Path(output)
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise BadInput(f"{output} exists and is not an empty directory: choose a new one")
-    if not output.parent.is_dir():
-        raise BadInput(f"no such directory: {output.parent}")
-    budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
-    held = hold_back(labels, held_back, seed)
-    rows = np.flatnonzero(~held)
-    encoder = trainable(strategy)
-    examples = training_examples(labels, held, encoder.embed)
-    metric = "spearman" if labels.scores is not None else f"mrr@{K}"
-    report(f"{labels.kind}: {len(rows)} trained on, {int(held.sum())} held back ({metric} x100)")
-    outcome = fine_tune(
-        encoder, examples, measure_for(labels, held), budget, progress=progress, report=report
-    )
-    facts = {
-        "tuned_from": encoder.strategy.model_id,
-        "labels": labels.kind,
-        "held_back": {
-            "pairs": int(held.sum()),
-            "metric": metric,
-            "before": outcome.before,
-            "after": outcome.best,
-        },
-    }
-    stored = save_model(encoder, output, facts, (strategy or Strategy()).backend)
+    with staged_dir(output, _new_or_empty) as staging:  # claimed now: a second tune to it stops here
+        budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
+        held = hold_back(labels, held_back, seed)
+        rows = np.flatnonzero(~held)
+        encoder = trainable(strategy)
+        examples = training_examples(labels, held, encoder.embed)
+        metric = "spearman" if labels.scores is not None else f"mrr@{K}"
+        report(f"{labels.kind}: {len(rows)} trained on, {int(held.sum())} held back ({metric} x100)")
+        outcome = fine_tune(
+            encoder, examples, measure_for(labels, held), budget, progress=progress, report=report
+        )
+        facts = {
+            "tuned_from": encoder.strategy.model_id,
+            "labels": labels.kind,
+            "held_back": {
+                "pairs": int(held.sum()),
+                "metric": metric,
+                "before": outcome.before,
+                "after": outcome.best,
+            },
+        }
+        stored = save_model(encoder, staging, output, facts, (strategy or Strategy()).backend)
     return TuneReport(
         str(output),
         labels.kind,
@@ -333,6 +331,13 @@ def tune(
         stored.describe(),
         options_for(stored),
     )
+
+
+def _new_or_empty(output: Path) -> None:
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise BadInput(f"{output} exists and is not an empty directory: choose a new one")
+    if not output.parent.is_dir():
+        raise BadInput(f"no such directory: {output.parent}")
 
 
 def options_for(stored: Strategy) -> str:

@@ -23,10 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -291,8 +288,11 @@ def fine_tune(
     return outcome
 
 
-def save_model(encoder: TorchEncoder, output: Path, facts: dict[str, Any], backend: str) -> Strategy:
-    """Write the tuned model to ``output`` (created whole, or not at all): config, safetensors,
+def save_model(
+    encoder: TorchEncoder, staging: Path, output: Path, facts: dict[str, Any], backend: str
+) -> Strategy:
+    """Write the tuned model into ``staging``, the directory that becomes ``output`` whole
+    (``indexer.outputs.staged_dir``, claimed before training): config, safetensors,
     tokenizer, sentence-transformers' modules (pooling and normalising as the strategy does) and
     ``semsearch.json`` (the strategy, on ``backend``, and ``facts``). Returns that strategy: the
     one an index of the tuned model must be built with."""
@@ -304,24 +304,15 @@ def save_model(encoder: TorchEncoder, output: Path, facts: dict[str, Any], backe
     model = encoder.model
     model.config.num_hidden_layers = blocks
     layers = tuple(-1 if i == blocks else i for i in encoder.head.layers)
-    output = Path(output)
     stored = replace(
         resolved, model=str(output.resolve()), layers=layers, backend=backend, model_fingerprint=None
     )
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    try:
-        model.save_pretrained(staging, safe_serialization=True)
-        encoder.tokenizer.save_pretrained(staging)
-        _write_sentence_transformers(staging, resolved, model.config.hidden_size)
-        (staging / "semsearch.json").write_text(
-            json.dumps({"strategy": stored.to_dict(), **facts}, indent=2) + "\n", encoding="utf-8"
-        )
-        if output.is_dir():
-            output.rmdir()  # checked empty before training
-        os.replace(staging, output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    model.save_pretrained(staging, safe_serialization=True)
+    encoder.tokenizer.save_pretrained(staging)
+    _write_sentence_transformers(staging, resolved, model.config.hidden_size)
+    (staging / "semsearch.json").write_text(
+        json.dumps({"strategy": stored.to_dict(), **facts}, indent=2) + "\n", encoding="utf-8"
+    )
     return stored
 
 

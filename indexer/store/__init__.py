@@ -16,14 +16,17 @@ Layout::
 FAISS ids are ``entries._rowid``; a chunked document has several vectors under the same id, so a
 hit always maps to its row with no guessing, and row ids never change or get reused. A build, a
 ``compact`` and a merge make a complete new version directory, fsync it, and only then point
-``CURRENT`` at it; the previous version is kept one more round so a reader that has just read
-``CURRENT`` still finds its files. An ``add`` or ``delete`` costs the change, not the index
-(``append_change``): it writes one new segment file into the live version and commits the rows,
-the tombstones and the segment list in one SQLite transaction (the atomic swap); a writer killed
-before that commit leaves an orphan segment file, removed by the next writer. ``commit_change``
-merges instead (a new version) once the segments grow past ``MAX_SEGMENTS`` or the base's size.
-``CURRENT`` may only name a plain version directory inside the index (no path separators, no
-symlink), so a damaged or tampered pointer can never make a query or a write use another directory.
+``CURRENT`` at it. Each reader holds the version it opened (a shared flock on its directory,
+``VersionHold``); an older version is removed as soon as no reader holds it (by the writer, or by
+the last reader letting go), so the index on disk is its current size. A reader that read
+``CURRENT`` just before a swap and finds its version gone opens the new one. An ``add`` or
+``delete`` costs the change, not the index (``append_change``): it writes one new segment file
+into the live version and commits the rows, the tombstones and the segment list in one SQLite
+transaction (the atomic swap); a writer killed before that commit leaves an orphan segment file,
+removed by the next writer. ``commit_change`` merges instead (a new version) once the segments
+grow past ``MAX_SEGMENTS`` or the base's size. ``CURRENT`` may only name a plain version directory
+inside the index (no path separators, no symlink), so a damaged or tampered pointer can never make
+a query or a write use another directory.
 
 Integrity: each version's ``meta`` records the size and CRC-32 of its every file but ``meta.db``
 (``FILES``; a segment's in its update's transaction) and the version before it (``PREVIOUS``).

@@ -16,7 +16,7 @@ from indexer.store.held import held_bytes, holds
 from indexer.store.integrity import check_database_header, check_files, verify_files
 from indexer.store.layout import CURRENT, DATABASE, TRANSFORM, VECTORS
 from indexer.store.meta import IndexMeta
-from indexer.store.versions import live_version, version_dir
+from indexer.store.versions import VersionHold, hold_version, live_version, version_dir
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from indexer.vectors.base import VectorIndex
@@ -39,6 +39,8 @@ class StoredIndex:
     catalog: Catalog
     transform: Transform | None
     tombstones: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    hold: VersionHold | None = field(default=None, repr=False, compare=False)
+    """Keeps the version on disk while this reader has it (``versions.VersionHold``)."""
 
     @property
     def strategy(self) -> Strategy:
@@ -158,7 +160,8 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
     if name is None:
         raise BadInput(f"{index_dir} is not a semsearch index (no {CURRENT} file)")
     version = version_dir(index_dir, name)
-    if not version.is_dir():
+    hold = hold_version(index_dir, version)  # kept as long as this reader keeps the index
+    if hold is None:
         if not final and name != live_version(index_dir):
             raise _VersionGone
         raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} names a missing version {name!r}")
@@ -211,7 +214,7 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
         if not (version / TRANSFORM).is_file():
             raise IndexDamaged(f"damaged index {index_dir}: {TRANSFORM} is missing")
         transform = Transform.load(version / TRANSFORM)
-    return StoredIndex(index_dir, version, meta, vectors, catalog, transform, tombstones)
+    return StoredIndex(index_dir, version, meta, vectors, catalog, transform, tombstones, hold)
 
 
 def verify(index_dir: str | Path) -> int:

@@ -1,22 +1,23 @@
-"""Versions of an index: the writer lock, ``CURRENT``, making a version durable and live, and
-removing what old versions and killed writers left."""
+"""Versions of an index: the writer lock, ``CURRENT``, making a version durable and live, the
+readers' holds on the versions they have open, and removing old versions (once no reader holds
+them) and what killed writers left."""
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import re
 import secrets
 import shutil
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from indexer.catalog import Catalog, DatabaseError
-from indexer.catalog import is_disk_full as is_sqlite_full
 from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
+from indexer.outputs import out_of_space, remove_unheld
 from indexer.store.integrity import records
 from indexer.store.layout import CURRENT, DATABASE, LOCK, MAX_POINTER, VERSION_NAME
 from indexer.store.meta import IndexMeta
@@ -58,10 +59,10 @@ def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
 
 
 def _remove_leftovers(index_dir: Path) -> None:
-    """What killed writers left (a partial version, a pointer file), removed by the next writer
-    under the lock: every version directory but the live one and the one before it. An index
-    written before versions recorded their predecessor loses only those newer than the live one
-    (a partial version is always newer: it was begun after the live one was committed)."""
+    """What killed writers left (a partial version, a pointer file) and older versions no reader
+    holds, removed by the next writer under the lock. An index written before versions recorded
+    their predecessor loses only those newer than the live one (a partial version is always
+    newer: it was begun after the live one was committed)."""
     try:
         live = live_version(index_dir)
         if live is None:
@@ -74,7 +75,7 @@ def _remove_leftovers(index_dir: Path) -> None:
     def leftover(name: str) -> bool:
         return meta.records_previous or name[: len(stamp)] > stamp
 
-    _remove_stale(index_dir, keep={live, meta.previous}, version=leftover)
+    _remove_stale(index_dir, keep={live}, version=leftover)
 
 
 def prepare_target(index_dir: Path) -> Path | None:
@@ -110,25 +111,13 @@ def building(index_dir: Path, wait: float = 0) -> Iterator[None]:
             raise
 
 
-def _disk_full(exc: BaseException) -> bool:
-    """Whether a write failed for want of space, as each writer says it: an OSError (ENOSPC,
-    EDQUOT, or numpy's short write), SQLite's SQLITE_FULL, FAISS's RuntimeError text."""
-    if isinstance(exc, OSError):
-        return exc.errno in (errno.ENOSPC, errno.EDQUOT) or (
-            exc.errno is None and "requested and" in str(exc)
-        )
-    if is_sqlite_full(exc):
-        return True
-    return isinstance(exc, RuntimeError) and "No space left on device" in str(exc)
-
-
 @contextlib.contextmanager
 def space(index_dir: Path) -> Iterator[None]:
     """A write that runs out of space ends as ``DiskFull`` (its caller has undone its partial files)."""
     try:
         yield
     except Exception as exc:
-        if _disk_full(exc):
+        if out_of_space(exc):
             raise DiskFull(
                 f"disk full: cannot write to {index_dir}; the index is unchanged (free some space and retry)"
             ) from None
@@ -166,7 +155,7 @@ def _write_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
         raise
     os.replace(pointer, index_dir / CURRENT)  # the swap: from here on the version is live
     fsync(index_dir)
-    _remove_stale(index_dir, keep={version.name, previous})
+    _remove_stale(index_dir, keep={version.name})
     return version
 
 
@@ -209,28 +198,69 @@ def version_dir(index_dir: Path, name: str) -> Path:
 def _remove_stale(
     index_dir: Path, keep: set[str | None], version: Callable[[str], bool] = lambda name: True
 ) -> None:
-    """Older versions (those ``version`` accepts) and leftovers of killed runs (an open reader
-    keeps its unlinked files)."""
+    """Older versions (those ``version`` accepts) that no reader holds, and leftovers of killed
+    runs."""
     for child in index_dir.iterdir():
         if child.name in keep:
             continue
         if child.name.startswith("v-") and child.is_dir() and not child.is_symlink() and version(child.name):
-            shutil.rmtree(child, ignore_errors=True)
+            remove_unheld(child)
         elif child.name.startswith(f".{CURRENT}."):
             child.unlink(missing_ok=True)
+
+
+class VersionHold:
+    """A reader's shared flock on the version directory it opened, kept while the reader has it:
+    no one removes a version a reader holds. Letting go (``release``, or the holder being
+    dropped) removes the version if it is no longer live and no one else holds it, so an index
+    on disk is its live version plus what open readers still use."""
+
+    def __init__(self, index_dir: Path, version: Path, fd: int):
+        self.release = weakref.finalize(self, _let_go, index_dir, version, fd)
+
+
+def hold_version(index_dir: Path, version: Path) -> VersionHold | None:
+    """A hold on ``version``, or None when it is gone or being removed (no longer live)."""
+    try:
+        fd = os.open(version, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        held = version.is_dir()  # False: removed before we held it
+    except BlockingIOError:
+        held = False  # being removed
+    if not held:
+        os.close(fd)
+        return None
+    return VersionHold(index_dir, version, fd)
+
+
+def _let_go(index_dir: Path, version: Path, fd: int) -> None:
+    os.close(fd)
+    live = live_or_none(index_dir)
+    if live is not None and live != version.name:
+        remove_unheld(version)
 
 
 def live_meta(index_dir: str | Path) -> IndexMeta:
     """The live version's meta table alone: cheap, no vectors loaded."""
     index_dir = Path(index_dir)
-    name = live_version(index_dir)
-    if name is None:
-        raise BadInput(f"{index_dir} is not a semsearch index (no {CURRENT} file)")
-    version = version_dir(index_dir, name)
+    for _attempt in range(3):  # a writer may swap versions between reading CURRENT and holding it
+        name = live_version(index_dir)
+        if name is None:
+            raise BadInput(f"{index_dir} is not a semsearch index (no {CURRENT} file)")
+        version = version_dir(index_dir, name)
+        hold = hold_version(index_dir, version)
+        if hold is not None:
+            break
     try:
         catalog = Catalog(version / DATABASE)
         with contextlib.closing(catalog.db):
             stored = catalog.read_meta()
     except (DatabaseError, ValueError) as exc:
         raise IndexDamaged(f"damaged index {index_dir}: cannot read {DATABASE}: {exc}") from None
+    finally:
+        if hold is not None:
+            hold.release()
     return IndexMeta.parse(stored, index_dir)

@@ -1,0 +1,256 @@
+"""What a command writes for the user (``encode``'s vectors, ``export-encoder``'s directory, ``tune``'s
+model): made whole beside its place, never left half-written by a stopped run (SIGTERM cleans up,
+the next run removes what a SIGKILL left), one clear line when its place cannot take it, and the
+modes a plain ``open()`` would give (the umask; a replaced file keeps its mode; a symlink is
+written through)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.errors import BadInput, DiskFull, IndexLocked
+from search.encoding import Encoding, encode_file
+from tests.conftest import assert_clean_failure, build_faq, run
+
+TEXTS = ["How do I pay for a ride?", "a bike", "Where can I park the bike near the station?"]
+
+
+def hidden(directory: Path, name: str) -> list[str]:
+    """What a run left beside ``name``: its staging files or directories."""
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(f".{name}."))
+
+
+def semsearch(*args: object) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "search.cli", *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def wait_for(done: Callable[[], bool], process: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert process.poll() is None, process.stderr.read().decode()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def texts(tmp_path) -> str:
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    return str(source)
+
+
+@pytest.fixture(scope="module")
+def encoding(tiny_model) -> Encoding:
+    from indexer.strategy import Strategy
+
+    return Encoding.load(Strategy(model=tiny_model))
+
+
+@pytest.mark.slow
+def test_a_terminated_encode_removes_its_partial_file(tmp_path, tiny_model):
+    out = tmp_path / "out.npy"
+    process = semsearch("encode", "--model", tiny_model, "-o", out)
+    process.stdin.write(b"a first text\n")
+    process.stdin.flush()
+    wait_for(lambda: bool(hidden(tmp_path, "out.npy")), process)  # writing: waits for more input
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) != 0
+    assert "Traceback" not in process.stderr.read().decode()
+    assert hidden(tmp_path, "out.npy") == [] and not out.exists()
+
+
+@pytest.mark.slow
+def test_the_next_encode_removes_what_a_killed_one_left(tmp_path, tiny_model):
+    out = tmp_path / "out.npy"
+    process = semsearch("encode", "--model", tiny_model, "-o", out)
+    wait_for(lambda: bool(hidden(tmp_path, "out.npy")), process)
+    process.kill()
+    process.wait(60)
+    assert hidden(tmp_path, "out.npy")  # a SIGKILL runs no clean-up
+    done = run("encode", "--model", tiny_model, "-o", out, stdin="one\ntwo\n")
+    assert done.returncode == 0, done.stderr
+    assert hidden(tmp_path, "out.npy") == [] and np.load(out).shape[0] == 2
+
+
+@pytest.mark.slow
+def test_a_killed_export_s_staging_is_removed_by_the_next_export(tmp_path, tiny_model):
+    """A run killed while it writes an export leaves its staging directory; the next export
+    there removes it. A SIGTERM ends the same run through its clean-up."""
+    from indexer.export import export_encoder
+
+    target = tmp_path / "onnx"
+    for how in ("SIGKILL", "SIGTERM"):
+        dying = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import os, signal, sys\n"
+                "from indexer.outputs import staged_dir, stop_on_sigterm\n"
+                "stop_on_sigterm()\n"
+                "with staged_dir(sys.argv[1]) as made:\n"
+                "    (made / 'model.onnx.data').write_bytes(b'x' * 1000)\n"
+                f"    os.kill(os.getpid(), signal.{how})\n",
+                target,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert dying.returncode == -signal.SIGKILL if how == "SIGKILL" else dying.returncode != 0
+        assert "Traceback" not in dying.stderr
+        left = hidden(tmp_path, "onnx")
+        assert bool(left) == (how == "SIGKILL"), left
+    export_encoder(build_faq(tmp_path, tiny_model), target)
+    assert hidden(tmp_path, "onnx") == [] and (target / "model.onnx").is_file()
+
+
+def refusing(monkeypatch, where: Path, code: int) -> None:
+    """``os.open`` and ``os.mkdir`` fail with ``code`` inside ``where``, as on a read-only or
+    full file system (root writes through permission bits, so they cannot show it)."""
+    real_open, real_mkdir = os.open, os.mkdir
+
+    def check(path: object) -> None:
+        if str(where) in os.fspath(path):  # type: ignore[arg-type]
+            raise OSError(code, os.strerror(code), os.fspath(path))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: check(path) or real_open(path, *a, **k))
+    monkeypatch.setattr(os, "mkdir", lambda path, *a, **k: check(path) or real_mkdir(path, *a, **k))
+
+
+def test_an_output_folder_that_is_missing_or_read_only_is_one_line(tmp_path, texts, encoding, monkeypatch):
+    with pytest.raises(BadInput, match="no such folder") as missing:
+        encode_file(texts, tmp_path / "missing" / "out.npy", encoding)
+    assert ".out.npy" not in str(missing.value)
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    refusing(monkeypatch, readonly, errno.EROFS)
+    with pytest.raises(BadInput, match="Read-only file system") as refused:
+        encode_file(texts, readonly / "out.npy", encoding)
+    assert ".out.npy" not in str(refused.value) and str(readonly) in str(refused.value)
+
+
+def test_a_full_disk_during_encode_is_disk_full_and_leaves_nothing(tmp_path, texts, encoding, monkeypatch):
+    from search import encoding as module
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(module._NpyWriter, "write", full)
+    with pytest.raises(DiskFull, match="disk full"):
+        encode_file(texts, tmp_path / "out.npy", encoding)
+    assert hidden(tmp_path, "out.npy") == [] and not (tmp_path / "out.npy").exists()
+
+
+def test_a_full_disk_during_export_is_disk_full_and_leaves_nothing(tmp_path, tiny_model, monkeypatch):
+    from indexer.encoders import standalone
+    from indexer.export import export_encoder
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(standalone, "save", full)
+    index = build_faq(tmp_path, tiny_model)
+    with pytest.raises(DiskFull, match="disk full"):
+        export_encoder(index, tmp_path / "onnx")
+    assert hidden(tmp_path, "onnx") == [] and not (tmp_path / "onnx").exists()
+
+
+@pytest.mark.slow
+def test_closed_stdout_or_stdin_is_one_line(tmp_path, tiny_model):
+    def closed(redirect: str, *args: object) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "search.cli", "encode", "--model", tiny_model, *map(str, args)]
+        shell = ["bash", "-c", f'exec "$@" {redirect}', "_", *command]
+        return subprocess.run(shell, capture_output=True, text=True, timeout=300)
+
+    source = tmp_path / "texts.txt"
+    source.write_text("one\n", encoding="utf-8")
+    assert_clean_failure(closed(">&-", source), "stdout is closed")
+    assert_clean_failure(closed("<&-"), "stdin is closed")
+
+
+def test_a_second_tune_to_one_output_is_refused_before_it_trains(tmp_path, tiny_model, monkeypatch):
+    from indexer.encoders import training
+    from indexer.strategy import Strategy
+    from search.tuning import read_labels, tune
+    from tests.test_tuning import positive_pairs
+
+    labels = read_labels(pairs=positive_pairs(tmp_path))
+    out, trained = tmp_path / "tuned", []
+
+    def training_run(*args: object, **kwargs: object) -> None:
+        trained.append(1)
+        assert len(trained) == 1, "the second tune trained"
+        with pytest.raises(IndexLocked, match="another semsearch process is writing"):
+            tune(labels, out, Strategy(model=tiny_model))
+        raise KeyboardInterrupt  # the first run stops here
+
+    monkeypatch.setattr(training, "fine_tune", training_run)
+    with pytest.raises(KeyboardInterrupt):
+        tune(labels, out, Strategy(model=tiny_model))
+    assert trained == [1] and not out.exists() and hidden(tmp_path, "tuned") == []
+
+
+@pytest.fixture
+def umask() -> Callable[[int], None]:
+    old = os.umask(0o022)
+    yield lambda mask: os.umask(mask)
+    os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_encode_output_follows_the_umask_keeps_a_replaced_mode_and_writes_through_a_link(
+    tmp_path, texts, encoding, umask
+):
+    umask(0o027)
+    encode_file(texts, tmp_path / "new.npy", encoding)
+    assert mode(tmp_path / "new.npy") == 0o640
+    private = tmp_path / "private.npy"
+    private.write_bytes(b"old")
+    private.chmod(0o600)
+    umask(0o022)
+    encode_file(texts, private, encoding)
+    assert mode(private) == 0o600 and np.load(private).shape[0] == 3
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "link.npy"
+    link.symlink_to(tmp_path / "real" / "vectors.npy")
+    encode_file(texts, link, encoding)
+    assert link.is_symlink() and np.load(tmp_path / "real" / "vectors.npy").shape[0] == 3
+    assert hidden(tmp_path, "link.npy") == [] and hidden(tmp_path / "real", "vectors.npy") == []
+
+
+def test_export_and_tune_follow_the_umask(tmp_path, tiny_model, umask, monkeypatch):
+    from indexer.encoders import training
+    from indexer.export import export_encoder
+    from indexer.strategy import Strategy
+    from search.tuning import read_labels, tune
+    from tests.test_tuning import positive_pairs
+
+    index = build_faq(tmp_path, tiny_model)
+    umask(0o027)
+    export_encoder(index, tmp_path / "onnx")
+    labels = read_labels(pairs=positive_pairs(tmp_path))
+    real = training.Budget
+    monkeypatch.setattr(training, "Budget", lambda *a: real(1, None, 8, 1e-3, 0, evaluations=1))
+    tune(labels, tmp_path / "tuned", Strategy(model=tiny_model))
+    for made in (tmp_path / "onnx", tmp_path / "tuned"):
+        assert mode(made) == 0o750, made
+        files = [p for p in made.rglob("*") if p.is_file()]
+        assert files and {p.name: mode(p) for p in files} == {p.name: 0o640 for p in files}
