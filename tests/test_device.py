@@ -143,7 +143,7 @@ def test_sessions_side_by_side_give_the_vectors_of_one(tiny_model):
     texts = [f"text number {i} " + "word " * (i % 40) for i in range(300)]
     one = OnnxEncoder(strategy, spin=True, sessions=(1, 0), batch_size=8)
     three = OnnxEncoder(strategy, spin=True, sessions=(3, 1), batch_size=8)
-    assert len(three.sessions) == 3
+    assert len(three.sessions) == 3 and len(one.sessions) == 1
     shares: list[float] = []
     np.testing.assert_allclose(three.embed(texts, progress=shares.append), one.embed(texts), atol=1e-6)
     assert sum(shares) == pytest.approx(1.0)

@@ -86,8 +86,8 @@ class NetworkEncoder:
         self.batch_size = batch_size
         self.choice = choice
         self.placement = Placement("cpu", PRECISION[strategy.backend])
-        self.sessions: Sequence[Network] = (network,)
-        """Copies of the network that run batches side by side (``indexer.encoders.onnx_encoder``)."""
+        self.copies: Sequence[Network] = ()
+        """More copies of the network that run batches beside it (``indexer.encoders.onnx_encoder``)."""
 
     def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray:
         """One float32 vector per text (queries, sentences): always truncated at max_length."""
@@ -99,6 +99,11 @@ class NetworkEncoder:
         """Vectors for documents and the text index of each (several per text when chunking)."""
         tokenized = self.tokens.documents(texts)
         return self.run(tokenized.ids, [self.head], progress=progress)[0], tokenized.owners
+
+    @property
+    def sessions(self) -> Sequence[Network]:
+        """The network and its copies: what runs batches side by side."""
+        return (self.network, *self.copies)
 
     def run(
         self, ids: Sequence[Sequence[int]], heads: Sequence[Head], *, progress: Share | None = None

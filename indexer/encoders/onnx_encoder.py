@@ -53,4 +53,4 @@ class OnnxEncoder(NetworkEncoder):
             batch_size=batch_size,
             choice=choice or Choice(spec.backend, "its graph is exported", provider=provider),
         )
-        self.sessions = graphs
+        self.copies = graphs[1:]
