@@ -27,8 +27,12 @@ POOLINGS = ("cls", "mean", "max", "mean-max", "pooler")
 POSTPROCESSES = ("none", "center", "whiten")
 PRECISION = {"torch": "fp32", "onnx": "fp32", "onnx-int8": "int8"}
 """What a backend does to the vectors: torch and onnx run the same fp32 network (same vectors), so
-an index built on one is searched and extended on the other; int8 weights give other vectors.
-Each backend's encoder is named in ``indexer.encoders.factory.RUNTIMES``."""
+an index built on one is searched and extended on the other; int8 weights give other vectors. A
+GPU's fp16 or bf16 (``--precision``; recorded beside the strategy, ``info``'s ``embedded``) gives
+vectors within ~1e-3 of fp32 with the same rankings: they mix with fp32 ones, and their index's
+queries run the fp32 graph."""
+RUNTIME = {"torch": "torch", "onnx": "onnx", "onnx-int8": "onnx"}
+"""What runs a backend's network (its class: ``indexer.encoders.factory.RUNTIMES``)."""
 BACKENDS = tuple(PRECISION)
 DEFAULT_BACKEND = "onnx"
 """ONNX Runtime: the torch fp32 vectors (to 1e-5, batch-independent, same STS-B dev Spearman) and

@@ -13,7 +13,7 @@ from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.encoders.onnx_graph import CPU
 from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import BadInput
-from indexer.strategy import BACKENDS, Strategy
+from indexer.strategy import BACKENDS, RUNTIME, Strategy
 from tests.conftest import ROOT, heavy_imports, random_bert
 
 PACKAGE = ROOT / "indexer" / "encoders"
@@ -34,8 +34,8 @@ def test_torch_and_onnxruntime_are_imported_only_by_the_encoder_package():
 
 
 def test_every_backend_a_strategy_names_has_an_encoder():
-    assert set(RUNTIMES) == set(BACKENDS)
-    assert all(runtime(backend).__name__.endswith("Encoder") for backend in BACKENDS)
+    assert set(RUNTIMES) == {RUNTIME[backend] for backend in BACKENDS}
+    assert all(runtime(RUNTIME[backend]).__name__.endswith("Encoder") for backend in BACKENDS)
 
 
 @pytest.fixture(autouse=True)

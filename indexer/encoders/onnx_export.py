@@ -25,6 +25,7 @@ import torch
 
 from indexer.encoders.onnx_graph import GraphSpec
 from indexer.errors import BadInput
+from indexer.strategy import PRECISION
 
 
 class _Outputs(torch.nn.Module):
@@ -103,7 +104,7 @@ def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
         )
         model.save_model_to_file(str(fused))
         result = Path(tmp) / "final.onnx"
-        if spec.backend == "onnx-int8":
+        if PRECISION[spec.backend] == "int8":
             logging.getLogger().addFilter(_quiet)  # the quantiser logs advice to the root logger
             try:
                 quantize_dynamic(

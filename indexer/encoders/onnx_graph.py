@@ -30,7 +30,7 @@ import numpy as np
 from indexer.errors import BadInput
 from indexer.head import NetworkOutput
 from indexer.models import cache_root, model_file, model_fingerprint, model_location, read_json
-from indexer.strategy import Strategy
+from indexer.strategy import PRECISION, Strategy
 
 CPU = "CPUExecutionProvider"
 """The execution provider ONNX Runtime runs a graph on unless the caller names another."""
@@ -120,7 +120,7 @@ def _spec(strategy: Strategy, location: str, num_layers: int | None) -> GraphSpe
         num_layers = int(config.get("num_hidden_layers", 0))
     pooler = strategy.pooling == "pooler"
     layers = () if pooler else tuple(sorted({i % (num_layers + 1) for i in strategy.layers or (-1,)}))
-    backend = "onnx-int8" if strategy.backend == "onnx-int8" else "onnx"
+    backend = "onnx-int8" if PRECISION[strategy.backend] == "int8" else "onnx"
     return GraphSpec(location, layers, pooler, backend)
 
 
@@ -145,7 +145,7 @@ class OnnxGraph:
             )
         self.layers = sorted(set(spec.layers))
         self.pooler = spec.pooler
-        self.per_text = spec.backend == "onnx-int8"
+        self.per_text = PRECISION[spec.backend] == "int8"
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3

@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from indexer.encoders.onnx_graph import GraphSpec
 from indexer.errors import BadInput
-from indexer.strategy import Strategy
+from indexer.strategy import PRECISION, Strategy
 from indexer.transform import Transform
 
 OUTPUT = "sentence_embedding"
@@ -131,7 +131,7 @@ def _unit(ops: _Appender, vectors: str) -> str:
 def exportable(strategy: Strategy) -> None:
     """Refuse what one batched graph cannot reproduce: an onnx-int8 index's graph runs each text
     alone (dynamic quantisation's scales are taken over the whole input, padding included)."""
-    if strategy.backend == "onnx-int8":
+    if PRECISION[strategy.backend] == "int8":
         raise BadInput(
             "an onnx-int8 index runs each text alone (its vectors depend on the batch otherwise): "
             "only fp32 indexes (backend onnx or torch) can be exported"

@@ -28,7 +28,7 @@ from indexer.errors import BadInput
 from indexer.head import Head, NetworkOutput, Tokenized
 from indexer.models import ModelFacts, identified, load_model, model_location, resolve_strategy
 from indexer.progress import Share
-from indexer.strategy import Strategy
+from indexer.strategy import PRECISION, Strategy
 
 ASKED = Choice("torch", "backend torch asked for")
 SWEEP = Choice("torch", "every layer in one forward pass (a sweep)")
@@ -94,7 +94,7 @@ class TorchEncoder(NetworkEncoder):
         placement: Placement = CPU,
     ):
         request = identified(strategy or Strategy())  # located and fingerprinted, not cwd-relative
-        if all_layers and request.backend == "onnx-int8":
+        if all_layers and PRECISION[request.backend] == "int8":
             raise BadInput(f"sweeps run in fp32 (backend onnx or torch), not {request.backend}")
         self.tokenizer, self.model = loaded or load_model(
             request.model, need_pooler=request.pooling == "pooler"
