@@ -1490,14 +1490,10 @@ def words_command(text: str, word: str | None, merge: str, as_json: bool, asked:
     from dataclasses import replace
 
     from indexer.encoders.torch_encoder import TorchEncoder
-    from indexer.words import WORD_STRATEGY, context, cosine_matrix, occurrences, word_vectors
+    from indexer.words import WORD_STRATEGY, context, cosine_matrix, word_vectors
 
     embedder = TorchEncoder(replace(WORD_STRATEGY, **asked))
-    words = word_vectors(embedder, text, merge)
-    if word is not None:
-        words = occurrences(words, word)
-        if not words:
-            raise BadInput(f"the word {word!r} does not occur in the text")
+    words = word_vectors(text, word, merge=merge, embedder=embedder)
     matrix = cosine_matrix([w.vector for w in words])
     if as_json:
         click.echo(
