@@ -325,8 +325,14 @@ def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _strategy(asked: dict[str, Any], **extra: Any) -> Strategy:
-    return Strategy(**asked, **extra)
+def _strategy(asked: dict[str, Any]) -> Strategy:
+    """The strategy the options ask for; a tuned model's saved strategy fills in the rest (said on stderr)."""
+    from indexer.models import strategy_request
+
+    strategy, said = strategy_request(asked)
+    if said:
+        click.echo(said, err=True)
+    return strategy
 
 
 def progress_options(command: Callable[..., Any]) -> Callable[..., Any]:

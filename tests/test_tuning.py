@@ -384,3 +384,42 @@ def test_a_time_budget_lays_the_learning_rate_decay_out_over_the_steps_it_leaves
     assert plan.planned == 100 and plan.rate(100) == 0 and 0 < plan.rate(60) < 1
     plan.fit(done=60, seconds_per_step=0.1, seconds_left=1000.0)  # faster now: never past the epochs
     assert plan.planned == 1000 and plan.rate(100) == 1
+
+
+def test_a_tuned_model_directory_gives_its_strategy_as_the_default(tiny_model, tmp_path):
+    from indexer.errors import StrategyConflict
+    from indexer.models import strategy_request
+
+    several = Strategy(model=tiny_model, layers=(1, 2), combine="concat", skip_special=True, backend="torch")
+    tune(read_labels(pairs=scored_pairs(tmp_path)), tmp_path / "tuned", several, epochs=1)
+    model = str(tmp_path / "tuned")
+    strategy, said = strategy_request({"model": model})
+    assert (strategy.layers, strategy.combine, strategy.skip_special) == ((1, -1), "concat", True)
+    assert said == "using the strategy saved with the model: layers -2,-1, concat, mean pooling, skip-special"
+    same, _ = strategy_request({"model": model, "layers": (-2, -1), "max_length": 64, "backend": "onnx"})
+    assert (same.layers, same.max_length, same.backend) == ((1, -1), 64, "onnx")  # options it leaves open
+    with pytest.raises(StrategyConflict, match=r"--layers -1 .* tuned with layers -2,-1"):
+        strategy_request({"model": model, "layers": (-1,)})
+    with pytest.raises(StrategyConflict, match="--keep-special .* tuned with skip-special"):
+        strategy_request({"model": model, "skip_special": False})
+    plain, said = strategy_request({"model": tiny_model, "layers": (-1,)})  # not tuned here: as asked
+    assert plain == Strategy(model=tiny_model, layers=(-1,)) and said is None
+
+
+@pytest.mark.slow
+def test_index_and_evaluate_with_a_tuned_model_read_it_as_it_was_tuned(tiny_model, tmp_path, monkeypatch):
+    from indexer.store import open_index
+
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))
+    several = Strategy(model=tiny_model, layers=(1, 2), combine="concat", skip_special=True)
+    tune(read_labels(pairs=scored_pairs(tmp_path)), tmp_path / "tuned", several, epochs=1)
+    corpus = retrieval_files(tmp_path)["corpus"]
+    built = run("index", corpus, "-o", tmp_path / "idx", "--model", tmp_path / "tuned", "-q")
+    assert built.returncode == 0, built.stderr
+    assert "using the strategy saved with the model: layers -2,-1, concat" in built.stderr
+    stored = open_index(tmp_path / "idx", vectors=False).strategy
+    assert (stored.layers, stored.combine, stored.skip_special) == ((1, -1), "concat", True)
+    contradicted = run(
+        "evaluate", "sts", scored_pairs(tmp_path), "--model", tmp_path / "tuned", "--combine", "mean"
+    )
+    assert_clean_failure(contradicted, "--combine mean contradicts")
