@@ -447,6 +447,13 @@ def _echo_rejections(rejected: list[Any], summary: str) -> None:
             click.echo(f"  ... and {len(rejected) - 10} more", err=True)
 
 
+def _echo_pair_rejections(rejected: Sequence[Any]) -> None:
+    """A labels file's rows that gave no pair, as an index's rejected rows are printed."""
+    from indexer.corpus import rejection_summary
+
+    _echo_rejections(list(rejected), rejection_summary(rejected))
+
+
 def _count(number: int, noun: str) -> str:
     """``1 pair``, ``2 pairs``."""
     return f"{number} {noun}{'' if number == 1 else 's'}"
@@ -1055,6 +1062,7 @@ def evaluate_sts_command(
     from search.evaluate import evaluate_sts, read_pairs
 
     data = read_pairs(pairs, sentence1, sentence2, score)
+    _echo_pair_rejections(data.rejected)
     _echo_scores(evaluate_sts(data, _strategy(asked), progress=progress), as_json)
 
 
@@ -1294,6 +1302,7 @@ def sweep_sts_command(
 
     plan = _plan(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
     data = read_pairs(pairs, sentence1, sentence2, score)
+    _echo_pair_rejections(data.rejected)
     cells = sweep_sts(
         data, plan.base, poolings=plan.poolings, postprocesses=plan.postprocesses, progress=progress
     )
@@ -1453,6 +1462,7 @@ def tune_command(
         text_fields=_split(text_field),
         also=FieldScoring.asked(_split(also_fields or "")),
     )
+    _echo_pair_rejections(labels.rejected)
     done = tune(
         labels,
         output,

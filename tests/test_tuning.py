@@ -423,3 +423,31 @@ def test_index_and_evaluate_with_a_tuned_model_read_it_as_it_was_tuned(tiny_mode
         "evaluate", "sts", scored_pairs(tmp_path), "--model", tmp_path / "tuned", "--combine", "mean"
     )
     assert_clean_failure(contradicted, "--combine mean contradicts")
+
+
+def test_labels_that_cannot_teach_are_refused_before_training(tmp_path):
+    repeated = tmp_path / "repeated.tsv"
+    rows = [f"{sentence(0)}\t{sentence(0, 1)}\t1", f"{sentence(1)}\t{sentence(1, 1)}\t4"] * 50
+    repeated.write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(BadInput, match="100 scored pairs but 2 distinct"):
+        read_labels(pairs=repeated)
+    junk = tmp_path / "junk.tsv"
+    junk.write_text(scored_pairs(tmp_path).read_text() + f"{sentence(50)}\t{sentence(51)}\tnan\n")
+    assert [r.reason for r in read_labels(pairs=junk).rejected] == ["score is not a finite number: 'nan'"]
+
+
+@pytest.mark.slow
+def test_junk_scores_on_the_command_line_are_counted_or_refused(tmp_path):
+    junk = tmp_path / "junk.tsv"
+    junk.write_text(scored_pairs(tmp_path).read_text().replace("\t3\n", "\tnan\n"))
+    rejected = run("evaluate", "sts", junk, "--json")
+    assert rejected.returncode == 0, rejected.stderr
+    assert "rejected 7 rows: 7 score is not a finite number" in rejected.stderr
+    assert "row 4: score is not a finite number: 'nan'" in rejected.stderr
+    constant = tmp_path / "constant.tsv"
+    constant.write_text(
+        "sentence1\tsentence2\tscore\n" + "".join(f"{sentence(i)}\t{sentence(i, 1)}\t2\n" for i in range(40))
+    )
+    assert_clean_failure(run("evaluate", "sts", constant), "a correlation needs two different scores")
+    assert_clean_failure(run("tune", "-o", tmp_path / "out", "--pairs", constant), "all 40 pairs score 2")
+    assert not (tmp_path / "out").exists()
