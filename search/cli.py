@@ -556,6 +556,27 @@ def query_command(
             _print_hits(query.text, hits, lead_field, hidden, group_by)
 
 
+def _under_half(rule: Any) -> str | None:
+    """What answers more than a promise that answers under half: a looser target, more labels."""
+    from search.promise import HALF
+
+    if rule.coverage >= HALF:
+        return None
+    looser = max(((t, c) for t, c in rule.costs if c >= HALF), default=None)
+    more = (
+        f"--precision {looser[0]:g} answers {looser[1]:.2f} with the same guarantee"
+        if looser
+        else "no target from 0.5 answers half with the same guarantee"
+    )
+    labels = (
+        f"{rule.target:g} would answer half with about {rule.labels_needed} labelled questions like these"
+        if rule.labels_needed
+        else f"more labels like these lift {rule.target:g} to at most {rule.unguarded_coverage:.2f} "
+        "(its coverage without the guarantee)"
+    )
+    return f"{rule.coverage:.2f} answered; {more}; {labels} (an estimate: docs/abstention-guarantee.md)"
+
+
 @cli.command("calibrate")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @judged_options(required=False)
@@ -622,6 +643,9 @@ def calibrate_command(
     if rule.costs:
         costs = ", ".join(f"{target:g} -> {coverage:.2f}" for target, coverage in rule.costs)
         click.echo(f"trade-off:  coverage at each precision target, same guarantee: {costs}")
+    advice = _under_half(rule)
+    if advice:
+        click.echo(f"under half: {advice}")
     click.echo(f"measured:   on {rule.measured_on}")
     click.echo(f"rule:       {','.join(rule.features)}, threshold {rule.threshold:.4f}")
     if rule.why:
