@@ -15,12 +15,13 @@ import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from indexer.errors import BadInput, StrategyConflict
-from indexer.strategy import DEFAULT_MODEL, Strategy
+from indexer.strategy import AUTO, DEFAULT_MODEL, Strategy
 
 FINGERPRINTED = (
     "config.json",
@@ -235,6 +236,78 @@ def resolve_strategy(request: Strategy, facts: ModelFacts | None = None) -> Stra
         st_pooling=facts.st.pooling,
         st_max_length=facts.st.max_length,
     )
+
+
+SAVED_STRATEGY = "semsearch.json"
+"""The file of a model directory ``semsearch tune`` wrote that keeps the strategy it trained through."""
+TRAINED = ("layers", "combine", "pooling", "skip_special")
+"""The fields a tuned model was trained through: an option that reads it otherwise contradicts it.
+Its other saved fields (length, normalising, post-processing, backend) are defaults an option may change."""
+
+
+def strategy_request(asked: Mapping[str, Any]) -> tuple[Strategy, str | None]:
+    """The strategy the options ``asked`` (only those given) ask for. A model directory with a
+    saved strategy gives its fields as the defaults, so ``--model TUNED`` alone reads the model
+    as it was tuned; an option contradicting a trained field is a ``StrategyConflict`` naming
+    both. Returns the strategy and, when the saved one is used, the line that says so."""
+    asked = {k: v for k, v in asked.items() if not (k == "pooling" and v == AUTO)}
+    model = asked.get("model", DEFAULT_MODEL)
+    saved = _saved_strategy(model)
+    if saved is None:
+        return Strategy(**asked), None
+    strategy, blocks = saved
+    for name in TRAINED:
+        if name in asked and _trained_value(name, asked[name], blocks) != _trained_value(
+            name, getattr(strategy, name), blocks
+        ):
+            raise StrategyConflict(
+                f"{_option(name, asked[name], blocks)} contradicts the model {model}, tuned with "
+                f"{_said(name, getattr(strategy, name), blocks)}: drop the option to read it as it was tuned"
+            )
+    chosen = replace(strategy, **{k: v for k, v in asked.items() if k not in TRAINED})
+    trained = [_said("layers", strategy.layers, blocks)]
+    if strategy.layers and len(strategy.layers) > 1:
+        trained.append(strategy.combine)
+    trained.append(_said("pooling", strategy.pooling, blocks))
+    if strategy.skip_special:
+        trained.append(_said("skip_special", True, blocks))
+    return chosen, "using the strategy saved with the model: " + ", ".join(trained)
+
+
+def _saved_strategy(model: str) -> tuple[Strategy, int] | None:
+    """A local model directory's saved strategy and its count of transformer blocks, or None."""
+    if not is_local(model):
+        return None
+    saved = read_json(Path(model) / SAVED_STRATEGY)
+    config = read_json(Path(model) / "config.json") or {}
+    if not saved or "strategy" not in saved or "num_hidden_layers" not in config:
+        return None
+    return Strategy.from_dict({**saved["strategy"], "model": model}), int(config["num_hidden_layers"])
+
+
+def _trained_value(name: str, value: Any, blocks: int) -> Any:
+    """Layers counted from the end (hidden states 0..blocks), so -2,-1 and 1,-1 of two blocks agree."""
+    if name == "layers" and value is not None:
+        return tuple(i - (blocks + 1) if i >= 0 else i for i in value)
+    return value
+
+
+def _said(name: str, value: Any, blocks: int) -> str:
+    if name == "layers":
+        return "layers " + ",".join(str(i) for i in _trained_value(name, value, blocks))
+    if name == "pooling":
+        return f"{value} pooling"
+    if name == "skip_special":
+        return "skip-special" if value else "keep-special"
+    return str(value)
+
+
+def _option(name: str, value: Any, blocks: int) -> str:
+    if name == "skip_special":
+        return "--skip-special" if value else "--keep-special"
+    if name == "layers":
+        return "--layers " + ",".join(str(i) for i in value)
+    return f"--{name.replace('_', '-')} {value}"
 
 
 def _quiet_transformers() -> None:

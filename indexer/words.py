@@ -9,7 +9,7 @@ tokenizer put it ("bank's" holds the word "bank"), never by splitting the text a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,12 +42,36 @@ class Word:
     vector: np.ndarray
 
 
-def word_vectors(embedder: TorchEncoder, text: str, merge: str = "mean") -> list[Word]:
-    """Each word of ``text``, in order, with its vector; special tokens are left out."""
+def word_vectors(
+    text: str,
+    word: str | None = None,
+    strategy: Strategy | None = None,
+    *,
+    merge: str = "mean",
+    embedder: TorchEncoder | None = None,
+) -> list[Word]:
+    """Each word of ``text`` in order, or only the occurrences of ``word``, with its vector;
+    special tokens are left out. ``strategy`` None reads ``WORD_STRATEGY`` (the bundled model);
+    a loaded ``embedder`` serves many calls."""
     if merge not in MERGES:
         raise BadInput(f"merge must be one of {', '.join(MERGES)}, not {merge!r}")
     if not text.strip():
         raise BadInput("empty text: give a sentence")
+    if embedder is None:
+        from indexer.encoders.torch_encoder import TorchEncoder
+
+        embedder = TorchEncoder(WORD_STRATEGY if strategy is None else replace(strategy, backend="torch"))
+    words = _words(embedder, text, merge)
+    if word is None:
+        return words
+    found = occurrences(words, word)
+    if not found:
+        raise BadInput(f"the word {word!r} does not occur in the text")
+    return found
+
+
+def _words(embedder: TorchEncoder, text: str, merge: str) -> list[Word]:
+    """Every word of ``text`` with its word pieces' token vectors merged by ``merge``."""
     encoded = embedder.tokenizer(
         text,
         truncation=True,

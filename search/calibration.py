@@ -38,6 +38,7 @@ from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood, Rule
 from search.engine import SearchEngine, Snapshot
 from search.promise import (
     GUARANTEE,
+    HALF,
     MIN_THREADS,
     TARGETS,
     UNANSWERABLE,
@@ -191,6 +192,11 @@ def fit_rule(
         )
     unguarded = curve.unguarded(precision)
     answered = confidence >= threshold
+    targets, labels_needed = {*TARGETS, precision}, None
+    if curve.coverage(threshold) < HALF:  # say what answers more: a looser target, or more labels
+        looser = curve.looser_target(precision, guarantee)
+        targets |= {looser} if looser is not None else set()
+        labels_needed = curve.questions_for(precision, guarantee, sum(not o.hidden for o in seen))
     return Rule(
         **{
             **asdict(rule),
@@ -202,7 +208,8 @@ def fit_rule(
             "bound": bound,
             "unguarded_coverage": float((confidence[answerable] >= unguarded).mean()),
             "features": features,
-            "costs": curve.costs(sorted({*TARGETS, precision}), guarantee),
+            "costs": curve.costs(sorted(targets), guarantee),
+            "labels_needed": labels_needed,
         }
     )
 

@@ -369,8 +369,14 @@ def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _strategy(asked: dict[str, Any], **extra: Any) -> Strategy:
-    return Strategy(**asked, **extra)
+def _strategy(asked: dict[str, Any]) -> Strategy:
+    """The strategy the options ask for; a tuned model's saved strategy fills in the rest (said on stderr)."""
+    from indexer.models import strategy_request
+
+    strategy, said = strategy_request(asked)
+    if said:
+        click.echo(said, err=True)
+    return strategy
 
 
 def progress_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -496,6 +502,13 @@ def _echo_rejections(rejected: list[Any], summary: str) -> None:
             click.echo(f"  ... and {len(rejected) - 10} more", err=True)
 
 
+def _echo_pair_rejections(rejected: Sequence[Any]) -> None:
+    """A labels file's rows that gave no pair, as an index's rejected rows are printed."""
+    from indexer.corpus import rejection_summary
+
+    _echo_rejections(list(rejected), rejection_summary(rejected))
+
+
 def _count(number: int, noun: str) -> str:
     """``1 pair``, ``2 pairs``."""
     return f"{number} {noun}{'' if number == 1 else 's'}"
@@ -598,6 +611,27 @@ def query_command(
             _print_hits(query.text, hits, lead_field, hidden, group_by)
 
 
+def _under_half(rule: Any) -> str | None:
+    """What answers more than a promise that answers under half: a looser target, more labels."""
+    from search.promise import HALF
+
+    if rule.coverage >= HALF:
+        return None
+    looser = max(((t, c) for t, c in rule.costs if c >= HALF), default=None)
+    more = (
+        f"--precision {looser[0]:g} answers {looser[1]:.2f} with the same guarantee"
+        if looser
+        else "no target from 0.5 answers half with the same guarantee"
+    )
+    labels = (
+        f"{rule.target:g} would answer half with about {rule.labels_needed} labelled questions like these"
+        if rule.labels_needed
+        else f"more labels like these lift {rule.target:g} to at most {rule.unguarded_coverage:.2f} "
+        "(its coverage without the guarantee)"
+    )
+    return f"{rule.coverage:.2f} answered; {more}; {labels} (an estimate: docs/abstention-guarantee.md)"
+
+
 @cli.command("calibrate")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @judged_options(required=False)
@@ -664,6 +698,9 @@ def calibrate_command(
     if rule.costs:
         costs = ", ".join(f"{target:g} -> {coverage:.2f}" for target, coverage in rule.costs)
         click.echo(f"trade-off:  coverage at each precision target, same guarantee: {costs}")
+    advice = _under_half(rule)
+    if advice:
+        click.echo(f"under half: {advice}")
     click.echo(f"measured:   on {rule.measured_on}")
     click.echo(f"rule:       {','.join(rule.features)}, threshold {rule.threshold:.4f}")
     if rule.why:
@@ -1138,6 +1175,7 @@ def evaluate_sts_command(
     from search.evaluate import evaluate_sts, read_pairs
 
     data = read_pairs(pairs, sentence1, sentence2, score)
+    _echo_pair_rejections(data.rejected)
     scores = evaluate_sts(data, _strategy(asked), progress=progress, device=device, precision=precision)
     _echo_scores(scores, as_json)
 
@@ -1386,6 +1424,7 @@ def sweep_sts_command(
 
     plan = _plan(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
     data = read_pairs(pairs, sentence1, sentence2, score)
+    _echo_pair_rejections(data.rejected)
     cells = sweep_sts(
         data,
         plan.base,
@@ -1556,6 +1595,7 @@ def tune_command(
         text_fields=_split(text_field),
         also=FieldScoring.asked(_split(also_fields or "")),
     )
+    _echo_pair_rejections(labels.rejected)
     done = tune(
         labels,
         output,
@@ -1599,14 +1639,10 @@ def words_command(text: str, word: str | None, merge: str, as_json: bool, asked:
     from dataclasses import replace
 
     from indexer.encoders.torch_encoder import TorchEncoder
-    from indexer.words import WORD_STRATEGY, context, cosine_matrix, occurrences, word_vectors
+    from indexer.words import WORD_STRATEGY, context, cosine_matrix, word_vectors
 
     embedder = TorchEncoder(replace(WORD_STRATEGY, **asked))
-    words = word_vectors(embedder, text, merge)
-    if word is not None:
-        words = occurrences(words, word)
-        if not words:
-            raise BadInput(f"the word {word!r} does not occur in the text")
+    words = word_vectors(text, word, merge=merge, embedder=embedder)
     matrix = cosine_matrix([w.vector for w in words])
     if as_json:
         click.echo(

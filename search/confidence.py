@@ -132,6 +132,7 @@ class Rule:
     created: str = ""
     why: str = ""  # why these features: the learned rule against the plain one on held-out threads
     costs: tuple[tuple[float, float], ...] = ()  # (precision target, coverage) with the same guarantee
+    labels_needed: int | None = None  # about how many labelled questions the target needs to answer half
 
     @property
     def reads_neighbours(self) -> bool:

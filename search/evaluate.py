@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from indexer.corpus import Rejection, rejection_summary
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring
 from indexer.progress import Progress
@@ -37,6 +38,8 @@ class Pairs:
     gold: np.ndarray
     scored: bool = True
     """False: pairs read without a score column (each a positive pair; ``gold`` is all ones)."""
+    rejected: tuple[Rejection, ...] = ()
+    """The rows that gave no pair, with why (printed as an index's rejected rows are)."""
 
     def sentences(self) -> list[str]:
         """Each distinct sentence once, so a sentence shared by pairs is embedded once."""
@@ -92,19 +95,42 @@ def read_pairs(
                 "name them with --sentence1/--sentence2/--score"
             )
     scored = need_score or any(isinstance(r, dict) and r.get(score) not in (None, "") for r in rows)
-    usable = [
-        r
-        for r in rows
-        if isinstance(r, dict) and r.get(s1) and r.get(s2) and not (scored and _float(r.get(score)) is None)
-    ]
+    usable: list[tuple[str, str, float]] = []
+    rejected: list[Rejection] = []
+    for number, row in enumerate(rows, 1):
+        reason = _unusable(row, (s1, s2), score if scored else None)
+        if reason:
+            rejected.append(Rejection(number, reason))
+        else:
+            usable.append((str(row[s1]), str(row[s2]), _float(row[score]) if scored else 1.0))
     if len(usable) < 3:
-        raise BadInput(f"{path}: fewer than 3 usable sentence pairs")
-    return Pairs(
-        [str(r[s1]) for r in usable],
-        [str(r[s2]) for r in usable],
-        np.array([_float(r[score]) for r in usable] if scored else np.ones(len(usable))),
-        scored,
-    )
+        dropped = f" ({len(rejected)} rows rejected: {rejection_summary(rejected)})" if rejected else ""
+        raise BadInput(f"{path}: fewer than 3 usable sentence pairs{dropped}")
+    gold = np.array([g for _, _, g in usable])
+    if scored and np.ptp(gold) == 0:
+        raise BadInput(
+            f"{path}: all {len(usable)} pairs score {gold[0]:g}: a correlation needs two different scores, "
+            "and so does learning an order"
+        )
+    return Pairs([a for a, _, _ in usable], [b for _, b, _ in usable], gold, scored, tuple(rejected))
+
+
+def _unusable(row: object, texts: tuple[str, str], score: str | None) -> str | None:
+    """Why a row gives no pair (None: it does): a missing sentence, or a score that is missing
+    or not a finite number (NaN and infinity rank nothing)."""
+    if not isinstance(row, dict):
+        return "not an object"
+    for name in texts:
+        if not row.get(name):
+            return f"no {name}"
+    if score is None:
+        return None
+    value = row.get(score)
+    if value in (None, ""):
+        return f"no {score}"
+    number = _float(value)
+    finite = number is not None and math.isfinite(number)
+    return None if finite else f"{score} is not a finite number: {value!r}"
 
 
 def sts_scores(first: np.ndarray, second: np.ndarray, gold: np.ndarray) -> dict[str, float]:

@@ -9,6 +9,7 @@ lower bound; ``search.calibration`` fits rules with it and ``evaluate abstention
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,6 +29,9 @@ TARGETS = (0.8, 0.85, 0.9, 0.95, 0.98)
 """Precision targets whose coverage ``calibrate`` also reports (``Curve.costs``)."""
 MIN_THREADS = 10
 """Threads (distinct answers) below which no promise is made: the resampling needs some."""
+HALF = 0.5
+"""Coverage below which ``calibrate`` names the strictest target that answers more, and about how
+many labelled questions its own target would need (``Curve.looser_target``, ``Curve.questions_for``)."""
 
 
 def check_share(name: str, value: float) -> float:
@@ -119,6 +123,34 @@ class Curve:
             threshold, _ = self.guaranteed(target, guarantee)
             found.append((float(target), 0.0 if threshold is None else self.coverage(threshold)))
         return tuple(found)
+
+    def looser_target(self, precision: float, guarantee: float, coverage: float = HALF) -> float | None:
+        """The highest precision target below ``precision`` (in steps of 0.01, down to 0.5) whose
+        promise answers at least ``coverage`` of the answerable questions; None if none does."""
+        for hundredths in range(math.ceil(precision * 100) - 1, 49, -1):
+            threshold, _ = self.guaranteed(hundredths / 100, guarantee)
+            if threshold is not None and self.coverage(threshold) >= coverage:
+                return hundredths / 100
+        return None
+
+    def questions_for(
+        self, precision: float, guarantee: float, questions: int, coverage: float = HALF
+    ) -> int | None:
+        """About how many labelled questions like these ``questions`` would let the promise at
+        ``precision`` answer ``coverage``: at the strictest cut answering that much, the margin
+        between the sample's own precision and the guaranteed bound shrinks as 1/sqrt(threads),
+        so it must shrink by (own - target) / margin. None when the sample's own precision there
+        is below the target (no number of labels like these reaches it). Two significant digits:
+        a rough estimate (docs/abstention-guarantee.md)."""
+        covered = np.flatnonzero([self.coverage(cut) >= coverage for cut in self.cuts])
+        if not len(covered):
+            return None
+        cut = covered[0]
+        own = float(self.precisions(np.ones((1, self.clusters)))[0][cut])
+        if own <= precision:
+            return None
+        shrink = ((own - float(self.lower(guarantee)[cut])) / (own - precision)) ** 2
+        return int(float(f"{questions * max(1.0, shrink):.2g}"))
 
     def unguarded(self, precision: float) -> float:
         """The lowest cut at which the sample's own precision reaches ``precision`` (no promise)."""

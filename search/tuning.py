@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from indexer.corpus import Rejection
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring
 from indexer.outputs import staged_dir
@@ -50,13 +51,17 @@ class Labels:
     candidates: list[str] | None = None
     relevant: dict[str, set[int]] | None = None
     mine_negatives: bool = False
+    rejected: tuple[Rejection, ...] = ()
+    """Rows of the labels file that gave no pair (``search.evaluate.read_pairs``)."""
 
     def __post_init__(self) -> None:
         pieces = len(set(self.groups.tolist()))
-        if len(self.first) < MIN_LABELS or pieces < 2:
+        distinct = len(set(zip(self.first, self.second, strict=True)))
+        if distinct < MIN_LABELS or pieces < 2:
+            repeated = f" but {distinct} distinct" if distinct < len(self.first) else ""
             raise BadInput(
-                f"too few labels: {len(self.first)} {self.kind} in {pieces} group(s); tune needs at least "
-                f"{MIN_LABELS} pairs in 2 groups or more (a share is held back to measure)"
+                f"too few labels: {len(self.first)} {self.kind}{repeated} in {pieces} group(s); tune needs "
+                f"at least {MIN_LABELS} distinct pairs in 2 groups or more (a share is held back to measure)"
             )
 
 
@@ -65,14 +70,16 @@ def components(edges: Sequence[tuple[str, str]]) -> np.ndarray:
     return connected([a for a, _ in edges], [b for _, b in edges])[2]
 
 
-def _ranking(first: list[str], second: list[str], groups: np.ndarray, kind: str) -> Labels:
+def _ranking(
+    first: list[str], second: list[str], groups: np.ndarray, kind: str, rejected: tuple[Rejection, ...] = ()
+) -> Labels:
     """Positive pairs ranked among every distinct second text."""
     candidates = list(dict.fromkeys(second))
     position = {text: i for i, text in enumerate(candidates)}
     relevant: dict[str, set[int]] = {}
     for a, b in zip(first, second, strict=True):
         relevant.setdefault(a, set()).add(position[b])
-    return Labels(kind, first, second, groups, candidates=candidates, relevant=relevant)
+    return Labels(kind, first, second, groups, candidates=candidates, relevant=relevant, rejected=rejected)
 
 
 def pair_labels(
@@ -84,8 +91,10 @@ def pair_labels(
     pairs = read_pairs(path, s1, s2, score, need_score=False)
     groups = components(list(zip(pairs.first, pairs.second, strict=True)))
     if pairs.scored:
-        return Labels("scored pairs", pairs.first, pairs.second, groups, scores=pairs.gold)
-    return _ranking(pairs.first, pairs.second, groups, "positive pairs")
+        return Labels(
+            "scored pairs", pairs.first, pairs.second, groups, scores=pairs.gold, rejected=pairs.rejected
+        )
+    return _ranking(pairs.first, pairs.second, groups, "positive pairs", pairs.rejected)
 
 
 def retrieval_labels(

@@ -702,9 +702,7 @@ def test_a_rule_says_what_other_precision_targets_would_cost():
     being stored."""
     rng = np.random.default_rng(0)
     seen = [
-        Observation(
-            row(centre + rng.normal(0, 0.06)), answerable, answerable, t, not answerable
-        )
+        Observation(row(centre + rng.normal(0, 0.06)), answerable, answerable, t, not answerable)
         for t in range(40)
         for _ in range(4)
         for answerable, centre in ((True, 0.72), (False, 0.6))
@@ -716,3 +714,43 @@ def test_a_rule_says_what_other_precision_targets_would_cost():
     assert coverages == sorted(coverages, reverse=True) and coverages[0] > coverages[-1]
     assert dict(rule.costs)[0.95] == rule.coverage
     assert Rule.from_dict(json.loads(json.dumps(rule.to_dict()))) == rule
+
+
+@pytest.mark.slow
+def test_a_promise_that_answers_under_half_says_what_would_answer_more(demo_labels, bundled):
+    """The demo's 110 labels at precision 0.95 answer about a fifth of the right top hits: the
+    trade-off names the strictest target that answers half, and the labels 0.95 would need."""
+    index, queries, qrels, _ = demo_labels
+    rule = calibrate(index, queries, qrels)
+    assert rule.coverage < 0.5
+    looser = max(target for target, coverage in rule.costs if coverage >= 0.5)
+    assert 0.6 <= looser < 0.95
+    # a quarter of the demo's top hits are wrong at cosines as high as right ones: at 0.95 more
+    # labels like these buy at most the coverage without the guarantee, never half
+    assert rule.labels_needed is None and rule.unguarded_coverage < 0.5
+    assert Rule.from_dict(json.loads(json.dumps(rule.to_dict()))) == rule
+    said = run("calibrate", index, "--queries", queries, "--qrels", qrels, "-q")
+    assert said.returncode == 0, said.stderr
+    advice = [line for line in said.stdout.splitlines() if line.startswith("under half:")]
+    assert len(advice) == 1, said.stdout
+    assert f"--precision {looser:g} answers" in advice[0]
+    assert f"lift 0.95 to at most {rule.unguarded_coverage:.2f}" in advice[0]
+    looser_rule = calibrate(index, queries, qrels, precision=0.85)
+    assert looser_rule.coverage < 0.5 and looser_rule.labels_needed > 110  # its own precision gets there
+
+
+def test_the_labels_a_target_needs_are_estimated_from_the_margin_the_guarantee_takes():
+    """More labels shrink the guarantee's margin as 1/sqrt(n): a target the labels' own precision
+    reaches at half coverage needs more of them; one it does not reach, no number of them."""
+    rng = np.random.default_rng(0)
+    answerable = np.arange(200) % 2 == 0
+    correct = answerable & (rng.random(200) < 0.8)
+    confidence = np.where(correct, rng.normal(0.7, 0.1, 200), rng.normal(0.5, 0.1, 200))
+    curve = Curve(confidence, correct, answerable, np.repeat(np.arange(100), 2), 1 / 3)
+    threshold, _ = curve.guaranteed(0.93, 0.9)
+    assert curve.coverage(threshold) < 0.5
+    assert 100 < curve.questions_for(0.93, 0.9, 100) < 10_000
+    assert curve.questions_for(0.999, 0.9, 100) is None
+    looser = curve.looser_target(0.93, 0.9)
+    assert looser < 0.93 and curve.coverage(curve.guaranteed(looser, 0.9)[0]) >= 0.5
+    assert curve.coverage(curve.guaranteed(looser + 0.01, 0.9)[0] or 2.0) < 0.5

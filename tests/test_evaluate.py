@@ -168,3 +168,33 @@ def test_a_header_of_binary_junk_is_named_without_its_bytes(tmp_path):
     message = str(caught.value)
     assert "no columns" in message and len(message) < 400
     assert not any(ord(c) < 32 for c in message)
+
+
+def write_rows(path: Path, rows: list[tuple[str, str, str]]) -> Path:
+    path.write_text(
+        "sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in rows), encoding="utf-8"
+    )
+    return path
+
+
+def test_pairs_without_a_usable_score_are_rejected_rows_with_their_reasons(tmp_path):
+    good = [(a, b, str(g)) for a, b, g in PAIRS]
+    bad = [("x", "y", "nan"), ("x", "y", "inf"), ("x", "y", ""), ("x", "y", "high"), ("", "y", "1")]
+    pairs = read_pairs(write_rows(tmp_path / "p.tsv", good + bad))
+    assert pairs.first == [a for a, _, _ in PAIRS] and np.isfinite(pairs.gold).all()
+    assert [(r.row, r.reason) for r in pairs.rejected] == [
+        (7, "score is not a finite number: 'nan'"),
+        (8, "score is not a finite number: 'inf'"),
+        (9, "no score"),
+        (10, "score is not a finite number: 'high'"),
+        (11, "no sentence1"),
+    ]
+    with pytest.raises(SemsearchError, match="fewer than 3 usable sentence pairs .*4 rows rejected"):
+        read_pairs(write_rows(tmp_path / "q.tsv", good[:2] + bad[:4]))
+
+
+def test_scores_that_never_differ_are_one_line_saying_why(tmp_path):
+    constant = write_rows(tmp_path / "c.tsv", [(a, b, "3") for a, b, _ in PAIRS])
+    for need_score in (True, False):  # evaluate sts and sweep sts; tune's labels
+        with pytest.raises(SemsearchError, match="all 6 pairs score 3: .*needs two different scores"):
+            read_pairs(constant, need_score=need_score)

@@ -384,3 +384,70 @@ def test_a_time_budget_lays_the_learning_rate_decay_out_over_the_steps_it_leaves
     assert plan.planned == 100 and plan.rate(100) == 0 and 0 < plan.rate(60) < 1
     plan.fit(done=60, seconds_per_step=0.1, seconds_left=1000.0)  # faster now: never past the epochs
     assert plan.planned == 1000 and plan.rate(100) == 1
+
+
+def test_a_tuned_model_directory_gives_its_strategy_as_the_default(tiny_model, tmp_path):
+    from indexer.errors import StrategyConflict
+    from indexer.models import strategy_request
+
+    several = Strategy(model=tiny_model, layers=(1, 2), combine="concat", skip_special=True, backend="torch")
+    tune(read_labels(pairs=scored_pairs(tmp_path)), tmp_path / "tuned", several, epochs=1)
+    model = str(tmp_path / "tuned")
+    strategy, said = strategy_request({"model": model})
+    assert (strategy.layers, strategy.combine, strategy.skip_special) == ((1, -1), "concat", True)
+    assert said == "using the strategy saved with the model: layers -2,-1, concat, mean pooling, skip-special"
+    same, _ = strategy_request({"model": model, "layers": (-2, -1), "max_length": 64, "backend": "onnx"})
+    assert (same.layers, same.max_length, same.backend) == ((1, -1), 64, "onnx")  # options it leaves open
+    with pytest.raises(StrategyConflict, match=r"--layers -1 .* tuned with layers -2,-1"):
+        strategy_request({"model": model, "layers": (-1,)})
+    with pytest.raises(StrategyConflict, match="--keep-special .* tuned with skip-special"):
+        strategy_request({"model": model, "skip_special": False})
+    plain, said = strategy_request({"model": tiny_model, "layers": (-1,)})  # not tuned here: as asked
+    assert plain == Strategy(model=tiny_model, layers=(-1,)) and said is None
+
+
+@pytest.mark.slow
+def test_index_and_evaluate_with_a_tuned_model_read_it_as_it_was_tuned(tiny_model, tmp_path, monkeypatch):
+    from indexer.store import open_index
+
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))
+    several = Strategy(model=tiny_model, layers=(1, 2), combine="concat", skip_special=True)
+    tune(read_labels(pairs=scored_pairs(tmp_path)), tmp_path / "tuned", several, epochs=1)
+    corpus = retrieval_files(tmp_path)["corpus"]
+    built = run("index", corpus, "-o", tmp_path / "idx", "--model", tmp_path / "tuned", "-q")
+    assert built.returncode == 0, built.stderr
+    assert "using the strategy saved with the model: layers -2,-1, concat" in built.stderr
+    stored = open_index(tmp_path / "idx", vectors=False).strategy
+    assert (stored.layers, stored.combine, stored.skip_special) == ((1, -1), "concat", True)
+    contradicted = run(
+        "evaluate", "sts", scored_pairs(tmp_path), "--model", tmp_path / "tuned", "--combine", "mean"
+    )
+    assert_clean_failure(contradicted, "--combine mean contradicts")
+
+
+def test_labels_that_cannot_teach_are_refused_before_training(tmp_path):
+    repeated = tmp_path / "repeated.tsv"
+    rows = [f"{sentence(0)}\t{sentence(0, 1)}\t1", f"{sentence(1)}\t{sentence(1, 1)}\t4"] * 50
+    repeated.write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(BadInput, match="100 scored pairs but 2 distinct"):
+        read_labels(pairs=repeated)
+    junk = tmp_path / "junk.tsv"
+    junk.write_text(scored_pairs(tmp_path).read_text() + f"{sentence(50)}\t{sentence(51)}\tnan\n")
+    assert [r.reason for r in read_labels(pairs=junk).rejected] == ["score is not a finite number: 'nan'"]
+
+
+@pytest.mark.slow
+def test_junk_scores_on_the_command_line_are_counted_or_refused(tmp_path):
+    junk = tmp_path / "junk.tsv"
+    junk.write_text(scored_pairs(tmp_path).read_text().replace("\t3\n", "\tnan\n"))
+    rejected = run("evaluate", "sts", junk, "--json")
+    assert rejected.returncode == 0, rejected.stderr
+    assert "rejected 7 rows: 7 score is not a finite number" in rejected.stderr
+    assert "row 4: score is not a finite number: 'nan'" in rejected.stderr
+    constant = tmp_path / "constant.tsv"
+    constant.write_text(
+        "sentence1\tsentence2\tscore\n" + "".join(f"{sentence(i)}\t{sentence(i, 1)}\t2\n" for i in range(40))
+    )
+    assert_clean_failure(run("evaluate", "sts", constant), "a correlation needs two different scores")
+    assert_clean_failure(run("tune", "-o", tmp_path / "out", "--pairs", constant), "all 40 pairs score 2")
+    assert not (tmp_path / "out").exists()

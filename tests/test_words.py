@@ -22,7 +22,7 @@ def words_embedder():
 
 @pytest.mark.slow
 def test_money_banks_are_closer_to_each_other_than_to_the_river_bank(words_embedder):
-    words = word_vectors(words_embedder, SENTENCE)
+    words = word_vectors(SENTENCE, embedder=words_embedder)
     banks = [w.vector for w in occurrences(words, "bank")]
     assert len(banks) == 3
     cos = cosine_matrix(banks)
@@ -34,7 +34,9 @@ def test_word_pieces_merge_into_words(words_embedder):
     text = "river embeddings"
     pieces = words_embedder.tokenizer.tokenize(text)
     assert len(pieces) == 5  # river + em ##bed ##ding ##s
-    merged = {m: word_vectors(words_embedder, text, m) for m in ("mean", "sum", "first", "last")}
+    merged = {
+        m: word_vectors(text, merge=m, embedder=words_embedder) for m in ("mean", "sum", "first", "last")
+    }
     assert [w.text for w in merged["mean"]] == ["river", "embeddings"]
     n = len(words_embedder.tokenizer.tokenize("embeddings"))
     vectors = {m: [w.vector for w in words] for m, words in merged.items()}
@@ -42,7 +44,7 @@ def test_word_pieces_merge_into_words(words_embedder):
     assert not np.allclose(vectors["first"][1], vectors["last"][1])
     np.testing.assert_allclose(vectors["first"][0], vectors["last"][0])  # one piece: all agree
     with pytest.raises(SemsearchError, match="merge"):
-        word_vectors(words_embedder, text, "median")
+        word_vectors(text, merge="median", embedder=words_embedder)
 
 
 @pytest.mark.slow
@@ -50,9 +52,28 @@ def test_occurrences_are_labelled_by_their_offsets(words_embedder):
     """ "bank's" is the word "bank" (the tokenizer splits off 's): the first occurrence is the
     money bank, whatever whitespace splitting would say."""
     text = "The bank's vault was robbed. Later we sat on the river bank, fishing."
-    banks = occurrences(word_vectors(words_embedder, text), "Bank")
+    banks = occurrences(word_vectors(text, embedder=words_embedder), "Bank")
     assert [(w.text, w.start, w.end) for w in banks] == [("bank", 4, 8), ("bank", 55, 59)]
     assert [text[w.start : w.end] for w in banks] == ["bank", "bank"]
     assert context(text, banks[0], width=12) == "The [bank]'s vault was…"
     assert context(text, banks[1], width=12) == "…the river [bank], fishing."
-    assert occurrences(word_vectors(words_embedder, text), "money") == []
+    assert occurrences(word_vectors(text, embedder=words_embedder), "money") == []
+
+
+@pytest.mark.slow
+def test_the_facade_takes_a_text_a_word_and_a_strategy(words_embedder, tiny_model):
+    """``semsearch.word_vectors(text, word)``: the word's occurrences, read as ``semsearch words``
+    reads them (the bundled model, the last four layers summed) unless a strategy says otherwise."""
+    import semsearch
+    from indexer.strategy import Strategy
+
+    text = "the river bank and the bank vault"
+    banks = semsearch.word_vectors(text, "bank")
+    assert [(w.text, w.start) for w in banks] == [("bank", 10), ("bank", 23)]
+    reference = occurrences(word_vectors(text, embedder=words_embedder), "bank")
+    np.testing.assert_allclose(np.stack([w.vector for w in banks]), np.stack([w.vector for w in reference]))
+    assert [w.text for w in semsearch.word_vectors("the river bank")] == ["the", "river", "bank"]
+    tiny = semsearch.word_vectors(text, "bank", Strategy(model=tiny_model, layers=(-1,)))
+    assert len(tiny) == 2 and tiny[0].vector.shape == (32,)
+    with pytest.raises(SemsearchError, match="does not occur"):
+        semsearch.word_vectors(text, "money")
