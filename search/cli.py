@@ -1556,6 +1556,7 @@ def sweep_retrieval_command(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @progress_options
+@device_options("auto")
 @strategy_options
 def tune_command(
     output: Path,
@@ -1576,6 +1577,8 @@ def tune_command(
     batch_size: int,
     learning_rate: float,
     as_json: bool,
+    device: str,
+    precision: str,
     asked: dict[str, Any],
     progress: bool,
 ) -> None:
@@ -1608,6 +1611,8 @@ def tune_command(
         learning_rate=learning_rate,
         progress=progress,
         report=lambda line: click.echo(line, err=True),
+        device=device,
+        precision=precision,
     )
     if as_json:
         click.echo(json.dumps(done.to_dict()))

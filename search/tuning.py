@@ -294,24 +294,38 @@ def tune(
     learning_rate: float = 2e-5,
     progress: bool = False,
     report: Callable[[str], object] = lambda line: None,
+    device: str = "auto",
+    precision: str = "auto",
 ) -> TuneReport:
     """Fine-tune ``strategy``'s model (default: the index's default) on ``labels`` through that
     strategy, holding back ``held_back`` of the labels by group, and save the best checkpoint to
-    ``output`` (a new or empty directory), loadable with ``--model output``."""
+    ``output`` (a new or empty directory), loadable with ``--model output``. ``device``: where it
+    trains (``auto``: a GPU torch sees); ``precision`` on a GPU: the forward pass autocast
+    (``auto``: bf16, which needs no loss scaling), weights and optimiser in fp32."""
+    from indexer.encoders.devices import placement
     from indexer.encoders.training import Budget, fine_tune, save_model, trainable
 
     output = Path(output)
+    on = placement(device, precision)
+    mixed = "bf16" if precision == "auto" and not on.on_cpu else on.precision
     with staged_dir(output, _new_or_empty) as staging:  # claimed now: a second tune to it stops here
         budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
         held = hold_back(labels, held_back, seed)
         rows = np.flatnonzero(~held)
-        encoder = trainable(strategy)
+        encoder = trainable(strategy, on)
         examples = training_examples(labels, held, encoder.embed)
         metric = "spearman" if labels.scores is not None else f"mrr@{K}"
         report(f"{labels.kind}: {len(rows)} trained on, {int(held.sum())} held back ({metric} x100)")
         outcome = fine_tune(
-            encoder, examples, measure_for(labels, held), budget, progress=progress, report=report
+            encoder,
+            examples,
+            measure_for(labels, held),
+            budget,
+            progress=progress,
+            report=report,
+            mixed=mixed,
         )
+        encoder.model.to("cpu")  # saved from the CPU, whatever it trained on
         facts = {
             "tuned_from": encoder.strategy.model_id,
             "labels": labels.kind,

@@ -147,3 +147,24 @@ def test_sessions_side_by_side_give_the_vectors_of_one(tiny_model):
     shares: list[float] = []
     np.testing.assert_allclose(three.embed(texts, progress=shares.append), one.embed(texts), atol=1e-6)
     assert sum(shares) == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not NO_GPU, reason="this machine has a GPU")
+def test_every_embedding_command_refuses_a_missing_gpu_before_it_writes(tmp_path, tiny_model):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(
+        "sentence1\tsentence2\tscore\n"
+        + "".join(f"a text {i}\tanother text {i * 7 % 13}\t{i % 5}\n" for i in range(30)),
+        encoding="utf-8",
+    )
+    model = ("--model", tiny_model)
+    for command in (
+        ("tune", "-o", tmp_path / "tuned", "--pairs", pairs, *model),
+        ("evaluate", "sts", pairs, *model),
+        ("sweep", "sts", pairs, *model),
+    ):
+        result = run(*command, "--device", "cuda")
+        assert_clean_failure(result, "torch sees no CUDA GPU")
+    assert not (tmp_path / "tuned").exists()
+

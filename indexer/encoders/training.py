@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from indexer.encoders.devices import CPU, Placement
+from indexer.encoders.pipeline import DTYPES
 from indexer.encoders.torch_encoder import TorchEncoder, _layer_stack
 from indexer.errors import BadInput
 from indexer.head import NetworkOutput, pad_batch
@@ -101,10 +103,13 @@ Measure = Callable[[Callable[[Sequence[str]], np.ndarray]], float]
 """Held-back metric (higher is better) of an ``embed`` function."""
 
 
-def trainable(strategy: Strategy | None) -> TorchEncoder:
+def trainable(strategy: Strategy | None, placement: Placement = CPU) -> TorchEncoder:
     """The strategy's torch encoder, checked to be trainable and savable as a model directory
-    whose default reading is the strategy's (one clear line otherwise)."""
-    encoder = TorchEncoder(replace(strategy or Strategy(), backend="torch"))
+    whose default reading is the strategy's (one clear line otherwise), its fp32 weights on
+    ``placement``'s device (a GPU's half precision is autocast in the forward pass, ``fine_tune``)."""
+    on = Placement(placement.device, "fp32")
+    encoder = TorchEncoder(replace(strategy or Strategy(), backend="torch"), placement=on)
+    encoder.model.to(on.device)
     resolved = encoder.strategy
     if resolved.pooling == "pooler":
         raise BadInput(
@@ -129,7 +134,8 @@ def trainable(strategy: Strategy | None) -> TorchEncoder:
 def _vectors(encoder: TorchEncoder, texts: Sequence[str]) -> torch.Tensor:
     """Sentence vectors with their gradient: the encoder's tokens, network and head."""
     input_ids, attention = pad_batch(encoder.tokens.ids(texts), encoder.tokens.pad)
-    ids, mask = torch.from_numpy(input_ids), torch.from_numpy(attention)
+    device = torch.device(encoder.placement.device)
+    ids, mask = torch.from_numpy(input_ids).to(device), torch.from_numpy(attention).to(device)
     out = encoder.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
     return encoder.head(NetworkOutput(out.hidden_states, getattr(out, "pooler_output", None)), ids, mask)
 
@@ -144,7 +150,8 @@ def cosent_loss(first: torch.Tensor, second: torch.Tensor, scores: torch.Tensor)
     differences = cosines[None, :] - cosines[:, None]  # [i, j]: cos_j - cos_i, penalised when gold_i > gold_j
     wrong_order = scores[:, None] > scores[None, :]
     differences = differences.masked_fill(~wrong_order, -1e12)
-    return torch.logsumexp(torch.cat([torch.zeros(1), differences.flatten()]), dim=0)
+    zero = torch.zeros(1, device=differences.device, dtype=differences.dtype)
+    return torch.logsumexp(torch.cat([zero, differences.flatten()]), dim=0)
 
 
 def in_batch_loss(
@@ -154,7 +161,7 @@ def in_batch_loss(
     batch (its positives, then hard negatives); a candidate of the anchor's own group is not a
     negative."""
     logits = _unit(anchors) @ _unit(candidates).T * SCALE
-    rows = torch.arange(len(anchors))
+    rows = torch.arange(len(anchors), device=logits.device)
     same = groups[:, None] == candidate_groups[None, :]
     same[rows, rows] = False
     return torch.nn.functional.cross_entropy(logits.masked_fill(same, -1e12), rows)
@@ -164,14 +171,15 @@ def _batch_loss(encoder: TorchEncoder, examples: Examples, rows: Sequence[int]) 
     first = _vectors(encoder, [examples.first[i] for i in rows])
     if examples.scores is not None:
         second = _vectors(encoder, [examples.second[i] for i in rows])
-        return cosent_loss(first, second, torch.tensor([examples.scores[i] for i in rows]))
-    groups = torch.tensor([examples.groups[i] for i in rows])
+        scores = torch.tensor([examples.scores[i] for i in rows], device=first.device)
+        return cosent_loss(first, second, scores)
+    groups = torch.tensor([examples.groups[i] for i in rows], device=first.device)
     texts = [examples.second[i] for i in rows]
     candidate_groups = groups
     if examples.negatives is not None:
         negatives = [i for i in rows if examples.negatives[i] is not None]
         texts += [examples.negatives[i] for i in negatives]
-        candidate_groups = torch.cat([groups, torch.full((len(negatives),), -1)])
+        candidate_groups = torch.cat([groups, torch.full((len(negatives),), -1, device=groups.device)])
     return in_batch_loss(first, _vectors(encoder, texts), groups, candidate_groups)
 
 
@@ -215,10 +223,13 @@ def fine_tune(
     *,
     progress: bool = False,
     report: Callable[[str], object] = lambda line: None,
+    mixed: str = "fp32",
 ) -> Outcome:
     """Train ``encoder``'s model in place on ``examples``; measure the held-back share before,
     ``budget.evaluations`` times an epoch and at the end, and leave the best weights loaded.
-    Memory stays bounded: one batch's activations and one copy of the best weights."""
+    Memory stays bounded: one batch's activations and one copy of the best weights. ``mixed``:
+    ``bf16`` or ``fp16`` autocasts the forward pass on a GPU (fp32 weights and optimiser; fp16
+    with a loss scaler)."""
     from tqdm import tqdm
 
     torch.manual_seed(budget.seed)
@@ -233,6 +244,16 @@ def fine_tune(
     plan = Schedule(total)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, plan.rate)
 
+    device = torch.device(encoder.placement.device)
+    half = mixed in ("bf16", "fp16") and device.type == "cuda"
+    scaler = torch.amp.GradScaler("cuda", enabled=half and mixed == "fp16")
+
+    def forward(rows: Sequence[int]) -> torch.Tensor:
+        if not half:
+            return _batch_loss(encoder, examples, rows)
+        with torch.autocast("cuda", dtype=DTYPES[mixed]):
+            return _batch_loss(encoder, examples, rows)
+
     model.eval()
     before = measure(encoder.embed)
     report(f"held-back metric before tuning: {before:.4f}")
@@ -244,11 +265,13 @@ def fine_tune(
         for _ in range(budget.epochs):
             for rows in _batches(len(examples), budget.batch_size, rng):
                 model.train()
-                loss = _batch_loss(encoder, examples, rows)
+                loss = forward(rows).float()
                 optimizer.zero_grad()
-                loss.backward()
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
+                scaler.step(optimizer)
+                scaler.update()
                 outcome.steps += 1
                 if deadline is not None:  # lay the decay out over the steps the budget leaves
                     now = time.monotonic()
