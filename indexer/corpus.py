@@ -1,13 +1,13 @@
 """Corpus files -> entries to index (id, text, every field of the row), and the rows rejected.
 
-Formats: CSV and TSV with a header, JSON Lines, plain text (one entry per line), parsed by
-``indexer.formats``; this module decides what each parsed row is. A row that cannot
+Formats: CSV and TSV with a header, JSON Lines, a JSON array, plain text (one entry per
+line), parsed by ``indexer.formats``; this module decides what each parsed row is. A row that cannot
 be used is never dropped silently: it is kept as a Rejection with its row number and reason.
 Bytes that are not UTF-8 reject their row only (decoded with ``surrogateescape``, then detected).
 A CSV quote left open at the end of the file rejects the row that opened it ("unterminated
 quote"); the lines it would have swallowed are read again as rows of their own.
 
-The id is the ``--id-field``, else a field ``id`` (in a JSON Lines file: in any row), else ``_id``
+The id is the ``--id-field``, else a field ``id`` (in JSON: in any row), else ``_id``
 (BEIR's corpus.jsonl), else the row number. ``_id`` is consumed as the id rather than kept as a
 field. An id is a string or an integer, kept as its exact text (``entry_id``): ``"01"``, ``1`` and
 ``1.0`` are three ids, and ``1.0``, ``true``, a list or an object reject their row. Field names are
@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from indexer.errors import BadInput
 from indexer.formats import (
@@ -40,6 +40,7 @@ from indexer.formats import (
     check_encoding,
     detect_format,
     file_delimiter,
+    json_array_rows,
     json_row,
     open_file,
     parse_rows,
@@ -126,16 +127,13 @@ def check_field_names(names: Iterable[str], id_field: str | None = None) -> None
         raise BadInput(f"field names {', '.join(clash)} are reserved: rename them")
 
 
-def _json_id_field(path: Path, encoding: str) -> str | None:
-    """The id field of a JSON Lines file: ``id`` if any row has one, else ``_id`` if any row has
-    one, else None (row numbers). Decided by the whole file, so that a first row without an id is
-    rejected for it rather than switching the file to row numbers."""
+def _json_id_field(path: Path, encoding: str, fmt: str) -> str | None:
+    """The id field of a JSON Lines file or JSON array: ``id`` if any row has one, else ``_id`` if
+    any row has one, else None (row numbers). Decided by the whole file, so that a first row
+    without an id is rejected for it rather than switching the file to row numbers."""
     found = None
     with open_file(path) as handle:
-        for line in record_lines(read_lines(path, handle, encoding)):
-            if 'id"' not in line and "\\u" not in line:  # no id key, escaped or not: skip the parse
-                continue
-            row = json_row(0, line.rstrip("\r\n"))[1]
+        for row in _json_rows(path, handle, encoding, fmt):
             if not isinstance(row, dict) or _unstorable(row):  # a broken row's names are not names
                 continue
             if "id" in row:
@@ -143,6 +141,17 @@ def _json_id_field(path: Path, encoding: str) -> str | None:
             if "_id" in row:
                 found = "_id"
     return found
+
+
+def _json_rows(path: Path, handle: BinaryIO, encoding: str, fmt: str) -> Iterator[dict[str, Any] | str]:
+    """The rows of a JSON file that may have an id (a JSON Lines line without ``id"`` is skipped
+    unparsed)."""
+    if fmt == "json":
+        yield from (row for _, row in json_array_rows(path, handle, encoding))
+        return
+    for line in record_lines(read_lines(path, handle, encoding)):
+        if 'id"' in line or "\\u" in line:  # an id key, escaped or not
+            yield json_row(0, line.rstrip("\r\n"))[1]
 
 
 def entry_id(value: Any) -> str | None:
@@ -209,8 +218,8 @@ class CorpusReader:
             path, fmt, self.name = self._spool.path, "jsonl", ROWS_NAME
         self.path = Path(path)
         open_file(self.path).close()  # a missing or unreadable file is the first error
-        self.fmt = detect_format(self.path, fmt)
         self.encoding = check_encoding(encoding)
+        self.fmt = detect_format(self.path, fmt, self.encoding)
         self.delimiter = file_delimiter(self.path, self.fmt, delimiter, self.encoding)
         """A CSV file's field separator, given or told from its header; None for other formats."""
         self.text_fields = list(text_fields or ["text"])
@@ -228,12 +237,12 @@ class CorpusReader:
         first = self.first_row_id
         if first is not None:
             id_field = None
-        elif fmt == "jsonl" and id_field is None:
-            id_field = _json_id_field(path, self.encoding)
+        elif fmt in ("jsonl", "json") and id_field is None:
+            id_field = _json_id_field(path, self.encoding, fmt)
         entries, kinds = 0, Counter()
         seen: dict[str, int] = {}
         with open_file(path) as handle:
-            header, rows = parse_rows(read_lines(path, handle, self.encoding), fmt, path, self.delimiter)
+            header, rows = parse_rows(handle, fmt, path, self.encoding, self.delimiter)
             if header:
                 _check_header(header, path)
             names: dict[str, None] = dict.fromkeys(header)  # in order of appearance

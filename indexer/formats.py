@@ -1,10 +1,10 @@
 """A corpus file's bytes -> its lines -> (row number, row) pairs, per format: CSV and TSV with a
-header, JSON Lines, plain text. What a row means (its id, its text, whether it can be stored) is
+header, JSON Lines, a JSON array, plain text. What a row means (its id, its text, whether it can be stored) is
 ``indexer.corpus``'s job; a row this module cannot parse is the reason why, as a string.
 
 A line ends at ``\n`` (``\r\n`` is one end), as ``wc -l`` counts, in every format and on stdin;
 CSV, TSV and JSON Lines records also end at a lone ``\r``. Files are read in blocks, so memory is
-bounded by the longest line.
+bounded by the longest line (a JSON array's: by its largest element).
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from typing import Any, BinaryIO
 
 from indexer.errors import BadInput
 
-FORMATS = ("csv", "tsv", "jsonl", "text")
+FORMATS = ("csv", "tsv", "jsonl", "json", "text")
 _SUFFIXES = {
     ".csv": "csv",
     ".tsv": "tsv",
     ".tab": "tsv",
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
+    ".json": "json",
     ".txt": "text",
     ".text": "text",
 }
@@ -41,18 +42,28 @@ csv.field_size_limit(1 << 30)
 _BLOCK = 1 << 20
 
 
-def detect_format(path: Path, fmt: str | None) -> str:
-    """The format asked for, else the one the file's extension names; neither: one clear error."""
-    if fmt:
-        if fmt not in FORMATS:
-            raise BadInput(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
-        return fmt
-    found = _SUFFIXES.get(path.suffix.lower())
+def detect_format(path: Path, fmt: str | None, encoding: str = "utf-8") -> str:
+    """The format asked for, else the one the file's extension names; neither: one clear error.
+    JSON that starts with ``{`` rather than ``[`` is JSON Lines (many ``.json`` exports are)."""
+    if fmt and fmt not in FORMATS:
+        raise BadInput(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+    found = fmt or _SUFFIXES.get(path.suffix.lower())
     if found is None:
         raise BadInput(
             f"cannot tell the format of {path.name!r} from its extension: use --format {'|'.join(FORMATS)}"
         )
+    if found == "json" and _first_character(path, encoding) == "{":
+        return "jsonl"
     return found
+
+
+def _first_character(path: Path, encoding: str) -> str:
+    """The first character of the file that is not white space ("" for none)."""
+    with open_file(path) as handle:
+        for text in _blocks(path, handle, encoding, _Decoding(path, encoding)):
+            if text.strip():
+                return text.strip()[0]
+    return ""
 
 
 def open_file(path: Path) -> BinaryIO:
@@ -83,9 +94,27 @@ def read_lines(path: Path | str, handle: BinaryIO, encoding: str = "utf-8") -> I
     ``wc -l`` counts, read in blocks (memory bounded by the longest line). A leading BOM is
     dropped; bytes ``encoding`` cannot decode become surrogates, which reject their row, unless
     so many lines hold them that the file is in another encoding: then one error naming it."""
-    decoder = codecs.getincrementaldecoder(check_encoding(encoding))(errors="surrogateescape")
     check = _Decoding(path, encoding)
     parts: list[str] = []  # the line being read, one piece per block
+    for text in _blocks(path, handle, encoding, check):
+        *ended, rest = text.split("\n")
+        for piece in ended:
+            line = "".join([*parts, piece, "\n"])
+            parts = []
+            check.line(line)
+            yield line
+        if rest:
+            parts.append(rest)
+    if parts:
+        check.line("".join(parts))
+        yield "".join(parts)
+    check.end()
+
+
+def _blocks(path: Path | str, handle: BinaryIO, encoding: str, check: _Decoding) -> Iterator[str]:
+    """The file's text, decoded a block at a time (a character cut by a block's end is in the
+    next), without a leading BOM; bytes ``encoding`` cannot decode become surrogates."""
+    decoder = codecs.getincrementaldecoder(check_encoding(encoding))(errors="surrogateescape")
     first = True
     while True:
         try:
@@ -97,19 +126,9 @@ def read_lines(path: Path | str, handle: BinaryIO, encoding: str = "utf-8") -> I
         text = decoder.decode(block, final=not block)
         if first and text:
             text, first = text.removeprefix("\ufeff"), False
-        *ended, rest = text.split("\n")
-        for piece in ended:
-            line = "".join([*parts, piece, "\n"])
-            parts = []
-            check.line(line)
-            yield line
-        if rest:
-            parts.append(rest)
+        if text:
+            yield text
         if not block:
-            if parts:
-                check.line("".join(parts))
-                yield "".join(parts)
-            check.end()
             return
 
 
@@ -252,11 +271,14 @@ def delimiter_note(path: Path, fmt: str | None, delimiter: str | None, encoding:
 
 
 def parse_rows(
-    lines: Iterator[str], fmt: str, path: Path, delimiter: str | None = None
+    handle: BinaryIO, fmt: str, path: Path, encoding: str = "utf-8", delimiter: str | None = None
 ) -> tuple[list[str], Rows]:
-    """The header's field names (empty for formats without one) and (row number, row) pairs;
-    a string row is the reason it could not be parsed. ``delimiter``: a CSV file's separator
-    (``file_delimiter``)."""
+    """The header's field names (empty for formats without one) and (row number, row) pairs of
+    the open file; a string row is the reason it could not be parsed. ``delimiter``: a CSV file's
+    separator (``file_delimiter``)."""
+    if fmt == "json":
+        return [], json_array_rows(path, handle, encoding)
+    lines = read_lines(path, handle, encoding)
     if fmt == "text":
         return [], ((n, {"text": line_text(line)}) for n, line in enumerate(lines, 1))
     if fmt == "jsonl":
@@ -330,4 +352,113 @@ def json_row(number: int, line: str) -> tuple[int, dict[str, Any] | str]:
     return number, row if isinstance(row, dict) else "not a JSON object"
 
 
+_SPACE = re.compile("[ \t\n\r]*")
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[][{},]')
+_NEAR_END = 16
+"""A JSON error this close to the end of the text read so far may be the element cut by the block."""
 
+
+def json_array_rows(path: Path, handle: BinaryIO, encoding: str = "utf-8") -> Rows:
+    """The elements of a JSON array, numbered from 1: an object is a row, a string the row
+    ``{"text": string}``, anything else the reason it is not. The file is decoded in blocks and
+    each element parsed with ``raw_decode`` from a buffer holding only the text not yet parsed,
+    so memory is bounded by the largest element. An element that is not JSON is rejected and the
+    array read on from the next ``,`` at its own depth."""
+    check = _Decoding(path, encoding)
+    blocks = _blocks(path, handle, encoding, check)
+    decoder = json.JSONDecoder()
+    text, pos = "", 0  # the text read and not yet dropped; where the next element starts
+
+    def more() -> bool:
+        """Read a block onto the buffer, dropping the text before ``pos`` (which becomes 0)."""
+        nonlocal text, pos
+        block = next(blocks, None)
+        if block is None:
+            return False
+        text, pos = text[pos:] + block, 0
+        return True
+
+    def following() -> str:
+        """The next character that is not white space, at ``pos`` ("" at the end of the file)."""
+        nonlocal pos
+        while True:
+            pos = _SPACE.match(text, pos).end()
+            if pos < len(text):
+                return text[pos]
+            if not more():
+                return ""
+
+    def value() -> tuple[bool, Any]:
+        """(True, the value at ``pos``), ``pos`` moved past it; else (False, why not)."""
+        nonlocal pos
+        while True:
+            try:
+                found, end = decoder.raw_decode(text, pos)
+            except json.JSONDecodeError as exc:
+                cut = exc.pos + _NEAR_END >= len(text) or exc.msg.startswith("Unterminated string")
+                if cut and more():
+                    continue
+                return False, f"invalid JSON: {exc.msg}"
+            except RecursionError:
+                return False, TOO_DEEP
+            if end == len(text) and more():  # a number may go on in the next block
+                continue
+            check.line(text[pos:end])
+            pos = end
+            return True, found
+
+    def skip() -> str:
+        """Move ``pos`` past a broken element to the ``,`` or ``]`` after it at its own depth;
+        that character ("" at the end of the file)."""
+        nonlocal pos
+        while True:
+            depth, last = 0, pos
+            for token in _JSON_TOKEN.finditer(text, pos):
+                if '"' in text[last : token.start()] and more():  # a string cut by the block's end
+                    break
+                last, mark = token.end(), token.group()
+                if mark in "[{":
+                    depth += 1
+                elif depth and mark in "]}":
+                    depth -= 1
+                elif not depth and mark in ",]":
+                    check.line(text[pos : token.start()])
+                    pos = token.end()
+                    return mark
+            else:
+                if more():
+                    continue
+                pos = len(text)
+                return ""
+
+    if following() == "":
+        return
+    if text[pos] != "[":
+        raise BadInput(f"{path} is not a JSON array (of objects or strings) nor JSON Lines")
+    pos += 1
+    number, mark = 0, ","
+    if following() == "]":
+        pos, mark = pos + 1, "]"
+    while mark == ",":
+        number += 1
+        following()
+        ok, found = value()
+        if ok:
+            mark = following()
+            if mark in (",", "]"):
+                pos += 1
+            elif mark:  # no comma after the element: it and what follows, to the next one, are broken
+                ok, found, mark = False, "invalid JSON: no , between elements", skip()
+        else:
+            mark = skip()
+        if not ok or isinstance(found, dict):
+            yield number, found
+        elif isinstance(found, str):
+            yield number, {"text": found}
+        else:
+            yield number, "not a JSON object or string"
+    if mark == "":
+        yield number + 1, "unclosed JSON array: the file ends before its ]"
+    elif following():
+        yield number + 1, "text after the JSON array's end"
+    check.end()

@@ -204,18 +204,21 @@ storage_option = click.option(
 )
 
 
+encoding_option = click.option(
+    "--encoding",
+    default="utf-8",
+    show_default=True,
+    help="The text encoding of the files read (corpus, queries, labels, ids): cp1252, latin-1, utf-16, ...",
+)
+
+
 def reading_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--encoding`` and ``--delimiter``: how a corpus file's bytes are read (``indexer.formats``)."""
     command = click.option(
         "--delimiter",
         help="A CSV file's field separator: , ; | or tab (default: told from its header).",
     )(command)
-    return click.option(
-        "--encoding",
-        default="utf-8",
-        show_default=True,
-        help="The file's text encoding: cp1252, latin-1, utf-16, ...",
-    )(command)
+    return encoding_option(command)
 
 
 def _note_delimiter(path: Path | str, fmt: str | None, delimiter: str | None, encoding: str) -> None:
@@ -570,6 +573,7 @@ def _print_hits(
     "--min-score", type=float, help="Mark hits with a cosine below this not answered (over a calibration)."
 )
 @provider_option
+@encoding_option
 @click.option(
     "--group-by",
     metavar="FIELD",
@@ -585,6 +589,7 @@ def query_command(
     as_json: bool,
     min_score: float | None,
     provider: str | None,
+    encoding: str,
     group_by: str | None,
 ) -> None:
     """Search INDEX_DIR for QUESTION (or for every query in --queries), with the strategy it was
@@ -594,7 +599,7 @@ def query_command(
 
     if (question is None) == (queries_file is None):
         raise click.UsageError("give a QUESTION or --queries FILE (one of them)")
-    queries = read_queries(queries_file) if queries_file else [Query("1", question)]
+    queries = read_queries(queries_file, encoding) if queries_file else [Query("1", question)]
     check_queries([q.text for q in queries])
     configure_threads()
     engine = SearchEngine(index_dir, provider=provider)
@@ -639,6 +644,7 @@ def _under_half(rule: Any) -> str | None:
     "--self", "from_corpus", is_flag=True, help="No labelled questions: make them from the index's own texts."
 )
 @click.option("--remove", is_flag=True, help="Remove the index's calibration (hits are no longer marked).")
+@encoding_option
 @rule_options
 @json_option("the stored rule's threshold, precision, coverage and features")
 @wait_option
@@ -649,6 +655,7 @@ def calibrate_command(
     qrels: Path | None,
     from_corpus: bool,
     remove: bool,
+    encoding: str,
     precision: float,
     guarantee: float | None,
     unanswerable: float | None,
@@ -672,7 +679,7 @@ def calibrate_command(
         return
     if from_corpus == bool(queries_file or qrels) or not from_corpus and not (queries_file and qrels):
         raise click.UsageError("give --queries and --qrels (labelled questions), or --self")
-    data = None if from_corpus else read_retrieval_set(queries_file, qrels)
+    data = None if from_corpus else read_retrieval_set(queries_file, qrels, encoding)
     rule = calibrate_index(
         index_dir,
         data.queries if data else None,
@@ -803,12 +810,16 @@ def add_command(
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.option("--id", "ids", multiple=True, help="External id to delete (repeatable).")
 @click.option("--ids-file", help="File of ids, one per line ('-' = stdin).")
+@encoding_option
 @wait_option
-def delete_command(index_dir: Path, ids: tuple[str, ...], ids_file: str | None, wait: float) -> None:
+def delete_command(
+    index_dir: Path, ids: tuple[str, ...], ids_file: str | None, encoding: str, wait: float
+) -> None:
     """Delete entries by id from INDEX_DIR (rows and vectors)."""
     from indexer.update import delete_from_index, read_ids
 
-    report = delete_from_index(index_dir, [*ids, *(read_ids(ids_file) if ids_file else [])], wait=wait)
+    listed = read_ids(ids_file, encoding) if ids_file else []
+    report = delete_from_index(index_dir, [*ids, *listed], wait=wait)
     click.echo(f"deleted {report.deleted}: {report.count} entries left in {index_dir}", err=True)
     if report.not_found:
         shown = ", ".join(report.not_found[:10]) + (" ..." if len(report.not_found) > 10 else "")
@@ -964,6 +975,7 @@ def serve_command(
 @click.argument("file", default="-")
 @click.option("-k", type=click.IntRange(min=1), help="Show the top K (default: all).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line with the ranked sentences.")
+@encoding_option
 @click.option(
     "--index",
     "index_dir",
@@ -973,13 +985,19 @@ def serve_command(
 )
 @strategy_options_for("model", "layers", "combine", "pooling", "skip_special", "max_length", "backend")
 def similar_command(
-    sentence: str, file: str, k: int | None, as_json: bool, index_dir: Path | None, asked: dict[str, Any]
+    sentence: str,
+    file: str,
+    k: int | None,
+    as_json: bool,
+    encoding: str,
+    index_dir: Path | None,
+    asked: dict[str, Any],
 ) -> None:
     """Rank the lines of FILE (default: stdin) by similarity to SENTENCE; no index needed."""
     from search.queries import read_lines
     from search.similar import rank_similar, rank_similar_with_index
 
-    lines = read_lines(file)
+    lines = read_lines(file, encoding)
     if index_dir is not None:
         hits = rank_similar_with_index(index_dir, sentence, lines, k=k, strategy=asked)
     else:
@@ -1128,6 +1146,7 @@ def pair_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 "--sentence2", default="sentence2", show_default=True, help="Column of the second sentence."
             ),
             click.option("--score", default="score", show_default=True, help="Column of the gold score."),
+            encoding_option,
         ]
     ):
         command = option(command)
@@ -1143,6 +1162,7 @@ def retrieval_options(command: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "-k", default=10, show_default=True, type=click.IntRange(min=1), help="Metric cutoff."
             ),
+            encoding_option,
         ]
     ):
         command = option(command)
@@ -1165,6 +1185,7 @@ def evaluate_sts_command(
     sentence1: str,
     sentence2: str,
     score: str,
+    encoding: str,
     as_json: bool,
     asked: dict[str, Any],
     device: str,
@@ -1174,7 +1195,7 @@ def evaluate_sts_command(
     """Spearman and Pearson (x100) of cosine vs gold score on PAIRS (STS Benchmark format accepted)."""
     from search.evaluate import evaluate_sts, read_pairs
 
-    data = read_pairs(pairs, sentence1, sentence2, score)
+    data = read_pairs(pairs, sentence1, sentence2, score, encoding=encoding)
     _echo_pair_rejections(data.rejected)
     scores = evaluate_sts(data, _strategy(asked), progress=progress, device=device, precision=precision)
     _echo_scores(scores, as_json)
@@ -1196,6 +1217,7 @@ def evaluate_retrieval_command(
     qrels: Path,
     text_field: str,
     k: int,
+    encoding: str,
     index_dir: Path | None,
     as_json: bool,
     also: Any,
@@ -1211,7 +1233,7 @@ def evaluate_retrieval_command(
         raise click.UsageError("give --corpus (to build an index) or --index (one of them)")
     if index_dir is not None and (asked or also):
         raise click.UsageError("--index is queried with its stored strategy: drop the strategy options")
-    data = read_retrieval_set(queries_file, qrels)
+    data = read_retrieval_set(queries_file, qrels, encoding)
     fields = _split(text_field)
     scores = evaluate_retrieval(
         data,
@@ -1224,6 +1246,7 @@ def evaluate_retrieval_command(
         progress=progress,
         device=device,
         precision=precision,
+        encoding=encoding,
     )
     _echo_scores(scores, as_json)
 
@@ -1405,6 +1428,7 @@ def sweep_sts_command(
     sentence1: str,
     sentence2: str,
     score: str,
+    encoding: str,
     model: str | None,
     max_length: int | None,
     skip_special: bool,
@@ -1423,7 +1447,7 @@ def sweep_sts_command(
     from search.sweep import sweep_sts
 
     plan = _plan(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
-    data = read_pairs(pairs, sentence1, sentence2, score)
+    data = read_pairs(pairs, sentence1, sentence2, score, encoding=encoding)
     _echo_pair_rejections(data.rejected)
     cells = sweep_sts(
         data,
@@ -1451,6 +1475,7 @@ def sweep_retrieval_command(
     qrels: Path,
     text_field: str,
     k: int,
+    encoding: str,
     metric: str | None,
     model: str | None,
     max_length: int | None,
@@ -1472,7 +1497,7 @@ def sweep_retrieval_command(
     if corpus is None:
         raise click.UsageError("give --corpus")
     plan = _plan(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
-    data = read_retrieval_set(queries_file, qrels)
+    data = read_retrieval_set(queries_file, qrels, encoding)
     fields = _split(text_field)
     metric = metric or f"mrr@{k}"
     cells = sweep_retrieval(
@@ -1487,6 +1512,7 @@ def sweep_retrieval_command(
         metric=metric,
         device=device,
         precision=precision,
+        encoding=encoding,
     )
     _report_sweep(
         cells,
@@ -1555,6 +1581,7 @@ def sweep_retrieval_command(
     "--learning-rate", default=2e-5, show_default=True, type=float, help="Peak learning rate (AdamW)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@encoding_option
 @progress_options
 @device_options("auto")
 @strategy_options
@@ -1579,6 +1606,7 @@ def tune_command(
     as_json: bool,
     device: str,
     precision: str,
+    encoding: str,
     asked: dict[str, Any],
     progress: bool,
 ) -> None:
@@ -1597,6 +1625,7 @@ def tune_command(
         corpus=corpus,
         text_fields=_split(text_field),
         also=FieldScoring.asked(_split(also_fields or "")),
+        encoding=encoding,
     )
     _echo_pair_rejections(labels.rejected)
     done = tune(

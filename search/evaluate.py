@@ -23,6 +23,7 @@ import numpy as np
 from indexer.corpus import Rejection, rejection_summary
 from indexer.errors import BadInput
 from indexer.fields import FieldScoring
+from indexer.formats import lines_of
 from indexer.progress import Progress
 from indexer.strategy import Strategy
 from search.queries import Query, read_queries
@@ -60,16 +61,15 @@ def read_pairs(
     score: str = "score",
     *,
     need_score: bool = True,
+    encoding: str = "utf-8",
 ) -> Pairs:
     """Sentence pairs with gold scores from CSV/TSV with a header, JSONL, or the original STS
     Benchmark files (tab-separated, no header: genre, file, year, id, score, s1, s2, ...).
     Without ``need_score``, a file with no score column gives positive pairs (``scored`` False):
-    its ``s1``/``s2`` columns, or its only two columns."""
+    its ``s1``/``s2`` columns, or its only two columns. Lines are split as a corpus's are, and
+    one ``encoding`` cannot decode is an error naming the encoding to try."""
     path = Path(path)
-    if not path.is_file():
-        raise BadInput(f"no such file: {path}")
-    text = path.read_text(encoding="utf-8", errors="replace")
-    lines = text.splitlines()
+    lines = lines_of(path, encoding)
     if path.suffix.lower() in (".jsonl", ".ndjson"):
         rows = [json.loads(line) for line in lines if line.strip()]
         keys = list(rows[0]) if rows and isinstance(rows[0], dict) else []
@@ -77,7 +77,9 @@ def read_pairs(
             rows = [dict(zip((s1, s2), (r.get(k) for k in keys), strict=True)) for r in rows]
     else:
         tabbed = "\t" in (lines[0] if lines else "")
-        reader = csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tabbed else {}))
+        # a lone \r ends a CSV record, as in a corpus
+        records = [piece for line in lines for piece in line.split("\r")]
+        reader = csv.reader(records, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tabbed else {}))
         table = [row for row in reader if row]
         if not table:
             raise BadInput(f"{path} is empty")
@@ -178,13 +180,11 @@ def evaluate_sts(
     return {**sts_scores(*pair_vectors(pairs, vectors), pairs.gold), "strategy": embedder.strategy.describe()}
 
 
-def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+def read_qrels(path: str | Path, encoding: str = "utf-8") -> dict[str, dict[str, int]]:
     """BEIR layout: ``query_id doc_id relevance`` (tab or space separated, header optional)."""
     path = Path(path)
-    if not path.is_file():
-        raise BadInput(f"no such file: {path}")
     qrels: dict[str, dict[str, int]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(lines_of(path, encoding), 1):
         parts = line.split()
         if not parts:
             continue
@@ -239,10 +239,11 @@ class RetrievalSet:
     qrels: dict[str, dict[str, int]]
 
 
-def read_retrieval_set(queries: str | Path, qrels: str | Path) -> RetrievalSet:
-    """Queries (``search.queries.read_queries``: BEIR's queries.jsonl too) and their judgements."""
-    judged = read_qrels(qrels)
-    return RetrievalSet(read_queries(str(queries)), judged)
+def read_retrieval_set(queries: str | Path, qrels: str | Path, encoding: str = "utf-8") -> RetrievalSet:
+    """Queries (``search.queries.read_queries``: BEIR's queries.jsonl too) and their judgements,
+    both in ``encoding``."""
+    judged = read_qrels(qrels, encoding)
+    return RetrievalSet(read_queries(str(queries), encoding), judged)
 
 
 def evaluate_retrieval(
@@ -257,9 +258,10 @@ def evaluate_retrieval(
     progress: bool = False,
     device: str = "auto",
     precision: str = "auto",
+    encoding: str = "utf-8",
 ) -> dict[str, Any]:
-    """Query an existing index, or build a temporary one from ``corpus`` with ``strategy`` (and
-    ``also`` fields) on ``device`` at ``precision``; metrics at cutoff ``k``."""
+    """Query an existing index, or build a temporary one from ``corpus`` (in ``encoding``) with
+    ``strategy`` (and ``also`` fields) on ``device`` at ``precision``; metrics at cutoff ``k``."""
     from indexer.build import build_index
     from search.calibration import embedded
     from search.engine import SearchEngine
@@ -278,6 +280,7 @@ def evaluate_retrieval(
                 progress=progress,
                 device=device,
                 precision=precision,
+                encoding=encoding,
             )
         engine = SearchEngine(index_dir)
         vectors = embedded(engine.snapshot, [q.text for q in data.queries], progress)

@@ -51,13 +51,13 @@ def _json_query(row: Any, number: int) -> Query | None:
     return Query(query_id, text.strip()) if query_id else None  # an id as the index reads one
 
 
-def read_queries(path: str) -> list[Query]:
+def read_queries(path: str, encoding: str = "utf-8") -> list[Query]:
     """Every query of ``path`` (``-`` = stdin) in order; blank lines are skipped.
 
     The file is JSON Lines when its first non-blank line starts with ``{``, else plain lines.
     A line that cannot be read is an error naming it: a query is never dropped silently.
     """
-    lines = read_lines(path)
+    lines = read_lines(path, encoding)
     numbered = [(n, line.strip()) for n, line in enumerate(lines, 1) if line.strip()]
     if not numbered:
         raise BadInput(f"no queries in {path}")

@@ -166,15 +166,16 @@ def sweep_retrieval(
     metric: str | None = None,
     device: str = "auto",
     precision: str = "auto",
+    encoding: str = "utf-8",
 ) -> list[Cell]:
     """Every cell's retrieval metrics at cutoff ``k`` (exact cosine search, as the index does),
-    best first by ``metric`` (default ``mrr@k``)."""
+    best first by ``metric`` (default ``mrr@k``); ``encoding``: the corpus file's."""
     metric = metric or f"mrr@{k}"
     if metric not in metric_names(k):
         raise BadInput(f"metric must be one of {', '.join(metric_names(k))}, not {metric!r}")
     plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses)
     base, postprocesses = plan.base, plan.postprocesses
-    entries = read_corpus(corpus, text_fields=text_fields).entries
+    entries = read_corpus(corpus, text_fields=text_fields, encoding=encoding).entries
     doc_ids = np.array([e.id for e in entries])
     cells, (docs, queries) = _embed_grid(
         base,

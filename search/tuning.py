@@ -83,12 +83,16 @@ def _ranking(
 
 
 def pair_labels(
-    path: str | Path, s1: str = "sentence1", s2: str = "sentence2", score: str = "score"
+    path: str | Path,
+    s1: str = "sentence1",
+    s2: str = "sentence2",
+    score: str = "score",
+    encoding: str = "utf-8",
 ) -> Labels:
     """Every file ``evaluate sts`` reads (scored pairs), or two text columns (positive pairs)."""
     from search.evaluate import read_pairs
 
-    pairs = read_pairs(path, s1, s2, score, need_score=False)
+    pairs = read_pairs(path, s1, s2, score, need_score=False, encoding=encoding)
     groups = components(list(zip(pairs.first, pairs.second, strict=True)))
     if pairs.scored:
         return Labels(
@@ -98,7 +102,11 @@ def pair_labels(
 
 
 def retrieval_labels(
-    queries: str | Path, qrels: str | Path, corpus: str | Path, text_fields: Sequence[str] | None = None
+    queries: str | Path,
+    qrels: str | Path,
+    corpus: str | Path,
+    text_fields: Sequence[str] | None = None,
+    encoding: str = "utf-8",
 ) -> Labels:
     """``evaluate retrieval``'s inputs: each query -> each relevant entry, grouped by thread (the
     questions and entries the judgements link), ranked against the whole corpus; hard negatives
@@ -106,8 +114,8 @@ def retrieval_labels(
     from indexer.corpus import read_corpus
     from search.evaluate import read_retrieval_set
 
-    data = read_retrieval_set(queries, qrels)
-    entries = read_corpus(corpus, text_fields=text_fields).entries
+    data = read_retrieval_set(queries, qrels, encoding)
+    entries = read_corpus(corpus, text_fields=text_fields, encoding=encoding).entries
     position = {e.id: i for i, e in enumerate(entries)}
     texts = {q.id: q.text for q in data.queries}
     unknown_queries = sorted(set(data.qrels) - set(texts))
@@ -135,12 +143,14 @@ def retrieval_labels(
     )
 
 
-def faq_labels(corpus: str | Path, text_fields: Sequence[str] | None, also: FieldScoring) -> Labels:
+def faq_labels(
+    corpus: str | Path, text_fields: Sequence[str] | None, also: FieldScoring, encoding: str = "utf-8"
+) -> Labels:
     """An unlabelled FAQ: each entry's text (its question) -> its ``also`` text (the answer, or
     question and answer); entries sharing a question are one group."""
     from indexer.corpus import read_corpus
 
-    entries = read_corpus(corpus, text_fields=text_fields).entries
+    entries = read_corpus(corpus, text_fields=text_fields, encoding=encoding).entries
     pairs = [(e.text, t) for e, t in zip(entries, also.texts(entries), strict=True) if t != e.text]
     if not pairs:
         raise BadInput("--also: every entry's second text equals its text; name the answer field")
@@ -157,21 +167,22 @@ def read_labels(
     corpus: str | Path | None = None,
     text_fields: Sequence[str] | None = None,
     also: FieldScoring | None = None,
+    encoding: str = "utf-8",
 ) -> Labels:
     """The labels one set of inputs gives: ``pairs``; ``queries`` + ``qrels`` + ``corpus``; or
-    ``corpus`` + ``also`` (an FAQ without labels)."""
+    ``corpus`` + ``also`` (an FAQ without labels); every file in ``encoding``."""
     if pairs is not None:
         if queries or qrels or corpus:
             raise BadInput("give --pairs, or --queries/--qrels/--corpus, not both")
-        return pair_labels(pairs, *columns)
+        return pair_labels(pairs, *columns, encoding=encoding)
     if queries is not None or qrels is not None:
         if queries is None or qrels is None or corpus is None:
             raise BadInput("retrieval labels need --queries, --qrels and --corpus together")
-        return retrieval_labels(queries, qrels, corpus, text_fields)
+        return retrieval_labels(queries, qrels, corpus, text_fields, encoding)
     if corpus is not None:
         if also is None:
             raise BadInput("an FAQ without labels needs --also naming the answer field(s)")
-        return faq_labels(corpus, text_fields, also)
+        return faq_labels(corpus, text_fields, also, encoding)
     raise BadInput("nothing to tune on: give --pairs, or --queries/--qrels/--corpus, or --corpus with --also")
 
 

@@ -174,3 +174,18 @@ def test_a_windows_export_indexes_with_its_encoding_and_separator(tmp_path, tiny
     assert "indexed 8 entries" in result.stderr and "rejected" not in result.stderr
     misspelt = run(*args, "--encoding", "cp1252", "--text-field", "questoin")
     assert_clean_failure(misspelt, "did you mean 'Question'")
+
+
+@pytest.mark.slow
+def test_labels_in_another_encoding_are_read_with_it(tmp_path, tiny_model):
+    """A cp1252 pairs file: refused with the encoding to try, and scored with ``--encoding``."""
+    pairs = tmp_path / "pairs.tsv"
+    rows = [("Caf\u00e9 ouvert.", "Le caf\u00e9 est ouvert.", 4.5), ("Il pleut.", "Bourse en baisse.", 0.2)]
+    rows += [("Un chat dort.", "Le chat dort.", 4.0), ("Un chien court.", "Vote au S\u00e9nat.", 0.1)]
+    text = "score\tsentence1\tsentence2\r\n" + "".join(f"{g}\t{a}\t{b}\r\n" for a, b, g in rows)
+    pairs.write_bytes(text.encode("cp1252"))
+    args = ["evaluate", "sts", pairs, "--model", tiny_model, "--json"]
+    assert_clean_failure(run(*args), "try --encoding cp1252")
+    result = run(*args, "--encoding", "cp1252")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["pairs"] == 4

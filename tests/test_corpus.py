@@ -385,3 +385,82 @@ def test_field_names_match_whatever_their_case(tmp_path):
     assert [(e.id, e.text) for e in corpus.entries] == [("a", "how?"), ("b", "why?")]
     with pytest.raises(SemsearchError, match=r"has field 'qestion' \(did you mean 'question'\?\)"):
         read_corpus(csv_path, text_fields=["qestion"])
+
+
+JSON_ARRAY = (
+    '[{"text": "first"}, "a plain string",\n'
+    ' 7, {"text": "second", "tags": ["x", {"y": "]"}]},\n'
+    ' {"text": tru, "n": [1, {"m": ","}]}, {"text": "after the broken one"}]\n'
+)
+
+
+@pytest.mark.parametrize("block", [1, 3, 1 << 20])
+def test_json_array_of_objects_and_strings(tmp_path, monkeypatch, block):
+    """A JSON array (a spreadsheet's or a database's export): each object is a row, each string a
+    text; any other element, or one that is not JSON, is rejected at its position, and the rest kept."""
+    import indexer.formats
+
+    monkeypatch.setattr(indexer.formats, "_BLOCK", block)
+    corpus = read_corpus(write(tmp_path / "export.json", JSON_ARRAY))
+    assert [(e.id, e.text) for e in corpus.entries] == [
+        ("1", "first"),
+        ("2", "a plain string"),
+        ("4", "second"),
+        ("6", "after the broken one"),
+    ]
+    assert corpus.entries[2].fields["tags"] == ["x", {"y": "]"}]
+    assert [(r.row, r.reason.split(":")[0]) for r in corpus.rejected] == [
+        (3, "not a JSON object or string"),
+        (5, "invalid JSON"),
+    ]
+
+
+def test_json_array_ids_are_found_in_any_element(tmp_path):
+    path = write(tmp_path / "c.json", '["no id", {"id": "k", "text": "with one"}]')
+    corpus = read_corpus(path)
+    assert [(e.id, e.text) for e in corpus.entries] == [("k", "with one")]
+    assert [(r.row, r.reason) for r in corpus.rejected] == [(1, "missing id: field 'id'")]
+
+
+def test_json_file_of_lines_is_read_as_json_lines(tmp_path):
+    path = write(tmp_path / "rows.json", '{"id": "a", "text": "one"}\n{"id": "b", "text": "two"}\n')
+    assert [(e.id, e.text) for e in read_corpus(path).entries] == [("a", "one"), ("b", "two")]
+
+
+@pytest.mark.parametrize(
+    "content, texts, rejected",
+    [
+        ('[{"text": "one"}, {"text": "two"}', ["one", "two"], (3, "unclosed JSON array")),
+        ('[{"text": "one"}] {"text": "x"}', ["one"], (2, "text after the JSON array")),
+    ],
+)
+def test_json_array_cut_short_or_followed_by_more_is_reported(tmp_path, content, texts, rejected):
+    corpus = read_corpus(write(tmp_path / "c.json", content))
+    assert [e.text for e in corpus.entries] == texts
+    assert [(r.row, r.reason[: len(rejected[1])]) for r in corpus.rejected] == [rejected]
+
+
+def test_json_that_is_not_an_array_is_one_clear_error(tmp_path):
+    with pytest.raises(SemsearchError, match="not a JSON array"):
+        read_corpus(write(tmp_path / "c.json", '"just a string"'))
+
+
+def test_json_array_is_read_in_bounded_memory(tmp_path):
+    """A JSON array written on one line (as ``json.dump`` writes it) is never held whole."""
+    import tracemalloc
+
+    rows = [{"id": i, "text": f"entry {i} " + "word " * 250} for i in range(12000)]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    size = path.stat().st_size
+    assert size > 15_000_000
+    from indexer.corpus import CorpusReader
+
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in CorpusReader(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == 12000
+    assert peak < size / 2
