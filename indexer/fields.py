@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from indexer.corpus import Entry, field_text
+from indexer.corpus import Entry, field_text, nearest, spelled
 from indexer.errors import BadInput
 from indexer.progress import Share
 from indexer.strategy import DEFAULT_WEIGHT
@@ -48,14 +48,17 @@ class FieldScoring:
             raise BadInput(f"--also-weight must be in [0, 1], not {self.weight}")
 
     def texts(self, entries: Sequence[Entry]) -> list[str]:
-        """Each entry's second text; an entry whose also fields are all empty uses its text."""
-        missing = [f for f in self.also if entries and not any(f in e.fields for e in entries)]
+        """Each entry's second text; an entry whose also fields are all empty uses its text. A field
+        name matches whatever its case (as the text and id fields do)."""
+        present = {name for e in entries for name in e.fields}
+        names = [spelled(f, present) or f for f in self.also]
+        missing = [f for f, name in zip(self.also, names, strict=True) if entries and name not in present]
         if missing:
-            fields = sorted({name for e in entries for name in e.fields})
             raise BadInput(
-                f"--also: no entry has field {', '.join(map(repr, missing))}; fields are: {', '.join(fields)}"
+                f"--also: no entry has field {missing[0]!r}{nearest(missing[0], present)}; "
+                f"fields are: {', '.join(sorted(present))}"
             )
-        return [field_text(e.fields, self.also) or e.text for e in entries]
+        return [field_text(e.fields, names) or e.text for e in entries]
 
     def combine(self, text_scores: np.ndarray, also_scores: np.ndarray) -> np.ndarray:
         return (1 - self.weight) * text_scores + self.weight * also_scores

@@ -27,6 +27,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from indexer.corpus import nearest, spelled
 from indexer.errors import BadInput, FilterError
 from search.queries import check_text
 
@@ -180,11 +181,12 @@ class _Parser:
     def condition(self) -> str:
         if self.peek("value"):
             raise FilterError(f"filter: expected a field name, found {self.found()}: {_QUOTING}")
-        name = self.take("field", what="a field name")
+        asked = self.take("field", what="a field name")
+        name = spelled(asked, self.fields) or asked  # a field name matches whatever its case
         if name not in self.fields:
             raise FilterError(
-                f"filter: unknown field {name!r}; fields are: {', '.join(sorted(self.fields))} "
-                f"(a field name with spaces or symbols goes in double quotes)"
+                f"filter: unknown field {asked!r}{nearest(asked, self.fields)}; fields are: "
+                f"{', '.join(sorted(self.fields))} (a name with spaces or symbols goes in double quotes)"
             )
         column = '"' + name.replace('"', '""') + '"'
         if self.peek("op"):

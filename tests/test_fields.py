@@ -241,3 +241,12 @@ def test_faiss_padding_is_no_row():
     engine counts only real rows (a made-up row id made it stop widening one hit short)."""
     found = np.array([[7, ALSO_ID + 7, ALSO_ID + 3, -1, -1]], dtype=np.int64)
     assert row_ids(found).tolist() == [[7, 7, 3, -1, -1]]
+
+
+def test_also_field_names_match_whatever_their_case_and_a_miss_names_the_nearest():
+    from indexer.corpus import Entry
+
+    entries = [Entry("1", "how to pay", {"Question": "how to pay", "Answer": "by card"})]
+    assert FieldScoring(("question", "ANSWER")).texts(entries) == ["how to pay by card"]
+    with pytest.raises(BadInput, match="no entry has field 'answr' \\(did you mean 'Answer'\\?\\)"):
+        FieldScoring(("answr",)).texts(entries)

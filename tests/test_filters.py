@@ -112,3 +112,10 @@ def test_numbers_past_sqlite_integers_compare_as_numbers(where, expected):
     """SQLite reads an integer literal past 64 bits as a real: the filter does the same, so a huge
     number is an ordinary comparison, not an OverflowError on the bound parameter."""
     assert run_on_sqlite(where) == expected
+
+
+def test_field_names_match_whatever_their_case_and_a_miss_names_the_nearest():
+    assert run_on_sqlite("Category = 'a'") == run_on_sqlite("category = 'a'") == [1, 3]
+    assert run_on_sqlite("YEAR >= 2020 and CATÉGORIE = 'y'") == [2]
+    with pytest.raises(FilterError, match="unknown field 'categry'.*did you mean 'category'"):
+        parse_filter("categry = 'a'", FIELDS)
