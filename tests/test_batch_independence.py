@@ -13,7 +13,7 @@ import pytest
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.strategy import BACKENDS, Strategy
-from tests.conftest import shared_file
+from tests.helpers import shared_file
 
 SHORT = ["A man is playing a guitar.", "how do I reset my password", "naïve café — 東京 🚀", "?"]
 

@@ -29,7 +29,7 @@ from search.confidence import Neighbourhood, Rule
 from search.engine import SearchEngine
 from search.evaluate import evaluate_abstention, read_retrieval_set
 from search.promise import Curve, choose_threshold, measure
-from tests.conftest import DATA, assert_clean_failure, run, shared_file
+from tests.helpers import DATA, assert_clean_failure, run, shared_file
 
 TOPICS = [
     "How do I reset my password?",

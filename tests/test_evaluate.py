@@ -22,7 +22,7 @@ from search.evaluate import (
     retrieval_metrics,
 )
 from search.sweep import reproduce, sweep_retrieval, sweep_sts, write_csv, write_heatmap
-from tests.conftest import shared_file
+from tests.helpers import shared_file
 
 PAIRS = [
     ("A man is playing a guitar.", "A person plays guitar.", 4.6),

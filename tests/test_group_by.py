@@ -14,7 +14,7 @@ from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from search.cli import cli
 from search.engine import SearchEngine
-from tests.conftest import write_csv
+from tests.helpers import write_csv
 
 THREADS = ["pay", "park", "refund", "app", "lock", "helmet"]
 ROWS = [

@@ -14,7 +14,7 @@ from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from indexer.strategy import DEFAULT_MODEL
 from search.cli import cli
-from tests.conftest import write_csv
+from tests.helpers import write_csv
 
 
 def commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> dict[str, click.Command]:

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from search.server import create_app  # noqa: E402
 from search.server.batching import MAX_REQUEST_TOKENS  # noqa: E402
-from tests.conftest import ROWS, build_faq, long_sentences  # noqa: E402
+from tests.helpers import ROWS, build_faq, long_sentences  # noqa: E402
 
 
 @pytest.fixture(scope="module")

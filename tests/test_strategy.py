@@ -12,7 +12,7 @@ from indexer.errors import SemsearchError, StrategyConflict
 from indexer.models import model_fingerprint
 from indexer.strategy import DEFAULT_CHUNK_OVERLAP, DEFAULT_MODEL, Strategy
 from search.engine import check_strategy
-from tests.conftest import random_bert
+from tests.helpers import random_bert
 
 MODEL = {"num_layers": 12, "model_limit": 512}
 

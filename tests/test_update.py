@@ -17,7 +17,7 @@ from indexer.errors import SemsearchError
 from indexer.store import open_index, writer_lock
 from indexer.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
-from tests.conftest import BASE, kill_during, rowids, whole_run, write_csv
+from tests.helpers import BASE, kill_during, rowids, whole_run, write_csv
 
 
 @pytest.fixture
@@ -236,7 +236,7 @@ def test_add_past_the_field_limit_is_one_clear_error_and_changes_nothing(index, 
     """The index's fields and the file's new ones together must fit SQLite's table: checked before
     anything is written (SQLite's own "too many columns" came mid-write)."""
     from indexer.corpus import MAX_FIELDS
-    from tests.conftest import assert_clean_failure, run
+    from tests.helpers import assert_clean_failure, run
 
     names = ["id", "text", *(f"x{i}" for i in range(MAX_FIELDS - 2))]  # as wide as a file may be
     wide = tmp_path / "wide.csv"
