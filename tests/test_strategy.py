@@ -100,8 +100,8 @@ def test_old_stored_strategies_without_a_fingerprint_still_load(tiny_model):
     stored = encoder_for(Strategy(model=tiny_model)).strategy.to_dict()
     del stored["model_fingerprint"]
     old = Strategy.from_dict(stored)
-    assert old.model_fingerprint is None
     check_strategy(old, {"model": tiny_model, "pooling": "auto"})
+    assert encoder_for(old).strategy.model_fingerprint == model_fingerprint(tiny_model)  # identified again
 
 
 def test_chunking_default_lives_in_the_strategy():
