@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from indexer.store import CURRENT
-from tests.conftest import assert_clean_failure, run
+from tests.helpers import assert_clean_failure, run
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from indexer.encoders.onnx_graph import CPU
 from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import BadInput
 from indexer.strategy import BACKENDS, RUNTIME, Strategy
-from tests.conftest import ROOT, heavy_imports, random_bert
+from tests.helpers import ROOT, heavy_imports, random_bert
 
 PACKAGE = ROOT / "indexer" / "encoders"
 HEAVY = ("torch", "onnxruntime")

@@ -15,7 +15,7 @@ from indexer.store import open_index
 from indexer.strategy import Strategy
 from search.engine import SearchEngine
 from search.similar import rank_similar
-from tests.conftest import ROWS, build_faq
+from tests.helpers import ROWS, build_faq
 
 
 def test_snapshot_stays_whole_across_a_reload(tmp_path, tiny_model):
@@ -86,7 +86,7 @@ def test_a_snapshot_never_pairs_its_vectors_with_rows_written_after_it(tmp_path,
     """An upsert commits into the same version: an engine opened before it must not score the
     entry by its old vector while showing its new text (nor the other way round)."""
     from indexer.update import add_to_index
-    from tests.conftest import write_csv
+    from tests.helpers import write_csv
 
     path = build_faq(tmp_path, tiny_model)
     engine = SearchEngine(path)

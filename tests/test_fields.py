@@ -17,7 +17,7 @@ from indexer.update import add_to_index, delete_from_index
 from search.confidence import FEATURES, Neighbourhood
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine
-from tests.conftest import assert_clean_failure, run
+from tests.helpers import assert_clean_failure, run
 
 # Crafted so that each single field ranks a decoy first and only their combination the right entry:
 # the question alone prefers "qdecoy" (same question, useless answer), question+answer alone

@@ -16,7 +16,7 @@ from indexer.encoders.onnx_encoder import OnnxEncoder  # noqa: E402
 from indexer.strategy import Strategy  # noqa: E402
 from search.server import create_app  # noqa: E402
 from search.server.batching import MicroBatcher, embed_in_groups, length_groups  # noqa: E402
-from tests.conftest import ROWS, build_faq  # noqa: E402
+from tests.helpers import ROWS, build_faq  # noqa: E402
 
 
 class Gate:

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from search.server import create_app  # noqa: E402
 from search.server.page import PAGE_POLICY  # noqa: E402
-from tests.conftest import assert_clean_failure, build_faq, run  # noqa: E402
+from tests.helpers import assert_clean_failure, build_faq, run  # noqa: E402
 
 JSON = {"content-type": "application/json"}
 # A body each POST route accepts, and one request per route that its validation refuses.

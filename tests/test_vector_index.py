@@ -24,7 +24,7 @@ from indexer.vectors.reranked import Reranked
 from indexer.vectors.segments import Manifest, Segments, segment_name, write_segment
 from indexer.vectors.tuning import RECALL_TARGET, recall_at_10
 from search import SearchEngine
-from tests.conftest import ROOT, clustered, heavy_imports
+from tests.helpers import ROOT, clustered, heavy_imports
 
 
 def test_ivf_reaches_recall_target_against_exact():
