@@ -7,84 +7,39 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from indexer.catalog import Catalog, Facet
-from indexer.corpus import RESERVED, blank
+from indexer.corpus import RESERVED
 from indexer.encoders.devices import placement
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_graph import CPU
-from indexer.errors import BadInput, IndexMoved, StrategyConflict
+from indexer.errors import BadInput, IndexMoved
 from indexer.fields import FieldScoring, also_ids, row_ids, with_also_ids
 from indexer.progress import Share
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
-from indexer.transform import Transform
 from indexer.vectors.faiss_index import single_threaded
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
+from search.encoding import Encoding
 from search.filters import parse_filter
-from search.queries import check_text
+from search.requests import Allowed, Embedding, Hit, check_queries, check_strategy, here
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 RETRIES = 3
 """Times a search is redone on a reopened snapshot when updates commit under it."""
 
 CANDIDATES = 64
 """Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One result: its rank (from 1), the entry's id, cosine score, embedded text and stored fields."""
-
-    rank: int
-    id: str
-    score: float
-    text: str
-    fields: dict[str, Any]
-    answered: bool | None = None  # by the index's calibrated rule or a --min-score; None: neither
-    confidence: float | None = None  # the calibrated rule's probability that this hit is right
-    others: int | None = None  # grouped: entries of its group (the filter admits) below it; else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def check_queries(queries: Sequence[str]) -> None:
-    """An empty query has no meaning to embed: refuse it rather than return arbitrary hits; nor
-    has text that is not valid UTF-8."""
-    for query in queries:
-        if not isinstance(query, str) or blank(query):
-            raise BadInput("empty query: give some text to search for")
-        check_text(query, "the query")
-
-
-def check_strategy(stored: Strategy, asked: dict[str, Any]) -> None:
-    """Queries embed with the stored strategy; asking for another one is an error naming it.
-
-    ``asked`` is a request (it may say ``auto``, or give the model by a relative path): it is
-    resolved over the stored strategy and compared with it, the model by its identity.
-    """
-    if not asked:
-        return
-    from indexer.models import identified, resolve_strategy
-
-    unidentified = {"model_fingerprint": None} if "model" in asked else {}
-    request = resolve_strategy(Strategy.from_dict({**stored.to_dict(), **unidentified, **asked}))
-    differing = identified(stored).differences(request)
-    if differing:
-        raise StrategyConflict(
-            f"this index was built with {stored.describe()}; queries always use it "
-            f"({', '.join(differing)} differ): rebuild the index to change the strategy"
-        )
 
 
 def configure_threads() -> None:
@@ -100,9 +55,10 @@ def configure_threads() -> None:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One complete version: the index, the encoder of its strategy's queries and its fitted
-    transform. ``embedder`` runs the exported graph on ONNX Runtime or, where the strategy's network
-    could not be exported, the model on torch; ``info`` says which (``indexer.encoders.factory``).
+    """One complete version: the index and the ``Encoding`` of its queries (the encoder of its
+    strategy and its fitted transform). The encoder runs the exported graph on ONNX Runtime or,
+    where the strategy's network could not be exported, the model on torch; ``info`` says which
+    (``indexer.encoders.factory``).
 
     A request takes one snapshot and does everything with it, so a reload (which publishes a new
     snapshot) can never pair one version's vectors with another's model. An update commits into
@@ -113,12 +69,8 @@ class Snapshot:
     """
 
     index: StoredIndex
-    embedder: Encoder
+    encoding: Encoding
     db_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
-
-    @property
-    def transform(self) -> Transform | None:
-        return self.index.transform
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -127,7 +79,7 @@ class Snapshot:
     def info(self) -> dict[str, Any]:
         """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use."""
         with self.db_lock:
-            return {**self.index.info(), "encoder": self.embedder.choice.status}
+            return {**self.index.info(), "encoder": self.encoding.embedder.choice.status}
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Catalog]:
@@ -155,17 +107,12 @@ class Snapshot:
         group_by: str | None = None,
     ) -> list[list[Hit]]:
         """Embed all queries in one pass, then look each up (among the entries ``where`` allows,
-        the best per value of ``group_by``)."""
-        allowed = self.allowed(where)
-        return self.lookup(self.embed(queries), k, allowed, min_score, self.grouping(group_by))
+        the best per value of ``group_by``): ``SearchEngine.search_many`` without the retry."""
+        return self.lookup(self.embed(queries), k, self.allowed(where), min_score, self.grouping(group_by))
 
     def embed(self, queries: Sequence[str], progress: Share | None = None) -> np.ndarray:
         check_queries(queries)
-        return self.finish(self.embedder.embed(list(queries), progress=progress))
-
-    def finish(self, vectors: np.ndarray) -> np.ndarray:
-        """Raw model vectors -> this index's space (its fitted post-processing, if any)."""
-        return Transform.apply_optional(self.transform, vectors)
+        return self.encoding.embed(queries, progress=progress)
 
     def allowed(self, where: str | None) -> Allowed | None:
         """The entries a filter admits, found in SQLite before any vector is compared. The parser
@@ -387,7 +334,8 @@ class SearchEngine:
 
     ``snapshot`` is the current version; ``reload_if_changed`` publishes a new one when
     ``add``/``delete``/``index`` wrote a new version (the model is reloaded only if the strategy
-    changed). Take ``snapshot`` once per request: it stays whole whatever reloads happen after.
+    changed); ``reloads`` counts them. Take ``snapshot`` once per request: it stays whole whatever
+    reloads happen after.
     """
 
     def __init__(
@@ -406,12 +354,16 @@ class SearchEngine:
         self.path = Path(index_dir)
         self.provider = provider or CPU
         self.placement = placement(device, precision)
+        self.reloads = 0
+        self.reloading = threading.Lock()  # the server reloads from its request threads too
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
-        encoder = encoder_for(
+        self.snapshot = Snapshot(index, Encoding(self._encoder(index), index.transform))
+
+    def _encoder(self, index: StoredIndex) -> Encoder:
+        return encoder_for(
             index.strategy, queries=True, provider=self.provider, held=index.graph, placement=self.placement
         )
-        self.snapshot = Snapshot(index, encoder)
 
     @property
     def index(self) -> StoredIndex:
@@ -419,30 +371,23 @@ class SearchEngine:
 
     @property
     def embedder(self) -> Encoder:
-        return self.snapshot.embedder
+        return self.snapshot.encoding.embedder
 
     @property
     def strategy(self) -> Strategy:
         return self.snapshot.index.strategy
 
     def reload_if_changed(self) -> bool:
-        current = self.snapshot
-        if live_version(self.path) == current.index.version.name and not current.changed():
-            return False
-        fresh = open_index(self.path)
-        same = fresh.strategy == current.index.strategy
-        if same:
-            encoder = current.embedder
-        else:
-            encoder = encoder_for(
-                fresh.strategy,
-                queries=True,
-                provider=self.provider,
-                held=fresh.graph,
-                placement=self.placement,
-            )
-        self.snapshot = Snapshot(fresh, encoder)
-        return True
+        with self.reloading:
+            current = self.snapshot
+            if live_version(self.path) == current.index.version.name and not current.changed():
+                return False
+            fresh = open_index(self.path)
+            same = fresh.strategy == current.index.strategy
+            encoder = current.encoding.embedder if same else self._encoder(fresh)
+            self.snapshot = Snapshot(fresh, Encoding(encoder, fresh.transform))
+            self.reloads += 1
+            return True
 
     def search(
         self,
@@ -468,24 +413,34 @@ class SearchEngine:
         where: str | None = None,
         min_score: float | None = None,
         group_by: str | None = None,
-    ) -> list[list[Hit]]:
-        """``search`` for each query, all embedded in one pass."""
-        return self.fresh(lambda snapshot: snapshot.search_many(queries, k, where, min_score, group_by))
+        *,
+        embed: Embedding[list[list[Hit]], R] = here,
+    ) -> R:
+        """``search`` for each query: the one query pipeline (the CLI, Python and the server run
+        it). The queries are embedded in one pass by ``embed`` with the current snapshot's
+        encoding, then looked up on that snapshot (``retrying``); what ``embed`` returns is the
+        answer (the server's step returns it awaitable)."""
+        check_queries(queries)
+        first = self.snapshot
 
-    def fresh(self, work: Callable[[Snapshot], T]) -> T:
-        """``work`` on the current snapshot, redone on a reopened one when an update committed
-        under it (``IndexMoved``), a few times before the error reaches the caller."""
+        def look_up(vectors: np.ndarray) -> list[list[Hit]]:
+            def attempt(snapshot: Snapshot) -> list[list[Hit]]:
+                mine = vectors if snapshot is first else snapshot.embed(queries)
+                allowed, grouping = snapshot.allowed(where), snapshot.grouping(group_by)
+                return snapshot.lookup(mine, k, allowed, min_score, grouping)
+
+            return self.retrying(attempt, first)
+
+        return embed(first.encoding, list(queries), look_up)
+
+    def retrying(self, work: Callable[[Snapshot], T], snapshot: Snapshot | None = None) -> T:
+        """``work`` on ``snapshot`` (default the current one), redone on a reopened one when an
+        update committed under it (``IndexMoved``), a few times before the error reaches the caller."""
+        snapshot = snapshot or self.snapshot
         for _ in range(RETRIES):
             try:
-                return work(self.snapshot)
+                return work(snapshot)
             except IndexMoved:
                 self.reload_if_changed()
-        return work(self.snapshot)
-
-
-@dataclass(frozen=True)
-class Allowed:
-    """Row ids a filter admits and how many vectors they hold (chunked entries hold several)."""
-
-    ids: np.ndarray
-    vectors: int
+                snapshot = self.snapshot
+        return work(snapshot)

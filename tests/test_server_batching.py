@@ -94,6 +94,35 @@ def test_request_in_flight_during_a_reload_sees_one_version(tmp_path, tiny_model
     assert asyncio.run(run()) == [200, 200, 200, 64]
 
 
+def test_a_request_an_update_commits_under_is_answered_on_the_new_generation(
+    tmp_path, tiny_model, monkeypatch
+):
+    """The server's search runs the engine's pipeline: a lookup that finds its snapshot moved
+    (an add committed while its query was embedded) is redone on the reloaded index, never
+    answered with one generation's vectors and another's rows."""
+    from indexer.update import add_to_index
+    from tests.conftest import write_csv
+
+    index = build_faq(tmp_path, tiny_model)
+    app = create_app(index, reload_every=3600)
+    gate = Gate(monkeypatch)
+    question = "Which bikes can I rent for a whole week?"
+
+    async def run() -> tuple[int, list[str], int]:
+        async with client_for(app) as client:
+            asked = asyncio.create_task(client.post("/search", json={"query": question, "k": 2}))
+            await gate.wait_entered()
+            change = write_csv(tmp_path / "change.csv", [("a5", question, "stations")])
+            await asyncio.to_thread(add_to_index, index, change, id_field="id")
+            gate.release.set()
+            response = await asyncio.wait_for(asked, 60)
+            reloads = (await client.get("/info")).json()["reloads"]
+            return response.status_code, [hit["id"] for hit in response.json()["hits"]], reloads
+
+    status, ids, reloads = asyncio.run(run())
+    assert status == 200 and ids[0] == "a5" and reloads == 1
+
+
 class Recorder:
     """A stand-in embedder that records each pass; a pass that starts with "hold" waits for
     ``gate``."""
