@@ -19,11 +19,12 @@ from indexer.encoders.devices import placement
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_graph import CPU
 from indexer.errors import BadInput, IndexMoved
-from indexer.fields import FieldScoring, also_ids, row_ids, with_also_ids
+from indexer.fields import FieldScoring
 from indexer.progress import Share
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
-from indexer.vectors.faiss_index import single_threaded
+from indexer.vectors import single_threaded
+from indexer.vectors.entries import EntryVectors
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
 from search.encoding import Encoding
 from search.filters import parse_filter
@@ -183,6 +184,11 @@ class Snapshot:
         """The second vector per entry this version scores with (``indexer.fields``), if any."""
         return FieldScoring.from_source(self.meta.get("source", {}))
 
+    @property
+    def entries(self) -> EntryVectors:
+        """This version's vectors searched per entry (with its also-vectors, if it scores them)."""
+        return EntryVectors(self.index.vectors, also=self.scoring is not None)
+
     def _nearest(
         self, vector: np.ndarray, k: int, allowed: Allowed | None, texts: dict[int, float] | None = None
     ) -> dict[int, float]:
@@ -202,17 +208,16 @@ class Snapshot:
         if allowed is None:
             entries, total, ids = index.meta["count"], index.vectors.count, None
         else:
-            entries, total = len(allowed.ids), allowed.vectors
-            ids = with_also_ids(allowed.ids) if self.scoring else allowed.ids
+            entries, total, ids = len(allowed.ids), allowed.vectors, allowed.ids
         best: dict[int, float] = {}
         if entries == 0:
             return best
         wanted = min(k, entries)
         fetch = min(k if total == entries else 2 * k, total)
         while True:
-            scores, found = index.vectors.search(vector[None, :], fetch, ids)
+            scores, found = self.entries.search(vector[None, :], fetch, ids)
             best = {}
-            for rowid, score in zip(row_ids(found[0]).tolist(), scores[0].tolist(), strict=True):
+            for rowid, score in zip(found[0].tolist(), scores[0].tolist(), strict=True):
                 if rowid >= 0 and rowid not in best:
                     best[rowid] = score
             if len(best) >= wanted or fetch >= total:
@@ -230,14 +235,8 @@ class Snapshot:
         with self.reading() as catalog:
             chunks = catalog.values(rowids, "_chunks")
         held = int(sum(chunks.values()))
-        scores, ids = self.index.vectors.search(vector[None, :], held, with_also_ids(rowids))
-        best: dict[int, float] = {}
-        for vector_id, score in zip(ids[0].tolist(), scores[0].tolist(), strict=True):
-            if vector_id >= 0:
-                best.setdefault(vector_id, score)  # best chunk first
+        text, also = self.entries.both(vector, rowids, held)
         rows = np.array(rowids, dtype=np.int64)
-        text = np.array([best.get(r, -1.0) for r in rowids])
-        also = np.array([best.get(a, -1.0) for a in also_ids(rowids).tolist()])
         combined = self.scoring.combine(text, also)
         if texts is not None:
             texts.update(zip(rowids, text.tolist(), strict=True))

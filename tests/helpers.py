@@ -233,16 +233,25 @@ def serving(index: Path | None, *options: str) -> Iterator[int]:
 
 
 def heavy_imports(path: Path, heavy: tuple[str, ...]) -> list[str]:
-    """``file:line module`` of each import of ``heavy`` or a submodule in ``path``."""
+    """``file:line module`` of each import of ``heavy`` or a submodule in ``path``, wherever it
+    stands. ``heavy`` names packages (``faiss``) or modules (``indexer.vectors.faiss_index``, also
+    found as ``from indexer.vectors import faiss_index`` or relative to ``path``'s package)."""
+
+    def matches(name: str) -> bool:
+        return any(name == h or name.startswith(h + ".") for h in heavy)
+
+    package = list(path.relative_to(ROOT).parent.parts)
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
+        elif isinstance(node, ast.ImportFrom):
+            anchor = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(anchor + ([node.module] if node.module else []))
+            names = [module] if matches(module) else [f"{module}.{alias.name}" for alias in node.names]
         else:
             continue
-        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in heavy]
+        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if matches(n)]
     return found
 
 

@@ -11,9 +11,10 @@ import pytest
 
 from indexer import build_index
 from indexer.errors import BadInput
-from indexer.fields import ALSO_ID, FieldScoring, row_ids
+from indexer.fields import FieldScoring
 from indexer.store import open_index
 from indexer.update import add_to_index, delete_from_index
+from indexer.vectors.entries import ALSO_ID, row_ids
 from search.confidence import FEATURES, Neighbourhood
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine

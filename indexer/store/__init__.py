@@ -13,7 +13,7 @@ Layout::
     INDEX_DIR/v-.../segment-N.faiss vectors added by updates since the version was written
                                    (``vectors.segments``: live ones listed in ``meta``, with tombstones)
 
-FAISS ids are ``entries._rowid``; a chunked document has several vectors under the same id, so a
+Vector ids are ``entries._rowid``; a chunked document has several vectors under the same id, so a
 hit always maps to its row with no guessing, and row ids never change or get reused. A build, a
 ``compact`` and a merge make a complete new version directory, fsync it, and only then point
 ``CURRENT`` at it. Each reader holds the version it opened (a shared flock on its directory,

@@ -17,16 +17,16 @@ from indexer.catalog import Catalog
 from indexer.corpus import Entry
 from indexer.errors import BadInput
 from indexer.field_types import detect_types
-from indexer.fields import vector_ids
 from indexer.store.held import hold_graph
 from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
 from indexer.store.meta import IndexMeta
 from indexer.store.versions import Pending, building, committing
 from indexer.strategy import Strategy
 from indexer.transform import Transform
+from indexer.vectors import unit_length
 from indexer.vectors.base import shape_of
+from indexer.vectors.entries import vector_ids
 from indexer.vectors.factory import build_from_parts
-from indexer.vectors.faiss_index import unit_length
 
 PART_ROWS = 8192
 """Vectors read back from the spool at a time (12 MB at 384 dimensions)."""
