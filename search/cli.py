@@ -1266,6 +1266,7 @@ def evaluate_retrieval_command(
 @json_option("the scores of each rule")
 @also_options
 @strategy_options
+@encoding_option
 @progress_options
 def evaluate_abstention_command(
     corpus: Path,
@@ -1282,6 +1283,7 @@ def evaluate_abstention_command(
     as_json: bool,
     also: Any,
     asked: dict[str, Any],
+    encoding: str,
     progress: bool,
 ) -> None:
     """How often the promise held on threads the rule never saw, over many splits: half the
@@ -1292,7 +1294,7 @@ def evaluate_abstention_command(
 
     report = evaluate_abstention(
         corpus,
-        read_retrieval_set(queries_file, qrels),
+        read_retrieval_set(queries_file, qrels, encoding=encoding),
         holdout=holdout,
         seeds=range(seed, seed + seeds),
         precision=precision,
@@ -1303,6 +1305,7 @@ def evaluate_abstention_command(
         text_fields=_split(text_field),
         also=also,
         progress=progress,
+        encoding=encoding,
     )
     if as_json:
         click.echo(json.dumps(report))
