@@ -121,7 +121,8 @@ def test_an_unknown_also_field_lists_the_fields(tmp_path, tiny_model):
     from indexer.fields import FieldScoring
 
     corpus = write_csv(tmp_path / "faq.csv", [("a", "a question", "an answer")], ("id", "question", "answer"))
-    with pytest.raises(BadInput, match=r"no entry has field 'answr'; fields are: answer, id, question"):
+    expected = r"no entry has field 'answr' \(did you mean 'answer'\?\); fields are: answer, id, question"
+    with pytest.raises(BadInput, match=expected):
         build_index(
             corpus,
             tmp_path / "idx",
