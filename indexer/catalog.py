@@ -231,9 +231,11 @@ class Catalog:
                 self.db.execute(statement)
             self.db.execute("insert into keywords(keywords) values ('rebuild')")
 
-    def keyword_search(self, match: str, k: int, allowed: Sequence[int] | None = None) -> list[tuple[int, float]]:
+    def keyword_search(
+        self, match: str, k: int, allowed: Sequence[int] | None = None
+    ) -> list[tuple[int, float]]:
         """(row id, BM25 score: higher is better) of the k best entries for an FTS5 ``match``
-        expression (``search.keywords`` builds it from the user's words), among ``allowed`` row
+        expression (``search.hybrid`` builds it from the user's words), among ``allowed`` row
         ids when given."""
         within = "" if allowed is None else " and rowid in (select value from json_each(?))"
         params: list[Any] = [match] if allowed is None else [match, json.dumps([int(r) for r in allowed])]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from indexer.errors import BadInput
 
@@ -75,3 +76,16 @@ def ranked(
         return keyword(k)
     pool = max(k, POOL)
     return dict(list(fuse(dense(pool), keyword(pool), weight).items())[:k])
+
+
+@dataclass(frozen=True)
+class Words:
+    """One query's keyword side: its text, the mode it runs in and the keyword share of a fusion."""
+
+    text: str
+    mode: str
+    weight: float = DEFAULT_WEIGHT
+
+    @property
+    def match(self) -> str | None:
+        return match_expression(self.text)
