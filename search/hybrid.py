@@ -2,10 +2,11 @@
 
 The catalog keeps an FTS5 table of the entries' texts (``indexer.catalog``: BM25 in SQLite). A
 sentence model splits a code such as ``E3453C`` into word pieces and ranks its near-misses
-(``E3453D``) about as high; a keyword match does not. ``hybrid`` fuses the two rankings by
-reciprocal rank fusion, weighted: an entry's score is ``(1 - w) / (RRF_K + dense rank) + w /
-(RRF_K + keyword rank)`` (a ranking it is missing from adds nothing). Rank fusion beat a convex
-combination of min-max normalised scores on StackFAQ dev (docs/hybrid.md, ``bench/hybrid.py``).
+(``E3453D``) about as high; a keyword match does not. ``hybrid`` fuses the two: each ranking's
+scores are min-max normalised over the entries it returned (``POOL``), and an entry's score is
+``(1 - w) * dense + w * keyword`` (a ranking it is missing from gives it 0). On StackFAQ dev this
+convex combination at w = 0.15 beat reciprocal rank fusion at every weight, and dense alone
+(docs/hybrid.md, ``bench/hybrid.py``).
 
 The user's words are never FTS5 syntax: each whitespace-separated token is quoted as an FTS5
 string and the tokens are OR-ed, so quotes, ``*``, ``NEAR``, ``AND``, brackets and colons are
@@ -23,10 +24,8 @@ from indexer.errors import BadInput
 MODES = ("dense", "keyword", "hybrid")
 DEFAULT_MODE = "hybrid"
 """The mode that won on StackFAQ dev (docs/hybrid.md)."""
-DEFAULT_WEIGHT = 0.5
-"""The keyword ranking's share in a hybrid score unless the index stores one (``sweep``)."""
-RRF_K = 60
-"""Reciprocal rank fusion's constant (Cormack et al. 2009): damps the head of each ranking."""
+DEFAULT_WEIGHT = 0.15
+"""The keyword ranking's share in a hybrid score unless the index stores one (``hybrid_weight``)."""
 POOL = 100
 """Entries taken from each ranking before fusing (at least k)."""
 
@@ -57,12 +56,20 @@ def match_expression(query: str) -> str | None:
     return " OR ".join('"' + token.replace('"', '""') + '"' for token in tokens)
 
 
+def normalised(ranking: Ranking) -> Ranking:
+    """Scores mapped onto [0, 1] by the ranking's own min and max (all 1 when they are equal)."""
+    if not ranking:
+        return {}
+    low, high = min(ranking.values()), max(ranking.values())
+    return {rowid: (score - low) / (high - low) if high > low else 1.0 for rowid, score in ranking.items()}
+
+
 def fuse(dense: Ranking, keyword: Ranking, weight: float = DEFAULT_WEIGHT) -> Ranking:
-    """The two rankings fused by weighted reciprocal rank (``weight``: the keyword share)."""
-    fused: dict[int, float] = {}
-    for share, ranking in ((1 - weight, dense), (weight, keyword)):
-        for rank, rowid in enumerate(ranking, 1):
-            fused[rowid] = fused.get(rowid, 0.0) + share / (RRF_K + rank)
+    """The convex combination of the two rankings' normalised scores (``weight``: the keyword
+    share), best first; ties keep dense order, then keyword order."""
+    fused = {rowid: (1 - weight) * score for rowid, score in normalised(dense).items()}
+    for rowid, score in normalised(keyword).items():
+        fused[rowid] = fused.get(rowid, 0.0) + weight * score
     return dict(sorted(fused.items(), key=lambda item: -item[1]))
 
 
