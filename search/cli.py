@@ -1125,6 +1125,11 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     from search.confidence import Rule
 
     shown["calibration"] = Rule.from_dict(info["calibration"]).describe() if info["calibration"] else "none"
+    shown["keywords"] = (
+        "FTS5 (BM25): --mode keyword and hybrid"
+        if info["keywords"]
+        else "none (written before keyword search): its next version (add, delete or compact) keeps them"
+    )
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)
     for key, value in shown.items():

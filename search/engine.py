@@ -306,7 +306,7 @@ class Snapshot:
                 k,
                 lambda n: self._nearest(vector, n, allowed, texts),
                 lambda n: self.keyword_ranking(words, n, allowed),
-                words.weight,
+                words.share,
             )
         if self.scoring is None:
             return self._search(vector, k, allowed)

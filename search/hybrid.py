@@ -6,7 +6,9 @@ sentence model splits a code such as ``E3453C`` into word pieces and ranks its n
 scores are min-max normalised over the entries it returned (``POOL``), and an entry's score is
 ``(1 - w) * dense + w * keyword`` (a ranking it is missing from gives it 0). On StackFAQ dev this
 convex combination at w = 0.15 beat reciprocal rank fusion at every weight, and dense alone
-(docs/hybrid.md, ``bench/hybrid.py``).
+(docs/hybrid.md, ``bench/hybrid.py``). A query holding an identifier (letters and digits in one
+word) gives the keywords ``IDENTIFIER_WEIGHT``: on a FAQ of error codes one character apart the
+exact code then comes first where dense puts a near-miss there (``tests/test_hybrid.py``).
 
 The user's words are never FTS5 syntax: each whitespace-separated token is quoted as an FTS5
 string and the tokens are OR-ed, so quotes, ``*``, ``NEAR``, ``AND``, brackets and colons are
@@ -26,10 +28,14 @@ DEFAULT_MODE = "hybrid"
 """The mode that won on StackFAQ dev (docs/hybrid.md)."""
 DEFAULT_WEIGHT = 0.15
 """The keyword ranking's share in a hybrid score unless the index stores one (``hybrid_weight``)."""
+IDENTIFIER_WEIGHT = 0.5
+"""The keyword share for a query holding an identifier (a word of letters and digits: an error
+code, a SKU, a version), where the exact word decides and a sentence model sees near-misses."""
 POOL = 100
 """Entries taken from each ranking before fusing (at least k)."""
 
 _WORD = re.compile(r"\w")
+_IDENTIFIER = re.compile(r"\b(?=\w*\d)(?=\w*[^\W\d])\w+\b")
 
 Ranking = dict[int, float]
 """Row id -> score, best first."""
@@ -96,3 +102,9 @@ class Words:
     @property
     def match(self) -> str | None:
         return match_expression(self.text)
+
+    @property
+    def share(self) -> float:
+        """The keyword share of this query's fusion: ``IDENTIFIER_WEIGHT`` when it holds an
+        identifier and that is more than the index's weight."""
+        return max(self.weight, IDENTIFIER_WEIGHT) if _IDENTIFIER.search(self.text) else self.weight

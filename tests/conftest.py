@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -335,3 +336,15 @@ def heavy_imports(path: Path, heavy: tuple[str, ...]) -> list[str]:
             continue
         found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in heavy]
     return found
+
+
+def assert_keywords_exact(index_dir: Path) -> None:
+    """The live version's keyword table indexes exactly its rows' texts (FTS5's own check
+    against its content table)."""
+    from indexer.store import live_version
+
+    db = sqlite3.connect(Path(index_dir) / live_version(Path(index_dir)) / "meta.db")
+    try:
+        db.execute("insert into keywords(keywords, rank) values ('integrity-check', 1)")
+    finally:
+        db.close()
