@@ -6,7 +6,7 @@ both run in the same session, as ratios.
     .venv/bin/python bench/update.py [--sizes 100000,1000000] [--old a29ca0d] [--work DIR]
 
 The index: N synthetic unit vectors (384 dimensions, random: the model need not embed N texts)
-with N short rows, written through the store's own API (``stream_index``/``VersionWriter``, as a
+with N short rows, written through the store's own API (``new_version``, as a
 build writes it) with the bundled model's strategy, so ``add`` really loads the model and embeds
 its 100 rows. The old code reads the same file format: the index is written once by this tree
 and copied for the old one (same bytes), and each code changes its own copy.
@@ -75,13 +75,12 @@ def write_index(index_dir: Path, size: int, strategy_from: Path) -> float:
     """N synthetic unit vectors and rows, written as a build writes them; returns seconds."""
     from indexer.corpus import Entry
     from indexer.field_types import detect_types
-    from indexer.store import VersionWriter, open_index, stream_index
+    from indexer.store import new_version, open_index
 
     strategy = open_index(strategy_from).strategy
     rng = np.random.default_rng(0)
     started = time.perf_counter()
-
-    def fill(writer: VersionWriter) -> None:
+    with new_version(index_dir, detect_types([{"category": "c0"}])) as version:
         for start in range(0, size, PART):
             n = min(PART, size - start)
             entries = [
@@ -90,11 +89,9 @@ def write_index(index_dir: Path, size: int, strategy_from: Path) -> float:
             ]
             vectors = rng.normal(size=(n, 384)).astype(np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-            writer.add(entries, vectors, np.arange(n))
+            version.add(entries, vectors, np.arange(n))
         source = {"path": "synthetic", "text_fields": ["text"], "id_field": "id", "rows": size, "rejected": 0}
-        writer.finish(strategy, source=source)
-
-    stream_index(index_dir, detect_types([{"category": "c0"}]), fill)
+        version.write(strategy, source=source)
     return time.perf_counter() - started
 
 

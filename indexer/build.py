@@ -2,7 +2,7 @@
 
 The corpus is streamed: a first pass checks every row (rejections, duplicate ids across the whole
 file) and types the fields, before any model loads; a second pass embeds it in parts of
-``PART_ENTRIES`` and hands each part to the new version (``store.VersionWriter``), so peak memory
+``PART_ENTRIES`` and hands each part to the new version (``store.new_version``), so peak memory
 is the model, one part and the vector index, however large the corpus.
 """
 
@@ -14,8 +14,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
-from indexer.corpus import CorpusReader, Entry, Rejection, rejection_summary
+from indexer.corpus import CorpusOptions, CorpusReader, Entry, Rejection, rejection_summary
 from indexer.errors import BadInput
 from indexer.field_types import TypeCounter
 from indexer.fields import FieldScoring, embed_entries
@@ -91,11 +92,7 @@ def build_index(
     index_dir: str | Path,
     strategy: Strategy | None = None,
     *,
-    text_fields: Sequence[str] | None = None,
-    id_field: str | None = None,
-    fmt: str | None = None,
-    encoding: str = "utf-8",
-    delimiter: str | None = None,
+    corpus_options: CorpusOptions | None = None,
     batch_size: int = 32,
     progress: bool = False,
     index_kind: str = "auto",
@@ -106,70 +103,63 @@ def build_index(
     also: FieldScoring | str | Sequence[str] | None = None,
     device: str = "auto",
     precision: str = "auto",
+    **given: Any,
 ) -> BuildReport:
     """Index a corpus into ``index_dir``, replacing any index there only once complete.
-    ``corpus``: a file (CSV, TSV, JSON Lines, text; ``fmt`` if its extension does not tell), or
-    rows: an iterable of dicts (or strings) or a pandas DataFrame (``indexer.rows``); ``encoding``:
-    the file's; ``delimiter``: a CSV file's field separator (default: told from its header).
-    ``index_kind``: ``auto`` (exact below ``vectors.factory.EXACT_LIMIT`` vectors, IVF above),
-    ``flat`` or ``ivf``; ``storage``: ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to
-    wait for another writer to finish; ``ray``: embed on Ray, ``"local"`` or a cluster address, with
-    ``ray_workers`` actors (``indexer.distributed``); ``also``: a second vector per entry scored
-    with the first (``indexer.fields``): its field names (``["question", "answer"]``) or a
-    ``FieldScoring`` with a weight. ``device`` / ``precision``: where the network runs
-    (``indexer.encoders.devices``: ``auto`` takes a GPU torch sees). A failed first build leaves no
-    directory behind."""
+    ``corpus``: a file (CSV, TSV, JSON Lines, text), or rows: an iterable of dicts (or strings) or
+    a pandas DataFrame (``indexer.rows``); ``corpus_options``: how it is read (``CorpusOptions``:
+    text and id fields, format, encoding, delimiter), or its fields as keywords
+    (``text_fields=["question"]``). ``index_kind``: ``auto`` (exact below
+    ``vectors.factory.EXACT_LIMIT`` vectors, IVF above), ``flat`` or ``ivf``; ``storage``:
+    ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to wait for another writer to finish;
+    ``ray``: embed on Ray, ``"local"`` or a cluster address, with ``ray_workers`` actors
+    (``indexer.distributed``); ``also``: a second vector per entry scored with the first
+    (``indexer.fields``): its field names (``["question", "answer"]``) or a ``FieldScoring`` with
+    a weight. ``device`` / ``precision``: where the network runs (``indexer.encoders.devices``:
+    ``auto`` takes a GPU torch sees). A failed first build leaves no directory behind."""
     from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
-    from indexer.store import VersionWriter, building, stream_index
+    from indexer.store import new_version
 
     started = time.perf_counter()
     on_device = placement(device, precision)  # a GPU asked for and missing: said before anything
     also = FieldScoring.given(also)
-    reader = CorpusReader(
-        corpus, text_fields=text_fields, id_field=id_field, fmt=fmt, encoding=encoding, delimiter=delimiter
-    )
+    reader = CorpusReader(corpus, corpus_options, **given)
     survey = survey_corpus(reader)
-    embed_seconds, meta, export_failure = 0.0, {}, None
-    with building(Path(index_dir), wait):
+    embed_seconds = 0.0
+    with new_version(index_dir, survey.field_types, wait=wait) as version:
         # the graph the index's queries will run is exported now, if it can be (choice.export_failure)
         encoder = encoder_for(strategy, batch_size=batch_size, export_queries=True, placement=on_device)
+        size = PART_ENTRIES if ray is None else RAY_PART_ENTRIES
+        on = encoder
+        if ray is not None:  # each worker loads (and identifies) the model
+            from indexer.distributed import RayEncoder, connected
 
-        def fill(writer: VersionWriter) -> None:
-            nonlocal embed_seconds, meta, export_failure
-            size = PART_ENTRIES if ray is None else RAY_PART_ENTRIES
-            on = encoder
-            if ray is not None:  # each worker loads (and identifies) the model
-                from indexer.distributed import RayEncoder, connected
-
-                on = RayEncoder(encoder.strategy, ray, ray_workers, batch_size)
-            bar = Progress(survey.entries, "embedding", enabled=progress)
-            with bar, contextlib.nullcontext() if ray is None else connected(ray, ray_workers):
-                done = 0
-                for part in corpus_parts(reader, survey.entries, size):
-                    embed_started = time.perf_counter()
-                    step = bar.step(len(part))
-                    vectors, owners, also_vectors = embed_entries(on, part, also, progress=step)
-                    embed_seconds += time.perf_counter() - embed_started
-                    writer.add(part, vectors, owners, also_vectors if also else None)
-                    done += len(part)
-                    bar.reach(done)
-            export_failure = encoder.choice.export_failure
-            rows = survey.entries + len(survey.rejected)
-            source = {
-                "path": source_name(corpus),
-                "text_fields": reader.text_fields,
-                "id_field": reader.id_field,
-                "rows": rows,
-                "rejected": len(survey.rejected),
-                # ids are row numbers: an add numbers its rows from here (indexer.update)
-                **({"next_row_id": rows + 1} if reader.id_field is None else {}),
-                **({"also": also.to_dict()} if also else {}),
-                "embedded": encoder.placement.to_dict(),
-            }
-            meta = writer.finish(encoder.strategy, source=source, index_kind=index_kind, storage=storage)
-
-        stream_index(index_dir, survey.field_types, fill)
+            on = RayEncoder(encoder.strategy, ray, ray_workers, batch_size)
+        bar = Progress(survey.entries, "embedding", enabled=progress)
+        with bar, contextlib.nullcontext() if ray is None else connected(ray, ray_workers):
+            done = 0
+            for part in corpus_parts(reader, survey.entries, size):
+                embed_started = time.perf_counter()
+                step = bar.step(len(part))
+                vectors, owners, also_vectors = embed_entries(on, part, also, progress=step)
+                embed_seconds += time.perf_counter() - embed_started
+                version.add(part, vectors, owners, also_vectors if also else None)
+                done += len(part)
+                bar.reach(done)
+        rows = survey.entries + len(survey.rejected)
+        source = {
+            "path": source_name(corpus),
+            "text_fields": reader.text_fields,
+            "id_field": reader.id_field,
+            "rows": rows,
+            "rejected": len(survey.rejected),
+            # ids are row numbers: an add numbers its rows from here (indexer.update)
+            **({"next_row_id": rows + 1} if reader.id_field is None else {}),
+            **({"also": also.to_dict()} if also else {}),
+            "embedded": encoder.placement.to_dict(),
+        }
+        meta = version.write(encoder.strategy, source=source, index_kind=index_kind, storage=storage)
     return BuildReport(
         index_dir=Path(index_dir),
         strategy=encoder.strategy,
@@ -180,5 +170,5 @@ def build_index(
         rejection_summary=rejection_summary(survey.rejected),
         seconds=time.perf_counter() - started,
         embed_seconds=embed_seconds,
-        export_failure=export_failure,
+        export_failure=encoder.choice.export_failure,
     )

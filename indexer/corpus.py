@@ -21,6 +21,7 @@ and so does a value nested deeper than ``MAX_DEPTH``.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
@@ -192,6 +193,33 @@ def _text_value(value: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class CorpusOptions:
+    """How a corpus file is read, the same for every command that reads one (``build_index``,
+    ``add_to_index``, ``read_corpus``): a new reading option is one field here."""
+
+    text_fields: tuple[str, ...] | None = None
+    """Fields joined (by a space) into the embedded text; None: ``text`` (an add: the index's)."""
+    id_field: str | None = None
+    """The external id; None: ``id`` if rows have one, else ``_id``, else the row number."""
+    fmt: str | None = None
+    """``csv``, ``tsv``, ``jsonl`` or ``text``; None: told from the file's extension."""
+    encoding: str = "utf-8"
+    """The file's encoding."""
+    delimiter: str | None = None
+    """A CSV file's field separator; None: told from its header."""
+
+    def __post_init__(self) -> None:
+        if self.text_fields is not None:
+            object.__setattr__(self, "text_fields", tuple(self.text_fields))
+
+    @classmethod
+    def of(cls, options: CorpusOptions | None = None, **given: Any) -> CorpusOptions:
+        """``options`` (default: every field's default) with the fields ``given`` as keywords set:
+        how the functions that take options also take their fields as keywords."""
+        return dataclasses.replace(options or cls(), **given)
+
+
 class CorpusReader:
     """A corpus file read row by row, in bounded memory (a block of the file at a time; the ids
     seen so far, to reject duplicates across the whole file). Iterating gives each usable row as
@@ -202,15 +230,15 @@ class CorpusReader:
     def __init__(
         self,
         path: CorpusSource,
+        options: CorpusOptions | None = None,
         *,
-        text_fields: Sequence[str] | None = None,
-        id_field: str | None = None,
-        fmt: str | None = None,
         first_row_id: int | None = None,
         check: Callable[[dict[str, Any]], str | None] | None = None,
-        encoding: str = "utf-8",
-        delimiter: str | None = None,
+        **given: Any,
     ):
+        """``options``: how to read the file (``CorpusOptions``), or its fields as keywords."""
+        options = CorpusOptions.of(options, **given)
+        fmt = options.fmt
         self.name: str | None = None
         """What messages call rows given in Python (None: a file, named by its path)."""
         if not is_path(path):  # rows: read from a spool file as JSON Lines (indexer.rows)
@@ -218,12 +246,12 @@ class CorpusReader:
             path, fmt, self.name = self._spool.path, "jsonl", ROWS_NAME
         self.path = Path(path)
         open_file(self.path).close()  # a missing or unreadable file is the first error
-        self.encoding = check_encoding(encoding)
+        self.encoding = check_encoding(options.encoding)
         self.fmt = detect_format(self.path, fmt, self.encoding)
-        self.delimiter = file_delimiter(self.path, self.fmt, delimiter, self.encoding)
+        self.delimiter = file_delimiter(self.path, self.fmt, options.delimiter, self.encoding)
         """A CSV file's field separator, given or told from its header; None for other formats."""
-        self.text_fields = list(text_fields or ["text"])
-        self.id_field = id_field
+        self.text_fields = list(options.text_fields or ["text"])
+        self.id_field = options.id_field
         """The field the ids come from (given, or detected by the first iteration); None: row numbers."""
         self.first_row_id = first_row_id
         """Ids are row numbers counted from this, whatever fields the rows have (an ``add`` to an
@@ -317,30 +345,16 @@ def field_text(row: dict[str, Any], names: Sequence[str]) -> str:
 
 def read_corpus(
     path: CorpusSource,
+    options: CorpusOptions | None = None,
     *,
-    text_fields: Sequence[str] | None = None,
-    id_field: str | None = None,
-    fmt: str | None = None,
     first_row_id: int | None = None,
     check: Callable[[dict[str, Any]], str | None] | None = None,
-    encoding: str = "utf-8",
-    delimiter: str | None = None,
+    **given: Any,
 ) -> Corpus:
-    """Read a whole corpus file into memory (``CorpusReader`` streams it). ``text_fields``: fields
-    joined (by a space) into the embedded text, default ``text``. ``id_field``: the external id,
-    default the ``id`` field if rows have one, else ``_id``, else the row number (counted from
-    ``first_row_id``, if given, whatever the fields); ``check``: a further check of each row;
-    ``encoding``: the file's; ``delimiter``: a CSV file's (default: detected from its header)."""
-    reader = CorpusReader(
-        path,
-        text_fields=text_fields,
-        id_field=id_field,
-        fmt=fmt,
-        first_row_id=first_row_id,
-        check=check,
-        encoding=encoding,
-        delimiter=delimiter,
-    )
+    """Read a whole corpus file into memory (``CorpusReader`` streams it): ``options`` (or its
+    fields as keywords) say how. Ids are row numbers counted from ``first_row_id``, if given,
+    whatever the fields; ``check``: a further check of each row."""
+    reader = CorpusReader(path, options, first_row_id=first_row_id, check=check, **given)
     corpus = Corpus()
     for item in reader:
         (corpus.entries if isinstance(item, Entry) else corpus.rejected).append(item)

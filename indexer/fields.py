@@ -6,10 +6,9 @@ Why: a FAQ question alone matches paraphrases of it well but cannot tell apart e
 it (one question, several answers); question+answer does, and the sum beats either (StackFAQ dev,
 docs/faq-fields.md).
 
-Both vector sets live in the one FAISS index: the text's vectors under the entry's row id, the
-also text's under ``row id + ALSO_ID``. So ``add``/``delete``/``compact`` keep them in step with
-no second file, a search retrieves candidates from both at once, and a filter admits both.
-The configuration is saved in the index meta (``source.also``) and read back by every query.
+Both vector sets live in the one vector index, under ids that ``indexer.vectors.entries`` gives
+and maps back to their entry. The configuration is saved in the index meta (``source.also``) and
+read back by every query.
 """
 
 from __future__ import annotations
@@ -27,9 +26,6 @@ from indexer.strategy import DEFAULT_WEIGHT
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
-
-ALSO_ID = 1 << 40
-"""FAISS id offset of the also-vectors (row ids stay far below it)."""
 
 
 @dataclass(frozen=True)
@@ -102,31 +98,3 @@ def embed_entries(
     vectors, owners = encoder.embed_documents(texts, progress=progress)
     also = owners >= len(entries)
     return vectors, owners % max(len(entries), 1), also
-
-
-def vector_ids(rowids: np.ndarray, also: np.ndarray | None) -> np.ndarray:
-    """FAISS ids: the row id, plus ``ALSO_ID`` for an also-vector."""
-    rowids = np.asarray(rowids, dtype=np.int64)
-    return rowids if also is None else rowids + np.asarray(also, dtype=np.int64) * ALSO_ID
-
-
-def with_also_ids(rowids: Sequence[int] | np.ndarray) -> np.ndarray:
-    """Every FAISS id an entry may hold: its row id and its also-vectors' id."""
-    rowids = np.asarray(rowids, dtype=np.int64)
-    return np.concatenate([rowids, also_ids(rowids)])
-
-
-def also_ids(rowids: Sequence[int] | np.ndarray) -> np.ndarray:
-    """The FAISS id of each entry's also-vectors."""
-    return np.asarray(rowids, dtype=np.int64) + ALSO_ID
-
-
-def row_ids(ids: np.ndarray) -> np.ndarray:
-    """The entry (row id) of each FAISS id: an also-vector's is its entry's. FAISS's -1 (no
-    vector: fewer found than asked) stays -1, never a made-up row id that counts as a hit."""
-    return np.where(ids < 0, ids, ids % ALSO_ID)
-
-
-def is_also(ids: np.ndarray) -> np.ndarray:
-    """Which FAISS ids are also-vectors."""
-    return ids >= ALSO_ID

@@ -180,7 +180,7 @@ def merge_shards(
     shards: Sequence[str | Path], index_dir: str | Path, *, index_kind: str = "auto", storage: str = "float32"
 ) -> int:
     """Merge shard directories into one index (atomic, like a build). Returns the entry count."""
-    from indexer.store import building, write_index
+    from indexer.store import write_index
     from indexer.transform import Transform
 
     if not shards:
@@ -198,16 +198,15 @@ def merge_shards(
     _check_model(strategy.model, [(shard, found) for shard, (found, *_) in zip(shards, read, strict=True)])
     transform = Transform.for_strategy(strategy, merged)  # on the whole corpus, as a build would
     merged = Transform.apply_optional(transform, merged)
-    with building(Path(index_dir)):
-        write_index(
-            index_dir,
-            strategy,
-            entries,
-            merged,
-            owners,
-            transform=transform,
-            source={"shards": [str(Path(s).resolve()) for s in shards], **source},
-            index_kind=index_kind,
-            storage=storage,
-        )
+    write_index(
+        index_dir,
+        strategy,
+        entries,
+        merged,
+        owners,
+        transform=transform,
+        source={"shards": [str(Path(s).resolve()) for s in shards], **source},
+        index_kind=index_kind,
+        storage=storage,
+    )
     return len(entries)

@@ -12,6 +12,7 @@ upserts by it, and moves the counter past the integer ids it brings.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.catalog import Catalog, content_hash
-from indexer.corpus import Corpus, Rejection, check_field_count, entry_id, read_corpus
+from indexer.corpus import Corpus, CorpusOptions, Rejection, check_field_count, entry_id, read_corpus
 from indexer.errors import BadInput
 from indexer.field_types import comparable, misfit
 from indexer.fields import FieldScoring, embed_entries
@@ -52,11 +53,7 @@ def add_to_index(
     index_dir: str | Path,
     corpus_path: CorpusSource,
     *,
-    text_fields: Sequence[str] | None = None,
-    id_field: str | None = None,
-    fmt: str | None = None,
-    encoding: str = "utf-8",
-    delimiter: str | None = None,
+    corpus_options: CorpusOptions | None = None,
     batch_size: int = 32,
     progress: bool = False,
     wait: float = 0,
@@ -64,14 +61,16 @@ def add_to_index(
     ray_workers: int | None = None,
     device: str = "auto",
     precision: str = "auto",
+    **given: Any,
 ) -> UpdateReport:
     """Upsert every usable row of a corpus (a file, or rows as ``build_index`` takes them) by id:
     an upserted entry's fields are replaced whole.
-    Text and id fields default to the index's own; to an index built on row numbers the rows are
-    added with new ids (the module docstring) unless ``id_field`` is given. A row whose value
-    cannot be stored in its column as written is rejected (``field_types.misfit``). ``encoding`` and
-    ``delimiter``: the file's; ``wait``: seconds to wait for another writer; ``ray``/``ray_workers``,
-    ``device``/``precision``: as ``build_index`` takes them."""
+    ``corpus_options`` (or its fields as keywords): how the corpus is read, as ``build_index``
+    takes them; text and id fields default to the index's own; to an index built on row numbers
+    the rows are added with new ids (the module docstring) unless ``id_field`` is given. A row whose
+    value cannot be stored in its column as written is rejected (``field_types.misfit``). ``wait``:
+    seconds to wait for another writer; ``ray``/``ray_workers``, ``device``/``precision``: as
+    ``build_index`` takes them."""
     from indexer.distributed import RayEncoder
     from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
@@ -79,25 +78,22 @@ def add_to_index(
     started = time.perf_counter()
     index_dir = Path(index_dir)
     on_device = placement(device, precision)
+    options = CorpusOptions.of(corpus_options, **given)
     live_meta(index_dir)  # not an index: say so before taking its lock
     with writer_lock(index_dir, wait):
         live = open_index(index_dir, vectors=False)  # the live state under the lock is what we change
         source = dict(live.meta.get("source", {}))
-        text_fields = list(text_fields or source.get("text_fields") or ["text"])
         next_row_id = _next_row_id(source, live.catalog)
-        first_row_id = next_row_id if id_field is None else None
-        id_field = id_field or source.get("id_field")
+        first_row_id = next_row_id if options.id_field is None else None
+        options = dataclasses.replace(
+            options,
+            text_fields=options.text_fields or source.get("text_fields") or ["text"],
+            id_field=options.id_field or source.get("id_field"),
+        )
         also = FieldScoring.from_source(source)
         columns = {name.casefold(): t for name, t in live.catalog.field_types().items()}
         corpus = read_corpus(
-            corpus_path,
-            text_fields=text_fields,
-            id_field=id_field,
-            fmt=fmt,
-            encoding=encoding,
-            delimiter=delimiter,
-            first_row_id=first_row_id,
-            check=lambda row: misfit(row, columns),
+            corpus_path, options, first_row_id=first_row_id, check=lambda row: misfit(row, columns)
         )
         _check_columns(corpus, columns, corpus_path if is_path(corpus_path) else ROWS_NAME)
         stored = live.catalog.fingerprints([e.id for e in corpus.entries])

@@ -12,11 +12,10 @@ from typing import Any
 import numpy as np
 
 from indexer.errors import BadInput
-from indexer.fields import is_also
 from indexer.progress import Progress, Share
 from indexer.store import StoredIndex
-from indexer.vectors.factory import EXACT_LIMIT
-from indexer.vectors.faiss_index import PairIndex
+from indexer.vectors.entries import entry_texts
+from indexer.vectors.factory import EXACT_LIMIT, range_index
 from search.components import groups
 
 BLOCK = 4096  # most query vectors per IVF range search
@@ -156,7 +155,7 @@ def _ivf_pairs(
     rows_per_block: int,
     progress: Share,
 ) -> None:
-    ivf = PairIndex(vectors, PROBES)
+    ivf = range_index(vectors, PROBES)
     if rows_per_block <= 0:  # a query's results lie in its PROBES lists: at most the largest ones
         rows_per_block = max(1, min(BLOCK, MAX_RESULTS // max(ivf.largest_lists(PROBES), 1)))
     for start in range(0, len(vectors), rows_per_block):
@@ -197,9 +196,7 @@ def find_duplicates(
     min_score = check_min_score(min_score)
     if limit is not None and limit < 0:
         raise BadInput(f"limit must be 0 or more, not {limit}")
-    vectors, owners = index.read_vectors().stored()
-    texts = ~is_also(owners)  # entries say the same thing when their texts do: also-vectors aside
-    vectors, owners = vectors[texts], owners[texts]
+    vectors, owners = entry_texts(index.read_vectors())  # entries say the same thing when their texts do
     with Progress(len(vectors), "comparing", enabled=progress, unit="vector") as bar:
         pairs, scores = range_pairs(
             np.ascontiguousarray(vectors, dtype=np.float32),

@@ -29,7 +29,7 @@ from indexer.corpus import CorpusReader, Entry, blank
 from indexer.errors import BadInput
 from indexer.formats import line_text, read_lines
 from indexer.outputs import staged_file
-from indexer.progress import Progress
+from indexer.progress import Progress, Share
 from indexer.strategy import Strategy
 from indexer.transform import Transform
 from search.queries import check_text
@@ -62,8 +62,8 @@ def check_texts(texts: Iterable[object], first: int = 1) -> list[str]:
 @dataclass(frozen=True)
 class Encoding:
     """An encoder kept loaded with the post-processing its vectors get: ``encode`` many times.
-    ``Encoding.load(strategy)`` or ``Encoding.load(index=IDX)``; the server's index snapshots have
-    the same ``embedder`` and ``finish``."""
+    ``Encoding.load(strategy)`` or ``Encoding.load(index=IDX)``; an index's snapshot holds one
+    (``search.engine.Snapshot.encoding``), which its queries embed with."""
 
     embedder: Encoder
     transform: Transform | None = None
@@ -121,9 +121,10 @@ class Encoding:
         """Width of a vector (after whitening, if it keeps fewer); embeds one word to know it."""
         return int(self.encode(["dimension"]).shape[1])
 
-    def finish(self, vectors: np.ndarray) -> np.ndarray:
-        """Raw model vectors -> the final ones (the index's fitted post-processing, if any)."""
-        return Transform.apply_optional(self.transform, vectors)
+    def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray:
+        """The final vectors of ``texts`` (checked already) in one pass: the model's, then the
+        index's fitted post-processing, if any."""
+        return Transform.apply_optional(self.transform, self.embedder.embed(list(texts), progress=progress))
 
     def encode(self, texts: Iterable[str], *, progress: bool = False) -> np.ndarray:
         """A float32 matrix, row i the vector of text i (``check_texts``); any number of texts,
@@ -153,7 +154,7 @@ class Encoding:
                 texts = check_texts([text for _, text in part], done + 1)
                 yield (
                     [i for i, _ in part],
-                    self.finish(self.embedder.embed(texts)).astype(np.float32, copy=False),
+                    self.embed(texts).astype(np.float32, copy=False),
                 )
                 done += len(part)
                 bar.advance(len(part))

@@ -7,86 +7,41 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from indexer.catalog import Catalog, Facet
-from indexer.corpus import RESERVED, blank
+from indexer.corpus import RESERVED
 from indexer.encoders.devices import placement
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_graph import CPU
-from indexer.errors import BadInput, IndexMoved, StrategyConflict
-from indexer.fields import FieldScoring, also_ids, row_ids, with_also_ids
+from indexer.errors import BadInput, IndexMoved
+from indexer.fields import FieldScoring
 from indexer.progress import Share
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.strategy import Strategy
-from indexer.transform import Transform
-from indexer.vectors.faiss_index import single_threaded
+from indexer.vectors import single_threaded
+from indexer.vectors.entries import EntryVectors
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
+from search.encoding import Encoding
 from search.filters import parse_filter
 from search.hybrid import DEFAULT_MODE, DEFAULT_WEIGHT, Words, check_mode, ranked
-from search.queries import check_text
+from search.requests import Allowed, Embedding, Hit, check_queries, check_strategy, here
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 RETRIES = 3
 """Times a search is redone on a reopened snapshot when updates commit under it."""
 
 CANDIDATES = 64
 """Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One result: its rank (from 1), the entry's id, score (dense: cosine; keyword: BM25; hybrid:
-    fused rank, ``search.hybrid``), embedded text and stored fields."""
-
-    rank: int
-    id: str
-    score: float
-    text: str
-    fields: dict[str, Any]
-    answered: bool | None = None  # by the index's calibrated rule or a --min-score; None: neither
-    confidence: float | None = None  # the calibrated rule's probability that this hit is right
-    others: int | None = None  # grouped: entries of its group (the filter admits) below it; else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def check_queries(queries: Sequence[str]) -> None:
-    """An empty query has no meaning to embed: refuse it rather than return arbitrary hits; nor
-    has text that is not valid UTF-8."""
-    for query in queries:
-        if not isinstance(query, str) or blank(query):
-            raise BadInput("empty query: give some text to search for")
-        check_text(query, "the query")
-
-
-def check_strategy(stored: Strategy, asked: dict[str, Any]) -> None:
-    """Queries embed with the stored strategy; asking for another one is an error naming it.
-
-    ``asked`` is a request (it may say ``auto``, or give the model by a relative path): it is
-    resolved over the stored strategy and compared with it, the model by its identity.
-    """
-    if not asked:
-        return
-    from indexer.models import identified, resolve_strategy
-
-    unidentified = {"model_fingerprint": None} if "model" in asked else {}
-    request = resolve_strategy(Strategy.from_dict({**stored.to_dict(), **unidentified, **asked}))
-    differing = identified(stored).differences(request)
-    if differing:
-        raise StrategyConflict(
-            f"this index was built with {stored.describe()}; queries always use it "
-            f"({', '.join(differing)} differ): rebuild the index to change the strategy"
-        )
 
 
 def configure_threads() -> None:
@@ -102,9 +57,10 @@ def configure_threads() -> None:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One complete version: the index, the encoder of its strategy's queries and its fitted
-    transform. ``embedder`` runs the exported graph on ONNX Runtime or, where the strategy's network
-    could not be exported, the model on torch; ``info`` says which (``indexer.encoders.factory``).
+    """One complete version: the index and the ``Encoding`` of its queries (the encoder of its
+    strategy and its fitted transform). The encoder runs the exported graph on ONNX Runtime or,
+    where the strategy's network could not be exported, the model on torch; ``info`` says which
+    (``indexer.encoders.factory``).
 
     A request takes one snapshot and does everything with it, so a reload (which publishes a new
     snapshot) can never pair one version's vectors with another's model. An update commits into
@@ -115,12 +71,8 @@ class Snapshot:
     """
 
     index: StoredIndex
-    embedder: Encoder
+    encoding: Encoding
     db_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
-
-    @property
-    def transform(self) -> Transform | None:
-        return self.index.transform
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -129,7 +81,7 @@ class Snapshot:
     def info(self) -> dict[str, Any]:
         """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use."""
         with self.db_lock:
-            return {**self.index.info(), "encoder": self.embedder.choice.status}
+            return {**self.index.info(), "encoder": self.encoding.embedder.choice.status}
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Catalog]:
@@ -158,9 +110,9 @@ class Snapshot:
         mode: str | None = None,
     ) -> list[list[Hit]]:
         """Embed all queries in one pass, then look each up (among the entries ``where`` allows,
-        the best per value of ``group_by``) in ``mode`` (``search.hybrid``; None: the index's)."""
-        allowed = self.allowed(where)
-        said = self.words(queries, mode, min_score)
+        the best per value of ``group_by``) in ``mode`` (``search.hybrid``; None: the index's):
+        ``SearchEngine.search_many`` without the retry."""
+        said, allowed = self.words(queries, mode, min_score), self.allowed(where)
         return self.lookup(self.embed(queries), k, allowed, min_score, self.grouping(group_by), said)
 
     @functools.cached_property
@@ -207,11 +159,7 @@ class Snapshot:
 
     def embed(self, queries: Sequence[str], progress: Share | None = None) -> np.ndarray:
         check_queries(queries)
-        return self.finish(self.embedder.embed(list(queries), progress=progress))
-
-    def finish(self, vectors: np.ndarray) -> np.ndarray:
-        """Raw model vectors -> this index's space (its fitted post-processing, if any)."""
-        return Transform.apply_optional(self.transform, vectors)
+        return self.encoding.embed(queries, progress=progress)
 
     def allowed(self, where: str | None) -> Allowed | None:
         """The entries a filter admits, found in SQLite before any vector is compared. The parser
@@ -288,6 +236,11 @@ class Snapshot:
         """The second vector per entry this version scores with (``indexer.fields``), if any."""
         return FieldScoring.from_source(self.meta.get("source", {}))
 
+    @property
+    def entries(self) -> EntryVectors:
+        """This version's vectors searched per entry (with its also-vectors, if it scores them)."""
+        return EntryVectors(self.index.vectors, also=self.scoring is not None)
+
     def _nearest(
         self,
         vector: np.ndarray,
@@ -321,17 +274,16 @@ class Snapshot:
         if allowed is None:
             entries, total, ids = index.meta["count"], index.vectors.count, None
         else:
-            entries, total = len(allowed.ids), allowed.vectors
-            ids = with_also_ids(allowed.ids) if self.scoring else allowed.ids
+            entries, total, ids = len(allowed.ids), allowed.vectors, allowed.ids
         best: dict[int, float] = {}
         if entries == 0:
             return best
         wanted = min(k, entries)
         fetch = min(k if total == entries else 2 * k, total)
         while True:
-            scores, found = index.vectors.search(vector[None, :], fetch, ids)
+            scores, found = self.entries.search(vector[None, :], fetch, ids)
             best = {}
-            for rowid, score in zip(row_ids(found[0]).tolist(), scores[0].tolist(), strict=True):
+            for rowid, score in zip(found[0].tolist(), scores[0].tolist(), strict=True):
                 if rowid >= 0 and rowid not in best:
                     best[rowid] = score
             if len(best) >= wanted or fetch >= total:
@@ -349,14 +301,8 @@ class Snapshot:
         with self.reading() as catalog:
             chunks = catalog.values(rowids, "_chunks")
         held = int(sum(chunks.values()))
-        scores, ids = self.index.vectors.search(vector[None, :], held, with_also_ids(rowids))
-        best: dict[int, float] = {}
-        for vector_id, score in zip(ids[0].tolist(), scores[0].tolist(), strict=True):
-            if vector_id >= 0:
-                best.setdefault(vector_id, score)  # best chunk first
+        text, also = self.entries.both(vector, rowids, held)
         rows = np.array(rowids, dtype=np.int64)
-        text = np.array([best.get(r, -1.0) for r in rowids])
-        also = np.array([best.get(a, -1.0) for a in also_ids(rowids).tolist()])
         combined = self.scoring.combine(text, also)
         if texts is not None:
             texts.update(zip(rowids, text.tolist(), strict=True))
@@ -455,7 +401,8 @@ class SearchEngine:
 
     ``snapshot`` is the current version; ``reload_if_changed`` publishes a new one when
     ``add``/``delete``/``index`` wrote a new version (the model is reloaded only if the strategy
-    changed). Take ``snapshot`` once per request: it stays whole whatever reloads happen after.
+    changed); ``reloads`` counts them. Take ``snapshot`` once per request: it stays whole whatever
+    reloads happen after.
     """
 
     def __init__(
@@ -474,12 +421,16 @@ class SearchEngine:
         self.path = Path(index_dir)
         self.provider = provider or CPU
         self.placement = placement(device, precision)
+        self.reloads = 0
+        self.reloading = threading.Lock()  # the server reloads from its request threads too
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
-        encoder = encoder_for(
+        self.snapshot = Snapshot(index, Encoding(self._encoder(index), index.transform))
+
+    def _encoder(self, index: StoredIndex) -> Encoder:
+        return encoder_for(
             index.strategy, queries=True, provider=self.provider, held=index.graph, placement=self.placement
         )
-        self.snapshot = Snapshot(index, encoder)
 
     @property
     def index(self) -> StoredIndex:
@@ -487,30 +438,23 @@ class SearchEngine:
 
     @property
     def embedder(self) -> Encoder:
-        return self.snapshot.embedder
+        return self.snapshot.encoding.embedder
 
     @property
     def strategy(self) -> Strategy:
         return self.snapshot.index.strategy
 
     def reload_if_changed(self) -> bool:
-        current = self.snapshot
-        if live_version(self.path) == current.index.version.name and not current.changed():
-            return False
-        fresh = open_index(self.path)
-        same = fresh.strategy == current.index.strategy
-        if same:
-            encoder = current.embedder
-        else:
-            encoder = encoder_for(
-                fresh.strategy,
-                queries=True,
-                provider=self.provider,
-                held=fresh.graph,
-                placement=self.placement,
-            )
-        self.snapshot = Snapshot(fresh, encoder)
-        return True
+        with self.reloading:
+            current = self.snapshot
+            if live_version(self.path) == current.index.version.name and not current.changed():
+                return False
+            fresh = open_index(self.path)
+            same = fresh.strategy == current.index.strategy
+            encoder = current.encoding.embedder if same else self._encoder(fresh)
+            self.snapshot = Snapshot(fresh, Encoding(encoder, fresh.transform))
+            self.reloads += 1
+            return True
 
     def search(
         self,
@@ -539,24 +483,36 @@ class SearchEngine:
         min_score: float | None = None,
         group_by: str | None = None,
         mode: str | None = None,
-    ) -> list[list[Hit]]:
-        """``search`` for each query, all embedded in one pass."""
-        return self.fresh(lambda snapshot: snapshot.search_many(queries, k, where, min_score, group_by, mode))
+        *,
+        embed: Embedding[list[list[Hit]], R] = here,
+    ) -> R:
+        """``search`` for each query: the one query pipeline (the CLI, Python and the server run
+        it). The queries are embedded in one pass by ``embed`` with the current snapshot's
+        encoding, then looked up on that snapshot (``retrying``); what ``embed`` returns is the
+        answer (the server's step returns it awaitable)."""
+        check_queries(queries)
+        first = self.snapshot
+        first.mode(mode, min_score)  # an unknown mode, or one the index cannot serve: before embedding
 
-    def fresh(self, work: Callable[[Snapshot], T]) -> T:
-        """``work`` on the current snapshot, redone on a reopened one when an update committed
-        under it (``IndexMoved``), a few times before the error reaches the caller."""
+        def look_up(vectors: np.ndarray) -> list[list[Hit]]:
+            def attempt(snapshot: Snapshot) -> list[list[Hit]]:
+                mine = vectors if snapshot is first else snapshot.embed(queries)
+                allowed, grouping = snapshot.allowed(where), snapshot.grouping(group_by)
+                said = snapshot.words(queries, mode, min_score)
+                return snapshot.lookup(mine, k, allowed, min_score, grouping, said)
+
+            return self.retrying(attempt, first)
+
+        return embed(first.encoding, list(queries), look_up)
+
+    def retrying(self, work: Callable[[Snapshot], T], snapshot: Snapshot | None = None) -> T:
+        """``work`` on ``snapshot`` (default the current one), redone on a reopened one when an
+        update committed under it (``IndexMoved``), a few times before the error reaches the caller."""
+        snapshot = snapshot or self.snapshot
         for _ in range(RETRIES):
             try:
-                return work(self.snapshot)
+                return work(snapshot)
             except IndexMoved:
                 self.reload_if_changed()
-        return work(self.snapshot)
-
-
-@dataclass(frozen=True)
-class Allowed:
-    """Row ids a filter admits and how many vectors they hold (chunked entries hold several)."""
-
-    ids: np.ndarray
-    vectors: int
+                snapshot = self.snapshot
+        return work(snapshot)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -17,11 +17,11 @@ from indexer.corpus import blank
 from indexer.errors import BadInput
 from indexer.strategy import Strategy
 from indexer.transform import Transform
-from search.engine import Hit, check_queries
+from search.encoding import Encoding
 from search.queries import check_text
+from search.requests import Embedding, Hit, check_queries, here
 
-if TYPE_CHECKING:  # torch loads only to embed without an index, before the graph is exported
-    from indexer.encoders.base import Encoder
+R = TypeVar("R")
 
 
 def rank_similar_with_index(
@@ -38,7 +38,7 @@ def rank_similar_with_index(
     from search.engine import SearchEngine
 
     snapshot = SearchEngine(index_dir, strategy=strategy).snapshot
-    return rank_similar(sentence, candidates, k=k, embedder=snapshot.embedder, transform=snapshot.transform)
+    return rank_similar(sentence, candidates, k=k, encoding=snapshot.encoding)
 
 
 def rank_similar(
@@ -47,22 +47,25 @@ def rank_similar(
     strategy: Strategy | None = None,
     *,
     k: int | None = None,
-    embedder: Encoder | None = None,
-    transform: Transform | None = None,
-) -> list[Hit]:
+    encoding: Encoding | None = None,
+    embed: Embedding[list[Hit], R] = here,
+) -> R:
     """Candidates by cosine to ``sentence``, best first; ids are 1-based candidate positions.
 
-    ``transform``: the post-processing to apply (an index's, fitted on its corpus); required when
-    the strategy has post-processing.
+    ``encoding``: what embeds them (an index's, with its post-processing fitted on its corpus),
+    else the encoder of ``strategy``, which may then have no post-processing. ``embed``: the
+    embedding step (``search.requests.Embedding``; the server's micro-batcher).
     """
     kept = rankable(sentence, candidates)
-    check_transform(strategy or (embedder.strategy if embedder else Strategy()), transform)
-    if embedder is None:  # as an index of this strategy would embed (no torch once exported)
+    if encoding is not None:
+        check_transform(encoding.strategy, encoding.transform)
+    else:  # as an index of this strategy would embed (no torch once exported)
+        check_transform(strategy or Strategy(), None)
         from indexer.encoders.factory import encoder_for
 
-        embedder = encoder_for(strategy)
-    vectors = embedder.embed([sentence] + [text for _, text in kept])
-    return rank_vectors(Transform.apply_optional(transform, vectors), kept, k)
+        encoding = Encoding(encoder_for(strategy))
+    texts = [sentence] + [text for _, text in kept]
+    return embed(encoding, texts, lambda vectors: rank_vectors(vectors, kept, k))
 
 
 def rankable(sentence: str, candidates: Sequence[str]) -> list[tuple[int, str]]:

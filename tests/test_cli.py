@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from indexer.store import CURRENT
-from tests.conftest import assert_clean_failure, run
+from tests.helpers import assert_clean_failure, run
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_bad_inputs_are_one_line_errors(index, tmp_path, tiny_model):
         (("index", tmp_path / "missing.csv", "-o", index), "no such file"),
         (("index", tmp_path / "x.unknown", "-o", index, "--model", tiny_model), "no such file"),
         (("index", empty, "-o", index, "--model", tiny_model), "empty corpus"),
-        (("index", bad_utf8, "-o", index, "--model", tiny_model), "empty corpus: no usable rows"),
+        (("index", bad_utf8, "-o", index, "--model", tiny_model), "not valid UTF-8; looks like cp1252"),
         (("index", empty, "-o", index, "--text-field", "question"), "has field 'question'"),
         (("index", good, "-o", index, "--model", "/no/such/model"), "cannot load model"),
         (("index", good, "-o", index, "--model", tiny_model, "--layers", "9"), "out of range"),

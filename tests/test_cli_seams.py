@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from indexer.store import CURRENT, LOCK
-from tests.conftest import assert_clean_failure, run
+from tests.helpers import assert_clean_failure, run
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from indexer.store import open_index
 from search import SearchEngine
 from search.cli import cli
 from search.engine import check_strategy
-from tests.conftest import DATA, random_bert, real_sentences, write_csv
+from tests.helpers import DATA, random_bert, real_sentences, write_csv
 
 pytest.importorskip("onnxruntime")
 

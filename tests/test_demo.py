@@ -9,7 +9,7 @@ import pytest
 
 from indexer import build_index
 from search import SearchEngine
-from tests.conftest import DATA
+from tests.helpers import DATA
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from indexer.encoders.devices import Placement, placement
 from indexer.encoders.pipeline import Batching
 from indexer.errors import BadInput
 from indexer.strategy import Strategy
-from tests.conftest import assert_clean_failure, real_sentences, run
+from tests.helpers import assert_clean_failure, real_sentences, run
 
 torch = pytest.importorskip("torch")
 NO_GPU = not torch.cuda.is_available()

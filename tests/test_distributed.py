@@ -22,7 +22,7 @@ from indexer.store import live_version, open_index
 from indexer.update import add_to_index
 from search import SearchEngine
 from search.cli import cli
-from tests.conftest import DATA
+from tests.helpers import DATA
 
 QUESTIONS = ("can I pay with apple pay", "lost my phone on a bike", "helmet rules", "ünïcödé 🚲")
 FIELDS = ["question", "answer"]

@@ -14,7 +14,7 @@ from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from indexer.store import open_index
 from search.duplicates import components, find_duplicates, range_pairs
-from tests.conftest import assert_clean_failure, run
+from tests.helpers import assert_clean_failure, run
 
 ROWS = [
     ("a", "How do I reset my password?"),

@@ -14,7 +14,7 @@ from indexer.errors import BadInput
 from indexer.strategy import Strategy
 from search.encoding import PART_TEXTS, Encoding, check_texts, encode
 from search.engine import SearchEngine
-from tests.conftest import assert_clean_failure, build_faq, run, write_csv
+from tests.helpers import assert_clean_failure, build_faq, run, write_csv
 
 TEXTS = ["How do I pay for a ride?", "a bike", "Where can I park the bike near the station?"]
 

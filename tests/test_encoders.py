@@ -14,7 +14,7 @@ from indexer.encoders.onnx_graph import CPU
 from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import BadInput
 from indexer.strategy import BACKENDS, RUNTIME, Strategy
-from tests.conftest import ROOT, heavy_imports, random_bert
+from tests.helpers import ROOT, heavy_imports, random_bert
 
 PACKAGE = ROOT / "indexer" / "encoders"
 HEAVY = ("torch", "onnxruntime")
@@ -137,18 +137,42 @@ def test_memory_stays_flat_whatever_a_line_s_length(tmp_path, tiny_model):
     import subprocess
     import sys
 
-    script = f"""
+    for chunked in ("None", "16"):  # truncated, and cut into windows (every window is kept)
+        script = f"""
 import resource, sys
 from indexer.encoders.tokens import TextTokenizer
 from indexer.strategy import Strategy
-tokens = TextTokenizer.from_files({tiny_model!r}, Strategy(model={tiny_model!r}, max_length=128))
+strategy = Strategy(model={tiny_model!r}, max_length=128, chunk_overlap={chunked})
+tokens = TextTokenizer.from_files({tiny_model!r}, strategy)
 line = " ".join(f"word{{i}}" for i in range(500000))
-tokens.ids(["warm up"])
+tokens.documents(["warm up"])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 for _ in range(5):
-    tokens.ids([line, line])
+    tokens.documents([line, line])
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    assert int(done.stdout) < 100_000, f"{int(done.stdout) // 1024} MB more for 4 MB lines"
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        assert int(done.stdout) < 100_000, f"{int(done.stdout) // 1024} MB more for 4 MB lines ({chunked})"
+
+
+def test_a_long_document_is_windowed_as_the_tokenizer_windows_it_whole():
+    """Past its character bound a document is tokenised in pieces and windowed by semsearch: the
+    windows equal those ``tokenizers`` makes of the whole text, for any length and overlap."""
+    import random
+
+    from indexer.encoders.tokens import CHARS_PER_TOKEN, TextTokenizer
+    from indexer.models import model_location
+
+    random.seed(0)
+    words = ["naïve", "café", "東京", "bike", "E3453C,", "docking-station", "(the)", "won't", "🚀", "x" * 50]
+    location = model_location(Strategy().model)
+    for max_length, overlap in [(16, 4), (32, 0), (64, 31)]:
+        tokens = TextTokenizer.from_files(location, Strategy(max_length=max_length, chunk_overlap=overlap))
+        for count in (max_length * CHARS_PER_TOKEN // 5, 3000):
+            text = " ".join(random.choice(words) for _ in range(count))
+            assert len(text) > max_length * CHARS_PER_TOKEN  # the piecewise path
+            whole = tokens.windows.encode(text)
+            got = tokens.documents(["a short one", text])
+            assert got.ids[1:] == [e.ids for e in (whole, *whole.overflowing)]
+            assert got.owners.tolist() == [0] + [1] * (len(got.ids) - 1)

@@ -13,9 +13,10 @@ from indexer.encoders.factory import encoder_for
 from indexer.errors import BadInput, FilterError, IndexMoved
 from indexer.store import open_index
 from indexer.strategy import Strategy
+from search.encoding import Encoding
 from search.engine import SearchEngine
 from search.similar import rank_similar
-from tests.conftest import ROWS, build_faq
+from tests.helpers import ROWS, build_faq
 
 
 def test_snapshot_stays_whole_across_a_reload(tmp_path, tiny_model):
@@ -25,8 +26,8 @@ def test_snapshot_stays_whole_across_a_reload(tmp_path, tiny_model):
     build_faq(tmp_path, tiny_model, layers=(-1, -2), combine="concat")
     assert engine.reload_if_changed()
     assert engine.snapshot is not old
-    assert engine.snapshot.embedder.dimension == 64 == engine.snapshot.index.vectors.dimension
-    assert old.embedder.dimension == 32 == old.index.vectors.dimension
+    assert engine.snapshot.encoding.embedder.dimension == 64 == engine.snapshot.index.vectors.dimension
+    assert old.encoding.embedder.dimension == 32 == old.index.vectors.dimension
     assert old.search_many([ROWS[1][1]], k=2) == before
     assert engine.search(ROWS[1][1], k=1)[0].id == "a2"
 
@@ -76,7 +77,8 @@ def test_rank_similar_refuses_post_processing_without_a_corpus(tiny_model):
 def test_rank_similar_applies_the_given_transform(tmp_path, tiny_model):
     index = open_index(build_faq(tmp_path, tiny_model, postprocess="center"))
     embedder = encoder_for(index.strategy)
-    hits = rank_similar(ROWS[0][1], [ROWS[0][1], ROWS[1][1]], embedder=embedder, transform=index.transform)
+    encoding = Encoding(embedder, index.transform)
+    hits = rank_similar(ROWS[0][1], [ROWS[0][1], ROWS[1][1]], encoding=encoding)
     vectors = index.transform.apply(embedder.embed([ROWS[0][1], ROWS[1][1]]))
     assert hits[0].score == pytest.approx(1.0, abs=1e-4)
     assert hits[1].score == pytest.approx(float(np.dot(vectors[0], vectors[1])), abs=1e-4)
@@ -86,7 +88,7 @@ def test_a_snapshot_never_pairs_its_vectors_with_rows_written_after_it(tmp_path,
     """An upsert commits into the same version: an engine opened before it must not score the
     entry by its old vector while showing its new text (nor the other way round)."""
     from indexer.update import add_to_index
-    from tests.conftest import write_csv
+    from tests.helpers import write_csv
 
     path = build_faq(tmp_path, tiny_model)
     engine = SearchEngine(path)

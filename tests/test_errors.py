@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from indexer import errors
 from search.cli import cli
-from tests.conftest import ROOT, build_faq
+from tests.helpers import ROOT, build_faq
 
 
 def readme_table() -> dict[str, tuple[int, int | None]]:

@@ -15,7 +15,7 @@ import pytest
 from indexer import BadInput, Strategy, build_index, export_encoder
 from indexer.export import MARKER
 from search.engine import SearchEngine
-from tests.conftest import DATA, assert_clean_failure, real_sentences, run
+from tests.helpers import DATA, assert_clean_failure, real_sentences, run
 
 pytest.importorskip("onnxruntime")
 

@@ -17,7 +17,7 @@ import semsearch
 from indexer.corpus import CorpusReader, Entry, Rejection
 from indexer.errors import BadInput
 from indexer.store import open_index
-from tests.conftest import ROWS, write_csv
+from tests.helpers import ROWS, write_csv
 
 FAQ = [
     {"id": "a1", "question": "How do I pay for a ride?", "answer": "With a card in the app.", "price": 2},

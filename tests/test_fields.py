@@ -11,13 +11,14 @@ import pytest
 
 from indexer import build_index
 from indexer.errors import BadInput
-from indexer.fields import ALSO_ID, FieldScoring, row_ids
+from indexer.fields import FieldScoring
 from indexer.store import open_index
 from indexer.update import add_to_index, delete_from_index
+from indexer.vectors.entries import ALSO_ID, row_ids
 from search.confidence import FEATURES, Neighbourhood
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine
-from tests.conftest import assert_clean_failure, run
+from tests.helpers import assert_clean_failure, run
 
 # Crafted so that each single field ranks a decoy first and only their combination the right entry:
 # the question alone prefers "qdecoy" (same question, useless answer), question+answer alone

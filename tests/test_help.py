@@ -14,7 +14,7 @@ from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from indexer.strategy import DEFAULT_MODEL
 from search.cli import cli
-from tests.conftest import write_csv
+from tests.helpers import write_csv
 
 
 def commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> dict[str, click.Command]:
@@ -31,6 +31,7 @@ def commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> dict[str, 
 def help_of(name: str) -> str:
     result = CliRunner().invoke(cli, [*name.split(), "--help"], terminal_width=200)
     assert result.exit_code == 0, result.output
+    assert result.output.startswith("Usage: "), result.output  # help, not nothing
     return result.output
 
 
@@ -104,6 +105,8 @@ def index(tmp_path_factory, tiny_model) -> Path:
 def test_info_shows_no_unset_values(index):
     result = CliRunner().invoke(cli, ["info", str(index)])
     assert result.exit_code == 0, result.output
+    facts = dict(line.split(":", 1) for line in result.output.splitlines())
+    assert (facts["entries"].strip(), facts["dimension"].strip()) == ("3", "32")  # the set facts are there
     assert "None" not in result.output
 
 
@@ -139,4 +142,4 @@ def test_a_model_not_on_disk_says_how_to_bring_one(monkeypatch, tmp_path):
         assert "`HF_HOME=DIR hf download sentence-transformers/no-such-model-here`" in message
         assert "huggingface-cli" not in message  # huggingface_hub ships `hf` now, not that command
         assert "local directory" in message and "huggingface.co" not in message
-    assert DEFAULT_MODEL  # the bundled model needs none of this
+    assert model_facts(DEFAULT_MODEL).num_layers == 6  # the bundled model needs none of this: found offline

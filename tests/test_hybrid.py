@@ -16,7 +16,7 @@ from indexer.store import live_version, open_index
 from indexer.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
 from search.hybrid import fuse, match_expression
-from tests.conftest import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv
+from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv
 
 HOSTILE = ['"', 'say "hi', "*", "bikes*", "NEAR(a b)", "a AND OR NOT b", "col:bikes", "(((", "^b", "-", "'"]
 

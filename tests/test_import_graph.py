@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import ROOT, heavy_imports
+from tests.helpers import ROOT, heavy_imports
 
 
 def module_names() -> dict[str, Path]:

@@ -14,7 +14,7 @@ from indexer import Strategy, build_index
 from indexer.errors import SemsearchError
 from indexer.store import CURRENT, DATABASE, VECTORS, open_index
 from search import SearchEngine
-from tests.conftest import kill_during, whole_run
+from tests.helpers import kill_during, whole_run
 
 TEXTS = [
     "How do I reset my password?",

@@ -28,7 +28,7 @@ from indexer.vectors.reranked import FULL_IDS, FULL_VECTORS
 from indexer.vectors.segments import segment_name
 from search import SearchEngine
 from search.cli import cli
-from tests.conftest import BASE, write_csv
+from tests.helpers import BASE, write_csv
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from indexer.encoders.factory import encoder_for
 from indexer.errors import SemsearchError
 from indexer.strategy import Strategy
 from search.cli import cli
-from tests.conftest import build_faq, random_bert, write_csv
+from tests.helpers import build_faq, random_bert, write_csv
 
 
 @pytest.fixture(scope="module")

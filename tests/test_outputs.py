@@ -20,7 +20,7 @@ import pytest
 
 from indexer.errors import BadInput, DiskFull, IndexLocked
 from search.encoding import Encoding, encode_file
-from tests.conftest import assert_clean_failure, build_faq, run
+from tests.helpers import assert_clean_failure, build_faq, run
 
 TEXTS = ["How do I pay for a ride?", "a bike", "Where can I park the bike near the station?"]
 
@@ -187,7 +187,7 @@ def test_a_second_tune_to_one_output_is_refused_before_it_trains(tmp_path, tiny_
     from indexer.encoders import training
     from indexer.strategy import Strategy
     from search.tuning import read_labels, tune
-    from tests.test_tuning import positive_pairs
+    from tests.helpers import positive_pairs
 
     labels = read_labels(pairs=positive_pairs(tmp_path))
     out, trained = tmp_path / "tuned", []
@@ -241,7 +241,7 @@ def test_export_and_tune_follow_the_umask(tmp_path, tiny_model, umask, monkeypat
     from indexer.export import export_encoder
     from indexer.strategy import Strategy
     from search.tuning import read_labels, tune
-    from tests.test_tuning import positive_pairs
+    from tests.helpers import positive_pairs
 
     index = build_faq(tmp_path, tiny_model)
     umask(0o027)

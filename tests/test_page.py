@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from indexer import Strategy, build_index  # noqa: E402
 from search.server import create_app  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
+from tests.helpers import ROOT  # noqa: E402
 
 PAGE_FILES = {"index.html", "page.css", "page.js"}
 ODD = 'kind "x" é 分类'  # a field name with quotes, a space and non-ASCII

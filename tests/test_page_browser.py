@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from indexer import Strategy, build_index
-from tests.conftest import DATA
-from tests.conftest import serving as serving_port
+from tests.helpers import DATA
+from tests.helpers import serving as serving_port
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
 

@@ -8,7 +8,7 @@ import pytest
 
 from indexer.encoders.factory import encoder_for
 from indexer.strategy import Strategy
-from tests.conftest import real_sentences
+from tests.helpers import real_sentences
 
 
 @pytest.mark.slow

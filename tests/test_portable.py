@@ -19,7 +19,7 @@ from indexer.encoders.onnx_graph import HELD_FILES, graph_spec
 from indexer.errors import IndexDamaged
 from indexer.store import open_index
 from indexer.update import compact_index
-from tests.conftest import ROOT, assert_keywords_exact, random_bert, write_csv
+from tests.helpers import ROOT, assert_keywords_exact, random_bert, write_csv
 
 pytest.importorskip("onnxruntime")
 

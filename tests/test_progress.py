@@ -21,7 +21,7 @@ import pytest
 from indexer import Strategy, build_index
 from indexer.progress import Progress
 from search.duplicates import range_pairs
-from tests.conftest import clustered, run, write_csv
+from tests.helpers import clustered, run, write_csv
 
 BAR = re.compile(
     r"(?P<desc>[a-z]+): +\d+%\|[^|\r\n]*\| *(?P<n>\d+)/(?P<total>\d+) \[[\d:]+<(?P<left>[\d:?]+), +\S+/s\]"

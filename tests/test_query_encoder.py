@@ -18,7 +18,7 @@ from indexer.encoders.factory import encoder_for, encoder_status
 from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.encoders.onnx_graph import graph_spec
 from indexer.encoders.torch_encoder import TorchEncoder
-from tests.conftest import ROOT, random_bert, shared_file
+from tests.helpers import ROOT, random_bert, shared_file
 
 pytest.importorskip("onnxruntime")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, ROOT
+from tests.helpers import DATA, ROOT
 
 README = ROOT / "README.md"
 RUNNABLE = {"bash": "shell", "sh": "shell", "shell": "shell", "console": "shell", "python": "python"}

@@ -20,7 +20,7 @@ from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vectors.segments import segment_name
 from search import SearchEngine
 from search.duplicates import find_duplicates
-from tests.conftest import BASE, kill_during, rowids, whole_run, write_csv
+from tests.helpers import BASE, kill_during, rowids, whole_run, write_csv
 
 
 @pytest.fixture

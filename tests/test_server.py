@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from indexer.update import add_to_index, delete_from_index  # noqa: E402
 from search.server import create_app  # noqa: E402
-from tests.conftest import ROWS, build_faq, serving  # noqa: E402
+from tests.helpers import ROWS, build_faq, serving  # noqa: E402
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_a_search_after_an_update_answers_from_one_generation(index, tmp_path):
     """An upsert commits into the version the server has open, between its reload checks: the
     request is answered from the new generation whole (rows and vectors), not a mix, nor an error."""
     from search.engine import SearchEngine
-    from tests.conftest import write_csv
+    from tests.helpers import write_csv
 
     question = "Which bikes can I rent for a whole week?"
     with TestClient(create_app(index, reload_every=3600)) as client:

@@ -16,7 +16,7 @@ from indexer.encoders.onnx_encoder import OnnxEncoder  # noqa: E402
 from indexer.strategy import Strategy  # noqa: E402
 from search.server import create_app  # noqa: E402
 from search.server.batching import MicroBatcher, embed_in_groups, length_groups  # noqa: E402
-from tests.conftest import ROWS, build_faq  # noqa: E402
+from tests.helpers import ROWS, build_faq  # noqa: E402
 
 
 class Gate:
@@ -92,6 +92,35 @@ def test_request_in_flight_during_a_reload_sees_one_version(tmp_path, tiny_model
             return [r.status_code for r in [*responses, third]] + [dimension]
 
     assert asyncio.run(run()) == [200, 200, 200, 64]
+
+
+def test_a_request_an_update_commits_under_is_answered_on_the_new_generation(
+    tmp_path, tiny_model, monkeypatch
+):
+    """The server's search runs the engine's pipeline: a lookup that finds its snapshot moved
+    (an add committed while its query was embedded) is redone on the reloaded index, never
+    answered with one generation's vectors and another's rows."""
+    from indexer.update import add_to_index
+    from tests.conftest import write_csv
+
+    index = build_faq(tmp_path, tiny_model)
+    app = create_app(index, reload_every=3600)
+    gate = Gate(monkeypatch)
+    question = "Which bikes can I rent for a whole week?"
+
+    async def run() -> tuple[int, list[str], int]:
+        async with client_for(app) as client:
+            asked = asyncio.create_task(client.post("/search", json={"query": question, "k": 2}))
+            await gate.wait_entered()
+            change = write_csv(tmp_path / "change.csv", [("a5", question, "stations")])
+            await asyncio.to_thread(add_to_index, index, change, id_field="id")
+            gate.release.set()
+            response = await asyncio.wait_for(asked, 60)
+            reloads = (await client.get("/info")).json()["reloads"]
+            return response.status_code, [hit["id"] for hit in response.json()["hits"]], reloads
+
+    status, ids, reloads = asyncio.run(run())
+    assert status == 200 and ids[0] == "a5" and reloads == 1
 
 
 class Recorder:

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from search.server import create_app  # noqa: E402
 from search.server.page import PAGE_POLICY  # noqa: E402
-from tests.conftest import assert_clean_failure, build_faq, run  # noqa: E402
+from tests.helpers import assert_clean_failure, build_faq, run  # noqa: E402
 
 JSON = {"content-type": "application/json"}
 # A body each POST route accepts, and one request per route that its validation refuses.
@@ -141,7 +141,7 @@ def test_a_server_fault_is_a_500_in_each_route_s_shape(index, monkeypatch):
         raise RuntimeError("a fault in the server")
 
     monkeypatch.setattr("search.server.encode.token_count", broken)
-    monkeypatch.setattr("search.server.app.rank_vectors", broken)
+    monkeypatch.setattr("search.similar.rank_vectors", broken)
     with client_of(index) as client:
         for path, body in [("/v1/embeddings", GOOD["/v1/embeddings"]), ("/similar", GOOD["/similar"])]:
             response = client.post(path, json=body)

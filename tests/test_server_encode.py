@@ -23,7 +23,7 @@ from search.engine import SearchEngine  # noqa: E402
 from search.loading import load_encoding  # noqa: E402
 from search.server import create_app  # noqa: E402
 from search.server.schema import MAX_INPUTS, MAX_TEXT  # noqa: E402
-from tests.conftest import assert_clean_failure, build_faq, run, serving  # noqa: E402
+from tests.helpers import assert_clean_failure, build_faq, run, serving  # noqa: E402
 
 TEXTS = ["How do I pay for a ride?", "a bike", "Where can I park the bike near the station?"]
 

@@ -15,7 +15,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from tests.conftest import answering, build_faq, serving  # noqa: E402
+from tests.helpers import answering, build_faq, serving  # noqa: E402
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 1.0  # --request-timeout and --keep-alive in these tests

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 PACKAGE = ROOT / "search" / "server"
 

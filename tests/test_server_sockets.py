@@ -18,7 +18,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from tests.conftest import ROWS, answering, build_faq, long_sentences, serving  # noqa: E402
+from tests.helpers import ROWS, answering, build_faq, long_sentences, serving  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

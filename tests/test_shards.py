@@ -18,7 +18,7 @@ from indexer.errors import BadInput, SemsearchError
 from indexer.shards import embed_shard, merge_shards
 from indexer.store import open_index
 from search import SearchEngine
-from tests.conftest import DATA, ROOT, random_bert
+from tests.helpers import DATA, ROOT, random_bert
 
 
 def test_merged_shards_answer_like_a_single_build(tmp_path, tiny_model):

@@ -181,3 +181,28 @@ def test_an_index_on_disk_is_its_live_version_once_no_reader_holds_an_older_one(
     del engine
     gc.collect()
     assert versions(index) == [(index / CURRENT).read_text().strip()]
+
+
+def test_a_new_version_is_live_only_after_a_clean_exit_of_its_block(tmp_path, tiny_model):
+    """``new_version``: an exception in the block removes the partial version and keeps the live
+    one; a clean exit commits it, its meta recording its files and the version before it."""
+    import numpy as np
+
+    from indexer.corpus import Entry
+    from indexer.store import live_meta, live_version, new_version
+
+    index = tmp_path / "idx"
+    build_index(faq(tmp_path), index, Strategy(model=tiny_model))
+    before, entries = live_version(index), [Entry("n1", "a new text", {"id": "n1"})]
+    vectors = np.ones((1, open_index(index).vectors.dimension), dtype=np.float32)
+    with pytest.raises(ValueError, match="stop"), new_version(index, {"id": "text"}) as version:
+        version.add(entries, vectors, np.arange(1))
+        raise ValueError("stop")
+    assert live_version(index) == before and live_meta(index).count == 6
+    assert sorted(p.name for p in index.iterdir() if p.name.startswith("v-")) == [before]
+    with new_version(index, {"id": "text"}) as version:
+        version.add(entries, vectors, np.arange(1))
+        version.write(Strategy(model=tiny_model), source={"path": "generated"})
+    meta = live_meta(index)
+    assert live_version(index) != before and meta.count == 1 and meta.previous == before
+    assert "vectors.faiss" in meta.files

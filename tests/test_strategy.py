@@ -12,7 +12,7 @@ from indexer.errors import SemsearchError, StrategyConflict
 from indexer.models import model_fingerprint
 from indexer.strategy import DEFAULT_CHUNK_OVERLAP, DEFAULT_MODEL, Strategy
 from search.engine import check_strategy
-from tests.conftest import random_bert
+from tests.helpers import random_bert
 
 MODEL = {"num_layers": 12, "model_limit": 512}
 
@@ -100,8 +100,8 @@ def test_old_stored_strategies_without_a_fingerprint_still_load(tiny_model):
     stored = encoder_for(Strategy(model=tiny_model)).strategy.to_dict()
     del stored["model_fingerprint"]
     old = Strategy.from_dict(stored)
-    assert old.model_fingerprint is None
     check_strategy(old, {"model": tiny_model, "pooling": "auto"})
+    assert encoder_for(old).strategy.model_fingerprint == model_fingerprint(tiny_model)  # identified again
 
 
 def test_chunking_default_lives_in_the_strategy():

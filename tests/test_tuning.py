@@ -18,30 +18,7 @@ from indexer.fields import FieldScoring
 from indexer.head import Head, NetworkOutput, pad_batch
 from indexer.strategy import Strategy
 from search.tuning import hold_back, read_labels, training_examples, tune
-from tests.conftest import DATA, assert_clean_failure, run
-
-WORDS = [
-    "bike",
-    "station",
-    "river",
-    "lock",
-    "map",
-    "ticket",
-    "refund",
-    "app",
-    "park",
-    "rain",
-    "card",
-    "phone",
-    "price",
-    "night",
-    "city",
-    "helmet",
-]
-
-
-def sentence(i: int, salt: int = 0) -> str:
-    return " ".join(WORDS[(i * 7 + j * (3 + salt)) % len(WORDS)] for j in range(4 + i % 3)) + f" {i}"
+from tests.helpers import DATA, assert_clean_failure, positive_pairs, run, sentence
 
 
 def scored_pairs(directory: Path, count: int = 40) -> Path:
@@ -50,13 +27,6 @@ def scored_pairs(directory: Path, count: int = 40) -> Path:
         f"{sentence(i)}\t{sentence(i, 1 + i % 2)}\t{i % 6}" for i in range(count)
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-def positive_pairs(directory: Path, count: int = 40) -> Path:
-    path = directory / "positives.csv"
-    rows = ["question,answer"] + [f"{sentence(i)},{sentence(i, 2)} yes" for i in range(count)]
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return path
 
 

@@ -18,13 +18,14 @@ from indexer.vectors.factory import (
     read_vectors,
     refit,
     side_files,
+    write_segment,
 )
 from indexer.vectors.faiss_index import FaissIndex
 from indexer.vectors.reranked import Reranked
-from indexer.vectors.segments import Manifest, Segments, segment_name, write_segment
+from indexer.vectors.segments import Manifest, Segments, segment_name
 from indexer.vectors.tuning import RECALL_TARGET, recall_at_10
 from search import SearchEngine
-from tests.conftest import ROOT, clustered, heavy_imports
+from tests.helpers import ROOT, clustered, heavy_imports
 
 
 def test_ivf_reaches_recall_target_against_exact():
@@ -162,15 +163,41 @@ def test_refit_retunes_ivf_when_the_size_has_doubled():
 
 
 def test_faiss_is_imported_only_by_the_vector_index_package():
+    """FAISS, and the module that wraps it, are imported inside ``indexer/vectors/`` alone: the
+    rest sees the protocol, the factory, the per-entry view and the package's exports."""
     package = ROOT / "indexer" / "vectors"
+    sealed = ("faiss", "indexer.vectors.faiss_index")
     outside = [
         path
-        for folder in ("indexer", "search")
+        for folder in ("indexer", "search", "semsearch")
         for path in sorted((ROOT / folder).rglob("*.py"))
         if package not in path.parents
     ]
-    assert outside and [hit for path in outside for hit in heavy_imports(path, ("faiss",))] == []
-    assert any(heavy_imports(path, ("faiss",)) for path in package.glob("*.py"))  # the scan sees it
+    assert outside and [hit for path in outside for hit in heavy_imports(path, sealed)] == []
+    inside = [hit for path in sorted(package.glob("*.py")) for hit in heavy_imports(path, sealed)]
+    assert any(hit.endswith(" faiss") for hit in inside)  # the scan sees what it looks for
+    assert any(hit.endswith(" indexer.vectors.faiss_index") for hit in inside)
+
+
+def test_the_import_scan_sees_every_form_of_a_module_import(tmp_path, monkeypatch):
+    forms = [
+        "import indexer.vectors.faiss_index",
+        "from indexer.vectors.faiss_index import FaissIndex",
+        "from indexer.vectors import faiss_index",
+        "from ..vectors import faiss_index",
+        "from ..vectors.faiss_index import PairIndex",
+    ]
+    monkeypatch.setattr("tests.conftest.ROOT", tmp_path)
+    (tmp_path / "indexer" / "store").mkdir(parents=True)
+    for i, form in enumerate(forms):
+        (tmp_path / "indexer" / "store" / f"m{i}.py").write_text(f"def f():\n    {form}\n")
+    (tmp_path / "indexer" / "store" / "fine.py").write_text("from indexer.vectors import unit_length\n")
+    found = [
+        hit
+        for path in sorted((tmp_path / "indexer" / "store").glob("*.py"))
+        for hit in heavy_imports(path, ("indexer.vectors.faiss_index",))
+    ]
+    assert [hit.split(":")[0] for hit in found] == [f"indexer/store/m{i}.py" for i in range(len(forms))]
 
 
 @pytest.mark.parametrize("storage", STORAGES)

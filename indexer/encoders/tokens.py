@@ -53,6 +53,9 @@ class TextTokenizer:
         if strategy.chunk_overlap is not None:
             self.windows = tokenizer.__class__.from_str(self.truncating.to_str())
             self.windows.enable_truncation(max_length=max_length, stride=strategy.chunk_overlap)
+            self.plain = tokenizer.__class__.from_str(self.truncating.to_str())
+            self.plain.no_truncation()
+            self.overlap = strategy.chunk_overlap
         found = (
             self.truncating.token_to_id(t) for t in map(token_text, (named.get(k) for k in SPECIAL)) if t
         )
@@ -97,18 +100,53 @@ class TextTokenizer:
 
     def documents(self, texts: Sequence[str]) -> Tokenized:
         """With ``chunk_overlap``, a long text becomes its first window and then its overflowing
-        ones, as the transformers tokenizer orders them; else each text truncated."""
+        ones, as the transformers tokenizer orders them; else each text truncated. A text past
+        ``max_length * CHARS_PER_TOKEN`` characters is tokenised a piece at a time and windowed
+        here (``_windows``): memory stays flat whatever its length, and the windows are the same."""
         if self.windows is None:
             return Tokenized(self.ids(texts), np.arange(len(texts), dtype=np.int64))
-        ids: list[list[int]] = []
-        owners: list[int] = []
-        encodings = self.windows.encode_batch(list(texts))
-        self._check(texts, [encoding.ids for encoding in encodings])
-        for owner, encoding in enumerate(encodings):
-            pieces = [encoding, *encoding.overflowing]
-            ids.extend(piece.ids for piece in pieces)
-            owners.extend([owner] * len(pieces))
-        return Tokenized(ids, np.asarray(owners, dtype=np.int64))
+        texts = list(texts)
+        bound = self.max_length * CHARS_PER_TOKEN
+        short = [i for i, text in enumerate(texts) if len(text) <= bound]
+        encodings = dict(zip(short, self.windows.encode_batch([texts[i] for i in short]), strict=True))
+        per_text = [
+            [e.ids for e in (encodings[i], *encodings[i].overflowing)]
+            if i in encodings
+            else self._windows(text)
+            for i, text in enumerate(texts)
+        ]
+        self._check(texts, [pieces[0] for pieces in per_text])
+        ids = [piece for pieces in per_text for piece in pieces]
+        owners = np.repeat(np.arange(len(texts), dtype=np.int64), [len(pieces) for pieces in per_text])
+        return Tokenized(ids, owners)
+
+    def _windows(self, text: str) -> list[list[int]]:
+        """The windows ``tokenizers`` makes of a long text (content of ``max_length`` less the
+        special tokens, each starting ``chunk_overlap`` before the last one's end, the last the
+        first to reach the end), from its content tokenised in pieces cut at whitespace."""
+        prefix, suffix = self._template()
+        content: list[int] = []
+        bound = self.max_length * CHARS_PER_TOKEN
+        while text:
+            piece = _cut(text, bound)
+            content.extend(self.plain.encode(piece, add_special_tokens=False).ids)
+            text = text[len(piece) :]
+        width = self.max_length - len(prefix) - len(suffix)
+        step = max(1, width - int(self.overlap))
+        out = []
+        for start in range(0, max(len(content), 1), step):
+            stop = min(start + width, len(content))
+            out.append([*prefix, *content[start:stop], *suffix])
+            if stop == len(content):
+                break
+        return out
+
+    def _template(self) -> tuple[list[int], list[int]]:
+        """The special tokens the model puts before and after a text's content."""
+        whole = self.plain.encode("a").ids
+        bare = self.plain.encode("a", add_special_tokens=False).ids
+        at = next(i for i in range(len(whole)) if whole[i : i + len(bare)] == bare)
+        return whole[:at], whole[at + len(bare) :]
 
 
 def _cut(text: str, bound: int) -> str:

@@ -13,7 +13,7 @@ Layout::
     INDEX_DIR/v-.../segment-N.faiss vectors added by updates since the version was written
                                    (``vectors.segments``: live ones listed in ``meta``, with tombstones)
 
-FAISS ids are ``entries._rowid``; a chunked document has several vectors under the same id, so a
+Vector ids are ``entries._rowid``; a chunked document has several vectors under the same id, so a
 hit always maps to its row with no guessing, and row ids never change or get reused. A build, a
 ``compact`` and a merge make a complete new version directory, fsync it, and only then point
 ``CURRENT`` at it. Each reader holds the version it opened (a shared flock on its directory,
@@ -38,15 +38,15 @@ The two halves of a version have their own modules: ``catalog`` (SQLite: entries
 and ``vectors`` (the vector index). The package is cut by job: ``layout`` (file names and the
 store's own meta keys), ``meta`` (``IndexMeta``, the typed meta), ``versions`` (lock,
 ``CURRENT``, making a version live, cleanup), ``integrity`` (sizes, headers, checksums),
-``opening`` (``open_index``, ``verify``), ``writer`` (a new version part by part) and
+``opening`` (``open_index``, ``verify``), ``writer`` (``new_version``: a new version part by part) and
 ``changes`` (updates). This module names the public API callers use.
 """
 
 from indexer.store.changes import MAX_SEGMENTS, Change, append_change, apply_change, commit_change
 from indexer.store.layout import CURRENT, DATABASE, LOCK, TRANSFORM, VECTORS
 from indexer.store.opening import StoredIndex, open_index, verify
-from indexer.store.versions import building, live_meta, live_version, prepare_target, writer_lock
-from indexer.store.writer import VersionWriter, stream_index, write_index
+from indexer.store.versions import live_meta, live_version, writer_lock
+from indexer.store.writer import VersionWriter, new_version, write_index
 
 __all__ = [
     "CURRENT",
@@ -60,13 +60,11 @@ __all__ = [
     "VersionWriter",
     "append_change",
     "apply_change",
-    "building",
     "commit_change",
     "live_meta",
     "live_version",
+    "new_version",
     "open_index",
-    "prepare_target",
-    "stream_index",
     "verify",
     "write_index",
     "writer_lock",

@@ -13,16 +13,17 @@ import numpy as np
 
 from indexer.catalog import Catalog
 from indexer.corpus import Entry
-from indexer.fields import vector_ids, with_also_ids
 from indexer.store.held import hold_graph
 from indexer.store.integrity import records, verify_files
 from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
+from indexer.store.meta import IndexMeta
 from indexer.store.opening import open_index
-from indexer.store.versions import commit_version, fsync, live_meta, space
+from indexer.store.versions import committing, fsync, live_meta, space
+from indexer.vectors import unit_length
 from indexer.vectors.base import shape_of
-from indexer.vectors.factory import refit
-from indexer.vectors.faiss_index import unit_length
-from indexer.vectors.segments import SEGMENT, Manifest, segment_name, write_segment
+from indexer.vectors.entries import vector_ids, with_also_ids
+from indexer.vectors.factory import refit, write_segment
+from indexer.vectors.segments import SEGMENT, Manifest, segment_name
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def _place(catalog: Catalog, change: Change, next_rowid: int) -> _Placed:
 
 
 def _new_vectors(change: Change, placed: _Placed) -> tuple[np.ndarray, np.ndarray]:
-    """The change's vectors at unit length and their FAISS ids."""
+    """The change's vectors at unit length and their vector ids."""
     vectors = np.ascontiguousarray(change.vectors, dtype=np.float32)
     unit_length(vectors)
     owners = np.asarray(placed.rowids, dtype=np.int64)[change.owners]
@@ -174,7 +175,7 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
     # it reads the whole index anyway: never carry damage into a new version
     verify_files(live.path, live.version, live.meta.files or {})
 
-    def fill(version: Path) -> None:
+    def fill(version: Path) -> IndexMeta:
         shutil.copyfile(live.version / DATABASE, version / DATABASE)
         if (live.version / TRANSFORM).exists():
             shutil.copyfile(live.version / TRANSFORM, version / TRANSFORM)
@@ -206,11 +207,13 @@ def apply_change(index_dir: str | Path, change: Change, *, compact: bool = False
             updated=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             graph=graph,
         )
-        catalog.write_meta(meta.merged(change.meta, index_dir).to_dict())
         catalog.commit()
         if compact:
             catalog.vacuum()
         catalog.close()
         index.write(version / VECTORS)
+        return meta.merged(change.meta, index_dir)
 
-    return commit_version(index_dir, fill)
+    with committing(index_dir) as pending:
+        pending.meta = fill(pending.path)
+    return pending.path

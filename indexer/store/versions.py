@@ -13,6 +13,7 @@ import shutil
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.catalog import Catalog, DatabaseError
@@ -124,39 +125,54 @@ def space(index_dir: Path) -> Iterator[None]:
         raise
 
 
-def commit_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
-    """Make a new version directory with ``fill``, make it durable, then make it the live one."""
+@dataclass
+class Pending:
+    """A version being written (``committing``): its directory, and the meta it is committed with,
+    set by whoever writes it."""
+
+    path: Path
+    meta: IndexMeta | None = None
+
+
+@contextlib.contextmanager
+def committing(index_dir: Path) -> Iterator[Pending]:
+    """A new version directory to write; on a clean exit its meta (``Pending.meta``) is written,
+    once, with its files' sizes and checksums and the version before it, the version is made
+    durable and then the live one. On an exception it is removed and the live version stays; one
+    that runs out of space ends as ``DiskFull``. The caller holds ``writer_lock``."""
     with space(index_dir):
-        return _write_version(index_dir, fill)
+        version = index_dir / f"v-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
+        version.mkdir()
+        pointer = index_dir / f".{CURRENT}.{secrets.token_hex(4)}"
+        try:
+            pending = Pending(version)
+            yield pending
+            _make_durable(index_dir, pending)
+            pointer.write_text(version.name + "\n", encoding="utf-8")
+            fsync(pointer)
+        except BaseException:
+            shutil.rmtree(version, ignore_errors=True)
+            pointer.unlink(missing_ok=True)
+            raise
+        os.replace(pointer, index_dir / CURRENT)  # the swap: from here on the version is live
+        fsync(index_dir)
+        _remove_stale(index_dir, keep={version.name})
 
 
-def _write_version(index_dir: Path, fill: Callable[[Path], None]) -> Path:
-    version = index_dir / f"v-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
-    version.mkdir()
-    pointer = index_dir / f".{CURRENT}.{secrets.token_hex(4)}"
-    try:
-        fill(version)
-        previous = live_or_none(index_dir)
-        catalog = Catalog(version / DATABASE, readonly=False)
-        names = [f.name for f in version.iterdir() if f.name != DATABASE]
-        meta = IndexMeta.parse(catalog.read_meta(), index_dir)
-        meta = meta.replace(files=records(version, names), previous=previous, records_previous=True)
-        catalog.write_meta(meta.to_dict())
-        catalog.commit()
-        catalog.close()
-        for child in version.iterdir():
-            fsync(child)
-        fsync(version)
-        pointer.write_text(version.name + "\n", encoding="utf-8")
-        fsync(pointer)
-    except BaseException:
-        shutil.rmtree(version, ignore_errors=True)
-        pointer.unlink(missing_ok=True)
-        raise
-    os.replace(pointer, index_dir / CURRENT)  # the swap: from here on the version is live
-    fsync(index_dir)
-    _remove_stale(index_dir, keep={version.name})
-    return version
+def _make_durable(index_dir: Path, pending: Pending) -> None:
+    """Write the meta of a written version, then fsync its every file and itself."""
+    if pending.meta is None:
+        raise RuntimeError(f"a new version of {index_dir} was left without its meta")
+    version, previous = pending.path, live_or_none(index_dir)
+    names = [f.name for f in version.iterdir() if f.name != DATABASE]
+    meta = pending.meta.replace(files=records(version, names), previous=previous, records_previous=True)
+    catalog = Catalog(version / DATABASE, readonly=False)
+    catalog.write_meta(meta.to_dict())
+    catalog.commit()
+    catalog.close()
+    for child in version.iterdir():
+        fsync(child)
+    fsync(version)
 
 
 def live_version(index_dir: Path) -> str | None:

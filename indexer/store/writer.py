@@ -1,9 +1,13 @@
-"""A new version written part by part: entries to SQLite, vectors to a spool, then the index."""
+"""A new version written part by part: entries to SQLite, vectors to a spool, then the index.
+
+``with new_version(index_dir, field_types) as version:`` ``add`` the entries and vectors, then
+``write`` the version; it is made live on a clean exit (``versions.committing``)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +17,16 @@ from indexer.catalog import Catalog
 from indexer.corpus import Entry
 from indexer.errors import BadInput
 from indexer.field_types import detect_types
-from indexer.fields import vector_ids
 from indexer.store.held import hold_graph
 from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
 from indexer.store.meta import IndexMeta
-from indexer.store.versions import commit_version, prepare_target
+from indexer.store.versions import Pending, building, committing
 from indexer.strategy import Strategy
 from indexer.transform import Transform
+from indexer.vectors import unit_length
 from indexer.vectors.base import shape_of
+from indexer.vectors.entries import vector_ids
 from indexer.vectors.factory import build_from_parts
-from indexer.vectors.faiss_index import unit_length
 
 PART_ROWS = 8192
 """Vectors read back from the spool at a time (12 MB at 384 dimensions)."""
@@ -31,14 +35,15 @@ PART_ROWS = 8192
 class VersionWriter:
     """A new version filled part by part: entries go to SQLite as they come (one transaction),
     their raw vectors to a spool file beside it, so neither the texts nor the vectors of the
-    whole corpus are ever held in memory. ``finish`` builds the vector index from the spool
+    whole corpus are ever held in memory. ``write`` builds the vector index from the spool
     (``vectors.factory.build_from_parts``): the index's copy is the only whole one."""
 
     SPOOL = ".vectors.spool"  # raw float32 vectors; removed before the version is committed
     SPOOL_IDS = ".ids.spool"  # the row id of each (int64)
 
-    def __init__(self, version: Path, field_types: dict[str, str]):
-        self.version = version
+    def __init__(self, pending: Pending, field_types: dict[str, str]):
+        self.pending = pending
+        self.path = version = pending.path
         self.catalog = Catalog.create(version / DATABASE, field_types)
         self.entries = 0
         self.vectors = 0
@@ -67,7 +72,7 @@ class VersionWriter:
 
     def parts(self, transform: Transform | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The spooled vectors, ``transform``-ed and unit length, with their row ids."""
-        with (self.version / self.SPOOL_IDS).open("rb") as ids:
+        with (self.path / self.SPOOL_IDS).open("rb") as ids:
             for raw in self.raw_parts():
                 vectors = np.ascontiguousarray(Transform.apply_optional(transform, raw))
                 unit_length(vectors)
@@ -75,12 +80,12 @@ class VersionWriter:
 
     def raw_parts(self) -> Iterator[np.ndarray]:
         """The spooled vectors as embedded, ``PART_ROWS`` at a time."""
-        with (self.version / self.SPOOL).open("rb") as spool:
+        with (self.path / self.SPOOL).open("rb") as spool:
             for start in range(0, self.vectors, PART_ROWS):
                 rows = min(PART_ROWS, self.vectors - start)
                 yield np.fromfile(spool, np.float32, rows * self.dimension).reshape(rows, -1)
 
-    def finish(
+    def write(
         self,
         strategy: Strategy,
         *,
@@ -89,9 +94,10 @@ class VersionWriter:
         index_kind: str = "auto",
         storage: str = "float32",
     ) -> IndexMeta:
-        """Fit the strategy's transform on the spooled vectors (unless ``transform`` is given: then
-        they were transformed already), build and write the vector index, and hold the graph its
-        queries run (``indexer.store.held``); returns the meta written."""
+        """Write the version: fit the strategy's transform on the spooled vectors (unless
+        ``transform`` is given: then they were transformed already), build and write the vector
+        index, and hold the graph its queries run (``indexer.store.held``); returns the meta the
+        version is committed with."""
         self._spool.close()
         self._spool_ids.close()
         if not self.entries:
@@ -106,10 +112,10 @@ class VersionWriter:
             dimension,
             index_kind,
             storage,
-            directory=self.version,
+            directory=self.path,
         )
-        (self.version / self.SPOOL).unlink()
-        (self.version / self.SPOOL_IDS).unlink()
+        (self.path / self.SPOOL).unlink()
+        (self.path / self.SPOOL_IDS).unlink()
         meta = IndexMeta(
             strategy=strategy,
             model=strategy.model,
@@ -123,40 +129,38 @@ class VersionWriter:
             **shape_of(index),
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             source=source,
-            graph=hold_graph(self.version, strategy),
+            graph=hold_graph(self.path, strategy),
         )
-        self.catalog.write_meta(meta.to_dict())
         self.catalog.commit()
         self.catalog.close()
-        index.write(self.version / VECTORS)
+        index.write(self.path / VECTORS)
         if transform is not None:
-            transform.save(self.version / TRANSFORM)
+            transform.save(self.path / TRANSFORM)
+        self.pending.meta = meta
         return meta
 
     def close(self) -> None:
-        """Release the files of an abandoned version (its directory is removed by the caller)."""
+        """Release the version's files (an abandoned version's directory is removed by ``committing``)."""
         self._spool.close()
         self._spool_ids.close()
         self.catalog.close()
 
 
-def stream_index(
-    index_dir: str | Path, field_types: dict[str, str], fill: Callable[[VersionWriter], None]
-) -> Path:
-    """Write a complete new index beside the live one, then swap it in. Returns the version dir.
-    ``fill`` adds the entries and vectors (``VersionWriter.add``) and calls ``finish``; if it
-    raises, the new version is removed and the live one stays. The caller holds ``writer_lock``."""
+@contextlib.contextmanager
+def new_version(
+    index_dir: str | Path, field_types: dict[str, str], *, wait: float = 0
+) -> Iterator[VersionWriter]:
+    """A complete new index written beside the live one (``index_dir`` is created if need be),
+    under the writer lock (``wait``: seconds to wait for another writer): ``add`` its entries and
+    vectors, then ``write`` it; a clean exit swaps it in. On an exception the new version is
+    removed and the live one stays; a failed first build leaves no directory behind."""
     index_dir = Path(index_dir)
-    prepare_target(index_dir)
-
-    def run(version: Path) -> None:
-        writer = VersionWriter(version, field_types)
+    with building(index_dir, wait), committing(index_dir) as pending:
+        version = VersionWriter(pending, field_types)
         try:
-            fill(writer)
+            yield version
         finally:
-            writer.close()
-
-    return commit_version(index_dir, run)
+            version.close()
 
 
 def write_index(
@@ -172,13 +176,11 @@ def write_index(
     storage: str = "float32",
     also: np.ndarray | None = None,
 ) -> Path:
-    """``stream_index`` for entries and vectors already in memory (vectors transformed already by
-    ``transform``, if any). ``owners[i]`` is the entry (position in ``entries``) of ``vectors[i]``;
-    ``also[i]``: it is that entry's also-vector (``indexer.fields``)."""
-
-    def fill(writer: VersionWriter) -> None:
-        writer.add(entries, vectors, owners, also)
-        finish = {"source": source, "index_kind": index_kind, "storage": storage}
-        writer.finish(strategy, transform=transform, **finish)
-
-    return stream_index(index_dir, detect_types(e.fields for e in entries), fill)
+    """A new index (``new_version``) of entries and vectors already in memory (vectors transformed
+    already by ``transform``, if any); returns its version directory. ``owners[i]`` is the entry
+    (position in ``entries``) of ``vectors[i]``; ``also[i]``: it is that entry's also-vector
+    (``indexer.fields``)."""
+    with new_version(index_dir, detect_types(e.fields for e in entries)) as version:
+        version.add(entries, vectors, owners, also)
+        version.write(strategy, source=source, transform=transform, index_kind=index_kind, storage=storage)
+    return version.path

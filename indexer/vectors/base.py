@@ -1,9 +1,11 @@
 """What the rest of semsearch may ask of a vector index, whatever holds the vectors.
 
-Ids are FAISS ids (``entries._rowid``, plus ``fields.ALSO_ID`` for an also-vector); vectors are
-unit length and every score is an inner product, i.e. a cosine. ``VectorIndex`` is what a search
-needs (a ``Segments`` view of a version is one); ``WritableIndex`` adds what a new version needs
-(``merged`` gives one).
+Ids are the entries' vector ids (``vectors.entries``: the row id, or the also-vector's); vectors
+are unit length and every score is an inner product, i.e. a cosine. ``VectorIndex`` is what a
+search needs (a ``Segments`` view of a version is one); ``WritableIndex`` adds what a new version
+needs (``merged`` gives one); ``PartIndex`` is one read from a file, what ``Segments`` is made of;
+``Storage`` is the class of a storage kind, what the factory builds and reads with;
+``RangeIndex`` is the range search ``search.duplicates`` runs on vectors held in memory.
 """
 
 from __future__ import annotations
@@ -71,6 +73,51 @@ class WritableIndex(VectorIndex, Protocol):
 
     def write(self, path: Path) -> None:
         """Everything the index needs to ``path`` and the side files its storage names beside it."""
+        ...
+
+
+class PartIndex(WritableIndex, Protocol):
+    """An index read from one file (and its side files): a version's base or an update's segment."""
+
+    def search_selected(
+        self, queries: np.ndarray, k: int, selector: Any, *, filtered: bool = True, live_share: float = 1.0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``search`` with a FAISS id selector (the caller's filter and the part's tombstones),
+        how ``Segments`` searches a part. ``filtered``: the selector holds a filter (an IVF index
+        then probes every list); else ``live_share``, the live share of the stored vectors,
+        widens its tuned probe count."""
+        ...
+
+
+class Storage(Protocol):
+    """A storage kind's class (``factory.IMPLEMENTATIONS``): its library is imported by these
+    methods, never when its module is, so opening and ``info`` stay cheap."""
+
+    SIDE_FILES: tuple[str, ...]
+    """The files it keeps beside the index file, checked on every open."""
+
+    def build(
+        self, parts: Parts, n: int, dimension: int, kind: str, storage: str, directory: Path | None = None
+    ) -> PartIndex:
+        """``kind`` (``flat`` or ``ivf``) over ``n`` vectors that come in parts; ``directory``:
+        where it will be written (a storage may write its side files there as the parts come)."""
+        ...
+
+    def read(self, path: Path, *, mmap: bool) -> PartIndex:
+        """A written index, memory-mapped unless the caller will change it."""
+        ...
+
+
+class RangeIndex(Protocol):
+    """Vectors held in memory, searched by range: each query's vectors above a cosine."""
+
+    def largest_lists(self, count: int) -> int:
+        """Vectors in the ``count`` largest lists: the most one query can meet."""
+        ...
+
+    def within(self, queries: np.ndarray, min_score: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``lims`` (query i's hits are ``lims[i]:lims[i + 1]``), scores and positions of the
+        vectors at cosine >= ``min_score`` among those probed."""
         ...
 
 

@@ -1,6 +1,7 @@
 """The one place an index is made: built new by kind and storage, or opened by the storage its
 version's meta records (never by which files happen to exist: a pq index without its full
-vectors is damaged, not smaller). ``IMPLEMENTATIONS`` maps each storage to its class.
+vectors is damaged, not smaller); an update's segment (``write_segment``) and the range index of
+a duplicates scan (``range_index``) too. ``IMPLEMENTATIONS`` maps each storage to its class.
 
 The kind follows the size as the index changes: ``add`` and ``compact`` call ``refit``, which
 rebuilds the index from its own vectors when the size crossed ``EXACT_LIMIT`` (unless the user
@@ -15,10 +16,10 @@ from __future__ import annotations
 
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from indexer.errors import BadInput
-from indexer.vectors.base import Parts, VectorIndex, WritableIndex
+from indexer.vectors.base import PartIndex, Parts, RangeIndex, Storage, VectorIndex, WritableIndex
 from indexer.vectors.tuning import MIN_LISTS, tune_nprobe
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ imported when used: the CLI's option list and ``--help`` load no numpy)."""
 STORAGES = tuple(IMPLEMENTATIONS)
 
 
-def implementation(storage: str) -> Any:
+def implementation(storage: str) -> Storage:
     """The class of ``storage`` (``IMPLEMENTATIONS``), imported now."""
     module, name = IMPLEMENTATIONS[storage].split(":")
     return getattr(import_module(module), name)
@@ -104,7 +105,7 @@ def refit(
     return build_vector_index(vectors, ids, kind, storage), n
 
 
-def read_vectors(path: Path, *, mmap: bool, storage: str = "float32") -> WritableIndex:
+def read_vectors(path: Path, *, mmap: bool, storage: str = "float32") -> PartIndex:
     """A stored index file (and its storage's side files), memory-mapped unless the caller will
     change it."""
     return implementation(storage).read(path, mmap=mmap)
@@ -113,6 +114,22 @@ def read_vectors(path: Path, *, mmap: bool, storage: str = "float32") -> Writabl
 def side_files(storage: str) -> tuple[str, ...]:
     """The files a storage keeps beside the index file."""
     return implementation(storage).SIDE_FILES
+
+
+def write_segment(path: Path, vectors: np.ndarray, ids: np.ndarray) -> None:
+    """An update's segment: a flat exact float32 index of unit vectors (small, so exact is cheap).
+    The caller fsyncs it before committing (``store.append_change``)."""
+    from indexer.vectors.faiss_index import FaissIndex
+
+    FaissIndex.exact(vectors, ids).write(path)
+
+
+def range_index(vectors: np.ndarray, probes: int) -> RangeIndex:
+    """An IVF index over unit vectors held in memory for range searches, ``probes`` lists searched
+    around each query; hits are positions in ``vectors`` (``search.duplicates``)."""
+    from indexer.vectors.faiss_index import PairIndex
+
+    return PairIndex(vectors, probes)
 
 
 def open_vectors(

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from indexer.fields import with_also_ids
-from indexer.vectors.base import WritableIndex
-from indexer.vectors.faiss_index import FaissIndex, selector_of
+from indexer.vectors.base import PartIndex, WritableIndex
+from indexer.vectors.entries import with_also_ids
+from indexer.vectors.faiss_index import selector_of
 
 SEGMENT = "segment-{:08d}.faiss"
 
@@ -69,14 +68,8 @@ class Manifest:
         return [segment_name(g) for g, _ in self.segments]
 
 
-def write_segment(path: Path, vectors: np.ndarray, ids: np.ndarray) -> None:
-    """A flat exact index of unit vectors (inner product): small, so exact is cheap. The caller
-    fsyncs it before committing (``store.append_change``)."""
-    FaissIndex.exact(vectors, ids).write(path)
-
-
 def hidden_in(tombstones: np.ndarray, generation: int) -> np.ndarray:
-    """FAISS ids hidden in a part of ``generation``: rows buried by a younger generation.
+    """Vector ids hidden in a part of ``generation``: rows buried by a younger generation.
     ``tombstones``: (n, 2) int64 rows of (row id, generation)."""
     return with_also_ids(tombstones[tombstones[:, 1] > generation, 0])
 
@@ -84,10 +77,10 @@ def hidden_in(tombstones: np.ndarray, generation: int) -> np.ndarray:
 class Segments:
     """The base index and the live segments, minus what tombstones hide; ``count``: live vectors."""
 
-    def __init__(self, parts: Sequence[tuple[int, Any]], tombstones: np.ndarray, count: int):
+    def __init__(self, parts: Sequence[tuple[int, PartIndex]], tombstones: np.ndarray, count: int):
         import faiss
 
-        self.parts = list(parts)  # (generation, FaissIndex or Reranked), base first (generation 0)
+        self.parts = list(parts)  # (generation, index), base first (generation 0)
         self.tombstones = tombstones
         self.count = count
         self.hidden = [hidden_in(tombstones, g) for g, _ in self.parts]
@@ -101,7 +94,7 @@ class Segments:
         return self.count / max(sum(index.count for _, index in self.parts), 1)
 
     @property
-    def base(self) -> Any:
+    def base(self) -> PartIndex:
         return self.parts[0][1]
 
     @property

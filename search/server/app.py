@@ -4,6 +4,7 @@ A new endpoint goes here (its request model in ``schema``)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -17,10 +18,10 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 from indexer.catalog import DatabaseError
-from indexer.errors import IndexMoved, SemsearchError
-from search.engine import RETRIES, SearchEngine, Snapshot, check_queries, configure_threads
+from indexer.errors import SemsearchError
+from search.engine import SearchEngine, configure_threads
 from search.loading import load_engine
-from search.server.batching import MicroBatcher, check_budget
+from search.server.batching import MicroBatcher
 from search.server.connections import BodyLimit, ClientGone, while_connected
 from search.server.encode import add_encode_routes, encode_only
 from search.server.errors import error_answer
@@ -35,10 +36,11 @@ from search.server.schema import (
     answers,
     install_openapi,
 )
-from search.similar import rank_vectors, rankable
+from search.similar import rank_similar
 
 if TYPE_CHECKING:
     from search.encoding import Encoding
+    from search.requests import Hit
 
 
 def _field_error(error: dict[str, Any]) -> str:
@@ -109,65 +111,55 @@ def create_app(
         return encode_only(app, batcher, encoding)
     live = LiveEngine(loading, index_dir, reload_every)
     scans = Scans()
-    add_encode_routes(app, batcher, live.current)
 
-    async def search(
-        queries: list[str], k: int, where: str | None, min_score: float | None, group_by: str | None
-    ) -> list[list[dict[str, Any]]]:
-        check_queries(queries)
+    async def current_encoding() -> Encoding:
+        return (await live.current()).encoding
 
-        async def once(snapshot: Snapshot) -> list[list[dict[str, Any]]]:
-            check_budget(queries, snapshot.embedder.strategy.max_length)
-            allowed = None if where is None else await asyncio.to_thread(snapshot.allowed, where)
-            grouping = None if group_by is None else await asyncio.to_thread(snapshot.grouping, group_by)
+    add_encode_routes(app, batcher, current_encoding)
 
-            def look_up(vectors: np.ndarray) -> list[list[dict[str, Any]]]:
-                hits = snapshot.lookup(snapshot.finish(vectors), k, allowed, min_score, grouping)
-                return [[hit.to_dict() for hit in found] for found in hits]
+    def batched(answer: Callable[[Any], Any]) -> Callable[..., Any]:
+        """The pipeline's embedding step through the micro-batcher, ``answer`` shaping the result
+        on the lookup thread (JSON-ready dicts, off the event loop)."""
 
-            return await batcher.run(snapshot.embedder, queries, look_up)
+        def step(encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], Any]) -> Any:
+            return batcher.run(encoding, texts, lambda vectors: answer(then(vectors)))
 
-        for _ in range(RETRIES):
-            try:
-                return await once(await live.current())
-            except IndexMoved:  # an update committed under the snapshot: reload, ask again
-                await live.current(force=True)
-        return await once(await live.current())
+        return step
+
+    def to_dicts(hits: list[Hit]) -> list[dict[str, Any]]:
+        return [hit.to_dict() for hit in hits]
+
+    each_to_dicts = batched(lambda found: [to_dicts(hits) for hits in found])
 
     @app.post("/search", responses=answers(400, 413, 503))
     async def search_one(body: SearchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for one query, optionally filtered on stored fields first and grouped by
         one (the best entry per value)."""
-        found = await while_connected(
-            request, search([body.query], body.k, body.where, body.min_score, body.group_by)
+        engine = await live.engine()
+        found = engine.search_many(
+            [body.query], body.k, body.where, body.min_score, body.group_by, embed=each_to_dicts
         )
-        return {"query": body.query, "hits": found[0]}
+        return {"query": body.query, "hits": (await while_connected(request, found))[0]}
 
     @app.post("/search/batch", responses=answers(400, 413, 503))
     async def search_batch(body: BatchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for each of up to 64 queries, embedded in one pass."""
-        results = await while_connected(
-            request, search(body.queries, body.k, body.where, body.min_score, body.group_by)
+        engine = await live.engine()
+        found = engine.search_many(
+            body.queries, body.k, body.where, body.min_score, body.group_by, embed=each_to_dicts
         )
+        results = await while_connected(request, found)
         return {"results": [{"query": q, "hits": h} for q, h in zip(body.queries, results, strict=True)]}
-
-    async def similar(sentence: str, candidates: list[str], k: int | None) -> list[dict[str, Any]]:
-        kept = rankable(sentence, candidates)
-        texts = [sentence] + [text for _, text in kept]
-        snapshot = await live.current()
-        check_budget(texts, snapshot.embedder.strategy.max_length)
-
-        def rank(vectors: np.ndarray) -> list[dict[str, Any]]:
-            return [hit.to_dict() for hit in rank_vectors(snapshot.finish(vectors), kept, k)]
-
-        return await batcher.run(snapshot.embedder, texts, rank)
 
     @app.post("/similar", responses=answers(400, 413, 503))
     async def similar_one(body: SimilarRequest, request: Request) -> dict[str, Any]:
         """Rank the candidates by similarity to the sentence, with the index's strategy and its
         fitted post-processing."""
-        hits = await while_connected(request, similar(body.sentence, body.candidates, body.k))
-        return {"query": body.sentence, "hits": hits}
+        encoding = (await live.current()).encoding
+        ranked = rank_similar(
+            body.sentence, body.candidates, k=body.k, encoding=encoding, embed=batched(to_dicts)
+        )
+        return {"query": body.sentence, "hits": await while_connected(request, ranked)}
 
     @app.get("/duplicates", responses=answers(400, 503))
     async def duplicates(

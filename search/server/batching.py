@@ -16,7 +16,7 @@ import numpy as np
 from indexer.errors import BadInput
 
 if TYPE_CHECKING:  # queries are embedded without torch (indexer.encoders.onnx_encoder)
-    from indexer.encoders.base import Encoder
+    from search.encoding import Encoding
 
 # Model work one request may cause, in tokens: each text counts its characters (WordPiece makes at
 # most one token of a character), capped at the strategy's max_length (where the model cuts it).
@@ -87,12 +87,12 @@ def length_groups(lengths: Sequence[int], call_cost: int = CALL_COST, widest: in
     return groups[::-1]
 
 
-def embed_in_groups(embedder: Encoder, texts: Sequence[str]) -> np.ndarray:
-    """``embedder.embed(texts)``, a forward pass per ``length_groups`` group (by characters, the
+def embed_in_groups(encoding: Encoding, texts: Sequence[str]) -> np.ndarray:
+    """``encoding.embed(texts)``, a forward pass per ``length_groups`` group (by characters, the
     proxy ``token_bound`` uses too): a batch of mixed lengths padded to its longest text costs
     the model as much as embedding each text alone."""
     groups = length_groups([len(text) for text in texts])
-    parts = [embedder.embed([texts[i] for i in group]) for group in groups]
+    parts = [encoding.embed([texts[i] for i in group]) for group in groups]
     vectors = np.empty((len(texts), parts[0].shape[1]), dtype=parts[0].dtype)
     for group, part in zip(groups, parts, strict=True):
         vectors[group] = part
@@ -101,7 +101,7 @@ def embed_in_groups(embedder: Encoder, texts: Sequence[str]) -> np.ndarray:
 
 @dataclass
 class _Job:
-    embedder: Encoder
+    encoding: Encoding
     texts: list[str]
     future: asyncio.Future
     after: Callable[[np.ndarray], Any] | None = None  # run on the lookup thread with the vectors
@@ -129,7 +129,9 @@ class MicroBatcher:
 
     Jobs whose requests are gone (cancelled) by the time their batch runs are dropped unembedded;
     a failed or cancelled job never stops the worker, and a worker task that ended is restarted.
-    Jobs are grouped by embedder, so each request embeds with its own snapshot's model.
+    Jobs are grouped by encoding, so each request embeds with its own snapshot's model and
+    post-processing. ``run`` is the embedding step of the query pipeline
+    (``search.requests.Embedding``).
     """
 
     def __init__(self, max_batch: int):
@@ -142,27 +144,29 @@ class MicroBatcher:
         self.largest = 0  # most texts embedded in one pass so far: shows batching at work
         self.dropped = 0  # jobs dropped because their request was gone
 
-    async def embed(self, embedder: Encoder, texts: list[str]) -> np.ndarray:
+    async def embed(self, encoding: Encoding, texts: list[str]) -> np.ndarray:
         """Vectors of ``texts``, queued in parts of at most ``PART_TOKENS`` one after the other."""
-        return await self.run(embedder, texts, None)
+        return await self.run(encoding, texts, None)
 
     async def run(
         self,
-        embedder: Encoder,
+        encoding: Encoding,
         texts: list[str],
         after: Callable[[np.ndarray], T] | None,
     ) -> Any:
-        """``after(vectors of texts)`` computed off the event loop (the vectors if ``after`` is None):
-        with the rest of its batch on the lookup thread when the texts fit in one part, else once
-        every part is embedded."""
-        parts = split(texts, embedder.strategy.max_length)
+        """``after(encoding.embed(texts))`` computed off the event loop (the vectors if ``after``
+        is None): with the rest of its batch on the lookup thread when the texts fit in one part,
+        else once every part is embedded. Texts over the request budget are refused first
+        (``check_budget``)."""
+        check_budget(texts, encoding.strategy.max_length)
+        parts = split(texts, encoding.strategy.max_length)
         if len(parts) == 1:
-            return await self._embed_part(embedder, parts[0], after)
-        vectors = np.concatenate([await self._embed_part(embedder, part, None) for part in parts])
+            return await self._embed_part(encoding, parts[0], after)
+        vectors = np.concatenate([await self._embed_part(encoding, part, None) for part in parts])
         return vectors if after is None else await asyncio.to_thread(after, vectors)
 
     async def _embed_part(
-        self, embedder: Encoder, texts: list[str], after: Callable[[np.ndarray], Any] | None
+        self, encoding: Encoding, texts: list[str], after: Callable[[np.ndarray], Any] | None
     ) -> Any:
         loop = asyncio.get_running_loop()
         if self.task is None or self.task.get_loop() is not loop:
@@ -170,7 +174,7 @@ class MicroBatcher:
         if self.task is None or self.task.done() or self.task.get_loop() is not loop:
             self.task = loop.create_task(self._work())
         future = loop.create_future()
-        self.queue.put_nowait(_Job(embedder, texts, future, after))
+        self.queue.put_nowait(_Job(encoding, texts, future, after))
         return await future
 
     async def _work(self) -> None:
@@ -184,7 +188,7 @@ class MicroBatcher:
                 size += len(jobs[-1].texts)
             groups: dict[int, list[_Job]] = {}
             for job in jobs:
-                groups.setdefault(id(job.embedder), []).append(job)
+                groups.setdefault(id(job.encoding), []).append(job)
             for group in groups.values():
                 await self._run(group)
 
@@ -197,7 +201,7 @@ class MicroBatcher:
         self.largest = max(self.largest, len(texts))
         loop = asyncio.get_running_loop()
         try:
-            vectors = await loop.run_in_executor(self.model_thread, embed_in_groups, live[0].embedder, texts)
+            vectors = await loop.run_in_executor(self.model_thread, embed_in_groups, live[0].encoding, texts)
         except Exception as exc:  # hand the failure to every request still waiting
             for job in live:
                 if not job.future.done():

@@ -11,7 +11,7 @@ import base64
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -21,7 +21,7 @@ from indexer.errors import BadInput
 from indexer.strategy import Strategy
 from search.encoding import Encoding, check_texts, token_count
 from search.loading import load_encoding
-from search.server.batching import MicroBatcher, check_budget
+from search.server.batching import MicroBatcher
 from search.server.connections import while_connected
 from search.server.schema import (
     EmbeddingsAnswer,
@@ -32,17 +32,6 @@ from search.server.schema import (
     answered,
     answers,
 )
-
-if TYPE_CHECKING:
-    from indexer.encoders.base import Encoder
-
-
-class Encodes(Protocol):
-    """What the endpoints encode with: an index ``Snapshot`` or an ``Encoding``."""
-
-    embedder: Encoder
-
-    def finish(self, vectors: np.ndarray) -> np.ndarray: ...
 
 
 def _json(answer: dict[str, Any]) -> Response:
@@ -70,31 +59,33 @@ def embeddings_answer(
     }
 
 
-def add_encode_routes(app: FastAPI, batcher: MicroBatcher, current: Callable[[], Awaitable[Encodes]]) -> None:
-    """``/v1/embeddings`` and ``/encode`` on ``app``; ``current()`` gives what a request encodes with."""
+def add_encode_routes(
+    app: FastAPI, batcher: MicroBatcher, current: Callable[[], Awaitable[Encoding]]
+) -> None:
+    """``/v1/embeddings`` and ``/encode`` on ``app``; ``current()`` gives the ``Encoding`` a request
+    encodes with (an index snapshot's, or the one served alone)."""
 
     async def encoded(
-        request: Request, texts: Sequence[str], answer: Callable[[Encodes, np.ndarray], dict[str, Any]]
+        request: Request, texts: Sequence[str], answer: Callable[[Encoding, np.ndarray], dict[str, Any]]
     ) -> Response:
         texts = check_texts(texts)
-        source = await current()
-        check_budget(texts, source.embedder.strategy.max_length)
+        encoding = await current()
 
-        def finish(vectors: np.ndarray) -> Response:
-            return _json(answer(source, source.finish(vectors)))
+        def respond(vectors: np.ndarray) -> Response:
+            return _json(answer(encoding, vectors))
 
-        return await while_connected(request, batcher.run(source.embedder, texts, finish))
+        return await while_connected(request, batcher.run(encoding, texts, respond))
 
     @app.post("/v1/embeddings", responses=answered(EmbeddingsAnswer, 400, 413, 503, shape=OpenAIError))
     async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
         """OpenAI-compatible embeddings of ``input`` (a string or a list of strings): ``data[i]
         .embedding`` for input i, floats or (``encoding_format: base64``) little-endian float32."""
 
-        def answer(source: Encodes, vectors: np.ndarray) -> dict[str, Any]:
+        def answer(encoding: Encoding, vectors: np.ndarray) -> dict[str, Any]:
             if body.dimensions is not None and body.dimensions != vectors.shape[1]:
                 raise BadInput(f"dimensions: these vectors have {vectors.shape[1]}, not {body.dimensions}")
-            tokens = token_count(source.embedder, body.input)
-            return embeddings_answer(vectors, source.embedder.strategy.model, tokens, body.encoding_format)
+            tokens = token_count(encoding.embedder, body.input)
+            return embeddings_answer(vectors, encoding.strategy.model, tokens, body.encoding_format)
 
         return await encoded(request, body.input, answer)
 
@@ -102,7 +93,7 @@ def add_encode_routes(app: FastAPI, batcher: MicroBatcher, current: Callable[[],
     async def encode(body: EncodeRequest, request: Request) -> Response:
         """bert-as-service's shape: ``{"texts": [...]}`` -> ``{"vectors": [[...], ...]}``, row i
         for text i."""
-        return await encoded(request, body.texts, lambda source, vectors: {"vectors": vectors.tolist()})
+        return await encoded(request, body.texts, lambda encoding, vectors: {"vectors": vectors.tolist()})
 
 
 def encode_only(app: FastAPI, batcher: MicroBatcher, loading: Future[Encoding] | None) -> FastAPI:

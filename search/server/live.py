@@ -17,25 +17,32 @@ from search.engine import SearchEngine, Snapshot
 class LiveEngine:
     """The engine ``loading`` gives, checked for a new version at most every ``reload_every``
     seconds (or at once when forced), one check at a time; ``reloads`` counts the versions picked
-    up. It takes the engine still loading, so the app's routes are set up meanwhile."""
+    up (here or by a request's retry). It takes the engine still loading, so the app's routes are
+    set up meanwhile."""
 
     def __init__(self, loading: Future[SearchEngine], index_dir: str | Path, reload_every: float):
         self.loading = loading
         self.index_dir = index_dir
         self.reload_every = reload_every
         self.checked = time.monotonic()
-        self.reloads = 0
         self.reloading = asyncio.Lock()
 
-    async def current(self, force: bool = False) -> Snapshot:
-        """The snapshot a request works on, after picking up a new version if one is due."""
+    @property
+    def reloads(self) -> int:
+        return self.loading.result().reloads
+
+    async def engine(self, force: bool = False) -> SearchEngine:
+        """The engine a request works with, after picking up a new version if one is due."""
         now = time.monotonic()
         if force or now - self.checked >= self.reload_every:
             self.checked = now
             async with self.reloading:
                 try:
-                    reloaded = await asyncio.to_thread(self.loading.result().reload_if_changed)
+                    await asyncio.to_thread(self.loading.result().reload_if_changed)
                 except (SemsearchError, OSError, DatabaseError) as exc:
                     raise IndexDamaged(f"the index at {self.index_dir} cannot be read: {exc}") from None
-                self.reloads += reloaded
-        return self.loading.result().snapshot
+        return self.loading.result()
+
+    async def current(self, force: bool = False) -> Snapshot:
+        """The snapshot a request works on (``engine``'s)."""
+        return (await self.engine(force)).snapshot

@@ -1,0 +1,85 @@
+"""What a search is asked and what it answers: the checks of a request (its queries, the strategy
+it asks for), the embedding step it is given, the entries its filter admits and a ``Hit``. Shared
+by the engine, ``search.similar`` and the server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from indexer.corpus import blank
+from indexer.errors import BadInput, StrategyConflict
+from indexer.strategy import Strategy
+from search.encoding import Encoding
+from search.queries import check_text
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+Embedding = Callable[[Encoding, list[str], Callable[[np.ndarray], T]], R]
+"""The embedding step of a search: ``step(encoding, texts, then)`` gives ``then(vectors)``, the
+vectors being ``encoding.embed(texts)``. ``here`` runs it in the caller's thread (the CLI, Python);
+the server's is its micro-batcher (``search.server.batching.MicroBatcher.run``)."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One result: its rank (from 1), the entry's id, score (dense: cosine; keyword: BM25; hybrid: the
+    fused score, ``search.hybrid``), embedded text and stored fields."""
+
+    rank: int
+    id: str
+    score: float
+    text: str
+    fields: dict[str, Any]
+    answered: bool | None = None  # by the index's calibrated rule or a --min-score; None: neither
+    confidence: float | None = None  # the calibrated rule's probability that this hit is right
+    others: int | None = None  # grouped: entries of its group (the filter admits) below it; else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_queries(queries: Sequence[str]) -> None:
+    """An empty query has no meaning to embed: refuse it rather than return arbitrary hits; nor
+    has text that is not valid UTF-8."""
+    for query in queries:
+        if not isinstance(query, str) or blank(query):
+            raise BadInput("empty query: give some text to search for")
+        check_text(query, "the query")
+
+
+def check_strategy(stored: Strategy, asked: dict[str, Any]) -> None:
+    """Queries embed with the stored strategy; asking for another one is an error naming it.
+
+    ``asked`` is a request (it may say ``auto``, or give the model by a relative path): it is
+    resolved over the stored strategy and compared with it, the model by its identity.
+    """
+    if not asked:
+        return
+    from indexer.models import identified, resolve_strategy
+
+    unidentified = {"model_fingerprint": None} if "model" in asked else {}
+    request = resolve_strategy(Strategy.from_dict({**stored.to_dict(), **unidentified, **asked}))
+    differing = identified(stored).differences(request)
+    if differing:
+        raise StrategyConflict(
+            f"this index was built with {stored.describe()}; queries always use it "
+            f"({', '.join(differing)} differ): rebuild the index to change the strategy"
+        )
+
+
+def here(encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], T]) -> T:
+    """The embedding step run in the caller's thread."""
+    return then(encoding.embed(texts))
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """Row ids a filter admits and how many vectors they hold (chunked entries hold several)."""
+
+    ids: np.ndarray
+    vectors: int
