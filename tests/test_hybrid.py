@@ -150,3 +150,21 @@ def test_hybrid_puts_the_exact_code_first_where_dense_does_not(tmp_path, bundled
             firsts[mode] += engine.search(f"what does {row['id']} mean", k=1, mode=mode)[0].id == row["id"]
     assert firsts["hybrid"] == len(faq)
     assert firsts["dense"] < len(faq) * 0.6  # measured: 19 of 48
+
+
+def test_the_server_searches_in_every_mode_and_answers_a_bad_one_with_400(index):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from search.server import create_app
+
+    with TestClient(create_app(index)) as client:
+        for mode in ("dense", "keyword", "hybrid"):
+            for query in ("bikes", *HOSTILE):
+                answer = client.post("/search", json={"query": query, "k": 3, "mode": mode})
+                assert answer.status_code == 200, answer.text
+        batch = client.post("/search/batch", json={"queries": ["bikes", "NEAR("], "mode": "keyword"})
+        assert batch.status_code == 200
+        assert client.post("/search", json={"query": "bikes", "mode": "sparse"}).status_code == 400
+        refused = client.post("/search", json={"query": "bikes", "mode": "keyword", "min_score": 0.5})
+        assert refused.status_code == 400 and "cosine" in refused.json()["error"]
