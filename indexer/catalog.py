@@ -25,9 +25,8 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 
-from indexer.corpus import RESERVED, Entry
 from indexer.errors import FilterError, IndexMoved
 from indexer.field_types import comparable, detect_types, stored_value
 
@@ -61,6 +60,30 @@ DatabaseError = sqlite3.DatabaseError
 reader): the name callers outside the catalog catch, so only the catalog imports ``sqlite3``."""
 OperationalError = sqlite3.OperationalError
 """What SQLite raises for a statement it cannot run now (a killed writer's journal, a lock)."""
+
+
+class Entry(Protocol):
+    """What the catalog stores of an entry (``indexer.corpus.Entry`` is one)."""
+
+    id: str
+    text: str
+    fields: dict[str, Any]
+
+
+RESERVED = ("_rowid", "_id", "_text", "_hash", "_chunks")
+"""Column names the index uses for itself; an input field may not take them."""
+
+
+def _column_limit() -> int:
+    db = sqlite3.connect(":memory:")
+    try:
+        return db.getlimit(sqlite3.SQLITE_LIMIT_COLUMN)
+    finally:
+        db.close()
+
+
+MAX_FIELDS = _column_limit() - len(RESERVED)
+"""Fields an index holds: SQLite's column limit (2,000 by default) less the index's own columns."""
 
 
 def is_disk_full(error: BaseException) -> bool:

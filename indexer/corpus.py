@@ -25,7 +25,6 @@ import dataclasses
 import difflib
 import json
 import re
-import sqlite3
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from indexer.catalog import MAX_FIELDS, RESERVED
 from indexer.errors import BadInput
 from indexer.formats import (
     MAX_DEPTH,
@@ -50,22 +50,10 @@ from indexer.formats import (
 )
 from indexer.rows import ROWS_NAME, CorpusSource, Spool, is_path
 
-RESERVED = ("_rowid", "_id", "_text", "_hash", "_chunks")
-"""Column names the index uses for itself; an input field may not take them."""
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 """Characters SQLite cannot take as text: NUL, and any surrogate (UTF-8 cannot encode one)."""
 
 
-def _sqlite_columns() -> int:
-    db = sqlite3.connect(":memory:")
-    try:
-        return db.getlimit(sqlite3.SQLITE_LIMIT_COLUMN)
-    finally:
-        db.close()
-
-
-MAX_FIELDS = _sqlite_columns() - len(RESERVED)
-"""Fields an index holds: SQLite's column limit (2,000 by default) less the index's own columns."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
-"""The reading side: query an index (SearchEngine), rank sentences (rank_similar), or hand vectors
-to other programs (encode, Encoding); the CLI.
+"""Everything above the index: query it (SearchEngine), rank sentences (rank_similar), hand vectors
+to other programs (encode, Encoding); study and fit a strategy on labels, which writes too
+(evaluate and sweep build temporary indexes, calibrate stores its rule in the index's meta, tune
+saves a model); the CLI and the HTTP server over all of it.
 
 Names load on first use so ``semsearch --help`` and ``info`` do not pay for importing torch.
 """

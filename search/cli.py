@@ -1278,6 +1278,7 @@ def evaluate_retrieval_command(
 @json_option("the scores of each rule")
 @also_options
 @strategy_options
+@encoding_option
 @progress_options
 def evaluate_abstention_command(
     corpus: Path,
@@ -1294,6 +1295,7 @@ def evaluate_abstention_command(
     as_json: bool,
     also: Any,
     asked: dict[str, Any],
+    encoding: str,
     progress: bool,
 ) -> None:
     """How often the promise held on threads the rule never saw, over many splits: half the
@@ -1304,7 +1306,7 @@ def evaluate_abstention_command(
 
     report = evaluate_abstention(
         corpus,
-        read_retrieval_set(queries_file, qrels),
+        read_retrieval_set(queries_file, qrels, encoding=encoding),
         holdout=holdout,
         seeds=range(seed, seed + seeds),
         precision=precision,
@@ -1315,6 +1317,7 @@ def evaluate_abstention_command(
         text_fields=_split(text_field),
         also=also,
         progress=progress,
+        encoding=encoding,
     )
     if as_json:
         click.echo(json.dumps(report))

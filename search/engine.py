@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from indexer.catalog import Catalog, Facet
-from indexer.corpus import RESERVED
+from indexer.catalog import RESERVED, Catalog, Facet
 from indexer.encoders.devices import placement
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_graph import CPU

@@ -322,6 +322,7 @@ def evaluate_abstention(
     text_fields: Sequence[str] | None = None,
     also: FieldScoring | None = None,
     progress: bool = False,
+    encoding: str = "utf-8",
 ) -> dict[str, Any]:
     """Whether the promise holds on questions the rule never saw, over many splits. Each seed
     splits the threads in half: the first half's questions calibrate (all answerable, as a FAQ
@@ -374,7 +375,14 @@ def evaluate_abstention(
     with tempfile.TemporaryDirectory(prefix="semsearch-abstain-") as tmp:
         index_dir = Path(tmp) / "index"
         build_index(
-            corpus, index_dir, strategy, text_fields=text_fields, id_field="id", also=also, progress=progress
+            corpus,
+            index_dir,
+            strategy,
+            text_fields=text_fields,
+            id_field="id",
+            also=also,
+            progress=progress,
+            encoding=encoding,
         )
         snapshot = SearchEngine(index_dir).snapshot
         judged = list(dict.fromkeys(doc for docs in data.qrels.values() for doc in docs))
