@@ -8,6 +8,11 @@ Tables::
     meta(key TEXT PRIMARY KEY, value)    JSON values: strategy, counts, index kind, source, ...
     tombstones(_rowid INTEGER PRIMARY KEY, generation INTEGER)   vectors hidden by an update
                                          (``indexer.segments``); made by the first update that needs it
+    keywords                             FTS5 over ``entries._text`` (external content, kept by
+                                         triggers in the writer's own transaction): keyword search
+
+An index written before the keyword table gets it with its next version (the first ``put`` or
+``delete`` of a writer makes and fills it, in that writer's transaction).
 
 Operations that take many ids bind them as one JSON array (``json_each``), never one parameter
 per id, so they work past SQLite's bound-parameter limit.
@@ -33,7 +38,22 @@ _FIELD_TYPES = {"INTEGER": "integer", "NUMERIC": "number", "REAL": "number", "FL
 MAX_FACET_VALUES = 50  # distinct values up to which a field gets a value list (a select on a page)
 MAX_FACET_CHARS = 100  # a longer value is prose (an answer), not something to pick from a list
 
-
+KEYWORDS = "keywords"
+"""The FTS5 table of the entries' texts (BM25). Porter stems English words; codes such as
+``E3453C`` stay one token."""
+_KEYWORD_TABLE = (
+    "create virtual table keywords using fts5(_text, content='entries', content_rowid='_rowid',"
+    " tokenize='porter unicode61 remove_diacritics 2')",
+    "create trigger keywords_insert after insert on entries begin"
+    " insert into keywords(rowid, _text) values (new._rowid, new._text); end",
+    "create trigger keywords_delete after delete on entries begin"
+    " insert into keywords(keywords, rowid, _text) values ('delete', old._rowid, old._text); end",
+    "create trigger keywords_update after update of _text on entries begin"
+    " insert into keywords(keywords, rowid, _text) values ('delete', old._rowid, old._text);"
+    " insert into keywords(rowid, _text) values (new._rowid, new._text); end",
+)
+"""The table and the triggers that keep it exact in every transaction that changes ``entries``
+(a replaced row fires the delete trigger: writable connections set ``recursive_triggers``)."""
 
 DatabaseError = sqlite3.DatabaseError
 """What SQLite raises for a database file it cannot read (garbled, truncated, removed under a
@@ -96,6 +116,8 @@ class Catalog:
         self.path = path
         mode = "ro" if readonly else "rwc"
         self.db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False)
+        if not readonly:  # ``insert or replace`` runs the delete trigger that keeps ``keywords`` exact
+            self.db.execute("pragma recursive_triggers = on")
 
     @staticmethod
     def recover(path: Path) -> None:
@@ -122,6 +144,8 @@ class Catalog:
             "create table entries (_rowid integer primary key, _id text not null unique, _text text,"
             f" _hash text, _chunks integer{', ' + columns if columns else ''});"
         )
+        for statement in _KEYWORD_TABLE:
+            catalog.db.execute(statement)
         return catalog
 
     def close(self) -> None:
@@ -217,9 +241,38 @@ class Catalog:
         ).fetchone()[0]
         return int(found or 0)
 
+    def has_keywords(self) -> bool:
+        """Whether this version keeps the keyword table (one written before it does not)."""
+        found = "select 1 from sqlite_master where type = 'table' and name = ?"
+        return self.db.execute(found, (KEYWORDS,)).fetchone() is not None
+
+    def _keep_keywords(self) -> None:
+        """Make and fill the keyword table of a version written before it, inside the caller's
+        transaction (so the rows and their keywords commit, or roll back, together)."""
+        if not self.has_keywords():
+            for statement in _KEYWORD_TABLE:
+                self.db.execute(statement)
+            self.db.execute("insert into keywords(keywords) values ('rebuild')")
+
+    def keyword_search(
+        self, match: str, k: int, allowed: Sequence[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """(row id, BM25 score: higher is better) of the k best entries for an FTS5 ``match``
+        expression (``search.hybrid`` builds it from the user's words), among ``allowed`` row
+        ids when given."""
+        within = "" if allowed is None else " and rowid in (select value from json_each(?))"
+        params: list[Any] = [match] if allowed is None else [match, json.dumps([int(r) for r in allowed])]
+        found = self.db.execute(
+            f"select rowid, -bm25(keywords) from keywords where keywords match ?{within}"
+            " order by bm25(keywords), rowid limit ?",
+            [*params, int(k)],
+        )
+        return found.fetchall()
+
     def put(self, entries: Sequence[Entry], rowids: Sequence[int], chunks: Sequence[int]) -> None:
         """Insert entries, replacing any row with the same row id whole (fields it no longer has
-        become NULL)."""
+        become NULL); the keyword table follows (its triggers)."""
+        self._keep_keywords()
         types = self.types_for([e.fields for e in entries])
         known = {name.casefold() for name in self.columns()}
         for name in dict.fromkeys(n for e in entries for n in e.fields):
@@ -372,6 +425,7 @@ class Catalog:
         self.db.execute("drop table if exists tombstones")
 
     def delete(self, rowids: Sequence[int]) -> None:
+        self._keep_keywords()
         self.db.execute(
             "delete from entries where _rowid in (select value from json_each(?))",
             (json.dumps([int(r) for r in rowids]),),

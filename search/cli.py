@@ -580,6 +580,12 @@ def _print_hits(
     help="The best hit per value of this stored field, k of them, each with the count of the rest "
     "(one FAQ question with several answers shown once).",
 )
+@click.option(
+    "--mode",
+    type=click.Choice(["dense", "keyword", "hybrid"]),
+    help="dense (vectors), keyword (BM25) or hybrid (both fused; docs/hybrid.md). Default: hybrid, "
+    "or dense where the index has a calibrated rule, --min-score or no keyword table.",
+)
 def query_command(
     index_dir: Path,
     question: str | None,
@@ -591,6 +597,7 @@ def query_command(
     provider: str | None,
     encoding: str,
     group_by: str | None,
+    mode: str | None,
 ) -> None:
     """Search INDEX_DIR for QUESTION (or for every query in --queries), with the strategy it was
     built with."""
@@ -603,7 +610,7 @@ def query_command(
     check_queries([q.text for q in queries])
     configure_threads()
     engine = SearchEngine(index_dir, provider=provider)
-    results = engine.search_many([q.text for q in queries], k, where, min_score, group_by)
+    results = engine.search_many([q.text for q in queries], k, where, min_score, group_by, mode)
     source = engine.index.meta.get("source", {})
     text_fields = source.get("text_fields") or []
     lead_field = text_fields[0] if text_fields else None
@@ -1118,6 +1125,11 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     from search.confidence import Rule
 
     shown["calibration"] = Rule.from_dict(info["calibration"]).describe() if info["calibration"] else "none"
+    shown["keywords"] = (
+        "FTS5 (BM25): --mode keyword and hybrid"
+        if info["keywords"]
+        else "none (written before keyword search): its next version (add, delete or compact) keeps them"
+    )
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)
     for key, value in shown.items():

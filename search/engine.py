@@ -27,6 +27,7 @@ from indexer.vectors.entries import EntryVectors
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
 from search.encoding import Encoding
 from search.filters import parse_filter
+from search.hybrid import DEFAULT_MODE, DEFAULT_WEIGHT, Words, check_mode, ranked
 from search.requests import Allowed, Embedding, Hit, check_queries, check_strategy, here
 
 if TYPE_CHECKING:
@@ -105,10 +106,55 @@ class Snapshot:
         where: str | None = None,
         min_score: float | None = None,
         group_by: str | None = None,
+        mode: str | None = None,
     ) -> list[list[Hit]]:
         """Embed all queries in one pass, then look each up (among the entries ``where`` allows,
-        the best per value of ``group_by``): ``SearchEngine.search_many`` without the retry."""
-        return self.lookup(self.embed(queries), k, self.allowed(where), min_score, self.grouping(group_by))
+        the best per value of ``group_by``) in ``mode`` (``search.hybrid``; None: the index's):
+        ``SearchEngine.search_many`` without the retry."""
+        said, allowed = self.words(queries, mode, min_score), self.allowed(where)
+        return self.lookup(self.embed(queries), k, allowed, min_score, self.grouping(group_by), said)
+
+    @functools.cached_property
+    def keywords(self) -> bool:
+        """Whether this version keeps the keyword table (one written before it does not)."""
+        with self.db_lock:
+            return self.index.catalog.has_keywords()
+
+    def mode(self, asked: str | None, min_score: float | None = None) -> str:
+        """The mode a search runs in: the one asked for, else dense where a calibrated rule or a
+        ``min_score`` (both cosines) decides answers or the index has no keyword table, else
+        ``DEFAULT_MODE``. A mode the index cannot serve is refused in one line."""
+        if asked is None:
+            return "dense" if self.rule or min_score is not None or not self.keywords else DEFAULT_MODE
+        if check_mode(asked) == "dense":
+            return asked
+        if not self.keywords:
+            raise BadInput(
+                f"--mode {asked}: this index was written before keyword search; its next version"
+                " (add, delete or compact) keeps the keyword table"
+            )
+        if self.rule is not None:
+            raise BadInput(f"--mode {asked}: this index's no-answer rule is calibrated for dense search only")
+        if min_score is not None:
+            raise BadInput(f"--mode {asked}: --min-score is a cosine, for dense search only")
+        return asked
+
+    def words(
+        self, queries: Sequence[str], mode: str | None, min_score: float | None = None
+    ) -> list[Words] | None:
+        """What a non-dense search needs of each query (None: dense)."""
+        resolved = self.mode(mode, min_score)
+        if resolved == "dense":
+            return None
+        weight = float(self.meta.get("hybrid_weight", DEFAULT_WEIGHT))
+        return [Words(query, resolved, weight) for query in queries]
+
+    def keyword_ranking(self, words: Words, k: int, allowed: Allowed | None) -> dict[int, float]:
+        """Row id -> BM25 score of the k best keyword matches (none when no word can match)."""
+        if words.match is None or (allowed is not None and not len(allowed.ids)):
+            return {}
+        with self.reading() as catalog:
+            return dict(catalog.keyword_search(words.match, k, None if allowed is None else allowed.ids))
 
     def embed(self, queries: Sequence[str], progress: Share | None = None) -> np.ndarray:
         check_queries(queries)
@@ -150,14 +196,20 @@ class Snapshot:
         allowed: Allowed | None = None,
         min_score: float | None = None,
         group_by: str | None = None,
+        words: Sequence[Words] | None = None,
     ) -> list[list[Hit]]:
         """Top-k hits of each vector. Each hit is marked ``answered`` by the stored rule (with its
         ``confidence``) or, given ``min_score``, by its cosine; neither: ``answered`` is None.
-        ``group_by`` (a field ``grouping`` checked): the best hit of each of the k best groups."""
+        ``group_by`` (a field ``grouping`` checked): the best hit of each of the k best groups.
+        ``words`` (``words``): each query's keyword or hybrid search; None: dense."""
         if k < 1:
             raise BadInput(f"k must be at least 1, not {k}")
         check_min_score(min_score)
-        return [self._lookup(vector, k, allowed, min_score, group_by) for vector in vectors]
+        asked = [None] * len(vectors) if words is None else words
+        return [
+            self._lookup(vector, k, allowed, min_score, group_by, said)
+            for vector, said in zip(vectors, asked, strict=True)
+        ]
 
     def neighbourhoods(
         self, vectors: np.ndarray, allowed: Allowed | None = None, count: int = NEIGHBOURS
@@ -189,11 +241,25 @@ class Snapshot:
         return EntryVectors(self.index.vectors, also=self.scoring is not None)
 
     def _nearest(
-        self, vector: np.ndarray, k: int, allowed: Allowed | None, texts: dict[int, float] | None = None
+        self,
+        vector: np.ndarray,
+        k: int,
+        allowed: Allowed | None,
+        texts: dict[int, float] | None = None,
+        words: Words | None = None,
     ) -> dict[int, float]:
         """Row id -> score of the k best entries, best first. With a ``scoring``, candidates
         come from both vector sets and each is scored exactly with both (``_scored``), which
-        puts each one's cosine to its own text into ``texts`` when given."""
+        puts each one's cosine to its own text into ``texts`` when given. ``words``: ranked by
+        keywords, or fused with them (``search.hybrid``)."""
+        if words is not None:
+            return ranked(
+                words.mode,
+                k,
+                lambda n: self._nearest(vector, n, allowed, texts),
+                lambda n: self.keyword_ranking(words, n, allowed),
+                words.share,
+            )
         if self.scoring is None:
             return self._search(vector, k, allowed)
         pool = self._search(vector, max(2 * k, CANDIDATES), allowed)
@@ -249,17 +315,18 @@ class Snapshot:
         allowed: Allowed | None,
         min_score: float | None,
         group_by: str | None,
+        words: Words | None = None,
     ) -> list[Hit]:
-        rule = self.rule
+        rule = None if words is not None else self.rule  # a rule is refused outside dense (``mode``)
         wide = max(k, NEIGHBOURS) if rule and rule.reads_neighbours else k
         texts: dict[int, float] | None = None if rule is None else {}  # own-text cosines, for the rule
         if group_by is None:
-            best = self._nearest(vector, wide, allowed, texts)
+            best = self._nearest(vector, wide, allowed, texts, words)
             with self.reading() as catalog:
                 rows = catalog.rows(list(best))
             heads, others = list(range(min(k, len(best)))), None
         else:
-            best, heads, others = self._grouped(vector, k, wide, allowed, group_by, texts)
+            best, heads, others = self._grouped(vector, k, wide, allowed, group_by, texts, words)
             with self.reading() as catalog:
                 rows = catalog.rows([list(best)[i] for i in heads])
         ranked = list(best.items())
@@ -295,6 +362,7 @@ class Snapshot:
         allowed: Allowed | None,
         group_by: str,
         texts: dict[int, float] | None = None,
+        words: Words | None = None,
     ) -> tuple[dict[int, float], list[int], list[int]]:
         """The nearest entries (row id -> score, best first, at least ``wanted``), the positions
         in them of the best entry of each of the k best groups, and how many other entries (the
@@ -306,7 +374,7 @@ class Snapshot:
             available = catalog.group_count(group_by, within)
         fetch = max(wanted, 4 * k)
         while True:
-            found = self._nearest(vector, fetch, allowed, texts)
+            found = self._nearest(vector, fetch, allowed, texts, words)
             with self.reading() as catalog:
                 values = catalog.values(list(found), group_by)
             heads, seen = [], set()
@@ -394,6 +462,7 @@ class SearchEngine:
         where: str | None = None,
         min_score: float | None = None,
         group_by: str | None = None,
+        mode: str | None = None,
     ) -> list[Hit]:
         """The k best hits for ``query``, best first, embedded with the index's own strategy.
 
@@ -401,8 +470,9 @@ class SearchEngine:
         compared. ``min_score``: hits below this cosine are marked not answered (over the
         calibrated rule). ``group_by``: a stored field; the best hit per value of it (k
         groups, each hit's ``others`` counting the rest of its group), e.g. one FAQ question
-        with several answers shown once."""
-        return self.search_many([query], k, where, min_score, group_by)[0]
+        with several answers shown once. ``mode``: dense, keyword or hybrid (``search.hybrid``;
+        None: the index's default, ``Snapshot.mode``)."""
+        return self.search_many([query], k, where, min_score, group_by, mode)[0]
 
     def search_many(
         self,
@@ -411,6 +481,7 @@ class SearchEngine:
         where: str | None = None,
         min_score: float | None = None,
         group_by: str | None = None,
+        mode: str | None = None,
         *,
         embed: Embedding[list[list[Hit]], R] = here,
     ) -> R:
@@ -420,12 +491,14 @@ class SearchEngine:
         answer (the server's step returns it awaitable)."""
         check_queries(queries)
         first = self.snapshot
+        first.mode(mode, min_score)  # an unknown mode, or one the index cannot serve: before embedding
 
         def look_up(vectors: np.ndarray) -> list[list[Hit]]:
             def attempt(snapshot: Snapshot) -> list[list[Hit]]:
                 mine = vectors if snapshot is first else snapshot.embed(queries)
                 allowed, grouping = snapshot.allowed(where), snapshot.grouping(group_by)
-                return snapshot.lookup(mine, k, allowed, min_score, grouping)
+                said = snapshot.words(queries, mode, min_score)
+                return snapshot.lookup(mine, k, allowed, min_score, grouping, said)
 
             return self.retrying(attempt, first)
 

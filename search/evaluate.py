@@ -8,6 +8,7 @@ this small. Correlations come from scipy.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -26,6 +27,7 @@ from indexer.fields import FieldScoring
 from indexer.formats import lines_of
 from indexer.progress import Progress
 from indexer.strategy import Strategy
+from search.hybrid import MODES
 from search.queries import Query, read_queries
 
 if TYPE_CHECKING:
@@ -282,11 +284,28 @@ def evaluate_retrieval(
                 precision=precision,
                 encoding=encoding,
             )
-        engine = SearchEngine(index_dir)
-        vectors = embedded(engine.snapshot, [q.text for q in data.queries], progress)
-        results = engine.snapshot.lookup(vectors, k)
-        ranked = {q.id: [h.id for h in hits] for q, hits in zip(data.queries, results, strict=True)}
-        return {**retrieval_metrics(ranked, data.qrels, k), **described(engine.snapshot)}
+        snapshot = SearchEngine(index_dir).snapshot
+        texts = [q.text for q in data.queries]
+        vectors = embedded(snapshot, texts, progress)
+        default = snapshot.mode(None)
+        report: dict[str, Any] = {}
+        for mode in modes_served(snapshot):
+            results = snapshot.lookup(vectors, k, words=snapshot.words(texts, mode))
+            ranked = {q.id: [h.id for h in hits] for q, hits in zip(data.queries, results, strict=True)}
+            scores = retrieval_metrics(ranked, data.qrels, k)
+            if mode == default:
+                report = {**scores, "mode": mode, **report}
+            report.update({f"{mode} {name}": value for name, value in scores.items() if name != "queries"})
+        return {**report, **described(snapshot)}
+
+
+def modes_served(snapshot: Snapshot) -> list[str]:
+    """The search modes (``search.hybrid.MODES``) this index answers in, side by side in a report."""
+    served = []
+    for mode in MODES:
+        with contextlib.suppress(BadInput):
+            served.append(snapshot.mode(mode))
+    return served
 
 
 def evaluate_abstention(

@@ -27,7 +27,8 @@ the server's is its micro-batcher (``search.server.batching.MicroBatcher.run``).
 
 @dataclass(frozen=True)
 class Hit:
-    """One result: its rank (from 1), the entry's id, cosine score, embedded text and stored fields."""
+    """One result: its rank (from 1), the entry's id, score (dense: cosine; keyword: BM25; hybrid: the
+    fused score, ``search.hybrid``), embedded text and stored fields."""
 
     rank: int
     id: str

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -286,3 +287,15 @@ def positive_pairs(directory: Path, count: int = 40) -> Path:
     rows = ["question,answer"] + [f"{sentence(i)},{sentence(i, 2)} yes" for i in range(count)]
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return path
+
+
+def assert_keywords_exact(index_dir: Path) -> None:
+    """The live version's keyword table indexes exactly its rows' texts (FTS5's own check
+    against its content table)."""
+    from indexer.store import live_version
+
+    db = sqlite3.connect(Path(index_dir) / live_version(Path(index_dir)) / "meta.db")
+    try:
+        db.execute("insert into keywords(keywords, rank) values ('integrity-check', 1)")
+    finally:
+        db.close()

@@ -19,7 +19,7 @@ from indexer.encoders.onnx_graph import HELD_FILES, graph_spec
 from indexer.errors import IndexDamaged
 from indexer.store import open_index
 from indexer.update import compact_index
-from tests.helpers import ROOT, random_bert, write_csv
+from tests.helpers import ROOT, assert_keywords_exact, random_bert, write_csv
 
 pytest.importorskip("onnxruntime")
 
@@ -96,8 +96,10 @@ def test_a_copied_index_takes_additions_without_its_model_or_the_cache(tmp_path,
     shutil.rmtree(private_cache)
     more = write_csv(tmp_path / "more.csv", [("q7", "Do you lend helmets to riders?")], ("id", "text"))
     add_to_index(copy, more)
-    hits = SearchEngine(copy).search("Do you lend helmets to riders?", k=1)
+    hits = SearchEngine(copy).search("Do you lend helmets to riders?", k=1, mode="dense")
     assert hits[0].id == "q7" and hits[0].score > 0.999
+    assert_keywords_exact(copy)  # the copy's keyword table came with it and took the addition
+    assert SearchEngine(copy).search("helmets", k=1, mode="keyword")[0].id == "q7"
     # and it gives its vectors away as its own queries see them
     from search.encoding import encode
 

@@ -17,7 +17,7 @@ from indexer.errors import SemsearchError
 from indexer.store import open_index, writer_lock
 from indexer.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
-from tests.helpers import BASE, kill_during, rowids, whole_run, write_csv
+from tests.helpers import BASE, assert_keywords_exact, kill_during, rowids, whole_run, write_csv
 
 
 @pytest.fixture
@@ -128,6 +128,7 @@ def test_sigkill_during_add_or_delete_leaves_last_complete_state(index, tmp_path
         live = open_index(index)  # loads, counts agree (checked at open), and answers
         assert live.meta["count"] in states
         assert SearchEngine(index).search("bikes", k=1)
+        assert_keywords_exact(index)  # the keyword table committed, or rolled back, with the rows
     assert killed >= 2
 
 

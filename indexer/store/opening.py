@@ -131,6 +131,7 @@ class StoredIndex:
             "embedded": source.get("embedded"),
             "fields": self.catalog.field_types(),
             "calibration": meta.calibration or None,
+            "keywords": self.catalog.has_keywords(),  # the FTS5 table keyword and hybrid search read
         }
 
 

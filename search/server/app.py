@@ -137,7 +137,7 @@ def create_app(
         one (the best entry per value)."""
         engine = await live.engine()
         found = engine.search_many(
-            [body.query], body.k, body.where, body.min_score, body.group_by, embed=each_to_dicts
+            [body.query], body.k, body.where, body.min_score, body.group_by, body.mode, embed=each_to_dicts
         )
         return {"query": body.query, "hits": (await while_connected(request, found))[0]}
 
@@ -146,7 +146,7 @@ def create_app(
         """Top-k entries for each of up to 64 queries, embedded in one pass."""
         engine = await live.engine()
         found = engine.search_many(
-            body.queries, body.k, body.where, body.min_score, body.group_by, embed=each_to_dicts
+            body.queries, body.k, body.where, body.min_score, body.group_by, body.mode, embed=each_to_dicts
         )
         results = await while_connected(request, found)
         return {"results": [{"query": q, "hits": h} for q, h in zip(body.queries, results, strict=True)]}

@@ -79,12 +79,16 @@ ERRORS = {
 }
 
 
+Mode = Literal["dense", "keyword", "hybrid"] | None
+
+
 class SearchRequest(BaseModel):
     query: Query
     k: int = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
     min_score: float | None = Field(None, ge=-1, le=1)  # answered = cosine >= it, over the stored rule
     group_by: GroupBy = None
+    mode: Mode = None  # dense, keyword or hybrid (search.hybrid); None: the index's default
 
 
 class BatchRequest(BaseModel):
@@ -93,6 +97,7 @@ class BatchRequest(BaseModel):
     where: Where | None = None
     min_score: float | None = Field(None, ge=-1, le=1)
     group_by: GroupBy = None
+    mode: Mode = None
 
 
 class SimilarRequest(BaseModel):

@@ -110,6 +110,7 @@ function writeUrl(query, k, filterParams) {
   if (query) params.set("q", query);
   if (k !== "10") params.set("k", k);
   if ($("group-by").value) params.set("group", $("group-by").value);
+  if ($("mode").value) params.set("mode", $("mode").value);
   for (const [key, value] of filterParams) params.set(key, value);
   const tab = TABS.find((name) => !$(`panel-${name}`).hidden);
   if (tab !== "search") params.set("tab", tab);
@@ -139,7 +140,10 @@ async function search() {
   $("status").textContent = "Searching…";
   try {
     const group = $("group-by").value;
-    const body = { query, k: Number(k), ...(where ? { where } : {}), ...(group ? { group_by: group } : {}) };
+    const mode = $("mode").value;
+    const body = {
+      query, k: Number(k), ...(where ? { where } : {}), ...(group ? { group_by: group } : {}), ...(mode ? { mode } : {}),
+    };
     const data = await api("/search", body, controller.signal);
     const ms = Math.round(performance.now() - started);
     const status = $("status");
@@ -372,10 +376,12 @@ async function start() {
   const params = new URLSearchParams(location.search);
   $("q").value = params.get("q") || "";
   if ([...$("k").options].some((o) => o.value === params.get("k"))) $("k").value = params.get("k");
+  if ([...$("mode").options].some((o) => o.value === params.get("mode"))) $("mode").value = params.get("mode");
   document.addEventListener("keydown", onKey);
   $("q").addEventListener("input", () => runSearch(200));
   $("k").addEventListener("change", () => runSearch(0));
   $("group-by").addEventListener("change", () => runSearch(0));
+  $("mode").addEventListener("change", () => runSearch(0));
   $("search-form").addEventListener("submit", (event) => { event.preventDefault(); runSearch(0); });
   $("similar-form").addEventListener("submit", rankSimilar);
   $("clear-filters").addEventListener("click", () => {

@@ -1,0 +1,170 @@
+"""Keyword and hybrid search: the FTS5 table beside the vectors stays exact through every
+change, user words are never FTS5 syntax, a mode an index cannot serve is one line, and hybrid
+finds an exact error code among near-misses where dense does not."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from indexer import Strategy, build_index
+from indexer.errors import BadInput
+from indexer.store import live_version, open_index
+from indexer.update import add_to_index, compact_index, delete_from_index
+from search import SearchEngine
+from search.hybrid import fuse, match_expression
+from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv
+
+HOSTILE = ['"', 'say "hi', "*", "bikes*", "NEAR(a b)", "a AND OR NOT b", "col:bikes", "(((", "^b", "-", "'"]
+
+
+@pytest.fixture
+def index(tmp_path, tiny_model) -> Path:
+    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
+    return tmp_path / "idx"
+
+
+def keyword_ids(index_dir: Path, query: str) -> set[str]:
+    return {h.id for h in SearchEngine(index_dir).search(query, k=50, mode="keyword")}
+
+
+def test_the_keyword_table_follows_add_delete_and_compact(index, tmp_path):
+    assert_keywords_exact(index)
+    word = BASE[1][1].split()[-1]
+    assert BASE[1][0] in keyword_ids(index, word)
+    changed = [(BASE[1][0], "zebra crossing", "app"), ("n1", "zebra", "app")]
+    add_to_index(index, write_csv(tmp_path / "u.csv", changed))
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "zebra") == {BASE[1][0], "n1"}
+    delete_from_index(index, ["n1"])
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "zebra") == {BASE[1][0]}
+    compact_index(index)
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "zebra") == {BASE[1][0]}
+    assert open_index(index, vectors=False).info()["keywords"] is True
+
+
+def test_user_words_are_never_fts_syntax(index):
+    engine = SearchEngine(index)
+    for query in HOSTILE:
+        for mode in ("keyword", "hybrid"):
+            engine.search(query, k=3, mode=mode)  # never an FTS5 syntax error
+    assert match_expression("* ( ^") is None
+    assert match_expression('say "hi') == '"say" OR """hi"'
+    assert engine.search("***", k=3, mode="keyword") == []
+
+
+def test_filters_and_group_by_work_in_every_mode(index):
+    engine = SearchEngine(index)
+    for mode in ("dense", "keyword", "hybrid"):
+        hits = engine.search("bikes entry", k=5, where="category = 'billing'", mode=mode)
+        assert hits and {h.fields["category"] for h in hits} == {"billing"}
+        grouped = engine.search("bikes entry", k=3, group_by="category", mode=mode)
+        assert len({h.fields["category"] for h in grouped}) == len(grouped)
+
+
+def drop_keywords(index: Path) -> None:
+    """What an index written before the keyword table holds."""
+    db = sqlite3.connect(index / live_version(index) / "meta.db")
+    db.executescript(
+        "drop trigger keywords_insert; drop trigger keywords_delete; drop trigger keywords_update;"
+        " drop table keywords;"
+    )
+    db.close()
+
+
+@pytest.mark.slow
+def test_the_cli_takes_hostile_words_and_refuses_a_mode_in_one_line(index):
+    result = run("query", index, 'NEAR("bikes *', "--mode", "keyword")
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    drop_keywords(index)
+    assert_clean_failure(run("query", index, "bikes", "--mode", "keyword"), "written before keyword search")
+    assert "keywords:" in run("info", index).stdout
+
+
+def test_an_index_written_before_the_keyword_table_refuses_keyword_modes_until_its_next_version(
+    index, tmp_path
+):
+    drop_keywords(index)
+    engine = SearchEngine(index)
+    assert engine.search("bikes", k=1)  # the default falls back to dense
+    with pytest.raises(BadInput, match="written before keyword search"):
+        engine.search("bikes", k=1, mode="hybrid")
+    assert open_index(index, vectors=False).info()["keywords"] is False
+    add_to_index(index, write_csv(tmp_path / "u.csv", [("n1", "zebra", "app")]))
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "zebra") == {"n1"}
+    assert keyword_ids(index, BASE[1][1].split()[-1])  # the old rows are in it too
+
+
+def test_a_calibrated_rule_or_min_score_keeps_the_default_dense_and_refuses_other_modes(index):
+    engine = SearchEngine(index)
+    assert engine.snapshot.mode(None) == "hybrid"
+    assert engine.snapshot.mode(None, min_score=0.5) == "dense"
+    with pytest.raises(BadInput, match="cosine"):
+        engine.search("bikes", k=1, min_score=0.5, mode="keyword")
+    with pytest.raises(BadInput, match="mode"):
+        engine.search("bikes", k=1, mode="sparse")
+
+
+def test_fuse_weights_the_normalised_scores():
+    fused = fuse({1: 0.9, 2: 0.8, 3: 0.1}, {3: 12.0, 2: 2.0}, weight=0.6)
+    assert list(fused) == [3, 1, 2] and fused == pytest.approx({3: 0.6, 1: 0.4, 2: 0.35})
+    assert fuse({1: 0.9, 2: 0.8}, {}, weight=0.15) == pytest.approx({1: 0.85, 2: 0.0})
+
+
+TROUBLES = [
+    "the pump pressure sensor reads low",
+    "the door lock did not engage",
+    "the fan speed is above its limit",
+    "the battery voltage dropped",
+    "the firmware checksum failed",
+    "the water inlet is blocked",
+    "the motor overheated",
+    "the display lost its connection",
+    "the heater did not reach temperature",
+    "the filter needs replacing",
+]
+
+
+def error_faq() -> list[dict[str, str]]:
+    """48 error codes, each one character from several others (E3353C, E3353D, E3453C...)."""
+    codes = [f"E3{a}5{b}{c}" for a in "3456" for b in "3579" for c in "CDE"]
+    return [{"id": code, "text": f"Error {code}: {TROUBLES[i % 10]}"} for i, code in enumerate(codes)]
+
+
+@pytest.mark.slow
+def test_hybrid_puts_the_exact_code_first_where_dense_does_not(tmp_path, bundled):
+    corpus = tmp_path / "codes.jsonl"
+    faq = error_faq()
+    corpus.write_text("\n".join(json.dumps(row) for row in faq))
+    build_index(corpus, tmp_path / "idx")
+    engine = SearchEngine(tmp_path / "idx")
+    firsts = {mode: 0 for mode in ("dense", "hybrid")}
+    for row in faq:
+        for mode in firsts:
+            firsts[mode] += engine.search(f"what does {row['id']} mean", k=1, mode=mode)[0].id == row["id"]
+    assert firsts["hybrid"] == len(faq)
+    assert firsts["dense"] < len(faq) * 0.6  # measured: 19 of 48
+
+
+def test_the_server_searches_in_every_mode_and_answers_a_bad_one_with_400(index):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from search.server import create_app
+
+    with TestClient(create_app(index)) as client:
+        for mode in ("dense", "keyword", "hybrid"):
+            for query in ("bikes", *HOSTILE):
+                answer = client.post("/search", json={"query": query, "k": 3, "mode": mode})
+                assert answer.status_code == 200, answer.text
+        batch = client.post("/search/batch", json={"queries": ["bikes", "NEAR("], "mode": "keyword"})
+        assert batch.status_code == 200
+        assert client.post("/search", json={"query": "bikes", "mode": "sparse"}).status_code == 400
+        refused = client.post("/search", json={"query": "bikes", "mode": "keyword", "min_score": 0.5})
+        assert refused.status_code == 400 and "cosine" in refused.json()["error"]
