@@ -51,6 +51,7 @@ def rank_similar(
     transform: Transform | None = None,
 ) -> list[Hit]:
     """Candidates by cosine to ``sentence``, best first; ids are 1-based candidate positions.
+    The sentence gets the strategy's query prefix, the candidates its passage prefix.
 
     ``transform``: the post-processing to apply (an index's, fitted on its corpus); required when
     the strategy has post-processing.
@@ -61,7 +62,9 @@ def rank_similar(
         from indexer.encoders.factory import encoder_for
 
         embedder = encoder_for(strategy)
-    vectors = embedder.embed([sentence] + [text for _, text in kept])
+    # the sentence is asked (a query), the candidates are ranked as an index's entries (passages)
+    asked = embedder.embed([sentence])
+    vectors = np.vstack([asked, embedder.embed([text for _, text in kept], role="passage")])
     return rank_vectors(Transform.apply_optional(transform, vectors), kept, k)
 
 

@@ -87,12 +87,12 @@ def length_groups(lengths: Sequence[int], call_cost: int = CALL_COST, widest: in
     return groups[::-1]
 
 
-def embed_in_groups(embedder: Encoder, texts: Sequence[str]) -> np.ndarray:
-    """``embedder.embed(texts)``, a forward pass per ``length_groups`` group (by characters, the
+def embed_in_groups(embedder: Encoder, texts: Sequence[str], role: str = "query") -> np.ndarray:
+    """``embedder.embed(texts, role=role)``, a forward pass per ``length_groups`` group (by characters, the
     proxy ``token_bound`` uses too): a batch of mixed lengths padded to its longest text costs
     the model as much as embedding each text alone."""
     groups = length_groups([len(text) for text in texts])
-    parts = [embedder.embed([texts[i] for i in group]) for group in groups]
+    parts = [embedder.embed([texts[i] for i in group], role=role) for group in groups]
     vectors = np.empty((len(texts), parts[0].shape[1]), dtype=parts[0].dtype)
     for group, part in zip(groups, parts, strict=True):
         vectors[group] = part
@@ -105,6 +105,7 @@ class _Job:
     texts: list[str]
     future: asyncio.Future
     after: Callable[[np.ndarray], Any] | None = None  # run on the lookup thread with the vectors
+    role: str = "query"  # what the texts are: queries, or passages (/encode's input_type)
 
 
 def _outcomes(jobs: list[_Job], vectors: list[np.ndarray]) -> list[tuple[bool, Any]]:
@@ -129,7 +130,8 @@ class MicroBatcher:
 
     Jobs whose requests are gone (cancelled) by the time their batch runs are dropped unembedded;
     a failed or cancelled job never stops the worker, and a worker task that ended is restarted.
-    Jobs are grouped by embedder, so each request embeds with its own snapshot's model.
+    Jobs are grouped by embedder and role, so each request embeds with its own snapshot's model
+    and its texts' prefix.
     """
 
     def __init__(self, max_batch: int):
@@ -151,18 +153,19 @@ class MicroBatcher:
         embedder: Encoder,
         texts: list[str],
         after: Callable[[np.ndarray], T] | None,
+        role: str = "query",
     ) -> Any:
         """``after(vectors of texts)`` computed off the event loop (the vectors if ``after`` is None):
         with the rest of its batch on the lookup thread when the texts fit in one part, else once
-        every part is embedded."""
+        every part is embedded. ``role``: the texts are queries or passages (their prefix)."""
         parts = split(texts, embedder.strategy.max_length)
         if len(parts) == 1:
-            return await self._embed_part(embedder, parts[0], after)
-        vectors = np.concatenate([await self._embed_part(embedder, part, None) for part in parts])
+            return await self._embed_part(embedder, parts[0], after, role)
+        vectors = np.concatenate([await self._embed_part(embedder, part, None, role) for part in parts])
         return vectors if after is None else await asyncio.to_thread(after, vectors)
 
     async def _embed_part(
-        self, embedder: Encoder, texts: list[str], after: Callable[[np.ndarray], Any] | None
+        self, embedder: Encoder, texts: list[str], after: Callable[[np.ndarray], Any] | None, role: str
     ) -> Any:
         loop = asyncio.get_running_loop()
         if self.task is None or self.task.get_loop() is not loop:
@@ -170,7 +173,7 @@ class MicroBatcher:
         if self.task is None or self.task.done() or self.task.get_loop() is not loop:
             self.task = loop.create_task(self._work())
         future = loop.create_future()
-        self.queue.put_nowait(_Job(embedder, texts, future, after))
+        self.queue.put_nowait(_Job(embedder, texts, future, after, role))
         return await future
 
     async def _work(self) -> None:
@@ -182,9 +185,9 @@ class MicroBatcher:
             while size < self.max_batch and not self.queue.empty():
                 jobs.append(self.queue.get_nowait())
                 size += len(jobs[-1].texts)
-            groups: dict[int, list[_Job]] = {}
+            groups: dict[tuple[int, str], list[_Job]] = {}
             for job in jobs:
-                groups.setdefault(id(job.embedder), []).append(job)
+                groups.setdefault((id(job.embedder), job.role), []).append(job)
             for group in groups.values():
                 await self._run(group)
 
@@ -197,7 +200,9 @@ class MicroBatcher:
         self.largest = max(self.largest, len(texts))
         loop = asyncio.get_running_loop()
         try:
-            vectors = await loop.run_in_executor(self.model_thread, embed_in_groups, live[0].embedder, texts)
+            vectors = await loop.run_in_executor(
+                self.model_thread, embed_in_groups, live[0].embedder, texts, live[0].role
+            )
         except Exception as exc:  # hand the failure to every request still waiting
             for job in live:
                 if not job.future.done():
