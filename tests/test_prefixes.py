@@ -142,3 +142,16 @@ def test_the_encode_endpoints_take_an_input_type(tmp_path, tiny_model):
     np.testing.assert_allclose(entries, plain.encode([f"passage: {t}" for t in TEXTS]), atol=1e-5)
     np.testing.assert_allclose([d["embedding"] for d in openai["data"]], entries, atol=1e-6)
     assert bad.status_code == 400
+
+
+def test_a_sweep_embeds_entries_as_passages_and_questions_as_queries(plain_and_prefixed, tiny_model):
+    from indexer.encoders.torch_encoder import TorchEncoder
+
+    plain, _ = plain_and_prefixed
+    grid = TorchEncoder(
+        Strategy(model=tiny_model, backend="torch", **E5), all_layers=True, loaded=plain.loaded
+    )
+    cell = grid.strategy
+    for role in ("query", "passage"):
+        (vectors,) = grid.embed_grid(TEXTS, [cell], role=role)
+        np.testing.assert_allclose(vectors, plain.embed([f"{role}: {t}" for t in TEXTS]), atol=1e-6)
