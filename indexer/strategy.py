@@ -206,7 +206,13 @@ class Strategy:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The stored form. An empty prefix is left out: a strategy without prefixes is stored
+        exactly as before they existed (older semsearch reads it; ``from_dict`` reads it back)."""
+        return {
+            name: value
+            for name, value in asdict(self).items()
+            if not (name in ("query_prefix", "passage_prefix") and value == "")
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Strategy:
