@@ -122,14 +122,14 @@ class _Worker:
         self.before = before
 
     def embed(
-        self, number: int, texts: list[str], documents: bool
+        self, number: int, texts: list[str], documents: bool, role: str = "query"
     ) -> tuple[Strategy, np.ndarray, np.ndarray]:
         if self.before is not None:
             self.before(number)
         if documents:
             vectors, owners = self.encoder.embed_documents(texts)
         else:
-            vectors, owners = self.encoder.embed(texts), np.arange(len(texts), dtype=np.int64)
+            vectors, owners = self.encoder.embed(texts, role=role), np.arange(len(texts), dtype=np.int64)
         return self.encoder.strategy, vectors, owners
 
 
@@ -142,9 +142,10 @@ def embed_on_ray(
     batch_size: int = 32,
     before_partition: Callable[[int], None] | None = None,
     documents: bool = True,
+    role: str = "query",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Vectors of the entries' texts and the entry of each, as ``Encoder.embed_documents`` gives
-    them (``documents``; else as ``Encoder.embed`` does), embedded by ``workers`` Ray actors
+    them (``documents``; else as ``Encoder.embed`` does, as a ``role``), embedded by ``workers`` Ray actors
     (default: one per CPU of the cluster). ``strategy`` must be resolved (the index's); a worker
     whose model is another fails the run with ``StrategyConflict``. ``before_partition`` runs in
     the worker before each partition (tests kill a worker there)."""
@@ -167,7 +168,7 @@ def embed_on_ray(
             actor.remote(strategy, batch_size, before_partition) for _ in range(min(count, len(spans)))
         ]
         pool = ActorPool(workers)
-        jobs = [(i, [e.text for e in entries[a:b]], documents) for i, (a, b) in enumerate(spans)]
+        jobs = [(i, [e.text for e in entries[a:b]], documents, role) for i, (a, b) in enumerate(spans)]
         try:
             done = list(pool.map(lambda worker, job: worker.embed.remote(*job), jobs))
         except RayTaskError as exc:
@@ -200,17 +201,21 @@ class RayEncoder:
         self.strategy, self.address, self.workers, self.batch_size = strategy, address, workers, batch_size
         self.choice = Choice("ray", f"--ray {address}: each worker picks its encoder for the strategy")
 
-    def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray:
+    def embed(
+        self, texts: Sequence[str], *, progress: Share | None = None, role: str = "query"
+    ) -> np.ndarray:
         """Workers report nothing back while they run: ``progress`` is not told (a build's bar
         moves per part)."""
-        return self._on_ray(texts, documents=False)[0]
+        return self._on_ray(texts, documents=False, role=role)[0]
 
     def embed_documents(
         self, texts: Sequence[str], *, progress: Share | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         return self._on_ray(texts, documents=True)
 
-    def _on_ray(self, texts: Sequence[str], *, documents: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _on_ray(
+        self, texts: Sequence[str], *, documents: bool, role: str = "query"
+    ) -> tuple[np.ndarray, np.ndarray]:
         entries = [Entry(str(i), text, {}) for i, text in enumerate(texts)]
         return embed_on_ray(
             entries,
@@ -219,4 +224,5 @@ class RayEncoder:
             workers=self.workers,
             batch_size=self.batch_size,
             documents=documents,
+            role=role,
         )

@@ -82,6 +82,8 @@ def export_encoder(index_dir: str | Path, target: str | Path) -> EncoderExport:
             "output": "sentence_embedding",
             "max_length": strategy.max_length,
             "pad_id": tokens.pad,
+            "query_prefix": strategy.query_prefix,
+            "passage_prefix": strategy.passage_prefix,
         }
         (made / MARKER).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
         (made / "README.md").write_text(_readme(facts), encoding="utf-8")
@@ -123,6 +125,20 @@ def _readme(facts: dict) -> str:
         if "token_type_ids" in facts["inputs"]
         else ""
     )
+    queries, passages = facts["query_prefix"], facts["passage_prefix"]
+    prefixes = (
+        f"""
+## Prefixes
+
+A graph cannot prepend text: put `{queries!r}` before each query and `{passages!r}` before each
+text you index with these vectors, before tokenising, as the index did (its strategy's
+`query_prefix` and `passage_prefix`).
+"""
+        if queries or passages
+        else ""
+    )
+    texts = '["How do I get a refund?", "Where can I park?"]'
+    asked = f"[{queries!r} + text for text in {texts}]" if queries else texts
     return f"""# Sentence encoder exported by semsearch
 
 The query encoder of the index `{facts["index"]}` (version `{facts["version"]}`):
@@ -138,7 +154,7 @@ run it on ONNX Runtime (Vespa, OpenSearch, Qdrant's FastEmbed and Triton's onnxr
 - `input_ids`: int64 `[batch, sequence]`, from `tokenizer.json` (it truncates at
   {facts["max_length"]} tokens; pad the batch with id {facts["pad_id"]}).
 - `attention_mask`: int64 `[batch, sequence]`, 1 for tokens, 0 for padding.{types}
-
+{prefixes}
 ## Output
 
 - `sentence_embedding`: float32 `[batch, {facts["dimension"]}]`, {length}; the index compares
@@ -153,7 +169,7 @@ from tokenizers import Tokenizer
 tokenizer = Tokenizer.from_file("tokenizer.json")
 tokenizer.enable_padding(pad_id={facts["pad_id"]})
 session = onnxruntime.InferenceSession("model.onnx")
-batch = tokenizer.encode_batch(["How do I get a refund?", "Where can I park?"])
+batch = tokenizer.encode_batch({asked})
 feed = {{
     "input_ids": np.array([e.ids for e in batch], dtype=np.int64),
     "attention_mask": np.array([e.attention_mask for e in batch], dtype=np.int64),

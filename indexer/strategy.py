@@ -1,4 +1,5 @@
-"""How a text becomes a vector: model, hidden layers, layer combination, pooling, length.
+"""How a text becomes a vector: model, hidden layers, layer combination, pooling, length, and
+the prefixes (``query: `` / ``passage: ``) a model expects before queries and indexed texts.
 
 One frozen dataclass. It is resolved once against the model (``auto`` becomes concrete values),
 saved in every index, and read back by the query side, so questions are always embedded exactly
@@ -34,6 +35,16 @@ queries run the fp32 graph."""
 RUNTIME = {"torch": "torch", "onnx": "onnx", "onnx-int8": "onnx"}
 """What runs a backend's network (its class: ``indexer.encoders.factory.RUNTIMES``)."""
 BACKENDS = tuple(PRECISION)
+ROLES = ("query", "passage")
+"""What a text is to an index: a question asked of it (``query``) or an entry it holds
+(``passage``); each gets its own prefix (``Strategy.prefix``)."""
+
+
+def check_role(role: str) -> str:
+    """``role`` when it is one of ``ROLES``; else one clear line."""
+    if role not in ROLES:
+        raise BadInput(f"a text is encoded as one of {', '.join(ROLES)}, not {role!r}")
+    return role
 DEFAULT_BACKEND = "onnx"
 """ONNX Runtime: the torch fp32 vectors (to 1e-5, batch-independent, same STS-B dev Spearman) and
 3.0x / 2.2x sentence-transformers' indexing speed on short / long texts, whole process
@@ -59,6 +70,10 @@ class Strategy:
     backend: ``onnx`` (default: ONNX Runtime, faster), ``torch`` (the reference, same vectors) or
         ``onnx-int8`` (int8 weights: slightly different vectors); see ``indexer.encoders.onnx_export``.
         Where a model cannot be exported to ONNX, ``onnx`` runs on torch (``indexer.encoders.factory``).
+    query_prefix / passage_prefix: text put before every query / every indexed text before it is
+        tokenised, as models trained with them expect (e5: ``query: `` and ``passage: ``; BGE: an
+        instruction before queries). Symmetric comparisons (STS pairs, a sweep's sentences) read
+        both sides as queries, the sentence-transformers convention for e5.
     model_fingerprint: set on resolving for a local model directory (``indexer.models``): what
         identifies the model wherever it lies. ``None`` for a named model (the bundled default).
     """
@@ -74,6 +89,8 @@ class Strategy:
     postprocess: str = "none"
     whiten_dims: int | None = None
     backend: str = DEFAULT_BACKEND
+    query_prefix: str = ""
+    passage_prefix: str = ""
     model_fingerprint: str | None = None
 
     def __post_init__(self) -> None:
@@ -97,6 +114,13 @@ class Strategy:
             raise BadInput(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
         if self.chunk_overlap is not None and self.chunk_overlap < 0:
             raise BadInput(f"chunk overlap must be >= 0, not {self.chunk_overlap}")
+        for role in ROLES:
+            if not isinstance(self.prefix(role), str):
+                raise BadInput(f"{role} prefix must be text, not {type(self.prefix(role)).__name__}")
+
+    def prefix(self, role: str) -> str:
+        """The text put before a ``query`` or a ``passage`` (``ROLES``)."""
+        return self.query_prefix if check_role(role) == "query" else self.passage_prefix
 
     def chunked(self, overlap: int | None = None) -> Strategy:
         """This strategy with long documents split into windows (default overlap: 32 tokens)."""
@@ -160,6 +184,9 @@ class Strategy:
             parts.append("no-normalize")
         if self.backend != DEFAULT_BACKEND:
             parts.append(f"backend={self.backend}")
+        for role in ROLES:
+            if self.prefix(role):
+                parts.append(f"{role}_prefix={self.prefix(role)!r}")
         if self.postprocess != "none":
             parts.append(
                 f"postprocess={self.postprocess}" + (f"-{self.whiten_dims}" if self.whiten_dims else "")
@@ -183,7 +210,13 @@ class Strategy:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The stored form. An empty prefix is left out: a strategy without prefixes is stored
+        exactly as before they existed (older semsearch reads it; ``from_dict`` reads it back)."""
+        return {
+            name: value
+            for name, value in asdict(self).items()
+            if not (name in ("query_prefix", "passage_prefix") and value == "")
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Strategy:

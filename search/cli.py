@@ -25,6 +25,7 @@ from indexer.strategy import (
     DEFAULT_WEIGHT,
     POOLINGS,
     POSTPROCESSES,
+    ROLES,
     Strategy,
 )
 from indexer.vectors.factory import KINDS, STORAGES
@@ -117,9 +118,18 @@ STRATEGY_OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
             "Default: {default}.",
         },
     ),
+    "query_prefix": (
+        ("--query-prefix",),
+        {"metavar": "TEXT", "help": "Text put before every query, e.g. 'query: ' (e5), a BGE instruction."},
+    ),
+    "passage_prefix": (
+        ("--passage-prefix",),
+        {"metavar": "TEXT", "help": "Text put before every indexed text, e.g. 'passage: ' (e5)."},
+    ),
 }
 """Every embedding-strategy option: its flags and click settings; ``{default}`` in a help text is
 filled with the default of the command that shows it (``strategy_options_for``)."""
+PREFIXES = ("query_prefix", "passage_prefix")
 
 DEFAULTS = {
     "model": "the bundled all-MiniLM-L6-v2",
@@ -990,7 +1000,16 @@ def serve_command(
     help="Embed as this index's entries were: its strategy and fitted post-processing (centering, "
     "whitening); the strategy options must then match it.",
 )
-@strategy_options_for("model", "layers", "combine", "pooling", "skip_special", "max_length", "backend")
+@strategy_options_for(
+    "model",
+    "layers",
+    "combine",
+    "pooling",
+    "skip_special",
+    "max_length",
+    "backend",
+    *PREFIXES,
+)
 def similar_command(
     sentence: str,
     file: str,
@@ -1040,6 +1059,14 @@ def similar_command(
     type=click.Path(path_type=Path),
     help="Encode as this index does (its strategy and fitted post-processing): the vectors it compares.",
 )
+@click.option(
+    "--as",
+    "as_",
+    type=click.Choice(ROLES),
+    default="query",
+    show_default=True,
+    help="Encode the texts as queries or as passages (entries): each gets its prefix.",
+)
 @reading_options
 @progress_options
 @device_options("auto")
@@ -1052,6 +1079,7 @@ def encode_command(
     id_field: str | None,
     fmt: str | None,
     index_dir: Path | None,
+    as_: str,
     encoding: str,
     delimiter: str | None,
     progress: bool,
@@ -1079,6 +1107,7 @@ def encode_command(
         source_encoding=encoding,
         delimiter=delimiter,
         progress=progress,
+        as_=as_,
     )
     _note_delimiter(source, fmt, delimiter, encoding)
     click.echo(
@@ -1355,6 +1384,7 @@ def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 help="Post-processings to try, e.g. none,center,whiten.",
             ),
             click.option("--whiten-dims", type=click.IntRange(min=1), help="Dimensions kept by whitening."),
+            *(click.option(*STRATEGY_OPTIONS[name][0], **STRATEGY_OPTIONS[name][1]) for name in PREFIXES),
             click.option(
                 "--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), help="Write all cells."
             ),
@@ -1377,6 +1407,8 @@ def _plan(
     poolings: str,
     postprocesses: str,
     whiten_dims: int | None,
+    query_prefix: str | None,
+    passage_prefix: str | None,
 ) -> Any:
     """The sweep grid, checked by the library before any model loads."""
     from search.sweep import plan_sweep
@@ -1388,6 +1420,8 @@ def _plan(
         poolings=_split(poolings),
         postprocesses=_split(postprocesses),
         whiten_dims=whiten_dims,
+        query_prefix=query_prefix or "",
+        passage_prefix=passage_prefix or "",
     )
 
 
@@ -1450,6 +1484,8 @@ def sweep_sts_command(
     poolings: str,
     postprocesses: str,
     whiten_dims: int | None,
+    query_prefix: str | None,
+    passage_prefix: str | None,
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
@@ -1461,7 +1497,9 @@ def sweep_sts_command(
     from search.evaluate import read_pairs
     from search.sweep import sweep_sts
 
-    plan = _plan(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
+    plan = _plan(
+        model, max_length, skip_special, poolings, postprocesses, whiten_dims, query_prefix, passage_prefix
+    )
     data = read_pairs(pairs, sentence1, sentence2, score, encoding=encoding)
     _echo_pair_rejections(data.rejected)
     cells = sweep_sts(
@@ -1498,6 +1536,8 @@ def sweep_retrieval_command(
     poolings: str,
     postprocesses: str,
     whiten_dims: int | None,
+    query_prefix: str | None,
+    passage_prefix: str | None,
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
@@ -1511,7 +1551,9 @@ def sweep_retrieval_command(
 
     if corpus is None:
         raise click.UsageError("give --corpus")
-    plan = _plan(model, max_length, skip_special, poolings, postprocesses, whiten_dims)
+    plan = _plan(
+        model, max_length, skip_special, poolings, postprocesses, whiten_dims, query_prefix, passage_prefix
+    )
     data = read_retrieval_set(queries_file, qrels, encoding)
     fields = _split(text_field)
     metric = metric or f"mrr@{k}"

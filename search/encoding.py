@@ -30,13 +30,15 @@ from indexer.errors import BadInput
 from indexer.formats import line_text, read_lines
 from indexer.outputs import staged_file
 from indexer.progress import Progress, Share
-from indexer.strategy import Strategy
+from indexer.strategy import Strategy, check_role
 from indexer.transform import Transform
 from search.queries import check_text
 
 if TYPE_CHECKING:  # an index's encoder runs its exported graph: no torch
     from indexer.encoders.base import Encoder, NetworkEncoder
 
+Roles = str | Sequence[str]
+"""Which prefix texts are read with: ``query`` or ``passage``, for all of them or one per text."""
 PART_TEXTS = 256
 """Texts embedded at a time when streaming: memory holds one part and its vectors."""
 OUTPUTS = ("npy", "jsonl")
@@ -121,40 +123,66 @@ class Encoding:
         """Width of a vector (after whitening, if it keeps fewer); embeds one word to know it."""
         return int(self.encode(["dimension"]).shape[1])
 
-    def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray:
-        """The final vectors of ``texts`` (checked already) in one pass: the model's, then the
-        index's fitted post-processing, if any."""
-        return Transform.apply_optional(self.transform, self.embedder.embed(list(texts), progress=progress))
+    def embed(
+        self, texts: Sequence[str], *, progress: Share | None = None, role: Roles = "query"
+    ) -> np.ndarray:
+        """The final vectors of ``texts`` (checked already): the model's, each text read as its
+        ``role`` (one for all, or one per text: a query and its candidates), then the index's fitted
+        post-processing, if any. Texts whose roles share a prefix are embedded in one pass."""
+        texts = list(texts)
+        roles = [role] * len(texts) if isinstance(role, str) else list(role)
+        by_prefix: dict[str, list[int]] = {}
+        for i, each in enumerate(roles):
+            by_prefix.setdefault(self.strategy.prefix(check_role(each)), []).append(i)
+        if len(by_prefix) == 1:
+            vectors = self.embedder.embed(texts, progress=progress, role=roles[0] if roles else "query")
+        else:
+            vectors = np.zeros((len(texts), 0), dtype=np.float32)
+            for rows in by_prefix.values():
+                part = self.embedder.embed([texts[i] for i in rows], role=roles[rows[0]])
+                if vectors.shape[1] == 0:
+                    vectors = np.zeros((len(texts), part.shape[1]), dtype=np.float32)
+                vectors[rows] = part
+        return Transform.apply_optional(self.transform, vectors)
 
-    def encode(self, texts: Iterable[str], *, progress: bool = False) -> np.ndarray:
+    def encode(self, texts: Iterable[str], *, progress: bool = False, as_: str = "query") -> np.ndarray:
         """A float32 matrix, row i the vector of text i (``check_texts``); any number of texts,
-        embedded a part at a time. Texts longer than the strategy's max_length are cut there."""
-        parts = list(self.parts(texts, progress=progress))
+        embedded a part at a time. Texts longer than the strategy's max_length are cut there.
+        ``as_``: ``query`` (what an index compares its questions by) or ``passage`` (as it embeds
+        its entries): each with the strategy's prefix for it."""
+        parts = list(self.parts(texts, progress=progress, as_=as_))
         if not parts:
             raise BadInput("no texts to encode")
         return np.concatenate(parts)
 
     def parts(
-        self, texts: Iterable[str], *, progress: bool = False, size: int = PART_TEXTS
+        self, texts: Iterable[str], *, progress: bool = False, size: int = PART_TEXTS, as_: str = "query"
     ) -> Iterator[np.ndarray]:
         """The vectors of ``texts``, ``size`` texts at a time, as they are read: an iterator of
         texts of any length is encoded in bounded memory."""
         if isinstance(texts, str | bytes):
             check_texts(texts)
         rows = (("", text) for text in texts)
-        return (vectors for _, vectors in self.pieces(rows, progress=progress, size=size))
+        return (vectors for _, vectors in self.pieces(rows, progress=progress, size=size, as_=as_))
 
     def pieces(
-        self, rows: Iterable[tuple[str, str]], *, progress: bool = False, size: int = PART_TEXTS
+        self,
+        rows: Iterable[tuple[str, str]],
+        *,
+        progress: bool = False,
+        size: int = PART_TEXTS,
+        as_: str = "query",
     ) -> Iterator[tuple[list[str], np.ndarray]]:
-        """``(ids, vectors)`` of ``(id, text)`` rows, ``size`` rows at a time, in order."""
+        """``(ids, vectors)`` of ``(id, text)`` rows as ``as_`` texts, ``size`` rows at a time, in
+        order."""
+        check_role(as_)
         rows, done = iter(rows), 0
         with Progress(None, "encoding", enabled=progress) as bar:
             while part := list(islice(rows, size)):
                 texts = check_texts([text for _, text in part], done + 1)
                 yield (
                     [i for i, _ in part],
-                    self.embed(texts).astype(np.float32, copy=False),
+                    self.embed(texts, role=as_).astype(np.float32, copy=False),
                 )
                 done += len(part)
                 bar.advance(len(part))
@@ -170,11 +198,12 @@ class Encoding:
         }
 
 
-def token_count(embedder: Encoder, texts: Sequence[str]) -> int:
-    """Tokens the model reads of ``texts`` (each cut at max_length): a request's usage. A served
-    encoder runs in this process: a ``NetworkEncoder``, with its tokenizer."""
+def token_count(embedder: Encoder, texts: Sequence[str], role: str = "query") -> int:
+    """Tokens the model reads of ``texts`` as ``role`` texts (each with its prefix, cut at
+    max_length): a request's usage. A served encoder runs in this process: a ``NetworkEncoder``,
+    with its tokenizer."""
     tokens = cast("NetworkEncoder", embedder).tokens
-    return sum(len(ids) for ids in tokens.ids(texts))
+    return sum(len(ids) for ids in tokens.ids(texts, role))
 
 
 def encode(
@@ -183,14 +212,18 @@ def encode(
     *,
     index: str | Path | None = None,
     progress: bool = False,
+    as_: str = "query",
 ) -> np.ndarray:
     """Vectors of ``texts`` (a list or any iterable of strings) as a float32 matrix, row i for
     text i, with ``strategy`` (default: the bundled model's own) or with the index at ``index``
     (its stored strategy and fitted centering/whitening: exactly the vectors it compares).
+    ``as_``: the texts are ``query`` texts (default) or ``passage`` ones, each read with the
+    strategy's prefix for it (``--query-prefix`` / ``--passage-prefix``).
 
     For many calls, load once: ``Encoding.load(strategy).encode(texts)``.
     """
-    return Encoding.load(strategy, index=index).encode(texts, progress=progress)
+    check_role(as_)
+    return Encoding.load(strategy, index=index).encode(texts, progress=progress, as_=as_)
 
 
 @dataclass(frozen=True)
@@ -300,12 +333,14 @@ def encode_file(
     source_encoding: str = "utf-8",
     delimiter: str | None = None,
     progress: bool = False,
+    as_: str = "query",
 ) -> EncodeReport:
     """Encode every text of ``source`` (``read_texts``) into ``output``: a float32 ``.npy``
     (row i = text i) or JSON lines (``output_format``), streamed a part at a time. A file is
     written beside its place and renamed into it when complete (``indexer.outputs``): a failure
     or a stop leaves no half file. ``output`` None or ``-``: JSON lines on stdout.
-    ``source_encoding``: the source's encoding."""
+    ``source_encoding``: the source's encoding. ``as_``: the texts are queries or passages."""
+    check_role(as_)
     started = time.perf_counter()
     kind = output_format(output, to)
     rows = read_texts(
@@ -318,22 +353,27 @@ def encode_file(
     )
     if output in (None, "-"):
         writer = _JsonLinesWriter(sys.stdout.buffer)
-        dimension = _stream(rows, encoding, writer, progress)
+        dimension = _stream(rows, encoding, writer, progress, as_)
         return EncodeReport(
             "stdout", writer.rows, dimension, time.perf_counter() - started, encoding.strategy
         )
     with staged_file(output) as file:
         writer = _NpyWriter(file) if kind == "npy" else _JsonLinesWriter(file)
-        dimension = _stream(rows, encoding, writer, progress)
+        dimension = _stream(rows, encoding, writer, progress, as_)
     return EncodeReport(str(output), writer.rows, dimension, time.perf_counter() - started, encoding.strategy)
 
 
 def _stream(
-    rows: Iterator[tuple[str, str]], encoding: Encoding, writer: _NpyWriter | _JsonLinesWriter, progress: bool
+    rows: Iterator[tuple[str, str]],
+    encoding: Encoding,
+    writer: _NpyWriter | _JsonLinesWriter,
+    progress: bool,
+    as_: str,
 ) -> int:
-    """Each part of ``rows`` encoded and written; the vectors' width. No rows: an error."""
+    """Each part of ``rows`` encoded as ``as_`` texts and written; the vectors' width. No rows:
+    an error."""
     dimension = 0
-    for ids, vectors in encoding.pieces(rows, progress=progress):
+    for ids, vectors in encoding.pieces(rows, progress=progress, as_=as_):
         writer.write(ids, vectors)
         dimension = vectors.shape[1]
     if not writer.rows:

@@ -13,16 +13,17 @@ import numpy as np
 from indexer.corpus import blank
 from indexer.errors import BadInput, StrategyConflict
 from indexer.strategy import Strategy
-from search.encoding import Encoding
+from search.encoding import Encoding, Roles
 from search.queries import check_text
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-Embedding = Callable[[Encoding, list[str], Callable[[np.ndarray], T]], R]
-"""The embedding step of a search: ``step(encoding, texts, then)`` gives ``then(vectors)``, the
-vectors being ``encoding.embed(texts)``. ``here`` runs it in the caller's thread (the CLI, Python);
-the server's is its micro-batcher (``search.server.batching.MicroBatcher.run``)."""
+Embedding = Callable[[Encoding, list[str], Callable[[np.ndarray], T], Roles], R]
+"""The embedding step of a search: ``step(encoding, texts, then, roles)`` gives ``then(vectors)``,
+the vectors being ``encoding.embed(texts, role=roles)`` (a search's texts are queries). ``here``
+runs it in the caller's thread (the CLI, Python); the server's is its micro-batcher
+(``search.server.batching.MicroBatcher.run``)."""
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,11 @@ def check_strategy(stored: Strategy, asked: dict[str, Any]) -> None:
         )
 
 
-def here(encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], T]) -> T:
+def here(
+    encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], T], roles: Roles = "query"
+) -> T:
     """The embedding step run in the caller's thread."""
-    return then(encoding.embed(texts))
+    return then(encoding.embed(texts, role=roles))
 
 
 @dataclass(frozen=True)

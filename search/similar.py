@@ -51,6 +51,7 @@ def rank_similar(
     embed: Embedding[list[Hit], R] = here,
 ) -> R:
     """Candidates by cosine to ``sentence``, best first; ids are 1-based candidate positions.
+    The sentence gets the strategy's query prefix, the candidates its passage prefix.
 
     ``encoding``: what embeds them (an index's, with its post-processing fitted on its corpus),
     else the encoder of ``strategy``, which may then have no post-processing. ``embed``: the
@@ -64,8 +65,10 @@ def rank_similar(
         from indexer.encoders.factory import encoder_for
 
         encoding = Encoding(encoder_for(strategy))
+    # the sentence is asked (a query), the candidates are ranked as an index's entries (passages)
     texts = [sentence] + [text for _, text in kept]
-    return embed(encoding, texts, lambda vectors: rank_vectors(vectors, kept, k))
+    roles = ["query"] + ["passage"] * len(kept)
+    return embed(encoding, texts, lambda vectors: rank_vectors(vectors, kept, k), roles)
 
 
 def rankable(sentence: str, candidates: Sequence[str]) -> list[tuple[int, str]]:

@@ -9,6 +9,7 @@ post-processing (none / center / whiten).
 from __future__ import annotations
 
 import csv
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 from indexer.corpus import read_corpus
 from indexer.errors import BadInput
 from indexer.progress import Progress
-from indexer.strategy import POOLINGS, POSTPROCESSES, Strategy
+from indexer.strategy import POOLINGS, POSTPROCESSES, ROLES, Strategy
 from indexer.transform import Transform
 from search.evaluate import Pairs, RetrievalSet, metric_names, pair_vectors, retrieval_metrics, sts_scores
 
@@ -59,6 +60,8 @@ def plan_sweep(
     poolings: Sequence[str] = POOLINGS,
     postprocesses: Sequence[str] = ("none",),
     whiten_dims: int | None = None,
+    query_prefix: str = "",
+    passage_prefix: str = "",
 ) -> SweepPlan:
     """A checked plan from plain values (what the ``sweep`` options give)."""
     if whiten_dims is not None and whiten_dims < 1:
@@ -69,6 +72,8 @@ def plan_sweep(
         skip_special=skip_special,
         postprocess="whiten" if whiten_dims else "none",
         whiten_dims=whiten_dims,
+        query_prefix=query_prefix,
+        passage_prefix=passage_prefix,
     )
     return SweepPlan.checked(base, poolings, postprocesses)
 
@@ -106,13 +111,15 @@ def grid(base: Strategy, num_layers: int, poolings: Sequence[str] = POOLINGS) ->
 
 def _embed_grid(
     base: Strategy,
-    texts: Sequence[Sequence[str]],
+    texts: Sequence[tuple[Sequence[str], str]],
     poolings: Sequence[str],
     progress: bool,
     device: str = "auto",
     precision: str = "auto",
 ):
-    """Resolved (row, strategy) cells and, per text list, each cell's vectors (on ``device``)."""
+    """Resolved (row, strategy) cells and, per (text list, role), each cell's vectors (on
+    ``device``): an index's entries are passages, its questions queries; STS sentences, compared
+    with each other, are all queries."""
     from indexer.encoders.devices import placement
     from indexer.encoders.torch_encoder import TorchEncoder
 
@@ -123,8 +130,10 @@ def _embed_grid(
     )
     cells = grid(embedder.strategy, embedder.num_layers, poolings)
     strategies = [s for _, s in cells]
-    with Progress(sum(len(t) for t in texts), "embedding", enabled=progress) as bar:
-        vectors = [embedder.embed_grid(t, strategies, progress=bar.step(len(t))) for t in texts]
+    with Progress(sum(len(t) for t, _ in texts), "embedding", enabled=progress) as bar:
+        vectors = [
+            embedder.embed_grid(t, strategies, progress=bar.step(len(t)), role=role) for t, role in texts
+        ]
     return cells, vectors
 
 
@@ -141,7 +150,9 @@ def sweep_sts(
     """Every cell's Spearman/Pearson on the pairs, best first (embedded on ``device``)."""
     plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses)
     base, postprocesses = plan.base, plan.postprocesses
-    cells, (vectors,) = _embed_grid(base, [pairs.sentences()], plan.poolings, progress, device, precision)
+    cells, (vectors,) = _embed_grid(
+        base, [(pairs.sentences(), "query")], plan.poolings, progress, device, precision
+    )
     results = []
     for (row, strategy), raw in zip(cells, vectors, strict=True):
         for post in postprocesses:
@@ -179,7 +190,7 @@ def sweep_retrieval(
     doc_ids = np.array([e.id for e in entries])
     cells, (docs, queries) = _embed_grid(
         base,
-        [[e.text for e in entries], [q.text for q in data.queries]],
+        [([e.text for e in entries], "passage"), ([q.text for q in data.queries], "query")],
         plan.poolings,
         progress,
         device,
@@ -222,6 +233,9 @@ def reproduce(strategy: Strategy) -> str:
         parts.append(f"--postprocess {strategy.postprocess}")
         if strategy.whiten_dims:
             parts.append(f"--whiten-dims {strategy.whiten_dims}")
+    for role in ROLES:
+        if strategy.prefix(role):
+            parts.append(f"--{role}-prefix {shlex.quote(strategy.prefix(role))}")
     return " ".join(parts)
 
 

@@ -203,9 +203,10 @@ def hold_back(labels: Labels, share: float, seed: int) -> np.ndarray:
     return np.isin(labels.groups, sorted(held))
 
 
-def measure_for(labels: Labels, held: np.ndarray) -> Callable[[Callable[[Sequence[str]], np.ndarray]], float]:
-    """The held-back metric: Spearman x100 of scored pairs, else MRR@10 x100 of held-back anchors
-    ranked among ``candidates``."""
+def measure_for(labels: Labels, held: np.ndarray) -> Callable[[Callable[..., np.ndarray]], float]:
+    """The held-back metric of an ``Encoder.embed``: Spearman x100 of scored pairs (both sides
+    queries, as STS is compared), else MRR@10 x100 of held-back anchors (queries) ranked among
+    ``candidates`` (passages)."""
     from search.evaluate import retrieval_metrics, sts_scores
 
     rows = np.flatnonzero(held)
@@ -223,8 +224,8 @@ def measure_for(labels: Labels, held: np.ndarray) -> Callable[[Callable[[Sequenc
     lookup = {t: i for i, t in enumerate(distinct)}
     where = np.array([lookup[t] for t in labels.candidates])  # each candidate's distinct text
 
-    def measure(embed: Callable[[Sequence[str]], np.ndarray]) -> float:
-        scores = embed(anchors) @ embed(distinct)[where].T
+    def measure(embed: Callable[..., np.ndarray]) -> float:
+        scores = embed(anchors) @ embed(distinct, role="passage")[where].T
         top = np.argsort(-scores, axis=1, kind="stable")[:, :K]
         ranked = {a: [str(c) for c in row] for a, row in zip(anchors, top, strict=True)}
         return retrieval_metrics(ranked, qrels, K)[f"mrr@{K}"] * 100
@@ -232,9 +233,7 @@ def measure_for(labels: Labels, held: np.ndarray) -> Callable[[Callable[[Sequenc
     return measure
 
 
-def hard_negatives(
-    labels: Labels, held: np.ndarray, embed: Callable[[Sequence[str]], np.ndarray]
-) -> list[str | None]:
+def hard_negatives(labels: Labels, held: np.ndarray, embed: Callable[..., np.ndarray]) -> list[str | None]:
     """For each training pair, the candidate the untuned model ranks highest among those that are
     neither relevant to its anchor, nor the same text as a relevant one, nor a held-back text."""
     assert labels.candidates is not None and labels.relevant is not None
@@ -244,7 +243,7 @@ def hard_negatives(
     }
     anchors = list(dict.fromkeys(labels.first[i] for i in rows))
     distinct = list(dict.fromkeys(labels.candidates))
-    order = np.argsort(-(embed(anchors) @ embed(distinct).T), axis=1)[:, : 4 * K]
+    order = np.argsort(-(embed(anchors) @ embed(distinct, role="passage").T), axis=1)[:, : 4 * K]
     best: dict[str, str | None] = {}
     for anchor, ranked in zip(anchors, order, strict=True):
         taken = banned | {labels.candidates[c] for c in labels.relevant[anchor]}
@@ -252,10 +251,9 @@ def hard_negatives(
     return [best[labels.first[i]] for i in rows]
 
 
-def training_examples(
-    labels: Labels, held: np.ndarray, embed: Callable[[Sequence[str]], np.ndarray]
-) -> Examples:
-    """The pairs not held back, as training rows (hard negatives mined with ``embed``)."""
+def training_examples(labels: Labels, held: np.ndarray, embed: Callable[..., np.ndarray]) -> Examples:
+    """The pairs not held back, as training rows (hard negatives mined with ``embed``, an
+    ``Encoder.embed``)."""
     from indexer.encoders.training import Examples
 
     rows = np.flatnonzero(~held)

@@ -15,6 +15,7 @@ Build and keep an index:
 
 Vectors:
     encode          texts -> float32 vectors, with a strategy or exactly as an index's queries
+                    (``as_="passage"``: as its entries, with the passage prefix)
     Encoding        a loaded encoder for many ``encode`` calls
     export_encoder  an index's query encoder as one standalone ONNX model + tokenizer
 

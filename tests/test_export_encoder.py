@@ -40,6 +40,12 @@ STRATEGIES = {
         "combine": "sum",
         "postprocess": "center",
     },
+    "e5-prefixes": {
+        "pooling": "mean",
+        "layers": (-1,),
+        "query_prefix": "query: ",
+        "passage_prefix": "passage: ",
+    },
 }
 
 OUTSIDE = """
@@ -52,7 +58,8 @@ for directory in sys.argv[2:]:
     facts = json.loads(open(directory + "/semsearch-encoder.json", encoding="utf-8").read())
     tokenizer = Tokenizer.from_file(directory + "/tokenizer.json")
     tokenizer.enable_padding(pad_id=facts["pad_id"])
-    batch = tokenizer.encode_batch(texts)  # one batch, padded to its longest text
+    # one batch, padded to its longest text; the graph cannot prepend the query prefix: done here
+    batch = tokenizer.encode_batch([facts["query_prefix"] + text for text in texts])
     session = onnxruntime.InferenceSession(directory + "/model.onnx")
     feed = {
         "input_ids": np.array([e.ids for e in batch], dtype=np.int64),
@@ -156,6 +163,18 @@ def test_the_export_says_what_it_is_and_replaces_only_an_earlier_export(exported
         export_encoder(index, foreign)
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing half-written left
+
+
+def test_the_export_states_the_prefixes_the_graph_cannot_prepend(exported):
+    made, _, _ = exported
+    prefixed = made["e5-prefixes"][1].directory
+    facts = json.loads((prefixed / MARKER).read_text(encoding="utf-8"))
+    assert (facts["query_prefix"], facts["passage_prefix"]) == ("query: ", "passage: ")
+    readme = (prefixed / "README.md").read_text(encoding="utf-8")
+    assert "put `'query: '` before each query and `'passage: '` before each" in readme
+    assert "['query: ' + text for text in" in readme
+    plain = (made["cls"][1].directory / "README.md").read_text(encoding="utf-8")
+    assert "Prefixes" not in plain and "+ text for text" not in plain
 
 
 def test_an_int8_index_is_refused_with_the_reason(tiny_model, tmp_path, monkeypatch):

@@ -132,7 +132,7 @@ class Recorder:
     def __init__(self, name: str, calls: list, gate: threading.Event):
         self.name, self.calls, self.gate = name, calls, gate
 
-    def embed(self, texts):
+    def embed(self, texts, role="query"):
         self.calls.append((self.name, list(texts)))
         if texts[0] == "hold":
             self.gate.wait(60)
@@ -226,7 +226,7 @@ class Lengths:
     def __init__(self) -> None:
         self.passes: list[list[int]] = []
 
-    def embed(self, texts):
+    def embed(self, texts, role="query"):
         self.passes.append([len(t) for t in texts])
         return np.array([[len(t)] for t in texts], dtype=np.float32)
 

@@ -83,9 +83,9 @@ def test_the_held_back_share_never_reaches_training(kind, tiny_model, tmp_path, 
     seen: set[str] = set()
     forward = training._vectors
 
-    def recording(encoder, texts):
+    def recording(encoder, texts, role="query"):
         seen.update(texts)
-        return forward(encoder, texts)
+        return forward(encoder, texts, role)
 
     monkeypatch.setattr(training, "_vectors", recording)
     labels = labels_of(kind, tmp_path)
@@ -100,6 +100,33 @@ def test_the_held_back_share_never_reaches_training(kind, tiny_model, tmp_path, 
     assert seen and held_texts and not seen & held_texts
     # whole groups are held back: no group is on both sides
     assert not set(labels.groups[held].tolist()) & set(labels.groups[~held].tolist())
+
+
+@pytest.mark.parametrize("kind", ("scored pairs", "positive pairs"))
+def test_training_reads_each_side_with_the_strategy_prefix(kind, tiny_model, tmp_path, monkeypatch):
+    """Queries and first sentences get the query prefix, passages the passage prefix; scored
+    pairs are symmetric (both sides queries). The tuned model's strategy keeps the prefixes."""
+    from indexer.encoders import training
+
+    roles: dict[str, set[str]] = {"query": set(), "passage": set()}
+    forward = training._vectors
+
+    def recording(encoder, texts, role="query"):
+        roles[role].update(texts)
+        return forward(encoder, texts, role)
+
+    monkeypatch.setattr(training, "_vectors", recording)
+    labels = labels_of(kind, tmp_path)
+    prefixes = {"query_prefix": "query: ", "passage_prefix": "passage: "}
+    done = tune(labels, tmp_path / "out", Strategy(model=tiny_model, backend="torch", **prefixes), epochs=1)
+    if kind == "scored pairs":
+        assert not roles["passage"] and set(labels.second) & roles["query"]
+    else:
+        assert roles["query"] <= set(labels.first) and roles["passage"] <= set(labels.second)
+        assert roles["query"] and roles["passage"]
+    saved = json.loads((tmp_path / "out" / "semsearch.json").read_text(encoding="utf-8"))["strategy"]
+    assert (saved["query_prefix"], saved["passage_prefix"]) == ("query: ", "passage: ")
+    assert "--query-prefix 'query: ' --passage-prefix 'passage: '" in done.options
 
 
 def test_groups_are_the_pieces_the_labels_link(tmp_path):

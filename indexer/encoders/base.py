@@ -45,8 +45,9 @@ class Choice:
 
 class Encoder(Protocol):
     """Texts -> vectors with a resolved strategy. ``embed`` truncates at ``max_length`` (queries,
-    sentences); ``embed_documents`` chunks long texts when the strategy says so and gives the text
-    index of each vector. ``progress``: told each batch's share of the texts' work
+    sentences; ``role="passage"``: texts read as an index's entries, with the passage prefix);
+    ``embed_documents`` embeds passages, chunking long ones when the strategy says so, and gives
+    the text index of each vector. ``progress``: told each batch's share of the texts' work
     (``indexer.progress``)."""
 
     strategy: Strategy
@@ -55,7 +56,9 @@ class Encoder(Protocol):
     placement: Placement
     """Where the vectors are made and at what precision (what ``info`` records)."""
 
-    def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray: ...
+    def embed(
+        self, texts: Sequence[str], *, progress: Share | None = None, role: str = "query"
+    ) -> np.ndarray: ...
 
     def embed_documents(
         self, texts: Sequence[str], *, progress: Share | None = None
@@ -89,9 +92,12 @@ class NetworkEncoder:
         self.copies: Sequence[Network] = ()
         """More copies of the network that run batches beside it (``indexer.encoders.onnx_encoder``)."""
 
-    def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray:
-        """One float32 vector per text (queries, sentences): always truncated at max_length."""
-        return self.run(self.tokens.ids(texts), [self.head], progress=progress)[0]
+    def embed(
+        self, texts: Sequence[str], *, progress: Share | None = None, role: str = "query"
+    ) -> np.ndarray:
+        """One float32 vector per text (queries, sentences; or passages): always truncated at
+        max_length."""
+        return self.run(self.tokens.ids(texts, role), [self.head], progress=progress)[0]
 
     def embed_documents(
         self, texts: Sequence[str], *, progress: Share | None = None

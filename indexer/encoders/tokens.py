@@ -3,6 +3,10 @@
 the transformers tokenizer gives them; and the ids of its special tokens (which ``skip_special``
 pooling leaves out).
 
+It is also the one place a strategy's prefixes are applied: a query is read as ``query_prefix +
+text``, an indexed text as ``passage_prefix + text`` (each window of a chunked one starts with it),
+so every encoder, and so every command, embeds a text by its role.
+
 It runs on ``tokenizers`` alone: the torch encoder hands it the loaded transformers tokenizer's
 own backend, the ONNX encoder reads the model's ``tokenizer.json``, so indexing and queries
 tokenise with one piece of code (``tests/test_backends.py`` holds it to transformers' own output).
@@ -18,7 +22,7 @@ import numpy as np
 from indexer.errors import BadInput
 from indexer.head import Tokenized
 from indexer.models import model_file, read_json
-from indexer.strategy import Strategy
+from indexer.strategy import ROLES, Strategy
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -62,6 +66,42 @@ class TextTokenizer:
         self.special_ids = [i for i in found if i is not None]
         pad = token_text(named.get("pad_token"))
         self.pad = (self.truncating.token_to_id(pad) if pad else None) or 0
+        self.prefixes = {role: strategy.prefix(role) for role in ROLES}
+        self.alone = {role: self._alone(role, prefix) for role, prefix in self.prefixes.items()}
+        """Each role's prefix tokenised alone: what a text the model reads nothing of becomes."""
+        self.window_prefix: list[int] = []
+        self.lead = 0
+        if self.windows is not None:
+            self._window_prefix(int(strategy.chunk_overlap or 0))
+
+    def _alone(self, role: str, prefix: str) -> list[int]:
+        """``prefix``'s ids with the special tokens, refused when they leave no room for text."""
+        ids = self.truncating.encode(prefix).ids
+        if prefix and len(ids) >= self.max_length:  # truncated there: as long or longer
+            raise BadInput(
+                f"the {role} prefix {prefix[:40]!r} fills the model's window of {self.max_length} tokens "
+                "on its own: shorten it (or raise --max-length)"
+            )
+        return ids
+
+    def _window_prefix(self, overlap: int) -> None:
+        """Windows of a chunked passage leave room for its prefix, put after their leading special
+        tokens (``documents``)."""
+        assert self.windows is not None
+        prefix = self.prefixes["passage"]
+        if prefix:
+            self.window_prefix = self.windows.encode(prefix, add_special_tokens=False).ids
+        sample = self.windows.encode("x").ids
+        special = set(self.special_ids)
+        self.lead = next((i for i, token in enumerate(sample) if token not in special), 0)
+        room = self.max_length - len(self.window_prefix)
+        if overlap >= room - 2:
+            raise BadInput(
+                f"chunk overlap {overlap} must be smaller than max_length - 2 less the passage prefix's "
+                f"{len(self.window_prefix)} tokens ({room - 2})"
+            )
+        self.windows.enable_truncation(max_length=room, stride=overlap)
+        self.window_length = room
 
     @classmethod
     def from_files(cls, location: str, strategy: Strategy) -> TextTokenizer:
@@ -77,34 +117,38 @@ class TextTokenizer:
         }
         return cls(Tokenizer.from_file(str(tokenizer_file)), named, strategy)
 
-    def ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's token ids, truncated at max_length. A long text is cut before tokenising
-        (``CHARS_PER_TOKEN``); where its cut reads fewer than max_length tokens (long runs of
-        spaces or of characters the tokenizer drops), the rest might count, so it is read whole."""
-        texts = list(texts)
+    def ids(self, texts: Sequence[str], role: str = "query") -> list[list[int]]:
+        """Each text's token ids as a ``role`` (its prefix before it), truncated at max_length. A
+        long text is cut before tokenising (``CHARS_PER_TOKEN``); where its cut reads fewer than
+        max_length tokens (long runs of spaces or of characters the tokenizer drops), the rest
+        might count, so it is read whole."""
+        given = list(texts)
+        prefix = self.prefixes[role]
+        texts = [prefix + text for text in given] if prefix else given
         bound = self.max_length * CHARS_PER_TOKEN
         found = [e.ids for e in self.truncating.encode_batch([_cut(text, bound) for text in texts])]
         for i, text in enumerate(texts):
             if len(text) > bound and len(found[i]) < self.max_length:
                 found[i] = self.truncating.encode(text).ids
-        self._check(texts, found)
+        self._check(given, found, self.alone[role])
         return found
 
-    def _check(self, texts: Sequence[str], ids: Sequence[Sequence[int]]) -> None:
-        """A text that tokenises to the special tokens alone is empty: each such text would get
-        the one vector of ``[CLS] [SEP]``, and tie with every other."""
+    def _check(self, texts: Sequence[str], ids: Sequence[Sequence[int]], alone: Sequence[int] = ()) -> None:
+        """A text that tokenises to the special tokens alone (or to its prefix ``alone``) is empty:
+        each such text would get the one vector of ``[CLS] [SEP]``, and tie with every other."""
         special = set(self.special_ids)
         for text, piece in zip(texts, ids, strict=True):
-            if all(i in special for i in piece):
+            if all(i in special for i in piece) or list(piece) == list(alone):
                 raise BadInput(f"a text has no tokens the model reads: {text[:40]!r} (give some text)")
 
     def documents(self, texts: Sequence[str]) -> Tokenized:
-        """With ``chunk_overlap``, a long text becomes its first window and then its overflowing
-        ones, as the transformers tokenizer orders them; else each text truncated. A text past
-        ``max_length * CHARS_PER_TOKEN`` characters is tokenised a piece at a time and windowed
-        here (``_windows``): memory stays flat whatever its length, and the windows are the same."""
+        """Indexed texts (passages). With ``chunk_overlap``, a long text becomes its first window
+        and then its overflowing ones, as the transformers tokenizer orders them, each with the
+        passage prefix; else each text truncated. A text past ``max_length * CHARS_PER_TOKEN``
+        characters is tokenised a piece at a time and windowed here (``_windows``): memory stays
+        flat whatever its length, and the windows are the same."""
         if self.windows is None:
-            return Tokenized(self.ids(texts), np.arange(len(texts), dtype=np.int64))
+            return Tokenized(self.ids(texts, "passage"), np.arange(len(texts), dtype=np.int64))
         texts = list(texts)
         bound = self.max_length * CHARS_PER_TOKEN
         short = [i for i, text in enumerate(texts) if len(text) <= bound]
@@ -116,12 +160,18 @@ class TextTokenizer:
             for i, text in enumerate(texts)
         ]
         self._check(texts, [pieces[0] for pieces in per_text])
-        ids = [piece for pieces in per_text for piece in pieces]
+        ids = [self._prefixed(piece) for pieces in per_text for piece in pieces]
         owners = np.repeat(np.arange(len(texts), dtype=np.int64), [len(pieces) for pieces in per_text])
         return Tokenized(ids, owners)
 
+    def _prefixed(self, window: list[int]) -> list[int]:
+        """A chunked passage's window with the passage prefix after its leading special tokens."""
+        if not self.window_prefix:
+            return window
+        return window[: self.lead] + self.window_prefix + window[self.lead :]
+
     def _windows(self, text: str) -> list[list[int]]:
-        """The windows ``tokenizers`` makes of a long text (content of ``max_length`` less the
+        """The windows ``tokenizers`` makes of a long text (content of the window length less the
         special tokens, each starting ``chunk_overlap`` before the last one's end, the last the
         first to reach the end), from its content tokenised in pieces cut at whitespace."""
         prefix, suffix = self._template()
@@ -131,7 +181,7 @@ class TextTokenizer:
             piece = _cut(text, bound)
             content.extend(self.plain.encode(piece, add_special_tokens=False).ids)
             text = text[len(piece) :]
-        width = self.max_length - len(prefix) - len(suffix)
+        width = self.window_length - len(prefix) - len(suffix)
         step = max(1, width - int(self.overlap))
         out = []
         for start in range(0, max(len(content), 1), step):

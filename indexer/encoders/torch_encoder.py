@@ -12,7 +12,7 @@ a NumPy ``Network`` on the CPU (word vectors).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -135,9 +135,12 @@ class TorchEncoder(NetworkEncoder):
 
         return export_for_queries(self.model, graph_spec(self.strategy, self.num_layers))
 
-    def embed(self, texts: Sequence[str], *, progress: Share | None = None) -> np.ndarray:
-        """One float32 vector per text (queries, sentences): always truncated at max_length."""
-        return self._embed(texts, self._truncated, [self.head], progress)[0][0]
+    def embed(
+        self, texts: Sequence[str], *, progress: Share | None = None, role: str = "query"
+    ) -> np.ndarray:
+        """One float32 vector per text (queries, sentences; or passages): always truncated at
+        max_length."""
+        return self._embed(texts, self._truncated(role), [self.head], progress)[0][0]
 
     def embed_documents(
         self, texts: Sequence[str], *, progress: Share | None = None
@@ -146,8 +149,13 @@ class TorchEncoder(NetworkEncoder):
         (vectors,), owners = self._embed(texts, self.tokens.documents, [self.head], progress)
         return vectors, owners
 
-    def _truncated(self, texts: Sequence[str]) -> Tokenized:
-        return Tokenized(self.tokens.ids(texts), np.arange(len(texts), dtype=np.int64))
+    def _truncated(self, role: str) -> Callable[[Sequence[str]], Tokenized]:
+        """Texts -> their ids as a ``role``, each truncated."""
+
+        def tokenize(texts: Sequence[str]) -> Tokenized:
+            return Tokenized(self.tokens.ids(texts, role), np.arange(len(texts), dtype=np.int64))
+
+        return tokenize
 
     def _embed(
         self, texts: Sequence[str], tokenize: Any, heads: Sequence[Head], progress: Share | None
@@ -170,11 +178,17 @@ class TorchEncoder(NetworkEncoder):
         return Head(resolve_strategy(strategy, self.facts), self.num_layers, self.tokens.special_ids)
 
     def embed_grid(
-        self, texts: Sequence[str], strategies: Sequence[Strategy], *, progress: Share | None = None
+        self,
+        texts: Sequence[str],
+        strategies: Sequence[Strategy],
+        *,
+        progress: Share | None = None,
+        role: str = "query",
     ) -> list[np.ndarray]:
         """Vectors of every strategy from one forward pass per batch (needs ``all_layers``).
 
-        The strategies share this encoder's model and max_length; they differ after the network.
+        The strategies share this encoder's model, max_length and prefixes (``role``'s is put
+        before each text); they differ after the network.
         """
         heads = [
             self.make_head(replace(s, model=self.strategy.model, max_length=self.strategy.max_length))
@@ -182,4 +196,4 @@ class TorchEncoder(NetworkEncoder):
         ]
         if not self.all_layers:
             raise BadInput("embed_grid needs a TorchEncoder built with all_layers=True")
-        return self._embed(texts, self._truncated, heads, progress)[0]
+        return self._embed(texts, self._truncated(role), heads, progress)[0]

@@ -48,9 +48,11 @@ ST_POOLING["mean-max"] = ("mean_tokens", "max_tokens")
 
 @dataclass(frozen=True)
 class Examples:
-    """Training rows. ``scores``: scored pairs (CoSENT). Without: ``first`` -> ``second`` are
-    positives, every other row's ``second`` (and ``negatives``) in the batch is a negative, except
-    rows of the same ``group`` (a thread, an intent: they may be relevant too)."""
+    """Training rows. ``scores``: scored pairs (CoSENT), symmetric: both sides read as queries
+    (with the strategy's query prefix, as STS pairs are compared). Without: ``first`` (a query,
+    with the query prefix) -> ``second`` (a passage, with the passage prefix) are positives, every
+    other row's ``second`` (and ``negatives``) in the batch is a negative, except rows of the same
+    ``group`` (a thread, an intent: they may be relevant too)."""
 
     first: list[str]
     second: list[str]
@@ -99,8 +101,8 @@ class Outcome:
     """Mean training loss of each evaluation interval."""
 
 
-Measure = Callable[[Callable[[Sequence[str]], np.ndarray]], float]
-"""Held-back metric (higher is better) of an ``embed`` function."""
+Measure = Callable[[Callable[..., np.ndarray]], float]
+"""Held-back metric (higher is better) of an ``embed(texts, role=...)`` function (``Encoder.embed``)."""
 
 
 def trainable(strategy: Strategy | None, placement: Placement = CPU) -> TorchEncoder:
@@ -131,9 +133,10 @@ def trainable(strategy: Strategy | None, placement: Placement = CPU) -> TorchEnc
     return encoder
 
 
-def _vectors(encoder: TorchEncoder, texts: Sequence[str]) -> torch.Tensor:
-    """Sentence vectors with their gradient: the encoder's tokens, network and head."""
-    input_ids, attention = pad_batch(encoder.tokens.ids(texts), encoder.tokens.pad)
+def _vectors(encoder: TorchEncoder, texts: Sequence[str], role: str = "query") -> torch.Tensor:
+    """Sentence vectors with their gradient: the encoder's tokens (the ``role``'s prefix before
+    each text), network and head, on the encoder's device."""
+    input_ids, attention = pad_batch(encoder.tokens.ids(texts, role), encoder.tokens.pad)
     device = torch.device(encoder.placement.device)
     ids, mask = torch.from_numpy(input_ids).to(device), torch.from_numpy(attention).to(device)
     out = encoder.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
@@ -180,7 +183,7 @@ def _batch_loss(encoder: TorchEncoder, examples: Examples, rows: Sequence[int]) 
         negatives = [i for i in rows if examples.negatives[i] is not None]
         texts += [examples.negatives[i] for i in negatives]
         candidate_groups = torch.cat([groups, torch.full((len(negatives),), -1, device=groups.device)])
-    return in_batch_loss(first, _vectors(encoder, texts), groups, candidate_groups)
+    return in_batch_loss(first, _vectors(encoder, texts, "passage"), groups, candidate_groups)
 
 
 @dataclass

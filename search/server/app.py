@@ -39,7 +39,7 @@ from search.server.schema import (
 from search.similar import rank_similar
 
 if TYPE_CHECKING:
-    from search.encoding import Encoding
+    from search.encoding import Encoding, Roles
     from search.requests import Hit
 
 
@@ -121,8 +121,10 @@ def create_app(
         """The pipeline's embedding step through the micro-batcher, ``answer`` shaping the result
         on the lookup thread (JSON-ready dicts, off the event loop)."""
 
-        def step(encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], Any]) -> Any:
-            return batcher.run(encoding, texts, lambda vectors: answer(then(vectors)))
+        def step(
+            encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], Any], roles: Roles = "query"
+        ) -> Any:
+            return batcher.run(encoding, texts, lambda vectors: answer(then(vectors)), roles)
 
         return step
 

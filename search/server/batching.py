@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -16,7 +16,7 @@ import numpy as np
 from indexer.errors import BadInput
 
 if TYPE_CHECKING:  # queries are embedded without torch (indexer.encoders.onnx_encoder)
-    from search.encoding import Encoding
+    from search.encoding import Encoding, Roles
 
 # Model work one request may cause, in tokens: each text counts its characters (WordPiece makes at
 # most one token of a character), capped at the strategy's max_length (where the model cuts it).
@@ -87,12 +87,12 @@ def length_groups(lengths: Sequence[int], call_cost: int = CALL_COST, widest: in
     return groups[::-1]
 
 
-def embed_in_groups(encoding: Encoding, texts: Sequence[str]) -> np.ndarray:
-    """``encoding.embed(texts)``, a forward pass per ``length_groups`` group (by characters, the
-    proxy ``token_bound`` uses too): a batch of mixed lengths padded to its longest text costs
-    the model as much as embedding each text alone."""
+def embed_in_groups(encoding: Encoding, texts: Sequence[str], roles: Sequence[str]) -> np.ndarray:
+    """``encoding.embed(texts, role=roles)``, a forward pass per ``length_groups`` group (by
+    characters, the proxy ``token_bound`` uses too): a batch of mixed lengths padded to its longest
+    text costs the model as much as embedding each text alone."""
     groups = length_groups([len(text) for text in texts])
-    parts = [encoding.embed([texts[i] for i in group]) for group in groups]
+    parts = [encoding.embed([texts[i] for i in group], role=[roles[i] for i in group]) for group in groups]
     vectors = np.empty((len(texts), parts[0].shape[1]), dtype=parts[0].dtype)
     for group, part in zip(groups, parts, strict=True):
         vectors[group] = part
@@ -105,6 +105,7 @@ class _Job:
     texts: list[str]
     future: asyncio.Future
     after: Callable[[np.ndarray], Any] | None = None  # run on the lookup thread with the vectors
+    roles: list[str] = field(default_factory=list)  # each text's role: query or passage (its prefix)
 
 
 def _outcomes(jobs: list[_Job], vectors: list[np.ndarray]) -> list[tuple[bool, Any]]:
@@ -130,8 +131,8 @@ class MicroBatcher:
     Jobs whose requests are gone (cancelled) by the time their batch runs are dropped unembedded;
     a failed or cancelled job never stops the worker, and a worker task that ended is restarted.
     Jobs are grouped by encoding, so each request embeds with its own snapshot's model and
-    post-processing. ``run`` is the embedding step of the query pipeline
-    (``search.requests.Embedding``).
+    post-processing, each text read as its role (its prefix). ``run`` is the embedding step of the
+    query pipeline (``search.requests.Embedding``).
     """
 
     def __init__(self, max_batch: int):
@@ -153,20 +154,33 @@ class MicroBatcher:
         encoding: Encoding,
         texts: list[str],
         after: Callable[[np.ndarray], T] | None,
+        role: Roles = "query",
     ) -> Any:
-        """``after(encoding.embed(texts))`` computed off the event loop (the vectors if ``after``
-        is None): with the rest of its batch on the lookup thread when the texts fit in one part,
-        else once every part is embedded. Texts over the request budget are refused first
+        """``after(encoding.embed(texts, role=role))`` computed off the event loop (the vectors if
+        ``after`` is None): with the rest of its batch on the lookup thread when the texts fit in
+        one part, else once every part is embedded. ``role``: the texts are queries or passages
+        (their prefix), all of them or one per text. Texts over the request budget are refused first
         (``check_budget``)."""
         check_budget(texts, encoding.strategy.max_length)
+        roles = [role] * len(texts) if isinstance(role, str) else list(role)
         parts = split(texts, encoding.strategy.max_length)
         if len(parts) == 1:
-            return await self._embed_part(encoding, parts[0], after)
-        vectors = np.concatenate([await self._embed_part(encoding, part, None) for part in parts])
+            return await self._embed_part(encoding, parts[0], after, roles)
+        starts = np.cumsum([0] + [len(part) for part in parts])
+        vectors = np.concatenate(
+            [
+                await self._embed_part(encoding, part, None, roles[start : start + len(part)])
+                for part, start in zip(parts, starts, strict=False)
+            ]
+        )
         return vectors if after is None else await asyncio.to_thread(after, vectors)
 
     async def _embed_part(
-        self, encoding: Encoding, texts: list[str], after: Callable[[np.ndarray], Any] | None
+        self,
+        encoding: Encoding,
+        texts: list[str],
+        after: Callable[[np.ndarray], Any] | None,
+        roles: list[str],
     ) -> Any:
         loop = asyncio.get_running_loop()
         if self.task is None or self.task.get_loop() is not loop:
@@ -174,7 +188,7 @@ class MicroBatcher:
         if self.task is None or self.task.done() or self.task.get_loop() is not loop:
             self.task = loop.create_task(self._work())
         future = loop.create_future()
-        self.queue.put_nowait(_Job(encoding, texts, future, after))
+        self.queue.put_nowait(_Job(encoding, texts, future, after, roles))
         return await future
 
     async def _work(self) -> None:
@@ -201,7 +215,10 @@ class MicroBatcher:
         self.largest = max(self.largest, len(texts))
         loop = asyncio.get_running_loop()
         try:
-            vectors = await loop.run_in_executor(self.model_thread, embed_in_groups, live[0].encoding, texts)
+            roles = [r for job in live for r in job.roles]
+            vectors = await loop.run_in_executor(
+                self.model_thread, embed_in_groups, live[0].encoding, texts, roles
+            )
         except Exception as exc:  # hand the failure to every request still waiting
             for job in live:
                 if not job.future.done():

@@ -66,7 +66,10 @@ def add_encode_routes(
     encodes with (an index snapshot's, or the one served alone)."""
 
     async def encoded(
-        request: Request, texts: Sequence[str], answer: Callable[[Encoding, np.ndarray], dict[str, Any]]
+        request: Request,
+        texts: Sequence[str],
+        answer: Callable[[Encoding, np.ndarray], dict[str, Any]],
+        role: str,
     ) -> Response:
         texts = check_texts(texts)
         encoding = await current()
@@ -74,26 +77,29 @@ def add_encode_routes(
         def respond(vectors: np.ndarray) -> Response:
             return _json(answer(encoding, vectors))
 
-        return await while_connected(request, batcher.run(encoding, texts, respond))
+        return await while_connected(request, batcher.run(encoding, texts, respond, role))
 
     @app.post("/v1/embeddings", responses=answered(EmbeddingsAnswer, 400, 413, 503, shape=OpenAIError))
     async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
         """OpenAI-compatible embeddings of ``input`` (a string or a list of strings): ``data[i]
-        .embedding`` for input i, floats or (``encoding_format: base64``) little-endian float32."""
+        .embedding`` for input i, floats or (``encoding_format: base64``) little-endian float32;
+        ``input_type``: the texts are queries (default) or passages, each with its prefix."""
 
         def answer(encoding: Encoding, vectors: np.ndarray) -> dict[str, Any]:
             if body.dimensions is not None and body.dimensions != vectors.shape[1]:
                 raise BadInput(f"dimensions: these vectors have {vectors.shape[1]}, not {body.dimensions}")
-            tokens = token_count(encoding.embedder, body.input)
+            tokens = token_count(encoding.embedder, body.input, body.input_type)
             return embeddings_answer(vectors, encoding.strategy.model, tokens, body.encoding_format)
 
-        return await encoded(request, body.input, answer)
+        return await encoded(request, body.input, answer, body.input_type)
 
     @app.post("/encode", responses=answered(EncodeAnswer, 400, 413, 503))
     async def encode(body: EncodeRequest, request: Request) -> Response:
         """bert-as-service's shape: ``{"texts": [...]}`` -> ``{"vectors": [[...], ...]}``, row i
-        for text i."""
-        return await encoded(request, body.texts, lambda encoding, vectors: {"vectors": vectors.tolist()})
+        for text i; ``input_type``: queries (default) or passages, each with its prefix."""
+        return await encoded(
+            request, body.texts, lambda encoding, vectors: {"vectors": vectors.tolist()}, body.input_type
+        )
 
 
 def encode_only(app: FastAPI, batcher: MicroBatcher, loading: Future[Encoding] | None) -> FastAPI:

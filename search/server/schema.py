@@ -109,6 +109,10 @@ class SimilarRequest(BaseModel):
 MAX_INPUTS = 2048  # texts in one /v1/embeddings or /encode request (OpenAI's own limit)
 MAX_TEXT = 20_000  # characters in one text to encode: far past what any model reads (it cuts there)
 EncodeText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT), AfterValidator(_unicode)]
+InputType = Annotated[
+    Literal["query", "passage"],
+    Field(description="What the texts are: queries, or passages (entries); each gets the strategy's prefix."),
+]
 
 
 def _inputs(value: object) -> object:
@@ -133,12 +137,14 @@ class EmbeddingsRequest(BaseModel):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
     user: str | None = None
+    input_type: InputType = "query"
 
 
 class EncodeRequest(BaseModel):
     """bert-as-service's shape: texts in, one vector each out."""
 
     texts: list[EncodeText] = Field(min_length=1, max_length=MAX_INPUTS)
+    input_type: InputType = "query"
 
 
 class Embedding(BaseModel):
