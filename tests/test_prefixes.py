@@ -11,7 +11,7 @@ import pytest
 
 from indexer.errors import BadInput
 from indexer.strategy import Strategy
-from tests.conftest import assert_clean_failure, build_faq, run
+from tests.helpers import assert_clean_failure, build_faq, run
 
 E5 = {"query_prefix": "query: ", "passage_prefix": "passage: "}
 TEXTS = ["How do I pay for a ride?", "a bike"]

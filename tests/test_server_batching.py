@@ -68,11 +68,11 @@ def test_request_in_flight_during_a_reload_sees_one_version(tmp_path, tiny_model
     second_queued = asyncio.Event()
     queue = MicroBatcher.run
 
-    async def queued(batcher: MicroBatcher, embedder, texts, after):
+    async def queued(batcher: MicroBatcher, encoding, texts, after, roles="query"):
         """The batcher is handed a request's texts once it holds its snapshot."""
         if texts == [ROWS[1][1]]:
             second_queued.set()
-        return await queue(batcher, embedder, texts, after)
+        return await queue(batcher, encoding, texts, after, roles)
 
     monkeypatch.setattr(MicroBatcher, "run", queued)
 
@@ -101,7 +101,7 @@ def test_a_request_an_update_commits_under_is_answered_on_the_new_generation(
     (an add committed while its query was embedded) is redone on the reloaded index, never
     answered with one generation's vectors and another's rows."""
     from indexer.update import add_to_index
-    from tests.conftest import write_csv
+    from tests.helpers import write_csv
 
     index = build_faq(tmp_path, tiny_model)
     app = create_app(index, reload_every=3600)

@@ -187,7 +187,7 @@ def test_the_import_scan_sees_every_form_of_a_module_import(tmp_path, monkeypatc
         "from ..vectors import faiss_index",
         "from ..vectors.faiss_index import PairIndex",
     ]
-    monkeypatch.setattr("tests.conftest.ROOT", tmp_path)
+    monkeypatch.setattr("tests.helpers.ROOT", tmp_path)
     (tmp_path / "indexer" / "store").mkdir(parents=True)
     for i, form in enumerate(forms):
         (tmp_path / "indexer" / "store" / f"m{i}.py").write_text(f"def f():\n    {form}\n")

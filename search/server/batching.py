@@ -87,12 +87,13 @@ def length_groups(lengths: Sequence[int], call_cost: int = CALL_COST, widest: in
     return groups[::-1]
 
 
-def embed_in_groups(encoding: Encoding, texts: Sequence[str], roles: Sequence[str]) -> np.ndarray:
+def embed_in_groups(encoding: Encoding, texts: Sequence[str], roles: Roles = "query") -> np.ndarray:
     """``encoding.embed(texts, role=roles)``, a forward pass per ``length_groups`` group (by
     characters, the proxy ``token_bound`` uses too): a batch of mixed lengths padded to its longest
     text costs the model as much as embedding each text alone."""
     groups = length_groups([len(text) for text in texts])
-    parts = [encoding.embed([texts[i] for i in group], role=[roles[i] for i in group]) for group in groups]
+    each = [roles] * len(texts) if isinstance(roles, str) else list(roles)
+    parts = [encoding.embed([texts[i] for i in group], role=[each[i] for i in group]) for group in groups]
     vectors = np.empty((len(texts), parts[0].shape[1]), dtype=parts[0].dtype)
     for group, part in zip(groups, parts, strict=True):
         vectors[group] = part
