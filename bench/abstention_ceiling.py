@@ -46,8 +46,8 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
+from indexer.embedding.strategy import DEFAULT_WEIGHT, Strategy
 from indexer.encoders.factory import encoder_for
-from indexer.strategy import DEFAULT_WEIGHT, Strategy
 from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -267,8 +267,8 @@ def ceiling(confidence: np.ndarray, correct: np.ndarray, answerable: np.ndarray,
 
 def demo() -> None:
     """The demo's hindsight ceilings on its own questions, and ``calibrate --self`` per assumed share."""
-    from indexer.build import build_index
-    from indexer.fields import FieldScoring
+    from indexer.embedding.fields import FieldScoring
+    from indexer.writing.build import build_index
     from search.calibration import LEARNED, fit_rule, observations, self_observations
     from search.engine import SearchEngine
     from search.evaluate import read_qrels

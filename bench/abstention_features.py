@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
+from indexer.embedding.fields import DEFAULT_WEIGHT
 from indexer.encoders.factory import encoder_for
-from indexer.fields import DEFAULT_WEIGHT
 from search.calibration import threads
 from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood
 from search.evaluate import read_qrels

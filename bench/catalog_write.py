@@ -24,8 +24,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from indexer.catalog import Catalog, content_hash  # noqa: E402
-from indexer.corpus import Entry  # noqa: E402
-from indexer.field_types import stored_value  # noqa: E402
+from indexer.reading.corpus import Entry  # noqa: E402
+from indexer.reading.field_types import stored_value  # noqa: E402
 
 TYPES = {"answer": "text", "category": "text", "price": "number"}
 SQLITE_UTILS_TYPES = {"_rowid": int, "_id": str, "_text": str, "_hash": str, "_chunks": int}

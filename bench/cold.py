@@ -139,7 +139,7 @@ def big_index(demo: Path, target: Path, size: int) -> tuple[np.ndarray, list[str
     sys.path.insert(0, str(ROOT / "bench"))
     from query import corpus_vectors
 
-    from indexer.corpus import Entry
+    from indexer.reading.corpus import Entry
     from indexer.store import open_index, write_index
 
     stored = open_index(demo)

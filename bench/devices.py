@@ -77,9 +77,9 @@ def in_process(device: str, model: str, sets: dict[str, list[str]]) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from indexer.embedding.strategy import Strategy
     from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
-    from indexer.strategy import Strategy
 
     on = placement(device)
     gpu = not on.on_cpu

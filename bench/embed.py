@@ -96,8 +96,8 @@ def token_count(texts: list[str]) -> int:
 
 
 def embedder_strategy(backend: str):  # noqa: ANN201 - a Strategy, imported lazily
+    from indexer.embedding.strategy import Strategy
     from indexer.encoders.factory import encoder_for
-    from indexer.strategy import Strategy
 
     return encoder_for(Strategy(backend=backend)).strategy
 
@@ -109,8 +109,8 @@ def quality(shared: Path, backends: list[str | None]) -> tuple[dict[str, float],
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
+    from indexer.embedding.strategy import Strategy
     from indexer.encoders.factory import encoder_for
-    from indexer.strategy import Strategy
     from search.evaluate import pair_vectors, read_pairs, sts_scores
 
     pairs = read_pairs(shared / "stsb" / "stsb-dev.tsv")
@@ -142,7 +142,7 @@ def main() -> None:
     parser.add_argument("--backends", default=None, help="comma-separated (default: every backend)")
     parser.add_argument("--limit", type=int, default=None, help="first N texts of each set")
     args = parser.parse_args()
-    from indexer.strategy import BACKENDS
+    from indexer.embedding.strategy import BACKENDS
 
     backends = args.backends.split(",") if args.backends else list(BACKENDS)
     pipelines = [DEFAULT] + [f"semsearch {b}" for b in backends] + [PEER]

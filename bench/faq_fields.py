@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.build import build_index
-from indexer.fields import DEFAULT_WEIGHT, FieldScoring
+from indexer.embedding.fields import DEFAULT_WEIGHT, FieldScoring
+from indexer.writing.build import build_index
 from search.engine import SearchEngine
 from search.evaluate import read_qrels, retrieval_metrics
 

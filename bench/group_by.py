@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.build import build_index
+from indexer.writing.build import build_index
 from search.engine import SearchEngine
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.build import build_index
+from indexer.writing.build import build_index
 from search.engine import SearchEngine
 from search.evaluate import read_qrels, retrieval_metrics
 from search.hybrid import fuse

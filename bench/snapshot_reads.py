@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from indexer import Strategy, build_index  # noqa: E402
 from indexer.catalog import Catalog  # noqa: E402
-from indexer.fields import FieldScoring  # noqa: E402
+from indexer.embedding.fields import FieldScoring  # noqa: E402
 from search.engine import SearchEngine, Snapshot  # noqa: E402
 
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.embedding.fields import FieldScoring
+from indexer.embedding.strategy import Strategy
 from indexer.encoders.factory import encoder_for
-from indexer.fields import FieldScoring
-from indexer.strategy import Strategy
 from search.tuning import Labels, hold_back, measure_for, pair_labels, read_labels, retrieval_labels, tune
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -42,7 +42,7 @@ WRAPPER = r"""
 import time
 started = time.perf_counter()
 import atexit, json, sys
-import importlib, indexer.update
+import importlib, indexer.writing.update
 try:
     loads, load = importlib.import_module("indexer.encoders.factory"), "encoder_for"
 except ImportError:  # the old code: before indexer.encoders
@@ -57,7 +57,7 @@ def timed(function):
             model[0] += time.perf_counter() - started
     return run
 setattr(loads, load, timed(getattr(loads, load)))  # the model load
-indexer.update.embed_entries = timed(indexer.update.embed_entries)  # the embedding
+indexer.writing.update.embed_entries = timed(indexer.writing.update.embed_entries)  # the embedding
 def report():
     io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
     with open({out!r}, "w") as f:
@@ -73,8 +73,8 @@ PART = 50_000
 
 def write_index(index_dir: Path, size: int, strategy_from: Path) -> float:
     """N synthetic unit vectors and rows, written as a build writes them; returns seconds."""
-    from indexer.corpus import Entry
-    from indexer.field_types import detect_types
+    from indexer.reading.corpus import Entry
+    from indexer.reading.field_types import detect_types
     from indexer.store import new_version, open_index
 
     strategy = open_index(strategy_from).strategy

@@ -5,7 +5,7 @@ with one (``auto``, ``ray://HOST:10001``), that cluster, whose nodes have semsea
     pip install 'semsearch[ray]'
     .venv/bin/python examples/ray_shards.py [CORPUS] [--address ADDRESS] [--workers N] [-o ray-index]
 
-Engines other than Ray: embed partitions with ``indexer.shards.embed_shard`` and merge the shard
+Engines other than Ray: embed partitions with ``indexer.writing.shards.embed_shard`` and merge the shard
 directories with ``semsearch merge`` (docs/scaling.md).
 """
 
@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from indexer import build_index
-from indexer.distributed import LOCAL
+from indexer.writing.distributed import LOCAL
 from search import SearchEngine
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,11 +5,15 @@ Names load on first use so ``semsearch --help`` and ``info`` do not pay for what
 
 from __future__ import annotations
 
+from indexer.embedding.strategy import DEFAULT_MODEL, Strategy
 from indexer.errors import BadInput, FilterError, IndexDamaged, IndexLocked, SemsearchError, StrategyConflict
 from indexer.lazy import lazy_exports
-from indexer.strategy import DEFAULT_MODEL, Strategy
 
-_LAZY = {"BuildReport": "indexer.build", "build_index": "indexer.build", "export_encoder": "indexer.export"}
+_LAZY = {
+    "BuildReport": "indexer.writing.build",
+    "build_index": "indexer.writing.build",
+    "export_encoder": "indexer.writing.export",
+}
 
 __all__ = [
     "DEFAULT_MODEL",

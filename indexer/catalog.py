@@ -1,6 +1,6 @@
 """The catalog: the SQLite half of an index version (``meta.db``), one row per entry plus the
 index's meta, with typed operations on it. The vectors are the other half (``vector_index``).
-How a field's values decide its column type, and how a value is stored in it: ``indexer.field_types``.
+How a field's values decide its column type, and how a value is stored in it: ``indexer.reading.field_types``.
 
 Tables::
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 
 from indexer.errors import FilterError, IndexMoved
-from indexer.field_types import comparable, detect_types, stored_value
+from indexer.reading.field_types import comparable, detect_types, stored_value
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,7 +63,7 @@ OperationalError = sqlite3.OperationalError
 
 
 class Entry(Protocol):
-    """What the catalog stores of an entry (``indexer.corpus.Entry`` is one)."""
+    """What the catalog stores of an entry (``indexer.reading.corpus.Entry`` is one)."""
 
     id: str
     text: str

@@ -15,9 +15,7 @@ from typing import Any
 
 import click
 
-from indexer.errors import BadInput, SemsearchError
-from indexer.formats import FORMATS
-from indexer.strategy import (
+from indexer.embedding.strategy import (
     AUTO,
     BACKENDS,
     COMBINES,
@@ -28,6 +26,8 @@ from indexer.strategy import (
     ROLES,
     Strategy,
 )
+from indexer.errors import BadInput, SemsearchError
+from indexer.reading.formats import FORMATS
 from indexer.vectors.factory import KINDS, STORAGES
 
 
@@ -139,7 +139,7 @@ DEFAULTS = {
     "max_length": "the model's limit",
     "backend": "onnx",
 }
-"""What the library picks when a strategy option is not given (``indexer.strategy.Strategy``)."""
+"""What the library picks when a strategy option is not given (``indexer.embedding.strategy.Strategy``)."""
 
 
 def strategy_options_for(*names: str, **defaults: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -223,7 +223,8 @@ encoding_option = click.option(
 
 
 def reading_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--encoding`` and ``--delimiter``: how a corpus file's bytes are read (``indexer.formats``)."""
+    """``--encoding`` and ``--delimiter``: how a corpus file's bytes are read
+    (``indexer.reading.formats``)."""
     command = click.option(
         "--delimiter",
         help="A CSV file's field separator: , ; | or tab (default: told from its header).",
@@ -232,7 +233,7 @@ def reading_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _note_delimiter(path: Path | str, fmt: str | None, delimiter: str | None, encoding: str) -> None:
-    from indexer.formats import delimiter_note
+    from indexer.reading.formats import delimiter_note
 
     if str(path) != "-" and (note := delimiter_note(Path(path), fmt, delimiter, encoding)):
         click.echo(note, err=True)
@@ -281,7 +282,7 @@ def judged_options(*, required: bool) -> Callable[[Callable[..., Any]], Callable
 
 
 def ray_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--ray [ADDRESS]`` and ``--ray-workers N``: embed on Ray (``indexer.distributed``)."""
+    """``--ray [ADDRESS]`` and ``--ray-workers N``: embed on Ray (``indexer.writing.distributed``)."""
     command = click.option(
         "--ray-workers",
         type=click.IntRange(min=1),
@@ -356,12 +357,12 @@ def provider_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def also_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--also``/``--also-weight``: a second vector per entry (``indexer.fields``), given to the
+    """``--also``/``--also-weight``: a second vector per entry (``indexer.embedding.fields``), given to the
     command as ``also`` (a ``FieldScoring`` or None)."""
 
     @functools.wraps(command)
     def wrapper(also_fields: str | None, also_weight: float | None, **kwargs: Any) -> Any:
-        from indexer.fields import FieldScoring
+        from indexer.embedding.fields import FieldScoring
 
         return command(also=FieldScoring.asked(_split(also_fields or ""), also_weight), **kwargs)
 
@@ -384,7 +385,7 @@ def _split(text: str) -> list[str]:
 
 def _strategy(asked: dict[str, Any]) -> Strategy:
     """The strategy the options ask for; a tuned model's saved strategy fills in the rest (said on stderr)."""
-    from indexer.models import strategy_request
+    from indexer.embedding.models import strategy_request
 
     strategy, said = strategy_request(asked)
     if said:
@@ -462,7 +463,7 @@ def index_command(
     progress: bool,
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index."""
-    from indexer.build import build_index
+    from indexer.writing.build import build_index
 
     strategy = _strategy(asked)
     if chunk or chunk_overlap is not None:
@@ -517,7 +518,7 @@ def _echo_rejections(rejected: list[Any], summary: str) -> None:
 
 def _echo_pair_rejections(rejected: Sequence[Any]) -> None:
     """A labels file's rows that gave no pair, as an index's rejected rows are printed."""
-    from indexer.corpus import rejection_summary
+    from indexer.reading.corpus import rejection_summary
 
     _echo_rejections(list(rejected), rejection_summary(rejected))
 
@@ -795,7 +796,7 @@ def add_command(
     progress: bool,
 ) -> None:
     """Upsert CORPUS into INDEX_DIR by id: new and changed texts are embedded, unchanged ones skipped."""
-    from indexer.update import add_to_index
+    from indexer.writing.update import add_to_index
 
     fields = _split(text_field) if text_field else None
     report = add_to_index(
@@ -833,7 +834,7 @@ def delete_command(
     index_dir: Path, ids: tuple[str, ...], ids_file: str | None, encoding: str, wait: float
 ) -> None:
     """Delete entries by id from INDEX_DIR (rows and vectors)."""
-    from indexer.update import delete_from_index, read_ids
+    from indexer.writing.update import delete_from_index, read_ids
 
     listed = read_ids(ids_file, encoding) if ids_file else []
     report = delete_from_index(index_dir, [*ids, *listed], wait=wait)
@@ -849,7 +850,7 @@ def delete_command(
 def compact_command(index_dir: Path, wait: float) -> None:
     """Merge INDEX_DIR's segments, drop its tombstones and vacuum its database after many updates
     (a new complete version)."""
-    from indexer.update import compact_index
+    from indexer.writing.update import compact_index
 
     click.echo(f"compacted {index_dir}: {compact_index(index_dir, wait=wait)} bytes", err=True)
 
@@ -860,8 +861,8 @@ def compact_command(index_dir: Path, wait: float) -> None:
 @index_kind_option
 @storage_option
 def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, storage: str) -> None:
-    """Merge shard directories written by workers (indexer.shards.embed_shard) into one index."""
-    from indexer.shards import merge_shards
+    """Merge shard directories written by workers (indexer.writing.shards.embed_shard) into one index."""
+    from indexer.writing.shards import merge_shards
 
     count = merge_shards(list(shards), index_dir, index_kind=index_kind, storage=storage)
     click.echo(f"merged {len(shards)} shards: {count} entries in {index_dir}", err=True)
@@ -881,7 +882,7 @@ def export_encoder_command(index_dir: Path, target: Path) -> None:
     """Write INDEX_DIR's query encoder for other programs: one ONNX model from token ids to the
     index's vectors (layers, pooling, normalisation and fitted post-processing inside), its
     tokenizer.json and a README of inputs and outputs."""
-    from indexer.export import export_encoder
+    from indexer.writing.export import export_encoder
 
     done = export_encoder(index_dir, target)
     click.echo(
@@ -1669,7 +1670,7 @@ def tune_command(
 ) -> None:
     """Fine-tune the model (default: the index's) on your labels through the index's strategy,
     holding a share back to measure; then index and query with --model OUTPUT."""
-    from indexer.fields import FieldScoring
+    from indexer.embedding.fields import FieldScoring
     from search.tuning import index_strategy, read_labels, tune
 
     if index_dir is not None and asked:
@@ -1729,8 +1730,8 @@ def words_command(text: str, word: str | None, merge: str, as_json: bool, asked:
     """Contextual word vectors of TEXT, read from the model's hidden states (on torch)."""
     from dataclasses import replace
 
+    from indexer.embedding.words import WORD_STRATEGY, context, cosine_matrix, word_vectors
     from indexer.encoders.torch_encoder import TorchEncoder
-    from indexer.words import WORD_STRATEGY, context, cosine_matrix, word_vectors
 
     embedder = TorchEncoder(replace(WORD_STRATEGY, **asked))
     words = word_vectors(text, word, merge=merge, embedder=embedder)
@@ -1758,7 +1759,7 @@ def words_command(text: str, word: str | None, merge: str, as_json: bool, asked:
 
 
 def main() -> None:
-    from indexer.outputs import stop_on_sigterm
+    from indexer.writing.outputs import stop_on_sigterm
 
     stop_on_sigterm()  # a stopped run cleans up as after an error: no half-written output
     cli(prog_name="semsearch")

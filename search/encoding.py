@@ -25,13 +25,13 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from indexer.corpus import CorpusReader, Entry, blank
+from indexer.embedding.strategy import Strategy, check_role
+from indexer.embedding.transform import Transform
 from indexer.errors import BadInput
-from indexer.formats import line_text, read_lines
-from indexer.outputs import staged_file
 from indexer.progress import Progress, Share
-from indexer.strategy import Strategy, check_role
-from indexer.transform import Transform
+from indexer.reading.corpus import CorpusReader, Entry, blank
+from indexer.reading.formats import line_text, read_lines
+from indexer.writing.outputs import staged_file
 from search.queries import check_text
 
 if TYPE_CHECKING:  # an index's encoder runs its exported graph: no torch
@@ -108,7 +108,7 @@ class Encoding:
                 "it (--index IDX, index=IDX, or serve IDX) or drop --postprocess"
             )
         if serving:
-            from indexer.models import resolve_strategy
+            from indexer.embedding.models import resolve_strategy
 
             return cls(encoder_for(resolve_strategy(strategy), queries=True, placement=on))
         return cls(encoder_for(strategy, placement=on))
@@ -337,7 +337,7 @@ def encode_file(
 ) -> EncodeReport:
     """Encode every text of ``source`` (``read_texts``) into ``output``: a float32 ``.npy``
     (row i = text i) or JSON lines (``output_format``), streamed a part at a time. A file is
-    written beside its place and renamed into it when complete (``indexer.outputs``): a failure
+    written beside its place and renamed into it when complete (``indexer.writing.outputs``): a failure
     or a stop leaves no half file. ``output`` None or ``-``: JSON lines on stdout.
     ``source_encoding``: the source's encoding. ``as_``: the texts are queries or passages."""
     check_role(as_)

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from indexer.catalog import RESERVED, Catalog, Facet
+from indexer.embedding.fields import FieldScoring
+from indexer.embedding.strategy import Strategy
 from indexer.encoders.devices import placement
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_graph import CPU
 from indexer.errors import BadInput, IndexMoved
-from indexer.fields import FieldScoring
 from indexer.progress import Share
 from indexer.store import StoredIndex, live_version, open_index
-from indexer.strategy import Strategy
 from indexer.vectors import single_threaded
 from indexer.vectors.entries import EntryVectors
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
@@ -232,7 +232,7 @@ class Snapshot:
 
     @functools.cached_property
     def scoring(self) -> FieldScoring | None:
-        """The second vector per entry this version scores with (``indexer.fields``), if any."""
+        """The second vector per entry this version scores with (``indexer.embedding.fields``), if any."""
         return FieldScoring.from_source(self.meta.get("source", {}))
 
     @property

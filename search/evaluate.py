@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from indexer.corpus import Rejection, rejection_summary
+from indexer.embedding.fields import FieldScoring
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from indexer.fields import FieldScoring
-from indexer.formats import lines_of
 from indexer.progress import Progress
-from indexer.strategy import Strategy
+from indexer.reading.corpus import Rejection, rejection_summary
+from indexer.reading.formats import lines_of
 from search.hybrid import MODES
 from search.queries import Query, read_queries
 
@@ -170,9 +170,9 @@ def evaluate_sts(
     """Embed every sentence once with the strategy (post-processing fitted on these sentences), on
     the encoder an index of it would be built with (no torch once its graph is cached), on
     ``device`` at ``precision`` (``indexer.encoders.devices``)."""
+    from indexer.embedding.transform import Transform
     from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
-    from indexer.transform import Transform
 
     embedder = encoder_for(strategy, placement=placement(device, precision))
     sentences = pairs.sentences()
@@ -264,7 +264,7 @@ def evaluate_retrieval(
 ) -> dict[str, Any]:
     """Query an existing index, or build a temporary one from ``corpus`` (in ``encoding``) with
     ``strategy`` (and ``also`` fields) on ``device`` at ``precision``; metrics at cutoff ``k``."""
-    from indexer.build import build_index
+    from indexer.writing.build import build_index
     from search.calibration import embedded
     from search.engine import SearchEngine
 
@@ -336,7 +336,7 @@ def evaluate_abstention(
     without it finds (exact search; a post-processing would be fitted with it)."""
     import random
 
-    from indexer.build import build_index
+    from indexer.writing.build import build_index
     from search.calibration import (
         LEARNED,
         PLAIN,

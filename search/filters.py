@@ -27,8 +27,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.corpus import nearest, spelled
 from indexer.errors import BadInput, FilterError
+from indexer.reading.corpus import nearest, spelled
 from search.queries import check_text
 
 MAX_FILTER_LENGTH = 8000

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from indexer.strategy import Strategy
+    from indexer.embedding.strategy import Strategy
     from search.encoding import Encoding
     from search.engine import SearchEngine
 

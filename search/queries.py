@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from indexer.corpus import entry_id
 from indexer.errors import BadInput
-from indexer.formats import lines_of
+from indexer.reading.corpus import entry_id
+from indexer.reading.formats import lines_of
 
 ID_KEYS = ("id", "_id")
 TEXT_KEYS = ("text", "query")

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from indexer.corpus import blank
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput, StrategyConflict
-from indexer.strategy import Strategy
+from indexer.reading.corpus import blank
 from search.encoding import Encoding, Roles
 from search.queries import check_text
 
@@ -61,7 +61,7 @@ def check_strategy(stored: Strategy, asked: dict[str, Any]) -> None:
     """
     if not asked:
         return
-    from indexer.models import identified, resolve_strategy
+    from indexer.embedding.models import identified, resolve_strategy
 
     unidentified = {"model_fingerprint": None} if "model" in asked else {}
     request = resolve_strategy(Strategy.from_dict({**stored.to_dict(), **unidentified, **asked}))

@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from indexer.corpus import blank
+from indexer.embedding.strategy import Strategy
+from indexer.embedding.transform import Transform
 from indexer.errors import BadInput
-from indexer.strategy import Strategy
-from indexer.transform import Transform
+from indexer.reading.corpus import blank
 from search.encoding import Encoding
 from search.queries import check_text
 from search.requests import Embedding, Hit, check_queries, here

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.corpus import read_corpus
+from indexer.embedding.strategy import POOLINGS, POSTPROCESSES, ROLES, Strategy
+from indexer.embedding.transform import Transform
 from indexer.errors import BadInput
 from indexer.progress import Progress
-from indexer.strategy import POOLINGS, POSTPROCESSES, ROLES, Strategy
-from indexer.transform import Transform
+from indexer.reading.corpus import read_corpus
 from search.evaluate import Pairs, RetrievalSet, metric_names, pair_vectors, retrieval_metrics, sts_scores
 
 
@@ -37,7 +37,7 @@ class SweepPlan:
     def checked(cls, base: Strategy, poolings: Sequence[str], postprocesses: Sequence[str]) -> SweepPlan:
         """The plan, or ``BadInput`` naming what is wrong: checked against the model's config
         files only, so a mistake costs no model load and no pass over the data."""
-        from indexer.models import resolve_strategy
+        from indexer.embedding.models import resolve_strategy
 
         pools, posts = tuple(dict.fromkeys(poolings)), tuple(dict.fromkeys(postprocesses))
         for kind, names, known in (("pooling", pools, POOLINGS), ("post-processing", posts, POSTPROCESSES)):

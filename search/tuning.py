@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from indexer.corpus import Rejection
+from indexer.embedding.fields import FieldScoring
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from indexer.fields import FieldScoring
-from indexer.outputs import staged_dir
-from indexer.strategy import Strategy
+from indexer.reading.corpus import Rejection
+from indexer.writing.outputs import staged_dir
 from search.components import connected
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def retrieval_labels(
     """``evaluate retrieval``'s inputs: each query -> each relevant entry, grouped by thread (the
     questions and entries the judgements link), ranked against the whole corpus; hard negatives
     are mined when training."""
-    from indexer.corpus import read_corpus
+    from indexer.reading.corpus import read_corpus
     from search.evaluate import read_retrieval_set
 
     data = read_retrieval_set(queries, qrels, encoding)
@@ -148,7 +148,7 @@ def faq_labels(
 ) -> Labels:
     """An unlabelled FAQ: each entry's text (its question) -> its ``also`` text (the answer, or
     question and answer); entries sharing a question are one group."""
-    from indexer.corpus import read_corpus
+    from indexer.reading.corpus import read_corpus
 
     entries = read_corpus(corpus, text_fields=text_fields, encoding=encoding).entries
     pairs = [(e.text, t) for e, t in zip(entries, also.texts(entries), strict=True) if t != e.text]
@@ -376,7 +376,7 @@ def options_for(stored: Strategy) -> str:
     """The ``index`` options that embed with ``stored`` (its model: the tuned directory), or ''
     when ``--model DIR`` alone does (a single layer, no special-token rule: the directory's
     sentence-transformers config states the rest)."""
-    from indexer.models import resolve_strategy
+    from indexer.embedding.models import resolve_strategy
     from search.sweep import reproduce
 
     plain = resolve_strategy(Strategy(model=stored.model, backend=stored.backend))

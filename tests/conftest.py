@@ -39,9 +39,9 @@ def _noting(what: str, function: Callable, applies: Callable[..., bool] = lambda
 def pytest_configure(config: pytest.Config) -> None:
     """Watch for what makes a test slow (a subprocess, the real model on torch or ONNX Runtime),
     before any test module imports the code that does it."""
-    from indexer import models
+    from indexer.embedding import models
+    from indexer.embedding.strategy import DEFAULT_MODEL
     from indexer.encoders import onnx_graph
-    from indexer.strategy import DEFAULT_MODEL
 
     real = models.model_location(DEFAULT_MODEL)
     models.load_model = _noting(
@@ -97,7 +97,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 def bundled():
     """The real default model on torch, the reference every other backend is held to; loaded
     once for the session."""
+    from indexer.embedding.strategy import Strategy
     from indexer.encoders.torch_encoder import TorchEncoder
-    from indexer.strategy import Strategy
 
     return TorchEncoder(Strategy(backend="torch"))

@@ -98,7 +98,8 @@ def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
     cached = encoder_for(strategy)
     assert isinstance(cached, OnnxEncoder) and cached.choice.why == "its graph is cached"
     code = (
-        "import sys, json\nfrom indexer.build import build_index\nfrom indexer.strategy import Strategy\n"
+        "import sys, json\nfrom indexer.writing.build import build_index\n"
+        "from indexer.embedding.strategy import Strategy\n"
         f"build_index({str(corpus)!r}, {str(tmp_path / 'second')!r}, Strategy(backend='onnx'))\n"
         "print(json.dumps([m for m in ('torch', 'transformers') if m in sys.modules]))"
     )

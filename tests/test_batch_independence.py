@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
+from indexer.embedding.strategy import BACKENDS, Strategy
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_encoder import OnnxEncoder
-from indexer.strategy import BACKENDS, Strategy
 from tests.helpers import shared_file
 
 SHORT = ["A man is playing a guitar.", "how do I reset my password", "naïve café — 東京 🚀", "?"]

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import indexer.build
 import indexer.encoders.factory
 import indexer.store.writer
+import indexer.writing.build
 from indexer import Strategy, build_index
 from indexer.catalog import Catalog
+from indexer.embedding.transform import Transform
 from indexer.encoders.factory import encoder_for
 from indexer.errors import BadInput, SemsearchError
 from indexer.store import CURRENT, DATABASE, TRANSFORM, open_index
-from indexer.transform import Transform
 from search import SearchEngine
 from tests.helpers import ROOT, write_csv
 
@@ -43,19 +43,19 @@ def corpus(tmp_path: Path, rows=ROWS) -> Path:
 @pytest.fixture
 def small_parts(monkeypatch):
     """Parts of 2 entries and spool reads of 3 vectors: every boundary is crossed."""
-    monkeypatch.setattr(indexer.build, "PART_ENTRIES", 2)
+    monkeypatch.setattr(indexer.writing.build, "PART_ENTRIES", 2)
     monkeypatch.setattr(indexer.store.writer, "PART_ROWS", 3)
 
 
 def test_streamed_build_keeps_every_row_check_across_parts(tmp_path, tiny_model, small_parts, monkeypatch):
     calls = []
-    embed = indexer.build.embed_entries  # whichever encoder the backend gives, it embeds a part here
+    embed = indexer.writing.build.embed_entries  # whichever encoder the backend gives, it embeds a part here
 
     def spy(on, part, also, **options):
         calls.append(len(part))
         return embed(on, part, also, **options)
 
-    monkeypatch.setattr(indexer.build, "embed_entries", spy)
+    monkeypatch.setattr(indexer.writing.build, "embed_entries", spy)
     report = build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
     assert calls == [2, 2, 2]  # 6 entries, never more than a part at once
     assert [(r.row, r.reason.split(":")[0]) for r in report.rejected] == [
@@ -109,7 +109,7 @@ def test_failure_in_a_later_part_leaves_the_previous_index(tmp_path, tiny_model,
     build_index(corpus(tmp_path, ROWS[:2]), tmp_path / "idx", Strategy(model=tiny_model))
     before = (tmp_path / "idx" / CURRENT).read_text()
     calls = []
-    embed = indexer.build.embed_entries
+    embed = indexer.writing.build.embed_entries
 
     def fails_on_the_third_part(on, part, also, **options):
         calls.append(len(part))
@@ -117,7 +117,7 @@ def test_failure_in_a_later_part_leaves_the_previous_index(tmp_path, tiny_model,
             raise MemoryError("out of memory in the third part")
         return embed(on, part, also)
 
-    monkeypatch.setattr(indexer.build, "embed_entries", fails_on_the_third_part)
+    monkeypatch.setattr(indexer.writing.build, "embed_entries", fails_on_the_third_part)
     with pytest.raises(MemoryError):
         build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
     assert (tmp_path / "idx" / CURRENT).read_text() == before
@@ -147,7 +147,7 @@ def test_corpus_changed_during_the_build_is_an_error(tmp_path, tiny_model, small
 def test_ivf_index_built_from_parts(tmp_path, tiny_model, monkeypatch):
     """Above the exact limit the index is IVF, trained on a sample read from the spool; info
     shows its kind and probes from the meta, as FAISS has them."""
-    monkeypatch.setattr(indexer.build, "PART_ENTRIES", 300)
+    monkeypatch.setattr(indexer.writing.build, "PART_ENTRIES", 300)
     monkeypatch.setattr(indexer.store.writer, "PART_ROWS", 700)
     monkeypatch.setattr("indexer.vectors.factory.EXACT_LIMIT", 1000)
     path = tmp_path / "c.txt"

@@ -107,8 +107,8 @@ def test_similar_with_post_processing_uses_an_index_or_refuses(tmp_path, tiny_mo
     corpus.write_text("A man plays guitar.\nA dog runs.\nStocks fell.\nIt is raining.\n", encoding="utf-8")
     built = run("index", corpus, "-o", tmp_path / "idx", "--model", tiny_model, "--postprocess", "center")
     assert built.returncode == 0, built.stderr
+    from indexer.embedding.strategy import Strategy
     from indexer.errors import BadInput
-    from indexer.strategy import Strategy
     from search.similar import rank_similar
 
     with pytest.raises(BadInput, match="post-processing needs statistics fitted on a corpus"):

@@ -13,7 +13,7 @@ import pytest
 from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from indexer.store import live_version, open_index
-from indexer.update import add_to_index
+from indexer.writing.update import add_to_index
 from search.calibration import (
     Observation,
     calibrate_index,
@@ -284,7 +284,7 @@ def test_stackfaq_abstention_keeps_its_promise_on_held_out_threads():
     answerable labels only: over 20 splits the promise (precision >= 0.95 with 90% confidence)
     must hold on most held-out test halves, for the plain threshold and the learned rule alike
     (docs/abstention.md has the numbers)."""
-    from indexer.fields import FieldScoring
+    from indexer.embedding.fields import FieldScoring
 
     corpus = shared_file("stackfaq", "corpus.jsonl")
     data = read_retrieval_set(shared_file("stackfaq", "queries.jsonl"), shared_file("stackfaq", "qrels.tsv"))
@@ -406,7 +406,7 @@ def test_the_rule_is_read_side_and_calibration_sits_above_the_engine():
     store's writing side, so the engine never reaches a module that writes to the index."""
     source = Path(__file__).resolve().parents[1] / "search"
     rule = imported_modules(source / "confidence.py")
-    assert not rule & {"search.engine", "search.calibration", "indexer.store", "indexer.update"}
+    assert not rule & {"search.engine", "search.calibration", "indexer.store", "indexer.writing.update"}
     assert "search.calibration" not in imported_modules(source / "engine.py")
 
 
@@ -587,7 +587,7 @@ def demo_labels(tmp_path_factory) -> tuple[Path, Path, Path, list[dict]]:
     """The demo FAQ indexed the FAQ default way, and its user questions as labels: every one of
     them answerable (qrels from ``answer_id``)."""
     directory = tmp_path_factory.mktemp("demo-labels")
-    from indexer.fields import FieldScoring
+    from indexer.embedding.fields import FieldScoring
 
     build_index(
         DATA / "demo_faq.csv",

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from indexer.corpus import read_corpus
 from indexer.errors import SemsearchError
+from indexer.reading.corpus import read_corpus
 
 
 def write(path, content: str | bytes):
@@ -163,12 +163,12 @@ ODD_LINES = (
 def test_corpus_read_in_small_blocks_reads_as_a_whole_file(tmp_path, monkeypatch, block):
     """The file is read a block at a time: a line end, a multi-byte character or a BOM cut by a
     block boundary reads as it does in one piece."""
-    import indexer.formats
+    import indexer.reading.formats
 
     path = tmp_path / "odd.csv"
     path.write_bytes(ODD_LINES.encode("utf-8").replace("\xc3\xbf".encode("latin-1"), b"\xff"))
     whole = read_corpus(path)
-    monkeypatch.setattr(indexer.formats, "_BLOCK", block)
+    monkeypatch.setattr(indexer.reading.formats, "_BLOCK", block)
     streamed = read_corpus(path)
     assert [(e.id, e.text) for e in whole.entries] == [(e.id, e.text) for e in streamed.entries]
     assert whole.rejected == streamed.rejected
@@ -184,9 +184,9 @@ def test_corpus_read_in_small_blocks_reads_as_a_whole_file(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("fmt", ["text", "jsonl"])
 def test_line_formats_read_in_small_blocks(tmp_path, monkeypatch, fmt):
-    import indexer.formats
+    import indexer.reading.formats
 
-    monkeypatch.setattr(indexer.formats, "_BLOCK", 2)
+    monkeypatch.setattr(indexer.reading.formats, "_BLOCK", 2)
     lines = ["first \u00e9", "second\u2028third", "", "fourth"]
     if fmt == "jsonl":
         lines = [json.dumps({"text": t}, ensure_ascii=False) if t else "" for t in lines]
@@ -323,7 +323,7 @@ def test_text_lines_end_at_newlines_only_as_wc_counts(tmp_path, monkeypatch):
 
 
 def test_small_line_files_split_as_corpora(tmp_path):
-    from indexer.update import read_ids
+    from indexer.writing.update import read_ids
     from search.queries import read_queries
 
     path = write(tmp_path / "ids.txt", "a\x0cb\r\nc\n")
@@ -398,9 +398,9 @@ JSON_ARRAY = (
 def test_json_array_of_objects_and_strings(tmp_path, monkeypatch, block):
     """A JSON array (a spreadsheet's or a database's export): each object is a row, each string a
     text; any other element, or one that is not JSON, is rejected at its position, and the rest kept."""
-    import indexer.formats
+    import indexer.reading.formats
 
-    monkeypatch.setattr(indexer.formats, "_BLOCK", block)
+    monkeypatch.setattr(indexer.reading.formats, "_BLOCK", block)
     corpus = read_corpus(write(tmp_path / "export.json", JSON_ARRAY))
     assert [(e.id, e.text) for e in corpus.entries] == [
         ("1", "first"),
@@ -454,7 +454,7 @@ def test_json_array_is_read_in_bounded_memory(tmp_path):
     path.write_text(json.dumps(rows), encoding="utf-8")
     size = path.stat().st_size
     assert size > 15_000_000
-    from indexer.corpus import CorpusReader
+    from indexer.reading.corpus import CorpusReader
 
     tracemalloc.start()
     try:

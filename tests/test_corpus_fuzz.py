@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 from indexer import Strategy, build_index
 from indexer.catalog import SQL_TYPES, Catalog
-from indexer.corpus import Corpus, read_corpus
 from indexer.errors import SemsearchError
-from indexer.field_types import SQLITE_NUMBER, as_number, detect_types
+from indexer.reading.corpus import Corpus, read_corpus
+from indexer.reading.field_types import SQLITE_NUMBER, as_number, detect_types
 from indexer.store import open_index
-from indexer.update import add_to_index
+from indexer.writing.update import add_to_index
 
 HOSTILE = [
     "\x00", "\ud83d", "\ude00", "\udc80", "\ufeff", "\u2028", "\x0c", "\x0b", "\x85", "\r", "\n",

@@ -14,12 +14,12 @@ import pytest
 from click.testing import CliRunner
 
 from indexer import Strategy, build_index
-from indexer.corpus import read_corpus
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import SemsearchError, StrategyConflict
-from indexer.shards import embed_shard, merge_shards
+from indexer.reading.corpus import read_corpus
 from indexer.store import open_index
+from indexer.writing.shards import embed_shard, merge_shards
 from search import SearchEngine
 from search.cli import cli
 from search.engine import check_strategy
@@ -67,7 +67,7 @@ def test_an_old_torch_index_takes_a_default_add_and_query_and_ranks_as_a_new_one
     assert answered.returncode == 0, answered.stderr
     assert json.loads(answered.stdout)["hits"][0]["id"] == "s60"
     assert open_index(old).strategy.backend == "torch"
-    from indexer.update import add_to_index
+    from indexer.writing.update import add_to_index
 
     add_to_index(new, more)
 

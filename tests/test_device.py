@@ -11,10 +11,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from indexer.embedding.strategy import Strategy
 from indexer.encoders.devices import Placement, placement
 from indexer.encoders.pipeline import Batching
 from indexer.errors import BadInput
-from indexer.strategy import Strategy
 from tests.helpers import assert_clean_failure, real_sentences, run
 
 torch = pytest.importorskip("torch")

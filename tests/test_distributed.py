@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from indexer import BadInput, Strategy, build_index
 from indexer.errors import WorkerFailed
 from indexer.store import live_version, open_index
-from indexer.update import add_to_index
+from indexer.writing.update import add_to_index
 from search import SearchEngine
 from search.cli import cli
 from tests.helpers import DATA
@@ -32,7 +32,7 @@ FIELDS = ["question", "answer"]
 def ray_runtime():
     if importlib.util.find_spec("ray") is None:  # not importorskip: Ray must be first imported by semsearch
         pytest.skip("Ray is not installed")
-    from indexer.distributed import connected
+    from indexer.writing.distributed import connected
 
     with connected("local", workers=2) as ray:
         yield ray
@@ -84,8 +84,8 @@ def test_ray_build_ranks_like_a_single_build(ray_runtime, tmp_path, tiny_model, 
 @pytest.mark.slow
 def test_the_ray_encoder_embeds_as_the_local_one(ray_runtime, tiny_model, single):
     """An ``Encoder`` like the local one: queries truncated, documents chunked."""
-    from indexer.distributed import RayEncoder
     from indexer.encoders.factory import encoder_for
+    from indexer.writing.distributed import RayEncoder
 
     strategy = open_index(single).strategy.chunked(8)
     local, on_ray = encoder_for(strategy), RayEncoder(strategy, "local", 2)
@@ -108,8 +108,8 @@ def test_a_worker_killed_mid_run_is_restarted_and_its_partition_retried(
             marker.touch()
             os._exit(1)
 
-    from indexer.corpus import read_corpus
-    from indexer.distributed import embed_on_ray
+    from indexer.reading.corpus import read_corpus
+    from indexer.writing.distributed import embed_on_ray
 
     entries = read_corpus(corpus, text_fields=FIELDS).entries
     strategy = open_index(single).strategy
@@ -131,7 +131,7 @@ def test_a_worker_that_keeps_dying_fails_the_build_and_the_old_index_survives(
         if partition == 1:
             os._exit(1)
 
-    from indexer import distributed
+    from indexer.writing import distributed
 
     real = distributed.embed_on_ray
     monkeypatch.setattr(distributed, "RETRIES", 0)
@@ -151,8 +151,8 @@ def test_an_error_in_a_worker_comes_back_as_its_own_class(ray_runtime, tiny_mode
     def refuse(partition: int) -> None:
         raise BadInput(f"partition {partition} refused")
 
-    from indexer.corpus import read_corpus
-    from indexer.distributed import embed_on_ray
+    from indexer.reading.corpus import read_corpus
+    from indexer.writing.distributed import embed_on_ray
 
     entries = read_corpus(corpus, text_fields=FIELDS).entries
     with pytest.raises(BadInput, match="refused"):

@@ -118,7 +118,7 @@ def test_http_duplicates(index):
 
 
 def test_an_empty_index_has_no_duplicates(tmp_path, tiny_model):
-    from indexer.update import delete_from_index
+    from indexer.writing.update import delete_from_index
 
     corpus = tmp_path / "one.jsonl"
     corpus.write_text(json.dumps({"id": "ü1", "text": "Ünïcode question ✓"}) + "\n")
@@ -140,7 +140,7 @@ def test_http_duplicates_scan_once_per_version_however_many_ask(index, monkeypat
     from fastapi.testclient import TestClient
 
     import search.server.scans
-    from indexer.update import delete_from_index
+    from indexer.writing.update import delete_from_index
     from search.server import create_app
 
     scans: list[float] = []

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from indexer.embedding.strategy import POOLINGS, Strategy
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.torch_encoder import TorchEncoder, TorchNetwork
 from indexer.errors import SemsearchError
-from indexer.strategy import POOLINGS, Strategy
 
 SHORT = "A cat sat."
 LONG = "The quick brown fox jumps over the lazy dog near the bank of a wide, slow river today."

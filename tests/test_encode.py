@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from indexer.strategy import Strategy
 from search.encoding import PART_TEXTS, Encoding, check_texts, encode
 from search.engine import SearchEngine
 from tests.helpers import assert_clean_failure, build_faq, run, write_csv

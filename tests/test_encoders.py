@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from indexer.embedding.strategy import BACKENDS, RUNTIME, Strategy
 from indexer.encoders.base import Choice
 from indexer.encoders.factory import EXPORTED, RUNTIMES, encoder_for, runtime
 from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.encoders.onnx_graph import CPU
 from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import BadInput
-from indexer.strategy import BACKENDS, RUNTIME, Strategy
 from tests.helpers import ROOT, heavy_imports, random_bert
 
 PACKAGE = ROOT / "indexer" / "encoders"
@@ -98,7 +98,7 @@ def test_the_execution_provider_is_the_callers_choice(tiny_model):
 
 
 def test_ray_is_one_more_encoder(tiny_model):
-    from indexer.distributed import RayEncoder
+    from indexer.writing.distributed import RayEncoder
 
     strategy = encoder_for(Strategy(model=tiny_model)).strategy
     on_ray = RayEncoder(strategy, "local", 2)  # nothing starts before it embeds
@@ -141,7 +141,7 @@ def test_memory_stays_flat_whatever_a_line_s_length(tmp_path, tiny_model):
         script = f"""
 import resource, sys
 from indexer.encoders.tokens import TextTokenizer
-from indexer.strategy import Strategy
+from indexer.embedding.strategy import Strategy
 strategy = Strategy(model={tiny_model!r}, max_length=128, chunk_overlap={chunked})
 tokens = TextTokenizer.from_files({tiny_model!r}, strategy)
 line = " ".join(f"word{{i}}" for i in range(500000))
@@ -161,8 +161,8 @@ def test_a_long_document_is_windowed_as_the_tokenizer_windows_it_whole():
     windows equal those ``tokenizers`` makes of the whole text, for any length and overlap."""
     import random
 
+    from indexer.embedding.models import model_location
     from indexer.encoders.tokens import CHARS_PER_TOKEN, TextTokenizer
-    from indexer.models import model_location
 
     random.seed(0)
     words = ["naïve", "café", "東京", "bike", "E3453C,", "docking-station", "(the)", "won't", "🚀", "x" * 50]

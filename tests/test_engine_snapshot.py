@@ -9,10 +9,10 @@ import concurrent.futures
 import numpy as np
 import pytest
 
+from indexer.embedding.strategy import Strategy
 from indexer.encoders.factory import encoder_for
 from indexer.errors import BadInput, FilterError, IndexMoved
 from indexer.store import open_index
-from indexer.strategy import Strategy
 from search.encoding import Encoding
 from search.engine import SearchEngine
 from search.similar import rank_similar
@@ -87,7 +87,7 @@ def test_rank_similar_applies_the_given_transform(tmp_path, tiny_model):
 def test_a_snapshot_never_pairs_its_vectors_with_rows_written_after_it(tmp_path, tiny_model):
     """An upsert commits into the same version: an engine opened before it must not score the
     entry by its old vector while showing its new text (nor the other way round)."""
-    from indexer.update import add_to_index
+    from indexer.writing.update import add_to_index
     from tests.helpers import write_csv
 
     path = build_faq(tmp_path, tiny_model)

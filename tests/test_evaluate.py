@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from indexer.embedding.strategy import Strategy
 from indexer.errors import SemsearchError
-from indexer.strategy import Strategy
 from search.evaluate import (
     evaluate_retrieval,
     evaluate_sts,

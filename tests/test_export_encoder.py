@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from indexer import BadInput, Strategy, build_index, export_encoder
-from indexer.export import MARKER
+from indexer.writing.export import MARKER
 from search.engine import SearchEngine
 from tests.helpers import DATA, assert_clean_failure, real_sentences, run
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import semsearch
-from indexer.corpus import CorpusReader, Entry, Rejection
 from indexer.errors import BadInput
+from indexer.reading.corpus import CorpusReader, Entry, Rejection
 from indexer.store import open_index
 from tests.helpers import ROWS, write_csv
 

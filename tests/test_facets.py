@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from indexer.catalog import Catalog
-from indexer.corpus import Entry
-from indexer.field_types import detect_types
+from indexer.reading.corpus import Entry
+from indexer.reading.field_types import detect_types
 from search.filters import parse_filter
 
 HOSTILE = ['say "hi"', "with space", "catégorie 分类", "x'); drop table entries; --"]

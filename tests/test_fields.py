@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from indexer import build_index
+from indexer.embedding.fields import FieldScoring
 from indexer.errors import BadInput
-from indexer.fields import FieldScoring
 from indexer.store import open_index
-from indexer.update import add_to_index, delete_from_index
 from indexer.vectors.entries import ALSO_ID, row_ids
+from indexer.writing.update import add_to_index, delete_from_index
 from search.confidence import FEATURES, Neighbourhood
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine
@@ -245,7 +245,7 @@ def test_faiss_padding_is_no_row():
 
 
 def test_also_field_names_match_whatever_their_case_and_a_miss_names_the_nearest():
-    from indexer.corpus import Entry
+    from indexer.reading.corpus import Entry
 
     entries = [Entry("1", "how to pay", {"Question": "how to pay", "Answer": "by card"})]
     assert FieldScoring(("question", "ANSWER")).texts(entries) == ["how to pay by card"]

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from indexer import Strategy, build_index
+from indexer.embedding.strategy import DEFAULT_MODEL
 from indexer.errors import BadInput
-from indexer.strategy import DEFAULT_MODEL
 from search.cli import cli
 from tests.helpers import write_csv
 
@@ -118,7 +118,7 @@ def test_duplicates_counts_in_words_and_shows_the_texts(index):
 
 
 def test_an_unknown_also_field_lists_the_fields(tmp_path, tiny_model):
-    from indexer.fields import FieldScoring
+    from indexer.embedding.fields import FieldScoring
 
     corpus = write_csv(tmp_path / "faq.csv", [("a", "a question", "an answer")], ("id", "question", "answer"))
     expected = r"no entry has field 'answr' \(did you mean 'answer'\?\); fields are: answer, id, question"
@@ -133,7 +133,7 @@ def test_an_unknown_also_field_lists_the_fields(tmp_path, tiny_model):
 
 
 def test_a_model_not_on_disk_says_how_to_bring_one(monkeypatch, tmp_path):
-    from indexer.models import load_model, model_facts
+    from indexer.embedding.models import load_model, model_facts
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     for load in (model_facts, load_model):

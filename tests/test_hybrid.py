@@ -13,7 +13,7 @@ import pytest
 from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from indexer.store import live_version, open_index
-from indexer.update import add_to_index, compact_index, delete_from_index
+from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
 from search.hybrid import fuse, match_expression
 from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv

@@ -21,11 +21,11 @@ from indexer.catalog import Catalog
 from indexer.errors import IndexDamaged
 from indexer.store import DATABASE, VECTORS, open_index
 from indexer.store.meta import IndexMeta
-from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vectors.factory import STORAGES
 from indexer.vectors.faiss_index import FaissIndex
 from indexer.vectors.reranked import FULL_IDS, FULL_VECTORS
 from indexer.vectors.segments import segment_name
+from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
 from search.cli import cli
 from tests.helpers import BASE, write_csv

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from indexer.embedding.strategy import Strategy
 from indexer.encoders.factory import encoder_for
 from indexer.errors import SemsearchError
-from indexer.strategy import Strategy
 from search.cli import cli
 from tests.helpers import build_faq, random_bert, write_csv
 

@@ -56,7 +56,7 @@ def texts(tmp_path) -> str:
 
 @pytest.fixture(scope="module")
 def encoding(tiny_model) -> Encoding:
-    from indexer.strategy import Strategy
+    from indexer.embedding.strategy import Strategy
 
     return Encoding.load(Strategy(model=tiny_model))
 
@@ -91,7 +91,7 @@ def test_the_next_encode_removes_what_a_killed_one_left(tmp_path, tiny_model):
 def test_a_killed_export_s_staging_is_removed_by_the_next_export(tmp_path, tiny_model):
     """A run killed while it writes an export leaves its staging directory; the next export
     there removes it. A SIGTERM ends the same run through its clean-up."""
-    from indexer.export import export_encoder
+    from indexer.writing.export import export_encoder
 
     target = tmp_path / "onnx"
     for how in ("SIGKILL", "SIGTERM"):
@@ -100,7 +100,7 @@ def test_a_killed_export_s_staging_is_removed_by_the_next_export(tmp_path, tiny_
                 sys.executable,
                 "-c",
                 "import os, signal, sys\n"
-                "from indexer.outputs import staged_dir, stop_on_sigterm\n"
+                "from indexer.writing.outputs import staged_dir, stop_on_sigterm\n"
                 "stop_on_sigterm()\n"
                 "with staged_dir(sys.argv[1]) as made:\n"
                 "    (made / 'model.onnx.data').write_bytes(b'x' * 1000)\n"
@@ -158,7 +158,7 @@ def test_a_full_disk_during_encode_is_disk_full_and_leaves_nothing(tmp_path, tex
 
 def test_a_full_disk_during_export_is_disk_full_and_leaves_nothing(tmp_path, tiny_model, monkeypatch):
     from indexer.encoders import standalone
-    from indexer.export import export_encoder
+    from indexer.writing.export import export_encoder
 
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -184,8 +184,8 @@ def test_closed_stdout_or_stdin_is_one_line(tmp_path, tiny_model):
 
 
 def test_a_second_tune_to_one_output_is_refused_before_it_trains(tmp_path, tiny_model, monkeypatch):
+    from indexer.embedding.strategy import Strategy
     from indexer.encoders import training
-    from indexer.strategy import Strategy
     from search.tuning import read_labels, tune
     from tests.helpers import positive_pairs
 
@@ -237,9 +237,9 @@ def test_encode_output_follows_the_umask_keeps_a_replaced_mode_and_writes_throug
 
 
 def test_export_and_tune_follow_the_umask(tmp_path, tiny_model, umask, monkeypatch):
+    from indexer.embedding.strategy import Strategy
     from indexer.encoders import training
-    from indexer.export import export_encoder
-    from indexer.strategy import Strategy
+    from indexer.writing.export import export_encoder
     from search.tuning import read_labels, tune
     from tests.helpers import positive_pairs
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from indexer.embedding.strategy import Strategy
 from indexer.encoders.factory import encoder_for
-from indexer.strategy import Strategy
 from tests.helpers import real_sentences
 
 

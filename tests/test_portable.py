@@ -18,7 +18,7 @@ from indexer import Strategy, build_index
 from indexer.encoders.onnx_graph import HELD_FILES, graph_spec
 from indexer.errors import IndexDamaged
 from indexer.store import open_index
-from indexer.update import compact_index
+from indexer.writing.update import compact_index
 from tests.helpers import ROOT, assert_keywords_exact, random_bert, write_csv
 
 pytest.importorskip("onnxruntime")
@@ -85,7 +85,7 @@ def test_a_change_carries_the_graph_into_the_new_version_without_the_cache(tmp_p
 def test_a_copied_index_takes_additions_without_its_model_or_the_cache(tmp_path, private_cache):
     """What is added to an index is embedded by the graph it holds (the network its vectors came
     from), so a copy can grow where the model and the cache are not."""
-    from indexer.update import add_to_index
+    from indexer.writing.update import add_to_index
     from search.engine import SearchEngine
 
     model = random_bert(tmp_path / "model")

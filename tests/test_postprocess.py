@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from indexer import Strategy, build_index
+from indexer.embedding.transform import Transform
 from indexer.errors import SemsearchError
 from indexer.store import open_index
-from indexer.transform import Transform
 from search import SearchEngine
 
 

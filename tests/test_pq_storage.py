@@ -12,10 +12,10 @@ import pytest
 
 from indexer import Strategy, build_index
 from indexer.store import open_index
-from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vectors.factory import build_vector_index
 from indexer.vectors.reranked import FULL_IDS, FULL_VECTORS, Reranked
 from indexer.vectors.tuning import recall_at_10
+from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
 from search.duplicates import find_duplicates
 from tests.helpers import clustered

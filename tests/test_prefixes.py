@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from indexer.strategy import Strategy
 from tests.helpers import assert_clean_failure, build_faq, run
 
 E5 = {"query_prefix": "query: ", "passage_prefix": "passage: "}

@@ -46,7 +46,8 @@ def test_beir_queries_and_qrels_read_with_their_ids(tmp_path):
 
 @pytest.mark.slow
 def test_beir_queries_and_qrels_evaluate_end_to_end(tmp_path, bundled):
-    """The corpus uses ``id`` here: BEIR's corpus ``_id`` is read by indexer.corpus (another branch)."""
+    """The corpus uses ``id`` here: BEIR's corpus ``_id`` is read by indexer.reading.corpus (another
+    branch)."""
     root = beir_set(tmp_path, corpus_id_key="id")
     data = read_retrieval_set(root / "queries.jsonl", root / "qrels" / "test.tsv")
     scores = evaluate_retrieval(data, corpus=root / "corpus.jsonl", text_fields=["title", "text"])

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from indexer import Strategy, build_index
+from indexer.embedding.fields import FieldScoring
 from indexer.errors import IndexMoved
-from indexer.fields import FieldScoring
 from indexer.store import CURRENT, DATABASE, MAX_SEGMENTS, VECTORS, open_index
-from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vectors.segments import segment_name
+from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
 from search.duplicates import find_duplicates
 from tests.helpers import BASE, kill_during, rowids, whole_run, write_csv

@@ -14,7 +14,7 @@ httpx = pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from indexer.update import add_to_index, delete_from_index  # noqa: E402
+from indexer.writing.update import add_to_index, delete_from_index  # noqa: E402
 from search.server import create_app  # noqa: E402
 from tests.helpers import ROWS, build_faq, serving  # noqa: E402
 

@@ -12,8 +12,8 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
+from indexer.embedding.strategy import Strategy  # noqa: E402
 from indexer.encoders.onnx_encoder import OnnxEncoder  # noqa: E402
-from indexer.strategy import Strategy  # noqa: E402
 from search.server import create_app  # noqa: E402
 from search.server.batching import MicroBatcher, embed_in_groups, length_groups  # noqa: E402
 from tests.helpers import ROWS, build_faq  # noqa: E402
@@ -100,7 +100,7 @@ def test_a_request_an_update_commits_under_is_answered_on_the_new_generation(
     """The server's search runs the engine's pipeline: a lookup that finds its snapshot moved
     (an add committed while its query was embedded) is redone on the reloaded index, never
     answered with one generation's vectors and another's rows."""
-    from indexer.update import add_to_index
+    from indexer.writing.update import add_to_index
     from tests.helpers import write_csv
 
     index = build_faq(tmp_path, tiny_model)

@@ -16,8 +16,8 @@ httpx = pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+from indexer.embedding.strategy import Strategy  # noqa: E402
 from indexer.errors import BadInput  # noqa: E402
-from indexer.strategy import Strategy  # noqa: E402
 from search.encoding import encode  # noqa: E402
 from search.engine import SearchEngine  # noqa: E402
 from search.loading import load_encoding  # noqa: E402
@@ -125,7 +125,7 @@ def test_openai_client_against_a_real_server_equals_encode_and_the_index(tmp_pat
     same strategy, to 1e-5; its bad inputs come back as the client's BadRequestError, the reason in
 its message."""
     openai = pytest.importorskip("openai")
-    from indexer.strategy import DEFAULT_MODEL
+    from indexer.embedding.strategy import DEFAULT_MODEL
 
     index = build_faq(tmp_path, DEFAULT_MODEL)
     expected = SearchEngine(index).snapshot.embed(TEXTS)

@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from indexer import Strategy, build_index
-from indexer.corpus import Entry, read_corpus
 from indexer.errors import BadInput, SemsearchError
-from indexer.shards import embed_shard, merge_shards
+from indexer.reading.corpus import Entry, read_corpus
 from indexer.store import open_index
+from indexer.writing.shards import embed_shard, merge_shards
 from search import SearchEngine
 from tests.helpers import DATA, ROOT, random_bert
 
@@ -67,7 +67,7 @@ def test_shard_files_are_utf8_whatever_the_locale(tmp_path, tiny_model):
     shard = embed_shard(entries, tmp_path / "s", Strategy(model=tiny_model))
     script = """
 import sys, traceback, warnings
-from indexer.shards import merge_shards
+from indexer.writing.shards import merge_shards
 warnings.simplefilter("error", EncodingWarning)
 try:
     merge_shards([sys.argv[1]], sys.argv[2])

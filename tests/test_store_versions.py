@@ -13,7 +13,7 @@ import pytest
 from indexer import Strategy, build_index
 from indexer.errors import BadInput, IndexDamaged, IndexLocked
 from indexer.store import CURRENT, open_index, writer_lock
-from indexer.update import add_to_index, compact_index, delete_from_index, read_ids
+from indexer.writing.update import add_to_index, compact_index, delete_from_index, read_ids
 
 
 def faq(tmp_path: Path, name: str = "faq.csv", prefix: str = "k") -> Path:
@@ -188,7 +188,7 @@ def test_a_new_version_is_live_only_after_a_clean_exit_of_its_block(tmp_path, ti
     one; a clean exit commits it, its meta recording its files and the version before it."""
     import numpy as np
 
-    from indexer.corpus import Entry
+    from indexer.reading.corpus import Entry
     from indexer.store import live_meta, live_version, new_version
 
     index = tmp_path / "idx"

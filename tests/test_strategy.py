@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from indexer.embedding.models import model_fingerprint
+from indexer.embedding.strategy import DEFAULT_CHUNK_OVERLAP, DEFAULT_MODEL, Strategy
 from indexer.encoders.factory import encoder_for
 from indexer.errors import SemsearchError, StrategyConflict
-from indexer.models import model_fingerprint
-from indexer.strategy import DEFAULT_CHUNK_OVERLAP, DEFAULT_MODEL, Strategy
 from search.engine import check_strategy
 from tests.helpers import random_bert
 

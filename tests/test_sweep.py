@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from indexer.embedding.strategy import POOLINGS, Strategy
 from indexer.errors import BadInput
-from indexer.strategy import POOLINGS, Strategy
 from search.evaluate import Pairs
 from search.sweep import SweepPlan, plan_sweep, sweep_sts
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from indexer.embedding.fields import FieldScoring
+from indexer.embedding.head import Head, NetworkOutput, pad_batch
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from indexer.fields import FieldScoring
-from indexer.head import Head, NetworkOutput, pad_batch
-from indexer.strategy import Strategy
 from search.tuning import hold_back, read_labels, training_examples, tune
 from tests.helpers import DATA, assert_clean_failure, positive_pairs, run, sentence
 
@@ -187,8 +187,8 @@ def scripted_metric(monkeypatch, values: list[float]) -> None:
 def test_a_strategy_other_than_last_layer_mean_is_trained_through_and_stored(
     tiny_model, tmp_path, monkeypatch
 ):
+    from indexer.embedding.models import resolve_strategy
     from indexer.encoders.torch_encoder import TorchEncoder
-    from indexer.models import resolve_strategy
 
     asked = Strategy(model=tiny_model, layers=(1,), pooling="max", backend="torch")
     texts = [sentence(i) for i in range(6)]
@@ -262,9 +262,9 @@ def test_the_output_loads_in_index_query_evaluate_onnx_and_sentence_transformers
 ):
     from sentence_transformers import SentenceTransformer
 
-    from indexer.build import build_index
+    from indexer.embedding.models import identified
     from indexer.encoders.factory import encoder_for
-    from indexer.models import identified
+    from indexer.writing.build import build_index
     from search.engine import SearchEngine
     from search.evaluate import evaluate_sts, read_pairs
 
@@ -303,8 +303,8 @@ def test_the_read_path_and_a_plain_index_never_import_the_tuning_code(tiny_model
     code = (
         "import sys\n"
         "import search.cli, search.server, search.engine, search.evaluate\n"
-        "from indexer.build import build_index\n"
-        "from indexer.strategy import Strategy\n"
+        "from indexer.writing.build import build_index\n"
+        "from indexer.embedding.strategy import Strategy\n"
         "from search.engine import SearchEngine\n"
         f"build_index({str(files['corpus'])!r}, {str(tmp_path / 'idx')!r}, Strategy(model={tiny_model!r}))\n"
         f"SearchEngine({str(tmp_path / 'idx')!r}).search('a bike', k=2)\n"
@@ -358,8 +358,8 @@ def test_bad_input_on_the_command_line_is_one_line(tmp_path):
 
 
 def test_tune_trains_through_an_index_strategy(tiny_model, tmp_path):
-    from indexer.build import build_index
-    from indexer.models import resolve_strategy
+    from indexer.embedding.models import resolve_strategy
+    from indexer.writing.build import build_index
     from search.tuning import index_strategy
 
     files = retrieval_files(tmp_path)
@@ -384,8 +384,8 @@ def test_a_time_budget_lays_the_learning_rate_decay_out_over_the_steps_it_leaves
 
 
 def test_a_tuned_model_directory_gives_its_strategy_as_the_default(tiny_model, tmp_path):
+    from indexer.embedding.models import strategy_request
     from indexer.errors import StrategyConflict
-    from indexer.models import strategy_request
 
     several = Strategy(model=tiny_model, layers=(1, 2), combine="concat", skip_special=True, backend="torch")
     tune(read_labels(pairs=scored_pairs(tmp_path)), tmp_path / "tuned", several, epochs=1)

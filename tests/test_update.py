@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from indexer import Strategy, build_index
-from indexer.corpus import read_corpus
 from indexer.errors import SemsearchError
+from indexer.reading.corpus import read_corpus
 from indexer.store import open_index, writer_lock
-from indexer.update import add_to_index, compact_index, delete_from_index
+from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
 from tests.helpers import BASE, assert_keywords_exact, kill_during, rowids, whole_run, write_csv
 

@@ -10,7 +10,6 @@ import pytest
 
 from indexer import Strategy, build_index
 from indexer.store import open_index
-from indexer.update import add_to_index, compact_index, delete_from_index
 from indexer.vectors.factory import (
     STORAGES,
     build_vector_index,
@@ -24,6 +23,7 @@ from indexer.vectors.faiss_index import FaissIndex
 from indexer.vectors.reranked import Reranked
 from indexer.vectors.segments import Manifest, Segments, segment_name
 from indexer.vectors.tuning import RECALL_TARGET, recall_at_10
+from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
 from tests.helpers import ROOT, clustered, heavy_imports
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from indexer.embedding.words import WORD_STRATEGY, context, cosine_matrix, occurrences, word_vectors
 from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import SemsearchError
-from indexer.words import WORD_STRATEGY, context, cosine_matrix, occurrences, word_vectors
 
 SENTENCE = (
     "After stealing money from the bank vault, the bank robber was seen fishing on the "
@@ -65,7 +65,7 @@ def test_the_facade_takes_a_text_a_word_and_a_strategy(words_embedder, tiny_mode
     """``semsearch.word_vectors(text, word)``: the word's occurrences, read as ``semsearch words``
     reads them (the bundled model, the last four layers summed) unless a strategy says otherwise."""
     import semsearch
-    from indexer.strategy import Strategy
+    from indexer.embedding.strategy import Strategy
 
     text = "the river bank and the bank vault"
     banks = semsearch.word_vectors(text, "bank")

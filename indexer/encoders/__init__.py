@@ -2,7 +2,7 @@
 torch and onnxruntime imported (``tests/test_encoders.py`` checks it).
 
 - ``base``: the ``Encoder`` protocol every caller types against, ``Choice`` (what the factory
-  built and why) and ``NetworkEncoder`` (tokens -> network -> ``indexer.head``, shared by the
+  built and why) and ``NetworkEncoder`` (tokens -> network -> ``indexer.embedding.head``, shared by the
   backends that run in this process).
 - ``tokens``: the model's tokenizer as every encoder uses it (truncation, chunking, special ids).
 - ``torch_encoder``: the transformers model on torch (the reference; sweeps and word vectors).

@@ -2,7 +2,7 @@
 and the part shared by the encoders that run a network in this process (``NetworkEncoder``).
 
 Torch and ONNX Runtime encoders differ only in their network: both tokenise with
-``indexer.encoders.tokens`` and run ``indexer.head.encode``, so a query is embedded by exactly the
+``indexer.encoders.tokens`` and run ``indexer.embedding.head.encode``, so a query is embedded by exactly the
 code that embedded the corpus.
 """
 
@@ -14,11 +14,11 @@ from typing import Protocol
 
 import numpy as np
 
+from indexer.embedding.head import Head, Network, encode
+from indexer.embedding.strategy import PRECISION, Strategy
 from indexer.encoders.devices import Placement
 from indexer.encoders.tokens import TextTokenizer
-from indexer.head import Head, Network, encode
 from indexer.progress import Share, batches
-from indexer.strategy import PRECISION, Strategy
 
 
 @dataclass(frozen=True)

@@ -28,20 +28,21 @@ from dataclasses import dataclass, replace
 from importlib import import_module
 from typing import Any
 
+from indexer.embedding.models import identified, model_facts_from_files, resolve_strategy
+from indexer.embedding.strategy import PRECISION, Strategy
 from indexer.encoders.base import Choice, Encoder
 from indexer.encoders.devices import CPU as ON_CPU
 from indexer.encoders.devices import Placement
 from indexer.encoders.onnx_graph import CPU, GraphSpec, graph_spec
 from indexer.errors import BadInput
-from indexer.models import identified, model_facts_from_files, resolve_strategy
-from indexer.strategy import PRECISION, Strategy
 
 RUNTIMES: dict[str, str] = {
     "torch": "indexer.encoders.torch_encoder:TorchEncoder",
     "onnx": "indexer.encoders.onnx_encoder:OnnxEncoder",
 }
 """Runtime -> the encoder class that runs it (``module:Class``). A backend is a runtime and a
-precision (``indexer.strategy.RUNTIME`` and ``PRECISION``): ``onnx-int8`` is ONNX Runtime in int8."""
+precision (``indexer.embedding.strategy.RUNTIME`` and ``PRECISION``): ``onnx-int8`` is ONNX
+Runtime in int8."""
 
 EXPORTED = "its graph was exported now (cached for the next time)"
 HELD = "the index holds its graph"
@@ -127,7 +128,7 @@ def encoder_for(
     queries will run exists (what a build does; ``choice.export_failure`` says why it cannot).
     ``provider``: ONNX Runtime's execution provider. ``held``: the graph an index holds for its
     queries (``StoredIndex.graph``): the same network for what is added to it. ``placement``: the
-    device and precision (a GPU runs torch). (Embedding on Ray is ``indexer.distributed.RayEncoder``,
+    device and precision (a GPU runs torch). (Embedding on Ray is ``indexer.writing.distributed.RayEncoder``,
     whose workers each pick their encoder here.)"""
     request = strategy or Strategy()
     if not queries:

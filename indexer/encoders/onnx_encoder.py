@@ -8,13 +8,13 @@ torch and transformers and loading the model cost seconds per process; this cost
 
 from __future__ import annotations
 
+from indexer.embedding.head import Head
+from indexer.embedding.models import model_file, read_json
+from indexer.embedding.strategy import Strategy
 from indexer.encoders.base import Choice, NetworkEncoder
 from indexer.encoders.onnx_graph import CPU, GraphSpec, OnnxGraph, bulk_sessions, graph_spec
 from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
-from indexer.head import Head
-from indexer.models import model_file, read_json
-from indexer.strategy import Strategy
 
 
 class OnnxEncoder(NetworkEncoder):

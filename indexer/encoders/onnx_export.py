@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
+from indexer.embedding.strategy import PRECISION
 from indexer.encoders.onnx_graph import GraphSpec
 from indexer.errors import BadInput
-from indexer.strategy import PRECISION
 
 
 class _Outputs(torch.nn.Module):

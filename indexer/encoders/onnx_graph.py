@@ -5,7 +5,7 @@ names; ``indexer.encoders.onnx_encoder`` runs the graph, for indexing on the ``o
 for every index's queries, so answering a question never imports torch.
 
 A graph is cached under ``$SEMSEARCH_CACHE/onnx`` (default ``~/.cache/semsearch``), keyed by the
-model's fingerprint (``indexer.models.model_fingerprint``: its files' bytes, not where they lie),
+model's fingerprint (``indexer.embedding.models.model_fingerprint``: its files' bytes, not where they lie),
 the hidden states it outputs and the backend. Its weights lie beside it in ``<key>.onnx.data``
 (ONNX external data): ONNX Runtime maps that file instead of parsing and copying 90 MB out of the
 graph's protobuf, which was most of a server's session start-up (docs/profile-serve.md).
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.embedding.head import NetworkOutput
+from indexer.embedding.models import cache_root, model_file, model_fingerprint, model_location, read_json
+from indexer.embedding.strategy import PRECISION, Strategy
 from indexer.errors import BadInput
-from indexer.head import NetworkOutput
-from indexer.models import cache_root, model_file, model_fingerprint, model_location, read_json
-from indexer.strategy import PRECISION, Strategy
 
 CPU = "CPUExecutionProvider"
 """The execution provider ONNX Runtime runs a graph on unless the caller names another."""

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from indexer.embedding.head import Head, NetworkOutput, Tokenized, finite, pad_batch
 from indexer.encoders.devices import Placement
-from indexer.head import Head, NetworkOutput, Tokenized, finite, pad_batch
 
 WINDOW = 8192
 """Texts tokenised and sorted together: enough for batches of like lengths, small enough that the

@@ -3,9 +3,9 @@ and their mask in, the vector the index compares out (``semsearch export-encoder
 
 The index's query graph (``indexer.encoders.onnx_graph``: the network up to the hidden states it
 reads) gets the rest of the strategy appended as ONNX operators, each the ONNX form of its NumPy
-original: the layer choice and combination (``indexer.head.Head.tokens``), the pooling over the
-padding mask without the special tokens when asked (``indexer.pooling``), the normalisation and
-the fitted centering or whitening (``indexer.transform.Transform.apply``). Inputs and output
+original: the layer choice and combination (``indexer.embedding.head.Head.tokens``), the pooling over the
+padding mask without the special tokens when asked (``indexer.embedding.pooling``), the normalisation and
+the fitted centering or whitening (``indexer.embedding.transform.Transform.apply``). Inputs and output
 follow the names sentence-transformers' ONNX exports use, which Vespa, OpenSearch, Qdrant's
 FastEmbed and Triton load: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the
 network reads it) in, ``sentence_embedding`` out. The graph keeps ONNX Runtime's fused BERT
@@ -21,10 +21,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from indexer.embedding.strategy import PRECISION, Strategy
+from indexer.embedding.transform import Transform
 from indexer.encoders.onnx_graph import GraphSpec
 from indexer.errors import BadInput
-from indexer.strategy import PRECISION, Strategy
-from indexer.transform import Transform
 
 OUTPUT = "sentence_embedding"
 SINGLE_FILE_LIMIT = 1 << 30
@@ -105,7 +105,7 @@ def _combined(ops: _Appender, strategy: Strategy, states: Sequence[str]) -> str:
 
 
 def _pooled(ops: _Appender, mode: str, tokens: str, mask: str) -> str:
-    """``indexer.pooling.MODES``: ``[batch, sequence, width]`` -> ``[batch, width]``."""
+    """``indexer.embedding.pooling.MODES``: ``[batch, sequence, width]`` -> ``[batch, width]``."""
     if mode == "cls":
         return ops.op("Gather", [tokens, ops.const(np.int64(0))], axis=1)
     if mode == "mean":

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from indexer.embedding.head import Tokenized
+from indexer.embedding.models import model_file, read_json
+from indexer.embedding.strategy import ROLES, Strategy
 from indexer.errors import BadInput
-from indexer.head import Tokenized
-from indexer.models import model_file, read_json
-from indexer.strategy import ROLES, Strategy
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

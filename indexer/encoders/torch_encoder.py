@@ -19,16 +19,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from indexer.embedding.head import Head, NetworkOutput, Tokenized
+from indexer.embedding.models import ModelFacts, identified, load_model, model_location, resolve_strategy
+from indexer.embedding.strategy import PRECISION, Strategy
 from indexer.encoders.base import Choice, NetworkEncoder
 from indexer.encoders.devices import CPU, Placement
 from indexer.encoders.onnx_graph import graph_spec
 from indexer.encoders.pipeline import Batching, DeviceNetwork, embed
 from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
-from indexer.head import Head, NetworkOutput, Tokenized
-from indexer.models import ModelFacts, identified, load_model, model_location, resolve_strategy
 from indexer.progress import Share
-from indexer.strategy import PRECISION, Strategy
 
 ASKED = Choice("torch", "backend torch asked for")
 SWEEP = Choice("torch", "every layer in one forward pass (a sweep)")

@@ -1,7 +1,7 @@
 """Fine-tuning a model through the strategy an index embeds with (``semsearch tune``).
 
 The training forward pass is the encoder's own: ``TorchEncoder``'s tokenizer, its network (cut
-after the deepest layer the strategy reads) and its ``indexer.head.Head`` (layers, combination,
+after the deepest layer the strategy reads) and its ``indexer.embedding.head.Head`` (layers, combination,
 pooling, special-token rule), run on torch tensors so the gradient flows through them. The
 held-back metric is measured with ``TorchEncoder.embed`` on the same weights, i.e. exactly as an
 index would embed.
@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from indexer.embedding.head import NetworkOutput, pad_batch
+from indexer.embedding.strategy import Strategy
 from indexer.encoders.devices import CPU, Placement
 from indexer.encoders.pipeline import DTYPES
 from indexer.encoders.torch_encoder import TorchEncoder, _layer_stack
 from indexer.errors import BadInput
-from indexer.head import NetworkOutput, pad_batch
-from indexer.strategy import Strategy
 
 SCALE = 20.0
 """Cosine scale of both losses (sentence-transformers' default for CoSENT and in-batch negatives)."""
@@ -318,7 +318,7 @@ def save_model(
     encoder: TorchEncoder, staging: Path, output: Path, facts: dict[str, Any], backend: str
 ) -> Strategy:
     """Write the tuned model into ``staging``, the directory that becomes ``output`` whole
-    (``indexer.outputs.staged_dir``, claimed before training): config, safetensors,
+    (``indexer.writing.outputs.staged_dir``, claimed before training): config, safetensors,
     tokenizer, sentence-transformers' modules (pooling and normalising as the strategy does) and
     ``semsearch.json`` (the strategy, on ``backend``, and ``facts``). Returns that strategy: the
     one an index of the tuned model must be built with."""

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from indexer.catalog import Catalog
-from indexer.corpus import Entry
+from indexer.reading.corpus import Entry
 from indexer.store.held import hold_graph
 from indexer.store.integrity import records, verify_files
 from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
@@ -33,7 +33,7 @@ class Change:
     upserts: Sequence[Entry] = ()
     vectors: np.ndarray | None = None  # unit vectors of the upserts that need new ones
     owners: np.ndarray | None = None  # position in ``upserts`` of each vector
-    also: np.ndarray | None = None  # whether each vector is its entry's also-vector (indexer.fields)
+    also: np.ndarray | None = None  # whether each vector is its entry's also-vector (embedding.fields)
     reembed: frozenset[str] = frozenset()  # ids among upserts whose vectors are replaced
     deletes: Sequence[str] = ()
     meta: Mapping[str, Any] | None = None  # meta keys to set (e.g. a calibration), JSON values

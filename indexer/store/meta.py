@@ -11,9 +11,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput, IndexDamaged, SemsearchError
 from indexer.store.layout import DATABASE, FILES, FORMAT_VERSION, PREVIOUS
-from indexer.strategy import Strategy
 from indexer.vectors.segments import Manifest
 
 _COUNTS = ("count", "vectors", "dimension", "next_rowid", "generation", "hidden", "tuned_for", "nprobe")

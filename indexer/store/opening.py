@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from indexer.catalog import Catalog, DatabaseError, OperationalError
+from indexer.embedding.strategy import Strategy
+from indexer.embedding.transform import Transform
 from indexer.errors import BadInput, IndexDamaged
 from indexer.store.held import held_bytes, holds
 from indexer.store.integrity import check_database_header, check_files, verify_files
 from indexer.store.layout import CURRENT, DATABASE, TRANSFORM, VECTORS
 from indexer.store.meta import IndexMeta
 from indexer.store.versions import VersionHold, hold_version, live_version, version_dir
-from indexer.strategy import Strategy
-from indexer.transform import Transform
 from indexer.vectors.base import VectorIndex
 from indexer.vectors.factory import open_vectors, side_files
 from indexer.vectors.files import stored_shape

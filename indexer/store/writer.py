@@ -14,15 +14,15 @@ from typing import Any
 import numpy as np
 
 from indexer.catalog import Catalog
-from indexer.corpus import Entry
+from indexer.embedding.strategy import Strategy
+from indexer.embedding.transform import Transform
 from indexer.errors import BadInput
-from indexer.field_types import detect_types
+from indexer.reading.corpus import Entry
+from indexer.reading.field_types import detect_types
 from indexer.store.held import hold_graph
 from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
 from indexer.store.meta import IndexMeta
 from indexer.store.versions import Pending, building, committing
-from indexer.strategy import Strategy
-from indexer.transform import Transform
 from indexer.vectors import unit_length
 from indexer.vectors.base import shape_of
 from indexer.vectors.entries import vector_ids
@@ -59,7 +59,7 @@ class VersionWriter:
         also: np.ndarray | None = None,
     ) -> None:
         """Entries with their vectors; ``owners[i]``: position in ``entries`` of ``vectors[i]``;
-        ``also[i]``: it is that entry's also-vector (``indexer.fields``)."""
+        ``also[i]``: it is that entry's also-vector (``indexer.embedding.fields``)."""
         rowids = np.arange(self.entries + 1, self.entries + len(entries) + 1, dtype=np.int64)
         self.catalog.put(entries, rowids, np.bincount(owners, minlength=len(entries)))
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -179,7 +179,7 @@ def write_index(
     """A new index (``new_version``) of entries and vectors already in memory (vectors transformed
     already by ``transform``, if any); returns its version directory. ``owners[i]`` is the entry
     (position in ``entries``) of ``vectors[i]``; ``also[i]``: it is that entry's also-vector
-    (``indexer.fields``)."""
+    (``indexer.embedding.fields``)."""
     with new_version(index_dir, detect_types(e.fields for e in entries)) as version:
         version.add(entries, vectors, owners, also)
         version.write(strategy, source=source, transform=transform, index_kind=index_kind, storage=storage)

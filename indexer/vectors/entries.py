@@ -1,7 +1,7 @@
 """Entries and their vectors: the one place that knows how a vector's id names its entry.
 
 An entry's text vectors (one per chunk) are stored under its row id (``entries._rowid``), the
-vectors of its second text (``indexer.fields``, ``--also``) under ``row id + ALSO_ID``: one id
+vectors of its second text (``indexer.embedding.fields``, ``--also``) under ``row id + ALSO_ID``: one id
 space in one index, so ``add``/``delete``/``compact`` keep both sets in step, a search retrieves
 candidates from both at once and a filter admits both. ``EntryVectors`` is a version's index
 searched per entry: entries' row ids in, entries' row ids out.

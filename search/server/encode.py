@@ -17,8 +17,8 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from indexer.strategy import Strategy
 from search.encoding import Encoding, check_texts, token_count
 from search.loading import load_encoding
 from search.server.batching import MicroBatcher

@@ -1,7 +1,7 @@
 """Corpus files -> entries to index (id, text, every field of the row), and the rows rejected.
 
 Formats: CSV and TSV with a header, JSON Lines, a JSON array, plain text (one entry per
-line), parsed by ``indexer.formats``; this module decides what each parsed row is. A row that cannot
+line), parsed by ``indexer.reading.formats``; this module decides what each parsed row is. A row that cannot
 be used is never dropped silently: it is kept as a Rejection with its row number and reason.
 Bytes that are not UTF-8 reject their row only (decoded with ``surrogateescape``, then detected).
 A CSV quote left open at the end of the file rejects the row that opened it ("unterminated
@@ -34,7 +34,7 @@ from typing import Any, BinaryIO
 
 from indexer.catalog import MAX_FIELDS, RESERVED
 from indexer.errors import BadInput
-from indexer.formats import (
+from indexer.reading.formats import (
     MAX_DEPTH,
     SURROGATE,
     TOO_DEEP,
@@ -48,7 +48,7 @@ from indexer.formats import (
     read_lines,
     record_lines,
 )
-from indexer.rows import ROWS_NAME, CorpusSource, Spool, is_path
+from indexer.reading.rows import ROWS_NAME, CorpusSource, Spool, is_path
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 """Characters SQLite cannot take as text: NUL, and any surrogate (UTF-8 cannot encode one)."""
@@ -229,7 +229,7 @@ class CorpusReader:
         fmt = options.fmt
         self.name: str | None = None
         """What messages call rows given in Python (None: a file, named by its path)."""
-        if not is_path(path):  # rows: read from a spool file as JSON Lines (indexer.rows)
+        if not is_path(path):  # rows: read from a spool file as JSON Lines (indexer.reading.rows)
             self._spool = Spool(path)
             path, fmt, self.name = self._spool.path, "jsonl", ROWS_NAME
         self.path = Path(path)

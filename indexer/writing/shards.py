@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from indexer.corpus import Entry, check_field_names
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput, SemsearchError, StrategyConflict
-from indexer.strategy import Strategy
+from indexer.reading.corpus import Entry, check_field_names
 
 
 def embed_shard(
@@ -51,7 +51,7 @@ def embed_shard(
 
 
 def _read_shard(shard: Path) -> tuple[Strategy, dict[str, Any], list[Entry], np.ndarray, np.ndarray]:
-    from indexer.models import identified
+    from indexer.embedding.models import identified
 
     try:
         strategy = Strategy.from_dict(json.loads((shard / "strategy.json").read_text(encoding="utf-8")))
@@ -148,7 +148,7 @@ def combine(
 
 def _dimension(strategy: Strategy, first: Any) -> int:
     """The width the strategy's model makes (from its config file), else the first part's."""
-    from indexer.models import model_facts_from_files
+    from indexer.embedding.models import model_facts_from_files
 
     try:  # the model may live at another path on the worker that embedded the shard
         facts = model_facts_from_files(strategy.model) if strategy.model else None
@@ -162,7 +162,7 @@ def _dimension(strategy: Strategy, first: Any) -> int:
 def _check_model(model: str, shards: Sequence[tuple[str | Path, Strategy]]) -> None:
     """The index's queries run the model at ``model`` as it is now (its graph is held from it):
     it must be the model every shard was embedded with, by fingerprint, not just by path."""
-    from indexer.models import is_local, model_fingerprint
+    from indexer.embedding.models import is_local, model_fingerprint
 
     if not is_local(model):
         return
@@ -180,8 +180,8 @@ def merge_shards(
     shards: Sequence[str | Path], index_dir: str | Path, *, index_kind: str = "auto", storage: str = "float32"
 ) -> int:
     """Merge shard directories into one index (atomic, like a build). Returns the entry count."""
+    from indexer.embedding.transform import Transform
     from indexer.store import write_index
-    from indexer.transform import Transform
 
     if not shards:
         raise BadInput("no shards to merge")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput, IndexDamaged
-from indexer.strategy import Strategy
 
 KINDS = ("none", "center", "whiten")
 

@@ -1,6 +1,6 @@
 """A corpus file's bytes -> its lines -> (row number, row) pairs, per format: CSV and TSV with a
 header, JSON Lines, a JSON array, plain text. What a row means (its id, its text, whether it can be stored) is
-``indexer.corpus``'s job; a row this module cannot parse is the reason why, as a string.
+``indexer.reading.corpus``'s job; a row this module cannot parse is the reason why, as a string.
 
 A line ends at ``\n`` (``\r\n`` is one end), as ``wc -l`` counts, in every format and on stdin;
 CSV, TSV and JSON Lines records also end at a lone ``\r``. Files are read in blocks, so memory is

@@ -16,13 +16,13 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from indexer.corpus import CorpusOptions, CorpusReader, Entry, Rejection, rejection_summary
+from indexer.embedding.fields import FieldScoring, embed_entries
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from indexer.field_types import TypeCounter
-from indexer.fields import FieldScoring, embed_entries
 from indexer.progress import Progress
-from indexer.rows import CorpusSource, source_name
-from indexer.strategy import Strategy
+from indexer.reading.corpus import CorpusOptions, CorpusReader, Entry, Rejection, rejection_summary
+from indexer.reading.field_types import TypeCounter
+from indexer.reading.rows import CorpusSource, source_name
 
 PART_ENTRIES = 4096
 """Entries embedded and written at a time."""
@@ -107,14 +107,14 @@ def build_index(
 ) -> BuildReport:
     """Index a corpus into ``index_dir``, replacing any index there only once complete.
     ``corpus``: a file (CSV, TSV, JSON Lines, text), or rows: an iterable of dicts (or strings) or
-    a pandas DataFrame (``indexer.rows``); ``corpus_options``: how it is read (``CorpusOptions``:
+    a pandas DataFrame (``indexer.reading.rows``); ``corpus_options``: how it is read (``CorpusOptions``:
     text and id fields, format, encoding, delimiter), or its fields as keywords
     (``text_fields=["question"]``). ``index_kind``: ``auto`` (exact below
     ``vectors.factory.EXACT_LIMIT`` vectors, IVF above), ``flat`` or ``ivf``; ``storage``:
     ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to wait for another writer to finish;
     ``ray``: embed on Ray, ``"local"`` or a cluster address, with ``ray_workers`` actors
-    (``indexer.distributed``); ``also``: a second vector per entry scored with the first
-    (``indexer.fields``): its field names (``["question", "answer"]``) or a ``FieldScoring`` with
+    (``indexer.writing.distributed``); ``also``: a second vector per entry scored with the first
+    (``indexer.embedding.fields``): its field names (``["question", "answer"]``) or a ``FieldScoring`` with
     a weight. ``device`` / ``precision``: where the network runs (``indexer.encoders.devices``:
     ``auto`` takes a GPU torch sees). A failed first build leaves no directory behind."""
     from indexer.encoders.devices import placement
@@ -133,7 +133,7 @@ def build_index(
         size = PART_ENTRIES if ray is None else RAY_PART_ENTRIES
         on = encoder
         if ray is not None:  # each worker loads (and identifies) the model
-            from indexer.distributed import RayEncoder, connected
+            from indexer.writing.distributed import RayEncoder, connected
 
             on = RayEncoder(encoder.strategy, ray, ray_workers, batch_size)
         bar = Progress(survey.entries, "embedding", enabled=progress)
@@ -154,7 +154,7 @@ def build_index(
             "id_field": reader.id_field,
             "rows": rows,
             "rejected": len(survey.rejected),
-            # ids are row numbers: an add numbers its rows from here (indexer.update)
+            # ids are row numbers: an add numbers its rows from here (indexer.writing.update)
             **({"next_row_id": rows + 1} if reader.id_field is None else {}),
             **({"also": also.to_dict()} if also else {}),
             "embedded": encoder.placement.to_dict(),

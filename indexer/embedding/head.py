@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from indexer.embedding.pooling import Pooling, namespace
+from indexer.embedding.strategy import Strategy
 from indexer.errors import ModelFailed
-from indexer.pooling import Pooling, namespace
-from indexer.strategy import Strategy
 
 
 @dataclass(frozen=True)

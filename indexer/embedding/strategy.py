@@ -20,9 +20,9 @@ AUTO = "auto"
 DEFAULT_CHUNK_OVERLAP = 32
 """Tokens shared by neighbouring windows when a document is chunked without saying how much."""
 DEFAULT_WEIGHT = 0.7
-"""Share of an ``--also`` text's cosine in an entry's score (``indexer.fields``): the best of
+"""Share of an ``--also`` text's cosine in an entry's score (``indexer.embedding.fields``): the best of
 0.3/0.5/0.7 on StackFAQ dev (bench/faq_fields.py). Here, beside the other defaults the CLI states,
-because ``indexer.fields`` loads NumPy and ``semsearch --help`` loads none."""
+because ``indexer.embedding.fields`` loads NumPy and ``semsearch --help`` loads none."""
 COMBINES = ("mean", "sum", "concat")
 POOLINGS = ("cls", "mean", "max", "mean-max", "pooler")
 POSTPROCESSES = ("none", "center", "whiten")
@@ -66,7 +66,7 @@ class Strategy:
         Queries are always truncated.
     normalize: L2-normalise output vectors (an index always stores unit vectors).
     postprocess: ``center`` or ``whiten`` the vectors with statistics fitted on the indexed texts
-        (anisotropy correction, see ``indexer.transform``); ``whiten_dims`` keeps that many.
+        (anisotropy correction, see ``indexer.embedding.transform``); ``whiten_dims`` keeps that many.
     backend: ``onnx`` (default: ONNX Runtime, faster), ``torch`` (the reference, same vectors) or
         ``onnx-int8`` (int8 weights: slightly different vectors); see ``indexer.encoders.onnx_export``.
         Where a model cannot be exported to ONNX, ``onnx`` runs on torch (``indexer.encoders.factory``).
@@ -74,7 +74,7 @@ class Strategy:
         tokenised, as models trained with them expect (e5: ``query: `` and ``passage: ``; BGE: an
         instruction before queries). Symmetric comparisons (STS pairs, a sweep's sentences) read
         both sides as queries, the sentence-transformers convention for e5.
-    model_fingerprint: set on resolving for a local model directory (``indexer.models``): what
+    model_fingerprint: set on resolving for a local model directory (``indexer.embedding.models``): what
         identifies the model wherever it lies. ``None`` for a named model (the bundled default).
     """
 

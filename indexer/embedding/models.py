@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from indexer.embedding.strategy import AUTO, DEFAULT_MODEL, Strategy
 from indexer.errors import BadInput, StrategyConflict
-from indexer.strategy import AUTO, DEFAULT_MODEL, Strategy
 
 FINGERPRINTED = (
     "config.json",

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from indexer.strategy import Strategy
 
 if TYPE_CHECKING:
     from indexer.encoders.torch_encoder import TorchEncoder

@@ -18,7 +18,7 @@ that adds the column), so a filter compares numbers as numbers in any corpus for
   ``<=``, ``>``, ``>=`` with a number: see ``search.filters``);
 - otherwise (or any JSON list/object, stored as JSON text) -> ``text``.
 
-The id field's column is ``text`` whatever its values (``indexer.build.survey_corpus``): ids are
+The id field's column is ``text`` whatever its values (``indexer.writing.build.survey_corpus``): ids are
 text, ``"01"`` and ``"1"`` two of them.
 
 In a numeric column an empty cell (or empty string) is NULL. NUMERIC stores a whole float as an

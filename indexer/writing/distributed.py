@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from indexer.corpus import Entry
+from indexer.embedding.strategy import Strategy
 from indexer.encoders.base import Choice
 from indexer.errors import BadInput, SemsearchError, StrategyConflict, WorkerFailed
 from indexer.progress import Share
-from indexer.strategy import Strategy
+from indexer.reading.corpus import Entry
 
 LOCAL = "local"
 LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -149,7 +149,7 @@ def embed_on_ray(
     (default: one per CPU of the cluster). ``strategy`` must be resolved (the index's); a worker
     whose model is another fails the run with ``StrategyConflict``. ``before_partition`` runs in
     the worker before each partition (tests kill a worker there)."""
-    from indexer.shards import combine
+    from indexer.writing.shards import combine
 
     if workers is not None and workers < 1:
         raise BadInput(f"Ray workers must be at least 1, not {workers}")

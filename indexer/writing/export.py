@@ -1,7 +1,8 @@
 """``semsearch export-encoder``: an index's query encoder as files other programs load, namely one
 ONNX model from token ids to the index's final vectors (``indexer.encoders.standalone``), its
 ``tokenizer.json`` (truncating at the index's ``max_length``) and a README of inputs and outputs.
-The directory is written beside its target and moved in whole (``indexer.outputs``): never half an export."""
+The directory is written beside its target and moved in whole (``indexer.writing.outputs``):
+never half an export."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from indexer.embedding.models import model_file, read_json
 from indexer.errors import BadInput
-from indexer.models import model_file, read_json
-from indexer.outputs import staged_dir
+from indexer.writing.outputs import staged_dir
 
 if TYPE_CHECKING:
     from indexer.encoders.onnx_graph import GraphSpec

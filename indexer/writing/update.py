@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from indexer.catalog import Catalog, content_hash
-from indexer.corpus import Corpus, CorpusOptions, Rejection, check_field_count, entry_id, read_corpus
+from indexer.embedding.fields import FieldScoring, embed_entries
 from indexer.errors import BadInput
-from indexer.field_types import comparable, misfit
-from indexer.fields import FieldScoring, embed_entries
-from indexer.formats import lines_of
 from indexer.progress import Progress
-from indexer.rows import ROWS_NAME, CorpusSource, is_path
+from indexer.reading.corpus import Corpus, CorpusOptions, Rejection, check_field_count, entry_id, read_corpus
+from indexer.reading.field_types import comparable, misfit
+from indexer.reading.formats import lines_of
+from indexer.reading.rows import ROWS_NAME, CorpusSource, is_path
 from indexer.store import Change, apply_change, commit_change, live_meta, open_index, writer_lock
 
 _ROW_ID = re.compile(r"[1-9][0-9]*")
@@ -71,9 +71,9 @@ def add_to_index(
     value cannot be stored in its column as written is rejected (``field_types.misfit``). ``wait``:
     seconds to wait for another writer; ``ray``/``ray_workers``, ``device``/``precision``: as
     ``build_index`` takes them."""
-    from indexer.distributed import RayEncoder
     from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
+    from indexer.writing.distributed import RayEncoder
 
     started = time.perf_counter()
     index_dir = Path(index_dir)

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from indexer.corpus import Entry, field_text, nearest, spelled
+from indexer.embedding.strategy import DEFAULT_WEIGHT
 from indexer.errors import BadInput
 from indexer.progress import Share
-from indexer.strategy import DEFAULT_WEIGHT
+from indexer.reading.corpus import Entry, field_text, nearest, spelled
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
