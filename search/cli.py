@@ -651,6 +651,12 @@ def _under_half(rule: Any) -> str | None:
     "--self", "from_corpus", is_flag=True, help="No labelled questions: make them from the index's own texts."
 )
 @click.option("--remove", is_flag=True, help="Remove the index's calibration (hits are no longer marked).")
+@click.option(
+    "--hybrid-weight",
+    type=float,
+    help="Store this keyword share (0..1) for hybrid search instead: the best weight `sweep retrieval` "
+    "measures on your labels.",
+)
 @encoding_option
 @rule_options
 @json_option("the stored rule's threshold, precision, coverage and features")
@@ -662,6 +668,7 @@ def calibrate_command(
     qrels: Path | None,
     from_corpus: bool,
     remove: bool,
+    hybrid_weight: float | None,
     encoding: str,
     precision: float,
     guarantee: float | None,
@@ -674,10 +681,18 @@ def calibrate_command(
     """Fit and store the rule that marks hits answered, with its promise: precision >= --precision
     with --guarantee confidence. Each answerable question is also asked with its answers hidden,
     so labels that are all answerable still teach it to abstain; unjudged questions are
-    unanswerable ones. With --self, the questions are the index's own texts with words dropped."""
+    unanswerable ones. With --self, the questions are the index's own texts with words dropped.
+    With --hybrid-weight, store the keyword share hybrid search fuses with instead."""
     from search.calibration import calibrate_index, remove_calibration
     from search.evaluate import read_retrieval_set
+    from search.hybrid import store_hybrid_weight
 
+    if hybrid_weight is not None:
+        if remove or from_corpus or queries_file or qrels:
+            raise click.UsageError("--hybrid-weight takes no questions and no --remove")
+        stored = store_hybrid_weight(index_dir, hybrid_weight, wait)
+        click.echo(f"hybrid weight {stored:g} stored: hybrid fuses {1 - stored:g} dense + {stored:g} keyword")
+        return
     if remove:
         if from_corpus or queries_file or qrels:
             raise click.UsageError("--remove takes no questions")
@@ -1130,6 +1145,14 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
         if info["keywords"]
         else "none (written before keyword search): its next version (add, delete or compact) keeps them"
     )
+    if info["keywords"]:
+        from search.hybrid import DEFAULT_WEIGHT, IDENTIFIER_WEIGHT
+
+        weight = info["hybrid_weight"]
+        shown["hybrid_weight"] = (
+            f"{DEFAULT_WEIGHT if weight is None else weight:g} ({'default' if weight is None else 'stored'}; "
+            f"at least {IDENTIFIER_WEIGHT:g} for a query holding a code)"
+        )
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)
     for key, value in shown.items():

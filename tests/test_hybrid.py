@@ -15,7 +15,7 @@ from indexer.errors import BadInput
 from indexer.store import live_version, open_index
 from indexer.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
-from search.hybrid import fuse, match_expression
+from search.hybrid import fuse, match_expression, store_hybrid_weight
 from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv
 
 HOSTILE = ['"', 'say "hi', "*", "bikes*", "NEAR(a b)", "a AND OR NOT b", "col:bikes", "(((", "^b", "-", "'"]
@@ -168,3 +168,37 @@ def test_the_server_searches_in_every_mode_and_answers_a_bad_one_with_400(index)
         assert client.post("/search", json={"query": "bikes", "mode": "sparse"}).status_code == 400
         refused = client.post("/search", json={"query": "bikes", "mode": "keyword", "min_score": 0.5})
         assert refused.status_code == 400 and "cosine" in refused.json()["error"]
+
+
+def fused_ids(engine: SearchEngine, query: str, weight: float, k: int = 5) -> list[str]:
+    """The top k of the fusion at ``weight``, computed from the dense and keyword rankings."""
+    dense = {h.id: h.score for h in engine.search(query, k=100, mode="dense")}
+    keyword = {h.id: h.score for h in engine.search(query, k=100, mode="keyword")}
+    return list(fuse(dense, keyword, weight))[:k]
+
+
+def test_a_stored_weight_decides_the_fusion_and_outlives_updates(index, tmp_path):
+    engine = SearchEngine(index)
+    assert [h.id for h in engine.search("billing app", k=5)] == fused_ids(engine, "billing app", 0.15)
+    assert fused_ids(engine, "billing app", 0.9) != fused_ids(engine, "billing app", 0.15)
+    store_hybrid_weight(index, 0.9)
+    engine = SearchEngine(index)
+    assert [h.id for h in engine.search("billing app", k=5)] == fused_ids(engine, "billing app", 0.9)
+    assert open_index(index, vectors=False).info()["hybrid_weight"] == 0.9
+    add_to_index(index, write_csv(tmp_path / "u.csv", [("n1", "zebra", "app")]))
+    assert open_index(index, vectors=False).info()["hybrid_weight"] == 0.9
+    live = live_version(index)
+    for bad in (1.5, -0.1):
+        with pytest.raises(BadInput, match=r"\[0, 1\]"):
+            store_hybrid_weight(index, bad)
+    assert live_version(index) == live  # nothing written
+
+
+@pytest.mark.slow
+def test_calibrate_stores_a_hybrid_weight_that_info_shows_and_refuses_one_outside_0_1(index):
+    assert "hybrid_weight: 0.15 (default" in run("info", index).stdout
+    assert_clean_failure(run("calibrate", index, "--hybrid-weight", "1.5"), "[0, 1]")
+    assert_clean_failure(run("calibrate", index, "--hybrid-weight", "0.3", "--self"), "--hybrid-weight")
+    stored = run("calibrate", index, "--hybrid-weight", "0.3")
+    assert stored.returncode == 0 and "0.3" in stored.stdout, stored.stderr
+    assert "hybrid_weight: 0.3 (stored" in run("info", index).stdout
