@@ -1530,7 +1530,7 @@ def sweep_retrieval_command(
 ) -> None:
     """Every strategy of the grid on a retrieval set, ranked by --metric."""
     from search.evaluate import read_retrieval_set
-    from search.sweep import sweep_retrieval
+    from search.sweep import retrieval_sweep
 
     if corpus is None:
         raise click.UsageError("give --corpus")
@@ -1538,7 +1538,7 @@ def sweep_retrieval_command(
     data = read_retrieval_set(queries_file, qrels, encoding)
     fields = _split(text_field)
     metric = metric or f"mrr@{k}"
-    cells = sweep_retrieval(
+    sweep = retrieval_sweep(
         data,
         corpus,
         plan.base,
@@ -1553,7 +1553,7 @@ def sweep_retrieval_command(
         encoding=encoding,
     )
     _report_sweep(
-        cells,
+        sweep.cells,
         metric,
         csv_path,
         heatmap,
@@ -1561,6 +1561,24 @@ def sweep_retrieval_command(
         corpus.name,
         f"semsearch index {corpus} -o INDEX --text-field {text_field}",
     )
+    _report_modes(sweep.modes, metric)
+
+
+def _report_modes(modes: Any, metric: str) -> None:
+    """The best cell searched dense, by keywords and hybrid at each keyword share, and the best share."""
+    metrics = [m for m in modes.cell.scores if m != "queries"]
+    click.echo("\nthe best cell in every mode (query --mode; docs/hybrid.md):")
+    click.echo(f"{'mode':<12} " + " ".join(f"{m:>9}" for m in metrics))
+    rows = {"dense": modes.cell.scores, "keyword": modes.keyword}
+    rows.update({f"hybrid {weight:g}": scores for weight, scores in modes.hybrid.items()})
+    for name, scores in rows.items():
+        click.echo(f"{name:<12} " + " ".join(f"{scores[m]:9.3f}" for m in metrics))
+    best = modes.best_weight(metric)
+    click.echo(
+        f"\nbest keyword weight by {metric}: {best:g} (hybrid {modes.hybrid[best][metric]:.3f}, "
+        f"dense {modes.cell.scores[metric]:.3f})"
+    )
+    click.echo(f"store it: semsearch calibrate INDEX --hybrid-weight {best:g}")
 
 
 @cli.command("tune")
