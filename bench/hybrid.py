@@ -20,10 +20,9 @@ import numpy as np
 from indexer.writing.build import build_index
 from search.engine import SearchEngine
 from search.evaluate import read_qrels, retrieval_metrics
-from search.hybrid import fuse
+from search.hybrid import WEIGHTS, fuse
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"
-WEIGHTS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
 
 
 def rrf(dense: dict[int, float], keyword: dict[int, float], weight: float) -> dict[int, float]:

@@ -662,6 +662,12 @@ def _under_half(rule: Any) -> str | None:
     "--self", "from_corpus", is_flag=True, help="No labelled questions: make them from the index's own texts."
 )
 @click.option("--remove", is_flag=True, help="Remove the index's calibration (hits are no longer marked).")
+@click.option(
+    "--hybrid-weight",
+    type=float,
+    help="Store this keyword share (0..1) for hybrid search instead: the best weight `sweep retrieval` "
+    "measures on your labels.",
+)
 @encoding_option
 @rule_options
 @json_option("the stored rule's threshold, precision, coverage and features")
@@ -673,6 +679,7 @@ def calibrate_command(
     qrels: Path | None,
     from_corpus: bool,
     remove: bool,
+    hybrid_weight: float | None,
     encoding: str,
     precision: float,
     guarantee: float | None,
@@ -685,10 +692,18 @@ def calibrate_command(
     """Fit and store the rule that marks hits answered, with its promise: precision >= --precision
     with --guarantee confidence. Each answerable question is also asked with its answers hidden,
     so labels that are all answerable still teach it to abstain; unjudged questions are
-    unanswerable ones. With --self, the questions are the index's own texts with words dropped."""
+    unanswerable ones. With --self, the questions are the index's own texts with words dropped.
+    With --hybrid-weight, store the keyword share hybrid search fuses with instead."""
     from search.calibration import calibrate_index, remove_calibration
     from search.evaluate import read_retrieval_set
+    from search.hybrid import store_hybrid_weight
 
+    if hybrid_weight is not None:
+        if remove or from_corpus or queries_file or qrels:
+            raise click.UsageError("--hybrid-weight takes no questions and no --remove")
+        stored = store_hybrid_weight(index_dir, hybrid_weight, wait)
+        click.echo(f"hybrid weight {stored:g} stored: hybrid fuses {1 - stored:g} dense + {stored:g} keyword")
+        return
     if remove:
         if from_corpus or queries_file or qrels:
             raise click.UsageError("--remove takes no questions")
@@ -1160,6 +1175,14 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
         if info["keywords"]
         else "none (written before keyword search): its next version (add, delete or compact) keeps them"
     )
+    if info["keywords"]:
+        from search.hybrid import DEFAULT_WEIGHT, IDENTIFIER_WEIGHT
+
+        weight = info["hybrid_weight"]
+        shown["hybrid_weight"] = (
+            f"{DEFAULT_WEIGHT if weight is None else weight:g} ({'default' if weight is None else 'stored'}; "
+            f"at least {IDENTIFIER_WEIGHT:g} for a query holding a code)"
+        )
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)
     for key, value in shown.items():
@@ -1548,7 +1571,7 @@ def sweep_retrieval_command(
 ) -> None:
     """Every strategy of the grid on a retrieval set, ranked by --metric."""
     from search.evaluate import read_retrieval_set
-    from search.sweep import sweep_retrieval
+    from search.sweep import retrieval_sweep
 
     if corpus is None:
         raise click.UsageError("give --corpus")
@@ -1558,7 +1581,7 @@ def sweep_retrieval_command(
     data = read_retrieval_set(queries_file, qrels, encoding)
     fields = _split(text_field)
     metric = metric or f"mrr@{k}"
-    cells = sweep_retrieval(
+    sweep = retrieval_sweep(
         data,
         corpus,
         plan.base,
@@ -1573,7 +1596,7 @@ def sweep_retrieval_command(
         encoding=encoding,
     )
     _report_sweep(
-        cells,
+        sweep.cells,
         metric,
         csv_path,
         heatmap,
@@ -1581,6 +1604,24 @@ def sweep_retrieval_command(
         corpus.name,
         f"semsearch index {corpus} -o INDEX --text-field {text_field}",
     )
+    _report_modes(sweep.modes, metric)
+
+
+def _report_modes(modes: Any, metric: str) -> None:
+    """The best cell searched dense, by keywords and hybrid at each keyword share, and the best share."""
+    metrics = [m for m in modes.cell.scores if m != "queries"]
+    click.echo("\nthe best cell in every mode (query --mode; docs/hybrid.md):")
+    click.echo(f"{'mode':<12} " + " ".join(f"{m:>9}" for m in metrics))
+    rows = {"dense": modes.cell.scores, "keyword": modes.keyword}
+    rows.update({f"hybrid {weight:g}": scores for weight, scores in modes.hybrid.items()})
+    for name, scores in rows.items():
+        click.echo(f"{name:<12} " + " ".join(f"{scores[m]:9.3f}" for m in metrics))
+    best = modes.best_weight(metric)
+    click.echo(
+        f"\nbest keyword weight by {metric}: {best:g} (hybrid {modes.hybrid[best][metric]:.3f}, "
+        f"dense {modes.cell.scores[metric]:.3f})"
+    )
+    click.echo(f"store it: semsearch calibrate INDEX --hybrid-weight {best:g}")
 
 
 @cli.command("tune")

@@ -27,7 +27,7 @@ from indexer.vectors.entries import EntryVectors
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
 from search.encoding import Encoding
 from search.filters import parse_filter
-from search.hybrid import DEFAULT_MODE, DEFAULT_WEIGHT, Words, check_mode, ranked
+from search.hybrid import DEFAULT_MODE, Words, check_mode, ranked, stored_weight
 from search.requests import Allowed, Embedding, Hit, check_queries, check_strategy, here
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ class Snapshot:
         resolved = self.mode(mode, min_score)
         if resolved == "dense":
             return None
-        weight = float(self.meta.get("hybrid_weight", DEFAULT_WEIGHT))
+        weight = stored_weight(self.meta)
         return [Words(query, resolved, weight) for query in queries]
 
     def keyword_ranking(self, words: Words, k: int, allowed: Allowed | None) -> dict[int, float]:

@@ -18,8 +18,10 @@ plain words, and a query with no word in it matches nothing (an empty keyword ra
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from indexer.errors import BadInput
 
@@ -27,7 +29,11 @@ MODES = ("dense", "keyword", "hybrid")
 DEFAULT_MODE = "hybrid"
 """The mode that won on StackFAQ dev (docs/hybrid.md)."""
 DEFAULT_WEIGHT = 0.15
-"""The keyword ranking's share in a hybrid score unless the index stores one (``hybrid_weight``)."""
+"""The keyword ranking's share in a hybrid score unless the index stores one (``WEIGHT_KEY``)."""
+WEIGHT_KEY = "hybrid_weight"
+"""The meta key of an index's own keyword share (``store_hybrid_weight``)."""
+WEIGHTS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
+"""The keyword shares a sweep measures on the user's labels (``search.sweep``)."""
 IDENTIFIER_WEIGHT = 0.5
 """The keyword share for a query holding an identifier (a word of letters and digits: an error
 code, a SKU, a version), where the exact word decides and a sentence model sees near-misses."""
@@ -51,6 +57,26 @@ def check_weight(weight: float) -> float:
     if not 0 <= weight <= 1:
         raise BadInput(f"hybrid weight must be in [0, 1], not {weight}")
     return float(weight)
+
+
+def stored_weight(meta: Mapping[str, Any]) -> float:
+    """The keyword share an index's meta stores, else ``DEFAULT_WEIGHT``; a value that is not a
+    number in [0, 1] (a hand-edited meta) is one line, not a ranking nobody asked for."""
+    value = meta.get(WEIGHT_KEY, DEFAULT_WEIGHT)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadInput(f"the index's {WEIGHT_KEY} {value!r} is not a number: store one with --hybrid-weight")
+    return check_weight(value)
+
+
+def store_hybrid_weight(index_dir: str | Path, weight: float, wait: float = 0) -> float:
+    """Store ``weight`` as the index's keyword share (a new version, under the writer lock like
+    any write), checked first so a bad one writes nothing."""
+    from indexer.store import Change, apply_change, writer_lock
+
+    weight = check_weight(weight)
+    with writer_lock(Path(index_dir), wait):
+        apply_change(index_dir, Change(meta={WEIGHT_KEY: weight}))
+    return weight
 
 
 def match_expression(query: str) -> str | None:

@@ -4,24 +4,33 @@ per text (all hidden states at once), so the whole grid costs about as much as o
 Grid: every single hidden state 0..L, last four summed / averaged / concatenated, first-last
 average, times cls / mean / max / mean-max, plus the pooler output; optionally times
 post-processing (none / center / whiten).
+
+A retrieval sweep also searches its best cell by keywords and hybrid at each keyword share of
+``search.hybrid.WEIGHTS``, ranked as an index of that strategy ranks (``Modes``): the weight to
+store on the index (``calibrate --hybrid-weight``) measured on the user's own labels.
 """
 
 from __future__ import annotations
 
 import csv
 import shlex
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from indexer.catalog import Catalog
 from indexer.embedding.strategy import POOLINGS, POSTPROCESSES, ROLES, Strategy
 from indexer.embedding.transform import Transform
 from indexer.errors import BadInput
 from indexer.progress import Progress
-from indexer.reading.corpus import read_corpus
+from indexer.reading.corpus import Entry, read_corpus
 from search.evaluate import Pairs, RetrievalSet, metric_names, pair_vectors, retrieval_metrics, sts_scores
+from search.hybrid import DEFAULT_WEIGHT, POOL, WEIGHTS, Ranking, Words, ranked
 
 
 @dataclass(frozen=True)
@@ -164,7 +173,36 @@ def sweep_sts(
     return _best_first(results, "spearman")
 
 
+@dataclass(frozen=True)
+class Modes:
+    """A retrieval sweep's best cell searched three ways on the same labels: dense (the cell's own
+    scores), keyword (BM25 of the corpus texts, as an index's keyword table ranks them) and hybrid
+    at each keyword share of ``WEIGHTS`` (a query holding a code gets at least
+    ``IDENTIFIER_WEIGHT``, as in a search)."""
+
+    cell: Cell
+    keyword: dict[str, float]
+    hybrid: dict[float, dict[str, float]]  # keyword share -> metrics
+
+    def best_weight(self, metric: str) -> float:
+        """The share with the highest ``metric``; a tie goes to the one nearest the default."""
+        return max(self.hybrid, key=lambda w: (self.hybrid[w][metric], -abs(w - DEFAULT_WEIGHT)))
+
+
+@dataclass(frozen=True)
+class RetrievalSweep:
+    cells: list[Cell]  # best first
+    modes: Modes
+
+
 def sweep_retrieval(
+    data: RetrievalSet, corpus: str | Path, base: Strategy | None = None, **options: Any
+) -> list[Cell]:
+    """Every cell's retrieval metrics, best first (``retrieval_sweep`` without the modes)."""
+    return retrieval_sweep(data, corpus, base, **options).cells
+
+
+def retrieval_sweep(
     data: RetrievalSet,
     corpus: str | Path,
     base: Strategy | None = None,
@@ -178,9 +216,10 @@ def sweep_retrieval(
     device: str = "auto",
     precision: str = "auto",
     encoding: str = "utf-8",
-) -> list[Cell]:
+) -> RetrievalSweep:
     """Every cell's retrieval metrics at cutoff ``k`` (exact cosine search, as the index does),
-    best first by ``metric`` (default ``mrr@k``); ``encoding``: the corpus file's."""
+    best first by ``metric`` (default ``mrr@k``), and the best cell's ``Modes``; ``encoding``:
+    the corpus file's."""
     metric = metric or f"mrr@{k}"
     if metric not in metric_names(k):
         raise BadInput(f"metric must be one of {', '.join(metric_names(k))}, not {metric!r}")
@@ -197,22 +236,68 @@ def sweep_retrieval(
         precision,
     )
     top_k = min(k, len(entries))
-    results = []
+    results, raw = [], []
     for (row, strategy), doc_raw, query_raw in zip(cells, docs, queries, strict=True):
         for post in postprocesses:
             cell = replace(
                 strategy, postprocess=post, whiten_dims=base.whiten_dims if post == "whiten" else None
             )
-            transform = Transform.for_strategy(cell, doc_raw)  # fitted on the corpus, as an index is
-            d = Transform.apply_optional(transform, doc_raw)
-            q = Transform.apply_optional(transform, query_raw)
-            d = d / np.linalg.norm(d, axis=1, keepdims=True).clip(min=1e-12)
-            q = q / np.linalg.norm(q, axis=1, keepdims=True).clip(min=1e-12)
-            scores = q @ d.T
+            scores = _cosines(cell, doc_raw, query_raw)
             top = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]
-            ranked = {q.id: doc_ids[top[i]].tolist() for i, q in enumerate(data.queries)}
-            results.append(Cell(row, cell, retrieval_metrics(ranked, data.qrels, k)))
-    return _best_first(results, metric)
+            found = {q.id: doc_ids[top[i]].tolist() for i, q in enumerate(data.queries)}
+            results.append(Cell(row, cell, retrieval_metrics(found, data.qrels, k)))
+            raw.append((doc_raw, query_raw))
+    ordered = _best_first(results, metric)
+    best = ordered[0]
+    cosines = _cosines(best.strategy, *raw[results.index(best)])  # again: keeping every cell's costs memory
+    return RetrievalSweep(ordered, _modes(best, cosines, entries, data, k))
+
+
+def _cosines(cell: Strategy, doc_raw: np.ndarray, query_raw: np.ndarray) -> np.ndarray:
+    """Query x document cosines of one cell, post-processed as an index of it would be."""
+    transform = Transform.for_strategy(cell, doc_raw)  # fitted on the corpus, as an index is
+    d = Transform.apply_optional(transform, doc_raw)
+    q = Transform.apply_optional(transform, query_raw)
+    d = d / np.linalg.norm(d, axis=1, keepdims=True).clip(min=1e-12)
+    q = q / np.linalg.norm(q, axis=1, keepdims=True).clip(min=1e-12)
+    return q @ d.T
+
+
+def keyword_rankings(entries: Sequence[Entry], said: Sequence[Words], count: int) -> list[Ranking]:
+    """Each query's ``count`` best keyword matches (entry position -> BM25), from the same FTS5
+    table an index keeps (``indexer.catalog``), made in a temporary file."""
+    with tempfile.TemporaryDirectory(prefix="semsearch-sweep-") as tmp:
+        catalog = Catalog.create(Path(tmp) / "keywords.db", {})
+        try:
+            catalog.put(entries, range(len(entries)), [1] * len(entries))
+            return [dict(catalog.keyword_search(w.match, count)) if w.match else {} for w in said]
+        finally:
+            catalog.close()
+
+
+def _modes(best: Cell, cosines: np.ndarray, entries: Sequence[Entry], data: RetrievalSet, k: int) -> Modes:
+    """``Modes`` of the best cell from its cosines: keyword and hybrid fetched as a search does."""
+    doc_ids = np.array([e.id for e in entries])
+    said = [Words(q.text, "hybrid") for q in data.queries]
+    keyword = keyword_rankings(entries, said, max(k, POOL))
+
+    top = np.argsort(-cosines, axis=1, kind="stable")[:, : max(k, POOL)]  # the most a search fetches
+
+    def dense(i: int, n: int) -> Ranking:
+        return {int(j): float(cosines[i, j]) for j in top[i, :n]}
+
+    def first(ranking: Ranking, n: int) -> Ranking:
+        return dict(list(ranking.items())[:n])
+
+    def measured(mode: str, weight: float) -> dict[str, float]:
+        found = {}
+        for i, query in enumerate(data.queries):
+            share = replace(said[i], weight=weight).share
+            hits = ranked(mode, k, partial(dense, i), partial(first, keyword[i]), share)
+            found[query.id] = doc_ids[list(hits)].tolist()
+        return retrieval_metrics(found, data.qrels, k)
+
+    return Modes(best, measured("keyword", DEFAULT_WEIGHT), {w: measured("hybrid", w) for w in WEIGHTS})
 
 
 def _best_first(cells: list[Cell], metric: str) -> list[Cell]:

@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from indexer.store import live_version, open_index
 from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
-from search.hybrid import fuse, match_expression
+from search.cli import cli
+from search.evaluate import evaluate_retrieval, read_retrieval_set
+from search.hybrid import WEIGHTS, fuse, match_expression, store_hybrid_weight
+from search.sweep import retrieval_sweep
 from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv
 
 HOSTILE = ['"', 'say "hi', "*", "bikes*", "NEAR(a b)", "a AND OR NOT b", "col:bikes", "(((", "^b", "-", "'"]
@@ -168,3 +173,78 @@ def test_the_server_searches_in_every_mode_and_answers_a_bad_one_with_400(index)
         assert client.post("/search", json={"query": "bikes", "mode": "sparse"}).status_code == 400
         refused = client.post("/search", json={"query": "bikes", "mode": "keyword", "min_score": 0.5})
         assert refused.status_code == 400 and "cosine" in refused.json()["error"]
+
+
+def fused_ids(engine: SearchEngine, query: str, weight: float, k: int = 5) -> list[str]:
+    """The top k of the fusion at ``weight``, computed from the dense and keyword rankings."""
+    dense = {h.id: h.score for h in engine.search(query, k=100, mode="dense")}
+    keyword = {h.id: h.score for h in engine.search(query, k=100, mode="keyword")}
+    return list(fuse(dense, keyword, weight))[:k]
+
+
+def test_a_stored_weight_decides_the_fusion_and_outlives_updates(index, tmp_path):
+    engine = SearchEngine(index)
+    assert [h.id for h in engine.search("billing app", k=5)] == fused_ids(engine, "billing app", 0.15)
+    assert fused_ids(engine, "billing app", 0.9) != fused_ids(engine, "billing app", 0.15)
+    store_hybrid_weight(index, 0.9)
+    engine = SearchEngine(index)
+    assert [h.id for h in engine.search("billing app", k=5)] == fused_ids(engine, "billing app", 0.9)
+    assert open_index(index, vectors=False).info()["hybrid_weight"] == 0.9
+    add_to_index(index, write_csv(tmp_path / "u.csv", [("n1", "zebra", "app")]))
+    assert open_index(index, vectors=False).info()["hybrid_weight"] == 0.9
+    live = live_version(index)
+    for bad in (1.5, -0.1):
+        with pytest.raises(BadInput, match=r"\[0, 1\]"):
+            store_hybrid_weight(index, bad)
+    assert live_version(index) == live  # nothing written
+
+
+@pytest.mark.slow
+def test_calibrate_stores_a_hybrid_weight_that_info_shows_and_refuses_one_outside_0_1(index):
+    assert "hybrid_weight: 0.15 (default" in run("info", index).stdout
+    assert_clean_failure(run("calibrate", index, "--hybrid-weight", "1.5"), "[0, 1]")
+    assert_clean_failure(run("calibrate", index, "--hybrid-weight", "0.3", "--self"), "--hybrid-weight")
+    stored = run("calibrate", index, "--hybrid-weight", "0.3")
+    assert stored.returncode == 0 and "0.3" in stored.stdout, stored.stderr
+    assert "hybrid_weight: 0.3 (stored" in run("info", index).stdout
+
+
+def code_questions(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The error-code FAQ as a corpus, and a question on each of its first 12 codes."""
+    faq = error_faq()
+    corpus, queries, qrels = tmp_path / "codes.jsonl", tmp_path / "q.jsonl", tmp_path / "qrels.tsv"
+    corpus.write_text("\n".join(json.dumps(row) for row in faq))
+    asked = [{"id": f"q{i}", "text": f"my pump shows {row['id']}"} for i, row in enumerate(faq[:12])]
+    queries.write_text("\n".join(json.dumps(q) for q in asked))
+    qrels.write_text("".join(f"q{i}\t{row['id']}\t1\n" for i, row in enumerate(faq[:12])))
+    return corpus, queries, qrels
+
+
+def test_sweep_retrieval_measures_keyword_and_every_hybrid_weight_for_its_best_cell(tmp_path, tiny_model):
+    corpus, queries, qrels = code_questions(tmp_path)
+    data = read_retrieval_set(queries, qrels)
+    sweep = retrieval_sweep(data, corpus, Strategy(model=tiny_model), poolings=("mean",))
+    modes = sweep.modes
+    assert modes.cell == sweep.cells[0]
+    assert set(modes.hybrid) == set(WEIGHTS)
+    best = modes.best_weight("mrr@10")
+    assert modes.hybrid[best]["mrr@10"] == max(m["mrr@10"] for m in modes.hybrid.values())
+    # what an index of the best cell's strategy answers, its weight stored
+    build_index(corpus, tmp_path / "idx", replace(modes.cell.strategy, backend="torch"))
+    for weight in (WEIGHTS[0], WEIGHTS[-1]):
+        store_hybrid_weight(tmp_path / "idx", weight)
+        measured = evaluate_retrieval(data, index_dir=tmp_path / "idx")
+        assert measured["keyword mrr@10"] == pytest.approx(modes.keyword["mrr@10"])
+        assert measured["dense mrr@10"] == pytest.approx(modes.cell.scores["mrr@10"])
+        assert measured["hybrid mrr@10"] == pytest.approx(modes.hybrid[weight]["mrr@10"])
+
+
+def test_sweep_retrieval_prints_the_modes_the_best_weight_and_how_to_store_it(tmp_path, tiny_model):
+    corpus, queries, qrels = code_questions(tmp_path)
+    args = ["sweep", "retrieval", "--corpus", corpus, "--queries", queries, "--qrels", qrels]
+    result = CliRunner().invoke(cli, [*map(str, args), "--model", tiny_model, "--poolings", "mean"])
+    assert result.exit_code == 0, result.output
+    for row in ("dense", "keyword", *(f"hybrid {w:g}" for w in WEIGHTS)):
+        assert f"\n{row} " in result.output
+    assert "best keyword weight by mrr@10: " in result.output
+    assert "store it: semsearch calibrate INDEX --hybrid-weight " in result.output

@@ -132,6 +132,7 @@ class StoredIndex:
             "fields": self.catalog.field_types(),
             "calibration": meta.calibration or None,
             "keywords": self.catalog.has_keywords(),  # the FTS5 table keyword and hybrid search read
+            "hybrid_weight": meta.get("hybrid_weight"),  # its keyword share in hybrid search (None: default)
         }
 
 
