@@ -22,7 +22,8 @@ from tests.helpers import ROOT, random_bert, shared_file
 
 pytest.importorskip("onnxruntime")
 
-ODD = ["", " ", "naïve café — 東京 🚀", "x" * 5000, "\u200b\u0301", "word " * 600]
+ODD = ["naïve café — 東京 🚀", "x" * 5000, "\u200ba\u0301", "word " * 600, "?"]
+"""Odd texts the product embeds (a text with nothing a model reads is refused: tests/test_encoders.py)."""
 
 
 def stsb_sample(n: int = 200) -> list[str]:
@@ -75,14 +76,14 @@ GRID = (
 @pytest.mark.parametrize("fields", GRID, ids=lambda f: json.dumps(f, sort_keys=True))
 def test_every_strategy_matches_torch_on_the_tiny_model(tiny_model, fields):
     embedder, encoder = torch_free(Strategy(model=tiny_model, **fields))
-    sentences = stsb_sample() + ODD[2:]
+    sentences = stsb_sample() + ODD
     assert_same(embedder.embed(sentences), encoder.embed(sentences))
 
 
 @pytest.mark.slow
 def test_default_strategy_matches_torch_on_the_bundled_model(bundled):
     _, encoder = torch_free(Strategy())
-    sentences = stsb_sample() + ODD[2:]
+    sentences = stsb_sample() + ODD
     assert_same(bundled.embed(sentences), encoder.embed(sentences))
 
 

@@ -178,7 +178,7 @@ class TextTokenizer:
         content: list[int] = []
         bound = self.max_length * CHARS_PER_TOKEN
         while text:
-            piece = _cut(text, bound)
+            piece = _cut(text, bound, whole_words=True)
             content.extend(self.plain.encode(piece, add_special_tokens=False).ids)
             text = text[len(piece) :]
         width = self.window_length - len(prefix) - len(suffix)
@@ -199,12 +199,16 @@ class TextTokenizer:
         return whole[:at], whole[at + len(bare) :]
 
 
-def _cut(text: str, bound: int) -> str:
+def _cut(text: str, bound: int, *, whole_words: bool = False) -> str:
     """``text`` up to the last whitespace within ``bound`` characters (a word is never split, so
-    the words kept tokenise as in the whole text); one word longer than that is cut at ``bound``."""
+    the words kept tokenise as in the whole text); one word longer than that is cut at ``bound``,
+    or, with ``whole_words`` (pieces of a text read to its end), kept whole to its next space."""
     if len(text) <= bound:
         return text
     for end in range(bound, bound // 2, -1):
         if text[end].isspace():
             return text[:end]
-    return text[:bound]
+    if not whole_words:
+        return text[:bound]
+    space = next((i for i in range(bound, len(text)) if text[i].isspace()), len(text))
+    return text[:space]
