@@ -35,7 +35,7 @@ from indexer.progress import Progress
 from indexer.store import Change, apply_change, live_meta, writer_lock
 from search.components import groups
 from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood, Rule
-from search.engine import SearchEngine, Snapshot
+from search.engine import SearchEngine
 from search.promise import (
     GUARANTEE,
     HALF,
@@ -47,6 +47,7 @@ from search.promise import (
     weighted_precision,
 )
 from search.queries import Query
+from search.snapshot import Snapshot
 
 PLAIN = ("text",)
 """A cosine alone, each entry's own text's (its score unless the index scores a second text: for

@@ -31,7 +31,7 @@ from search.hybrid import MODES
 from search.queries import Query, read_queries
 
 if TYPE_CHECKING:
-    from search.engine import Snapshot
+    from search.snapshot import Snapshot
 
 
 @dataclass(frozen=True)

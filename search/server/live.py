@@ -11,7 +11,8 @@ from pathlib import Path
 
 from indexer.catalog import DatabaseError
 from indexer.errors import IndexDamaged, SemsearchError
-from search.engine import SearchEngine, Snapshot
+from search.engine import SearchEngine
+from search.snapshot import Snapshot
 
 
 class LiveEngine:
