@@ -30,7 +30,7 @@ from indexer.embedding.transform import Transform
 from indexer.errors import BadInput
 from indexer.progress import Progress, Share
 from indexer.reading.corpus import CorpusReader, Entry, blank
-from indexer.reading.formats import line_text, read_lines
+from indexer.reading.decoding import line_text, read_lines
 from indexer.writing.outputs import staged_file
 from search.queries import check_text
 

@@ -26,7 +26,7 @@ from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Rejection, rejection_summary
-from indexer.reading.formats import lines_of
+from indexer.reading.decoding import lines_of
 from search.hybrid import MODES
 from search.queries import Query, read_queries
 

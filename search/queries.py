@@ -13,7 +13,7 @@ from typing import Any
 
 from indexer.errors import BadInput
 from indexer.reading.corpus import entry_id
-from indexer.reading.formats import lines_of
+from indexer.reading.decoding import lines_of
 
 ID_KEYS = ("id", "_id")
 TEXT_KEYS = ("text", "query")

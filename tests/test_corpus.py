@@ -163,12 +163,12 @@ ODD_LINES = (
 def test_corpus_read_in_small_blocks_reads_as_a_whole_file(tmp_path, monkeypatch, block):
     """The file is read a block at a time: a line end, a multi-byte character or a BOM cut by a
     block boundary reads as it does in one piece."""
-    import indexer.reading.formats
+    import indexer.reading.decoding
 
     path = tmp_path / "odd.csv"
     path.write_bytes(ODD_LINES.encode("utf-8").replace("\xc3\xbf".encode("latin-1"), b"\xff"))
     whole = read_corpus(path)
-    monkeypatch.setattr(indexer.reading.formats, "_BLOCK", block)
+    monkeypatch.setattr(indexer.reading.decoding, "_BLOCK", block)
     streamed = read_corpus(path)
     assert [(e.id, e.text) for e in whole.entries] == [(e.id, e.text) for e in streamed.entries]
     assert whole.rejected == streamed.rejected
@@ -184,9 +184,9 @@ def test_corpus_read_in_small_blocks_reads_as_a_whole_file(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("fmt", ["text", "jsonl"])
 def test_line_formats_read_in_small_blocks(tmp_path, monkeypatch, fmt):
-    import indexer.reading.formats
+    import indexer.reading.decoding
 
-    monkeypatch.setattr(indexer.reading.formats, "_BLOCK", 2)
+    monkeypatch.setattr(indexer.reading.decoding, "_BLOCK", 2)
     lines = ["first \u00e9", "second\u2028third", "", "fourth"]
     if fmt == "jsonl":
         lines = [json.dumps({"text": t}, ensure_ascii=False) if t else "" for t in lines]
@@ -398,9 +398,9 @@ JSON_ARRAY = (
 def test_json_array_of_objects_and_strings(tmp_path, monkeypatch, block):
     """A JSON array (a spreadsheet's or a database's export): each object is a row, each string a
     text; any other element, or one that is not JSON, is rejected at its position, and the rest kept."""
-    import indexer.reading.formats
+    import indexer.reading.decoding
 
-    monkeypatch.setattr(indexer.reading.formats, "_BLOCK", block)
+    monkeypatch.setattr(indexer.reading.decoding, "_BLOCK", block)
     corpus = read_corpus(write(tmp_path / "export.json", JSON_ARRAY))
     assert [(e.id, e.text) for e in corpus.entries] == [
         ("1", "first"),

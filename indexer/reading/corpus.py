@@ -34,18 +34,15 @@ from typing import Any, BinaryIO
 
 from indexer.catalog import MAX_FIELDS, RESERVED
 from indexer.errors import BadInput
+from indexer.reading.decoding import SURROGATE, check_encoding, open_file, read_lines
 from indexer.reading.formats import (
     MAX_DEPTH,
-    SURROGATE,
     TOO_DEEP,
-    check_encoding,
     detect_format,
     file_delimiter,
     json_array_rows,
     json_row,
-    open_file,
     parse_rows,
-    read_lines,
     record_lines,
 )
 from indexer.reading.rows import ROWS_NAME, CorpusSource, Spool, is_path

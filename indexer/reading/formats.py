@@ -9,17 +9,23 @@ bounded by the longest line (a JSON array's: by its largest element).
 
 from __future__ import annotations
 
-import codecs
 import csv
 import json
 import re
-import sys
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from indexer.errors import BadInput
+from indexer.reading.decoding import (
+    SURROGATE,
+    Decoding,
+    blocks,
+    line_text,
+    open_file,
+    read_lines,
+)
 
 FORMATS = ("csv", "tsv", "jsonl", "json", "text")
 _SUFFIXES = {
@@ -36,10 +42,7 @@ MAX_DEPTH = 100
 """Levels of lists and objects a JSON value may nest; a deeper row is rejected (storing it as JSON
 text recurses once per level)."""
 TOO_DEEP = f"nested too deeply: more than {MAX_DEPTH} levels of lists and objects"
-SURROGATE = re.compile("[\udc80-\udcff]")
-"""What bytes that are not UTF-8 decode to (``surrogateescape``)."""
 csv.field_size_limit(1 << 30)
-_BLOCK = 1 << 20
 
 
 def detect_format(path: Path, fmt: str | None, encoding: str = "utf-8") -> str:
@@ -60,153 +63,10 @@ def detect_format(path: Path, fmt: str | None, encoding: str = "utf-8") -> str:
 def _first_character(path: Path, encoding: str) -> str:
     """The first character of the file that is not white space ("" for none)."""
     with open_file(path) as handle:
-        for text in _blocks(path, handle, encoding, _Decoding(path, encoding)):
+        for text in blocks(path, handle, encoding, Decoding(path, encoding)):
             if text.strip():
                 return text.strip()[0]
     return ""
-
-
-def open_file(path: Path) -> BinaryIO:
-    """The file opened for reading in binary, or why it cannot be, as one ``BadInput`` line."""
-    if not path.exists():
-        raise BadInput(f"no such file: {path}")
-    if not path.is_file():
-        raise BadInput(f"not a file: {path}")
-    try:
-        return path.open("rb")
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-
-
-def check_encoding(encoding: str) -> str:
-    """``encoding`` if Python has a text codec by that name; else one clear error."""
-    try:
-        codec = codecs.lookup(encoding)
-    except LookupError:
-        raise BadInput(f"unknown encoding {encoding!r}: try utf-8, cp1252, latin-1 or utf-16") from None
-    if not getattr(codec, "_is_text_encoding", True):
-        raise BadInput(f"{encoding!r} is not a text encoding: try utf-8, cp1252, latin-1 or utf-16")
-    return encoding
-
-
-def read_lines(path: Path | str, handle: BinaryIO, encoding: str = "utf-8") -> Iterator[str]:
-    """The file's lines with their ends: a line ends at ``\n`` (``\r\n`` is one end), as
-    ``wc -l`` counts, read in blocks (memory bounded by the longest line). A leading BOM is
-    dropped; bytes ``encoding`` cannot decode become surrogates, which reject their row, unless
-    so many lines hold them that the file is in another encoding: then one error naming it."""
-    check = _Decoding(path, encoding)
-    parts: list[str] = []  # the line being read, one piece per block
-    for text in _blocks(path, handle, encoding, check):
-        *ended, rest = text.split("\n")
-        for piece in ended:
-            line = "".join([*parts, piece, "\n"])
-            parts = []
-            check.line(line)
-            yield line
-        if rest:
-            parts.append(rest)
-    if parts:
-        check.line("".join(parts))
-        yield "".join(parts)
-    check.end()
-
-
-def _blocks(path: Path | str, handle: BinaryIO, encoding: str, check: _Decoding) -> Iterator[str]:
-    """The file's text, decoded a block at a time (a character cut by a block's end is in the
-    next), without a leading BOM; bytes ``encoding`` cannot decode become surrogates."""
-    decoder = codecs.getincrementaldecoder(check_encoding(encoding))(errors="surrogateescape")
-    first = True
-    while True:
-        try:
-            block = handle.read(_BLOCK)
-        except OSError as exc:
-            raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-        if first and block:
-            check.start(block)
-        text = decoder.decode(block, final=not block)
-        if first and text:
-            text, first = text.removeprefix("\ufeff"), False
-        if text:
-            yield text
-        if not block:
-            return
-
-
-def line_text(line: str) -> str:
-    """A line without its end (``\n`` or ``\r\n``)."""
-    return line.removesuffix("\n").removesuffix("\r")
-
-
-def lines_of(source: str | Path, encoding: str = "utf-8") -> list[str]:
-    """The lines of a small text file (ids, queries, judgements), or of stdin for ``-``, without
-    their ends: split as ``read_lines`` splits a corpus. Every line counts here, so one that
-    ``encoding`` cannot decode is an error naming it."""
-    if str(source) == "-":
-        lines = [line_text(line) for line in read_lines("stdin", sys.stdin.buffer, encoding)]
-    else:
-        with open_file(Path(source)) as handle:
-            lines = [line_text(line) for line in read_lines(source, handle, encoding)]
-    for number, line in enumerate(lines, 1):
-        if SURROGATE.search(line):
-            hint = guess_encoding(line.encode(encoding, "surrogateescape"), encoding)
-            raise BadInput(f"{source} line {number} is not valid {encoding.upper()}: {hint}")
-    return lines
-
-
-EARLY = 5
-"""The first lines with text: all of them undecodable, the file is in another encoding."""
-UNDECODABLE_SHARE = 0.25
-"""More than this share of a file's lines undecodable: it is in another encoding."""
-
-
-class _Decoding:
-    """Counts the lines ``read_lines`` could not decode, and stops a file in another encoding
-    with one line that says which to try, before anything is made of its rows."""
-
-    def __init__(self, path: Path | str, encoding: str):
-        self.path, self.encoding = path, encoding
-        self.lines = self.bad = 0
-        self.sample = b""
-
-    def start(self, block: bytes) -> None:
-        utf16 = block.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
-        if utf16 and codecs.lookup(self.encoding).name == "utf-8":
-            raise BadInput(f"{self.path} starts with a UTF-16 byte order mark: try --encoding utf-16")
-
-    def line(self, line: str) -> None:
-        if not line.strip():
-            return
-        self.lines += 1
-        if SURROGATE.search(line):
-            self.bad += 1
-            if not self.sample:
-                self.sample = line.encode(self.encoding, "surrogateescape")
-            if self.bad == self.lines == EARLY:
-                self.fail(f"the first {EARLY} lines")
-
-    def end(self) -> None:
-        if self.bad > self.lines * UNDECODABLE_SHARE:
-            self.fail(f"{self.bad} of {self.lines} lines")
-
-    def fail(self, lines: str) -> None:
-        hint = guess_encoding(self.sample, self.encoding)
-        raise BadInput(f"{self.path}: {lines} are not valid {self.encoding.upper()}; {hint}")
-
-
-def guess_encoding(sample: bytes, tried: str) -> str:
-    """What to try for a line ``tried`` could not decode: cp1252 (Windows' Western European,
-    which reads latin-1's printable characters alike) when it decodes the line, else latin-1
-    (which decodes any byte)."""
-    for encoding in ("cp1252", "latin-1"):
-        if codecs.lookup(encoding).name == codecs.lookup(tried).name:
-            continue
-        try:
-            sample.decode(encoding)
-        except UnicodeDecodeError:
-            continue
-        label = "cp1252/latin-1" if encoding == "cp1252" else encoding
-        return f"looks like {label}: try --encoding {encoding}"
-    return "give its encoding with --encoding"
 
 
 _LONE_CR = re.compile("(?<=\r)(?!\n)")
@@ -364,15 +224,15 @@ def json_array_rows(path: Path, handle: BinaryIO, encoding: str = "utf-8") -> Ro
     each element parsed with ``raw_decode`` from a buffer holding only the text not yet parsed,
     so memory is bounded by the largest element. An element that is not JSON is rejected and the
     array read on from the next ``,`` at its own depth."""
-    check = _Decoding(path, encoding)
-    blocks = _blocks(path, handle, encoding, check)
+    check = Decoding(path, encoding)
+    texts = blocks(path, handle, encoding, check)
     decoder = json.JSONDecoder()
     text, pos = "", 0  # the text read and not yet dropped; where the next element starts
 
     def more() -> bool:
         """Read a block onto the buffer, dropping the text before ``pos`` (which becomes 0)."""
         nonlocal text, pos
-        block = next(blocks, None)
+        block = next(texts, None)
         if block is None:
             return False
         text, pos = text[pos:] + block, 0

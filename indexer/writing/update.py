@@ -25,8 +25,8 @@ from indexer.embedding.fields import FieldScoring, embed_entries
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Corpus, CorpusOptions, Rejection, check_field_count, entry_id, read_corpus
+from indexer.reading.decoding import lines_of
 from indexer.reading.field_types import comparable, misfit
-from indexer.reading.formats import lines_of
 from indexer.reading.rows import ROWS_NAME, CorpusSource, is_path
 from indexer.store import Change, apply_change, commit_change, live_meta, open_index, writer_lock
 
