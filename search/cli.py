@@ -1355,7 +1355,8 @@ def evaluate_abstention_command(
     threads calibrate (answerable labels only), the other half test, with --holdout of them
     removed from the index. The learned rule (--features, default text,gap), the plain cosine
     threshold, and the default (the one calibrate picks on each calibration half)."""
-    from search.evaluate import evaluate_abstention, read_retrieval_set
+    from search.abstention import evaluate_abstention
+    from search.evaluate import read_retrieval_set
 
     report = evaluate_abstention(
         corpus,

@@ -14,6 +14,7 @@ from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from indexer.store import live_version, open_index
 from indexer.writing.update import add_to_index
+from search.abstention import evaluate_abstention
 from search.calibration import (
     Observation,
     calibrate_index,
@@ -27,7 +28,7 @@ from search.calibration import (
 )
 from search.confidence import Neighbourhood, Rule
 from search.engine import SearchEngine
-from search.evaluate import evaluate_abstention, read_retrieval_set
+from search.evaluate import read_retrieval_set
 from search.promise import Curve, choose_threshold, measure
 from tests.helpers import DATA, assert_clean_failure, run, shared_file
 
