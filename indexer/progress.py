@@ -6,7 +6,7 @@ reports to a ``Share`` (``Progress.step``): it calls it with the share of the st
 so the bar moves per batch in the task's unit whatever the step's pieces are.
 
 Whether a bar shows is the caller's choice (``enabled``): the CLI shows one on a terminal unless
-``--quiet`` (``search.cli.progress_options``), never in a pipe.
+``--quiet`` (``search.cli.options.progress_options``), never in a pipe.
 """
 
 from __future__ import annotations

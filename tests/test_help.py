@@ -53,6 +53,15 @@ def test_each_default_is_stated_once(name):
     assert [r for r in records if r and r[1].lower().count("default") > 1] == []
 
 
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_every_command_shows_an_example(name):
+    """One runnable line under "Example:", kept as written (not rewrapped into the text above)."""
+    lines = help_of(name).splitlines()
+    assert "  Example:" in lines
+    example = lines[lines.index("  Example:") + 1].strip()
+    assert example.startswith(f"semsearch {name} ")
+
+
 def test_query_has_no_strategy_options():
     """An index is queried with its stored strategy: a strategy option could only conflict."""
     assert not options("query") & {"--model", "--pooling", "--layers", "--backend", "--normalize"}

@@ -1,0 +1,5 @@
+"""``python -m search.cli``: the ``semsearch`` command."""
+
+from search.cli import main
+
+main()

@@ -1,0 +1,405 @@
+"""Every option the commands share, declared once with its help: a command takes the decorator,
+never a ``click.option`` of its own for a flag another command has."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from indexer.embedding.strategy import (
+    AUTO,
+    BACKENDS,
+    COMBINES,
+    DEFAULT_WEIGHT,
+    POOLINGS,
+    POSTPROCESSES,
+    Strategy,
+)
+from indexer.reading.formats import FORMATS
+from indexer.vectors.factory import KINDS, STORAGES
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def stacked(*options: Decorator) -> Decorator:
+    """The options as one decorator, shown in the order given."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def split(text: str) -> list[str]:
+    """A comma-separated option as a list: "question, answer" -> ["question", "answer"]."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _parse_layers(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None or value == AUTO:
+        return None
+    try:
+        return tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise click.BadParameter("give layer indices like -2 or -4,-3,-2,-1") from None
+
+
+STRATEGY_OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "model": (("--model",), {"help": "Hugging Face name or local path. Default: {default}."}),
+    "layers": (
+        ("--layers",),
+        {
+            "callback": _parse_layers,
+            "help": "Hidden state(s) to read, e.g. -2 or -3,-2,-1 (0 = embeddings). Default: {default}.",
+        },
+    ),
+    "combine": (
+        ("--combine",),
+        {"type": click.Choice(COMBINES), "help": "How several layers combine. Default: {default}."},
+    ),
+    "pooling": (
+        ("--pooling",),
+        {
+            "type": click.Choice((AUTO, *POOLINGS)),
+            "help": "Token pooling (auto: the model's own config, else mean). Default: {default}.",
+        },
+    ),
+    "skip_special": (
+        ("--skip-special/--keep-special",),
+        {"default": None, "help": "Leave [CLS]/[SEP] out of mean/max pooling."},
+    ),
+    "max_length": (
+        ("--max-length",),
+        {"type": click.IntRange(min=4), "help": "Tokens per text. Default: {default}."},
+    ),
+    "normalize": (("--normalize/--no-normalize",), {"default": None, "help": "L2-normalise vectors."}),
+    "postprocess": (
+        ("--postprocess",),
+        {
+            "type": click.Choice(POSTPROCESSES),
+            "help": "Anisotropy correction fitted on the indexed texts: center or whiten.",
+        },
+    ),
+    "whiten_dims": (
+        ("--whiten-dims",),
+        {"type": click.IntRange(min=1), "help": "Dimensions kept by whitening."},
+    ),
+    "backend": (
+        ("--backend",),
+        {
+            "type": click.Choice(BACKENDS),
+            "help": "Inference: onnx (fast), torch (same vectors), onnx-int8 (other vectors). "
+            "Default: {default}.",
+        },
+    ),
+    "query_prefix": (
+        ("--query-prefix",),
+        {"metavar": "TEXT", "help": "Text put before every query, e.g. 'query: ' (e5), a BGE instruction."},
+    ),
+    "passage_prefix": (
+        ("--passage-prefix",),
+        {"metavar": "TEXT", "help": "Text put before every indexed text, e.g. 'passage: ' (e5)."},
+    ),
+}
+"""Every embedding-strategy option: its flags and click settings; ``{default}`` in a help text is
+filled with the default of the command that shows it (``strategy_options_for``)."""
+PREFIXES = ("query_prefix", "passage_prefix")
+
+DEFAULTS = {
+    "model": "the bundled all-MiniLM-L6-v2",
+    "layers": "auto (a sentence-transformers model's last, else the second-to-last)",
+    "combine": "mean",
+    "pooling": "auto",
+    "max_length": "the model's limit",
+    "backend": "onnx",
+}
+"""What the library picks when a strategy option is not given (``indexer.embedding.strategy.Strategy``)."""
+
+
+def strategy_options_for(*names: str, **defaults: str) -> Decorator:
+    """A decorator with the strategy options ``names`` (all of them when none is named) that
+    collects them into ``asked`` (only those the user gave). A command shows only the options
+    that can change its vectors; ``defaults`` overrides ``DEFAULTS`` where it picks others."""
+    chosen = names or tuple(STRATEGY_OPTIONS)
+    said = {**DEFAULTS, **defaults}
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            asked = {name: kwargs.pop(name) for name in chosen}
+            if asked.get("layers", 0) is None:  # "auto" and "not given" mean the same: the model decides
+                asked.pop("layers")
+            return command(asked={k: v for k, v in asked.items() if v is not None}, **kwargs)
+
+        for name in reversed(chosen):
+            flags, settings = STRATEGY_OPTIONS[name]
+            text = settings["help"].format(default=said.get(name, ""))
+            wrapper = click.option(*flags, **{**settings, "help": text})(wrapper)
+        return wrapper
+
+    return decorate
+
+
+strategy_options = strategy_options_for()
+"""All the strategy options: for the commands that embed with a strategy of their own."""
+
+
+def strategy_from(asked: dict[str, Any]) -> Strategy:
+    """The strategy the options ask for; a tuned model's saved strategy fills in the rest (said on stderr)."""
+    from indexer.embedding.models import strategy_request
+
+    strategy, said = strategy_request(asked)
+    if said:
+        click.echo(said, err=True)
+    return strategy
+
+
+wait_option = click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=0,
+    help="Seconds to wait for another writer of the index to finish. Default: 0, fail at once.",
+)
+
+
+def json_option(what: str) -> Decorator:
+    """``--json``, saying what the one JSON document holds."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print JSON: {what}.")
+
+
+batch_size_option = click.option(
+    "--batch-size",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Texts per forward pass of the model (larger: more memory, rarely faster on a CPU).",
+)
+format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    help="Input file format (default: from the file extension).",
+)
+index_kind_option = click.option(
+    "--index-kind",
+    type=click.Choice(KINDS),
+    default="auto",
+    show_default=True,
+    help="Exact search, or IVF (approximate, tuned to recall@10 >= 0.97); auto: by size.",
+)
+storage_option = click.option(
+    "--storage",
+    type=click.Choice(STORAGES),
+    default="float32",
+    show_default=True,
+    help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged); pq "
+    "keeps a 48-byte code a vector in memory (about 57 bytes resident with its id) and re-ranks from full "
+    "vectors memory-mapped on disk (100M scale).",
+)
+encoding_option = click.option(
+    "--encoding",
+    default="utf-8",
+    show_default=True,
+    help="The text encoding of the files read (corpus, queries, labels, ids): cp1252, latin-1, utf-16, ...",
+)
+reading_options = stacked(
+    encoding_option,
+    click.option(
+        "--delimiter", help="A CSV file's field separator: , ; | or tab (default: told from its header)."
+    ),
+)
+"""``--encoding`` and ``--delimiter``: how a corpus file's bytes are read (``indexer.reading.formats``)."""
+
+
+def text_field_option(default: str | None = "text") -> Decorator:
+    """``--text-field``: the fields joined into the text embedded; with no default, the index's own."""
+    return click.option(
+        "--text-field",
+        default=default,
+        show_default=default is not None,
+        help="Field(s) of a row to embed, comma-separated and joined: question,answer"
+        + ("" if default is not None else " (default: the ones the index was built with)"),
+    )
+
+
+output_option = click.option(
+    "-o",
+    "--output",
+    "index_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Index directory (replaced atomically when the new index is complete).",
+)
+
+
+def corpus_option(*, required: bool) -> Decorator:
+    return click.option(
+        "--corpus",
+        required=required,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Corpus (JSONL with id, text, ...; or CSV/TSV/text lines): the entries the judgements name.",
+    )
+
+
+def judged_options(*, required: bool) -> Decorator:
+    """``--queries`` and ``--qrels``: questions and which entries answer them."""
+    return stacked(
+        click.option(
+            "--queries",
+            "queries_file",
+            required=required,
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Questions: JSONL, each with id and text.",
+        ),
+        click.option(
+            "--qrels",
+            required=required,
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Judgements: query_id, doc_id, relevance per line (TSV, header optional); doc_id is "
+            "an entry id of the corpus.",
+        ),
+    )
+
+
+pair_columns_options = stacked(
+    click.option("--sentence1", default="sentence1", show_default=True, help="Column of the first sentence."),
+    click.option(
+        "--sentence2", default="sentence2", show_default=True, help="Column of the second sentence."
+    ),
+    click.option("--score", default="score", show_default=True, help="Column of the gold score."),
+)
+"""The columns of a scored sentence-pairs file (``search.evaluate.read_pairs``)."""
+
+pair_options = stacked(
+    click.argument("pairs", type=click.Path(dir_okay=False, path_type=Path)),
+    pair_columns_options,
+    encoding_option,
+)
+"""A pairs file to score on: PAIRS, its columns and its encoding."""
+
+retrieval_options = stacked(
+    corpus_option(required=False),
+    judged_options(required=True),
+    text_field_option(),
+    click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Metric cutoff."),
+    encoding_option,
+)
+"""A retrieval set to score on: the corpus, the judged queries, the fields embedded, the cutoff."""
+
+ray_options = stacked(
+    click.option(
+        "--ray",
+        "ray_address",
+        is_flag=False,
+        flag_value="local",
+        metavar="[ADDRESS]",
+        help="Embed on Ray (pip install 'semsearch[ray]'): alone, a local runtime on 127.0.0.1; "
+        "with an address (auto, ray://HOST:10001), that cluster.",
+    ),
+    click.option(
+        "--ray-workers",
+        type=click.IntRange(min=1),
+        help="Ray actors embedding at once (default: one per CPU of the Ray cluster).",
+    ),
+)
+"""``--ray [ADDRESS]`` and ``--ray-workers N``: embed on Ray (``indexer.writing.distributed``)."""
+
+rule_options = stacked(
+    click.option(
+        "--precision",
+        default=0.95,
+        show_default=True,
+        type=float,
+        help="Promised precision of answered hits.",
+    ),
+    click.option(
+        "--guarantee", type=float, help="Probability that the precision promise holds (default 0.9)."
+    ),
+    click.option(
+        "--unanswerable",
+        type=float,
+        help="Share of asked questions the index has no answer for, assumed by the promise (default 1/3).",
+    ),
+    click.option(
+        "--features",
+        help="Confidence features among score, margin, zscore, gap, text (default: text, the cosine of "
+        "an entry's own text, or text,gap where it wins on held-out threads of the labels).",
+    ),
+)
+"""The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
+
+
+def device_options(default: str) -> Decorator:
+    """``--device`` and ``--precision``: where the network runs (``indexer.encoders.devices``)."""
+    return stacked(
+        click.option(
+            "--device",
+            default=default,
+            show_default=True,
+            metavar="auto|cpu|cuda|cuda:N",
+            help="Where the model runs: auto takes a GPU when torch sees one.",
+        ),
+        click.option(
+            "--precision",
+            type=click.Choice(("auto", "fp32", "fp16", "bf16")),
+            default="auto",
+            show_default=True,
+            help="Network precision: auto is fp16 on a GPU, fp32 on the CPU.",
+        ),
+    )
+
+
+provider_option = click.option(
+    "--provider",
+    help="ONNX Runtime execution provider the queries run on, e.g. CUDAExecutionProvider "
+    "(default: CPUExecutionProvider); the vectors are the same.",
+)
+"""Where an index's queries run: ONNX Runtime's execution provider (the vectors are the same)."""
+
+
+def also_options(*, weighted: bool = True) -> Decorator:
+    """``--also`` (and, ``weighted``, ``--also-weight``): a second text per entry
+    (``indexer.embedding.fields``), given to the command as ``also`` (a ``FieldScoring`` or None)."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def wrapper(also_fields: str | None, also_weight: float | None = None, **kwargs: Any) -> Any:
+            from indexer.embedding.fields import FieldScoring
+
+            return command(also=FieldScoring.asked(split(also_fields or ""), also_weight), **kwargs)
+
+        weight = click.option(
+            "--also-weight",
+            type=float,
+            help=f"Share of the --also text's cosine in an entry's score. Default: {DEFAULT_WEIGHT}.",
+        )
+        also = click.option(
+            "--also",
+            "also_fields",
+            help="Each entry's second text, from these fields (e.g. answer): a second vector scored with "
+            "the first; tune trains the first text to find it.",
+        )
+        return stacked(also, weight)(wrapper) if weighted else also(wrapper)
+
+    return decorate
+
+
+def progress_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``-q/--quiet`` for a command that runs long, given to it as ``progress``: whether the
+    library shows its bars (``indexer.progress``): on a terminal, unless ``--quiet``; never in a
+    pipe. A new long command takes this decorator and passes ``progress`` on."""
+
+    @functools.wraps(command)
+    def wrapper(quiet: bool, **kwargs: Any) -> Any:
+        return command(progress=not quiet and sys.stderr.isatty(), **kwargs)
+
+    return click.option(
+        "-q", "--quiet", is_flag=True, help="No progress bar (a pipe or a file never gets one)."
+    )(wrapper)

@@ -1,0 +1,149 @@
+"""What the commands print that more than one of them prints: rejected rows, ranked hits, scores,
+a sweep's table. Results go to stdout, reports of what was done to stderr."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+def note_delimiter(path: Path | str, fmt: str | None, delimiter: str | None, encoding: str) -> None:
+    from indexer.reading.formats import delimiter_note
+
+    if str(path) != "-" and (note := delimiter_note(Path(path), fmt, delimiter, encoding)):
+        click.echo(note, err=True)
+
+
+def echo_rejections(rejected: list[Any], summary: str) -> None:
+    """Every unusable row is counted; the first ten are listed with their reasons."""
+    if rejected:
+        click.echo(f"rejected {len(rejected)} rows: {summary}", err=True)
+        for rejection in rejected[:10]:
+            click.echo(f"  row {rejection.row}: {rejection.reason}", err=True)
+        if len(rejected) > 10:
+            click.echo(f"  ... and {len(rejected) - 10} more", err=True)
+
+
+def echo_pair_rejections(rejected: Sequence[Any]) -> None:
+    """A labels file's rows that gave no pair, as an index's rejected rows are printed."""
+    from indexer.reading.corpus import rejection_summary
+
+    echo_rejections(list(rejected), rejection_summary(rejected))
+
+
+def count(number: int, noun: str) -> str:
+    """``1 pair``, ``2 pairs``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def short(value: Any, limit: int = 400) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def print_hits(
+    query: str,
+    hits: Sequence[Any],
+    lead_field: str | None = None,
+    hidden: Iterable[str] = (),
+    group_by: str | None = None,
+) -> None:
+    """A ranked table: rank, score, id, then the lead text (e.g. the FAQ question) and other fields;
+    grouped, how many more entries each hit's group holds."""
+    indent = " " * 25
+    width = max(40, shutil.get_terminal_size((100, 20)).columns - len(indent))
+    click.echo(f"\nquery: {query}")
+    if not hits:
+        click.echo("no match")
+        return
+    if hits[0].answered is False:
+        click.echo("no answer (the best hit is below the index's calibrated confidence or --min-score)")
+    click.echo(f"{'rank':>4}  {'score':>6}  {'id':<10} text")
+    for hit in hits:
+        lead = hit.fields.get(lead_field) if lead_field else None
+        lead = hit.text if lead in (None, "") else lead
+        body = textwrap.wrap(short(lead), width) or [""]
+        click.echo(f"{hit.rank:>4}  {hit.score:6.3f}  {hit.id:<10} {body[0]}")
+        if hit.answered is not None:
+            sure = "" if hit.confidence is None else f" (confidence {hit.confidence:.2f})"
+            click.echo(f"{indent}answered: {'yes' if hit.answered else 'no'}{sure}")
+        for line in body[1:]:
+            click.echo(indent + line)
+        if hit.others:
+            click.echo(f"{indent}+{hit.others} more in this {group_by}")
+        for name, value in hit.fields.items():
+            if name in hidden or name == lead_field or value in (None, ""):
+                continue
+            lines = textwrap.wrap(f"{name}: {short(value)}", width, subsequent_indent="  ")
+            for line in lines:
+                click.echo(indent + line)
+
+
+def echo_scores(scores: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(scores))
+        return
+    for key, value in scores.items():
+        if isinstance(value, float):
+            value = f"{value:.4f}" if abs(value) <= 1 else f"{value:.2f}"
+        click.echo(f"{key + ':':<11} {value}")
+
+
+def report_sweep(
+    cells: list[Any],
+    metric: str,
+    csv_path: Path | None,
+    heatmap: Path | None,
+    top: int,
+    title: str,
+    reproduce_prefix: str,
+) -> None:
+    from search.sweep import reproduce, write_csv, write_heatmap
+
+    metrics = [m for m in cells[0].scores if m not in ("pairs", "queries")]
+    click.echo(f"{'#':>3}  {'layers':<26} {'pooling':<9} {'post':<7} " + " ".join(f"{m:>9}" for m in metrics))
+    for rank, cell in enumerate(cells[:top], 1):
+        values = " ".join(
+            f"{cell.scores[m]:9.3f}" if cell.scores[m] < 2 else f"{cell.scores[m]:9.2f}" for m in metrics
+        )
+        click.echo(
+            f"{rank:>3}  {cell.row:<26} {cell.strategy.pooling:<9} {cell.strategy.postprocess:<7} {values}"
+        )
+    best = cells[0]
+    click.echo(
+        f"\nbest by {metric}: {best.row}, {best.strategy.pooling}, {best.strategy.postprocess}: "
+        f"{best.scores[metric]:.3f}"
+    )
+    click.echo(f"reproduce: {reproduce_prefix} {reproduce(best.strategy)}")
+    if csv_path:
+        write_csv(cells, csv_path)
+        click.echo(f"wrote {csv_path}", err=True)
+    if heatmap:
+        try:
+            write_heatmap(cells, metric, heatmap, title)
+            click.echo(f"wrote {heatmap}", err=True)
+        except ImportError:
+            click.echo("no heatmap: matplotlib is not installed (pip install 'semsearch[plot]')", err=True)
+
+
+def report_modes(modes: Any, metric: str) -> None:
+    """The best cell searched dense, by keywords and hybrid at each keyword share, and the best share."""
+    metrics = [m for m in modes.cell.scores if m != "queries"]
+    click.echo("\nthe best cell in every mode (query --mode; docs/hybrid.md):")
+    click.echo(f"{'mode':<12} " + " ".join(f"{m:>9}" for m in metrics))
+    rows = {"dense": modes.cell.scores, "keyword": modes.keyword}
+    rows.update({f"hybrid {weight:g}": scores for weight, scores in modes.hybrid.items()})
+    for name, scores in rows.items():
+        click.echo(f"{name:<12} " + " ".join(f"{scores[m]:9.3f}" for m in metrics))
+    best = modes.best_weight(metric)
+    click.echo(
+        f"\nbest keyword weight by {metric}: {best:g} (hybrid {modes.hybrid[best][metric]:.3f}, "
+        f"dense {modes.cell.scores[metric]:.3f})"
+    )
+    click.echo(f"store it: semsearch calibrate INDEX --hybrid-weight {best:g}")

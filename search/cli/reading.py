@@ -1,0 +1,430 @@
+"""The commands that read an index (query, info, duplicates, serve) or embed without one (similar,
+encode)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from indexer.embedding.strategy import ROLES
+from indexer.errors import BadInput
+from search.cli.options import (
+    PREFIXES,
+    device_options,
+    encoding_option,
+    format_option,
+    json_option,
+    progress_options,
+    provider_option,
+    reading_options,
+    split,
+    strategy_from,
+    strategy_options,
+    strategy_options_for,
+    text_field_option,
+)
+from search.cli.printing import count, note_delimiter, print_hits, short
+
+
+@click.command("query")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.argument("question", required=False)
+@click.option(
+    "--queries", "queries_file", help="File of queries: JSONL with id and text, or plain lines ('-' = stdin)."
+)
+@click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Hits per query.")
+@click.option("--where", help="Filter on stored fields before the search: \"category = 'billing'\".")
+@json_option("one line per query, with its hits")
+@click.option(
+    "--min-score", type=float, help="Mark hits with a cosine below this not answered (over a calibration)."
+)
+@provider_option
+@encoding_option
+@click.option(
+    "--group-by",
+    metavar="FIELD",
+    help="The best hit per value of this stored field, k of them, each with the count of the rest "
+    "(one FAQ question with several answers shown once).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["dense", "keyword", "hybrid"]),
+    help="dense (vectors), keyword (BM25) or hybrid (both fused; docs/hybrid.md). Default: hybrid, "
+    "or dense where the index has a calibrated rule, --min-score or no keyword table.",
+)
+def query_command(
+    index_dir: Path,
+    question: str | None,
+    queries_file: str | None,
+    k: int,
+    where: str | None,
+    as_json: bool,
+    min_score: float | None,
+    provider: str | None,
+    encoding: str,
+    group_by: str | None,
+    mode: str | None,
+) -> None:
+    """Search INDEX_DIR for QUESTION (or for every query in --queries), with the strategy it was
+    built with.
+
+    \b
+    Example:
+        semsearch query faq-index "how do I reset my password" -k 5
+    """
+    from search.engine import SearchEngine, check_queries, configure_threads
+    from search.queries import Query, read_queries
+
+    if (question is None) == (queries_file is None):
+        raise click.UsageError("give a QUESTION or --queries FILE (one of them)")
+    queries = read_queries(queries_file, encoding) if queries_file else [Query("1", question)]
+    check_queries([q.text for q in queries])
+    configure_threads()
+    engine = SearchEngine(index_dir, provider=provider)
+    results = engine.search_many([q.text for q in queries], k, where, min_score, group_by, mode)
+    source = engine.index.meta.get("source", {})
+    text_fields = source.get("text_fields") or []
+    lead_field = text_fields[0] if text_fields else None
+    hidden = {source.get("id_field") or "id"} | ({lead_field} if len(text_fields) == 1 else set())
+    for query, hits in zip(queries, results, strict=True):
+        if as_json:
+            record = {"query_id": query.id, "query": query.text, "hits": [h.to_dict() for h in hits]}
+            click.echo(json.dumps(record, ensure_ascii=False))
+        else:
+            print_hits(query.text, hits, lead_field, hidden, group_by)
+
+
+@click.command("info")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@json_option("one object with every fact, the unset ones as null")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Also verify every file against the checksum written at commit (reads the whole index); "
+    "damage: exit 5 naming the file.",
+)
+def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
+    """Strategy, model, size and source of an index.
+
+    \b
+    Example:
+        semsearch info faq-index --check
+    """
+    from indexer.store import open_index, verify
+
+    checked = verify(index_dir) if check else None
+    info = open_index(index_dir, vectors=False).info()  # meta and SQLite: no FAISS, no vectors
+    if checked is not None:
+        info["check"] = f"ok, {checked} files checked"
+    if as_json:
+        click.echo(json.dumps(info, ensure_ascii=False))
+        return
+    shown = {
+        **info,
+        "strategy": info["description"],
+        "index_kind": f"{info['index_kind']}, {info['storage']}"
+        + (f", nprobe {info['nprobe']}" if "nprobe" in info else ""),
+        "text_fields": ",".join(info["text_fields"]),
+        "fields": ", ".join(f"{name} ({kind})" for name, kind in info["fields"].items()),
+        "also": info["also"] and f"{','.join(info['also']['fields'])} (weight {info['also']['weight']:g})",
+    }
+    if not info["also"]:
+        shown.pop("also")
+    if info["embedded"]:  # where and at what precision the vectors were made (older indexes: unknown)
+        shown["embedded"] = f"{info['embedded']['device']}, {info['embedded']['precision']}"
+    from search.confidence import Rule
+
+    shown["calibration"] = Rule.from_dict(info["calibration"]).describe() if info["calibration"] else "none"
+    shown["keywords"] = (
+        "FTS5 (BM25): --mode keyword and hybrid"
+        if info["keywords"]
+        else "none (written before keyword search): its next version (add, delete or compact) keeps them"
+    )
+    if info["keywords"]:
+        from search.hybrid import DEFAULT_WEIGHT, IDENTIFIER_WEIGHT
+
+        weight = info["hybrid_weight"]
+        shown["hybrid_weight"] = (
+            f"{DEFAULT_WEIGHT if weight is None else weight:g} ({'default' if weight is None else 'stored'}; "
+            f"at least {IDENTIFIER_WEIGHT:g} for a query holding a code)"
+        )
+    for key in ("description", "storage", "nprobe"):
+        shown.pop(key, None)
+    for key, value in shown.items():
+        if value is not None:  # an unset fact (never updated, no calibration) is left out
+            click.echo(f"{key + ':':<12} {value}")
+
+
+@click.command("duplicates")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--min-score", default=0.9, show_default=True, type=float, help="Cosine of a duplicate pair.")
+@click.option("--limit", type=click.IntRange(min=0), help="List at most this many pairs (best first).")
+@click.option("--exact", is_flag=True, help="Compare every pair, also past 30k vectors (slower).")
+@json_option("the pairs and the groups they form")
+@progress_options
+def duplicates_command(
+    index_dir: Path, min_score: float, limit: int | None, exact: bool, as_json: bool, progress: bool
+) -> None:
+    """Pairs of entries at least MIN_SCORE alike, and the groups they form.
+
+    \b
+    Example:
+        semsearch duplicates faq-index --min-score 0.95 --limit 20
+    """
+    from indexer.store import open_index
+    from search.duplicates import find_duplicates
+
+    found = find_duplicates(open_index(index_dir), min_score, limit, exact=exact or None, progress=progress)
+    if as_json:
+        click.echo(json.dumps(found.to_dict(), ensure_ascii=False))
+        return
+    pairs, groups = count(found.total, "pair"), count(len(found.groups), "group")
+    click.echo(f"{pairs} in {groups} at cosine >= {found.min_score}")
+    for number, group in enumerate(found.groups, 1):
+        click.echo(f"group {number}: {' '.join(group)}")
+    for a, b, score in found.pairs:
+        click.echo(f"{score:6.3f}  {a}  {short(found.texts.get(a, ''), 60)}")
+        click.echo(f"{'':6}  {b}  {short(found.texts.get(b, ''), 60)}")
+    if found.truncated:
+        click.echo(f"... {count(found.total - len(found.pairs), 'more pair')} (--limit)")
+
+
+@click.command("serve")
+@click.argument("index_dir", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Interface to bind (127.0.0.1: this machine only)."
+)
+@click.option(
+    "--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="TCP port to listen on."
+)
+@click.option(
+    "--max-batch",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Most queries embedded in one micro-batch (1 turns batching off).",
+)
+@click.option(
+    "--request-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a client has to send a whole request (from connecting or its previous answer).",
+)
+@click.option(
+    "--keep-alive",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds an idle connection is kept open after an answer.",
+)
+@click.option(
+    "--max-connections",
+    default=256,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Open connections at most; past that a new one gets a 503.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No access log (by default a line a request on stderr).")
+@provider_option
+@device_options("cpu")
+@strategy_options
+def serve_command(
+    index_dir: Path | None,
+    host: str,
+    port: int,
+    max_batch: int,
+    request_timeout: float,
+    keep_alive: float,
+    max_connections: int,
+    quiet: bool,
+    provider: str | None,
+    device: str,
+    precision: str,
+    asked: dict[str, Any],
+) -> None:
+    """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar,
+    /v1/embeddings (OpenAI's shape), /encode, /reload (pick up a new version now); GET /duplicates,
+    /info, /fields, /health; API docs at /docs. New versions written by index, add or delete are
+    picked up within a second. With no INDEX_DIR and --model (or other strategy options): vectors
+    alone (/v1/embeddings, /encode, /info). Each request is a line on stderr (client, method,
+    path, status, milliseconds) unless --quiet.
+
+    \b
+    Example:
+        semsearch serve faq-index --port 8000
+    """
+    from indexer.encoders.devices import placement
+    from search.loading import load_encoding, load_engine
+
+    if index_dir is not None and asked:
+        raise click.UsageError("an index is served with its stored strategy: drop the strategy options")
+    if index_dir is None and not asked:
+        raise click.UsageError(
+            "give INDEX_DIR to search it, or --model (and strategy options) to serve vectors"
+        )
+    # the engine (or encoder) imports and loads while the web stack imports
+    placement(device, precision)  # a GPU asked for and missing: said before the server starts
+    loading = load_engine(index_dir, provider, device, precision) if index_dir is not None else None
+    encoding = load_encoding(strategy_from(asked), device, precision) if index_dir is None else None
+    try:
+        from search.server import create_app, listen, serve
+    except ImportError:
+        raise BadInput("serving needs the 'serve' extra: pip install 'semsearch[serve]'") from None
+    listening = listen(host, port)  # a port in use is told at once, not after the index loads
+    app = create_app(index_dir, max_batch=max_batch, loading=loading, encoding=encoding)
+    if index_dir is None:
+        served = encoding.result().strategy.describe()
+        click.echo(
+            f"serving vectors of {served} on http://{host}:{port}/v1/embeddings (docs: /docs)", err=True
+        )
+    else:
+        click.echo(f"serving {index_dir}: search page on http://{host}:{port}/ (API docs: /docs)", err=True)
+    serve(
+        app,
+        listening,
+        request_timeout=request_timeout,
+        keep_alive=keep_alive,
+        max_connections=max_connections,
+        access_log=not quiet,
+    )
+
+
+@click.command("similar")
+@click.argument("sentence")
+@click.argument("file", default="-")
+@click.option("-k", type=click.IntRange(min=1), help="Show the top K (default: all).")
+@json_option("one line with the ranked sentences")
+@encoding_option
+@click.option(
+    "--index",
+    "index_dir",
+    type=click.Path(path_type=Path),
+    help="Embed as this index's entries were: its strategy and fitted post-processing (centering, "
+    "whitening); the strategy options must then match it.",
+)
+@strategy_options_for(
+    "model",
+    "layers",
+    "combine",
+    "pooling",
+    "skip_special",
+    "max_length",
+    "backend",
+    *PREFIXES,
+)
+def similar_command(
+    sentence: str,
+    file: str,
+    k: int | None,
+    as_json: bool,
+    encoding: str,
+    index_dir: Path | None,
+    asked: dict[str, Any],
+) -> None:
+    """Rank the lines of FILE (default: stdin) by similarity to SENTENCE; no index needed.
+
+    \b
+    Example:
+        semsearch similar "a cat sits on the mat" sentences.txt -k 3
+    """
+    from search.queries import read_lines
+    from search.similar import rank_similar, rank_similar_with_index
+
+    lines = read_lines(file, encoding)
+    if index_dir is not None:
+        hits = rank_similar_with_index(index_dir, sentence, lines, k=k, strategy=asked)
+    else:
+        hits = rank_similar(sentence, lines, strategy_from(asked), k=k)
+    if as_json:
+        click.echo(json.dumps({"query": sentence, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
+    else:
+        print_hits(sentence, hits)
+
+
+@click.command("encode")
+@click.argument("source", default="-")
+@click.option(
+    "-o",
+    "--output",
+    help="File to write: FILE.npy (float32, row i = text i) or FILE.jsonl; default: JSON lines on stdout.",
+)
+@click.option(
+    "--to", type=click.Choice(("npy", "jsonl")), help="Output format (default: from the -o extension)."
+)
+@text_field_option()
+@click.option(
+    "--id-field", help="Field giving each row's id in JSON lines output (default: id, else row number)."
+)
+@format_option
+@click.option(
+    "--index",
+    "index_dir",
+    type=click.Path(path_type=Path),
+    help="Encode as this index does (its strategy and fitted post-processing): the vectors it compares.",
+)
+@click.option(
+    "--as",
+    "as_",
+    type=click.Choice(ROLES),
+    default="query",
+    show_default=True,
+    help="Encode the texts as queries or as passages (entries): each gets its prefix.",
+)
+@reading_options
+@progress_options
+@device_options("auto")
+@strategy_options
+def encode_command(
+    source: str,
+    output: str | None,
+    to: str | None,
+    text_field: str,
+    id_field: str | None,
+    fmt: str | None,
+    index_dir: Path | None,
+    as_: str,
+    encoding: str,
+    delimiter: str | None,
+    progress: bool,
+    device: str,
+    precision: str,
+    asked: dict[str, Any],
+) -> None:
+    """Vectors of the texts of SOURCE (lines, CSV/TSV or JSONL with --text-field; default: stdin
+    lines), in input order, to a .npy matrix or JSON lines {"id", "vector"}.
+
+    \b
+    Example:
+        semsearch encode questions.csv --text-field question -o vectors.npy
+    """
+    from search.encoding import Encoding, encode_file, output_format
+
+    if index_dir is not None and asked:
+        raise click.UsageError("--index encodes with its stored strategy: drop the strategy options")
+    output_format(output, to)  # a bad output is told before the model loads
+    strategy = None if index_dir is not None else strategy_from(asked)
+    model = Encoding.load(strategy, index=index_dir, device=device, precision=precision)
+    report = encode_file(
+        source,
+        output,
+        model,
+        to=to,
+        text_fields=split(text_field),
+        id_field=id_field,
+        fmt=fmt,
+        source_encoding=encoding,
+        delimiter=delimiter,
+        progress=progress,
+        as_=as_,
+    )
+    note_delimiter(source, fmt, delimiter, encoding)
+    click.echo(
+        f"encoded {report.texts} texts (dim {report.dimension}) into {report.output} "
+        f"in {report.seconds:.1f}s",
+        err=True,
+    )
+    click.echo(f"strategy: {report.strategy.describe()}", err=True)

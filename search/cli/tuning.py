@@ -1,0 +1,153 @@
+"""``semsearch tune``: fine-tune a model on labels through a strategy (``search.tuning``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from search.cli.options import (
+    also_options,
+    corpus_option,
+    device_options,
+    encoding_option,
+    json_option,
+    judged_options,
+    pair_columns_options,
+    progress_options,
+    split,
+    strategy_from,
+    strategy_options,
+    text_field_option,
+)
+from search.cli.printing import echo_pair_rejections
+
+
+@click.command("tune")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="New model directory (use it with --model).",
+)
+@click.option(
+    "--pairs",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Scored sentence pairs (any file evaluate sts reads), or two text columns (positive pairs).",
+)
+@pair_columns_options
+@judged_options(required=False)
+@corpus_option(required=False)
+@text_field_option()
+@also_options(weighted=False)
+@click.option(
+    "--index",
+    "index_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Train through this index's strategy (its model, layers, pooling...).",
+)
+@click.option(
+    "--held-back",
+    default=0.1,
+    show_default=True,
+    type=float,
+    help="Share of the labels measured, never trained.",
+)
+@click.option(
+    "--epochs", default=4, show_default=True, type=click.IntRange(min=1), help="Passes over the labels."
+)
+@click.option(
+    "--max-minutes", type=click.FloatRange(min=0, min_open=True), help="Stop training after this long."
+)
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed of the held-back share and the batches."
+)
+@click.option(
+    "--batch-size", default=16, show_default=True, type=click.IntRange(min=2), help="Pairs per training step."
+)
+@click.option(
+    "--learning-rate", default=2e-5, show_default=True, type=float, help="Peak learning rate (AdamW)."
+)
+@json_option("the report (the metric before and after, the steps, the saved model)")
+@encoding_option
+@progress_options
+@device_options("auto")
+@strategy_options
+def tune_command(
+    output: Path,
+    pairs: Path | None,
+    sentence1: str,
+    sentence2: str,
+    score: str,
+    queries_file: Path | None,
+    qrels: Path | None,
+    corpus: Path | None,
+    text_field: str,
+    also: Any,
+    index_dir: Path | None,
+    held_back: float,
+    epochs: int,
+    max_minutes: float | None,
+    seed: int,
+    batch_size: int,
+    learning_rate: float,
+    as_json: bool,
+    device: str,
+    precision: str,
+    encoding: str,
+    asked: dict[str, Any],
+    progress: bool,
+) -> None:
+    """Fine-tune the model (default: the index's) on your labels through the index's strategy,
+    holding a share back to measure; then index and query with --model OUTPUT. The labels: --pairs,
+    --queries and --qrels with --corpus, or --corpus and --also alone (an FAQ without labels: each
+    entry's text learns to find its --also text).
+
+    \b
+    Example:
+        semsearch tune --pairs pairs.csv --index faq-index -o tuned-model
+    """
+    from search.tuning import index_strategy, read_labels, tune
+
+    if index_dir is not None and asked:
+        raise click.UsageError("--index trains through the index's strategy: drop the strategy options")
+    labels = read_labels(
+        pairs=pairs,
+        columns=(sentence1, sentence2, score),
+        queries=queries_file,
+        qrels=qrels,
+        corpus=corpus,
+        text_fields=split(text_field),
+        also=also,
+        encoding=encoding,
+    )
+    echo_pair_rejections(labels.rejected)
+    done = tune(
+        labels,
+        output,
+        index_strategy(index_dir) if index_dir is not None else strategy_from(asked),
+        held_back=held_back,
+        epochs=epochs,
+        max_minutes=max_minutes,
+        seed=seed,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        progress=progress,
+        report=lambda line: click.echo(line, err=True),
+        device=device,
+        precision=precision,
+    )
+    if as_json:
+        click.echo(json.dumps(done.to_dict()))
+        return
+    click.echo(
+        f"held-back {done.metric} x100 on {done.held_back_pairs} {done.kind}: "
+        f"{done.before:.2f} before, {done.after:.2f} after ({done.stopped}; best at step {done.best_step} "
+        f"of {done.steps}, {done.epochs:.2f} epochs, {done.minutes:.1f} min)"
+    )
+    click.echo(
+        f"saved {done.output}: semsearch index CORPUS -o INDEX {done.options or '--model ' + done.output}"
+    )

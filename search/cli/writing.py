@@ -1,0 +1,399 @@
+"""The commands that write an index: build, update, compact, merge, calibrate, and export its
+query encoder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from indexer.embedding.strategy import DEFAULT_CHUNK_OVERLAP
+from search.cli.options import (
+    also_options,
+    batch_size_option,
+    device_options,
+    encoding_option,
+    format_option,
+    index_kind_option,
+    json_option,
+    judged_options,
+    output_option,
+    progress_options,
+    ray_options,
+    reading_options,
+    rule_options,
+    split,
+    storage_option,
+    strategy_from,
+    strategy_options,
+    text_field_option,
+    wait_option,
+)
+from search.cli.printing import echo_rejections, note_delimiter
+
+
+@click.command("index")
+@click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
+@output_option
+@text_field_option()
+@click.option("--id-field", help="Field with the entry id (default: 'id' if present, else row number).")
+@format_option
+@reading_options
+@click.option("--chunk", is_flag=True, help="Split long documents into overlapping windows.")
+@click.option(
+    "--chunk-overlap",
+    type=click.IntRange(min=0),
+    help=f"Tokens shared by neighbouring windows (implies --chunk; default {DEFAULT_CHUNK_OVERLAP}).",
+)
+@batch_size_option
+@index_kind_option
+@storage_option
+@wait_option
+@ray_options
+@also_options()
+@strategy_options
+@device_options("auto")
+@progress_options
+def index_command(
+    corpus: Path,
+    index_dir: Path,
+    text_field: str,
+    id_field: str | None,
+    fmt: str | None,
+    encoding: str,
+    delimiter: str | None,
+    chunk: bool,
+    chunk_overlap: int | None,
+    batch_size: int,
+    index_kind: str,
+    storage: str,
+    wait: float,
+    ray_address: str | None,
+    ray_workers: int | None,
+    also: Any,
+    asked: dict[str, Any],
+    device: str,
+    precision: str,
+    progress: bool,
+) -> None:
+    """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index.
+
+    \b
+    Example:
+        semsearch index faq.csv -o faq-index --text-field question --also answer
+    """
+    from indexer.writing.build import build_index
+
+    strategy = strategy_from(asked)
+    if chunk or chunk_overlap is not None:
+        strategy = strategy.chunked(chunk_overlap)
+    fields = split(text_field)
+    report = build_index(
+        corpus,
+        index_dir,
+        strategy,
+        text_fields=fields,
+        id_field=id_field,
+        fmt=fmt,
+        encoding=encoding,
+        delimiter=delimiter,
+        batch_size=batch_size,
+        progress=progress,
+        index_kind=index_kind,
+        storage=storage,
+        wait=wait,
+        ray=ray_address,
+        ray_workers=ray_workers,
+        also=also,
+        device=device,
+        precision=precision,
+    )
+    note_delimiter(corpus, fmt, delimiter, encoding)
+    rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
+    click.echo(
+        f"indexed {report.entries} entries ({report.vectors} vectors, dim {report.dimension}) into "
+        f"{report.index_dir} in {report.seconds:.1f}s (embedding {rate:.0f} entries/s)",
+        err=True,
+    )
+    click.echo(f"strategy: {report.strategy.describe()}", err=True)
+    if report.export_failure:
+        click.echo(
+            f"note: the model cannot be exported to ONNX ({report.export_failure}): "
+            "indexed on torch, queries run on torch (same vectors, slower)",
+            err=True,
+        )
+    echo_rejections(report.rejected, report.rejection_summary)
+
+
+@click.command("add")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
+@text_field_option(default=None)
+@click.option(
+    "--id-field",
+    help="Field with the entry id to upsert by (default: the index's own; an index built on row "
+    "numbers appends the rows with new ids).",
+)
+@format_option
+@reading_options
+@batch_size_option
+@wait_option
+@ray_options
+@device_options("auto")
+@progress_options
+def add_command(
+    index_dir: Path,
+    corpus: Path,
+    text_field: str | None,
+    id_field: str | None,
+    fmt: str | None,
+    encoding: str,
+    delimiter: str | None,
+    batch_size: int,
+    wait: float,
+    ray_address: str | None,
+    ray_workers: int | None,
+    device: str,
+    precision: str,
+    progress: bool,
+) -> None:
+    """Upsert CORPUS into INDEX_DIR by id: new and changed texts are embedded, unchanged ones skipped.
+
+    \b
+    Example:
+        semsearch add faq-index new-questions.csv
+    """
+    from indexer.writing.update import add_to_index
+
+    fields = split(text_field) if text_field else None
+    report = add_to_index(
+        index_dir,
+        corpus,
+        text_fields=fields,
+        id_field=id_field,
+        fmt=fmt,
+        encoding=encoding,
+        delimiter=delimiter,
+        batch_size=batch_size,
+        progress=progress,
+        wait=wait,
+        ray=ray_address,
+        ray_workers=ray_workers,
+        device=device,
+        precision=precision,
+    )
+    note_delimiter(corpus, fmt, delimiter, encoding)
+    click.echo(
+        f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "
+        f"rejected {len(report.rejected)}: {report.count} entries in {index_dir} ({report.seconds:.1f}s)",
+        err=True,
+    )
+    echo_rejections(report.rejected, report.rejection_summary)
+
+
+@click.command("delete")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--id", "ids", multiple=True, help="External id to delete (repeatable).")
+@click.option("--ids-file", help="File of ids, one per line ('-' = stdin).")
+@encoding_option
+@wait_option
+def delete_command(
+    index_dir: Path, ids: tuple[str, ...], ids_file: str | None, encoding: str, wait: float
+) -> None:
+    """Delete entries by id from INDEX_DIR (rows and vectors).
+
+    \b
+    Example:
+        semsearch delete faq-index --id q17 --id q18
+    """
+    from indexer.writing.update import delete_from_index, read_ids
+
+    listed = read_ids(ids_file, encoding) if ids_file else []
+    report = delete_from_index(index_dir, [*ids, *listed], wait=wait)
+    click.echo(f"deleted {report.deleted}: {report.count} entries left in {index_dir}", err=True)
+    if report.not_found:
+        shown = ", ".join(report.not_found[:10]) + (" ..." if len(report.not_found) > 10 else "")
+        click.echo(f"not found ({len(report.not_found)}): {shown}", err=True)
+
+
+@click.command("compact")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@wait_option
+def compact_command(index_dir: Path, wait: float) -> None:
+    """Merge INDEX_DIR's segments, drop its tombstones and vacuum its database after many updates
+    (a new complete version).
+
+    \b
+    Example:
+        semsearch compact faq-index
+    """
+    from indexer.writing.update import compact_index
+
+    click.echo(f"compacted {index_dir}: {compact_index(index_dir, wait=wait)} bytes", err=True)
+
+
+@click.command("merge")
+@click.argument("shards", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
+@output_option
+@index_kind_option
+@storage_option
+def merge_command(shards: tuple[Path, ...], index_dir: Path, index_kind: str, storage: str) -> None:
+    """Merge shard directories written by workers (indexer.writing.shards.embed_shard) into one index.
+
+    \b
+    Example:
+        semsearch merge shard-0 shard-1 shard-2 -o big-index
+    """
+    from indexer.writing.shards import merge_shards
+
+    count = merge_shards(list(shards), index_dir, index_kind=index_kind, storage=storage)
+    click.echo(f"merged {len(shards)} shards: {count} entries in {index_dir}", err=True)
+
+
+@click.command("export-encoder")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    "target",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory to write (created; an earlier export there is replaced).",
+)
+def export_encoder_command(index_dir: Path, target: Path) -> None:
+    """Write INDEX_DIR's query encoder for other programs: one ONNX model from token ids to the
+    index's vectors (layers, pooling, normalisation and fitted post-processing inside), its
+    tokenizer.json and a README of inputs and outputs.
+
+    \b
+    Example:
+        semsearch export-encoder faq-index -o faq-encoder
+    """
+    from indexer.writing.export import export_encoder
+
+    done = export_encoder(index_dir, target)
+    click.echo(
+        f"exported the encoder of {index_dir} to {done.directory}: {', '.join(done.inputs)} -> "
+        f"sentence_embedding [batch, {done.dimension}] ({done.size_bytes / 1e6:.1f} MB)",
+        err=True,
+    )
+
+
+def _under_half(rule: Any) -> str | None:
+    """What answers more than a promise that answers under half: a looser target, more labels."""
+    from search.promise import HALF
+
+    if rule.coverage >= HALF:
+        return None
+    looser = max(((t, c) for t, c in rule.costs if c >= HALF), default=None)
+    more = (
+        f"--precision {looser[0]:g} answers {looser[1]:.2f} with the same guarantee"
+        if looser
+        else "no target from 0.5 answers half with the same guarantee"
+    )
+    labels = (
+        f"{rule.target:g} would answer half with about {rule.labels_needed} labelled questions like these"
+        if rule.labels_needed
+        else f"more labels like these lift {rule.target:g} to at most {rule.unguarded_coverage:.2f} "
+        "(its coverage without the guarantee)"
+    )
+    return f"{rule.coverage:.2f} answered; {more}; {labels} (an estimate: docs/abstention-guarantee.md)"
+
+
+@click.command("calibrate")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@judged_options(required=False)
+@click.option(
+    "--self", "from_corpus", is_flag=True, help="No labelled questions: make them from the index's own texts."
+)
+@click.option("--remove", is_flag=True, help="Remove the index's calibration (hits are no longer marked).")
+@click.option(
+    "--hybrid-weight",
+    type=float,
+    help="Store this keyword share (0..1) for hybrid search instead: the best weight `sweep retrieval` "
+    "measures on your labels.",
+)
+@encoding_option
+@rule_options
+@json_option("the stored rule's threshold, precision, coverage and features")
+@wait_option
+@progress_options
+def calibrate_command(
+    index_dir: Path,
+    queries_file: Path | None,
+    qrels: Path | None,
+    from_corpus: bool,
+    remove: bool,
+    hybrid_weight: float | None,
+    encoding: str,
+    precision: float,
+    guarantee: float | None,
+    unanswerable: float | None,
+    features: str | None,
+    as_json: bool,
+    wait: float,
+    progress: bool,
+) -> None:
+    """Fit and store the rule that marks hits answered, with its promise: precision >= --precision
+    with --guarantee confidence. Each answerable question is also asked with its answers hidden,
+    so labels that are all answerable still teach it to abstain; unjudged questions are
+    unanswerable ones. With --self, the questions are the index's own texts with words dropped.
+    With --hybrid-weight, store the keyword share hybrid search fuses with instead.
+
+    \b
+    Example:
+        semsearch calibrate faq-index --queries questions.jsonl --qrels qrels.tsv --precision 0.9
+    """
+    from search.calibration import calibrate_index, remove_calibration
+    from search.evaluate import read_retrieval_set
+    from search.hybrid import store_hybrid_weight
+
+    if hybrid_weight is not None:
+        if remove or from_corpus or queries_file or qrels:
+            raise click.UsageError("--hybrid-weight takes no questions and no --remove")
+        stored = store_hybrid_weight(index_dir, hybrid_weight, wait)
+        click.echo(f"hybrid weight {stored:g} stored: hybrid fuses {1 - stored:g} dense + {stored:g} keyword")
+        return
+    if remove:
+        if from_corpus or queries_file or qrels:
+            raise click.UsageError("--remove takes no questions")
+        removed = remove_calibration(index_dir, wait)
+        click.echo("calibration removed" if removed else "not calibrated: nothing to remove")
+        return
+    if from_corpus == bool(queries_file or qrels) or not from_corpus and not (queries_file and qrels):
+        raise click.UsageError("give --queries and --qrels (labelled questions), or --self")
+    data = None if from_corpus else read_retrieval_set(queries_file, qrels, encoding)
+    rule = calibrate_index(
+        index_dir,
+        data.queries if data else None,
+        data.qrels if data else None,
+        precision=precision,
+        features=split(features) if features else None,
+        guarantee=guarantee,
+        unanswerable=unanswerable,
+        wait=wait,
+        progress=progress,
+    )
+    if as_json:
+        click.echo(json.dumps(rule.to_dict()))
+        return
+    click.echo(
+        f"promise:    precision >= {rule.target:g} with {rule.guarantee:.0%} confidence, "
+        f"if up to {rule.unanswerable:.0%} of the questions asked have no answer in the index"
+    )
+    click.echo(
+        f"coverage:   {rule.coverage:.2f} of the answerable calibration questions answered "
+        f"({rule.unguarded_coverage:.2f} without the {rule.guarantee:.0%} guarantee)"
+    )
+    if rule.costs:
+        costs = ", ".join(f"{target:g} -> {coverage:.2f}" for target, coverage in rule.costs)
+        click.echo(f"trade-off:  coverage at each precision target, same guarantee: {costs}")
+    advice = _under_half(rule)
+    if advice:
+        click.echo(f"under half: {advice}")
+    click.echo(f"measured:   on {rule.measured_on}")
+    click.echo(f"rule:       {','.join(rule.features)}, threshold {rule.threshold:.4f}")
+    if rule.why:
+        click.echo(f"chosen:     {rule.why}")
