@@ -85,7 +85,7 @@ def test_the_score_is_the_weighted_sum_of_both_fields_cosines(bundled, combined)
     text = cosines(bundled, [e["text"] for e in ENTRIES])
     also = cosines(bundled, [f"{e['text']} {e['answer']}" for e in ENTRIES])
     expected = dict(zip([e["id"] for e in ENTRIES], (1 - WEIGHT) * text + WEIGHT * also, strict=True))
-    hits = SearchEngine(combined).search(QUERY, k=3)
+    hits = SearchEngine(combined).search(QUERY, k=3, mode="dense")
     assert {h.id: h.score for h in hits} == pytest.approx(expected, abs=1e-4)
 
 
@@ -101,8 +101,8 @@ def test_the_option_is_stored_and_both_vector_sets_are_in_the_index(combined):
 @pytest.mark.slow
 def test_a_filter_keeps_the_combined_score(combined):
     engine = SearchEngine(combined)
-    unfiltered = {h.id: h.score for h in engine.search(QUERY, k=3)}
-    filtered = engine.search(QUERY, k=3, where="lang = 'en'")
+    unfiltered = {h.id: h.score for h in engine.search(QUERY, k=3, mode="dense")}
+    filtered = engine.search(QUERY, k=3, where="lang = 'en'", mode="dense")
     assert [h.id for h in filtered] == ["right", "qdecoy"]
     assert {h.id: h.score for h in filtered} == pytest.approx({k: unfiltered[k] for k in ("right", "qdecoy")})
 
@@ -112,7 +112,7 @@ def test_calibration_features_use_the_combined_score(combined):
     snapshot = SearchEngine(combined).snapshot
     [near] = snapshot.neighbourhoods(snapshot.embed([QUERY]))
     assert isinstance(near, Neighbourhood)
-    hits = snapshot.search_many([QUERY], k=3)[0]
+    hits = snapshot.search_many([QUERY], k=3, mode="dense")[0]
     assert near.scores.tolist() == pytest.approx([h.score for h in hits])
 
 
@@ -147,7 +147,7 @@ def test_add_and_delete_keep_both_vector_sets_in_step(tmp_path, corpus, bundled)
     assert index.vectors.count == 6
     new_also = cosines(bundled, [f"{changed[0]['text']} {changed[0]['answer']}"])[0]
     new_text = cosines(bundled, [changed[0]["text"]])[0]
-    hit = next(h for h in SearchEngine(index_dir).search(QUERY, k=3) if h.id == "right")
+    hit = next(h for h in SearchEngine(index_dir).search(QUERY, k=3, mode="dense") if h.id == "right")
     assert hit.score == pytest.approx((1 - WEIGHT) * new_text + WEIGHT * new_also, abs=1e-4)
     delete_from_index(index_dir, ["adecoy"])
     _, ids = open_index(index_dir).vectors.stored()
@@ -170,7 +170,7 @@ def test_an_entry_with_empty_also_fields_uses_its_text(tmp_path, bundled):
     rows = [{"id": "a", "text": "Where do I park my bike?", "answer": ""}, {"id": "b", "text": "Pay by card"}]
     index_dir = tmp_path / "idx"
     build_index(write(tmp_path / "c.jsonl", rows), index_dir, also=FieldScoring(("answer",), 0.5))
-    hits = SearchEngine(index_dir).search(QUERY, k=2)
+    hits = SearchEngine(index_dir).search(QUERY, k=2, mode="dense")
     assert {h.id: h.score for h in hits} == pytest.approx(
         dict(zip("ab", cosines(bundled, [r["text"] for r in rows]), strict=True)), abs=1e-4
     )

@@ -48,7 +48,8 @@ def built(tmp_path, tiny_model, monkeypatch) -> tuple[Path, Path]:
 def assert_ranks_like(pq: Path, exact: Path, where: str | None = None, k: int = 5) -> None:
     a, b = SearchEngine(pq), SearchEngine(exact)
     for question in QUESTIONS:
-        x, y = a.search(question, k=k, where=where), b.search(question, k=k, where=where)
+        x = a.search(question, k=k, where=where, mode="dense")
+        y = b.search(question, k=k, where=where, mode="dense")
         assert [h.id for h in x] == [h.id for h in y]
         np.testing.assert_allclose([h.score for h in x], [h.score for h in y], atol=1e-5)
 
@@ -77,9 +78,10 @@ def test_pq_add_delete_replace_compact(built, tmp_path):
         delete_from_index(index, ["d3", "d8"])
     assert_ranks_like(pq, f32)
     engine = SearchEngine(pq)
-    top = engine.search("zebra xylophone quantum", k=1)[0]  # d7 re-embedded: its new vector, not the old
+    # d7 re-embedded: its new vector, not the old
+    top = engine.search("zebra xylophone quantum", k=1, mode="dense")[0]
     assert top.id == "d7" and top.score == pytest.approx(1.0, abs=1e-5)
-    assert not {"d3", "d8"} & {h.id for q in QUESTIONS for h in engine.search(q, k=20)}
+    assert not {"d3", "d8"} & {h.id for q in QUESTIONS for h in engine.search(q, k=20, mode="dense")}
     assert open_index(pq).vectors.count == open_index(pq).meta["vectors"] == 599  # base + segment
     compact_index(pq)
     compact_index(f32)
