@@ -128,8 +128,8 @@ def _encoded(tmp_path, name, model):
 def test_a_many_core_machine_runs_several_sessions_of_a_few_cores():
     from indexer.encoders.onnx_graph import bulk_sessions
 
-    assert bulk_sessions(2) == (1, 0)  # a laptop: one session on every core, as before
-    assert bulk_sessions(7) == (1, 0)
+    assert bulk_sessions(2) == (1, 2)  # a laptop: one session on every core it was given
+    assert bulk_sessions(7) == (1, 7)
     assert bulk_sessions(16) == (4, 4)
     assert bulk_sessions(64) == (16, 4)
 
@@ -144,6 +144,14 @@ def test_sessions_side_by_side_give_the_vectors_of_one(tiny_model):
     one = OnnxEncoder(strategy, spin=True, sessions=(1, 0), batch_size=8)
     three = OnnxEncoder(strategy, spin=True, sessions=(3, 1), batch_size=8)
     assert len(three.sessions) == 3 and len(one.sessions) == 1
+    # the thread count is always given: ONNX Runtime's own choice pins a thread to every core of
+    # the machine, whatever cores (taskset, a cpuset) the process was given
+    from indexer.encoders.onnx_graph import usable_cores
+
+    served = OnnxEncoder(strategy)
+    sessions = (*served.sessions, *three.sessions)
+    threads = [s.session.get_session_options().intra_op_num_threads for s in sessions]
+    assert threads == [usable_cores(), 1, 1, 1]
     shares: list[float] = []
     np.testing.assert_allclose(three.embed(texts, progress=shares.append), one.embed(texts), atol=1e-6)
     assert sum(shares) == pytest.approx(1.0)

@@ -12,7 +12,7 @@ from indexer.embedding.head import Head
 from indexer.embedding.models import model_file, read_json
 from indexer.embedding.strategy import Strategy
 from indexer.encoders.base import Choice, NetworkEncoder
-from indexer.encoders.onnx_graph import CPU, GraphSpec, OnnxGraph, bulk_sessions, graph_spec
+from indexer.encoders.onnx_graph import CPU, GraphSpec, OnnxGraph, bulk_sessions, graph_spec, usable_cores
 from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
 
@@ -42,7 +42,7 @@ class OnnxEncoder(NetworkEncoder):
             raise FileNotFoundError(spec.path)
         tokens = TextTokenizer.from_files(spec.location, strategy)
         config = read_json(model_file(spec.location, "config.json")) or {}
-        count, threads = sessions or (bulk_sessions() if spin and provider == CPU else (1, 0))
+        count, threads = sessions or (bulk_sessions() if spin and provider == CPU else (1, usable_cores()))
         graphs = [OnnxGraph(spec, spin=spin, provider=provider, threads=threads) for _ in range(count)]
         super().__init__(
             strategy,

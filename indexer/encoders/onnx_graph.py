@@ -126,7 +126,8 @@ def _spec(strategy: Strategy, location: str, num_layers: int | None) -> GraphSpe
 
 class OnnxGraph:
     """A ``Network`` on ONNX Runtime: ``hidden_states[i]`` for the exported layers and the pooler
-    output, on as many threads as ONNX Runtime chooses. ``spin`` keeps idle threads spinning
+    output, on ``threads`` threads (``usable_cores``, or ``bulk_sessions``' share; 0 leaves it to
+    ONNX Runtime, which pins one to every core of the machine). ``spin`` keeps idle threads spinning
     between operators, which a batch job wants and a server does not. ``provider``: the execution
     provider (ONNX Runtime's name, e.g. ``CUDAExecutionProvider``), with the CPU one for what it
     does not run.
@@ -152,7 +153,7 @@ class OnnxGraph:
         # no spin-wait after a run when serving: idle threads spinning steal the cores the next
         # request needs (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        options.intra_op_num_threads = threads  # 0: ONNX Runtime's choice (every core)
+        options.intra_op_num_threads = threads
         providers = [provider] if provider == CPU else [provider, CPU]
         self.session = onnxruntime.InferenceSession(str(spec.path), options, providers=providers)
         # a graph reading only the embedding output (layer 0) has no attention_mask input
@@ -175,15 +176,21 @@ class OnnxGraph:
         return NetworkOutput(states, outputs[-1] if self.pooler else None)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (``taskset``, a container's cpuset), not the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def bulk_sessions(cores: int | None = None) -> tuple[int, int]:
     """How many sessions a bulk job runs side by side and the threads of each: one session on up to
-    7 cores (today's 2-core laptops lose nothing), then one per 4 cores. ONNX Runtime parallelises
-    inside each operator, and a batch of 32 short texts is too small to spread over 16 cores; four
-    sessions of 4 cores each run four batches at once. Cores: those this process may run on."""
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    7 cores (two one-thread sessions are no faster on 2), then one per 4 cores. ONNX Runtime
+    parallelises inside each operator, and a batch of 32 short texts is too small to spread over
+    16 cores; four sessions of 4 cores each run four batches at once. The thread count is always
+    given: left to itself ONNX Runtime pins a thread to every core of the machine, whatever cores
+    the process was given."""
+    cores = cores or usable_cores()
     if cores < 8:
-        return 1, 0
+        return 1, cores
     return cores // 4, 4
 
 
