@@ -70,13 +70,17 @@ class Batching:
 
 
 class _Float32States(Mapping[int, torch.Tensor]):
-    """Hidden states read in fp32 (the heads pool and normalise in fp32 whatever the network ran in)."""
+    """Hidden states read in fp32 (the heads pool and normalise in fp32 whatever the network ran in),
+    each cast once however many heads read it (a sweep's grid)."""
 
     def __init__(self, states: Sequence[torch.Tensor]):
         self.states = states
+        self.cast: dict[int, torch.Tensor] = {}
 
     def __getitem__(self, layer: int) -> torch.Tensor:
-        return self.states[layer].float()
+        if layer not in self.cast:
+            self.cast[layer] = self.states[layer].float()
+        return self.cast[layer]
 
     def __iter__(self) -> Iterator[int]:
         return iter(range(len(self.states)))
