@@ -61,8 +61,37 @@ def test_a_prefix_that_fills_the_window_is_one_clear_line(tiny_model):
     from indexer.encoders.torch_encoder import TorchEncoder
 
     long = "represent this sentence for searching relevant passages " * 4
-    with pytest.raises(BadInput, match="query prefix .* fills the model's window of 16 tokens"):
+    with pytest.raises(BadInput, match="query prefix .* takes 16 or more of the model's 16-token window"):
         TorchEncoder(Strategy(model=tiny_model, backend="torch", max_length=16, query_prefix=long))
+
+
+@pytest.mark.parametrize("role", ["query", "passage"])
+def test_a_prefix_may_take_at_most_half_the_window(tiny_model, role):
+    """Nine of sixteen tokens would leave each text five (the issue: one or two, and every entry
+    nearly one vector); eight, half, leave it room."""
+    from indexer.encoders.tokens import TextTokenizer
+
+    def tokenizer(prefix: str) -> TextTokenizer:
+        return TextTokenizer.from_files(tiny_model, Strategy(max_length=16, **{f"{role}_prefix": prefix}))
+
+    half = tokenizer("a b c d e f g h ")
+    assert len(half.ids(["bike"], role)[0]) == 11  # [CLS], 8 prefix tokens, the text, [SEP]
+    with pytest.raises(BadInput, match=rf"^the {role} prefix .* takes 9 of the model's 16-token window; "
+                       r"a prefix may take at most half \(8\)"):
+        tokenizer("a b c d e f g h i ")
+
+
+@pytest.mark.parametrize("role", ["query", "passage"])
+def test_a_prefix_that_swallows_the_word_after_it_is_refused_not_the_text(tiny_model, role):
+    """A prefix whose last word is 100 characters: glued to any word after it, WordPiece reads one
+    unknown word, so every one-word text was the prefix alone and was refused as having no tokens."""
+    from indexer.encoders.tokens import TextTokenizer
+
+    prefix = "find: " + "x" * 100
+    with pytest.raises(BadInput, match=rf"^the {role} prefix ending '.*x' swallows the word after it"):
+        TextTokenizer.from_files(tiny_model, Strategy(**{f"{role}_prefix": prefix}))
+    spaced = TextTokenizer.from_files(tiny_model, Strategy(**{f"{role}_prefix": prefix + " "}))
+    assert spaced.ids(["bike"], role) != spaced.ids(["ride"], role)
 
 
 def test_prefixes_are_stored_compared_and_described():

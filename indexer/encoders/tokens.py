@@ -31,6 +31,16 @@ CHARS_PER_TOKEN = 32
 """More characters than any token of running text covers: a text is cut at ``max_length`` times
 this (at a space) before it is tokenised, so a line of any length costs the tokenizer the same."""
 
+PREFIX_SHARE = 0.5
+"""The most of the model's window (``max_length`` tokens) a prefix may take: the rest is the
+text's. A prefix that took nearly all of it would leave each text a token or two, and give every
+text nearly the same vector."""
+
+PROBES = ("international", "understanding")
+"""Two one-word texts, as long as most words: after a prefix, they must tokenise apart. A prefix
+whose last word is long runs into the text's first word (WordPiece reads a word of more than 100
+characters as one unknown token), so a one-word text would read as the prefix alone."""
+
 SPECIAL = ("cls_token", "sep_token", "bos_token", "eos_token")
 """The special tokens a text is wrapped in, by the names tokenizer configs give them."""
 
@@ -75,12 +85,25 @@ class TextTokenizer:
             self._window_prefix(int(strategy.chunk_overlap or 0))
 
     def _alone(self, role: str, prefix: str) -> list[int]:
-        """``prefix``'s ids with the special tokens, refused when they leave no room for text."""
+        """``prefix``'s ids with the special tokens, refused when it takes more than
+        ``PREFIX_SHARE`` of the window or swallows the word written after it."""
         ids = self.truncating.encode(prefix).ids
-        if prefix and len(ids) >= self.max_length:  # truncated there: as long or longer
+        if not prefix:
+            return ids
+        own = len(self.truncating.encode(prefix, add_special_tokens=False).ids)  # cut at max_length
+        most = int(self.max_length * PREFIX_SHARE)
+        if own > most:
+            taken = f"{own} or more" if own >= self.max_length else str(own)
             raise BadInput(
-                f"the {role} prefix {prefix[:40]!r} fills the model's window of {self.max_length} tokens "
-                "on its own: shorten it (or raise --max-length)"
+                f"the {role} prefix {prefix[:40]!r} takes {taken} of the model's {self.max_length}-token "
+                f"window; a prefix may take at most half ({most}) so the text keeps room: shorten it "
+                "(or raise --max-length)"
+            )
+        first, second = (self.truncating.encode(prefix + word).ids for word in PROBES)
+        if first == second and len(first) < self.max_length:
+            raise BadInput(
+                f"the {role} prefix ending {prefix[-40:]!r} swallows the word after it (the tokenizer "
+                "reads its last word and that word as one unknown word): end it with a space"
             )
         return ids
 

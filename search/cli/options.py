@@ -101,11 +101,19 @@ STRATEGY_OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     ),
     "query_prefix": (
         ("--query-prefix",),
-        {"metavar": "TEXT", "help": "Text put before every query, e.g. 'query: ' (e5), a BGE instruction."},
+        {
+            "metavar": "TEXT",
+            "help": "Text put before every query, e.g. 'query: ' (e5), a BGE instruction; at most half "
+            "of max_length in tokens.",
+        },
     ),
     "passage_prefix": (
         ("--passage-prefix",),
-        {"metavar": "TEXT", "help": "Text put before every indexed text, e.g. 'passage: ' (e5)."},
+        {
+            "metavar": "TEXT",
+            "help": "Text put before every indexed text, e.g. 'passage: ' (e5); at most half of max_length "
+            "in tokens.",
+        },
     ),
 }
 """Every embedding-strategy option: its flags and click settings; ``{default}`` in a help text is
