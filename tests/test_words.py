@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexer.embedding.words import WORD_STRATEGY, context, cosine_matrix, occurrences, word_vectors
+from indexer.embedding.words import WORD_STRATEGY, Word, context, cosine_matrix, occurrences, word_vectors
 from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import SemsearchError
 
@@ -77,3 +77,15 @@ def test_the_facade_takes_a_text_a_word_and_a_strategy(words_embedder, tiny_mode
     assert len(tiny) == 2 and tiny[0].vector.shape == (32,)
     with pytest.raises(SemsearchError, match="does not occur"):
         semsearch.word_vectors(text, "money")
+
+
+def test_a_word_shows_where_it_is_and_its_width_not_its_floats():
+    """``repr`` of what ``semsearch.word_vectors`` returns is one short line (it printed 384
+    floats), and its docstring names the fields a caller reads."""
+    import semsearch
+
+    word = Word("bank", 4, 8, np.full(384, 0.123456, dtype=np.float32))
+    assert repr(word) == "Word(text='bank', start=4, end=8, dims=384)"
+    assert repr([word]) == "[Word(text='bank', start=4, end=8, dims=384)]"
+    documented = semsearch.word_vectors.__doc__
+    assert all(f"``.{name}``" in documented for name in ("text", "start", "end", "vector"))

@@ -34,12 +34,18 @@ MERGES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 @dataclass(frozen=True)
 class Word:
-    """One word of a text: its characters ``text[start:end]`` and its contextual vector."""
+    """One word of a text: ``text`` (its characters, the text's ``[start:end]``), ``start`` and
+    ``end`` (character offsets in the text) and ``vector`` (its contextual vector, float32, the
+    model's hidden size)."""
 
     text: str
     start: int
     end: int
     vector: np.ndarray
+
+    def __repr__(self) -> str:
+        """The word, where it is and its width; not the hundreds of floats of its vector."""
+        return f"Word(text={self.text!r}, start={self.start}, end={self.end}, dims={self.vector.shape[-1]})"
 
 
 def word_vectors(
@@ -50,9 +56,11 @@ def word_vectors(
     merge: str = "mean",
     embedder: TorchEncoder | None = None,
 ) -> list[Word]:
-    """Each word of ``text`` in order, or only the occurrences of ``word``, with its vector;
-    special tokens are left out. ``strategy`` None reads ``WORD_STRATEGY`` (the bundled model);
-    a loaded ``embedder`` serves many calls."""
+    """Each word of ``text`` in order, or only the occurrences of ``word``, as a list of ``Word``:
+    ``.text`` (the word as the text writes it), ``.start`` / ``.end`` (its character offsets:
+    ``text[start:end]``) and ``.vector`` (its contextual vector, a float32 array of the model's
+    hidden size: 384 for the bundled model); special tokens are left out. ``strategy`` None reads
+    ``WORD_STRATEGY`` (the bundled model); a loaded ``embedder`` serves many calls."""
     if merge not in MERGES:
         raise BadInput(f"merge must be one of {', '.join(MERGES)}, not {merge!r}")
     if not text.strip():
