@@ -256,7 +256,13 @@ def read_texts(
             yield str(number), line_text(line)
         return
     reader = CorpusReader(
-        source, text_fields=text_fields, id_field=id_field, fmt=fmt, encoding=encoding, delimiter=delimiter
+        source,
+        text_fields=text_fields,
+        id_field=id_field,
+        fmt=fmt,
+        encoding=encoding,
+        delimiter=delimiter,
+        columns=False,  # nothing is stored: any field names will do
     )
     for item in reader:
         if not isinstance(item, Entry):

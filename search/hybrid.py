@@ -56,7 +56,7 @@ def check_mode(mode: str) -> str:
 def check_weight(weight: float) -> float:
     if not 0 <= weight <= 1:
         raise BadInput(f"hybrid weight must be in [0, 1], not {weight}")
-    return float(weight)
+    return abs(float(weight))  # -0 is 0: stored and shown as 0
 
 
 def stored_weight(meta: Mapping[str, Any]) -> float:

@@ -189,3 +189,22 @@ def test_labels_in_another_encoding_are_read_with_it(tmp_path, tiny_model):
     result = run(*args, "--encoding", "cp1252")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["pairs"] == 4
+
+
+@pytest.mark.slow
+def test_an_empty_device_is_refused(tiny_model):
+    """``--device ''`` (a variable left unset) is no device: it ran on auto before."""
+    result = run("encode", "--model", tiny_model, "--device", "", stdin="a bike\n")
+    assert_clean_failure(result, "Invalid value for '--device': give auto, cpu, cuda or cuda:N (it is empty)")
+
+
+@pytest.mark.slow
+def test_a_hybrid_weight_of_minus_zero_is_stored_and_shown_as_zero(tmp_path, tiny_model):
+    from tests.helpers import build_faq
+
+    index = build_faq(tmp_path, tiny_model)
+    result = run("calibrate", index, "--hybrid-weight", "-0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "hybrid weight 0 stored: hybrid fuses 1 dense + 0 keyword\n"
+    info = run("info", index)
+    assert "hybrid_weight: 0 (stored;" in info.stdout, info.stdout

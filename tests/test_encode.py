@@ -141,3 +141,55 @@ def test_an_output_that_is_not_a_regular_file_is_refused_and_left_alone(whitened
         encode_file(str(source), pipe, Encoding.load(index=whitened))
     assert stat.S_ISFIFO(pipe.stat().st_mode)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".pipe")] == []
+
+
+def test_a_misspelt_field_is_named_with_the_nearest_one(tmp_path):
+    """As ``index`` says it: encode stops at the first row, so the row's own fields are the ones
+    to suggest."""
+    from search.encoding import read_texts
+
+    rows = [("q1", "How do I pay?", "By card.")]
+    corpus = write_csv(tmp_path / "faq.csv", rows, ("id", "question", "answer"))
+    with pytest.raises(BadInput, match=r"missing text: no field 'questoin' \(did you mean 'question'\?\)"):
+        list(read_texts(str(corpus), text_fields=["questoin"]))
+    with pytest.raises(BadInput, match=r"row 1: missing id: field 'idd' \(did you mean 'id'\?\)"):
+        list(read_texts(str(corpus), text_fields=["question"], id_field="idd"))
+
+
+def test_fields_whose_names_differ_only_in_case_are_two_fields(tmp_path):
+    """Nothing is stored, so SQLite's case-insensitive column names do not matter: each name
+    reads its own column (an exact match first)."""
+    from search.encoding import read_texts
+
+    corpus = write_csv(tmp_path / "tt.csv", [("1", "How do I pay?", "By card.")], ("id", "Text", "text"))
+    assert list(read_texts(str(corpus))) == [("1", "By card.")]
+    assert list(read_texts(str(corpus), text_fields=["Text"])) == [("1", "How do I pay?")]
+
+
+def test_a_utf16_file_read_in_another_encoding_names_utf16(tmp_path):
+    """Not "the header row is not valid UTF-8": the byte order mark says what the file is,
+    whichever encoding was asked for."""
+    from search.encoding import read_texts
+
+    corpus = tmp_path / "faq.tsv"
+    corpus.write_bytes("id\ttext\n1\thello\n".encode("utf-16"))
+    for asked in ("utf-7", "latin-1", "utf-8"):
+        with pytest.raises(BadInput, match=rf"byte order mark \(it is not {asked}\): try --encoding utf-16"):
+            list(read_texts(str(corpus), encoding=asked))
+    assert list(read_texts(str(corpus), encoding="utf-16")) == [("1", "hello")]
+
+
+def test_an_output_in_a_folder_that_makes_no_files_says_so(whitened, tmp_path):
+    """``/proc`` exists but makes no new file (ENOENT): not "no such folder"."""
+    from pathlib import Path
+
+    from search.encoding import encode_file
+
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux's /proc")
+    source = tmp_path / "texts.txt"
+    source.write_text("a bike\n", encoding="utf-8")
+    with pytest.raises(BadInput, match=r"^cannot write /proc/x\.npy: /proc takes no new files$"):
+        encode_file(str(source), "/proc/x.npy", Encoding.load(index=whitened))
+    with pytest.raises(BadInput, match=r"no such folder .*missing$"):
+        encode_file(str(source), tmp_path / "missing" / "x.npy", Encoding.load(index=whitened))

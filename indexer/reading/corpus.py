@@ -81,13 +81,16 @@ class Corpus:
         return rejection_summary(self.rejected)
 
 
-def _check_header(header: list[str], path: Path) -> None:
-    """A CSV or TSV header's names must be usable as columns, before any row is read."""
+def _check_header(header: list[str], path: Path, columns: bool = True) -> None:
+    """A CSV or TSV header's names must be names (and, ``columns``, usable as SQLite columns),
+    before any row is read."""
     if _UNSTORABLE.search("".join(header)):
         raise BadInput(f"{path}: the header row is not valid UTF-8 (or holds a NUL)")
     duplicated = [h for h, n in Counter(header).items() if n > 1]
     if duplicated:
         raise BadInput(f"{path}: duplicate column names: {', '.join(duplicated)}")
+    if not columns:
+        return
     _check_case(header)
     check_field_count(len(header) - ("_id" in header), f"{path} has {len(header)} columns")
 
@@ -219,9 +222,12 @@ class CorpusReader:
         *,
         first_row_id: int | None = None,
         check: Callable[[dict[str, Any]], str | None] | None = None,
+        columns: bool = True,
         **given: Any,
     ):
-        """``options``: how to read the file (``CorpusOptions``), or its fields as keywords."""
+        """``options``: how to read the file (``CorpusOptions``), or its fields as keywords.
+        ``columns``: the rows' fields become an index's SQLite columns, so their names are checked
+        as columns (``encode`` stores none: 'Text' and 'text' are two fields there)."""
         options = CorpusOptions.of(options, **given)
         fmt = options.fmt
         self.name: str | None = None
@@ -241,6 +247,7 @@ class CorpusReader:
         self.first_row_id = first_row_id
         """Ids are row numbers counted from this, whatever fields the rows have (an ``add`` to an
         index built on row numbers: its next unused one); None: from ``id_field`` or detected."""
+        self.columns = columns
         self.check = check
         """A further check of each row that would be an entry (an ``add``: does it fit the index's
         columns): the reason it cannot be, or None."""
@@ -257,7 +264,7 @@ class CorpusReader:
         with open_file(path) as handle:
             header, rows = parse_rows(handle, fmt, path, self.encoding, self.delimiter)
             if header:
-                _check_header(header, path)
+                _check_header(header, path, self.columns)
             names: dict[str, None] = dict.fromkeys(header)  # in order of appearance
             if header and id_field is None and first is None:
                 id_field = _default_id(header)
@@ -290,9 +297,10 @@ class CorpusReader:
                 entries += 1
                 yield Entry(key, joined, row)
         wanted, id_field = [spelled(n, names) for n in wanted], spelled(id_field, names)
-        check_field_names(names, id_field)
-        shown = self.name or path
-        check_field_count(len(names) - ("_id" in names), f"the rows of {shown} have {len(names)} fields")
+        if self.columns:
+            check_field_names(names, id_field)
+            shown = self.name or path
+            check_field_count(len(names) - ("_id" in names), f"the rows of {shown} have {len(names)} fields")
         missing = [f for f in [*wanted, *([id_field] if id_field else [])] if names and f not in names]
         if missing:
             raise BadInput(
@@ -367,7 +375,9 @@ def _default_id(names: Collection[str]) -> str | None:
 def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None) -> str | None:
     """Why a parsed row (storable: ``_unstorable``) cannot be indexed, or None."""
     for name in wanted:
-        if name not in row or row[name] is None:
+        if name not in row:
+            return f"missing text: no field {name!r}{nearest(name, row)}"
+        if row[name] is None:
             return f"missing text: no field {name!r}"
         value = _text_value(row[name])
         if value is None:
@@ -378,7 +388,7 @@ def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None)
         value = row.get(id_field)
         key = entry_id(value)
         if value is None or key == "":
-            return f"missing id: field {id_field!r}"
+            return f"missing id: field {id_field!r}{'' if id_field in row else nearest(id_field, row)}"
         if key is None:
             return f"bad id: {json.dumps(value)[:60]} in field {id_field!r} (an id is a string or an integer)"
     return None

@@ -122,8 +122,11 @@ class Decoding:
 
     def start(self, block: bytes) -> None:
         utf16 = block.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
-        if utf16 and codecs.lookup(self.encoding).name == "utf-8":
-            raise BadInput(f"{self.path} starts with a UTF-16 byte order mark: try --encoding utf-16")
+        if utf16 and not codecs.lookup(self.encoding).name.startswith(("utf-16", "utf-32")):
+            raise BadInput(
+                f"{self.path} starts with a UTF-16 byte order mark (it is not {self.encoding}): "
+                "try --encoding utf-16"
+            )
 
     def line(self, line: str) -> None:
         if not line.strip():

@@ -203,5 +203,7 @@ def _cannot_write(target: Path, exc: OSError) -> SemsearchError:
         return DiskFull(f"disk full: cannot write {target} (free some space and retry)")
     parent = target.parent
     if exc.errno == errno.ENOENT:
+        if parent.is_dir():  # /proc, /sys: a folder that makes no new files
+            return BadInput(f"cannot write {target}: {parent} takes no new files")
         return BadInput(f"cannot write {target}: no such folder {parent}")
     return BadInput(f"cannot write to {parent}: {exc.strerror}")

@@ -344,12 +344,20 @@ rule_options = stacked(
 """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
 
 
+def _device(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A device named: an empty ``--device ''`` (a shell variable left unset) is no device, not auto."""
+    if not value.strip():
+        raise click.BadParameter("give auto, cpu, cuda or cuda:N (it is empty)")
+    return value
+
+
 def device_options(default: str) -> Decorator:
     """``--device`` and ``--precision``: where the network runs (``indexer.encoders.devices``)."""
     return stacked(
         click.option(
             "--device",
             default=default,
+            callback=_device,
             show_default=True,
             metavar="auto|cpu|cuda|cuda:N",
             help="Where the model runs: auto takes a GPU when torch sees one.",
