@@ -67,8 +67,8 @@ def test_a_prefix_that_fills_the_window_is_one_clear_line(tiny_model):
 
 @pytest.mark.parametrize("role", ["query", "passage"])
 def test_a_prefix_may_take_at_most_half_the_window(tiny_model, role):
-    """Nine of sixteen tokens would leave each text five (the issue: one or two, and every entry
-    nearly one vector); eight, half, leave it room."""
+    """Nine of sixteen tokens are refused, eight (half) are not: a prefix that took nearly the
+    whole window left each text a token or two, and every entry nearly one vector."""
     from indexer.encoders.tokens import TextTokenizer
 
     def tokenizer(prefix: str) -> TextTokenizer:
