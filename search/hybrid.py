@@ -41,6 +41,7 @@ POOL = 100
 """Entries taken from each ranking before fusing (at least k)."""
 
 _WORD = re.compile(r"\w")
+_SEPARATOR = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 _IDENTIFIER = re.compile(r"\b(?=\w*\d)(?=\w*[^\W\d])\w+\b")
 
 Ranking = dict[int, float]
@@ -81,8 +82,9 @@ def store_hybrid_weight(index_dir: str | Path, weight: float, wait: float = 0) -
 
 def match_expression(query: str) -> str | None:
     """The FTS5 query of the user's words, each quoted as a string (never syntax) and OR-ed; None
-    when no token holds a letter or digit (nothing to match)."""
-    tokens = [token for token in query.split() if _WORD.search(token)]
+    when no token holds a letter or digit (nothing to match). Control characters and lone
+    surrogates separate words: FTS5 ends a string at a NUL, and SQLite cannot take a surrogate."""
+    tokens = [token for token in _SEPARATOR.sub(" ", query).split() if _WORD.search(token)]
     if not tokens:
         return None
     return " OR ".join('"' + token.replace('"', '""') + '"' for token in tokens)

@@ -5,15 +5,20 @@ finds an exact error code among near-misses where dense does not."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from indexer import Strategy, build_index
+from indexer.catalog import Catalog
 from indexer.errors import BadInput
+from indexer.reading.corpus import Entry
 from indexer.store import live_version, open_index
 from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
@@ -61,6 +66,43 @@ def test_user_words_are_never_fts_syntax(index):
     assert match_expression("* ( ^") is None
     assert match_expression('say "hi') == '"say" OR """hi"'
     assert engine.search("***", k=3, mode="keyword") == []
+
+
+def test_a_nul_in_a_word_is_a_separator_in_every_mode(index):
+    engine = SearchEngine(index)
+    word = BASE[1][1].split()[-1]
+    for query in (f"a\x00{word}", f"{word}\x00", "a\x00\x00b\x1b"):
+        for mode in ("keyword", "hybrid"):
+            engine.search(query, k=3, mode=mode)  # never sqlite3's "unterminated string"
+    assert keyword_ids(index, f"a\x00{word}") == keyword_ids(index, f"a {word}")
+
+
+@pytest.fixture(scope="module")
+def keyword_table(tmp_path_factory):
+    """A real keyword table (the one an index keeps), emptied by each use."""
+    catalog = Catalog.create(tmp_path_factory.mktemp("keywords") / "meta.db", {})
+    yield catalog
+    catalog.close()
+
+
+ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=60)
+"""Any string: NUL, control characters, lone surrogates, FTS5's own syntax."""
+
+
+@settings(max_examples=400, deadline=None)
+@given(query=st.one_of(ANY_TEXT, st.lists(st.sampled_from(HOSTILE + ["\x00", "a", "b1"])).map(" ".join)))
+def test_any_string_gives_a_valid_match_expression_that_finds_its_own_words(keyword_table, query):
+    expression = match_expression(query)
+    if expression is None:
+        return
+    text = query.encode("utf-8", "replace").decode("utf-8").replace("\x00", " ")  # what a row can hold
+    keyword_table.put([Entry("1", text, {})], [1], [1])
+    try:
+        found = keyword_table.keyword_search(expression, 5)  # never an FTS5 error
+        if re.search(r"(?<![^\s])[a-z0-9]+(?![^\s])", query.lower()):  # a plain word of it: found
+            assert [rowid for rowid, _ in found] == [1]
+    finally:
+        keyword_table.delete([1])
 
 
 def test_filters_and_group_by_work_in_every_mode(index):
@@ -168,8 +210,9 @@ def test_the_server_searches_in_every_mode_and_answers_a_bad_one_with_400(index)
             for query in ("bikes", *HOSTILE):
                 answer = client.post("/search", json={"query": query, "k": 3, "mode": mode})
                 assert answer.status_code == 200, answer.text
-        batch = client.post("/search/batch", json={"queries": ["bikes", "NEAR("], "mode": "keyword"})
-        assert batch.status_code == 200
+        for mode in ("keyword", "hybrid"):
+            batch = client.post("/search/batch", json={"queries": ["bikes", "NEAR(", "a\x00b"], "mode": mode})
+            assert batch.status_code == 200, batch.text
         assert client.post("/search", json={"query": "bikes", "mode": "sparse"}).status_code == 400
         refused = client.post("/search", json={"query": "bikes", "mode": "keyword", "min_score": 0.5})
         assert refused.status_code == 400 and "cosine" in refused.json()["error"]
