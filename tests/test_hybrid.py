@@ -24,7 +24,7 @@ from indexer.writing.update import add_to_index, compact_index, delete_from_inde
 from search import SearchEngine
 from search.cli import cli
 from search.evaluate import evaluate_retrieval, read_retrieval_set
-from search.hybrid import WEIGHTS, fuse, match_expression, store_hybrid_weight
+from search.hybrid import MAX_TERMS, WEIGHTS, fuse, match_expression, store_hybrid_weight
 from search.sweep import retrieval_sweep
 from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv
 
@@ -99,10 +99,18 @@ def test_any_string_gives_a_valid_match_expression_that_finds_its_own_words(keyw
     keyword_table.put([Entry("1", text, {})], [1], [1])
     try:
         found = keyword_table.keyword_search(expression, 5)  # never an FTS5 error
+        terms = [term.lower() for term in re.findall(r'"(?:[^"]|"")*"', expression)]
+        assert len(terms) == len(set(terms)) <= MAX_TERMS
         if re.search(r"(?<![^\s])[a-z0-9]+(?![^\s])", query.lower()):  # a plain word of it: found
             assert [rowid for rowid, _ in found] == [1]
     finally:
         keyword_table.delete([1])
+
+
+def test_the_keyword_side_ors_each_word_once_and_at_most_max_terms_words():
+    assert match_expression("bikes Bikes bikes, BIKES (bikes) " * 60 + "tyre") == '"bikes" OR "tyre"'
+    many = [f"w{i}" for i in range(300)]
+    assert match_expression(" ".join(many)) == " OR ".join(f'"{w}"' for w in many[:MAX_TERMS])
 
 
 def test_filters_and_group_by_work_in_every_mode(index):
