@@ -156,6 +156,68 @@ def test_an_index_written_before_the_keyword_table_refuses_keyword_modes_until_i
     assert keyword_ids(index, BASE[1][1].split()[-1])  # the old rows are in it too
 
 
+FAQ = [
+    ("q1", "the screen stays dark", "check the cable; the display shows E04", "low"),
+    ("q2", "the fan is loud", "clean the filter", "high"),
+    ("q3", "it will not start", "hold the button", "Z99"),
+]
+"""Question, answer and a field named as FTS5 names its own columns: codes only in the also fields."""
+
+
+def build_faq_with_also(tmp_path: Path, tiny_model: str) -> Path:
+    corpus = write_csv(tmp_path / "faq.csv", FAQ, ("id", "question", "answer", "rank"))
+    index = tmp_path / "faq-idx"
+    also = ["question", "answer", "rank"]
+    build_index(corpus, index, Strategy(model=tiny_model), text_fields=["question"], also=also)
+    return index
+
+
+def test_keyword_search_reads_every_also_field_through_add_delete_and_compact(tmp_path, tiny_model):
+    index = build_faq_with_also(tmp_path, tiny_model)
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "E04") == {"q1"} and keyword_ids(index, "z99") == {"q3"}
+    assert keyword_ids(index, "dark") == {"q1"}  # the text field too
+    added = [("q4", "no sound", "the error E07 means the speaker is off", "low")]
+    add_to_index(index, write_csv(tmp_path / "u.csv", added, ("id", "question", "answer", "rank")))
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "E07") == {"q4"}
+    delete_from_index(index, ["q1"])
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "E04") == set()
+    compact_index(index)
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "E07") == {"q4"} and keyword_ids(index, "Z99") == {"q3"}
+
+
+def keep_text_only_keywords(index: Path) -> None:
+    """What an index whose keyword table was written over its text alone holds."""
+    db = sqlite3.connect(index / live_version(index) / "meta.db")
+    db.executescript(
+        "drop trigger keywords_insert; drop trigger keywords_delete; drop trigger keywords_update;"
+        " drop table keywords; drop view keyword_texts;"
+    )
+    db.executescript(
+        "create virtual table keywords using fts5(_text, content='entries', content_rowid='_rowid',"
+        " tokenize='porter unicode61 remove_diacritics 2');"
+        "insert into keywords(keywords) values ('rebuild');"
+        "create trigger keywords_insert after insert on entries begin"
+        " insert into keywords(rowid, _text) values (new._rowid, new._text); end;"
+        "create trigger keywords_delete after delete on entries begin"
+        " insert into keywords(keywords, rowid, _text) values ('delete', old._rowid, old._text); end;"
+    )
+    db.commit()
+    db.close()
+
+
+def test_a_keyword_table_over_the_text_alone_reads_the_also_fields_after_the_next_write(tmp_path, tiny_model):
+    index = build_faq_with_also(tmp_path, tiny_model)
+    keep_text_only_keywords(index)
+    assert keyword_ids(index, "E04") == set()
+    delete_from_index(index, ["q2"])
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "E04") == {"q1"} and keyword_ids(index, "dark") == {"q1"}
+
+
 def test_a_calibrated_rule_or_min_score_keeps_the_default_dense_and_refuses_other_modes(index):
     engine = SearchEngine(index)
     assert engine.snapshot.mode(None) == "hybrid"
