@@ -8,11 +8,14 @@ Tables::
     meta(key TEXT PRIMARY KEY, value)    JSON values: strategy, counts, index kind, source, ...
     tombstones(_rowid INTEGER PRIMARY KEY, generation INTEGER)   vectors hidden by an update
                                          (``indexer.segments``); made by the first update that needs it
-    keywords                             FTS5 over ``entries._text`` (external content, kept by
-                                         triggers in the writer's own transaction): keyword search
+    keywords                             FTS5 over ``entries._text`` and the also fields (external
+                                         content, kept by triggers in the writer's own transaction):
+                                         keyword search
+    keyword_texts                        the view it reads those columns through (with also fields)
 
-An index written before the keyword table gets it with its next version (the first ``put`` or
-``delete`` of a writer makes and fills it, in that writer's transaction).
+An index written before the keyword table, or before it read the also fields, gets it with its
+next version (the first ``put`` or ``delete`` of a writer makes and fills it, in that writer's
+transaction).
 
 Operations that take many ids bind them as one JSON array (``json_each``), never one parameter
 per id, so they work past SQLite's bound-parameter limit.
@@ -41,19 +44,52 @@ MAX_FACET_CHARS = 100  # a longer value is prose (an answer), not something to p
 KEYWORDS = "keywords"
 """The FTS5 table of the entries' texts (BM25). Porter stems English words; codes such as
 ``E3453C`` stay one token."""
-_KEYWORD_TABLE = (
-    "create virtual table keywords using fts5(_text, content='entries', content_rowid='_rowid',"
-    " tokenize='porter unicode61 remove_diacritics 2')",
-    "create trigger keywords_insert after insert on entries begin"
-    " insert into keywords(rowid, _text) values (new._rowid, new._text); end",
-    "create trigger keywords_delete after delete on entries begin"
-    " insert into keywords(keywords, rowid, _text) values ('delete', old._rowid, old._text); end",
-    "create trigger keywords_update after update of _text on entries begin"
-    " insert into keywords(keywords, rowid, _text) values ('delete', old._rowid, old._text);"
-    " insert into keywords(rowid, _text) values (new._rowid, new._text); end",
-)
-"""The table and the triggers that keep it exact in every transaction that changes ``entries``
-(a replaced row fires the delete trigger: writable connections set ``recursive_triggers``)."""
+_KEYWORD_TEXTS = "keyword_texts"
+"""The view the keyword table reads when it covers also fields: their columns under names FTS5
+takes (a field may be called ``rank``)."""
+_TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
+_KEYWORD_OBJECTS = (KEYWORDS, _KEYWORD_TEXTS, "keywords_insert", "keywords_delete", "keywords_update")
+
+
+def keyword_fields(text_fields: Sequence[str], also: Sequence[str], columns: Sequence[str]) -> list[str]:
+    """The columns besides ``_text`` whose words keyword search reads: the ``--also`` fields
+    (``indexer.embedding.fields``) that are not text fields, as ``columns`` spell them (a field
+    matches whatever its case); a name no column has is skipped."""
+    spelled = {name.casefold(): name for name in columns if name not in RESERVED}
+    skipped = {name.casefold() for name in text_fields}
+    wanted = dict.fromkeys(name.casefold() for name in also if name.casefold() not in skipped)
+    return [spelled[name] for name in wanted if name in spelled]
+
+
+def _keyword_schema(fields: Sequence[str]) -> dict[str, str]:
+    """Name -> statement, in order, of the keyword table over ``_text`` and ``fields`` and of the
+    triggers that keep it exact in every transaction that changes ``entries`` (a replaced row fires
+    the delete trigger: writable connections set ``recursive_triggers``). With no fields it reads
+    ``entries`` itself, as tables written before the also fields did."""
+    names = ["_text", *(f"_also{i}" for i in range(1, len(fields) + 1))]
+    values = ["_text", *map(quote, fields)]
+    schema: dict[str, str] = {}
+    content = "entries"
+    if fields:
+        content = _KEYWORD_TEXTS
+        columns = ", ".join(f"{value} as {name}" for value, name in zip(values, names, strict=True))
+        schema[_KEYWORD_TEXTS] = f"create view {_KEYWORD_TEXTS} as select _rowid, {columns} from entries"
+    listed = ", ".join(names)
+    new, old = (", ".join(f"{row}.{value}" for value in values) for row in ("new", "old"))
+    insert = f"insert into keywords(rowid, {listed}) values (new._rowid, {new})"
+    delete = f"insert into keywords(keywords, rowid, {listed}) values ('delete', old._rowid, {old})"
+    schema[KEYWORDS] = (
+        f"create virtual table keywords using fts5({listed}, content='{content}', content_rowid='_rowid',"
+        f" {_TOKENIZE})"
+    )
+    schema["keywords_insert"] = f"create trigger keywords_insert after insert on entries begin {insert}; end"
+    schema["keywords_delete"] = f"create trigger keywords_delete after delete on entries begin {delete}; end"
+    changed = ", ".join(values)
+    schema["keywords_update"] = (
+        f"create trigger keywords_update after update of {changed} on entries begin {delete}; {insert}; end"
+    )
+    return schema
+
 
 DatabaseError = sqlite3.DatabaseError
 """What SQLite raises for a database file it cannot read (garbled, truncated, removed under a
@@ -136,7 +172,9 @@ class Catalog:
             pass
 
     @classmethod
-    def create(cls, path: Path, field_types: dict[str, str]) -> Catalog:
+    def create(cls, path: Path, field_types: dict[str, str], keyword_fields: Sequence[str] = ()) -> Catalog:
+        """A new catalog whose keyword table reads ``_text`` and the columns ``keyword_fields``
+        names (``keyword_fields()``: the also fields)."""
         catalog = cls(path, readonly=False)
         columns = ", ".join(f"{quote(n)} {SQL_TYPES[t]}" for n, t in field_types.items())
         catalog.db.executescript(
@@ -144,7 +182,7 @@ class Catalog:
             "create table entries (_rowid integer primary key, _id text not null unique, _text text,"
             f" _hash text, _chunks integer{', ' + columns if columns else ''});"
         )
-        for statement in _KEYWORD_TABLE:
+        for statement in _keyword_schema(keyword_fields).values():
             catalog.db.execute(statement)
         return catalog
 
@@ -247,12 +285,29 @@ class Catalog:
         return self.db.execute(found, (KEYWORDS,)).fetchone() is not None
 
     def _keep_keywords(self) -> None:
-        """Make and fill the keyword table of a version written before it, inside the caller's
-        transaction (so the rows and their keywords commit, or roll back, together)."""
-        if not self.has_keywords():
-            for statement in _KEYWORD_TABLE:
-                self.db.execute(statement)
-            self.db.execute("insert into keywords(keywords) values ('rebuild')")
+        """Make the keyword table, filled from the rows, of a version written before it or before
+        it read the also fields its meta's ``source`` names (a version being built has no source
+        yet: ``create`` made its table), inside the caller's transaction (so the rows and their
+        keywords commit, or roll back, together)."""
+        row = self.db.execute("select value from meta where key = 'source'").fetchone()
+        if row is None and self.has_keywords():
+            return
+        source = json.loads(row[0]) if row else {}
+        also = (source.get("also") or {}).get("fields") or []
+        wanted = _keyword_schema(keyword_fields(source.get("text_fields") or [], also, self.columns()))
+        found = self.db.execute(
+            "select type, name, sql from sqlite_master where name in (select value from json_each(?))"
+            " order by type = 'view', type = 'table'",  # triggers, the table, the view
+            (json.dumps(_KEYWORD_OBJECTS),),
+        ).fetchall()
+        kept = {name: sql.lower() for _, name, sql in found}
+        if kept == {name: sql.lower() for name, sql in wanted.items()}:
+            return
+        for kind, name, _ in found:
+            self.db.execute(f"drop {kind} {name}")
+        for statement in wanted.values():
+            self.db.execute(statement)
+        self.db.execute("insert into keywords(keywords) values ('rebuild')")
 
     def keyword_search(
         self, match: str, k: int, allowed: Sequence[int] | None = None
@@ -272,7 +327,6 @@ class Catalog:
     def put(self, entries: Sequence[Entry], rowids: Sequence[int], chunks: Sequence[int]) -> None:
         """Insert entries, replacing any row with the same row id whole (fields it no longer has
         become NULL); the keyword table follows (its triggers)."""
-        self._keep_keywords()
         types = self.types_for([e.fields for e in entries])
         known = {name.casefold() for name in self.columns()}
         for name in dict.fromkeys(n for e in entries for n in e.fields):
@@ -281,6 +335,7 @@ class Catalog:
                     f"alter table entries add column {quote(name)} {SQL_TYPES[types[name.casefold()]]}"
                 )
                 known.add(name.casefold())
+        self._keep_keywords()
         by_columns: dict[tuple[str, ...], list[tuple]] = {}  # one statement per set of fields
         for entry, rowid, n in zip(entries, rowids, chunks, strict=True):
             names = tuple(entry.fields)

@@ -40,7 +40,14 @@ code, a SKU, a version), where the exact word decides and a sentence model sees 
 POOL = 100
 """Entries taken from each ranking before fusing (at least k)."""
 
+MAX_TERMS = 32
+"""Distinct words a query's keyword side ORs at most. FTS5's cost on a long entry grows with the
+square of the terms (a word repeated 100 times: 0.8 s on one 200,000-word entry, 30 times: 0.09 s;
+``bench/keyword_terms.py``), and the server takes 2,000-character queries."""
+
 _WORD = re.compile(r"\w")
+_LETTERS = re.compile(r"[^\W_]+")
+_SEPARATOR = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 _IDENTIFIER = re.compile(r"\b(?=\w*\d)(?=\w*[^\W\d])\w+\b")
 
 Ranking = dict[int, float]
@@ -81,8 +88,15 @@ def store_hybrid_weight(index_dir: str | Path, weight: float, wait: float = 0) -
 
 def match_expression(query: str) -> str | None:
     """The FTS5 query of the user's words, each quoted as a string (never syntax) and OR-ed; None
-    when no token holds a letter or digit (nothing to match)."""
-    tokens = [token for token in query.split() if _WORD.search(token)]
+    when no token holds a letter or digit (nothing to match). Control characters and lone
+    surrogates separate words: FTS5 ends a string at a NUL, and SQLite cannot take a surrogate.
+    A word repeated (whatever its case or the punctuation around it) is one term, and the first
+    ``MAX_TERMS`` terms are taken."""
+    words: dict[tuple[str, ...], str] = {}  # a word's letters and digits, lower-cased -> its first spelling
+    for token in _SEPARATOR.sub(" ", query).split():
+        if _WORD.search(token):
+            words.setdefault(tuple(_LETTERS.findall(token.lower())), token)
+    tokens = list(words.values())[:MAX_TERMS]
     if not tokens:
         return None
     return " OR ".join('"' + token.replace('"', '""') + '"' for token in tokens)

@@ -5,21 +5,26 @@ finds an exact error code among near-misses where dense does not."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from indexer import Strategy, build_index
+from indexer.catalog import Catalog
 from indexer.errors import BadInput
+from indexer.reading.corpus import Entry
 from indexer.store import live_version, open_index
 from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
 from search.cli import cli
 from search.evaluate import evaluate_retrieval, read_retrieval_set
-from search.hybrid import WEIGHTS, fuse, match_expression, store_hybrid_weight
+from search.hybrid import MAX_TERMS, WEIGHTS, fuse, match_expression, store_hybrid_weight
 from search.sweep import retrieval_sweep
 from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv
 
@@ -63,6 +68,51 @@ def test_user_words_are_never_fts_syntax(index):
     assert engine.search("***", k=3, mode="keyword") == []
 
 
+def test_a_nul_in_a_word_is_a_separator_in_every_mode(index):
+    engine = SearchEngine(index)
+    word = BASE[1][1].split()[-1]
+    for query in (f"a\x00{word}", f"{word}\x00", "a\x00\x00b\x1b"):
+        for mode in ("keyword", "hybrid"):
+            engine.search(query, k=3, mode=mode)  # never sqlite3's "unterminated string"
+    assert keyword_ids(index, f"a\x00{word}") == keyword_ids(index, f"a {word}")
+
+
+@pytest.fixture(scope="module")
+def keyword_table(tmp_path_factory):
+    """A real keyword table (the one an index keeps), emptied by each use."""
+    catalog = Catalog.create(tmp_path_factory.mktemp("keywords") / "meta.db", {})
+    yield catalog
+    catalog.close()
+
+
+ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=60)
+"""Any string: NUL, control characters, lone surrogates, FTS5's own syntax."""
+
+
+@settings(max_examples=250, deadline=None)
+@given(query=st.one_of(ANY_TEXT, st.lists(st.sampled_from(HOSTILE + ["\x00", "a", "b1"])).map(" ".join)))
+def test_any_string_gives_a_valid_match_expression_that_finds_its_own_words(keyword_table, query):
+    expression = match_expression(query)
+    if expression is None:
+        return
+    text = query.encode("utf-8", "replace").decode("utf-8").replace("\x00", " ")  # what a row can hold
+    keyword_table.put([Entry("1", text, {})], [1], [1])
+    try:
+        found = keyword_table.keyword_search(expression, 5)  # never an FTS5 error
+        terms = [term.lower() for term in re.findall(r'"(?:[^"]|"")*"', expression)]
+        assert len(terms) == len(set(terms)) <= MAX_TERMS
+        if re.search(r"(?<![^\s])[a-z0-9]+(?![^\s])", query.lower()):  # a plain word of it: found
+            assert [rowid for rowid, _ in found] == [1]
+    finally:
+        keyword_table.delete([1])
+
+
+def test_the_keyword_side_ors_each_word_once_and_at_most_max_terms_words():
+    assert match_expression("bikes Bikes bikes, BIKES (bikes) " * 60 + "tyre") == '"bikes" OR "tyre"'
+    many = [f"w{i}" for i in range(300)]
+    assert match_expression(" ".join(many)) == " OR ".join(f'"{w}"' for w in many[:MAX_TERMS])
+
+
 def test_filters_and_group_by_work_in_every_mode(index):
     engine = SearchEngine(index)
     for mode in ("dense", "keyword", "hybrid"):
@@ -104,6 +154,68 @@ def test_an_index_written_before_the_keyword_table_refuses_keyword_modes_until_i
     assert_keywords_exact(index)
     assert keyword_ids(index, "zebra") == {"n1"}
     assert keyword_ids(index, BASE[1][1].split()[-1])  # the old rows are in it too
+
+
+FAQ = [
+    ("q1", "the screen stays dark", "check the cable; the display shows E04", "low"),
+    ("q2", "the fan is loud", "clean the filter", "high"),
+    ("q3", "it will not start", "hold the button", "Z99"),
+]
+"""Question, answer and a field named as FTS5 names its own columns: codes only in the also fields."""
+
+
+def build_faq_with_also(tmp_path: Path, tiny_model: str) -> Path:
+    corpus = write_csv(tmp_path / "faq.csv", FAQ, ("id", "question", "answer", "rank"))
+    index = tmp_path / "faq-idx"
+    also = ["question", "answer", "rank"]
+    build_index(corpus, index, Strategy(model=tiny_model), text_fields=["question"], also=also)
+    return index
+
+
+def test_keyword_search_reads_every_also_field_through_add_delete_and_compact(tmp_path, tiny_model):
+    index = build_faq_with_also(tmp_path, tiny_model)
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "E04") == {"q1"} and keyword_ids(index, "z99") == {"q3"}
+    assert keyword_ids(index, "dark") == {"q1"}  # the text field too
+    added = [("q4", "no sound", "the error E07 means the speaker is off", "low")]
+    add_to_index(index, write_csv(tmp_path / "u.csv", added, ("id", "question", "answer", "rank")))
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "E07") == {"q4"}
+    delete_from_index(index, ["q1"])
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "E04") == set()
+    compact_index(index)
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "E07") == {"q4"} and keyword_ids(index, "Z99") == {"q3"}
+
+
+def keep_text_only_keywords(index: Path) -> None:
+    """What an index whose keyword table was written over its text alone holds."""
+    db = sqlite3.connect(index / live_version(index) / "meta.db")
+    db.executescript(
+        "drop trigger keywords_insert; drop trigger keywords_delete; drop trigger keywords_update;"
+        " drop table keywords; drop view keyword_texts;"
+    )
+    db.executescript(
+        "create virtual table keywords using fts5(_text, content='entries', content_rowid='_rowid',"
+        " tokenize='porter unicode61 remove_diacritics 2');"
+        "insert into keywords(keywords) values ('rebuild');"
+        "create trigger keywords_insert after insert on entries begin"
+        " insert into keywords(rowid, _text) values (new._rowid, new._text); end;"
+        "create trigger keywords_delete after delete on entries begin"
+        " insert into keywords(keywords, rowid, _text) values ('delete', old._rowid, old._text); end;"
+    )
+    db.commit()
+    db.close()
+
+
+def test_a_keyword_table_over_the_text_alone_reads_the_also_fields_after_the_next_write(tmp_path, tiny_model):
+    index = build_faq_with_also(tmp_path, tiny_model)
+    keep_text_only_keywords(index)
+    assert keyword_ids(index, "E04") == set()
+    delete_from_index(index, ["q2"])
+    assert_keywords_exact(index)
+    assert keyword_ids(index, "E04") == {"q1"} and keyword_ids(index, "dark") == {"q1"}
 
 
 def test_a_calibrated_rule_or_min_score_keeps_the_default_dense_and_refuses_other_modes(index):
@@ -168,8 +280,9 @@ def test_the_server_searches_in_every_mode_and_answers_a_bad_one_with_400(index)
             for query in ("bikes", *HOSTILE):
                 answer = client.post("/search", json={"query": query, "k": 3, "mode": mode})
                 assert answer.status_code == 200, answer.text
-        batch = client.post("/search/batch", json={"queries": ["bikes", "NEAR("], "mode": "keyword"})
-        assert batch.status_code == 200
+        for mode in ("keyword", "hybrid"):
+            batch = client.post("/search/batch", json={"queries": ["bikes", "NEAR(", "a\x00b"], "mode": mode})
+            assert batch.status_code == 200, batch.text
         assert client.post("/search", json={"query": "bikes", "mode": "sparse"}).status_code == 400
         refused = client.post("/search", json={"query": "bikes", "mode": "keyword", "min_score": 0.5})
         assert refused.status_code == 400 and "cosine" in refused.json()["error"]

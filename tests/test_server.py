@@ -126,3 +126,10 @@ def test_a_search_after_an_update_answers_from_one_generation(index, tmp_path):
             assert [(h["id"], h["text"], round(h["score"], 5)) for h in answer.json()["hits"]] == [
                 (h.id, h.text, round(h.score, 5)) for h in fresh
             ]
+
+
+def test_the_access_log_escapes_what_a_client_sent():
+    from search.server.serving import escaped
+
+    assert escaped("POST /search?x=1 HTTP/1.1") == "POST /search?x=1 HTTP/1.1"
+    assert escaped('\x1b[2J"\\\x00\u202e\U0001f600\n') == "\\x1b[2J\\x22\\x5c\\x00\\u202e\\U0001f600\\x0a"

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -107,33 +109,42 @@ def test_abandoned_requests_leave_no_work_behind(port):
     assert latencies[int(0.99 * len(latencies))] < 5.0, latencies[-10:]
 
 
+def served_log(index: Path, log: Path, options: Sequence[str], requests: Callable[[str], None]) -> str:
+    """What `semsearch serve INDEX OPTIONS` writes on stderr while ``requests(url)`` runs."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "search.cli", "serve", str(index), "--port", str(free), *options],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        try:
+            assert answering(free, 120, process), log.read_text()
+            requests(f"http://127.0.0.1:{free}")
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    return log.read_text(encoding="utf-8", errors="surrogateescape")
+
+
 def test_serve_logs_one_line_a_request_unless_quiet(tmp_path, tiny_model):
     """`semsearch serve` writes one access line a request on stderr (client, request line, status,
     milliseconds: uvicorn's access format and the time); `--quiet` writes none."""
     index = build_faq(tmp_path, tiny_model)
-    logs = {}
-    for options in ((), ("--quiet",)):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            free = s.getsockname()[1]
-        log = tmp_path / f"stderr{len(options)}.txt"
-        with log.open("wb") as stderr:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "search.cli", "serve", str(index), "--port", str(free), *options],
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-            )
-            try:
-                assert answering(free, 120, process), log.read_text()
-                url = f"http://127.0.0.1:{free}"
-                found = httpx.post(f"{url}/search?x=1", json={"query": "bike", "k": 1}, timeout=30)
-                assert found.status_code == 200
-                assert httpx.post(f"{url}/search", json={"k": 1}, timeout=30).status_code == 400
-                assert httpx.get(f"{url}/no-such-route", timeout=30).status_code == 404
-            finally:
-                process.terminate()
-                process.wait(timeout=30)
-        logs[options] = log.read_text()
+
+    def requests(url: str) -> None:
+        found = httpx.post(f"{url}/search?x=1", json={"query": "bike", "k": 1}, timeout=30)
+        assert found.status_code == 200
+        assert httpx.post(f"{url}/search", json={"k": 1}, timeout=30).status_code == 400
+        assert httpx.get(f"{url}/no-such-route", timeout=30).status_code == 404
+
+    logs = {
+        options: served_log(index, tmp_path / f"stderr{len(options)}.txt", options, requests)
+        for options in ((), ("--quiet",))
+    }
+
     def line(request: str, status: int) -> str:
         return rf'^127\.0\.0\.1:\d+ - "{re.escape(request)} HTTP/1\.1" {status} \d+\.\d ms$'
 
@@ -141,3 +152,28 @@ def test_serve_logs_one_line_a_request_unless_quiet(tmp_path, tiny_model):
         assert len(re.findall(line(request, status), logs[()], re.M)) == 1, logs[()]
     assert re.search(line("GET /health", 200), logs[()], re.M)
     assert "HTTP/1.1" not in logs[("--quiet",)] and "serving" in logs[("--quiet",)]
+
+
+def forwarded(client: bytes) -> Callable[[str], None]:
+    """A request to /health that says it was forwarded for ``client`` (bytes as sent)."""
+
+    def requests(url: str) -> None:
+        with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=30) as s:
+            head = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Forwarded-For: %s\r\n\r\n"
+            s.sendall(head % client)
+            assert s.makefile("rb").readline().split()[1] == b"200"
+
+    return requests
+
+
+def test_the_access_log_trusts_forwarding_headers_only_when_told_and_escapes_what_clients_send(
+    tmp_path, tiny_model
+):
+    index = build_faq(tmp_path, tiny_model)
+    untrusted = served_log(index, tmp_path / "untrusted.txt", (), forwarded(b"6.6.6.6"))
+    assert re.search(r'^127\.0\.0\.1:\d+ - "GET /health HTTP/1\.1" 200', untrusted, re.M), untrusted
+    assert "6.6.6.6" not in untrusted
+    options = ("--forwarded-allow-ips", "127.0.0.1")
+    trusted = served_log(index, tmp_path / "trusted.txt", options, forwarded(b"\x1b[2J\xe97.7.7.7"))
+    assert "\x1b" not in trusted and "\xe9" not in trusted
+    assert re.search(r'^\\x1b\[2J\\xe97\.7\.7\.7:0 - "GET /health HTTP/1\.1" 200', trusted, re.M), trusted

@@ -41,10 +41,10 @@ class VersionWriter:
     SPOOL = ".vectors.spool"  # raw float32 vectors; removed before the version is committed
     SPOOL_IDS = ".ids.spool"  # the row id of each (int64)
 
-    def __init__(self, pending: Pending, field_types: dict[str, str]):
+    def __init__(self, pending: Pending, field_types: dict[str, str], keyword_fields: Sequence[str] = ()):
         self.pending = pending
         self.path = version = pending.path
-        self.catalog = Catalog.create(version / DATABASE, field_types)
+        self.catalog = Catalog.create(version / DATABASE, field_types, keyword_fields)
         self.entries = 0
         self.vectors = 0
         self.dimension: int | None = None
@@ -148,15 +148,16 @@ class VersionWriter:
 
 @contextlib.contextmanager
 def new_version(
-    index_dir: str | Path, field_types: dict[str, str], *, wait: float = 0
+    index_dir: str | Path, field_types: dict[str, str], *, wait: float = 0, keyword_fields: Sequence[str] = ()
 ) -> Iterator[VersionWriter]:
     """A complete new index written beside the live one (``index_dir`` is created if need be),
     under the writer lock (``wait``: seconds to wait for another writer): ``add`` its entries and
     vectors, then ``write`` it; a clean exit swaps it in. On an exception the new version is
-    removed and the live one stays; a failed first build leaves no directory behind."""
+    removed and the live one stays; a failed first build leaves no directory behind.
+    ``keyword_fields``: the columns keyword search reads besides the text (``catalog.keyword_fields``)."""
     index_dir = Path(index_dir)
     with building(index_dir, wait), committing(index_dir) as pending:
-        version = VersionWriter(pending, field_types)
+        version = VersionWriter(pending, field_types, keyword_fields)
         try:
             yield version
         finally:

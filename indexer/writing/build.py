@@ -16,6 +16,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from indexer.catalog import keyword_fields
 from indexer.embedding.fields import FieldScoring, embed_entries
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
@@ -127,7 +128,8 @@ def build_index(
     reader = CorpusReader(corpus, corpus_options, **given)
     survey = survey_corpus(reader)
     embed_seconds = 0.0
-    with new_version(index_dir, survey.field_types, wait=wait) as version:
+    searched = keyword_fields(reader.text_fields, also.also if also else (), list(survey.field_types))
+    with new_version(index_dir, survey.field_types, wait=wait, keyword_fields=searched) as version:
         # the graph the index's queries will run is exported now, if it can be (choice.export_failure)
         encoder = encoder_for(strategy, batch_size=batch_size, export_queries=True, placement=on_device)
         size = PART_ENTRIES if ray is None else RAY_PART_ENTRIES

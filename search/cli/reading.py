@@ -229,6 +229,12 @@ def duplicates_command(
     help="Open connections at most; past that a new one gets a 503.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No access log (by default a line a request on stderr).")
+@click.option(
+    "--forwarded-allow-ips",
+    metavar="IPS",
+    help="Believe X-Forwarded-For/-Proto from these proxies (comma-separated addresses or networks, "
+    "or *): the log then names the client a proxy forwards for. By default no one's is believed.",
+)
 @provider_option
 @device_options("cpu")
 @strategy_options
@@ -241,6 +247,7 @@ def serve_command(
     keep_alive: float,
     max_connections: int,
     quiet: bool,
+    forwarded_allow_ips: str | None,
     provider: str | None,
     device: str,
     precision: str,
@@ -290,6 +297,7 @@ def serve_command(
         keep_alive=keep_alive,
         max_connections=max_connections,
         access_log=not quiet,
+        forwarded_allow_ips=forwarded_allow_ips,
     )
 
 

@@ -36,10 +36,23 @@ def listen(host: str, port: int) -> socket.socket:
         ) from None
     return listening
 
+
+def escaped(text: str) -> str:
+    """``text`` with every character but printable ASCII, and ``"`` and ``\\``, written as an
+    escape (``\\x1b``): what a client sends cannot move a terminal's cursor or forge a log line."""
+    return "".join(char if " " <= char <= "~" and char not in '"\\' else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 class AccessLog:
     """ASGI middleware: one line on ``ACCESS`` a request once it is answered, uvicorn's access
     format and the time from its arrival to its last byte sent:
-    ``127.0.0.1:50312 - "POST /search HTTP/1.1" 200 4.2 ms`` (499: the client left unanswered)."""
+    ``127.0.0.1:50312 - "POST /search HTTP/1.1" 200 4.2 ms`` (499: the client left unanswered).
+    The client (a forwarding header's, when trusted), method, path and version are ``escaped``."""
 
     def __init__(self, app: Any):
         self.app = app
@@ -61,10 +74,10 @@ class AccessLog:
         finally:
             ACCESS.info(
                 '%s - "%s %s HTTP/%s" %d %.1f ms',
-                get_client_addr(scope),
-                scope["method"],
-                get_path_with_query_string(scope),
-                scope["http_version"],
+                escaped(get_client_addr(scope)),
+                escaped(scope["method"]),
+                escaped(get_path_with_query_string(scope)),
+                escaped(scope["http_version"]),
                 status,
                 (time.perf_counter() - start) * 1000,
             )
@@ -87,9 +100,12 @@ def serve(
     keep_alive: float = KEEP_ALIVE,
     max_connections: int = MAX_CONNECTIONS,
     access_log: bool = True,
+    forwarded_allow_ips: str | None = None,
 ) -> None:
     """Run ``app`` on the ``listen`` socket until interrupted, with the connection bounds of
-    GuardedH11 and uvicorn's keep-alive timeout; ``access_log``: a line a request on stderr."""
+    GuardedH11 and uvicorn's keep-alive timeout; ``access_log``: a line a request on stderr.
+    ``forwarded_allow_ips``: the proxies (uvicorn's list: addresses, networks, ``*``) whose
+    ``X-Forwarded-For``/``-Proto`` are believed; None: no one's (uvicorn would believe 127.0.0.1's)."""
     import uvicorn
 
     if access_log:
@@ -100,5 +116,7 @@ def serve(
         http=type("Guarded", (GuardedH11,), bounds),
         timeout_keep_alive=keep_alive,
         log_level="warning",
+        proxy_headers=forwarded_allow_ips is not None,
+        forwarded_allow_ips=forwarded_allow_ips,
     )
     uvicorn.Server(config).run(sockets=[listening])
