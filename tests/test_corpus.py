@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -464,3 +465,78 @@ def test_json_array_is_read_in_bounded_memory(tmp_path):
         tracemalloc.stop()
     assert count == 12000
     assert peak < size / 2
+
+
+# TSV as tools write it: CSV quoting, a tab as the separator
+
+AWKWARD = [
+    "Line one\nline two",
+    "a\ttab inside",
+    'He said "hi"',
+    '"Quoted" at the start',
+    '5" wheel',
+    "Windows\r\nline end",
+    '"whole"',
+    "",
+    "plain",
+]
+
+
+def test_a_tsv_written_by_pandas_reads_back_every_row_as_written(tmp_path):
+    """pandas and Python's csv quote a TSV field that holds a tab, a line end or a quote (and
+    double its quotes): every row comes back, every value as it was."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(len(AWKWARD))], "text": AWKWARD, "n": range(9)})
+    frame["text"] = frame["text"].radd("x ")  # no empty text: every row is an entry
+    frame.to_csv(tmp_path / "p.tsv", sep="\t", index=False)
+    corpus = read_corpus(tmp_path / "p.tsv")
+    written = list(zip(frame["id"], frame["text"], strict=True))
+    assert [(e.id, e.fields["text"]) for e in corpus.entries] == written
+    assert not corpus.rejected
+    for lineterminator, quoting in [("\r\n", csv.QUOTE_MINIMAL), ("\n", csv.QUOTE_ALL)]:
+        with (tmp_path / "w.tsv").open("w", newline="", encoding="utf-8") as out:
+            writer = csv.writer(out, delimiter="\t", lineterminator=lineterminator, quoting=quoting)
+            writer.writerows([["id", "text", "note"], *([str(i), f"t{i}", v] for i, v in enumerate(AWKWARD))])
+        read = read_corpus(tmp_path / "w.tsv")
+        assert [e.fields["note"] for e in read.entries] == AWKWARD, (lineterminator, quoting)
+
+
+def test_tsv_quotes_no_writer_would_write_are_text(tmp_path):
+    """A quote that opens a field but is not CSV quoting as a writer writes it (a quoted field
+    that needed no quotes, one that closes before more text, one never closed, one whose lines
+    would not make a row of the header's width) is text, as in a file typed by hand."""
+    lines = [
+        "score\tsentence",
+        '1\t"A whole quoted sentence."',
+        '2\t"Closed early," he said.',
+        '3\t"Never closed',
+        "4\tplain",
+        '5\tends "here"',
+        '"6\tspans',
+        '7\t" lines\textra',
+        '"8\tspans',
+        '9\tlines"\tbut makes\tthree fields',
+    ]
+    path = write(tmp_path / "hand.tsv", "\n".join(lines) + "\n")
+    rows = [line.split("\t") for line in lines[1:]]
+    corpus = read_corpus(path, text_fields=["sentence"])
+    fields = [dict(zip(["score", "sentence"], r, strict=True)) for r in rows if len(r) == 2]
+    assert [e.fields for e in corpus.entries] == fields
+    wrong = [(r.row, r.reason.split(":")[0]) for r in corpus.rejected]
+    assert wrong == [(7, "wrong field count"), (9, "wrong field count")]
+
+
+@pytest.mark.parametrize("name", ["stsb/stsb-dev.tsv", "stsb/stsb-train.tsv", "sick-r/sick-trial.tsv"])
+def test_real_tsv_files_with_literal_quotes_read_as_their_lines_split_at_tabs(name):
+    """STS-B's sentences open and close with quotes of their own (quoted speech): each line
+    still reads as its tab-split fields, one row per line."""
+    from tests.helpers import shared_file
+
+    path = shared_file(*name.split("/"))
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t")
+    corpus = read_corpus(path, text_fields=[header[1]])
+    assert not corpus.rejected
+    split = [dict(zip(header, line.split("\t"), strict=True)) for line in lines[1:]]
+    assert [e.fields for e in corpus.entries] == split
