@@ -304,7 +304,7 @@ class CorpusReader:
             delimiter=self.delimiter,
             encoding=self.encoding,
             width=len(header),
-            undecodable=undecodable.encode(self.encoding, "surrogateescape"),
+            undecodable=bytes(ord(char) - 0xDC00 for char in undecodable),  # surrogateescape's bytes
         )
         wanted, id_field = [spelled(n, names) for n in wanted], spelled(id_field, names)
         check_field_names(names, id_field)

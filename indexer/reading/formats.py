@@ -167,7 +167,7 @@ def parse_rows(
 
 
 def _csv_records(lines: Iterator[str], delimiter: str) -> Iterator[list[str] | str]:
-    """CSV/TSV records; a string is why a record was rejected. Parsing is strict, so a quote
+    """CSV records; a string is why a record was rejected. Parsing is strict, so a quote
     open until the end of the file, or closed lines later by a quote that is followed by more text,
     is an error rather than one field holding the rows after it: that record is rejected and
     parsing resumes on the line after the one it started on (the lines the failed record took are

@@ -2,7 +2,7 @@
 encoding) rather than that some of its rows are bad: the rule, and the one line that names the
 likely cause and the option that fixes it. A read that meets it writes nothing.
 
-The rule: more than half of a file's rows rejected for one of the reasons in ``_CAUSES``; for
+The rule: more than half of a file's rows rejected for one of the reasons in ``_causes``; for
 bytes that do not decode, more than a quarter (``UNDECODABLE_SHARE``). Rows rejected for what
 they hold (an empty text, a duplicate or missing id) are the rows' own faults, however many.
 """
@@ -27,8 +27,8 @@ def _causes(fmt: str, delimiter: str | None, width: int) -> dict[str, str]:
     fix = (
         "if it is not tab-separated, read it with --format csv (--delimiter names the separator)"
         if fmt == "tsv"
-        else "are its fields separated by something else, or do they hold it unquoted? "
-        "--delimiter names the separator (--format the format)"
+        else f"its fields are separated by something else, or hold {split} unquoted: --delimiter "
+        "names the separator (--format the format)"
     )
     as_tsv = "; if it is tab-separated, --format tsv reads such quotes as text" if fmt == "csv" else ""
     return {
