@@ -246,7 +246,8 @@ def read_texts(
 ) -> Iterator[tuple[str, str]]:
     """``(id, text)`` of each row of a corpus file (CSV/TSV/JSONL/text lines, read as ``index``
     reads one), or of each line of stdin for ``-`` (its line number as id), in order and as read.
-    A row that cannot be encoded is an error naming it: a row is never skipped."""
+    A row that cannot be encoded is an error naming it (or, if the file's rejections say it was
+    read the wrong way, naming that: ``indexer.reading.mismatch``): a row is never skipped."""
     if source == "-":
         if sys.stdin is None:
             raise BadInput("stdin is closed: give a file of texts to encode")
@@ -264,8 +265,11 @@ def read_texts(
         delimiter=delimiter,
         columns=False,  # nothing is stored: any field names will do
     )
-    for item in reader:
+    items = iter(reader)
+    for item in items:
         if not isinstance(item, Entry):
+            for _ in items:  # the whole file's checks first: a file read the wrong way says so
+                pass
             raise BadInput(f"{source} row {item.row}: {item.reason} (every row is encoded, in order: fix it)")
         yield item.id, item.text
 

@@ -208,3 +208,34 @@ def test_a_hybrid_weight_of_minus_zero_is_stored_and_shown_as_zero(tmp_path, tin
     assert result.stdout == "hybrid weight 0 stored: hybrid fuses 1 dense + 0 keyword\n"
     info = run("info", index)
     assert "hybrid_weight: 0 (stored;" in info.stdout, info.stdout
+
+
+@pytest.mark.slow
+def test_a_file_read_the_wrong_way_stops_index_add_and_encode(tmp_path, tiny_model):
+    """A one-column CSV whose texts hold commas splits into the wrong field count on most rows:
+    ``index``, ``add`` and ``encode`` write nothing, name the cause and ``--delimiter``, and exit
+    non-zero; with ``--delimiter`` every row is read. A pandas TSV with quoted line ends indexes
+    every row, and a file with one cp1252 row and no UTF-8 is refused naming cp1252."""
+    import pandas as pd
+
+    wrong = tmp_path / "notes.csv"
+    notes = [*(f"Note {i}, with a comma" for i in range(7)), *(f"Note {i}" for i in range(5))]
+    wrong.write_text("text\n" + "\n".join(notes) + "\n")
+    cause = "7 of 12 rows do not have the header's 1 field when split at commas"
+    assert_clean_failure(run("index", wrong, "-o", tmp_path / "idx", "--model", tiny_model), "--delimiter")
+    assert not (tmp_path / "idx").exists()
+    frame = pd.DataFrame({"id": ["a", "b", "c"], "text": ["one\ntwo", 'say "hi"', "tab\there"]})
+    frame.to_csv(tmp_path / "faq.tsv", sep="\t", index=False)
+    built = run("index", tmp_path / "faq.tsv", "-o", tmp_path / "idx", "--model", tiny_model)
+    assert built.returncode == 0 and "indexed 3 entries" in built.stderr and "rejected" not in built.stderr
+    before = (tmp_path / "idx" / CURRENT).read_text()
+    assert_clean_failure(run("add", tmp_path / "idx", wrong), cause)
+    assert (tmp_path / "idx" / CURRENT).read_text() == before
+    out = tmp_path / "v.npy"
+    assert_clean_failure(run("encode", wrong, "-o", out, "--model", tiny_model), cause)
+    assert not out.exists()
+    encoded = run("encode", wrong, "-o", out, "--model", tiny_model, "--delimiter", "|")
+    assert encoded.returncode == 0, encoded.stderr
+    one = tmp_path / "one.csv"
+    one.write_bytes(b"text\n" + b"".join(b"plain %d\n" % i for i in range(30)) + "café\n".encode("cp1252"))
+    assert_clean_failure(run("add", tmp_path / "idx", one), "try --encoding cp1252")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import pytest
@@ -56,7 +58,7 @@ def test_rows_with_no_readable_character_are_empty(tmp_path):
 
 
 def test_bad_rows_are_counted_with_reasons(tmp_path):
-    content = b"id,text\n1,good\n2,\n1,duplicate\n3,bad \xff byte\n4,a,b\n,no id\n5,  \n6,fine\n"
+    content = b"id,text\n1,good\n2,\n1,duplicate\n3,bad \x81 byte\n4,a,b\n,no id\n5,  \n6,fine\n"
     corpus = read_corpus(write(tmp_path / "bad.csv", content))
     assert [e.id for e in corpus.entries] == ["1", "6"]
     reasons = {r.row: r.reason for r in corpus.rejected}
@@ -351,7 +353,7 @@ def test_undecodable_first_lines_stop_the_read_and_a_few_bad_rows_are_rejected(t
     content = "".join(f"caf\xe9 {i}\n" for i in range(5)).encode("latin-1") + b"ok\n" * 10_000
     with pytest.raises(SemsearchError, match="the first 5 lines are not valid UTF-8"):
         read_corpus(write(tmp_path / "a.txt", content))
-    corpus = read_corpus(write(tmp_path / "b.csv", cp1252_csv(30, accented=3)))
+    corpus = read_corpus(write(tmp_path / "b.csv", cp1252_csv(30, accented=3) + "30,naïve\r\n".encode()))
     assert [r.reason for r in corpus.rejected] == ["invalid UTF-8"] * 3
     utf16 = write(tmp_path / "c.txt", "one\ntwo\n".encode("utf-16"))
     with pytest.raises(SemsearchError, match="try --encoding utf-16"):
@@ -464,3 +466,150 @@ def test_json_array_is_read_in_bounded_memory(tmp_path):
         tracemalloc.stop()
     assert count == 12000
     assert peak < size / 2
+
+
+# TSV as tools write it: CSV quoting, a tab as the separator
+
+AWKWARD = [
+    "Line one\nline two",
+    "a\ttab inside",
+    'He said "hi"',
+    '"Quoted" at the start',
+    '5" wheel',
+    "Windows\r\nline end",
+    '"whole"',
+    "",
+    "plain",
+]
+
+
+def test_a_tsv_written_by_pandas_reads_back_every_row_as_written(tmp_path):
+    """pandas and Python's csv quote a TSV field that holds a tab, a line end or a quote (and
+    double its quotes): every row comes back, every value as it was."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(len(AWKWARD))], "text": AWKWARD, "n": range(9)})
+    frame["text"] = frame["text"].radd("x ")  # no empty text: every row is an entry
+    frame.to_csv(tmp_path / "p.tsv", sep="\t", index=False)
+    corpus = read_corpus(tmp_path / "p.tsv")
+    written = list(zip(frame["id"], frame["text"], strict=True))
+    assert [(e.id, e.fields["text"]) for e in corpus.entries] == written
+    assert not corpus.rejected
+    for lineterminator, quoting in [("\r\n", csv.QUOTE_MINIMAL), ("\n", csv.QUOTE_ALL)]:
+        with (tmp_path / "w.tsv").open("w", newline="", encoding="utf-8") as out:
+            writer = csv.writer(out, delimiter="\t", lineterminator=lineterminator, quoting=quoting)
+            writer.writerows([["id", "text", "note"], *([str(i), f"t{i}", v] for i, v in enumerate(AWKWARD))])
+        read = read_corpus(tmp_path / "w.tsv")
+        assert [e.fields["note"] for e in read.entries] == AWKWARD, (lineterminator, quoting)
+
+
+def test_tsv_quotes_no_writer_would_write_are_text(tmp_path):
+    """A quote that opens a field but is not CSV quoting as a writer writes it (a quoted field
+    that needed no quotes, one that closes before more text, one never closed, one whose lines
+    would not make a row of the header's width) is text, as in a file typed by hand."""
+    lines = [
+        "score\tsentence",
+        '1\t"A whole quoted sentence."',
+        '2\t"Closed early," he said.',
+        '3\t"Never closed',
+        "4\tplain",
+        '5\tends "here"',
+        '"6\tspans',
+        '7\t" lines\textra',
+        '"8\tspans',
+        '9\tlines"\tbut makes\tthree fields',
+    ]
+    path = write(tmp_path / "hand.tsv", "\n".join(lines) + "\n")
+    rows = [line.split("\t") for line in lines[1:]]
+    corpus = read_corpus(path, text_fields=["sentence"])
+    fields = [dict(zip(["score", "sentence"], r, strict=True)) for r in rows if len(r) == 2]
+    assert [e.fields for e in corpus.entries] == fields
+    wrong = [(r.row, r.reason.split(":")[0]) for r in corpus.rejected]
+    assert wrong == [(7, "wrong field count"), (9, "wrong field count")]
+
+
+@pytest.mark.parametrize("name", ["stsb/stsb-dev.tsv", "stsb/stsb-train.tsv", "sick-r/sick-trial.tsv"])
+def test_real_tsv_files_with_literal_quotes_read_as_their_lines_split_at_tabs(name):
+    """STS-B's sentences open and close with quotes of their own (quoted speech): each line
+    still reads as its tab-split fields, one row per line."""
+    from tests.helpers import shared_file
+
+    path = shared_file(*name.split("/"))
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t")
+    corpus = read_corpus(path, text_fields=[header[1]])
+    assert not corpus.rejected
+    split = [dict(zip(header, line.split("\t"), strict=True)) for line in lines[1:]]
+    assert [e.fields for e in corpus.entries] == split
+
+
+# Files read the wrong way: refused with the cause and the option that fixes it
+
+
+def excel_semicolon_export(rows: int, accented: int, encoding: str = "cp1252") -> bytes:
+    """Excel's "CSV (semicolon)": cp1252, \\r\\n, answers of several lines in quotes."""
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter=";", lineterminator="\r\n")
+    writer.writerow(["Id", "Question", "Answer"])
+    for i in range(rows):
+        question = f"Où est le café {i}?" if i < accented else f"Where is stop {i}?"
+        writer.writerow([i, question, "\n".join(f"Step {s} of the answer." for s in range(6))])
+    return out.getvalue().encode(encoding)
+
+
+def test_a_cp1252_export_is_refused_by_its_rows_not_its_lines(tmp_path):
+    """8 of 20 rows hold cp1252 bytes, on 8 of 121 lines: refused by rows, naming cp1252, whether
+    or not something else in the file is UTF-8."""
+    path = write(tmp_path / "faq.csv", excel_semicolon_export(20, accented=8))
+    with pytest.raises(SemsearchError, match="try --encoding cp1252"):
+        read_corpus(path, text_fields=["Question"])
+    assert len(read_corpus(path, text_fields=["Question"], encoding="cp1252").entries) == 20
+    mixed = write(tmp_path / "mixed.csv", path.read_bytes() + "99;Naïve?;Oui\r\n".encode())
+    message = "8 of 21 rows are not valid UTF-8; looks like cp1252/latin-1: try --encoding cp1252"
+    with pytest.raises(SemsearchError, match=message):
+        read_corpus(mixed, text_fields=["Question"])
+
+
+def test_one_cp1252_row_in_a_file_with_no_utf8_is_refused(tmp_path):
+    """One row that does not decode, in bytes cp1252 reads, and nothing in the file that is UTF-8
+    beyond ASCII: the file is cp1252. With UTF-8 elsewhere, or bytes cp1252 has no character for,
+    the row alone is rejected."""
+    rows = [f"{i},plain text {i}" for i in range(40)]
+    ascii_file = "id,text\n" + "\n".join(rows) + "\n"
+    one = write(tmp_path / "one.csv", ascii_file.encode() + "40,café\n".encode("cp1252"))
+    with pytest.raises(SemsearchError, match="looks like cp1252/latin-1: try --encoding cp1252"):
+        read_corpus(one)
+    assert read_corpus(one, encoding="cp1252").entries[-1].text == "café"
+    with_utf8 = write(tmp_path / "utf8.csv", one.read_bytes() + "41,naïve\n".encode())
+    assert [r.reason for r in read_corpus(with_utf8).rejected] == ["invalid UTF-8"]
+    no_cp1252 = write(tmp_path / "x.csv", ascii_file.encode() + b"40,caf\x81\n")
+    assert [r.reason for r in read_corpus(no_cp1252).rejected] == ["invalid UTF-8"]
+
+
+def test_a_json_array_in_cp1252_is_refused(tmp_path):
+    quotes = [{"text": f"Quote {i}" + (" – à la française" if i % 4 == 0 else "")} for i in range(40)]
+    path = write(tmp_path / "quotes.json", json.dumps(quotes, ensure_ascii=False).encode("cp1252"))
+    with pytest.raises(SemsearchError, match="try --encoding cp1252"):
+        read_corpus(path)
+    assert len(read_corpus(path, encoding="cp1252").entries) == 40
+
+
+def test_most_rows_rejected_for_one_format_reason_refuse_the_file(tmp_path):
+    """More than half the rows with the wrong field count (a CSV of one column whose texts hold
+    unquoted commas): refused, naming the separator and --delimiter, and read with one."""
+    lines = ["text", *(f"Hello, world {i}" if i % 3 else f"Hello {i}" for i in range(12))]
+    path = write(tmp_path / "one-column.csv", "\n".join(lines) + "\n")
+    message = r"8 of 12 rows do not have the header's 1 field when split at commas.*--delimiter"
+    with pytest.raises(SemsearchError, match=message):
+        read_corpus(path)
+    assert len(read_corpus(path, delimiter="|").entries) == 12
+    jsonl = write(tmp_path / "array.jsonl", json.dumps([{"text": f"t{i}"} for i in range(6)], indent=1))
+    with pytest.raises(SemsearchError, match="not JSON.*--format json"):
+        read_corpus(jsonl)
+
+
+def test_rows_rejected_for_their_content_do_not_refuse_the_file(tmp_path):
+    """Empty texts and duplicate ids are the rows' own faults, however many: the rest is read."""
+    lines = ["id,text", *(f"{i % 3},{'x' if i % 2 else ''}" for i in range(12))]
+    corpus = read_corpus(write(tmp_path / "c.csv", "\n".join(lines) + "\n"))
+    assert len(corpus.entries) == 3 and corpus.rejection_summary() == "6 empty text, 3 duplicate id"

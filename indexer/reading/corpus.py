@@ -45,10 +45,13 @@ from indexer.reading.formats import (
     parse_rows,
     record_lines,
 )
+from indexer.reading.mismatch import check_mismatch
 from indexer.reading.rows import ROWS_NAME, CorpusSource, Spool, is_path
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 """Characters SQLite cannot take as text: NUL, and any surrogate (UTF-8 cannot encode one)."""
+_SAMPLE = 256
+"""Undecodable characters kept to guess a file's encoding from."""
 
 
 
@@ -212,7 +215,8 @@ class CorpusReader:
     """A corpus file read row by row, in bounded memory (a block of the file at a time; the ids
     seen so far, to reject duplicates across the whole file). Iterating gives each usable row as
     an ``Entry`` and each other row as a ``Rejection``, in file order; the checks that need the
-    whole file (field names, an empty corpus) raise ``BadInput`` at the end of the iteration.
+    whole file (a file read the wrong way: ``indexer.reading.mismatch``; field names, an empty
+    corpus) raise ``BadInput`` at the end of the iteration.
     Every iteration reads the file again and gives the same items."""
 
     def __init__(
@@ -260,6 +264,7 @@ class CorpusReader:
         elif fmt in ("jsonl", "json") and id_field is None:
             id_field = _json_id_field(path, self.encoding, fmt)
         entries, kinds = 0, Counter()
+        undecodable = ""  # the characters that stand for bytes the encoding could not decode
         seen: dict[str, int] = {}
         with open_file(path) as handle:
             header, rows = parse_rows(handle, fmt, path, self.encoding, self.delimiter)
@@ -286,6 +291,8 @@ class CorpusReader:
                     key = entry_id(row[row_id]) if row_id else str(number + (first or 1) - 1)
                     if key in seen:
                         reason = f"duplicate id: {key!r} (first at row {seen[key]})"
+                if reason == "invalid UTF-8" and len(undecodable) < _SAMPLE:
+                    undecodable += _undecodable(row)
                 if reason:
                     kinds[_kind(reason)] += 1
                     yield Rejection(number, reason)
@@ -296,6 +303,16 @@ class CorpusReader:
                     row = {k: v for k, v in row.items() if k != "_id"}
                 entries += 1
                 yield Entry(key, joined, row)
+        check_mismatch(
+            self.name or path,
+            kinds,
+            entries + kinds.total(),
+            fmt=fmt,
+            delimiter=self.delimiter,
+            encoding=self.encoding,
+            width=len(header),
+            undecodable=bytes(ord(char) - 0xDC00 for char in undecodable),  # surrogateescape's bytes
+        )
         wanted, id_field = [spelled(n, names) for n in wanted], spelled(id_field, names)
         if self.columns:
             check_field_names(names, id_field)
@@ -392,6 +409,14 @@ def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None)
         if key is None:
             return f"bad id: {json.dumps(value)[:60]} in field {id_field!r} (an id is a string or an integer)"
     return None
+
+
+def _undecodable(row: dict[str, Any]) -> str:
+    """The characters in a row that stand for bytes its encoding could not decode."""
+    try:
+        return "".join(SURROGATE.findall(json.dumps(row, ensure_ascii=False)))
+    except RecursionError:
+        return ""
 
 
 def _unstorable(row: dict[str, Any]) -> str | None:

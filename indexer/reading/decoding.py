@@ -105,6 +105,9 @@ def lines_of(source: str | Path, encoding: str = "utf-8") -> list[str]:
     return lines
 
 
+_DECODED = re.compile("[^\x00-\x7f\udc80-\udcff]")
+_NOT_CP1252 = re.compile("[\udc81\udc8d\udc8f\udc90\udc9d]")
+"""What the bytes cp1252 has no character for decode to (``surrogateescape``)."""
 EARLY = 5
 """The first lines with text: all of them undecodable, the file is in another encoding."""
 UNDECODABLE_SHARE = 0.25
@@ -113,12 +116,21 @@ UNDECODABLE_SHARE = 0.25
 
 class Decoding:
     """Counts the lines ``read_lines`` could not decode, and stops a file in another encoding
-    with one line that says which to try, before anything is made of its rows."""
+    with one line that says which to try, before anything is made of its rows: the first lines,
+    over a quarter of them, or any when every byte that failed is one cp1252 reads and nothing
+    decoded beyond ASCII (a UTF-8 file has no reason to hold such bytes alone; a cp1252 export
+    of mostly ASCII text looks just so). Rows are counted by their reader (a CSV row may take
+    many lines): ``indexer.reading.mismatch``."""
 
     def __init__(self, path: Path | str, encoding: str):
         self.path, self.encoding = path, encoding
         self.lines = self.bad = 0
         self.sample = b""
+        self.utf8 = codecs.lookup(encoding).name == "utf-8"
+        self.beyond_ascii = False
+        """Whether a line holds a character that is not ASCII and decoded (UTF-8 of 2 bytes or more)."""
+        self.cp1252 = True
+        """Whether every byte that did not decode is one cp1252 reads."""
 
     def start(self, block: bytes) -> None:
         utf16 = block.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
@@ -132,8 +144,12 @@ class Decoding:
         if not line.strip():
             return
         self.lines += 1
+        if line.isascii():
+            return
+        self.beyond_ascii = self.beyond_ascii or bool(_DECODED.search(line))
         if SURROGATE.search(line):
             self.bad += 1
+            self.cp1252 = self.cp1252 and not _NOT_CP1252.search(line)
             if not self.sample:
                 self.sample = line.encode(self.encoding, "surrogateescape")
             if self.bad == self.lines == EARLY:
@@ -142,6 +158,12 @@ class Decoding:
     def end(self) -> None:
         if self.bad > self.lines * UNDECODABLE_SHARE:
             self.fail(f"{self.bad} of {self.lines} lines")
+        if self.bad and self.utf8 and self.cp1252 and not self.beyond_ascii:
+            lines = f"{self.bad} of {self.lines} lines" + (" is" if self.bad == 1 else " are")
+            raise BadInput(
+                f"{self.path}: {lines} not valid UTF-8 and no line is UTF-8 beyond ASCII; "
+                "looks like cp1252/latin-1: try --encoding cp1252"
+            )
 
     def fail(self, lines: str) -> None:
         hint = guess_encoding(self.sample, self.encoding)

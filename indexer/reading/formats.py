@@ -13,7 +13,7 @@ import csv
 import json
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -143,7 +143,10 @@ def parse_rows(
         return [], ((n, {"text": line_text(line)}) for n, line in enumerate(lines, 1))
     if fmt == "jsonl":
         return [], (json_row(n, line.rstrip("\r\n")) for n, line in enumerate(record_lines(lines), 1))
-    records = _csv_records(record_lines(lines), fmt, delimiter or ",")
+    if fmt == "tsv":
+        records = _tsv_records(record_lines(lines))
+    else:
+        records = _csv_records(record_lines(lines), delimiter or ",")
     header = next(records, None)
     if not isinstance(header, list) or not any(h.strip() for h in header):
         raise BadInput(f"{path} has no header row")
@@ -163,13 +166,12 @@ def parse_rows(
     return header, rows()
 
 
-def _csv_records(lines: Iterator[str], fmt: str, delimiter: str) -> Iterator[list[str] | str]:
-    """CSV/TSV records; a string is why a record was rejected. Parsing is strict, so a quote
+def _csv_records(lines: Iterator[str], delimiter: str) -> Iterator[list[str] | str]:
+    """CSV records; a string is why a record was rejected. Parsing is strict, so a quote
     open until the end of the file, or closed lines later by a quote that is followed by more text,
     is an error rather than one field holding the rows after it: that record is rejected and
     parsing resumes on the line after the one it started on (the lines the failed record took are
     read again; only they are held)."""
-    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {"delimiter": delimiter}
     again: deque[str] = deque()  # lines to read again before the rest of the file
     taken: list[str] = []  # lines of the record being read
 
@@ -183,7 +185,7 @@ def _csv_records(lines: Iterator[str], fmt: str, delimiter: str) -> Iterator[lis
 
     start = 0  # lines before the current reader's first
     while True:
-        reader = csv.reader(feed(), strict=True, **dialect)
+        reader = csv.reader(feed(), strict=True, delimiter=delimiter)
         consumed = 0  # lines taken by the records read so far
         try:
             for values in reader:
@@ -198,6 +200,89 @@ def _csv_records(lines: Iterator[str], fmt: str, delimiter: str) -> Iterator[lis
             again.extendleft(reversed(taken[1:]))
             taken.clear()
             start += consumed + 1
+
+
+_LINE_END = ("", "\n", "\r\n", "\r")
+
+
+def _tsv_records(lines: Iterator[str]) -> Iterator[list[str]]:
+    """TSV records as tools write them (pandas, Python's csv, spreadsheets): fields split at tabs,
+    and a field that opens with a quote read with CSV quoting (``""`` is a quote; it may hold
+    tabs and line ends) when that is how a writer would have written it: it parses, closes
+    before a tab or the line's end, needed its quotes (it is empty or holds a tab, a line end or
+    a quote; any field in a file whose header has every name quoted) and its record has the
+    header's width. Else its line is split at tabs with its quotes as text (``"Hi," she said``,
+    ``5" wheel``), and the lines a failed quoted field took are read again."""
+    again: deque[str] = deque()  # lines to read again before the rest of the file
+
+    def next_line() -> str | None:
+        return again.popleft() if again else next(lines, None)
+
+    width, quote_all = None, False  # the header's field count; whether its names are all quoted
+    while (line := next_line()) is not None:
+        values = None
+        if line.startswith('"') or '\t"' in line:  # a field opens with a quote
+            taken = [line]
+            parsed = _quoted_record(taken, next_line)
+            if parsed is not None:
+                values, quoted = parsed
+                if width is None:
+                    quote_all = all(quoted)
+                needless = any(q and not _needs_quotes(v) for v, q in zip(values, quoted, strict=True))
+                if (needless and not quote_all) or width not in (None, len(values)):
+                    values = None
+            if values is None:
+                again.extendleft(reversed(taken[1:]))
+        if values is None:
+            values = line_text(line).split("\t")
+        if width is None:
+            width = len(values)
+        yield values
+
+
+def _needs_quotes(value: str) -> bool:
+    """Whether a writer quotes this TSV value (Python's csv and pandas quote no other)."""
+    return not value or any(c in value for c in '\t\n\r"')
+
+
+def _quoted_record(
+    taken: list[str], next_line: Callable[[], str | None]
+) -> tuple[list[str], list[bool]] | None:
+    """The fields of the TSV record that starts ``taken[0]`` read with CSV quoting, and which
+    were quoted; the lines a quoted field runs on to are appended to ``taken``. None: not CSV
+    quoting (a quote closes before more text, or is never closed)."""
+    text, pos = taken[0], 0
+    values: list[str] = []
+    quoted: list[bool] = []
+    while True:
+        if text.startswith('"', pos):
+            search = pos + 1
+            while True:  # the closing quote: a quote not doubled
+                close = text.find('"', search)
+                if close < 0:
+                    more = next_line()
+                    if more is None:
+                        return None
+                    search = len(text)
+                    taken.append(more)
+                    text += more
+                elif text.startswith('"', close + 1):
+                    search = close + 2
+                else:
+                    break
+            values.append(text[pos + 1 : close].replace('""', '"'))
+            quoted.append(True)
+            pos = close + 1
+            if text.startswith("\t", pos):
+                pos += 1
+                continue
+            return (values, quoted) if text[pos:] in _LINE_END else None
+        tab = text.find("\t", pos)
+        values.append(line_text(text[pos:]) if tab < 0 else text[pos:tab])
+        quoted.append(False)
+        if tab < 0:
+            return values, quoted
+        pos = tab + 1
 
 
 def json_row(number: int, line: str) -> tuple[int, dict[str, Any] | str]:
