@@ -12,8 +12,9 @@ import pytest
 
 from indexer import Strategy, build_index
 from indexer.errors import BadInput, IndexDamaged, IndexLocked
-from indexer.store import CURRENT, open_index, writer_lock
+from indexer.store import CURRENT, DATABASE, live_meta, open_index, writer_lock
 from indexer.writing.update import add_to_index, compact_index, delete_from_index, read_ids
+from tests.helpers import leave_hot_journal, unwritable
 
 
 def faq(tmp_path: Path, name: str = "faq.csv", prefix: str = "k") -> Path:
@@ -206,3 +207,24 @@ def test_a_new_version_is_live_only_after_a_clean_exit_of_its_block(tmp_path, ti
     meta = live_meta(index)
     assert live_version(index) != before and meta.count == 1 and meta.previous == before
     assert "vectors.faiss" in meta.files
+
+
+def test_a_reader_that_cannot_write_reads_the_last_committed_state(reachable_tmp, tiny_model):
+    """A reader that may not write the index (a server run as another user) cannot roll back a
+    killed writer's journal: it reads the last committed state from a private copy, and the
+    next writer rolls the journal back."""
+    index = reachable_tmp / "idx"
+    build_index(faq(reachable_tmp), index, Strategy(model=tiny_model))
+    journal = leave_hot_journal(index)
+    with unwritable(reachable_tmp):
+        assert live_meta(index).count == 6
+        opened = open_index(index)
+        texts = dict(opened.db.execute("select _id, _text from entries"))
+        copy = opened.catalog.file
+        assert copy != opened.version / DATABASE
+        opened.catalog.close()
+    assert texts == {f"k{i}": f"question number {i}" for i in range(6)}
+    assert journal.exists() and not copy.exists()  # the journal is left for a writer, the copy gone
+    assert add_to_index(index, faq(reachable_tmp, "more.csv", "m")).count == 12
+    assert not journal.exists()
+
