@@ -137,20 +137,24 @@ def test_a_killed_writers_journal_fails_no_request(reachable_tmp, tiny_model, wr
     writer commits."""
     index = build_faq(reachable_tmp, tiny_model)
     question = ROWS[1][1]
-    with TestClient(create_app(index, reload_every=3600)) as client:
+    with TestClient(create_app(index)) as other:  # what the committed state answers
         before = {
-            mode: client.post("/search", json={"query": question, "k": 2, "mode": mode}).json()
+            mode: other.post("/search", json={"query": question, "k": 2, "mode": mode}).json()
             for mode in ("dense", "keyword", "hybrid")
         }
-        fields = client.get("/fields").json()
+        fields = other.get("/fields").json()
+    with TestClient(create_app(index, reload_every=3600)) as client:  # asked nothing before the kill
         journal = leave_hot_journal(index)
         with contextlib.nullcontext() if writable else unwritable(reachable_tmp):
+            answer = client.post("/search", json={"query": question, "k": 2})  # the default mode
+            assert (answer.status_code, answer.json()) == (200, before["hybrid"]), answer.text
             for mode, expected in before.items():
                 answer = client.post("/search", json={"query": question, "k": 2, "mode": mode})
                 assert (answer.status_code, answer.json()) == (200, expected), answer.text
             batch = client.post("/search/batch", json={"queries": [question], "k": 2, "mode": "hybrid"})
             assert batch.status_code == 200 and batch.json()["results"][0]["hits"] == before["hybrid"]["hits"]
-            assert (client.get("/fields").status_code, client.get("/fields").json()) == (200, fields)
+            answer = client.get("/fields")
+            assert (answer.status_code, answer.json()) == (200, fields)
             assert client.get("/info").json()["entries"] == len(ROWS)
         assert journal.exists() != writable  # rolled back by the server where it may write
         add_to_index(index, write_csv(reachable_tmp / "new.csv", [("n1", "a brand new question", "app")]))
