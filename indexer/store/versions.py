@@ -60,12 +60,12 @@ def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
                     time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
             if os.fstat(handle.fileno()).st_nlink == 0:
                 continue  # removed while we waited (a first build that failed): lock the folder anew
-            with contextlib.suppress(OSError):  # who holds it, for a writer that waits (``_holder``)
-                handle.truncate(0)
-                handle.write(f"{os.getpid()}\n")
-                handle.flush()
-            _remove_leftovers(Path(index_dir))
-            yield
+            _note_holder(handle, f"{os.getpid()}\n")  # for a writer that waits (``_holder``)
+            try:
+                _remove_leftovers(Path(index_dir))
+                yield
+            finally:
+                _note_holder(handle, "")
             return
 
 
@@ -73,11 +73,28 @@ class _NoFolder(BadInput):
     """The folder to lock is not there (``building`` makes it again)."""
 
 
+def _note_holder(handle: IO[str], pid: str) -> None:
+    """The lock file holds the process id of the writer holding the lock (best effort)."""
+    with contextlib.suppress(OSError):
+        handle.truncate(0)
+        handle.write(pid)
+        handle.flush()
+
+
 def _holder(handle: IO[str]) -> str:
-    """`` (pid N)``: the process that holds the lock, as it wrote itself into the lock file."""
+    """`` (pid N)``: the running process that holds the lock, as it wrote itself into the lock
+    file; empty where it did not (a writer killed before it wrote, or an older semsearch)."""
     handle.seek(0)
     pid = handle.read(20).strip()
-    return f" (pid {pid})" if pid.isdigit() else ""
+    if not pid.isdigit() or int(pid) == 0:
+        return ""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return ""
+    except PermissionError:  # running, as another user
+        pass
+    return f" (pid {pid})"
 
 
 def _remove_leftovers(index_dir: Path) -> None:
