@@ -24,7 +24,10 @@ per id, so they work past SQLite's bound-parameter limit.
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+import tempfile
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -122,6 +125,12 @@ MAX_FIELDS = _column_limit() - len(RESERVED)
 """Fields an index holds: SQLite's column limit (2,000 by default) less the index's own columns."""
 
 
+def _journal_header(journal: Path) -> bytes:
+    """The first bytes of a rollback journal: its header, with the nonce of its transaction."""
+    with journal.open("rb") as f:
+        return f.read(28)
+
+
 def is_disk_full(error: BaseException) -> bool:
     """Whether SQLite failed because the disk is full (SQLITE_FULL)."""
     code = getattr(error, "sqlite_errorcode", None)
@@ -146,30 +155,85 @@ def quote(name: str) -> str:
 
 
 class Catalog:
-    """One version's ``meta.db``, opened read-only (queries) or writable (a write in progress)."""
+    """One version's ``meta.db``, opened for reading (queries) or writable (a write in progress).
+
+    A reader's connection may write (``query_only`` keeps its statements from doing so) because a
+    writer killed mid-transaction leaves a hot ``-journal`` that only a connection that may write
+    can roll back, and SQLite refuses every read until one has: this way the first read after the
+    kill rolls it back, in any process that reads. Where this process cannot write the file or
+    its folder, it reads the last committed state from a private copy (``_committed_copy``)."""
 
     def __init__(self, path: Path, *, readonly: bool = True):
         self.path = path
-        mode = "ro" if readonly else "rwc"
+        self._copy: Path | None = None  # the private folder of ``_committed_copy``, if reading one
+        mode = "rw" if readonly else "rwc"
         self.db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False)
         if not readonly:  # ``insert or replace`` runs the delete trigger that keeps ``keywords`` exact
             self.db.execute("pragma recursive_triggers = on")
-
-    @staticmethod
-    def recover(path: Path) -> None:
-        """Roll back what a killed writer left half-committed (a hot ``-journal``): a read-only
-        connection cannot, and refuses to read until someone has. Best effort: where the
-        directory is read-only, opening the catalog then reports the damage."""
-        if not path.with_name(path.name + "-journal").exists():
             return
+        self.db.execute("pragma query_only = on")
         try:
-            db = sqlite3.connect(f"file:{path}?mode=rw", uri=True)
+            self.db.execute("select count(*) from sqlite_master").fetchone()  # rolls a hot journal back
+        except OperationalError as exc:
+            if not self.cannot_roll_back(exc):
+                raise
+            self.db.close()
+            self.db = self._committed_copy()
+
+    @property
+    def journal(self) -> Path:
+        return self.path.with_name(self.path.name + "-journal")
+
+    @property
+    def file(self) -> Path:
+        """The file this catalog reads: ``path``, or its private copy."""
+        return self.path if self._copy is None else self._copy / self.path.name
+
+    def _committed_copy(self) -> sqlite3.Connection:
+        """The last committed state of a file whose hot journal this process cannot roll back
+        (it may not write there): the journal, then the file, copied to a private folder and
+        rolled back there. The copy is whole if the journal still begins the same afterwards (a
+        rollback deletes it; a new transaction's journal has another nonce): otherwise someone
+        rolled it back meanwhile, and the file itself reads."""
+        for _attempt in range(3):
+            self._copy = Path(tempfile.mkdtemp(prefix="semsearch-catalog-"))
+            weakref.finalize(self, shutil.rmtree, self._copy, True)
+            try:
+                header = _journal_header(self.journal)
+                shutil.copyfile(self.journal, self._copy / self.journal.name)
+                shutil.copyfile(self.path, self.file)
+                whole = _journal_header(self.journal) == header
+            except FileNotFoundError:  # rolled back meanwhile
+                whole = False
+            if whole:
+                db = sqlite3.connect(f"file:{self.file}?mode=rw", uri=True, check_same_thread=False)
+                db.execute("select count(*) from sqlite_master").fetchone()  # the rollback
+                db.execute("pragma query_only = on")
+                return db
+            shutil.rmtree(self._copy, ignore_errors=True)
+            self._copy = None
+            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
             try:
                 db.execute("select count(*) from sqlite_master").fetchone()
-            finally:
+                return db
+            except OperationalError as exc:  # another writer was killed meanwhile: copy again
                 db.close()
-        except sqlite3.Error:
-            pass
+                if not self.cannot_roll_back(exc):
+                    raise
+        raise OperationalError(f"cannot read {self.path}: writers keep being killed while it is read")
+
+    def cannot_roll_back(self, error: BaseException) -> bool:
+        """Whether SQLite failed a read because this process cannot roll back a killed writer's
+        journal of this file: it may not write the file (SQLITE_READONLY_ROLLBACK), open the
+        journal for writing (SQLITE_CANTOPEN) or delete it (SQLITE_IOERR_DELETE)."""
+        code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+        unable = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR)
+        return isinstance(error, OperationalError) and code in unable and self.journal.exists()
+
+    def outdated(self) -> bool:
+        """Whether this reads a private copy though the file itself reads again (its journal was
+        rolled back: a later commit is not in the copy). Reopen it."""
+        return self._copy is not None and not self.journal.exists()
 
     @classmethod
     def create(cls, path: Path, field_types: dict[str, str], keyword_fields: Sequence[str] = ()) -> Catalog:
@@ -188,6 +252,8 @@ class Catalog:
 
     def close(self) -> None:
         self.db.close()
+        if self._copy is not None:
+            shutil.rmtree(self._copy, ignore_errors=True)
 
     def commit(self) -> None:
         self.db.commit()

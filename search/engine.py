@@ -137,8 +137,12 @@ class SearchEngine:
         encoding, then looked up on that snapshot (``retrying``); what ``embed`` returns is the
         answer (the server's step returns it awaitable)."""
         check_queries(queries)
-        first = self.snapshot
-        first.mode(mode, min_score)  # an unknown mode, or one the index cannot serve: before embedding
+
+        def checked(snapshot: Snapshot) -> Snapshot:
+            snapshot.mode(mode, min_score)  # an unknown mode, or one the index cannot serve: before embedding
+            return snapshot
+
+        first = self.retrying(checked)
 
         def look_up(vectors: np.ndarray) -> list[list[Hit]]:
             def attempt(snapshot: Snapshot) -> list[list[Hit]]:

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from indexer.catalog import RESERVED, Catalog, Facet
+from indexer.catalog import RESERVED, Catalog, Facet, OperationalError
 from indexer.embedding.fields import FieldScoring
-from indexer.errors import BadInput
+from indexer.errors import BadInput, IndexMoved
 from indexer.progress import Share
 from indexer.store import StoredIndex
 from indexer.vectors.entries import EntryVectors
@@ -55,14 +55,27 @@ class Snapshot:
 
     def info(self) -> dict[str, Any]:
         """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use."""
-        with self.db_lock:
+        with self.catalog():
             return {**self.index.info(), "encoder": self.encoding.embedder.choice.status}
+
+    @contextlib.contextmanager
+    def catalog(self) -> Iterator[Catalog]:
+        """The catalog, under the lock. A killed writer's journal this process cannot roll back
+        (it may not write the index) is ``IndexMoved``: the engine reopens the index, which
+        then reads the last committed state (``Catalog``), and asks again."""
+        with self.db_lock:
+            try:
+                yield self.index.catalog
+            except OperationalError as exc:
+                if not self.index.catalog.cannot_roll_back(exc):
+                    raise
+                raise IndexMoved("a killed writer left the index half-written: ask again") from None
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Catalog]:
         """The catalog, read at this snapshot's generation under the lock (``Catalog.reading_at``)."""
-        with self.db_lock, self.index.catalog.reading_at(self.index.manifest.generation):
-            yield self.index.catalog
+        with self.catalog() as catalog, catalog.reading_at(self.index.manifest.generation):
+            yield catalog
 
     def changed(self) -> bool:
         """An update committed into this snapshot's version since it was opened (new segments or
@@ -72,8 +85,8 @@ class Snapshot:
 
     def facets(self) -> dict[str, Facet]:
         """The stored fields' types, common values and ranges (``Catalog.facets``), under the lock."""
-        with self.db_lock:
-            return self.index.catalog.facets()
+        with self.catalog() as catalog:
+            return catalog.facets()
 
     def search_many(
         self,
@@ -93,8 +106,8 @@ class Snapshot:
     @functools.cached_property
     def keywords(self) -> bool:
         """Whether this version keeps the keyword table (one written before it does not)."""
-        with self.db_lock:
-            return self.index.catalog.has_keywords()
+        with self.catalog() as catalog:
+            return catalog.has_keywords()
 
     def mode(self, asked: str | None, min_score: float | None = None) -> str:
         """The mode a search runs in: the one asked for, else dense where a calibrated rule or a
@@ -141,8 +154,8 @@ class Snapshot:
         bounds a filter's size and depth; anything SQLite still refuses is a FilterError."""
         if where is None:
             return None
-        with self.db_lock:
-            columns = self.index.columns()
+        with self.catalog() as catalog:
+            columns = catalog.columns()
         condition = parse_filter(where, [c for c in columns if c not in RESERVED])
         with self.reading() as catalog:
             found = catalog.matching(condition.sql, condition.params)
@@ -153,8 +166,8 @@ class Snapshot:
         """The stored field hits are grouped by, checked before any vector is compared."""
         if group_by is None:
             return None
-        with self.db_lock:
-            fields = self.index.catalog.field_types()
+        with self.catalog() as catalog:
+            fields = catalog.field_types()
         if group_by not in fields:
             raise BadInput(f"group by: unknown field {group_by!r}; fields are: {', '.join(sorted(fields))}")
         return group_by

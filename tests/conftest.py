@@ -101,3 +101,18 @@ def bundled():
     from indexer.encoders.torch_encoder import TorchEncoder
 
     return TorchEncoder(Strategy(backend="torch"))
+
+
+@pytest.fixture
+def reachable_tmp() -> Iterator[Path]:
+    """A temporary folder every user can reach (``tmp_path`` is private to its owner): for a
+    test that reads an index as another user (``helpers.unwritable``)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="semsearch-test-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

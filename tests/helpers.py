@@ -299,3 +299,52 @@ def assert_keywords_exact(index_dir: Path) -> None:
         db.execute("insert into keywords(keywords, rank) values ('integrity-check', 1)")
     finally:
         db.close()
+
+
+def leave_hot_journal(index_dir: Path) -> Path:
+    """Leave the live version's ``meta.db`` as a writer killed mid-transaction does: part of its
+    uncommitted change already in the file and the hot ``-journal`` that undoes it, no process
+    holding a lock. Made in-process, no timing: a change too big for its page cache, both files
+    copied while it is open, the change rolled back and the copies put back. Returns the journal."""
+    from indexer.store import live_version
+
+    database = Path(index_dir) / live_version(Path(index_dir)) / "meta.db"
+    journal = database.with_name(database.name + "-journal")
+    committed = database.read_bytes()
+    db = sqlite3.connect(database, isolation_level=None)
+    try:
+        db.execute("pragma cache_size = 1")  # the change spills into the file before any commit
+        db.execute("begin immediate")
+        db.execute("update entries set _text = _text || ?", ("x" * 4000,))
+        db.execute("update meta set value = '0' where key = 'count'")
+        left = database.read_bytes(), journal.read_bytes()
+        db.execute("rollback")
+    finally:
+        db.close()
+    assert left[0] != committed  # the file holds uncommitted pages: only the journal undoes them
+    database.write_bytes(left[0])
+    journal.write_bytes(left[1])
+    return journal
+
+
+@contextlib.contextmanager
+def unwritable(folder: Path) -> Iterator[None]:
+    """This process cannot write in ``folder`` meanwhile (as a server run by another user than
+    the index's writers): as root it runs as nobody (``folder`` must be reachable by all), as
+    anyone else ``folder`` and what it holds are made read-only."""
+    if os.geteuid() == 0:
+        os.seteuid(65534)
+        try:
+            yield
+        finally:
+            os.seteuid(0)
+        return
+    paths = [folder, *folder.rglob("*")]
+    modes = {p: p.stat().st_mode for p in paths}
+    for p in paths:
+        p.chmod(modes[p] & ~0o222)
+    try:
+        yield
+    finally:
+        for p in reversed(paths):
+            p.chmod(modes[p])

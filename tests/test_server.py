@@ -4,6 +4,7 @@ the real `semsearch serve` process bound to localhost."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import subprocess
 
@@ -16,7 +17,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from indexer.writing.update import add_to_index, delete_from_index  # noqa: E402
 from search.server import create_app  # noqa: E402
-from tests.helpers import ROWS, build_faq, serving  # noqa: E402
+from tests.helpers import ROWS, build_faq, leave_hot_journal, serving, unwritable, write_csv  # noqa: E402
 
 
 @pytest.fixture
@@ -133,3 +134,37 @@ def test_the_access_log_escapes_what_a_client_sent():
 
     assert escaped("POST /search?x=1 HTTP/1.1") == "POST /search?x=1 HTTP/1.1"
     assert escaped('\x1b[2J"\\\x00\u202e\U0001f600\n') == "\\x1b[2J\\x22\\x5c\\x00\\u202e\\U0001f600\\x0a"
+
+
+@pytest.mark.parametrize("writable", [True, False], ids=["writable", "read-only"])
+def test_a_killed_writers_journal_fails_no_request(reachable_tmp, tiny_model, writable):
+    """A writer killed mid-transaction leaves a hot journal in the version the server has open:
+    every kind of request is answered from the last committed state, whether the server rolls
+    the journal back or, unable to write there, reads around it; it then picks up what the next
+    writer commits."""
+    index = build_faq(reachable_tmp, tiny_model)
+    question = ROWS[1][1]
+    with TestClient(create_app(index)) as other:  # what the committed state answers
+        before = {
+            mode: other.post("/search", json={"query": question, "k": 2, "mode": mode}).json()
+            for mode in ("dense", "keyword", "hybrid")
+        }
+        fields = other.get("/fields").json()
+    with TestClient(create_app(index, reload_every=3600)) as client:  # asked nothing before the kill
+        journal = leave_hot_journal(index)
+        with contextlib.nullcontext() if writable else unwritable(reachable_tmp):
+            answer = client.post("/search", json={"query": question, "k": 2})  # the default mode
+            assert (answer.status_code, answer.json()) == (200, before["hybrid"]), answer.text
+            for mode, expected in before.items():
+                answer = client.post("/search", json={"query": question, "k": 2, "mode": mode})
+                assert (answer.status_code, answer.json()) == (200, expected), answer.text
+            batch = client.post("/search/batch", json={"queries": [question], "k": 2, "mode": "hybrid"})
+            assert batch.status_code == 200 and batch.json()["results"][0]["hits"] == before["hybrid"]["hits"]
+            answer = client.get("/fields")
+            assert (answer.status_code, answer.json()) == (200, fields)
+            assert client.get("/info").json()["entries"] == len(ROWS)
+        assert journal.exists() != writable  # rolled back by the server where it may write
+        add_to_index(index, write_csv(reachable_tmp / "new.csv", [("n1", "a brand new question", "app")]))
+        assert client.post("/reload").status_code == 200
+        top = client.post("/search", json={"query": "a brand new question", "k": 1, "mode": "keyword"})
+        assert top.json()["hits"][0]["id"] == "n1"

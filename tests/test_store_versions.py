@@ -3,17 +3,22 @@ wait for the lock, a failed first build leaves nothing behind, and info() descri
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import re
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from indexer import Strategy, build_index
 from indexer.errors import BadInput, IndexDamaged, IndexLocked
-from indexer.store import CURRENT, open_index, writer_lock
+from indexer.reading.corpus import Entry
+from indexer.store import CURRENT, DATABASE, live_meta, new_version, open_index, writer_lock
 from indexer.writing.update import add_to_index, compact_index, delete_from_index, read_ids
+from tests.helpers import leave_hot_journal, unwritable
 
 
 def faq(tmp_path: Path, name: str = "faq.csv", prefix: str = "k") -> Path:
@@ -206,3 +211,57 @@ def test_a_new_version_is_live_only_after_a_clean_exit_of_its_block(tmp_path, ti
     meta = live_meta(index)
     assert live_version(index) != before and meta.count == 1 and meta.previous == before
     assert "vectors.faiss" in meta.files
+
+
+def test_a_reader_that_cannot_write_reads_the_last_committed_state(reachable_tmp, tiny_model):
+    """A reader that may not write the index (a server run as another user) cannot roll back a
+    killed writer's journal: it reads the last committed state from a private copy, and the
+    next writer rolls the journal back."""
+    index = reachable_tmp / "idx"
+    build_index(faq(reachable_tmp), index, Strategy(model=tiny_model))
+    journal = leave_hot_journal(index)
+    with unwritable(reachable_tmp):
+        assert live_meta(index).count == 6
+        opened = open_index(index)
+        texts = dict(opened.db.execute("select _id, _text from entries"))
+        copy = opened.catalog.file
+        assert copy != opened.version / DATABASE
+        opened.catalog.close()
+    assert texts == {f"k{i}": f"question number {i}" for i in range(6)}
+    assert journal.exists() and not copy.exists()  # the journal is left for a writer, the copy gone
+    assert add_to_index(index, faq(reachable_tmp, "more.csv", "m")).count == 12
+    assert not journal.exists()
+
+
+@pytest.mark.parametrize("first", ["commits", "fails"])
+def test_a_second_build_into_a_new_folder_waits_for_the_first(tmp_path, tiny_model, first):
+    """Two builds into one new folder: the second says another writer has it (not that the folder
+    is no index) and, asked to wait, builds once the first has committed, or failed and removed
+    the folder it made."""
+    target = tmp_path / "new" / "idx"
+    taken, release = threading.Event(), threading.Event()
+
+    def first_build() -> None:
+        with contextlib.suppress(RuntimeError), new_version(target, {}) as version:
+            taken.set()
+            release.wait(30)
+            if first == "fails":
+                raise RuntimeError("the first build fails")
+            entries = [Entry("x", "first build", {})]
+            version.add(entries, np.ones((1, 32), dtype=np.float32), np.zeros(1, dtype=np.int64))
+            version.write(Strategy(model=tiny_model), source={})
+
+    holder = threading.Thread(target=first_build)
+    holder.start()
+    taken.wait(30)
+    try:
+        named = f"another semsearch process is writing to {target} (pid {os.getpid()})"
+        with pytest.raises(IndexLocked, match=re.escape(named)):
+            build_index(faq(tmp_path), target, Strategy(model=tiny_model))
+        threading.Timer(0.3, release.set).start()
+        report = build_index(faq(tmp_path), target, Strategy(model=tiny_model), wait=30)
+    finally:
+        release.set()
+        holder.join()
+    assert report.entries == 6 and open_index(target).meta["count"] == 6
+    assert [p.name for p in target.iterdir() if p.name.startswith("v-")] == [open_index(target).version.name]

@@ -17,7 +17,15 @@ from indexer.reading.corpus import read_corpus
 from indexer.store import open_index, writer_lock
 from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
-from tests.helpers import BASE, assert_keywords_exact, kill_during, rowids, whole_run, write_csv
+from tests.helpers import (
+    BASE,
+    assert_keywords_exact,
+    kill_during,
+    leave_hot_journal,
+    rowids,
+    whole_run,
+    write_csv,
+)
 
 
 @pytest.fixture
@@ -98,6 +106,22 @@ def test_second_writer_fails_clearly_while_readers_go_on(index, tmp_path, tiny_m
         with pytest.raises(SemsearchError, match="another semsearch process is writing"):
             build_index(tmp_path / "base.csv", index, Strategy(model=tiny_model))
         assert SearchEngine(index).search("bikes", k=1)  # readers are never blocked
+
+
+def test_a_writer_killed_mid_transaction_blocks_no_later_writer(index, tmp_path):
+    """A killed add leaves a hot journal in the live version's ``meta.db``: the next add and
+    delete roll it back and go on from the last committed state; nothing calls it damage."""
+    texts = {i: t for i, t, _ in BASE}
+    leave_hot_journal(index)
+    report = add_to_index(index, write_csv(tmp_path / "u.csv", [("n1", "a brand new entry", "app")]))
+    assert (report.added, report.count) == (1, len(BASE) + 1)
+    stored = dict(open_index(index).db.execute("select _id, _text from entries"))
+    assert stored == {**texts, "n1": "a brand new entry"}  # the killed change is undone
+    assert_keywords_exact(index)
+    leave_hot_journal(index)
+    assert delete_from_index(index, ["n1"]).count == len(BASE)
+    leave_hot_journal(index)
+    assert compact_index(index) > 0 and open_index(index).meta["count"] == len(BASE)
 
 
 @pytest.mark.slow

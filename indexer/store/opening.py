@@ -53,9 +53,11 @@ class StoredIndex:
     def changed(self) -> bool:
         """Whether an update committed into this version since it was opened: one meta row read.
         (A new version is seen through ``CURRENT``.)"""
+        if self.catalog.outdated():  # read from a copy while a killed writer's journal stood
+            return True
         try:
             generation = self.catalog.generation()
-        except OperationalError:  # a killed writer's journal: reopen, which rolls it back
+        except OperationalError:  # a killed writer's journal: reopen, which reads around it
             return True
         return generation != self.manifest.generation
 
@@ -169,10 +171,9 @@ def _open_version(index_dir: Path, mmap: bool, load: bool, final: bool = False) 
         raise IndexDamaged(f"damaged index {index_dir}: {CURRENT} names a missing version {name!r}")
     if not (version / DATABASE).is_file() or not (version / VECTORS).is_file():
         raise IndexDamaged(f"damaged index {index_dir}: {DATABASE} or {VECTORS} is missing")
-    Catalog.recover(version / DATABASE)
     try:
-        check_database_header(version / DATABASE)
-        catalog = Catalog(version / DATABASE)
+        catalog = Catalog(version / DATABASE)  # rolls back what a killed writer left half-written
+        check_database_header(catalog.file)
         catalog.db.execute("begin")  # meta, count and tombstones of one generation
         stored = catalog.read_meta()
         count = catalog.count() if load else stored.get("count")  # a scan of every row: queries only

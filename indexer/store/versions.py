@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from indexer.catalog import Catalog, DatabaseError
 from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
@@ -35,28 +36,65 @@ def fsync(path: Path) -> None:
 @contextlib.contextmanager
 def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
     """One writer at a time per index; the kernel drops the lock if the writer dies. ``wait``:
-    seconds to keep trying while another writer holds it, then ``IndexLocked``."""
+    seconds to keep trying while another writer holds it, then ``IndexLocked`` (naming the
+    other writer's process, which the lock file holds)."""
     deadline = time.monotonic() + wait
-    if not Path(index_dir).is_dir():
-        raise BadInput(f"no index at {index_dir}")
-    try:
-        handle = (Path(index_dir) / LOCK).open("a+")
-    except OSError as exc:
-        raise BadInput(f"cannot write to {index_dir}: {exc.strerror}") from None
-    with handle:
-        while True:
+    while True:
+        if not Path(index_dir).is_dir():
+            raise _NoFolder(f"no index at {index_dir}")
+        try:
+            handle = (Path(index_dir) / LOCK).open("a+")
+        except OSError as exc:
+            raise BadInput(f"cannot write to {index_dir}: {exc.strerror}") from None
+        with handle:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise IndexLocked(
+                            f"another semsearch process is writing to {index_dir}{_holder(handle)}: try "
+                            "again when it has finished, or wait for it (--wait SECONDS)"
+                        ) from None
+                    time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
+            if os.fstat(handle.fileno()).st_nlink == 0:
+                continue  # removed while we waited (a first build that failed): lock the folder anew
+            _note_holder(handle, f"{os.getpid()}\n")  # for a writer that waits (``_holder``)
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise IndexLocked(
-                        f"another semsearch process is writing to {index_dir}: try again when it has "
-                        "finished, or wait for it (--wait SECONDS)"
-                    ) from None
-                time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
-        _remove_leftovers(Path(index_dir))
-        yield
+                _remove_leftovers(Path(index_dir))
+                yield
+            finally:
+                _note_holder(handle, "")
+            return
+
+
+class _NoFolder(BadInput):
+    """The folder to lock is not there (``building`` makes it again)."""
+
+
+def _note_holder(handle: IO[str], pid: str) -> None:
+    """The lock file holds the process id of the writer holding the lock (best effort)."""
+    with contextlib.suppress(OSError):
+        handle.truncate(0)
+        handle.write(pid)
+        handle.flush()
+
+
+def _holder(handle: IO[str]) -> str:
+    """`` (pid N)``: the running process that holds the lock, as it wrote itself into the lock
+    file; empty where it did not (a writer killed before it wrote, or an older semsearch)."""
+    handle.seek(0)
+    pid = handle.read(20).strip()
+    if not pid.isdigit() or int(pid) == 0:
+        return ""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return ""
+    except PermissionError:  # running, as another user
+        pass
+    return f" (pid {pid})"
 
 
 def _remove_leftovers(index_dir: Path) -> None:
@@ -80,10 +118,12 @@ def _remove_leftovers(index_dir: Path) -> None:
 
 
 def prepare_target(index_dir: Path) -> Path | None:
-    """Make sure ``index_dir`` can take an index; returns the topmost directory this created."""
+    """Make sure ``index_dir`` can take an index; returns the topmost directory this created.
+    A folder that holds only what builds write (their lock, versions, pointer files) can: another
+    build is writing its first version there (``building`` waits for its lock), or one was killed."""
     if index_dir.exists() and not index_dir.is_dir():
         raise BadInput(f"{index_dir} exists and is not a directory")
-    occupied = index_dir.is_dir() and any(p.name != LOCK for p in index_dir.iterdir())
+    occupied = index_dir.is_dir() and any(not _written_by_a_build(p) for p in index_dir.iterdir())
     if occupied and not (index_dir / CURRENT).is_file():
         raise BadInput(
             f"{index_dir} exists, is not empty and is not a semsearch index: refusing to overwrite it"
@@ -98,18 +138,33 @@ def prepare_target(index_dir: Path) -> Path | None:
     return top
 
 
+def _written_by_a_build(path: Path) -> bool:
+    """The lock, a version directory or a pointer file: what a build writes before ``CURRENT``."""
+    version = VERSION_NAME.fullmatch(path.name) and path.is_dir() and not path.is_symlink()
+    return path.name == LOCK or bool(version) or path.name.startswith(f".{CURRENT}.")
+
+
 @contextlib.contextmanager
 def building(index_dir: Path, wait: float = 0) -> Iterator[None]:
     """Prepare ``index_dir`` and hold its writer lock for a build. A build that fails before
-    any index exists there removes the directories it created: nothing is left behind."""
-    made = prepare_target(index_dir)
-    with writer_lock(index_dir, wait):
+    any index exists there removes the directories it created: nothing is left behind. One that
+    waited for a first build that failed so makes them again."""
+    deadline = time.monotonic() + wait
+    while True:
+        made = prepare_target(index_dir)
+        lock = contextlib.ExitStack()
         try:
-            yield
-        except BaseException:
-            if made is not None and live_or_none(index_dir) is None:
-                shutil.rmtree(made, ignore_errors=True)
-            raise
+            lock.enter_context(writer_lock(index_dir, max(deadline - time.monotonic(), 0)))
+        except _NoFolder:
+            continue
+        with lock:
+            try:
+                yield
+            except BaseException:
+                if made is not None and live_or_none(index_dir) is None:
+                    shutil.rmtree(made, ignore_errors=True)
+                raise
+        return
 
 
 @contextlib.contextmanager

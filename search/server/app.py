@@ -37,6 +37,7 @@ from search.server.schema import (
     install_openapi,
 )
 from search.similar import rank_similar
+from search.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from search.encoding import Encoding, Roles
@@ -175,9 +176,9 @@ def create_app(
 
     @app.get("/info", responses=answers(503))
     async def info() -> dict[str, Any]:
-        snapshot = await live.current()
+        engine = await live.engine()
         return {
-            **await asyncio.to_thread(snapshot.info),
+            **await asyncio.to_thread(engine.retrying, Snapshot.info),
             "reloads": live.reloads,
             "largest_batch": batcher.largest,
             "dropped": batcher.dropped,
@@ -186,8 +187,8 @@ def create_app(
     @app.get("/fields", responses=answers(503))
     async def fields() -> dict[str, Any]:
         """Each stored field's type; its values with counts when it has few; min/max if numeric."""
-        snapshot = await live.current()
-        return {"fields": await asyncio.to_thread(snapshot.facets)}
+        engine = await live.engine()
+        return {"fields": await asyncio.to_thread(engine.retrying, Snapshot.facets)}
 
     add_page(app)
 
