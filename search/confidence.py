@@ -95,9 +95,9 @@ class Neighbourhood:
 
 
 def check_min_score(min_score: float | None) -> None:
-    """A plain threshold is a cosine: a number in [-1, 1]."""
+    """A plain threshold is on the score's scale in every mode (``search.hybrid``): in [-1, 1]."""
     if min_score is not None and not -1 <= min_score <= 1:
-        raise BadInput(f"min score must be a cosine in [-1, 1], not {min_score}")
+        raise BadInput(f"min score must be in [-1, 1] (the scale of every mode's score), not {min_score}")
 
 
 @dataclass(frozen=True)

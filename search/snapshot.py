@@ -23,7 +23,7 @@ from indexer.vectors.entries import EntryVectors
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
 from search.encoding import Encoding
 from search.filters import parse_filter
-from search.hybrid import DEFAULT_MODE, Words, check_mode, ranked, stored_weight
+from search.hybrid import DEFAULT_MODE, Words, check_mode, keyword_scores, ranked, stored_weight
 from search.requests import Allowed, Hit, check_queries
 
 CANDIDATES = 64
@@ -87,7 +87,7 @@ class Snapshot:
         """Embed all queries in one pass, then look each up (among the entries ``where`` allows,
         the best per value of ``group_by``) in ``mode`` (``search.hybrid``; None: the index's):
         ``SearchEngine.search_many`` without the retry."""
-        said, allowed = self.words(queries, mode, min_score), self.allowed(where)
+        said, allowed = self.words(queries, mode), self.allowed(where)
         return self.lookup(self.embed(queries), k, allowed, min_score, self.grouping(group_by), said)
 
     @functools.cached_property
@@ -96,12 +96,12 @@ class Snapshot:
         with self.db_lock:
             return self.index.catalog.has_keywords()
 
-    def mode(self, asked: str | None, min_score: float | None = None) -> str:
-        """The mode a search runs in: the one asked for, else dense where a calibrated rule or a
-        ``min_score`` (both cosines) decides answers or the index has no keyword table, else
-        ``DEFAULT_MODE``. A mode the index cannot serve is refused in one line."""
+    def mode(self, asked: str | None) -> str:
+        """The mode a search runs in: the one asked for, else dense where a calibrated rule
+        decides answers or the index has no keyword table, else ``DEFAULT_MODE``. A mode the index
+        cannot serve is refused in one line."""
         if asked is None:
-            return "dense" if self.rule or min_score is not None or not self.keywords else DEFAULT_MODE
+            return "dense" if self.rule or not self.keywords else DEFAULT_MODE
         if check_mode(asked) == "dense":
             return asked
         if not self.keywords:
@@ -111,26 +111,23 @@ class Snapshot:
             )
         if self.rule is not None:
             raise BadInput(f"--mode {asked}: this index's no-answer rule is calibrated for dense search only")
-        if min_score is not None:
-            raise BadInput(f"--mode {asked}: --min-score is a cosine, for dense search only")
         return asked
 
-    def words(
-        self, queries: Sequence[str], mode: str | None, min_score: float | None = None
-    ) -> list[Words] | None:
+    def words(self, queries: Sequence[str], mode: str | None) -> list[Words] | None:
         """What a non-dense search needs of each query (None: dense)."""
-        resolved = self.mode(mode, min_score)
+        resolved = self.mode(mode)
         if resolved == "dense":
             return None
         weight = stored_weight(self.meta)
         return [Words(query, resolved, weight) for query in queries]
 
     def keyword_ranking(self, words: Words, k: int, allowed: Allowed | None) -> dict[int, float]:
-        """Row id -> BM25 score of the k best keyword matches (none when no word can match)."""
+        """Row id -> keyword evidence of the k best keyword matches (``search.hybrid.keyword_scores``;
+        none when no word can match)."""
         if words.match is None or (allowed is not None and not len(allowed.ids)):
             return {}
         with self.reading() as catalog:
-            return dict(catalog.keyword_search(words.match, k, None if allowed is None else allowed.ids))
+            return keyword_scores(catalog, words, k, None if allowed is None else allowed.ids.tolist())
 
     def embed(self, queries: Sequence[str], progress: Share | None = None) -> np.ndarray:
         check_queries(queries)
@@ -234,12 +231,24 @@ class Snapshot:
                 k,
                 lambda n: self._nearest(vector, n, allowed, texts),
                 lambda n: self.keyword_ranking(words, n, allowed),
+                lambda rowids: self._cosines(vector, rowids, texts),
                 words.share,
             )
         if self.scoring is None:
             return self._search(vector, k, allowed)
         pool = self._search(vector, max(2 * k, CANDIDATES), allowed)
         return dict(list(self._scored(vector, list(pool), texts).items())[:k])
+
+    def _cosines(
+        self, vector: np.ndarray, rowids: list[int], texts: dict[int, float] | None = None
+    ) -> dict[int, float]:
+        """Row id -> score of the given entries, as a dense search scores them (exactly)."""
+        if self.scoring is not None:
+            return self._scored(vector, rowids, texts)
+        with self.reading() as catalog:
+            chunks = catalog.values(rowids, "_chunks")
+        held = Allowed(np.array(rowids, dtype=np.int64), int(sum(chunks.values())))
+        return self._search(vector, len(rowids), held)
 
     def _search(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> dict[int, float]:
         """Row id -> best cosine of the k nearest entries, best first. A chunked entry (or one
