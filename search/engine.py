@@ -138,13 +138,13 @@ class SearchEngine:
         answer (the server's step returns it awaitable)."""
         check_queries(queries)
         first = self.snapshot
-        first.mode(mode)  # an unknown mode, or one the index cannot serve: before embedding
+        first.mode(mode, min_score)  # an unknown mode, or one the index cannot serve: before embedding
 
         def look_up(vectors: np.ndarray) -> list[list[Hit]]:
             def attempt(snapshot: Snapshot) -> list[list[Hit]]:
                 mine = vectors if snapshot is first else snapshot.embed(queries)
                 allowed, grouping = snapshot.allowed(where), snapshot.grouping(group_by)
-                said = snapshot.words(queries, mode)
+                said = snapshot.words(queries, mode, min_score)
                 return snapshot.lookup(mine, k, allowed, min_score, grouping, said)
 
             return self.retrying(attempt, first)
