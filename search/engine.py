@@ -18,7 +18,7 @@ from indexer.errors import IndexMoved
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.vectors import single_threaded
 from search.encoding import Encoding
-from search.requests import Embedding, Hit, check_queries, check_strategy, here
+from search.requests import Embedding, Hit, check_strategy, here
 from search.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -136,16 +136,12 @@ class SearchEngine:
         it). The queries are embedded in one pass by ``embed`` with the current snapshot's
         encoding, then looked up on that snapshot (``retrying``); what ``embed`` returns is the
         answer (the server's step returns it awaitable)."""
-        check_queries(queries)
         first = self.snapshot
-        first.mode(mode, min_score)  # an unknown mode, or one the index cannot serve: before embedding
+        plan = first.plan(queries, k, where, min_score, group_by, mode)  # checked before embedding
 
         def look_up(vectors: np.ndarray) -> list[list[Hit]]:
             def attempt(snapshot: Snapshot) -> list[list[Hit]]:
-                mine = vectors if snapshot is first else snapshot.embed(queries)
-                allowed, grouping = snapshot.allowed(where), snapshot.grouping(group_by)
-                said = snapshot.words(queries, mode, min_score)
-                return snapshot.lookup(mine, k, allowed, min_score, grouping, said)
+                return snapshot.run(plan, vectors if snapshot is first else snapshot.embed(queries))
 
             return self.retrying(attempt, first)
 

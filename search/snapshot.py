@@ -30,6 +30,19 @@ CANDIDATES = 64
 """Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
 
 
+@dataclass(frozen=True)
+class Plan:
+    """One search call, resolved once (``Snapshot.plan``): its queries, how many hits, the mode
+    (``search.hybrid.MODES``) it runs in, its filter, minimum score and grouping."""
+
+    queries: tuple[str, ...]
+    k: int
+    mode: str
+    where: str | None = None
+    min_score: float | None = None
+    group_by: str | None = None
+
+
 @dataclass
 class Signals:
     """What a rule reads of each entry beside its score, noted as a search ranks: its own text's
@@ -86,6 +99,31 @@ class Snapshot:
         with self.db_lock:
             return self.index.catalog.facets()
 
+    def plan(
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        where: str | None = None,
+        min_score: float | None = None,
+        group_by: str | None = None,
+        mode: str | None = None,
+    ) -> Plan:
+        """One search call checked and its mode resolved (``mode``), before anything is embedded."""
+        check_queries(queries)
+        if k < 1:
+            raise BadInput(f"k must be at least 1, not {k}")
+        check_min_score(min_score)
+        return Plan(tuple(queries), k, self.mode(mode, min_score), where, min_score, group_by)
+
+    def run(self, plan: Plan, vectors: np.ndarray) -> list[list[Hit]]:
+        """``plan`` on this version, its queries embedded as ``vectors``: among the entries its
+        filter allows, the best per value of its grouping, in its mode, marked by the rule of that
+        mode or its minimum score. What every search runs (``SearchEngine.search_many``,
+        ``evaluate``)."""
+        allowed, grouping = self.allowed(plan.where), self.grouping(plan.group_by)
+        said = self.said(plan.queries, plan.mode)
+        return self.lookup(vectors, plan.k, allowed, plan.min_score, grouping, said)
+
     def search_many(
         self,
         queries: Sequence[str],
@@ -95,11 +133,10 @@ class Snapshot:
         group_by: str | None = None,
         mode: str | None = None,
     ) -> list[list[Hit]]:
-        """Embed all queries in one pass, then look each up (among the entries ``where`` allows,
-        the best per value of ``group_by``) in ``mode`` (``search.hybrid``; None: the index's):
+        """``plan`` and ``run`` on this version, the queries embedded in one pass:
         ``SearchEngine.search_many`` without the retry."""
-        said, allowed = self.words(queries, mode, min_score), self.allowed(where)
-        return self.lookup(self.embed(queries), k, allowed, min_score, self.grouping(group_by), said)
+        plan = self.plan(queries, k, where, min_score, group_by, mode)
+        return self.run(plan, self.embed(queries))
 
     @functools.cached_property
     def keywords(self) -> bool:

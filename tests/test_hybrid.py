@@ -119,6 +119,15 @@ def test_min_score_works_in_every_mode_and_keeps_the_default_hybrid(index):
         engine.search("bikes", k=1, mode="sparse")
 
 
+def test_the_cli_marks_hits_by_min_score_in_every_mode(index):
+    for mode in ("dense", "keyword", "hybrid"):
+        args = ["query", str(index), "7 billing", "--mode", mode, "--min-score", "0.5", "--json"]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        hits = json.loads(result.output.splitlines()[-1])["hits"]
+        assert hits and all(h["answered"] == (h["score"] >= 0.5) for h in hits)
+
+
 def test_keyword_scores_are_the_share_of_the_query_words_an_entry_holds(index):
     engine = SearchEngine(index)
     hits = engine.search("7 billing", k=10, mode="keyword")

@@ -77,8 +77,9 @@ def query_command(
     Example:
         semsearch query faq-index "how do I reset my password" -k 5
     """
-    from search.engine import SearchEngine, check_queries, configure_threads
+    from search.engine import SearchEngine, configure_threads
     from search.queries import Query, read_queries
+    from search.requests import check_queries
 
     if (question is None) == (queries_file is None):
         raise click.UsageError("give a QUESTION or --queries FILE (one of them)")
