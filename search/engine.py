@@ -114,10 +114,10 @@ class SearchEngine:
         """The k best hits for ``query``, best first, embedded with the index's own strategy.
 
         ``where``: a filter on stored fields (``search.filters``), applied before the vectors are
-        compared. ``min_score``: hits below this cosine are marked not answered (over the
-        calibrated rule). ``group_by``: a stored field; the best hit per value of it (k
-        groups, each hit's ``others`` counting the rest of its group), e.g. one FAQ question
-        with several answers shown once. ``mode``: dense, keyword or hybrid (``search.hybrid``;
+        compared. ``min_score``: hits scoring below this are marked not answered, in any mode
+        (one scale: ``search.hybrid``; over the calibrated rule). ``group_by``: a stored field;
+        the best hit per value of it (k groups, each hit's ``others`` counting the rest of its
+        group), e.g. one FAQ question with several answers shown once. ``mode``: dense, keyword or hybrid (``search.hybrid``;
         None: the index's default, ``Snapshot.mode``)."""
         return self.search_many([query], k, where, min_score, group_by, mode)[0]
 

@@ -288,7 +288,7 @@ def evaluate_retrieval(
         snapshot = SearchEngine(index_dir).snapshot
         texts = [q.text for q in data.queries]
         vectors = embedded(snapshot, texts, progress)
-        default = snapshot.default_mode
+        default = snapshot.mode(None)
         report: dict[str, Any] = {}
         for mode in modes_served(snapshot):
             results = snapshot.run(Plan(tuple(texts), k, mode), vectors)
