@@ -117,8 +117,8 @@ class SearchEngine:
         compared. ``min_score``: hits scoring below this are marked not answered, in any mode
         (one scale: ``search.hybrid``; over the calibrated rule). ``group_by``: a stored field;
         the best hit per value of it (k groups, each hit's ``others`` counting the rest of its
-        group), e.g. one FAQ question with several answers shown once. ``mode``: dense, keyword or hybrid (``search.hybrid``;
-        None: the index's default, ``Snapshot.mode``)."""
+        group), e.g. one FAQ question with several answers shown once. ``mode``: dense, keyword
+        or hybrid (``search.hybrid``; None: the index's default, ``Snapshot.mode``)."""
         return self.search_many([query], k, where, min_score, group_by, mode)[0]
 
     def search_many(
