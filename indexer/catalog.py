@@ -390,6 +390,13 @@ class Catalog:
         )
         return found.fetchall()
 
+    def keyword_frequencies(self, phrases: Sequence[str]) -> tuple[int, list[int]]:
+        """The entries the keyword table holds and how many of them match each FTS5 phrase: what
+        BM25's IDF reads (``search.hybrid.best_bm25``)."""
+        total = self.db.execute("select count(*) from entries").fetchone()[0]
+        count = "select count(*) from keywords where keywords match ?"
+        return int(total), [int(self.db.execute(count, [p]).fetchone()[0]) for p in phrases]
+
     def put(self, entries: Sequence[Entry], rowids: Sequence[int], chunks: Sequence[int]) -> None:
         """Insert entries, replacing any row with the same row id whole (fields it no longer has
         become NULL); the keyword table follows (its triggers)."""

@@ -27,6 +27,7 @@ def evaluate_abstention(
     guarantee: float | None = None,
     unanswerable: float | None = None,
     features: Sequence[str] | None = None,
+    mode: str | None = None,
     strategy: Strategy | None = None,
     text_fields: Sequence[str] | None = None,
     also: FieldScoring | None = None,
@@ -49,6 +50,7 @@ def evaluate_abstention(
     from search.calibration import (
         LEARNED,
         PLAIN,
+        check_features,
         check_precision,
         choose_rule,
         embedded,
@@ -101,8 +103,11 @@ def evaluate_abstention(
         most = max(sum(d in indexed for d in t[1]) for t in found)
         gone = max(sum(d in indexed for t in split[2] for d in t[1]) for split in splits)
         count = NEIGHBOURS + largest + most + gone
-        vectors = embedded(snapshot, [q.text for q in questions], progress)
-        found_near = snapshot.neighbourhoods(vectors, count=count)
+        mode = snapshot.serves(mode) if mode else snapshot.default_mode
+        check_features(features, mode)
+        texts = [q.text for q in questions]
+        vectors = embedded(snapshot, texts, progress)
+        found_near = snapshot.neighbourhoods(vectors, count=count, words=snapshot.said(texts, mode))
         near = dict(zip([q.id for q in questions], found_near, strict=True))
         with snapshot.db_lock:
             ids = snapshot.index.catalog.values(sorted({r for n in near.values() for r in n.rowids}), "_id")
@@ -127,7 +132,7 @@ def evaluate_abstention(
         for name, chosen in (("rule", learned), ("plain", PLAIN), ("default", None)):
             try:
                 if chosen is None:
-                    rule = choose_rule(calibration, precision, guarantee, unanswerable)
+                    rule = choose_rule(calibration, precision, guarantee, unanswerable, mode)
                     result["default chose"] = ",".join(rule.features)
                 else:
                     rule = fit_rule(calibration, precision, chosen, guarantee, unanswerable)
@@ -144,12 +149,12 @@ def evaluate_abstention(
         "calibration threads": half,
         "test threads": len(found) - half,
         "removed threads": removed_count,
+        "mode": mode,
         "target": f"precision >= {precision:g} with {guarantee:.0%} confidence, "
         f"up to {unanswerable:.0%} unanswerable",
     }
-    report["default chose learned"] = (
-        f"{sum(r.get('default chose') == ','.join(LEARNED) for r in per_seed)}/{len(per_seed)} seeds"
-    )
+    chose = [r.get("default chose") for r in per_seed]
+    report["default chose"] = ", ".join(f"{c} {chose.count(c)}/{len(chose)}" for c in dict.fromkeys(chose))
     for name, chosen in (("rule", learned), ("plain", PLAIN), ("default", ("chosen per split",))):
         runs = [r[name] for r in per_seed]
         got = np.array([r["precision"] for r in runs])

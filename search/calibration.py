@@ -34,7 +34,7 @@ from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.store import Change, apply_change, live_meta, writer_lock
 from search.components import groups
-from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood, Rule
+from search.confidence import FEATURES, KEYWORD_FEATURES, NEIGHBOURS, Neighbourhood, Rule
 from search.engine import SearchEngine
 from search.promise import (
     GUARANTEE,
@@ -55,16 +55,28 @@ an FAQ indexed with its answers, the question's, which tells near-duplicate ques
 better): the rule kept unless the learned one wins on held-out threads (``choose_rule``)."""
 LEARNED = ("text", "gap")
 """The learned rule ``evaluate abstention`` holds against the plain one by default."""
+KEYWORDS = ("text", "gap", "keyword", "agree")
+"""The learned rule with the keyword evidence, held against the others in keyword and hybrid mode."""
 DEFAULT_FEATURES = PLAIN
+NAMES = {PLAIN: "plain", LEARNED: "learned", KEYWORDS: "keywords"}
 
 
-def check_features(names: Sequence[str] | None) -> tuple[str, ...]:
-    """The features asked for (None: ``DEFAULT_FEATURES``), each known."""
+def candidates(mode: str) -> tuple[tuple[str, ...], ...]:
+    """The rules ``choose_rule`` holds against each other in ``mode``, the plain one first."""
+    return (PLAIN, LEARNED) if mode == "dense" else (PLAIN, LEARNED, KEYWORDS)
+
+
+def check_features(names: Sequence[str] | None, mode: str = "dense") -> tuple[str, ...]:
+    """The features asked for (None: ``DEFAULT_FEATURES``), each known and read in ``mode``
+    (a dense ranking has no keyword evidence)."""
     if names is None:
         return DEFAULT_FEATURES
-    unknown = [n for n in names if n not in FEATURES]
+    known = [n for n in FEATURES if mode != "dense" or n not in KEYWORD_FEATURES]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise BadInput(f"confidence features: choose among {', '.join(FEATURES)} (not {', '.join(unknown)})")
+        raise BadInput(
+            f"confidence features in {mode} mode: choose among {', '.join(known)} (not {', '.join(unknown)})"
+        )
     return tuple(dict.fromkeys(names))
 
 
@@ -142,7 +154,7 @@ def fit_rule(
     from sklearn.linear_model import LogisticRegression
 
     precision = check_precision(precision)
-    features = check_features(features)
+    features = check_features(features, "hybrid")  # every feature: the caller checks its mode reads them
     check_share("the guarantee", guarantee)
     check_share("the unanswerable share", unanswerable)
     correct = np.array([o.correct for o in seen], dtype=bool)
@@ -220,20 +232,22 @@ def choose_rule(
     precision: float = 0.95,
     guarantee: float = GUARANTEE,
     unanswerable: float = UNANSWERABLE,
+    mode: str = "dense",
 ) -> Rule:
-    """The plain cosine threshold, unless the learned rule (``LEARNED``) beats it on threads it
-    was not fitted on: the threads are cut in two, each rule is fitted on one half and measured on
-    the other (both ways). The learned one is kept if its held-out precision reaches the target
-    where the plain rule's does not (keeping the promise beats answering more), or if it answers
-    more of the held-out answerable questions at a held-out precision that still reaches the
-    target (or the plain rule's, if that misses it). The winner is fitted on everything and says
-    why (``Rule.why``). Too few threads to cut in two (``MIN_THREADS`` each): plain."""
+    """The plain cosine threshold, unless a learned rule (``candidates`` of ``mode``) beats it on
+    threads it was not fitted on: the threads are cut in two, each rule is fitted on one half and
+    measured on the other (both ways). A learned one beats the best so far if its held-out
+    precision reaches the target where the other's does not (keeping the promise beats answering
+    more), or if it answers more of the held-out answerable questions at a held-out precision that
+    still reaches the target (or the other's, if that misses it). The winner is fitted on
+    everything and says why (``Rule.why``). Too few threads to cut in two (``MIN_THREADS`` each):
+    plain."""
     units = sorted({o.cluster for o in seen})
     if len(units) < 2 * MIN_THREADS:
         rule = fit_rule(seen, precision, PLAIN, guarantee, unanswerable)
-        return replace(rule, why=f"plain: too few threads ({len(units)}) to hold the learned rule against it")
+        return replace(rule, why=f"plain: too few threads ({len(units)}) to hold a learned rule against it")
     half = set(np.random.default_rng(0).permutation(units)[: len(units) // 2].tolist())
-    held: dict[tuple[str, ...], list[tuple[float, float]]] = {PLAIN: [], LEARNED: []}
+    held: dict[tuple[str, ...], list[tuple[float, float]]] = {features: [] for features in candidates(mode)}
     for fitted_half in (True, False):
         fit_on = [o for o in seen if (o.cluster in half) == fitted_half]
         test = [o for o in seen if (o.cluster in half) != fitted_half]
@@ -248,18 +262,25 @@ def choose_rule(
             answered = rule.confidence(np.array([o.features for o in test])) >= rule.threshold
             scored = weighted_precision(answered, correct, answerable, unanswerable)
             held[features].append((scored, float(answered[answerable].mean())))
-    (plain_precision, plain_coverage), (learned_precision, learned_coverage) = (
-        tuple(np.mean(held[f], axis=0).tolist()) for f in (PLAIN, LEARNED)
+    measured = {features: tuple(np.mean(runs, axis=0).tolist()) for features, runs in held.items()}
+
+    def beats(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
+        (one_precision, one_coverage), (other_precision, other_coverage) = measured[one], measured[other]
+        one_keeps, other_keeps = (p >= precision - 1e-9 for p in (one_precision, other_precision))
+        kept = one_precision >= min(precision, other_precision) - 1e-9
+        return (one_keeps and not other_keeps) or (one_coverage > other_coverage and kept)
+
+    chosen = PLAIN
+    for features in held:
+        chosen = features if beats(features, chosen) else chosen
+    plain_precision, plain_coverage = measured[PLAIN]
+    told = "; ".join(
+        f"{NAMES[f]} vs plain held-out coverage {c:.3f} vs {plain_coverage:.3f}, "
+        f"precision {p:.3f} vs {plain_precision:.3f}"
+        for f, (p, c) in measured.items()
+        if f != PLAIN
     )
-    learned_keeps, plain_keeps = (p >= precision - 1e-9 for p in (learned_precision, plain_precision))
-    kept = learned_precision >= min(precision, plain_precision) - 1e-9
-    wins = (learned_keeps and not plain_keeps) or (learned_coverage > plain_coverage and kept)
-    measured = (
-        f"held-out coverage {learned_coverage:.3f} vs {plain_coverage:.3f}, "
-        f"precision {learned_precision:.3f} vs {plain_precision:.3f}"
-    )
-    chosen = LEARNED if wins else PLAIN
-    why = f"{'learned ' + ','.join(LEARNED) if wins else 'plain'}: learned vs plain {measured}"
+    why = f"{'plain' if chosen == PLAIN else 'learned ' + ','.join(chosen)}: {told}"
     return replace(fit_rule(seen, precision, chosen, guarantee, unanswerable), why=why)
 
 
@@ -276,9 +297,10 @@ def observations(
     questions: Sequence[Query],
     qrels: Mapping[str, Mapping[str, int]],
     *,
+    mode: str = "dense",
     progress: bool = False,
 ) -> list[Observation]:
-    """Every question searched in ``snapshot`` and labelled by ``qrels`` (``observe``)."""
+    """Every question searched in ``snapshot`` in ``mode`` and labelled by ``qrels`` (``observe``)."""
     if not questions:
         raise BadInput("no calibration questions")
     judged = list(dict.fromkeys(doc for docs in qrels.values() for doc in docs))
@@ -286,8 +308,10 @@ def observations(
         indexed = snapshot.index.catalog.rowids(judged)
         largest = snapshot.index.catalog.largest_text_group()
     most = max(sum(doc in indexed for doc in qrels.get(q.id, {})) for q in questions)
-    vectors = embedded(snapshot, [q.text for q in questions], progress)
-    near = snapshot.neighbourhoods(vectors, count=NEIGHBOURS + largest + most)
+    texts = [q.text for q in questions]
+    vectors = embedded(snapshot, texts, progress)
+    words = snapshot.said(texts, mode)
+    near = snapshot.neighbourhoods(vectors, count=NEIGHBOURS + largest + most, words=words)
     with snapshot.db_lock:
         ids = snapshot.index.catalog.values(sorted({r for n in near for r in n.rowids}), "_id")
     return observe([q.id for q in questions], near, ids, qrels, indexed)
@@ -318,7 +342,12 @@ def paraphrase(text: str, rng: np.random.Generator) -> str:
 
 
 def self_observations(
-    snapshot: Snapshot, seed: int = 0, limit: int = SELF_QUESTIONS, *, progress: bool = False
+    snapshot: Snapshot,
+    seed: int = 0,
+    limit: int = SELF_QUESTIONS,
+    *,
+    mode: str = "dense",
+    progress: bool = False,
 ) -> list[Observation]:
     """Labelled questions made from the index's own texts (see the module doc): two observations
     per distinct text, one answerable, one not (each text its own cluster)."""
@@ -333,7 +362,7 @@ def self_observations(
         groups = sorted(rng.choice(groups, size=limit, replace=False).tolist())
     questions = [paraphrase(texts[g], rng) for g in groups]
     vectors = embedded(snapshot, questions, progress, "paraphrases")
-    near = snapshot.neighbourhoods(vectors, count=NEIGHBOURS + largest)
+    near = snapshot.neighbourhoods(vectors, count=NEIGHBOURS + largest, words=snapshot.said(questions, mode))
     seen = []
     for unit, (group, full) in enumerate(zip(groups, near, strict=True)):
         for answerable, row in ((True, full.first(NEIGHBOURS)), (False, full.first(NEIGHBOURS, group))):
@@ -352,6 +381,7 @@ def calibrate_index(
     features: Sequence[str] | None = None,
     guarantee: float | None = None,
     unanswerable: float | None = None,
+    mode: str | None = None,
     wait: float = 0,
     progress: bool = False,
 ) -> Rule:
@@ -359,29 +389,33 @@ def calibrate_index(
     writer lock, like any write). A question with no relevant entry in the index (unjudged, or
     judged against ids the index lacks) is an example of one it cannot answer; each answerable
     one is also asked with its answers hidden (``observe``). No questions (None): made from the
-    corpus itself (``self_observations``)."""
+    corpus itself (``self_observations``). ``mode``: the search mode the rule serves (None: the
+    index's default, ``Snapshot.default_mode``): fitted on that mode's ranking and signals."""
     check_precision(precision)
-    check_features(features)
+    check_features(features, mode or "hybrid")
     guarantee = check_share("the guarantee", GUARANTEE if guarantee is None else guarantee)
     unanswerable = check_share(
         "the unanswerable share", UNANSWERABLE if unanswerable is None else unanswerable
     )
     with writer_lock(Path(index_dir), wait):
         snapshot = SearchEngine(index_dir).snapshot
+        mode = snapshot.serves(mode) if mode else snapshot.default_mode
+        check_features(features, mode)
         if questions is None:
-            seen, source = self_observations(snapshot, progress=progress), "self"
+            seen, source = self_observations(snapshot, mode=mode, progress=progress), "self"
             measured = (
                 f"{len(seen) // 2} questions made from the index's own texts (not questions users asked)"
             )
         else:
-            seen, source = observations(snapshot, questions, qrels or {}, progress=progress), "labels"
+            seen = observations(snapshot, questions, qrels or {}, mode=mode, progress=progress)
+            source = "labels"
             measured = described_labels(seen)
         if features is None:
-            rule = choose_rule(seen, precision, guarantee, unanswerable)
+            rule = choose_rule(seen, precision, guarantee, unanswerable, mode)
         else:
             rule = fit_rule(seen, precision, features, guarantee, unanswerable)
         created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        rule = replace(rule, source=source, measured_on=measured, created=created)
+        rule = replace(rule, source=source, measured_on=measured, created=created, mode=mode)
         snapshot.index.catalog.close()
         apply_change(index_dir, Change(meta={"calibration": rule.to_dict()}))
     return rule

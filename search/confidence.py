@@ -15,7 +15,14 @@ A hit's features come from the query's neighbourhood (the nearest ``NEIGHBOURS``
 - ``text``: its cosine to the entry's own text alone. The same as ``score`` unless the index
   scores a second text per entry (``--also``): there the score mixes in the answer, which makes a
   near-duplicate FAQ question look as right as the right one, and the question's own cosine tells
-  them apart better (docs/abstention-guarantee.md).
+  them apart better (docs/abstention-guarantee.md);
+- ``keyword``: its keyword evidence (``search.hybrid``: about the share of the query's words, by
+  rarity, it holds), in a keyword or hybrid neighbourhood (0 in a dense one);
+- ``agree``: its keyword evidence minus the best of an entry with another text: whether the
+  keywords agree with the ranking's choice.
+
+A neighbourhood is the ranking of the mode the rule serves (``Rule.mode``): in hybrid mode its
+scores are the fused scores, its texts' cosines and keyword evidence ride along.
 
 The rule is a logistic regression on some of these features, standardised: confidence =
 sigmoid(weights . standardised features + bias), answered when it reaches the threshold.
@@ -31,9 +38,11 @@ import numpy as np
 
 from indexer.errors import BadInput
 
-FEATURES = ("score", "margin", "zscore", "gap", "text")
-COSINES = frozenset({"score", "text"})
+FEATURES = ("score", "margin", "zscore", "gap", "text", "keyword", "agree")
+COSINES = frozenset({"score", "text", "keyword"})
 """Features a hit has by itself; the others need the query's neighbourhood."""
+KEYWORD_FEATURES = frozenset({"keyword", "agree"})
+"""Features only a keyword or hybrid neighbourhood has."""
 GAP_TEXTS = 9
 """Distinct texts below a hit that ``gap`` compares it with."""
 NEIGHBOURS = 64
@@ -43,13 +52,20 @@ answers with one text: the margin needs an entry past them)."""
 
 @dataclass(frozen=True)
 class Neighbourhood:
-    """A query's nearest distinct entries, best first: their row ids, scores and text hashes, and
-    (``texts``) each one's cosine to its own text where the score also reads a second text."""
+    """A query's nearest distinct entries, best first: their row ids, scores and text hashes,
+    (``texts``) each one's cosine to its own text where the score is not that cosine alone, and
+    (``keywords``) each one's keyword evidence where the ranking read the keywords."""
 
     rowids: list[int]
     scores: np.ndarray
     groups: list[str]
     texts: np.ndarray | None = None
+    keywords: np.ndarray | None = None
+
+    @property
+    def evidence(self) -> np.ndarray:
+        """Each entry's keyword evidence (0 where the ranking did not read the keywords)."""
+        return np.zeros(len(self.rowids)) if self.keywords is None else self.keywords
 
     @property
     def own(self) -> np.ndarray:
@@ -65,13 +81,18 @@ class Neighbourhood:
         kept = [i for i, g in enumerate(self.groups) if g not in hidden][:count]
         rowids, groups = [self.rowids[i] for i in kept], [self.groups[i] for i in kept]
         texts = None if self.texts is None else self.texts[kept]
-        return Neighbourhood(rowids, self.scores[kept], groups, texts)
+        keywords = None if self.keywords is None else self.keywords[kept]
+        return Neighbourhood(rowids, self.scores[kept], groups, texts, keywords)
 
     def features(self, count: int) -> np.ndarray:
         """One row of ``FEATURES`` for each of the first ``count`` entries."""
-        return self.features_of(self.scores[:count], self.groups[:count], self.own[:count])
+        return self.features_of(
+            self.scores[:count], self.groups[:count], self.own[:count], self.evidence[:count]
+        )
 
-    def features_of(self, scores: np.ndarray, groups: Sequence[str], texts: np.ndarray) -> np.ndarray:
+    def features_of(
+        self, scores: np.ndarray, groups: Sequence[str], texts: np.ndarray, keywords: np.ndarray
+    ) -> np.ndarray:
         """One row of ``FEATURES`` for each hit (its score, text hash and own text's cosine)
         against this neighbourhood, whether or not the hit is in it: a hit found under a filter is
         measured against the query's whole neighbourhood, so its confidence does not depend on the
@@ -79,6 +100,9 @@ class Neighbourhood:
         best: dict[str, float] = {}
         for group, score in zip(self.groups, self.scores.tolist(), strict=True):
             best.setdefault(group, score)
+        matched: dict[str, float] = {}
+        for group, evidence in zip(self.groups, self.evidence.tolist(), strict=True):
+            matched[group] = max(matched.get(group, 0.0), evidence)
         distinct = np.array(list(best.values()))
         ranked = sorted(best.items(), key=lambda item: -item[1])
         spread = float(distinct.std()) if len(distinct) > 1 else 0.0
@@ -86,18 +110,21 @@ class Neighbourhood:
         rows = []
         cosines = np.asarray(scores, dtype=np.float64).tolist()
         own = np.asarray(texts, dtype=np.float64).tolist()
-        for score, group, text in zip(cosines, groups, own, strict=True):
+        evidence = np.asarray(keywords, dtype=np.float64).tolist()
+        for score, group, text, word in zip(cosines, groups, own, evidence, strict=True):
             others = [s for g, s in ranked if g != group]
             z = (score - distinct.mean()) / spread if spread > 0 else 0.0
             below = np.mean(others[:GAP_TEXTS]) if others else floor
-            rows.append((score, score - (others[0] if others else floor), z, score - below, text))
+            rival = max((e for g, e in matched.items() if g != group), default=0.0)
+            margin = score - (others[0] if others else floor)
+            rows.append((score, margin, z, score - below, text, word, word - rival))
         return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES))
 
 
 def check_min_score(min_score: float | None) -> None:
-    """A plain threshold is a cosine: a number in [-1, 1]."""
+    """A plain threshold is on the score's scale in every mode (``search.hybrid``): in [-1, 1]."""
     if min_score is not None and not -1 <= min_score <= 1:
-        raise BadInput(f"min score must be a cosine in [-1, 1], not {min_score}")
+        raise BadInput(f"min score must be in [-1, 1] (the scale of every mode's score), not {min_score}")
 
 
 @dataclass(frozen=True)
@@ -133,6 +160,7 @@ class Rule:
     why: str = ""  # why these features: the learned rule against the plain one on held-out threads
     costs: tuple[tuple[float, float], ...] = ()  # (precision target, coverage) with the same guarantee
     labels_needed: int | None = None  # about how many labelled questions the target needs to answer half
+    mode: str = "dense"  # the search mode whose ranking it was fitted on (``search.hybrid.MODES``)
 
     @property
     def reads_neighbours(self) -> bool:
@@ -151,7 +179,7 @@ class Rule:
         )
         on = f" on {self.measured_on}" if self.measured_on else f" on {self.questions} questions"
         when = f", {self.created}" if self.created else ""
-        return f"{self.source}: {rule}; {promise}; coverage {self.coverage:.2f}{on}{when}"
+        return f"{self.source}, {self.mode} search: {rule}; {promise}; coverage {self.coverage:.2f}{on}{when}"
 
     def confidence(self, rows: np.ndarray) -> np.ndarray:
         """Confidence of each row of ``FEATURES`` (as ``Neighbourhood.features`` gives them)."""

@@ -18,7 +18,7 @@ from indexer.errors import IndexMoved
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.vectors import single_threaded
 from search.encoding import Encoding
-from search.requests import Embedding, Hit, check_queries, check_strategy, here
+from search.requests import Embedding, Hit, check_strategy, here
 from search.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -114,11 +114,11 @@ class SearchEngine:
         """The k best hits for ``query``, best first, embedded with the index's own strategy.
 
         ``where``: a filter on stored fields (``search.filters``), applied before the vectors are
-        compared. ``min_score``: hits below this cosine are marked not answered (over the
-        calibrated rule). ``group_by``: a stored field; the best hit per value of it (k
-        groups, each hit's ``others`` counting the rest of its group), e.g. one FAQ question
-        with several answers shown once. ``mode``: dense, keyword or hybrid (``search.hybrid``;
-        None: the index's default, ``Snapshot.mode``)."""
+        compared. ``min_score``: hits scoring below this are marked not answered, in any mode
+        (one scale: ``search.hybrid``; over the calibrated rule). ``group_by``: a stored field;
+        the best hit per value of it (k groups, each hit's ``others`` counting the rest of its
+        group), e.g. one FAQ question with several answers shown once. ``mode``: dense, keyword
+        or hybrid (``search.hybrid``; None: the index's default, ``Snapshot.mode``)."""
         return self.search_many([query], k, where, min_score, group_by, mode)[0]
 
     def search_many(
@@ -136,20 +136,12 @@ class SearchEngine:
         it). The queries are embedded in one pass by ``embed`` with the current snapshot's
         encoding, then looked up on that snapshot (``retrying``); what ``embed`` returns is the
         answer (the server's step returns it awaitable)."""
-        check_queries(queries)
-
-        def checked(snapshot: Snapshot) -> Snapshot:
-            snapshot.mode(mode, min_score)  # an unknown mode, or one the index cannot serve: before embedding
-            return snapshot
-
-        first = self.retrying(checked)
+        # checked before embedding, on a snapshot that may reopen (a killed writer's journal)
+        first, plan = self.retrying(lambda s: (s, s.plan(queries, k, where, min_score, group_by, mode)))
 
         def look_up(vectors: np.ndarray) -> list[list[Hit]]:
             def attempt(snapshot: Snapshot) -> list[list[Hit]]:
-                mine = vectors if snapshot is first else snapshot.embed(queries)
-                allowed, grouping = snapshot.allowed(where), snapshot.grouping(group_by)
-                said = snapshot.words(queries, mode, min_score)
-                return snapshot.lookup(mine, k, allowed, min_score, grouping, said)
+                return snapshot.run(plan, vectors if snapshot is first else snapshot.embed(queries))
 
             return self.retrying(attempt, first)
 

@@ -267,6 +267,7 @@ def evaluate_retrieval(
     from indexer.writing.build import build_index
     from search.calibration import embedded
     from search.engine import SearchEngine
+    from search.snapshot import Plan
 
     with tempfile.TemporaryDirectory(prefix="semsearch-eval-") as tmp:
         if index_dir is None:
@@ -290,7 +291,7 @@ def evaluate_retrieval(
         default = snapshot.mode(None)
         report: dict[str, Any] = {}
         for mode in modes_served(snapshot):
-            results = snapshot.lookup(vectors, k, words=snapshot.words(texts, mode))
+            results = snapshot.run(Plan(tuple(texts), k, mode), vectors)
             ranked = {q.id: [h.id for h in hits] for q, hits in zip(data.queries, results, strict=True)}
             scores = retrieval_metrics(ranked, data.qrels, k)
             if mode == default:
@@ -304,7 +305,7 @@ def modes_served(snapshot: Snapshot) -> list[str]:
     served = []
     for mode in MODES:
         with contextlib.suppress(BadInput):
-            served.append(snapshot.mode(mode))
+            served.append(snapshot.serves(mode))
     return served
 
 

@@ -1,14 +1,25 @@
-"""Keyword search beside the vectors, and the fusion of the two rankings.
+"""Keyword search beside the vectors, and the fusion of the two rankings, on one scale.
 
 The catalog keeps an FTS5 table of the entries' texts (``indexer.catalog``: BM25 in SQLite). A
 sentence model splits a code such as ``E3453C`` into word pieces and ranks its near-misses
-(``E3453D``) about as high; a keyword match does not. ``hybrid`` fuses the two: each ranking's
-scores are min-max normalised over the entries it returned (``POOL``), and an entry's score is
-``(1 - w) * dense + w * keyword`` (a ranking it is missing from gives it 0). On StackFAQ dev this
-convex combination at w = 0.15 beat reciprocal rank fusion at every weight, and dense alone
-(docs/hybrid.md, ``bench/hybrid.py``). A query holding an identifier (letters and digits in one
-word) gives the keywords ``IDENTIFIER_WEIGHT``: on a FAQ of error codes one character apart the
-exact code then comes first where dense puts a near-miss there (``tests/test_hybrid.py``).
+(``E3453D``) about as high; a keyword match does not.
+
+Every mode scores on a scale that means the same for every query and every index (docs/hybrid.md):
+
+- dense: the cosine of the query and the entry (with ``--also``, the index's mix of its fields');
+- keyword: the entry's keyword evidence, its BM25 over the BM25 an entry of average length
+  holding each of the query's words once would get (``best_bm25``: the sum of the words' IDFs),
+  capped at 1: about the share of the query's words, weighted by their rarity, the entry holds.
+  0 for no word, 1 for all of them; ranked as BM25 ranks;
+- hybrid: ``(1 - w) * cosine + w * evidence`` over the ``POOL`` best of each ranking (an entry
+  only the keywords found gets its exact cosine). Nothing is normalised per query, so an
+  off-topic query scores about as low as its cosine and an exact match high, and one threshold
+  (``--min-score``, the no-answer rule) means the same for every query.
+
+``w`` is ``DEFAULT_WEIGHT`` unless the index stores its own; a query holding an identifier
+(letters and digits in one word) gives the keywords ``IDENTIFIER_WEIGHT``: on a FAQ of error codes
+one character apart the exact code then comes first where dense puts a near-miss there
+(``tests/test_hybrid.py``).
 
 The user's words are never FTS5 syntax: each whitespace-separated token is quoted as an FTS5
 string and the tokens are OR-ed, so quotes, ``*``, ``NEAR``, ``AND``, brackets and colons are
@@ -17,13 +28,17 @@ plain words, and a query with no word in it matches nothing (an empty keyword ra
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from indexer.errors import BadInput
+
+if TYPE_CHECKING:
+    from indexer.catalog import Catalog
 
 MODES = ("dense", "keyword", "hybrid")
 DEFAULT_MODE = "hybrid"
@@ -102,33 +117,53 @@ def match_expression(query: str) -> str | None:
     return " OR ".join('"' + token.replace('"', '""') + '"' for token in tokens)
 
 
-def normalised(ranking: Ranking) -> Ranking:
-    """Scores mapped onto [0, 1] by the ranking's own min and max (all 1 when they are equal)."""
-    if not ranking:
+def best_bm25(total: int, matching: Sequence[int]) -> float:
+    """The BM25 of an entry of average length holding each word once, among ``total`` entries of
+    which ``matching`` hold each word: the sum of the words' IDFs as FTS5 computes them
+    (log((N - n + 0.5) / (n + 0.5)), at least 1e-6), a word no entry holds counting fully."""
+    return sum(max(math.log((total - n + 0.5) / (n + 0.5)), 1e-6) for n in matching)
+
+
+def keyword_scores(catalog: Catalog, words: Words, k: int, allowed: Sequence[int] | None = None) -> Ranking:
+    """Row id -> keyword evidence in [0, 1] of the k best keyword matches (BM25 order, among
+    ``allowed`` row ids when given): BM25 over ``best_bm25`` of the query's words, capped at 1."""
+    if words.match is None:
         return {}
-    low, high = min(ranking.values()), max(ranking.values())
-    return {rowid: (score - low) / (high - low) if high > low else 1.0 for rowid, score in ranking.items()}
+    found = catalog.keyword_search(words.match, k, allowed)
+    if not found:
+        return {}
+    best = best_bm25(*catalog.keyword_frequencies(words.phrases))
+    return {rowid: min(1.0, score / best) if best > 0 else 0.0 for rowid, score in found}
 
 
 def fuse(dense: Ranking, keyword: Ranking, weight: float = DEFAULT_WEIGHT) -> Ranking:
-    """The convex combination of the two rankings' normalised scores (``weight``: the keyword
-    share), best first; ties keep dense order, then keyword order."""
-    fused = {rowid: (1 - weight) * score for rowid, score in normalised(dense).items()}
-    for rowid, score in normalised(keyword).items():
-        fused[rowid] = fused.get(rowid, 0.0) + weight * score
+    """``(1 - weight) * cosine + weight * evidence`` of each entry, best first; ``dense`` holds the
+    cosine of every entry of either ranking, an entry missing from ``keyword`` has evidence 0.
+    Ties keep dense order."""
+    fused = {rowid: (1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items()}
     return dict(sorted(fused.items(), key=lambda item: -item[1]))
 
 
 def ranked(
-    mode: str, k: int, dense: Callable[[int], Ranking], keyword: Callable[[int], Ranking], weight: float
+    mode: str,
+    k: int,
+    dense: Callable[[int], Ranking],
+    keyword: Callable[[int], Ranking],
+    cosines: Callable[[list[int]], Ranking],
+    weight: float,
 ) -> Ranking:
-    """The k best entries in ``mode``, given each ranking as a function of how many to fetch."""
+    """The k best entries in ``mode``, given each ranking as a function of how many to fetch and
+    the exact cosines of given row ids (for the entries only the keywords found)."""
     if mode == "dense":
         return dense(k)
     if mode == "keyword":
         return keyword(k)
     pool = max(k, POOL)
-    return dict(list(fuse(dense(pool), keyword(pool), weight).items())[:k])
+    near, words = dense(pool), keyword(pool)
+    missing = [rowid for rowid in words if rowid not in near]
+    if missing:
+        near = {**near, **cosines(missing)}
+    return dict(list(fuse(near, words, weight).items())[:k])
 
 
 @dataclass(frozen=True)
@@ -142,6 +177,13 @@ class Words:
     @property
     def match(self) -> str | None:
         return match_expression(self.text)
+
+    @property
+    def phrases(self) -> list[str]:
+        """Each distinct word of the query as the FTS5 string it is matched with (what its IDF is
+        counted with, ``best_bm25``)."""
+        tokens = dict.fromkeys(token.casefold() for token in self.text.split() if _WORD.search(token))
+        return [phrase for token in tokens if (phrase := match_expression(token)) is not None]
 
     @property
     def share(self) -> float:

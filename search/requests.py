@@ -28,8 +28,9 @@ runs it in the caller's thread (the CLI, Python); the server's is its micro-batc
 
 @dataclass(frozen=True)
 class Hit:
-    """One result: its rank (from 1), the entry's id, score (dense: cosine; keyword: BM25; hybrid: the
-    fused score, ``search.hybrid``), embedded text and stored fields."""
+    """One result: its rank (from 1), the entry's id, score (one scale in every mode, ``search.hybrid``:
+    dense, the cosine; keyword, the keyword evidence in [0, 1]; hybrid, (1 - w) * cosine + w *
+    evidence), embedded text and stored fields."""
 
     rank: int
     id: str

@@ -23,11 +23,35 @@ from indexer.vectors.entries import EntryVectors
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
 from search.encoding import Encoding
 from search.filters import parse_filter
-from search.hybrid import DEFAULT_MODE, Words, check_mode, ranked, stored_weight
+from search.hybrid import DEFAULT_MODE, Words, check_mode, keyword_scores, ranked, stored_weight
 from search.requests import Allowed, Hit, check_queries
 
 CANDIDATES = 64
 """Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One search call, resolved once (``Snapshot.plan``): its queries, how many hits, the mode
+    (``search.hybrid.MODES``) it runs in, its filter, minimum score and grouping."""
+
+    queries: tuple[str, ...]
+    k: int
+    mode: str
+    where: str | None = None
+    min_score: float | None = None
+    group_by: str | None = None
+
+
+@dataclass
+class Signals:
+    """What a rule reads of each entry beside its score, noted as a search ranks: its own text's
+    cosine (where the score is not that alone) and its keyword evidence (``read``: whether the
+    ranking read the keywords)."""
+
+    texts: dict[int, float] = field(default_factory=dict)
+    keywords: dict[int, float] = field(default_factory=dict)
+    read: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +112,31 @@ class Snapshot:
         with self.catalog() as catalog:
             return catalog.facets()
 
+    def plan(
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        where: str | None = None,
+        min_score: float | None = None,
+        group_by: str | None = None,
+        mode: str | None = None,
+    ) -> Plan:
+        """One search call checked and its mode resolved (``mode``), before anything is embedded."""
+        check_queries(queries)
+        if k < 1:
+            raise BadInput(f"k must be at least 1, not {k}")
+        check_min_score(min_score)
+        return Plan(tuple(queries), k, self.mode(mode, min_score), where, min_score, group_by)
+
+    def run(self, plan: Plan, vectors: np.ndarray) -> list[list[Hit]]:
+        """``plan`` on this version, its queries embedded as ``vectors``: among the entries its
+        filter allows, the best per value of its grouping, in its mode, marked by the rule of that
+        mode or its minimum score. What every search runs (``SearchEngine.search_many``,
+        ``evaluate``)."""
+        allowed, grouping = self.allowed(plan.where), self.grouping(plan.group_by)
+        said = self.said(plan.queries, plan.mode)
+        return self.lookup(vectors, plan.k, allowed, plan.min_score, grouping, said)
+
     def search_many(
         self,
         queries: Sequence[str],
@@ -97,11 +146,10 @@ class Snapshot:
         group_by: str | None = None,
         mode: str | None = None,
     ) -> list[list[Hit]]:
-        """Embed all queries in one pass, then look each up (among the entries ``where`` allows,
-        the best per value of ``group_by``) in ``mode`` (``search.hybrid``; None: the index's):
+        """``plan`` and ``run`` on this version, the queries embedded in one pass:
         ``SearchEngine.search_many`` without the retry."""
-        said, allowed = self.words(queries, mode, min_score), self.allowed(where)
-        return self.lookup(self.embed(queries), k, allowed, min_score, self.grouping(group_by), said)
+        plan = self.plan(queries, k, where, min_score, group_by, mode)
+        return self.run(plan, self.embed(queries))
 
     @functools.cached_property
     def keywords(self) -> bool:
@@ -109,41 +157,54 @@ class Snapshot:
         with self.catalog() as catalog:
             return catalog.has_keywords()
 
-    def mode(self, asked: str | None, min_score: float | None = None) -> str:
-        """The mode a search runs in: the one asked for, else dense where a calibrated rule or a
-        ``min_score`` (both cosines) decides answers or the index has no keyword table, else
-        ``DEFAULT_MODE``. A mode the index cannot serve is refused in one line."""
-        if asked is None:
-            return "dense" if self.rule or min_score is not None or not self.keywords else DEFAULT_MODE
-        if check_mode(asked) == "dense":
-            return asked
-        if not self.keywords:
+    @property
+    def default_mode(self) -> str:
+        """``DEFAULT_MODE``, or dense where the index has no keyword table."""
+        return DEFAULT_MODE if self.keywords else "dense"
+
+    def serves(self, mode: str) -> str:
+        """``mode`` if the index can search in it; else one line saying why not."""
+        if check_mode(mode) != "dense" and not self.keywords:
             raise BadInput(
-                f"--mode {asked}: this index was written before keyword search; its next version"
+                f"--mode {mode}: this index was written before keyword search; its next version"
                 " (add, delete or compact) keeps the keyword table"
             )
-        if self.rule is not None:
-            raise BadInput(f"--mode {asked}: this index's no-answer rule is calibrated for dense search only")
-        if min_score is not None:
-            raise BadInput(f"--mode {asked}: --min-score is a cosine, for dense search only")
-        return asked
+        return mode
+
+    def mode(self, asked: str | None, min_score: float | None = None) -> str:
+        """The mode a search runs in: the one asked for, else the mode the index's no-answer rule
+        was fitted for, else ``default_mode``. A mode the index cannot serve, or one its rule was
+        not fitted for (unless ``min_score`` decides answers instead), is refused in one line."""
+        rule = self.rule
+        resolved = self.serves(asked) if asked else rule.mode if rule else self.default_mode
+        if rule is not None and resolved != rule.mode and min_score is None:
+            raise BadInput(
+                f"--mode {resolved}: this index's no-answer rule was fitted for {rule.mode} search; fit one"
+                f" for {resolved} with `semsearch calibrate INDEX --mode {resolved}` (and your labelled"
+                " questions, or --self), or give --min-score"
+            )
+        return resolved
 
     def words(
         self, queries: Sequence[str], mode: str | None, min_score: float | None = None
     ) -> list[Words] | None:
-        """What a non-dense search needs of each query (None: dense)."""
-        resolved = self.mode(mode, min_score)
-        if resolved == "dense":
+        """What a non-dense search needs of each query (None: dense), in the mode ``mode`` resolves to."""
+        return self.said(queries, self.mode(mode, min_score))
+
+    def said(self, queries: Sequence[str], mode: str) -> list[Words] | None:
+        """Each query's keyword side in ``mode``, a mode already resolved (None: dense)."""
+        if mode == "dense":
             return None
         weight = stored_weight(self.meta)
-        return [Words(query, resolved, weight) for query in queries]
+        return [Words(query, mode, weight) for query in queries]
 
     def keyword_ranking(self, words: Words, k: int, allowed: Allowed | None) -> dict[int, float]:
-        """Row id -> BM25 score of the k best keyword matches (none when no word can match)."""
+        """Row id -> keyword evidence of the k best keyword matches (``search.hybrid.keyword_scores``;
+        none when no word can match)."""
         if words.match is None or (allowed is not None and not len(allowed.ids)):
             return {}
         with self.reading() as catalog:
-            return dict(catalog.keyword_search(words.match, k, None if allowed is None else allowed.ids))
+            return keyword_scores(catalog, words, k, None if allowed is None else allowed.ids.tolist())
 
     def embed(self, queries: Sequence[str], progress: Share | None = None) -> np.ndarray:
         check_queries(queries)
@@ -201,23 +262,31 @@ class Snapshot:
         ]
 
     def neighbourhoods(
-        self, vectors: np.ndarray, allowed: Allowed | None = None, count: int = NEIGHBOURS
+        self,
+        vectors: np.ndarray,
+        allowed: Allowed | None = None,
+        count: int = NEIGHBOURS,
+        words: Sequence[Words] | None = None,
     ) -> list[Neighbourhood]:
-        """Each vector's nearest ``count`` entries: what a confidence is computed from."""
+        """Each vector's nearest ``count`` entries, ranked by the mode of its ``words`` (None:
+        dense): what a confidence is computed from."""
         found = []
-        for vector in vectors:
-            texts: dict[int, float] = {}
-            found.append(self._neighbourhood(self._nearest(vector, count, allowed, texts), texts))
+        for vector, said in zip(vectors, [None] * len(vectors) if words is None else words, strict=True):
+            signals = Signals()
+            found.append(self._neighbourhood(self._nearest(vector, count, allowed, signals, said), signals))
         return found
 
-    def _neighbourhood(self, best: dict[int, float], texts: dict[int, float]) -> Neighbourhood:
-        """``best`` (row id -> score) with each entry's text hash, and its own text's cosine
-        (``texts``, which ``_nearest`` fills) where the index scores a second text."""
+    def _neighbourhood(self, best: dict[int, float], signals: Signals) -> Neighbourhood:
+        """``best`` (row id -> score) with each entry's text hash, its own text's cosine where the
+        score is not that alone, and its keyword evidence where the ranking read it (``signals``,
+        which ``_nearest`` fills)."""
         rowids = list(best)
         with self.reading() as catalog:
             hashes = catalog.values(rowids, "_hash")
-        own = np.array([texts[r] for r in rowids]) if self.scoring else None
-        return Neighbourhood(rowids, np.array(list(best.values())), [hashes[r] for r in rowids], own)
+        own = np.array([signals.texts[r] for r in rowids]) if signals.texts else None
+        keywords = np.array([signals.keywords.get(r, 0.0) for r in rowids]) if signals.read else None
+        scores = np.array(list(best.values()))
+        return Neighbourhood(rowids, scores, [hashes[r] for r in rowids], own, keywords)
 
     @functools.cached_property
     def scoring(self) -> FieldScoring | None:
@@ -234,25 +303,66 @@ class Snapshot:
         vector: np.ndarray,
         k: int,
         allowed: Allowed | None,
-        texts: dict[int, float] | None = None,
+        signals: Signals | None = None,
         words: Words | None = None,
     ) -> dict[int, float]:
         """Row id -> score of the k best entries, best first. With a ``scoring``, candidates
-        come from both vector sets and each is scored exactly with both (``_scored``), which
-        puts each one's cosine to its own text into ``texts`` when given. ``words``: ranked by
-        keywords, or fused with them (``search.hybrid``)."""
-        if words is not None:
-            return ranked(
-                words.mode,
-                k,
-                lambda n: self._nearest(vector, n, allowed, texts),
-                lambda n: self.keyword_ranking(words, n, allowed),
-                words.share,
-            )
-        if self.scoring is None:
-            return self._search(vector, k, allowed)
-        pool = self._search(vector, max(2 * k, CANDIDATES), allowed)
-        return dict(list(self._scored(vector, list(pool), texts).items())[:k])
+        come from both vector sets and each is scored exactly with both (``_scored``). ``words``:
+        ranked by keywords, or fused with them (``search.hybrid``). ``signals``, when given, gets
+        each entry's own text's cosine where the score is not that alone, and its keyword evidence."""
+        if words is None:
+            if self.scoring is None:
+                return self._search(vector, k, allowed)
+            pool = self._search(vector, max(2 * k, CANDIDATES), allowed)
+            texts = None if signals is None else signals.texts
+            return dict(list(self._scored(vector, list(pool), texts).items())[:k])
+        found = ranked(
+            words.mode,
+            k,
+            lambda n: self._cosines(vector, None, signals, n, allowed),
+            lambda n: self._keywords(words, n, allowed, signals),
+            lambda rowids: self._cosines(vector, rowids, signals),
+            words.share,
+        )
+        if signals is not None and words.mode == "keyword":  # their cosines: what a rule reads beside
+            self._cosines(vector, [r for r in found if r not in signals.texts], signals)
+        return found
+
+    def _keywords(
+        self, words: Words, k: int, allowed: Allowed | None, signals: Signals | None
+    ) -> dict[int, float]:
+        """``keyword_ranking``, noted in ``signals`` when given."""
+        found = self.keyword_ranking(words, k, allowed)
+        if signals is not None:
+            signals.read = True
+            signals.keywords.update(found)
+        return found
+
+    def _cosines(
+        self,
+        vector: np.ndarray,
+        rowids: list[int] | None,
+        signals: Signals | None = None,
+        k: int = 0,
+        allowed: Allowed | None = None,
+    ) -> dict[int, float]:
+        """Row id -> dense score of the given entries (exactly), or of the k nearest (``rowids``
+        None), each one's own text's cosine noted in ``signals`` when given."""
+        texts = None if signals is None else signals.texts
+        if rowids is None:
+            found = self._nearest(vector, k, allowed, signals)
+        elif not rowids:
+            return {}
+        elif self.scoring is not None:
+            return self._scored(vector, rowids, texts)
+        else:
+            with self.reading() as catalog:
+                chunks = catalog.values(rowids, "_chunks")
+            held = Allowed(np.array(rowids, dtype=np.int64), int(sum(chunks.values())))
+            found = self._search(vector, len(rowids), held)
+        if texts is not None and self.scoring is None:
+            texts.update(found)
+        return found
 
     def _search(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> dict[int, float]:
         """Row id -> best cosine of the k nearest entries, best first. A chunked entry (or one
@@ -306,29 +416,33 @@ class Snapshot:
         group_by: str | None,
         words: Words | None = None,
     ) -> list[Hit]:
-        rule = None if words is not None else self.rule  # a rule is refused outside dense (``mode``)
+        rule = self.rule
+        if rule is not None and rule.mode != ("dense" if words is None else words.mode):
+            rule = None  # a mode the rule was not fitted for: ``mode`` let it through for min_score
         wide = max(k, NEIGHBOURS) if rule and rule.reads_neighbours else k
-        texts: dict[int, float] | None = None if rule is None else {}  # own-text cosines, for the rule
+        signals = None if rule is None else Signals()  # what the rule reads beside the scores
         if group_by is None:
-            best = self._nearest(vector, wide, allowed, texts, words)
+            best = self._nearest(vector, wide, allowed, signals, words)
             with self.reading() as catalog:
                 rows = catalog.rows(list(best))
             heads, others = list(range(min(k, len(best)))), None
         else:
-            best, heads, others = self._grouped(vector, k, wide, allowed, group_by, texts, words)
+            best, heads, others = self._grouped(vector, k, wide, allowed, group_by, signals, words)
             with self.reading() as catalog:
                 rows = catalog.rows([list(best)[i] for i in heads])
         ranked = list(best.items())
         top = [ranked[i] for i in heads]
         confidence: list[float | None] = [None] * len(top)
-        if rule is not None and texts is not None and top:
-            near = self._neighbourhood(dict(ranked[: max(wide, heads[-1] + 1)]), texts)
+        if rule is not None and signals is not None and top:
+            near = self._neighbourhood(dict(ranked[: max(wide, heads[-1] + 1)]), signals)
             # a hit is measured against the query's whole neighbourhood: a filter never changes it
             whole = near
             if allowed is not None and rule.reads_neighbours:
-                unfiltered: dict[int, float] = {}
-                whole = self._neighbourhood(self._nearest(vector, wide, None, unfiltered), unfiltered)
-            features = whole.features_of(near.scores[heads], [near.groups[i] for i in heads], near.own[heads])
+                unfiltered = Signals()
+                whole = self._neighbourhood(self._nearest(vector, wide, None, unfiltered, words), unfiltered)
+            features = whole.features_of(
+                near.scores[heads], [near.groups[i] for i in heads], near.own[heads], near.evidence[heads]
+            )
             confidence = rule.confidence(features).tolist()
         hits: list[Hit] = []
         for place, ((rowid, score), sure) in enumerate(zip(top, confidence, strict=True)):
@@ -350,20 +464,20 @@ class Snapshot:
         wanted: int,
         allowed: Allowed | None,
         group_by: str,
-        texts: dict[int, float] | None = None,
+        signals: Signals | None = None,
         words: Words | None = None,
     ) -> tuple[dict[int, float], list[int], list[int]]:
         """The nearest entries (row id -> score, best first, at least ``wanted``), the positions
         in them of the best entry of each of the k best groups, and how many other entries (the
         filter admits) each of those groups holds. An entry without a value is a group of its
         own. The search widens until k groups are found or none is left: at most the whole
-        index, like a filter that admits few entries. ``texts``: as ``_nearest``."""
+        index, like a filter that admits few entries. ``signals``: as ``_nearest``."""
         within = None if allowed is None else allowed.ids.tolist()
         with self.reading() as catalog:
             available = catalog.group_count(group_by, within)
         fetch = max(wanted, 4 * k)
         while True:
-            found = self._nearest(vector, fetch, allowed, texts, words)
+            found = self._nearest(vector, fetch, allowed, signals, words)
             with self.reading() as catalog:
                 values = catalog.values(list(found), group_by)
             heads, seen = [], set()

@@ -30,7 +30,7 @@ from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Entry, read_corpus
 from search.evaluate import Pairs, RetrievalSet, metric_names, pair_vectors, retrieval_metrics, sts_scores
-from search.hybrid import DEFAULT_WEIGHT, POOL, WEIGHTS, Ranking, Words, ranked
+from search.hybrid import DEFAULT_WEIGHT, POOL, WEIGHTS, Ranking, Words, keyword_scores, ranked
 
 
 @dataclass(frozen=True)
@@ -264,13 +264,13 @@ def _cosines(cell: Strategy, doc_raw: np.ndarray, query_raw: np.ndarray) -> np.n
 
 
 def keyword_rankings(entries: Sequence[Entry], said: Sequence[Words], count: int) -> list[Ranking]:
-    """Each query's ``count`` best keyword matches (entry position -> BM25), from the same FTS5
+    """Each query's ``count`` best keyword matches (entry position -> keyword evidence), from the same FTS5
     table an index keeps (``indexer.catalog``), made in a temporary file."""
     with tempfile.TemporaryDirectory(prefix="semsearch-sweep-") as tmp:
         catalog = Catalog.create(Path(tmp) / "keywords.db", {})
         try:
             catalog.put(entries, range(len(entries)), [1] * len(entries))
-            return [dict(catalog.keyword_search(w.match, count)) if w.match else {} for w in said]
+            return [keyword_scores(catalog, w, count) for w in said]
         finally:
             catalog.close()
 
@@ -289,11 +289,14 @@ def _modes(best: Cell, cosines: np.ndarray, entries: Sequence[Entry], data: Retr
     def first(ranking: Ranking, n: int) -> Ranking:
         return dict(list(ranking.items())[:n])
 
+    def exact(i: int, rows: list[int]) -> Ranking:
+        return {j: float(cosines[i, j]) for j in rows}
+
     def measured(mode: str, weight: float) -> dict[str, float]:
         found = {}
         for i, query in enumerate(data.queries):
             share = replace(said[i], weight=weight).share
-            hits = ranked(mode, k, partial(dense, i), partial(first, keyword[i]), share)
+            hits = ranked(mode, k, partial(dense, i), partial(first, keyword[i]), partial(exact, i), share)
             found[query.id] = doc_ids[list(hits)].tolist()
         return retrieval_metrics(found, data.qrels, k)
 

@@ -26,7 +26,7 @@ from search.calibration import (
     self_observations,
     threads,
 )
-from search.confidence import Neighbourhood, Rule
+from search.confidence import FEATURES, Neighbourhood, Rule
 from search.engine import SearchEngine
 from search.evaluate import read_retrieval_set
 from search.promise import Curve, choose_threshold, measure
@@ -262,7 +262,7 @@ def test_cli_calibrate_then_query(faq):
     assert hit["answered"] is False and 0 <= hit["confidence"] <= 1
     table = run("query", index, OTHERS[2], "-k", "1")
     assert "no answer" in table.stdout and "answered: no" in table.stdout
-    assert_clean_failure(run("query", index, "x", "--min-score", "3"), "min score must be a cosine")
+    assert_clean_failure(run("query", index, "x", "--min-score", "3"), "min score must be in [-1, 1]")
     assert_clean_failure(
         run("calibrate", index, "--queries", queries, "--qrels", qrels, "--precision", "0"), "precision"
     )
@@ -270,7 +270,8 @@ def test_cli_calibrate_then_query(faq):
         run("calibrate", index, "--queries", queries, "--qrels", qrels, "--guarantee", "1"), "guarantee"
     )
     info = run("info", index).stdout
-    assert "calibration: labels: plain cosine threshold; precision >= 0.95 with 90% confidence" in info
+    promise = "plain cosine threshold; precision >= 0.95 with 90% confidence"
+    assert f"calibration: labels, hybrid search: {promise}" in info
     assert_clean_failure(run("calibrate", index, "--remove", "--self"), "--remove takes no questions")
     assert run("calibrate", index, "--remove").stdout.strip() == "calibration removed"
     assert "calibration: none" in run("info", index).stdout
@@ -569,7 +570,8 @@ def test_info_states_the_calibration(faq):
     index, _, queries, qrels = faq
     rule = calibrate(index, queries, qrels)
     line = Rule.from_dict(open_index(index, vectors=False).info()["calibration"]).describe()
-    assert line.startswith("labels: plain cosine threshold; precision >= 0.95 with 90% confidence")
+    promise = "plain cosine threshold; precision >= 0.95 with 90% confidence"
+    assert line.startswith(f"labels, hybrid search: {promise}")
     assert f"coverage {rule.coverage:.2f} on 20 labelled questions on 20 threads" in line
     assert rule.created[:4] in line
     with TestClient(create_app(index)) as client:
@@ -722,9 +724,10 @@ def test_a_rule_says_what_other_precision_targets_would_cost():
 @pytest.mark.slow
 def test_a_promise_that_answers_under_half_says_what_would_answer_more(demo_labels, bundled):
     """The demo's 110 labels at precision 0.95 answer about a fifth of the right top hits: the
-    trade-off names the strictest target that answers half, and the labels 0.95 would need."""
+    trade-off names the strictest target that answers half, and the labels 0.95 would need
+    (measured in dense mode, where these figures were taken)."""
     index, queries, qrels, _ = demo_labels
-    rule = calibrate(index, queries, qrels)
+    rule = calibrate(index, queries, qrels, mode="dense")
     assert rule.coverage < 0.5
     looser = max(target for target, coverage in rule.costs if coverage >= 0.5)
     assert 0.6 <= looser < 0.95
@@ -732,13 +735,13 @@ def test_a_promise_that_answers_under_half_says_what_would_answer_more(demo_labe
     # labels like these buy at most the coverage without the guarantee, never half
     assert rule.labels_needed is None and rule.unguarded_coverage < 0.5
     assert Rule.from_dict(json.loads(json.dumps(rule.to_dict()))) == rule
-    said = run("calibrate", index, "--queries", queries, "--qrels", qrels, "-q")
+    said = run("calibrate", index, "--queries", queries, "--qrels", qrels, "--mode", "dense", "-q")
     assert said.returncode == 0, said.stderr
     advice = [line for line in said.stdout.splitlines() if line.startswith("under half:")]
     assert len(advice) == 1, said.stdout
     assert f"--precision {looser:g} answers" in advice[0]
     assert f"lift 0.95 to at most {rule.unguarded_coverage:.2f}" in advice[0]
-    looser_rule = calibrate(index, queries, qrels, precision=0.85)
+    looser_rule = calibrate(index, queries, qrels, precision=0.85, mode="dense")
     assert looser_rule.coverage < 0.5 and looser_rule.labels_needed > 110  # its own precision gets there
 
 
@@ -757,3 +760,37 @@ def test_the_labels_a_target_needs_are_estimated_from_the_margin_the_guarantee_t
     looser = curve.looser_target(0.93, 0.9)
     assert looser < 0.93 and curve.coverage(curve.guaranteed(looser, 0.9)[0]) >= 0.5
     assert curve.coverage(curve.guaranteed(looser + 0.01, 0.9)[0] or 2.0) < 0.5
+
+
+def test_a_calibrated_index_keeps_hybrid_and_answers_in_the_mode_its_rule_was_fitted_for(faq):
+    index, _, queries, qrels = faq
+    rule = calibrate(index, queries, qrels, precision=0.5)
+    assert rule.mode == "hybrid"
+    engine = SearchEngine(index)
+    assert engine.snapshot.mode(None) == "hybrid"
+    hits = engine.search("how do I pay", k=3)
+    assert all(h.answered is not None and 0 <= h.confidence <= 1 for h in hits)
+    with pytest.raises(BadInput, match="semsearch calibrate INDEX --mode dense"):
+        engine.search("how do I pay", k=3, mode="dense")
+    scored = engine.search("how do I pay", k=3, mode="dense", min_score=0.5)  # a plain threshold instead
+    assert all(h.answered == (h.score >= 0.5) and h.confidence is None for h in scored)
+    assert calibrate(index, queries, qrels, precision=0.5, mode="dense").mode == "dense"
+    engine = SearchEngine(index)
+    assert engine.snapshot.mode(None) == "dense"
+    assert engine.search("how do I pay", k=1)[0].confidence is not None
+    with pytest.raises(BadInput, match="semsearch calibrate INDEX --mode hybrid"):
+        engine.search("how do I pay", k=3, mode="hybrid")
+
+
+def test_keyword_signals_are_features_in_keyword_and_hybrid_mode_only(faq):
+    evidence = np.array([0.2, 0.7, 0])
+    near = Neighbourhood([1, 2, 3], np.array([0.9, 0.8, 0.5]), ["a", "b", "c"], keywords=evidence)
+    rows = near.features(2)
+    assert rows[:, FEATURES.index("keyword")].tolist() == pytest.approx([0.2, 0.7])
+    assert rows[:, FEATURES.index("agree")].tolist() == pytest.approx([0.2 - 0.7, 0.7 - 0.2])
+    index, _, queries, qrels = faq
+    with pytest.raises(BadInput, match="in dense mode"):
+        calibrate(index, queries, qrels, features=["text", "keyword"], mode="dense")
+    rule = calibrate(index, queries, qrels, precision=0.5, features=["text", "keyword", "agree"])
+    assert rule.mode == "hybrid" and rule.features == ("text", "keyword", "agree")
+    assert SearchEngine(index).search("how do I pay", k=1)[0].confidence is not None

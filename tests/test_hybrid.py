@@ -24,7 +24,7 @@ from indexer.writing.update import add_to_index, compact_index, delete_from_inde
 from search import SearchEngine
 from search.cli import cli
 from search.evaluate import evaluate_retrieval, read_retrieval_set
-from search.hybrid import MAX_TERMS, WEIGHTS, fuse, match_expression, store_hybrid_weight
+from search.hybrid import DEFAULT_WEIGHT, MAX_TERMS, WEIGHTS, fuse, match_expression, store_hybrid_weight
 from search.sweep import retrieval_sweep
 from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv
 
@@ -218,20 +218,55 @@ def test_a_keyword_table_over_the_text_alone_reads_the_also_fields_after_the_nex
     assert keyword_ids(index, "E04") == {"q1"} and keyword_ids(index, "dark") == {"q1"}
 
 
-def test_a_calibrated_rule_or_min_score_keeps_the_default_dense_and_refuses_other_modes(index):
+def test_min_score_works_in_every_mode_and_keeps_the_default_hybrid(index):
     engine = SearchEngine(index)
     assert engine.snapshot.mode(None) == "hybrid"
-    assert engine.snapshot.mode(None, min_score=0.5) == "dense"
-    with pytest.raises(BadInput, match="cosine"):
-        engine.search("bikes", k=1, min_score=0.5, mode="keyword")
+    for mode in ("dense", "keyword", "hybrid", None):
+        hits = engine.search("7 billing", k=10, min_score=0.5, mode=mode)
+        assert hits and all(h.answered == (h.score >= 0.5) for h in hits)
+    assert engine.search("7 billing", k=1, min_score=0.5, mode="keyword")[0].answered is True
+    with pytest.raises(BadInput, match=r"\[-1, 1\]"):
+        engine.search("bikes", k=1, min_score=1.5, mode="hybrid")
     with pytest.raises(BadInput, match="mode"):
         engine.search("bikes", k=1, mode="sparse")
 
 
-def test_fuse_weights_the_normalised_scores():
-    fused = fuse({1: 0.9, 2: 0.8, 3: 0.1}, {3: 12.0, 2: 2.0}, weight=0.6)
-    assert list(fused) == [3, 1, 2] and fused == pytest.approx({3: 0.6, 1: 0.4, 2: 0.35})
-    assert fuse({1: 0.9, 2: 0.8}, {}, weight=0.15) == pytest.approx({1: 0.85, 2: 0.0})
+def test_the_cli_marks_hits_by_min_score_in_every_mode(index):
+    for mode in ("dense", "keyword", "hybrid"):
+        args = ["query", str(index), "7 billing", "--mode", mode, "--min-score", "0.5", "--json"]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        hits = json.loads(result.output.splitlines()[-1])["hits"]
+        assert hits and all(h["answered"] == (h["score"] >= 0.5) for h in hits)
+
+
+def test_keyword_scores_are_the_share_of_the_query_words_an_entry_holds(index):
+    engine = SearchEngine(index)
+    hits = engine.search("7 billing", k=10, mode="keyword")
+    assert hits[0].id == "e7" and hits[0].score == pytest.approx(1.0, abs=0.01)  # holds both words
+    assert all(0 < h.score < 0.3 for h in hits[1:])  # "billing" alone: 10 of 30 entries hold it
+    assert engine.search("7 zebra", k=1, mode="keyword")[0].score < 0.5  # no entry holds "zebra"
+
+
+def test_the_hybrid_score_is_the_cosine_plus_bounded_keyword_evidence(index):
+    engine = SearchEngine(index)
+    for query in ("qwzx vbnm", "7 billing", "bikes"):
+        dense = {h.id: h.score for h in engine.search(query, k=30, mode="dense")}
+        keyword = {h.id: h.score for h in engine.search(query, k=30, mode="keyword")}
+        hits = engine.search(query, k=10, mode="hybrid")
+        for hit in hits:
+            fused = (1 - DEFAULT_WEIGHT) * dense[hit.id] + DEFAULT_WEIGHT * keyword.get(hit.id, 0.0)
+            assert hit.score == pytest.approx(fused)
+    # nothing is normalised per query: a query no entry shares a word with scores below its cosine
+    nonsense = engine.search("qwzx vbnm", k=1, mode="hybrid")[0]
+    cosine = engine.search("qwzx vbnm", k=1, mode="dense")[0].score
+    assert nonsense.score == pytest.approx((1 - DEFAULT_WEIGHT) * cosine)
+
+
+def test_fuse_adds_the_weighted_keyword_evidence_to_the_cosine():
+    fused = fuse({1: 0.9, 2: 0.8, 3: 0.1}, {3: 1.0, 2: 0.5}, weight=0.6)
+    assert list(fused) == [3, 2, 1] and fused == pytest.approx({3: 0.64, 1: 0.36, 2: 0.62})
+    assert fuse({1: 0.9, 2: 0.8}, {}, weight=0.15) == pytest.approx({1: 0.765, 2: 0.68})
 
 
 TROUBLES = [
@@ -284,8 +319,8 @@ def test_the_server_searches_in_every_mode_and_answers_a_bad_one_with_400(index)
             batch = client.post("/search/batch", json={"queries": ["bikes", "NEAR(", "a\x00b"], "mode": mode})
             assert batch.status_code == 200, batch.text
         assert client.post("/search", json={"query": "bikes", "mode": "sparse"}).status_code == 400
-        refused = client.post("/search", json={"query": "bikes", "mode": "keyword", "min_score": 0.5})
-        assert refused.status_code == 400 and "cosine" in refused.json()["error"]
+        scored = client.post("/search", json={"query": "7 billing", "mode": "keyword", "min_score": 0.5})
+        assert scored.status_code == 200 and scored.json()["hits"][0]["answered"] is True
 
 
 def fused_ids(engine: SearchEngine, query: str, weight: float, k: int = 5) -> list[str]:
@@ -298,13 +333,13 @@ def fused_ids(engine: SearchEngine, query: str, weight: float, k: int = 5) -> li
 def test_a_stored_weight_decides_the_fusion_and_outlives_updates(index, tmp_path):
     engine = SearchEngine(index)
     assert [h.id for h in engine.search("billing app", k=5)] == fused_ids(engine, "billing app", 0.15)
-    assert fused_ids(engine, "billing app", 0.9) != fused_ids(engine, "billing app", 0.15)
-    store_hybrid_weight(index, 0.9)
+    assert fused_ids(engine, "billing app", 0.02) != fused_ids(engine, "billing app", 0.15)
+    store_hybrid_weight(index, 0.02)
     engine = SearchEngine(index)
-    assert [h.id for h in engine.search("billing app", k=5)] == fused_ids(engine, "billing app", 0.9)
-    assert open_index(index, vectors=False).info()["hybrid_weight"] == 0.9
+    assert [h.id for h in engine.search("billing app", k=5)] == fused_ids(engine, "billing app", 0.02)
+    assert open_index(index, vectors=False).info()["hybrid_weight"] == 0.02
     add_to_index(index, write_csv(tmp_path / "u.csv", [("n1", "zebra", "app")]))
-    assert open_index(index, vectors=False).info()["hybrid_weight"] == 0.9
+    assert open_index(index, vectors=False).info()["hybrid_weight"] == 0.02
     live = live_version(index)
     for bad in (1.5, -0.1):
         with pytest.raises(BadInput, match=r"\[0, 1\]"):

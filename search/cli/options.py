@@ -22,6 +22,7 @@ from indexer.embedding.strategy import (
 )
 from indexer.reading.formats import FORMATS
 from indexer.vectors.factory import KINDS, STORAGES
+from search.hybrid import MODES
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -319,6 +320,19 @@ ray_options = stacked(
 )
 """``--ray [ADDRESS]`` and ``--ray-workers N``: embed on Ray (``indexer.writing.distributed``)."""
 
+SCORES = (
+    "A score is on one scale in every mode: dense, the cosine; keyword, the share of the query's words "
+    "(weighted by rarity) an entry holds, 0..1; hybrid, (1 - w) * cosine + w * that share (w: the "
+    "index's keyword weight, 0.15 by default; docs/hybrid.md)."
+)
+"""What a hit's score is, said by every option that takes one."""
+
+
+def mode_option(help: str) -> Decorator:
+    """``--mode``: the search modes, named in one place (``search.hybrid.MODES``)."""
+    return click.option("--mode", type=click.Choice(MODES), help=help)
+
+
 rule_options = stacked(
     click.option(
         "--precision",
@@ -337,8 +351,9 @@ rule_options = stacked(
     ),
     click.option(
         "--features",
-        help="Confidence features among score, margin, zscore, gap, text (default: text, the cosine of "
-        "an entry's own text, or text,gap where it wins on held-out threads of the labels).",
+        help="Confidence features among score, margin, zscore, gap, text, and in keyword or hybrid mode "
+        "keyword, agree (default: text, the cosine of an entry's own text, or text,gap, or in keyword "
+        "and hybrid mode text,gap,keyword,agree, where it wins on held-out threads of the labels).",
     ),
 )
 """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""

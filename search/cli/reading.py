@@ -13,10 +13,12 @@ from indexer.embedding.strategy import ROLES
 from indexer.errors import BadInput
 from search.cli.options import (
     PREFIXES,
+    SCORES,
     device_options,
     encoding_option,
     format_option,
     json_option,
+    mode_option,
     progress_options,
     provider_option,
     reading_options,
@@ -39,7 +41,9 @@ from search.cli.printing import count, note_delimiter, print_hits, short
 @click.option("--where", help="Filter on stored fields before the search: \"category = 'billing'\".")
 @json_option("one line per query, with its hits")
 @click.option(
-    "--min-score", type=float, help="Mark hits with a cosine below this not answered (over a calibration)."
+    "--min-score",
+    type=float,
+    help="Mark hits scoring below this not answered, in any mode (over a calibration). " + SCORES,
 )
 @provider_option
 @encoding_option
@@ -49,11 +53,9 @@ from search.cli.printing import count, note_delimiter, print_hits, short
     help="The best hit per value of this stored field, k of them, each with the count of the rest "
     "(one FAQ question with several answers shown once).",
 )
-@click.option(
-    "--mode",
-    type=click.Choice(["dense", "keyword", "hybrid"]),
-    help="dense (vectors), keyword (BM25) or hybrid (both fused; docs/hybrid.md). Default: hybrid, "
-    "or dense where the index has a calibrated rule, --min-score or no keyword table.",
+@mode_option(
+    "dense (vectors), keyword (BM25) or hybrid (both fused; docs/hybrid.md). Default: the mode the "
+    "index's no-answer rule was calibrated for, else hybrid (dense where the index has no keyword table)."
 )
 def query_command(
     index_dir: Path,
@@ -75,8 +77,9 @@ def query_command(
     Example:
         semsearch query faq-index "how do I reset my password" -k 5
     """
-    from search.engine import SearchEngine, check_queries, configure_threads
+    from search.engine import SearchEngine, configure_threads
     from search.queries import Query, read_queries
+    from search.requests import check_queries
 
     if (question is None) == (queries_file is None):
         raise click.UsageError("give a QUESTION or --queries FILE (one of them)")

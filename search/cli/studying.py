@@ -18,6 +18,7 @@ from search.cli.options import (
     encoding_option,
     json_option,
     judged_options,
+    mode_option,
     pair_options,
     progress_options,
     retrieval_options,
@@ -136,6 +137,7 @@ def evaluate_retrieval_command(
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="The first seed.")
 @rule_options
+@mode_option("The search mode the rules answer in (default: hybrid).")
 @json_option("the scores of each rule")
 @also_options()
 @strategy_options
@@ -153,6 +155,7 @@ def evaluate_abstention_command(
     guarantee: float | None,
     unanswerable: float | None,
     features: str | None,
+    mode: str | None,
     as_json: bool,
     also: Any,
     asked: dict[str, Any],
@@ -180,6 +183,7 @@ def evaluate_abstention_command(
         guarantee=guarantee,
         unanswerable=unanswerable,
         features=split(features) if features else None,
+        mode=mode,
         strategy=strategy_from(asked),
         text_fields=split(text_field),
         also=also,

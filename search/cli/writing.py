@@ -19,6 +19,7 @@ from search.cli.options import (
     index_kind_option,
     json_option,
     judged_options,
+    mode_option,
     output_option,
     progress_options,
     ray_options,
@@ -317,6 +318,10 @@ def _under_half(rule: Any) -> str | None:
 )
 @encoding_option
 @rule_options
+@mode_option(
+    "The search mode the rule answers in, fitted on that mode's ranking and signals (keyword and hybrid: "
+    "with the keyword evidence). Default: hybrid (dense where the index has no keyword table)."
+)
 @json_option("the stored rule's threshold, precision, coverage and features")
 @wait_option
 @progress_options
@@ -332,6 +337,7 @@ def calibrate_command(
     guarantee: float | None,
     unanswerable: float | None,
     features: str | None,
+    mode: str | None,
     as_json: bool,
     wait: float,
     progress: bool,
@@ -373,6 +379,7 @@ def calibrate_command(
         features=split(features) if features else None,
         guarantee=guarantee,
         unanswerable=unanswerable,
+        mode=mode,
         wait=wait,
         progress=progress,
     )
@@ -394,6 +401,6 @@ def calibrate_command(
     if advice:
         click.echo(f"under half: {advice}")
     click.echo(f"measured:   on {rule.measured_on}")
-    click.echo(f"rule:       {','.join(rule.features)}, threshold {rule.threshold:.4f}")
+    click.echo(f"rule:       {','.join(rule.features)}, threshold {rule.threshold:.4f} ({rule.mode} search)")
     if rule.why:
         click.echo(f"chosen:     {rule.why}")

@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 from indexer.errors import BadInput
 from search.filters import MAX_FILTER_LENGTH
+from search.hybrid import MODES
 from search.queries import check_text
 from search.server.connections import MAX_BODY
 
@@ -79,14 +80,15 @@ ERRORS = {
 }
 
 
-Mode = Literal["dense", "keyword", "hybrid"] | None
+Mode = Literal[MODES] | None  # the names in one place: search.hybrid.MODES
 
 
 class SearchRequest(BaseModel):
     query: Query
     k: int = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
-    min_score: float | None = Field(None, ge=-1, le=1)  # answered = cosine >= it, over the stored rule
+    # answered = score >= it (one scale in every mode: search.hybrid), over the stored rule
+    min_score: float | None = Field(None, ge=-1, le=1)
     group_by: GroupBy = None
     mode: Mode = None  # dense, keyword or hybrid (search.hybrid); None: the index's default
 

@@ -111,6 +111,7 @@ function writeUrl(query, k, filterParams) {
   if (k !== "10") params.set("k", k);
   if ($("group-by").value) params.set("group", $("group-by").value);
   if ($("mode").value) params.set("mode", $("mode").value);
+  if ($("search-min").value) params.set("min", $("search-min").value);
   for (const [key, value] of filterParams) params.set(key, value);
   const tab = TABS.find((name) => !$(`panel-${name}`).hidden);
   if (tab !== "search") params.set("tab", tab);
@@ -141,19 +142,21 @@ async function search() {
   try {
     const group = $("group-by").value;
     const mode = $("mode").value;
+    const least = $("search-min").value;
     const body = {
       query, k: Number(k), ...(where ? { where } : {}), ...(group ? { group_by: group } : {}), ...(mode ? { mode } : {}),
+      ...(least ? { min_score: Number(least) } : {}),
     };
     const data = await api("/search", body, controller.signal);
     const ms = Math.round(performance.now() - started);
     const status = $("status");
     status.replaceChildren(`${data.hits.length} result${data.hits.length === 1 ? "" : "s"} in ${ms} ms`);
     if (data.hits.length && data.hits[0].answered === false) {
-      status.append(" · ", el("strong", "no-answer", "no answer: the best hit is below the index's confidence threshold"));
+      status.append(" · ", el("strong", "no-answer", "no answer: the best hit is below the index's confidence threshold or the score asked for"));
     }
     if (where) status.append(" · filter ", el("code", "", where));
     if (state.ignored.length) status.append(` · not in this index, ignored: ${state.ignored.join(", ")}`);
-    $("results").replaceChildren(...data.hits.map((hit) => renderHit(hit, group)));
+    $("results").replaceChildren(...data.hits.map((hit) => renderHit(hit, group, mode)));
   } catch (error) {
     if (error.name === "AbortError") return;
     $("status").textContent = `Error: ${error.message}`;
@@ -161,9 +164,16 @@ async function search() {
   }
 }
 
-function scoreBar(score) {
+// What a score is in each search mode: one scale for every question (docs/hybrid.md).
+const SCORE_MEANING = {
+  dense: "cosine similarity of the question and the entry",
+  keyword: "share of the question's words (weighted by rarity) the entry holds, 0 to 1",
+  hybrid: "(1 − w) × cosine similarity + w × share of the question's words the entry holds (w: the index's keyword weight, 0.15 by default)",
+};
+
+function scoreBar(score, mode = "dense") {
   const bar = el("div", "score");
-  bar.title = `cosine similarity ${score}`;
+  bar.title = `${SCORE_MEANING[mode] || SCORE_MEANING.hybrid}: ${score}`;
   const track = el("span", "track");
   const fill = el("span", "fill");
   fill.style.width = `${Math.max(0, Math.min(1, score)) * 100}%`;
@@ -181,7 +191,7 @@ function buildGroups(fields, params) {
   if (Object.hasOwn(fields, params.get("group") || "")) select.value = params.get("group");
 }
 
-function renderHit(hit, group) {
+function renderHit(hit, group, mode) {
   const item = el("li", "hit");
   item.tabIndex = 0;
   const textFields = (state.info && state.info.text_fields) || [];
@@ -190,7 +200,7 @@ function renderHit(hit, group) {
   const title = stored.length ? hit.fields[stored[0]] : hit.text;
   stored.forEach((name) => shown.add(name));
   const head = el("div", "hit-head");
-  head.append(scoreBar(hit.score), el("span", "rank", `#${hit.rank}`));
+  head.append(scoreBar(hit.score, mode || "hybrid"), el("span", "rank", `#${hit.rank}`));
   if (hit.answered !== null && hit.answered !== undefined) head.append(answeredBadge(hit));
   item.append(head, el("h2", "hit-title", title));
   for (const name of stored.slice(1)) item.append(el("p", "hit-body", hit.fields[name]));
@@ -377,11 +387,13 @@ async function start() {
   $("q").value = params.get("q") || "";
   if ([...$("k").options].some((o) => o.value === params.get("k"))) $("k").value = params.get("k");
   if ([...$("mode").options].some((o) => o.value === params.get("mode"))) $("mode").value = params.get("mode");
+  if (params.get("min") !== null && Math.abs(Number(params.get("min"))) <= 1) $("search-min").value = params.get("min");
   document.addEventListener("keydown", onKey);
   $("q").addEventListener("input", () => runSearch(200));
   $("k").addEventListener("change", () => runSearch(0));
   $("group-by").addEventListener("change", () => runSearch(0));
   $("mode").addEventListener("change", () => runSearch(0));
+  $("search-min").addEventListener("change", () => runSearch(0));
   $("search-form").addEventListener("submit", (event) => { event.preventDefault(); runSearch(0); });
   $("similar-form").addEventListener("submit", rankSimilar);
   $("clear-filters").addEventListener("click", () => {
