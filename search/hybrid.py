@@ -101,20 +101,28 @@ def store_hybrid_weight(index_dir: str | Path, weight: float, wait: float = 0) -
     return weight
 
 
-def match_expression(query: str) -> str | None:
-    """The FTS5 query of the user's words, each quoted as a string (never syntax) and OR-ed; None
-    when no token holds a letter or digit (nothing to match). Control characters and lone
-    surrogates separate words: FTS5 ends a string at a NUL, and SQLite cannot take a surrogate.
-    A word repeated (whatever its case or the punctuation around it) is one term, and the first
-    ``MAX_TERMS`` terms are taken."""
+def query_terms(query: str) -> list[str]:
+    """The user's words as keyword search matches them: control characters and lone surrogates
+    separate words (FTS5 ends a string at a NUL, and SQLite cannot take a surrogate), a word
+    repeated (whatever its case or the punctuation around it) is one term, a token with no letter
+    or digit is none, and the first ``MAX_TERMS`` terms are taken."""
     words: dict[tuple[str, ...], str] = {}  # a word's letters and digits, lower-cased -> its first spelling
     for token in _SEPARATOR.sub(" ", query).split():
         if _WORD.search(token):
             words.setdefault(tuple(_LETTERS.findall(token.lower())), token)
-    tokens = list(words.values())[:MAX_TERMS]
-    if not tokens:
-        return None
-    return " OR ".join('"' + token.replace('"', '""') + '"' for token in tokens)
+    return list(words.values())[:MAX_TERMS]
+
+
+def _phrase(term: str) -> str:
+    """``term`` as an FTS5 string: quoted, never syntax."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def match_expression(query: str) -> str | None:
+    """The FTS5 query of ``query_terms``, each quoted as a string and OR-ed; None when there is
+    no term (nothing to match)."""
+    terms = query_terms(query)
+    return " OR ".join(map(_phrase, terms)) if terms else None
 
 
 def best_bm25(total: int, matching: Sequence[int]) -> float:
@@ -180,10 +188,10 @@ class Words:
 
     @property
     def phrases(self) -> list[str]:
-        """Each distinct word of the query as the FTS5 string it is matched with (what its IDF is
-        counted with, ``best_bm25``)."""
-        tokens = dict.fromkeys(token.casefold() for token in self.text.split() if _WORD.search(token))
-        return [phrase for token in tokens if (phrase := match_expression(token)) is not None]
+        """Each term of the query's match as the FTS5 string it is matched with (what its IDF is
+        counted with, ``best_bm25``): the same terms, so the best possible score is the one of
+        the expression that runs."""
+        return [_phrase(term) for term in query_terms(self.text)]
 
     @property
     def share(self) -> float:

@@ -24,7 +24,15 @@ from indexer.writing.update import add_to_index, compact_index, delete_from_inde
 from search import SearchEngine
 from search.cli import cli
 from search.evaluate import evaluate_retrieval, read_retrieval_set
-from search.hybrid import DEFAULT_WEIGHT, MAX_TERMS, WEIGHTS, fuse, match_expression, store_hybrid_weight
+from search.hybrid import (
+    DEFAULT_WEIGHT,
+    MAX_TERMS,
+    WEIGHTS,
+    Words,
+    fuse,
+    match_expression,
+    store_hybrid_weight,
+)
 from search.sweep import retrieval_sweep
 from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv
 
@@ -111,6 +119,14 @@ def test_the_keyword_side_ors_each_word_once_and_at_most_max_terms_words():
     assert match_expression("bikes Bikes bikes, BIKES (bikes) " * 60 + "tyre") == '"bikes" OR "tyre"'
     many = [f"w{i}" for i in range(300)]
     assert match_expression(" ".join(many)) == " OR ".join(f'"{w}"' for w in many[:MAX_TERMS])
+
+
+def test_the_best_possible_keyword_score_counts_the_terms_that_are_matched():
+    """A query's share is its BM25 over the IDFs of the very terms its expression ORs: capped
+    and deduplicated alike, a NUL splitting a word in both, so a long query's share is not read
+    against words that were never searched."""
+    for query in (" ".join(f"w{i}" for i in range(300)), "bikes Bikes, BIKES a\x00b tyre"):
+        assert " OR ".join(Words(query, "hybrid").phrases) == match_expression(query)
 
 
 def test_filters_and_group_by_work_in_every_mode(index):
