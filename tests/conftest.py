@@ -88,6 +88,21 @@ def _slow_work_is_marked(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
+def plotting() -> None:
+    """matplotlib with its font cache built, when it is installed. The first import on a machine
+    lists the fonts in a subprocess (``fc-list``) and caches them: setup, once, not a test's slow
+    work, so it is not watched."""
+    global _SLOW_WORK
+    watched, _SLOW_WORK = _SLOW_WORK, None
+    try:
+        import matplotlib.font_manager  # noqa: F401  (builds the cache on its first import)
+    except ImportError:
+        pass
+    finally:
+        _SLOW_WORK = watched
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The tiny random BERT of ``random_bert``, built once for the session."""
     return random_bert(tmp_path_factory.mktemp("tiny-bert"))
