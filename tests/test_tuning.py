@@ -383,6 +383,40 @@ def test_a_time_budget_lays_the_learning_rate_decay_out_over_the_steps_it_leaves
     assert plan.planned == 1000 and plan.rate(100) == 1
 
 
+@pytest.mark.parametrize(("minutes", "steps"), [(0.5, 2), (0.25, 0)])
+def test_a_time_budget_is_kept_with_the_last_evaluation_in_it(
+    minutes, steps, tiny_model, tmp_path, monkeypatch
+):
+    """A busy machine: measuring the held-back share takes 10 s, a step 5 s. A step starts only
+    when it and the evaluation after it fit in what is left, so the run ends within its budget;
+    a budget that the first measurement leaves no room in trains nothing."""
+    from types import SimpleNamespace
+
+    import indexer.encoders.training as training
+
+    clock = [0.0]
+    monkeypatch.setattr(training, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    step = training._batch_loss
+
+    def slow_step(*args):
+        clock[0] += 5
+        return step(*args)
+
+    def slow_measure(embed) -> float:
+        clock[0] += 10
+        return clock[0]  # always better: only the budget stops it
+
+    monkeypatch.setattr(training, "_batch_loss", slow_step)
+    labels = labels_of("scored pairs", tmp_path)
+    held = hold_back(labels, 0.2, seed=0)
+    encoder = training.trainable(Strategy(model=tiny_model))
+    examples = training_examples(labels, held, encoder.embed)
+    budget = training.Budget(epochs=20, batch_size=8, max_minutes=minutes)
+    outcome = training.fine_tune(encoder, examples, slow_measure, budget)
+    assert outcome.minutes <= minutes and outcome.stopped == "time budget spent"
+    assert outcome.steps == steps and outcome.best_step == steps  # the last steps were measured too
+
+
 def test_a_tuned_model_directory_gives_its_strategy_as_the_default(tiny_model, tmp_path):
     from indexer.embedding.models import strategy_request
     from indexer.errors import StrategyConflict
