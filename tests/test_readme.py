@@ -96,3 +96,20 @@ def test_examples_write_only_where_they_run():
             for target in _OUTPUT.findall(line.split(" #")[0]):
                 target = target.strip("'\"")
                 assert not target.startswith(("/", "..", "docs/", "data/", "~")), f"{block.name}: {line}"
+
+
+@pytest.mark.slow
+def test_make_readme_rewrites_a_stale_output_once(tmp_path):
+    """``regenerate`` (what ``make readme`` runs) rewrites a console block from what its commands
+    print, in place and nothing else; a second run finds nothing to change."""
+    from tests.readme_examples import regenerate
+
+    readme = tmp_path / "README.md"
+    counted = "```console\n$ wc -l < f.txt\n7\n```\n"
+    timed = "```console\n$ echo took 3 s\ntook 1 s\n```\n"  # durations aside, what it prints
+    stale = f"# t\n\n```bash\nprintf 'a\\nb\\n' > f.txt\n```\n\n{counted}\n{timed}\ntail\n"
+    readme.write_text(stale, encoding="utf-8")
+    assert len(regenerate(readme, check=True)) == 1 and readme.read_text(encoding="utf-8") == stale
+    assert len(regenerate(readme)) == 1
+    assert readme.read_text(encoding="utf-8") == stale.replace("\n7\n", "\n2\n")
+    assert regenerate(readme) == []
