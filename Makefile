@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.installed-base
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint readme clean
 
 $(BASE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ demo: $(BASE)
 
 lint: $(DEV)
 	$(BIN)/ruff check .
+
+# Runs every README example in order in a temporary directory and rewrites the outputs the README
+# shows (its console blocks) from what their commands print today; `--check` only compares.
+readme: $(DEV)
+	$(BIN)/python -m tests.readme_examples
 
 # pytest exits 5 when it collects no test: that is a failure of the suite, said plainly.
 test: $(DEV) lint

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -62,11 +63,31 @@ def pytest_configure(config: pytest.Config) -> None:
     subprocess.Popen.__init__ = _noting("starts a subprocess", subprocess.Popen.__init__)
 
 
+_TORCH_THREADS: int | None = None
+"""torch's own intra-op thread count, given back to slow tests (None: not read yet)."""
+
+
+def _torch_threads(slow: bool) -> None:
+    """Tests not marked slow run torch on one thread: the tiny BERT's matrices gain nothing from a
+    second, and on a busy machine waiting for it made a tiny training 6x slower (3 s against 18 to
+    22 s, interleaved). Slow tests, the real model's, get torch's own count back."""
+    global _TORCH_THREADS
+    if slow and "torch" not in sys.modules:
+        return
+    import torch
+
+    if _TORCH_THREADS is None:
+        _TORCH_THREADS = torch.get_num_threads()
+    torch.set_num_threads(_TORCH_THREADS if slow else 1)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Watch a test not marked slow from the start of its setup, its module's fixtures included."""
     global _SLOW_WORK
-    _SLOW_WORK = None if item.get_closest_marker("slow") else []
+    slow = item.get_closest_marker("slow") is not None
+    _torch_threads(slow)
+    _SLOW_WORK = None if slow else []
 
 
 @pytest.fixture(autouse=True)
@@ -85,6 +106,21 @@ def _slow_work_is_marked(request: pytest.FixtureRequest) -> Iterator[None]:
         done, _SLOW_WORK = _SLOW_WORK, None
     if done:
         pytest.fail(f"{', '.join(dict.fromkeys(done))}: mark it @pytest.mark.slow", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def plotting() -> None:
+    """matplotlib with its font cache built, when it is installed. The first import on a machine
+    lists the fonts in a subprocess (``fc-list``) and caches them: setup, once, not a test's slow
+    work, so it is not watched."""
+    global _SLOW_WORK
+    watched, _SLOW_WORK = _SLOW_WORK, None
+    try:
+        import matplotlib.font_manager  # noqa: F401  (builds the cache on its first import)
+    except ImportError:
+        pass
+    finally:
+        _SLOW_WORK = watched
 
 
 @pytest.fixture(scope="session")

@@ -129,10 +129,11 @@ def test_an_empty_index_has_no_duplicates(tmp_path, tiny_model):
     assert (found.pairs, found.groups, found.total) == ([], [], 0)
 
 
-def test_http_duplicates_scan_once_per_version_however_many_ask(index, monkeypatch):
+def test_http_duplicates_scan_once_per_version_however_many_ask(index, tmp_path, monkeypatch):
     """A scan can take seconds on a large index: concurrent and repeated requests share one scan
     per index version and question, so a client cannot keep the cores busy by asking again."""
     pytest.importorskip("httpx")
+    import shutil
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -157,6 +158,7 @@ def test_http_duplicates_scan_once_per_version_however_many_ask(index, monkeypat
             running.release()
 
     monkeypatch.setattr(search.server.scans, "find_duplicates", slow_scan)
+    index = shutil.copytree(index, tmp_path / "idx")  # this test deletes: a copy, not the module's
     with TestClient(create_app(index)) as client:
         ask = lambda score: client.get("/duplicates", params={"min_score": score}).json()  # noqa: E731
         with ThreadPoolExecutor(6) as pool:
@@ -284,6 +286,6 @@ def test_clients_that_hang_up_never_run_two_scans_at_once(index, monkeypatch):
     while running[0] and time.monotonic() < deadline:
         time.sleep(0.01)
     assert most[0] == 1, f"{most[0]} scans ran at once"
-    expected = find_duplicates(open_index(index), 0.999).total  # an earlier test deleted an entry
+    expected = find_duplicates(open_index(index), 0.999).total
     assert replies[0]["status"] == 200 and json.loads(replies[1]["body"])["total_pairs"] == expected > 0
     assert len(steps) < 5 * 40 + 40, "the abandoned scans ran to their end"

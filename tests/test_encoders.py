@@ -97,15 +97,6 @@ def test_the_execution_provider_is_the_callers_choice(tiny_model):
         encoder_for(strategy, queries=True, provider="NoSuchExecutionProvider")
 
 
-def test_ray_is_one_more_encoder(tiny_model):
-    from indexer.writing.distributed import RayEncoder
-
-    strategy = encoder_for(Strategy(model=tiny_model)).strategy
-    on_ray = RayEncoder(strategy, "local", 2)  # nothing starts before it embeds
-    assert on_ray.choice.backend == "ray" and callable(on_ray.embed_documents)
-    assert (on_ray.strategy, on_ray.workers) == (strategy, 2)
-
-
 def test_a_text_that_tokenises_to_nothing_is_refused_by_every_encoder(tiny_model):
     """Only special tokens ([CLS] [SEP]) is no text: every such text would get the same vector."""
     for backend in ("torch", "onnx"):

@@ -1,4 +1,4 @@
-"""Each error class carries its exit code and HTTP status, as the README's table says, and the
+"""Each error class carries its exit code and HTTP status, as docs/errors.md's table says, and the
 CLI and the server read them from the class."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from search.cli import cli
 from tests.helpers import ROOT, build_faq
 
 
-def readme_table() -> dict[str, tuple[int, int | None]]:
-    """Class name -> (exit code, HTTP status or None) from README's "Errors and exit codes" table."""
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Errors and exit codes", 1)[1]
+def documented_table() -> dict[str, tuple[int, int | None]]:
+    """Class name -> (exit code, HTTP status or None) from the table of docs/errors.md."""
+    section = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
     rows = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
@@ -25,8 +25,8 @@ def readme_table() -> dict[str, tuple[int, int | None]]:
     return rows
 
 
-def test_each_class_has_the_readme_exit_code_and_status():
-    table = readme_table()
+def test_each_class_has_the_documented_exit_code_and_status():
+    table = documented_table()
     assert {"BadInput", "FilterError", "StrategyConflict", "IndexLocked", "IndexDamaged", "DiskFull"} <= set(
         table
     )

@@ -99,7 +99,7 @@ def test_qrels_with_header_trec_and_errors(tmp_path):
         read_qrels(path)
 
 
-def test_sweep_cell_equals_evaluate_with_that_strategy(tmp_path, tiny_model):
+def test_sweep_cell_equals_evaluate_with_that_strategy(tmp_path, tiny_model, plotting):
     pairs = read_pairs(write_pairs(tmp_path))
     cells = sweep_sts(pairs, Strategy(model=tiny_model), postprocesses=("none", "center"))
     assert len(cells) == 2 * (4 * (4 + 4) + 1)  # (layers 0..3 + 4 combos) x 4 poolings + pooler, x 2

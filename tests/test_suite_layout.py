@@ -5,7 +5,12 @@ own, which holds only fixtures and hooks)."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 TESTS = Path(__file__).resolve().parent
 
@@ -46,3 +51,23 @@ def test_the_check_sees_every_form_of_import(tmp_path):
         (tmp_path / f"test_{i}.py").write_text(f"def f():\n    {form}\n")
     (tmp_path / "test_fine.py").write_text("from tests.helpers import run\nimport testing_tools\n")
     assert sorted(imported_test_modules(tmp_path)) == [f"test_{i}.py" for i in range(len(forms))]
+
+
+@pytest.mark.slow
+def test_the_inner_loop_passes_on_a_fresh_install(tmp_path):
+    """What a first run on a machine builds (matplotlib's font cache, listed in a subprocess; the
+    graph cache) is setup, not slow work the watch in ``conftest.py`` reports: a not-slow test that
+    draws a heatmap passes with every cache empty."""
+    pytest.importorskip("matplotlib")
+    test = "tests/test_evaluate.py::test_sweep_cell_equals_evaluate_with_that_strategy"
+    fresh = {"MPLCONFIGDIR": str(tmp_path / "matplotlib"), "SEMSEARCH_CACHE": str(tmp_path / "semsearch")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", test],
+        cwd=TESTS.parent,
+        env={**os.environ, **fresh},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert (tmp_path / "matplotlib").is_dir()  # the cache was built in this run

@@ -331,7 +331,7 @@ def test_tune_on_the_bundled_model_with_a_short_budget(tmp_path):
         "--max-length",
         "64",
         "--max-minutes",
-        "0.3",
+        "1",
         "--epochs",
         "1",
         "--json",
@@ -340,6 +340,7 @@ def test_tune_on_the_bundled_model_with_a_short_budget(tmp_path):
     done = json.loads(result.stdout)
     assert done["kind"] == "question-answer pairs" and done["held_back_pairs"] > 0
     assert done["steps"] > 0 and "held-back metric before tuning" in result.stderr
+    assert done["minutes"] <= 1  # the budget holds, its measurements included
     scored = run("evaluate", "sts", scored_pairs(tmp_path), "--model", out, "--json")
     assert scored.returncode == 0 and json.loads(scored.stdout)["pairs"] == 40
     built = run(
@@ -381,6 +382,40 @@ def test_a_time_budget_lays_the_learning_rate_decay_out_over_the_steps_it_leaves
     assert plan.planned == 100 and plan.rate(100) == 0 and 0 < plan.rate(60) < 1
     plan.fit(done=60, seconds_per_step=0.1, seconds_left=1000.0)  # faster now: never past the epochs
     assert plan.planned == 1000 and plan.rate(100) == 1
+
+
+@pytest.mark.parametrize(("minutes", "steps"), [(0.5, 2), (0.25, 0)])
+def test_a_time_budget_is_kept_with_the_last_evaluation_in_it(
+    minutes, steps, tiny_model, tmp_path, monkeypatch
+):
+    """A busy machine: measuring the held-back share takes 10 s, a step 5 s. A step starts only
+    when it and the evaluation after it fit in what is left, so the run ends within its budget;
+    a budget that the first measurement leaves no room in trains nothing."""
+    from types import SimpleNamespace
+
+    import indexer.encoders.training as training
+
+    clock = [0.0]
+    monkeypatch.setattr(training, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    step = training._batch_loss
+
+    def slow_step(*args):
+        clock[0] += 5
+        return step(*args)
+
+    def slow_measure(embed) -> float:
+        clock[0] += 10
+        return clock[0]  # always better: only the budget stops it
+
+    monkeypatch.setattr(training, "_batch_loss", slow_step)
+    labels = labels_of("scored pairs", tmp_path)
+    held = hold_back(labels, 0.2, seed=0)
+    encoder = training.trainable(Strategy(model=tiny_model))
+    examples = training_examples(labels, held, encoder.embed)
+    budget = training.Budget(epochs=20, batch_size=8, max_minutes=minutes)
+    outcome = training.fine_tune(encoder, examples, slow_measure, budget)
+    assert outcome.minutes <= minutes and outcome.stopped == "time budget spent"
+    assert outcome.steps == steps and outcome.best_step == steps  # the last steps were measured too
 
 
 def test_a_tuned_model_directory_gives_its_strategy_as_the_default(tiny_model, tmp_path):

@@ -230,7 +230,9 @@ def fine_tune(
 ) -> Outcome:
     """Train ``encoder``'s model in place on ``examples``; measure the held-back share before,
     ``budget.evaluations`` times an epoch and at the end, and leave the best weights loaded.
-    Memory stays bounded: one batch's activations and one copy of the best weights. ``mixed``:
+    ``budget.max_minutes`` holds the whole run, its measurements included: a step starts only when
+    it and one more measurement fit in what is left. Memory stays bounded: one batch's activations
+    and one copy of the best weights. ``mixed``:
     ``bf16`` or ``fp16`` autocasts the forward pass on a GPU (fp32 weights and optimiser; fp16
     with a loss scaler)."""
     from tqdm import tqdm
@@ -259,54 +261,66 @@ def fine_tune(
 
     model.eval()
     before = measure(encoder.embed)
+    evaluation = time.monotonic() - started  # what one measurement costs: the last one is kept time for
     report(f"held-back metric before tuning: {before:.4f}")
     training_started = time.monotonic()
     outcome = Outcome(before, before, 0, 0, 0.0, 0.0, "epochs done")
     best_state = copy.deepcopy(model.state_dict())
-    since_best, interval = 0, []
+    since_best, interval, longest_step = 0, [], 0.0
+
+    def evaluate() -> None:
+        """Measure the held-back share now; keep these weights if they are the best yet."""
+        nonlocal best_state, since_best, interval, evaluation
+        began = time.monotonic()
+        model.eval()
+        metric = measure(encoder.embed)
+        evaluation = max(evaluation, time.monotonic() - began)
+        outcome.losses.append(float(np.mean(interval)))
+        interval = []
+        report(
+            f"step {outcome.steps} (epoch {outcome.steps / per_epoch:.2f}): "
+            f"loss {outcome.losses[-1]:.4f}, held-back {metric:.4f}"
+        )
+        if metric > outcome.best:
+            outcome.best, outcome.best_step, since_best = metric, outcome.steps, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            since_best += 1
+
+    epochs = (rows for _ in range(budget.epochs) for rows in _batches(len(examples), budget.batch_size, rng))
     with tqdm(total=total, unit="batch", desc="tuning", disable=not progress) as bar:
-        for _ in range(budget.epochs):
-            for rows in _batches(len(examples), budget.batch_size, rng):
-                model.train()
-                loss = forward(rows).float()
-                optimizer.zero_grad()
-                scaler.scale(loss).backward()
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                scaler.step(optimizer)
-                scaler.update()
-                outcome.steps += 1
-                if deadline is not None:  # lay the decay out over the steps the budget leaves
-                    now = time.monotonic()
-                    plan.fit(outcome.steps, (now - training_started) / outcome.steps, deadline - now)
-                schedule.step()
-                interval.append(loss.item())
-                bar.update(1)
-                bar.set_postfix(loss=f"{interval[-1]:.4f}")
-                out_of_time = deadline is not None and time.monotonic() >= deadline
-                if outcome.steps % every and outcome.steps != total and not out_of_time:
-                    continue
-                model.eval()
-                metric = measure(encoder.embed)
-                outcome.losses.append(float(np.mean(interval)))
-                interval = []
-                report(
-                    f"step {outcome.steps} (epoch {outcome.steps / per_epoch:.2f}): "
-                    f"loss {outcome.losses[-1]:.4f}, held-back {metric:.4f}"
-                )
-                if metric > outcome.best:
-                    outcome.best, outcome.best_step, since_best = metric, outcome.steps, 0
-                    best_state = copy.deepcopy(model.state_dict())
-                else:
-                    since_best += 1
-                if out_of_time or since_best >= budget.patience:
-                    outcome.stopped = (
-                        "time budget spent" if out_of_time else "held-back metric stopped improving"
-                    )
+        for rows in epochs:
+            # a step starts only if it and the evaluation after it fit in the time left (a first
+            # step is guessed to cost a measurement): the budget holds the whole run
+            step = longest_step or evaluation
+            if deadline is not None and time.monotonic() + step + evaluation > deadline:
+                outcome.stopped = "time budget spent"
+                break
+            began = time.monotonic()
+            model.train()
+            loss = forward(rows).float()
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            outcome.steps += 1
+            now = time.monotonic()
+            longest_step = max(longest_step, now - began)
+            if deadline is not None:  # lay the decay out over the steps the budget leaves
+                plan.fit(outcome.steps, (now - training_started) / outcome.steps, deadline - now)
+            schedule.step()
+            interval.append(loss.item())
+            bar.update(1)
+            bar.set_postfix(loss=f"{interval[-1]:.4f}")
+            if outcome.steps % every == 0 or outcome.steps == total:
+                evaluate()
+                if since_best >= budget.patience:
+                    outcome.stopped = "held-back metric stopped improving"
                     break
-            else:
-                continue
-            break
+        if interval:  # steps the budget stopped before their evaluation: measured in the time kept
+            evaluate()
     model.load_state_dict(best_state)
     model.eval()
     outcome.epochs = outcome.steps / per_epoch
