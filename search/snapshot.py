@@ -56,7 +56,7 @@ class Snapshot:
     def info(self) -> dict[str, Any]:
         """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use."""
         with self.db_lock:
-            return {**self.index.info(), "encoder": self.encoding.embedder.choice.status}
+            return self.index.info(self.encoding.embedder.decision.status)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Catalog]:

@@ -42,6 +42,13 @@ class Word:
     vector: np.ndarray
 
 
+def word_encoder(strategy: Strategy | None = None) -> TorchEncoder:
+    """The torch encoder word vectors read (``strategy`` None: ``WORD_STRATEGY``), from the factory."""
+    from indexer.encoders.factory import torch_encoder
+
+    return torch_encoder(replace(strategy or WORD_STRATEGY, backend="torch"))
+
+
 def word_vectors(
     text: str,
     word: str | None = None,
@@ -58,9 +65,7 @@ def word_vectors(
     if not text.strip():
         raise BadInput("empty text: give a sentence")
     if embedder is None:
-        from indexer.encoders.torch_encoder import TorchEncoder
-
-        embedder = TorchEncoder(WORD_STRATEGY if strategy is None else replace(strategy, backend="torch"))
+        embedder = word_encoder(strategy)
     words = _words(embedder, text, merge)
     if word is None:
         return words
