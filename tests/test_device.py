@@ -197,3 +197,20 @@ def test_every_embedding_command_refuses_a_missing_gpu_before_it_writes(tmp_path
         assert_clean_failure(result, "torch sees no CUDA GPU")
     assert not (tmp_path / "tuned").exists()
 
+
+
+def test_the_onnx_loop_runs_the_passes_the_rule_plans():
+    """``head.encode`` (what the ONNX encoders and the server's batches run) pads no short piece to
+    a long one: the pieces of a batch of mixed lengths go in the passes ``Batching.plan`` makes."""
+    from indexer.embedding.head import Head, NetworkOutput, encode
+
+    widths: list[tuple[int, int]] = []
+
+    def network(input_ids: np.ndarray, attention: np.ndarray) -> NetworkOutput:
+        widths.append(input_ids.shape)
+        return NetworkOutput([np.ones((*input_ids.shape, 4), dtype=np.float32)] * 2)
+
+    ids = [[7] * n for n in [200, 5, 203, 6, 7, 202, 5, 204]]
+    head = Head(Strategy(model="m", layers=(-1,), pooling="mean"), 1, [])
+    encode(network, ids, [head], [4], batching=Batching.on(True, 32), pad=0)
+    assert sorted(widths) == [(4, 7), (4, 204)]
