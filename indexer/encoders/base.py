@@ -90,8 +90,9 @@ def describe_record(record: dict[str, Any]) -> str:
     if "runtime" not in record:
         return line
     batching = Batching(**record["batching"]).describe()
-    workers = record["workers"] or "one per CPU"
-    where = f" on Ray at {record['ray']} ({workers} workers)" if record["ray"] else ""
+    count = record["workers"]
+    workers = "a worker per CPU" if count is None else f"{count} worker" + ("s" if count > 1 else "")
+    where = f" on Ray at {record['ray']} ({workers})" if record["ray"] else ""
     return f"{record['runtime']}{where}, {line}, {batching}; {record['why']}"
 
 
