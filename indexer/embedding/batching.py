@@ -5,9 +5,10 @@ its batches from tokenised lengths.
 
 A pass costs about its rows times its widest piece (shorter ones are padded) plus a fixed cost
 per call (``call_tokens``: about 1 ms of the CPU, ~5 tokens, docs/profile-serve.md; thousands on a
-GPU, which a launch keeps idle). The plan is the grouping of the length-sorted pieces that costs
-least in all (dynamic programming), each pass at most ``rows`` pieces and ``tokens`` padded
-tokens: a short query is never padded to a long sentence, and like lengths share one pass.
+GPU, which a launch keeps idle). The plan walks the pieces longest first and starts a new pass
+where padding the next ones to the pass's width would cost more than a pass, each pass at most
+``rows`` pieces and ``tokens`` padded tokens: a short query is never padded to a long sentence,
+and like lengths share one pass.
 """
 
 from __future__ import annotations
@@ -51,35 +52,25 @@ class Batching:
         """Piece indices per pass (``lengths``: each piece's tokens), longest pass first (one too
         large for the device fails at once).
 
-        The pieces sorted by length are cut into runs of one length (at most a full pass each),
-        and the dynamic programming chooses which neighbouring runs share a pass: a run is kept
-        whole (moving some of its pieces to the narrower pass before would add their padding,
-        caps aside), and there are few runs (token counts repeat), so planning costs little
-        beside the passes."""
-        lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 1)
-        if len(lengths) == 0:
+        The pieces go longest first; a pass takes the next run of pieces of one length while their
+        padding to the pass's width costs less than a pass of their own (``call_tokens``) and the
+        pass keeps within ``rows`` and ``tokens``. One walk over the runs (token counts repeat):
+        planning costs little beside the passes."""
+        values = [max(1, int(n)) for n in (lengths.tolist() if isinstance(lengths, np.ndarray) else lengths)]
+        if not values:
             return []
-        order = np.argsort(lengths, kind="stable")
-        ordered = lengths[order]
-        edges = [0]  # where each run starts in ``order``
-        for start in [*np.flatnonzero(np.diff(ordered)) + 1, len(order)]:
-            step = max(1, min(self.rows, self.tokens // int(ordered[edges[-1]])))
-            edges += range(edges[-1] + step, int(start), step)
-            edges.append(int(start))
-        widths = [int(ordered[end - 1]) for end in edges[1:]]
-        best = [0] + [0] * len(widths)
-        cut = [0] * (len(widths) + 1)
-        for end in range(1, len(widths) + 1):
-            width, best[end] = widths[end - 1], -1
-            for start in range(end - 1, -1, -1):
-                rows = edges[end] - edges[start]
-                if start < end - 1 and (rows > self.rows or rows * width > self.tokens):
-                    break
-                cost = best[start] + self.call_tokens + rows * width
-                if best[end] < 0 or cost < best[end]:
-                    best[end], cut[end] = cost, start
-        passes, end = [], len(widths)
-        while end:
-            passes.append(order[edges[cut[end]] : edges[end]])
-            end = cut[end]
-        return passes
+        ranked = sorted(range(len(values)), key=values.__getitem__, reverse=True)  # stable
+        cuts, width, start = [0], values[ranked[0]], 0
+        for end in range(1, len(ranked) + 1):  # each run of one length: ranked[start:end]
+            length = values[ranked[start]]
+            if end < len(ranked) and values[ranked[end]] == length:
+                continue
+            if start > cuts[-1] and (end - start) * (width - length) > self.call_tokens:
+                cuts.append(start)
+                width = length
+            while end - cuts[-1] > max(1, min(self.rows, self.tokens // width)):
+                cuts.append(cuts[-1] + max(1, min(self.rows, self.tokens // width)))
+                width = length
+            start = end
+        order = np.array(ranked, dtype=np.int64)
+        return [order[a:b] for a, b in zip(cuts, [*cuts[1:], len(order)], strict=True)]
