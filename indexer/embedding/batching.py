@@ -20,8 +20,10 @@ import numpy as np
 CPU_CALL_TOKENS = 8
 """A pass's fixed cost on the CPU, in tokens of padding it is worth (pass costs of 3 to 200
 tokens served the same requests/s, docs/profile-serve.md)."""
-GPU_CALL_TOKENS = 4096
-"""A pass's fixed cost on a GPU: a launch leaves the device idle, so passes are few and large."""
+TORCH_CALL_TOKENS = 4096
+"""A torch pass's fixed cost: on a GPU a launch leaves the device idle; on the CPU torch's own
+per-call cost is as large (64 StackFAQ answers: 2.0 s in 2 full passes, 4.5 s in 5 passes of like
+lengths, where ONNX Runtime took 1.42 and 1.35 s). Its passes are few and full."""
 GPU_TOKENS = 65536
 """Padded tokens in one GPU pass: thousands of short texts, hundreds of long ones."""
 GPU_ROWS = 4096
@@ -36,11 +38,13 @@ class Batching:
     call_tokens: int = CPU_CALL_TOKENS
 
     @classmethod
-    def on(cls, on_cpu: bool, batch_size: int) -> Batching:
-        """The CPU keeps ``batch_size`` rows (its cache-sized passes); a GPU takes a token budget."""
+    def on(cls, on_cpu: bool, batch_size: int, runtime: str = "onnx") -> Batching:
+        """The CPU keeps ``batch_size`` rows (its cache-sized passes); a GPU takes a token budget.
+        ``runtime``: what runs the passes (``torch`` or ``onnx``), whose cost per pass differs."""
+        call = CPU_CALL_TOKENS if runtime == "onnx" else TORCH_CALL_TOKENS
         if on_cpu:
-            return cls(rows=batch_size, tokens=batch_size * 1024)
-        return cls(max(batch_size, GPU_ROWS), max(batch_size * 512, GPU_TOKENS), GPU_CALL_TOKENS)
+            return cls(batch_size, batch_size * 1024, call)
+        return cls(max(batch_size, GPU_ROWS), max(batch_size * 512, GPU_TOKENS), TORCH_CALL_TOKENS)
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)

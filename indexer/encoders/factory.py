@@ -82,25 +82,26 @@ def decide(
         here = decide(strategy, options.here(), held=held)
         return replace(here, ray=options.ray, workers=options.ray_workers)
     on = options.placement
-    batching = Batching.on(on.on_cpu, options.batch_size)
+    batching = Batching.on(on.on_cpu, options.batch_size)  # the ONNX Runtime's; torch's below
+    on_torch = Batching.on(on.on_cpu, options.batch_size, runtime="torch")
     precision = PRECISION[strategy.backend]
     if not on.on_cpu:
         if precision == "int8":
             raise BadInput(f"backend {strategy.backend} runs on the CPU only (--device cpu)")
-        return Decision("torch", on, batching, f"{on.describe()} asked for")
+        return Decision("torch", on, on_torch, f"{on.describe()} asked for")
     provider = options.provider or CPU
     if held is not None and held.exported:  # an index's own graph: its queries and what is added
         on = Placement("cpu", PRECISION[held.backend])
         return Decision("onnx", on, batching, HELD, provider=provider, graph=held)
     if strategy.backend == "torch" and not queries:
-        return Decision("torch", on, batching, ASKED)
+        return Decision("torch", on, on_torch, ASKED)
     resolved, spec = _graph(strategy, queries)
     graph_on = Placement("cpu", precision)
     if spec is not None and spec.exported:
         return Decision("onnx", graph_on, batching, CACHED, provider=provider, graph=spec, strategy=resolved)
     failure = spec.failed() if spec is not None and queries else None  # queries never retry an export
     if failure is not None:
-        return _fallback(strategy, on, batching, failure)
+        return _fallback(strategy, on, options.batch_size, failure)
     return Decision("onnx", graph_on, batching, EXPORTED, provider=provider, export=True)
 
 
@@ -115,11 +116,12 @@ def _graph(strategy: Strategy, queries: bool) -> tuple[Strategy, GraphSpec | Non
     return resolved, graph_spec(resolved, facts.num_layers)
 
 
-def _fallback(strategy: Strategy, on: Placement, batching: Batching, failure: str) -> Decision:
+def _fallback(strategy: Strategy, on: Placement, batch_size: int, failure: str) -> Decision:
     """Where the graph cannot be had: fp32 vectors come from torch; int8 ones exist only on it."""
     if PRECISION[strategy.backend] == "int8":
         raise BadInput(f"backend {strategy.backend}: this model cannot be exported to ONNX ({failure})")
     why = f"its graph cannot be exported ({failure})"
+    batching = Batching.on(on.on_cpu, batch_size, runtime="torch")
     return Decision("torch", on, batching, why, export_failure=failure)
 
 
@@ -166,7 +168,7 @@ def encoder_for(
         failure = torch.export_for_queries()  # an onnx strategy's graph is its queries' graph
         if failure is not None:
             torch.strategy = replace(torch.strategy, backend="torch")  # what embeds the vectors
-            torch.decision = _fallback(request, options.placement, decision.batching, failure)
+            torch.decision = _fallback(request, options.placement, options.batch_size, failure)
             return torch
         resolved, graph = torch.strategy, graph_spec(torch.strategy, torch.num_layers)
         decision = replace(decision, graph=graph, strategy=resolved)
@@ -187,7 +189,7 @@ def torch_encoder(
     model of another torch encoder of the same model, reused."""
     on = options.placement
     why = SWEEP if all_layers else ASKED
-    decision = Decision("torch", on, Batching.on(on.on_cpu, options.batch_size), why)
+    decision = Decision("torch", on, Batching.on(on.on_cpu, options.batch_size, runtime="torch"), why)
     return runtime("torch")(strategy or Strategy(), decision=decision, all_layers=all_layers, loaded=loaded)
 
 

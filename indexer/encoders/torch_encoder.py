@@ -32,7 +32,7 @@ from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
 from indexer.progress import Share
 
-ALONE = Decision("torch", CPU, Batching.on(True, BATCH_SIZE), "backend torch asked for")
+ALONE = Decision("torch", CPU, Batching.on(True, BATCH_SIZE, runtime="torch"), "backend torch asked for")
 """What a torch encoder built without the factory's decision runs (a test's reference)."""
 
 
