@@ -83,6 +83,7 @@ def in_process(device: str, model: str, sets: dict[str, list[str]]) -> None:
     from indexer.embedding.strategy import Strategy
     from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
+    from indexer.encoders.options import EmbeddingOptions
 
     on = placement(device)
     gpu = not on.on_cpu
@@ -107,7 +108,7 @@ def in_process(device: str, model: str, sets: dict[str, list[str]]) -> None:
         precisions = ["fp32"] if not gpu else ["fp32", "fp16", "bf16"]
         for precision in precisions:
             encoder = encoder_for(
-                Strategy(model=model, backend="torch"), placement=placement(device, precision)
+                Strategy(model=model, backend="torch"), EmbeddingOptions.resolve(device, precision)
             )
             rates[f"semsearch torch on {on.device}, {precision}"] = best_rate(encoder.embed, texts, sync)
         if not gpu:

@@ -120,7 +120,7 @@ def quality(shared: Path, backends: list[str | None]) -> tuple[dict[str, float],
     for backend in backends:
         pipeline = DEFAULT if backend is None else f"semsearch {backend}"
         asked = Strategy() if backend is None else Strategy(backend=backend)
-        encoder = encoder_for(asked, batch_size=32)
+        encoder = encoder_for(asked)
         vectors = encoder.embed(pairs.sentences())
         spearman[pipeline] = sts_scores(*pair_vectors(pairs, vectors), pairs.gold)["spearman"]
         alone = np.vstack([encoder.embed([t]) for t in short])

@@ -97,8 +97,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     default_threads = faiss.omp_get_max_threads()
     print(
-        f"{len(real)} real embeddings; {len(questions)} real queries embedded by the {encoder.choice.status} "
-        "query encoder; k=10; warm, one query at a time\n"
+        f"{len(real)} real embeddings; {len(questions)} real queries embedded by the "
+        f"{encoder.decision.status} query encoder; k=10; warm, one query at a time\n"
     )
     print(
         "| vectors | index | p50 ms (search alone) | p99 ms | recall@10 | index MB / raw MB | peer p50 ms "

@@ -49,8 +49,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     args = parser.parse_args()
+    from indexer.encoders.on_ray import connected
     from indexer.writing.build import build_index
-    from indexer.writing.distributed import connected
 
     texts = sentences(args.shared, args.rows)
     peer = peer_seconds(texts)

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from indexer import build_index
-from indexer.writing.distributed import LOCAL
+from indexer.encoders.on_ray import LOCAL
 from search import SearchEngine
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 
+from indexer.columns import RESERVED
 from indexer.errors import FilterError, IndexMoved
 from indexer.reading.field_types import comparable, detect_types, stored_value
 
@@ -107,22 +108,6 @@ class Entry(Protocol):
     id: str
     text: str
     fields: dict[str, Any]
-
-
-RESERVED = ("_rowid", "_id", "_text", "_hash", "_chunks")
-"""Column names the index uses for itself; an input field may not take them."""
-
-
-def _column_limit() -> int:
-    db = sqlite3.connect(":memory:")
-    try:
-        return db.getlimit(sqlite3.SQLITE_LIMIT_COLUMN)
-    finally:
-        db.close()
-
-
-MAX_FIELDS = _column_limit() - len(RESERVED)
-"""Fields an index holds: SQLite's column limit (2,000 by default) less the index's own columns."""
 
 
 def _journal_header(journal: Path) -> bytes:

@@ -27,11 +27,12 @@ import numpy as np
 
 from indexer.embedding.strategy import Strategy, check_role
 from indexer.embedding.transform import Transform
+from indexer.encoders.options import DEVICE, EmbeddingOptions
 from indexer.errors import BadInput
+from indexer.files import staged_file
 from indexer.progress import Progress, Share
 from indexer.reading.corpus import CorpusReader, Entry, blank
 from indexer.reading.decoding import line_text, read_lines
-from indexer.writing.outputs import staged_file
 from search.queries import check_text
 
 if TYPE_CHECKING:  # an index's encoder runs its exported graph: no torch
@@ -77,18 +78,19 @@ class Encoding:
         *,
         index: str | Path | None = None,
         serving: bool = False,
-        device: str = "auto",
+        device: str = DEVICE,
         precision: str = "auto",
+        options: EmbeddingOptions | None = None,
     ) -> Encoding:
         """The encoder of ``strategy`` (default: the bundled model's), or of the index at
         ``index`` (its stored strategy and fitted transform; no FAISS vectors are read).
         ``serving``: the query encoder an index gives its queries (threads asleep between
         requests) rather than the bulk one (threads spinning, for throughput); same vectors.
-        ``device`` / ``precision``: where the network runs (``indexer.encoders.devices``)."""
-        from indexer.encoders.devices import placement
+        ``device`` / ``precision``: where the network runs (``indexer.encoders.devices``), or
+        ``options`` resolved by the caller already."""
         from indexer.encoders.factory import encoder_for
 
-        on = placement(device, precision)
+        options = options or EmbeddingOptions.resolve(device, precision, serving=serving)
         if index is not None:
             if strategy is not None:
                 raise BadInput(
@@ -98,9 +100,8 @@ class Encoding:
 
             stored = open_index(index, vectors=False)
             stored.catalog.close()
-            return cls(
-                encoder_for(stored.strategy, queries=True, held=stored.graph, placement=on), stored.transform
-            )
+            encoder = encoder_for(stored.strategy, options, queries=True, held=stored.graph)
+            return cls(encoder, stored.transform)
         strategy = strategy or Strategy()
         if strategy.postprocess != "none":
             raise BadInput(
@@ -110,8 +111,8 @@ class Encoding:
         if serving:
             from indexer.embedding.models import resolve_strategy
 
-            return cls(encoder_for(resolve_strategy(strategy), queries=True, placement=on))
-        return cls(encoder_for(strategy, placement=on))
+            return cls(encoder_for(resolve_strategy(strategy), options, queries=True))
+        return cls(encoder_for(strategy, options))
 
     @property
     def strategy(self) -> Strategy:
@@ -192,7 +193,7 @@ class Encoding:
         return {
             "strategy": self.strategy.to_dict(),
             "description": self.strategy.describe(),
-            "encoder": self.embedder.choice.status,
+            "encoder": self.embedder.decision.status,
             "dimension": self.dimension,
             "index": None,
         }
@@ -347,7 +348,7 @@ def encode_file(
 ) -> EncodeReport:
     """Encode every text of ``source`` (``read_texts``) into ``output``: a float32 ``.npy``
     (row i = text i) or JSON lines (``output_format``), streamed a part at a time. A file is
-    written beside its place and renamed into it when complete (``indexer.writing.outputs``): a failure
+    written beside its place and renamed into it when complete (``indexer.files``): a failure
     or a stop leaves no half file. ``output`` None or ``-``: JSON lines on stdout.
     ``source_encoding``: the source's encoding. ``as_``: the texts are queries or passages."""
     check_role(as_)

@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from indexer.embedding.strategy import Strategy
-from indexer.encoders.devices import placement
 from indexer.encoders.factory import encoder_for
-from indexer.encoders.onnx_graph import CPU
+from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import IndexMoved
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.vectors import single_threaded
@@ -57,16 +56,15 @@ class SearchEngine:
         *,
         strategy: dict[str, Any] | None = None,
         provider: str | None = None,
-        device: str = "cpu",
-        precision: str = "auto",
+        options: EmbeddingOptions | None = None,
     ):
         """``strategy``: what the caller asks for, checked against the stored one (never applied);
-        ``provider``: the ONNX Runtime execution provider queries run on (``CUDAExecutionProvider``...;
-        default the CPU); ``device``: where queries embed (``cpu``: the ONNX graph; ``cuda``: torch on
-        the GPU, for a server of many requests)."""
+        ``options``: how queries embed, resolved once by the caller (default: the index's graph on
+        the CPU, as ``serve`` has it; ``--device cuda``: torch on the GPU, for a server of many
+        requests); ``provider`` (without ``options``): the ONNX Runtime execution provider queries
+        run on (``CUDAExecutionProvider``...; default the CPU)."""
         self.path = Path(index_dir)
-        self.provider = provider or CPU
-        self.placement = placement(device, precision)
+        self.options = options or EmbeddingOptions.resolve(provider=provider, serving=True)
         self.reloads = 0
         self.reloading = threading.Lock()  # the server reloads from its request threads too
         index = open_index(self.path)
@@ -74,9 +72,7 @@ class SearchEngine:
         self.snapshot = Snapshot(index, Encoding(self._encoder(index), index.transform))
 
     def _encoder(self, index: StoredIndex) -> Encoder:
-        return encoder_for(
-            index.strategy, queries=True, provider=self.provider, held=index.graph, placement=self.placement
-        )
+        return encoder_for(index.strategy, self.options, queries=True, held=index.graph)
 
     @property
     def index(self) -> StoredIndex:

@@ -23,6 +23,7 @@ import numpy as np
 
 from indexer.embedding.fields import FieldScoring
 from indexer.embedding.strategy import Strategy
+from indexer.encoders.options import DEVICE
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Rejection, rejection_summary
@@ -164,17 +165,17 @@ def evaluate_sts(
     strategy: Strategy | None = None,
     *,
     progress: bool = False,
-    device: str = "auto",
+    device: str = DEVICE,
     precision: str = "auto",
 ) -> dict[str, float]:
     """Embed every sentence once with the strategy (post-processing fitted on these sentences), on
     the encoder an index of it would be built with (no torch once its graph is cached), on
     ``device`` at ``precision`` (``indexer.encoders.devices``)."""
     from indexer.embedding.transform import Transform
-    from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
+    from indexer.encoders.options import EmbeddingOptions
 
-    embedder = encoder_for(strategy, placement=placement(device, precision))
+    embedder = encoder_for(strategy, EmbeddingOptions.resolve(device, precision))
     sentences = pairs.sentences()
     with Progress(len(sentences), "embedding", enabled=progress) as bar:
         vectors = embedder.embed(sentences, progress=bar.step(len(sentences)))
@@ -258,7 +259,7 @@ def evaluate_retrieval(
     k: int = 10,
     also: FieldScoring | None = None,
     progress: bool = False,
-    device: str = "auto",
+    device: str = DEVICE,
     precision: str = "auto",
     encoding: str = "utf-8",
 ) -> dict[str, Any]:

@@ -11,41 +11,42 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from indexer.embedding.strategy import Strategy
+    from indexer.encoders.options import EmbeddingOptions
     from search.encoding import Encoding
     from search.engine import SearchEngine
 
 
 def load_engine(
-    index_dir: str | Path, provider: str | None = None, device: str = "cpu", precision: str = "auto"
+    index_dir: str | Path, provider: str | None = None, options: EmbeddingOptions | None = None
 ) -> Future[SearchEngine]:
-    """``SearchEngine(index_dir, provider=..., device=...)``, its imports included, in a thread of
+    """``SearchEngine(index_dir, provider=..., options=...)``, its imports included, in a thread of
     its own; the future holds the engine or the error opening the index raised."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
-    loading = pool.submit(_open, index_dir, provider, device, precision)
+    loading = pool.submit(_open, index_dir, provider, options)
     pool.shutdown(wait=False)  # the thread ends when the engine is loaded
     return loading
 
 
-def _open(index_dir: str | Path, provider: str | None, device: str, precision: str) -> SearchEngine:
+def _open(index_dir: str | Path, provider: str | None, options: EmbeddingOptions | None) -> SearchEngine:
     from search.engine import SearchEngine
 
-    engine = SearchEngine(index_dir, provider=provider, device=device, precision=precision)
+    engine = SearchEngine(index_dir, provider=provider, options=options)
     engine.embedder.embed(["semsearch"])  # warm, and a model that yields NaN fails before serving
     return engine
 
 
-def load_encoding(strategy: Strategy, device: str = "cpu", precision: str = "auto") -> Future[Encoding]:
+def load_encoding(strategy: Strategy, options: EmbeddingOptions | None = None) -> Future[Encoding]:
     """The encoder of ``strategy`` for a server with no index (``Encoding.load(serving=True)``),
     warmed up by one text (which also tells its dimension), loading in a thread of its own."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
-    loading = pool.submit(_encoding, strategy, device, precision)
+    loading = pool.submit(_encoding, strategy, options)
     pool.shutdown(wait=False)
     return loading
 
 
-def _encoding(strategy: Strategy, device: str, precision: str) -> Encoding:
+def _encoding(strategy: Strategy, options: EmbeddingOptions | None) -> Encoding:
     from search.encoding import Encoding
 
-    encoding = Encoding.load(strategy, serving=True, device=device, precision=precision)
+    encoding = Encoding.load(strategy, serving=True, options=options)
     encoding.dimension  # noqa: B018 (embeds one text: the first request pays no warm-up)
     return encoding

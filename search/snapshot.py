@@ -80,7 +80,7 @@ class Snapshot:
     def info(self) -> dict[str, Any]:
         """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use."""
         with self.catalog():
-            return {**self.index.info(), "encoder": self.encoding.embedder.choice.status}
+            return self.index.info(self.encoding.embedder.decision.status)
 
     @contextlib.contextmanager
     def catalog(self) -> Iterator[Catalog]:

@@ -26,6 +26,7 @@ import numpy as np
 from indexer.catalog import Catalog
 from indexer.embedding.strategy import POOLINGS, POSTPROCESSES, ROLES, Strategy
 from indexer.embedding.transform import Transform
+from indexer.encoders.options import DEVICE
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Entry, read_corpus
@@ -123,19 +124,19 @@ def _embed_grid(
     texts: Sequence[tuple[Sequence[str], str]],
     poolings: Sequence[str],
     progress: bool,
-    device: str = "auto",
+    device: str = DEVICE,
     precision: str = "auto",
 ):
     """Resolved (row, strategy) cells and, per (text list, role), each cell's vectors (on
     ``device``): an index's entries are passages, its questions queries; STS sentences, compared
     with each other, are all queries."""
-    from indexer.encoders.devices import placement
-    from indexer.encoders.torch_encoder import TorchEncoder
+    from indexer.encoders.factory import torch_encoder
+    from indexer.encoders.options import EmbeddingOptions
 
-    embedder = TorchEncoder(
+    embedder = torch_encoder(
         replace(base, postprocess="none", whiten_dims=None),
+        EmbeddingOptions.resolve(device, precision),
         all_layers=True,
-        placement=placement(device, precision),
     )
     cells = grid(embedder.strategy, embedder.num_layers, poolings)
     strategies = [s for _, s in cells]
@@ -153,7 +154,7 @@ def sweep_sts(
     poolings: Sequence[str] = POOLINGS,
     postprocesses: Sequence[str] = ("none",),
     progress: bool = False,
-    device: str = "auto",
+    device: str = DEVICE,
     precision: str = "auto",
 ) -> list[Cell]:
     """Every cell's Spearman/Pearson on the pairs, best first (embedded on ``device``)."""
@@ -213,7 +214,7 @@ def retrieval_sweep(
     progress: bool = False,
     k: int = 10,
     metric: str | None = None,
-    device: str = "auto",
+    device: str = DEVICE,
     precision: str = "auto",
     encoding: str = "utf-8",
 ) -> RetrievalSweep:

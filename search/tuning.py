@@ -23,9 +23,10 @@ import numpy as np
 
 from indexer.embedding.fields import FieldScoring
 from indexer.embedding.strategy import Strategy
+from indexer.encoders.options import DEVICE
 from indexer.errors import BadInput
+from indexer.files import staged_dir
 from indexer.reading.corpus import Rejection
-from indexer.writing.outputs import staged_dir
 from search.components import connected
 
 if TYPE_CHECKING:
@@ -303,7 +304,7 @@ def tune(
     learning_rate: float = 2e-5,
     progress: bool = False,
     report: Callable[[str], object] = lambda line: None,
-    device: str = "auto",
+    device: str = DEVICE,
     precision: str = "auto",
 ) -> TuneReport:
     """Fine-tune ``strategy``'s model (default: the index's default) on ``labels`` through that
@@ -311,17 +312,18 @@ def tune(
     ``output`` (a new or empty directory), loadable with ``--model output``. ``device``: where it
     trains (``auto``: a GPU torch sees); ``precision`` on a GPU: the forward pass autocast
     (``auto``: bf16, which needs no loss scaling), weights and optimiser in fp32."""
-    from indexer.encoders.devices import placement
+    from indexer.encoders.options import EmbeddingOptions
     from indexer.encoders.training import Budget, fine_tune, save_model, trainable
 
     output = Path(output)
-    on = placement(device, precision)
+    options = EmbeddingOptions.resolve(device, precision)
+    on = options.placement
     mixed = "bf16" if precision == "auto" and not on.on_cpu else on.precision
     with staged_dir(output, _new_or_empty) as staging:  # claimed now: a second tune to it stops here
         budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
         held = hold_back(labels, held_back, seed)
         rows = np.flatnonzero(~held)
-        encoder = trainable(strategy, on)
+        encoder = trainable(strategy, options)
         examples = training_examples(labels, held, encoder.embed)
         metric = "spearman" if labels.scores is not None else f"mrr@{K}"
         report(f"{labels.kind}: {len(rows)} trained on, {int(held.sum())} held back ({metric} x100)")

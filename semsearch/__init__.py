@@ -48,7 +48,7 @@ _SOURCES = {
     "UpdateReport": "indexer.writing.update:UpdateReport",
     "FieldScoring": "indexer.embedding.fields:FieldScoring",
     "open_index": "indexer.store:open_index",
-    "word_vectors": "indexer.embedding.words:word_vectors",
+    "word_vectors": "indexer.encoders.words:word_vectors",
     "SearchEngine": "search.engine:SearchEngine",
     "Hit": "search.engine:Hit",
     "rank_similar": "search.similar:rank_similar",

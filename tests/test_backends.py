@@ -93,10 +93,10 @@ def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
     corpus.write_text("\n".join(sentences), encoding="utf-8")
     strategy = Strategy(backend="onnx")
     first = encoder_for(strategy)  # nothing exported yet: torch exports it, ONNX Runtime runs it
-    assert isinstance(first, OnnxEncoder) and first.choice.why.startswith("its graph was exported now")
+    assert isinstance(first, OnnxEncoder) and first.decision.why.startswith("its graph was exported now")
     build_index(corpus, tmp_path / "first", strategy)
     cached = encoder_for(strategy)
-    assert isinstance(cached, OnnxEncoder) and cached.choice.why == "its graph is cached"
+    assert isinstance(cached, OnnxEncoder) and cached.decision.why == "its graph is cached"
     code = (
         "import sys, json\nfrom indexer.writing.build import build_index\n"
         "from indexer.embedding.strategy import Strategy\n"

@@ -56,5 +56,5 @@ def test_every_onnx_backend_is_batch_independent(backend, tmp_path, monkeypatch)
     exporting = encoder_for(Strategy(backend=backend))  # torch process: exports, then runs the graph
     assert_batch_independent(exporting)
     torch_free = encoder_for(Strategy(backend=backend))
-    assert isinstance(torch_free, OnnxEncoder) and torch_free.choice.why == "its graph is cached"
+    assert isinstance(torch_free, OnnxEncoder) and torch_free.decision.why == "its graph is cached"
     assert_batch_independent(torch_free)

@@ -256,7 +256,7 @@ def test_a_broken_jsonl_row_is_rejected_and_the_rest_kept(tmp_path):
 
 
 def test_more_columns_than_sqlite_holds_is_one_clear_error(tmp_path):
-    from indexer.catalog import MAX_FIELDS
+    from indexer.columns import MAX_FIELDS
 
     header = ["id", "text"] + [f"c{i}" for i in range(2100)]
     path = write(tmp_path / "wide.csv", ",".join(header) + "\n" + ",".join(["1", "t"] + ["x"] * 2100) + "\n")
@@ -273,7 +273,7 @@ def test_broken_rows_and_wide_files_never_reach_the_index(tmp_path, tiny_model):
     RecursionError are rejected and the rest indexed; a file wider than SQLite's table is refused
     before anything is written, and one exactly as wide is indexed."""
     from indexer import Strategy, build_index
-    from indexer.catalog import MAX_FIELDS
+    from indexer.columns import MAX_FIELDS
     from indexer.store import open_index
 
     lines = [*BROKEN_ROWS, '{"id": "ok", "text": "fine"}']

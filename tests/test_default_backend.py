@@ -23,6 +23,7 @@ from indexer.writing.shards import embed_shard, merge_shards
 from search import SearchEngine
 from search.cli import cli
 from search.engine import check_strategy
+from search.info import index_info
 from tests.helpers import DATA, random_bert, real_sentences, write_csv
 
 pytest.importorskip("onnxruntime")
@@ -128,7 +129,7 @@ def test_an_unexportable_model_is_indexed_on_torch_and_the_build_says_so(unexpor
     assert len(notes) == 1 and "aten::frobnicate" in notes[0], result.stderr
     index = open_index(tmp_path / "idx")
     assert index.strategy.backend == "torch"  # what embedded it
-    assert index.info()["encoder"].startswith("torch (RuntimeError: Exporting the operator")
+    assert index_info(index.path)["encoder"].startswith("torch (RuntimeError: Exporting the operator")
     vectors, ids = index.vectors.stored()
     reference = TorchEncoder(Strategy(model=unexportable, backend="torch")).embed(texts)
     assert np.abs(vectors[np.argsort(ids)] - reference).max() < 1e-6

@@ -11,9 +11,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from indexer.embedding.batching import Batching
 from indexer.embedding.strategy import Strategy
 from indexer.encoders.devices import Placement, placement
-from indexer.encoders.pipeline import Batching
+from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from tests.helpers import assert_clean_failure, real_sentences, run
 
@@ -52,16 +53,27 @@ def test_batches_keep_the_token_budget_and_cover_every_piece_once():
         width = lengths[rows].max()
         assert len(rows) <= 16
         assert len(rows) == 1 or len(rows) * width <= 256
-        assert (lengths[rows] <= lengths[rows[0]]).all()  # longest first: its width is the batch's
+    assert lengths[plan[0]].max() == lengths.max()  # the longest pass first: too large fails at once
     # a GPU batches thousands of short texts at once, the CPU its batch size
-    assert Batching.on(Placement("cuda:0", "fp16"), 32).plan(np.full(5000, 16)).__len__() == 2
-    assert len(Batching.on(Placement("cpu", "fp32"), 32).plan(np.full(100, 16))) == 4
+    assert Batching.on(False, 32).plan(np.full(5000, 16)).__len__() == 2
+    assert len(Batching.on(True, 32).plan(np.full(100, 16))) == 4
+
+
+def test_a_pass_pads_no_short_text_to_a_long_one():
+    """One rule plans every loop's passes from token counts: short and long texts go in passes of
+    their own, like lengths share one."""
+    lengths = [200, 5, 203, 6, 7, 202, 5, 204]
+    plan = Batching.on(True, 32).plan(lengths)
+    assert sorted(sorted(np.asarray(lengths)[rows].tolist()) for rows in plan) == [
+        [5, 5, 6, 7],
+        [200, 202, 203, 204],
+    ]
+    assert len(Batching.on(True, 32).plan([30, 31, 29, 32])) == 1
 
 
 @pytest.mark.slow
 def test_the_device_loop_gives_the_onnx_vectors_and_half_precision_stays_close():
-    from indexer.encoders.factory import encoder_for
-    from indexer.encoders.torch_encoder import TorchEncoder
+    from indexer.encoders.factory import encoder_for, torch_encoder
 
     sentences = real_sentences()[:60]
     texts = [*sentences, "?", "word " * 700]  # one of a single token, one past max_length
@@ -71,14 +83,14 @@ def test_the_device_loop_gives_the_onnx_vectors_and_half_precision_stays_close()
         Strategy(chunk_overlap=8, max_length=32),
     ):
         today = encoder_for(strategy)  # the ONNX graph: today's vectors
-        loop = TorchEncoder(replace(strategy, backend="torch"), placement=placement("cpu"))
+        loop = torch_encoder(replace(strategy, backend="torch"), EmbeddingOptions.resolve("cpu"))
         expected, expected_owners = today.embed_documents(texts)
         vectors, owners = loop.embed_documents(texts)
         np.testing.assert_array_equal(owners, expected_owners)
         np.testing.assert_allclose(vectors, expected, atol=1e-5)
         np.testing.assert_allclose(loop.embed(texts), today.embed(texts), atol=1e-5)
     # bf16 (what a GPU's half precision does to the network) through the same code, on the CPU
-    half = TorchEncoder(Strategy(backend="torch"), placement=Placement("cpu", "bf16"))
+    half = torch_encoder(Strategy(backend="torch"), EmbeddingOptions(Placement("cpu", "bf16")))
     low, full = half.embed(sentences), encoder_for(Strategy()).embed(sentences)
     assert low.dtype == np.float32
     cosines = (low * full).sum(1)
@@ -106,9 +118,17 @@ def test_info_says_where_the_vectors_were_made(tmp_path, tiny_model):
     result = run("index", corpus, "-o", tmp_path / "idx", "--model", tiny_model, "--device", "cpu")
     assert result.returncode == 0, result.stderr
     info = run("info", tmp_path / "idx")
-    assert "embedded:    cpu, fp32" in info.stdout
+    assert "embedded:    onnx, cpu, fp32, passes of at most 32 texts and 32768 tokens" in info.stdout
     facts = json.loads(run("info", tmp_path / "idx", "--json").stdout)
-    assert facts["embedded"] == {"device": "cpu", "precision": "fp32"}
+    assert facts["embedded"].pop("why").startswith("its graph")  # exported now, or cached already
+    assert facts["embedded"] == {
+        "runtime": "onnx",
+        "device": "cpu",
+        "precision": "fp32",
+        "batching": {"rows": 32, "tokens": 32768, "call_tokens": 8},
+        "ray": None,
+        "workers": None,
+    }
     torch_built = run(
         "index", corpus, "-o", tmp_path / "t", "--model", tiny_model, "--backend", "torch", "--device", "cpu"
     )
@@ -141,8 +161,9 @@ def test_sessions_side_by_side_give_the_vectors_of_one(tiny_model):
 
     strategy = encoder_for(Strategy(model=tiny_model)).strategy  # resolved, its graph exported
     texts = [f"text number {i} " + "word " * (i % 40) for i in range(300)]
-    one = OnnxEncoder(strategy, spin=True, sessions=(1, 0), batch_size=8)
-    three = OnnxEncoder(strategy, spin=True, sessions=(3, 1), batch_size=8)
+    small = replace(encoder_for(strategy).decision, batching=Batching.on(True, 8))
+    one = OnnxEncoder(strategy, spin=True, sessions=(1, 0), decision=small)
+    three = OnnxEncoder(strategy, spin=True, sessions=(3, 1), decision=small)
     assert len(three.sessions) == 3 and len(one.sessions) == 1
     # the thread count is always given: ONNX Runtime's own choice pins a thread to every core of
     # the machine, whatever cores (taskset, a cpuset) the process was given
@@ -176,3 +197,20 @@ def test_every_embedding_command_refuses_a_missing_gpu_before_it_writes(tmp_path
         assert_clean_failure(result, "torch sees no CUDA GPU")
     assert not (tmp_path / "tuned").exists()
 
+
+
+def test_the_onnx_loop_runs_the_passes_the_rule_plans():
+    """``head.encode`` (what the ONNX encoders and the server's batches run) pads no short piece to
+    a long one: the pieces of a batch of mixed lengths go in the passes ``Batching.plan`` makes."""
+    from indexer.embedding.head import Head, NetworkOutput, encode
+
+    widths: list[tuple[int, int]] = []
+
+    def network(input_ids: np.ndarray, attention: np.ndarray) -> NetworkOutput:
+        widths.append(input_ids.shape)
+        return NetworkOutput([np.ones((*input_ids.shape, 4), dtype=np.float32)] * 2)
+
+    ids = [[7] * n for n in [200, 5, 203, 6, 7, 202, 5, 204]]
+    head = Head(Strategy(model="m", layers=(-1,), pooling="mean"), 1, [])
+    encode(network, ids, [head], [4], batching=Batching.on(True, 32), pad=0)
+    assert sorted(widths) == [(4, 7), (4, 204)]

@@ -17,6 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from indexer import BadInput, Strategy, build_index
+from indexer.encoders.factory import encoder_for
+from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import WorkerFailed
 from indexer.store import live_version, open_index
 from indexer.writing.update import add_to_index
@@ -32,7 +34,7 @@ FIELDS = ["question", "answer"]
 def ray_runtime():
     if importlib.util.find_spec("ray") is None:  # not importorskip: Ray must be first imported by semsearch
         pytest.skip("Ray is not installed")
-    from indexer.writing.distributed import connected
+    from indexer.encoders.on_ray import connected
 
     with connected("local", workers=2) as ray:
         yield ray
@@ -53,6 +55,11 @@ def single(tmp_path_factory, tiny_model, corpus) -> Path:
     index = tmp_path_factory.mktemp("single") / "index"
     build_index(corpus, index, Strategy(model=tiny_model), text_fields=FIELDS)
     return index
+
+
+def on_ray(strategy: Strategy, workers: int):
+    """The factory's encoder for ``strategy`` on the module's local Ray runtime."""
+    return encoder_for(strategy, EmbeddingOptions.resolve("cpu", ray="local", ray_workers=workers))
 
 
 def assert_same_answers(a: Path, b: Path) -> None:
@@ -84,14 +91,11 @@ def test_ray_build_ranks_like_a_single_build(ray_runtime, tmp_path, tiny_model, 
 @pytest.mark.slow
 def test_the_ray_encoder_embeds_as_the_local_one(ray_runtime, tiny_model, single):
     """An ``Encoder`` like the local one: queries truncated, documents chunked."""
-    from indexer.encoders.factory import encoder_for
-    from indexer.writing.distributed import RayEncoder
-
     strategy = open_index(single).strategy.chunked(8)
-    local, on_ray = encoder_for(strategy), RayEncoder(strategy, "local", 2)
+    local, workers = encoder_for(strategy), on_ray(strategy, 2)
     texts = [*QUESTIONS, " ".join(["word"] * 300)]
-    np.testing.assert_allclose(on_ray.embed(texts), local.embed(texts), atol=1e-5)
-    vectors, owners = on_ray.embed_documents(texts)
+    np.testing.assert_allclose(workers.embed(texts), local.embed(texts), atol=1e-5)
+    vectors, owners = workers.embed_documents(texts)
     expected, expected_owners = local.embed_documents(texts)
     assert owners.tolist() == expected_owners.tolist() and len(owners) > len(texts)
     np.testing.assert_allclose(vectors, expected, atol=1e-5)
@@ -109,11 +113,11 @@ def test_a_worker_killed_mid_run_is_restarted_and_its_partition_retried(
             os._exit(1)
 
     from indexer.reading.corpus import read_corpus
-    from indexer.writing.distributed import embed_on_ray
 
     entries = read_corpus(corpus, text_fields=FIELDS).entries
-    strategy = open_index(single).strategy
-    vectors, owners = embed_on_ray(entries, strategy, workers=2, before_partition=die_once)
+    encoder = on_ray(open_index(single).strategy, 2)
+    encoder.before_partition = die_once
+    vectors, owners = encoder.embed_documents([e.text for e in entries])
     assert marker.exists()  # the worker did die on its partition
     assert len(vectors) == len(entries) and owners.tolist() == list(range(len(entries)))
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
@@ -131,7 +135,7 @@ def test_a_worker_that_keeps_dying_fails_the_build_and_the_old_index_survives(
         if partition == 1:
             os._exit(1)
 
-    from indexer.writing import distributed
+    from indexer.encoders import on_ray as distributed
 
     real = distributed.embed_on_ray
     monkeypatch.setattr(distributed, "RETRIES", 0)
@@ -152,15 +156,43 @@ def test_an_error_in_a_worker_comes_back_as_its_own_class(ray_runtime, tiny_mode
         raise BadInput(f"partition {partition} refused")
 
     from indexer.reading.corpus import read_corpus
-    from indexer.writing.distributed import embed_on_ray
 
-    entries = read_corpus(corpus, text_fields=FIELDS).entries
+    texts = [e.text for e in read_corpus(corpus, text_fields=FIELDS).entries]
+    encoder = on_ray(open_index(single).strategy, 1)
+    encoder.before_partition = refuse
     with pytest.raises(BadInput, match="refused"):
-        embed_on_ray(entries[:5], open_index(single).strategy, workers=1, before_partition=refuse)
+        encoder.embed_documents(texts[:5])
     with pytest.raises(BadInput, match="at least 1"):
-        embed_on_ray(entries, open_index(single).strategy, workers=0)
+        on_ray(open_index(single).strategy, 0)
     with pytest.raises(BadInput, match="nothing to embed"):
-        embed_on_ray([], open_index(single).strategy)
+        on_ray(open_index(single).strategy, 1).embed_documents([])
+
+
+@pytest.mark.slow
+def test_info_records_what_the_ray_workers_embedded_with(
+    ray_runtime, tmp_path, tiny_model, corpus, monkeypatch
+):
+    """The decision a Ray build records is the one its workers made: runtime, device, precision
+    and batching, each worker's reported back with its partition (one that differs fails the run)."""
+    from indexer.encoders import on_ray as distributed
+
+    used = []
+    real = distributed.embed_on_ray
+
+    def reported(*args, **kwargs):
+        vectors, owners, made = real(*args, **kwargs)
+        used.extend(made)
+        return vectors, owners, made
+
+    monkeypatch.setattr(distributed, "embed_on_ray", reported)
+    asked = Strategy(model=tiny_model)
+    build_index(corpus, tmp_path / "ray", asked, text_fields=FIELDS, ray="local", ray_workers=1)
+    recorded = open_index(tmp_path / "ray").info()["embedded"]
+    assert used and (recorded["ray"], recorded["workers"]) == ("local", 1)
+    work = ("runtime", "device", "precision", "batching")
+    for decision in used:
+        assert decision.ray is None  # each worker embeds where it runs
+        assert {k: decision.record()[k] for k in work} == {k: recorded[k] for k in work}
 
 
 @pytest.mark.slow

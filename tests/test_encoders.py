@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from indexer.embedding.strategy import BACKENDS, RUNTIME, Strategy
-from indexer.encoders.base import Choice
-from indexer.encoders.factory import EXPORTED, RUNTIMES, encoder_for, runtime
+from indexer.encoders.devices import Placement
+from indexer.encoders.factory import ASKED, EXPORTED, RUNTIMES, encoder_for, runtime
 from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.encoders.onnx_graph import CPU
+from indexer.encoders.options import EmbeddingOptions
 from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import BadInput
 from tests.helpers import ROOT, heavy_imports, random_bert
@@ -46,16 +47,21 @@ def private_cache(tmp_path, monkeypatch):
 
 def test_the_factory_picks_by_strategy_and_says_why(tiny_model):
     torch = encoder_for(Strategy(model=tiny_model, backend="torch"))
-    assert isinstance(torch, TorchEncoder) and torch.choice == Choice("torch", "backend torch asked for")
+    assert isinstance(torch, TorchEncoder)
+    assert (torch.decision.runtime, torch.decision.why) == ("torch", ASKED)
+    assert torch.decision.placement == Placement("cpu", "fp32") and torch.decision.ray is None
 
     first = encoder_for(Strategy(model=tiny_model))  # nothing exported: torch exports, ONNX Runtime runs
-    assert isinstance(first, OnnxEncoder) and first.choice == Choice("onnx", EXPORTED, provider=CPU)
+    assert isinstance(first, OnnxEncoder)
+    assert (first.decision.runtime, first.decision.why) == ("onnx", EXPORTED)
+    assert first.decision.provider == CPU
     cached = encoder_for(Strategy(model=tiny_model))
-    assert isinstance(cached, OnnxEncoder) and cached.choice.why == "its graph is cached"
+    assert isinstance(cached, OnnxEncoder) and cached.decision.why == "its graph is cached"
     assert first.strategy == cached.strategy and first.strategy.backend == "onnx"
 
     int8 = encoder_for(Strategy(model=tiny_model, backend="onnx-int8"))
-    assert isinstance(int8, OnnxEncoder) and int8.choice == Choice("onnx-int8", EXPORTED, provider=CPU)
+    assert isinstance(int8, OnnxEncoder) and int8.decision.why == EXPORTED
+    assert int8.decision.placement == Placement("cpu", "int8")
     assert int8.strategy.backend == "onnx-int8" and int8.network.per_text  # its own int8 graph
 
     texts = ["how do I pay?", "where do I park my bike?"]
@@ -63,8 +69,8 @@ def test_the_factory_picks_by_strategy_and_says_why(tiny_model):
     assert not np.allclose(int8.embed(texts), torch.embed(texts), atol=1e-5)
 
     queries = encoder_for(torch.strategy, queries=True)  # a torch index's questions run its fp32 graph
-    assert isinstance(queries, OnnxEncoder) and queries.choice.status == "onnx"
-    assert queries.choice.why == "its graph is cached"  # the same graph the onnx encoders made
+    assert isinstance(queries, OnnxEncoder) and queries.decision.status == "onnx"
+    assert queries.decision.why == "its graph is cached"  # the same graph the onnx encoders made
 
 
 def test_a_build_knows_at_construction_if_its_queries_can_leave_torch(tiny_model, tmp_path, monkeypatch):
@@ -73,8 +79,8 @@ def test_a_build_knows_at_construction_if_its_queries_can_leave_torch(tiny_model
     import indexer.encoders.onnx_export
 
     built = encoder_for(Strategy(model=tiny_model, backend="torch"), export_queries=True)
-    assert isinstance(built, TorchEncoder) and built.choice.export_failure is None
-    assert encoder_for(built.strategy, queries=True).choice.why == "its graph is cached"
+    assert isinstance(built, TorchEncoder) and built.decision.export_failure is None
+    assert encoder_for(built.strategy, queries=True).decision.why == "its graph is cached"
 
     def refuse(*args: object) -> None:
         raise RuntimeError("Exporting the operator 'aten::frobnicate' to ONNX is not supported")
@@ -83,8 +89,8 @@ def test_a_build_knows_at_construction_if_its_queries_can_leave_torch(tiny_model
     odd = random_bert(tmp_path / "odd-model", seed=7)
     fallback = encoder_for(Strategy(model=odd))
     assert isinstance(fallback, TorchEncoder) and fallback.strategy.backend == "torch"  # what embeds
-    assert fallback.choice.export_failure.startswith("RuntimeError: Exporting the operator")
-    assert fallback.choice.status == f"torch ({fallback.choice.export_failure})"
+    assert fallback.decision.export_failure.startswith("RuntimeError: Exporting the operator")
+    assert fallback.decision.status == f"torch ({fallback.decision.export_failure})"
     with pytest.raises(BadInput, match="onnx-int8: this model cannot be exported"):
         encoder_for(Strategy(model=odd, backend="onnx-int8"))
 
@@ -92,9 +98,20 @@ def test_a_build_knows_at_construction_if_its_queries_can_leave_torch(tiny_model
 def test_the_execution_provider_is_the_callers_choice(tiny_model):
     strategy = encoder_for(Strategy(model=tiny_model)).strategy
     default = encoder_for(strategy, queries=True)
-    assert default.choice.provider == CPU and default.network.session.get_providers() == [CPU]
+    assert default.decision.provider == CPU and default.network.session.get_providers() == [CPU]
     with pytest.raises(BadInput, match="no execution provider 'NoSuchExecutionProvider'"):
-        encoder_for(strategy, queries=True, provider="NoSuchExecutionProvider")
+        encoder_for(strategy, EmbeddingOptions(provider="NoSuchExecutionProvider"), queries=True)
+
+
+def test_ray_is_one_more_runtime_the_decision_returns(tiny_model):
+    from indexer.encoders.on_ray import RayEncoder
+
+    here = encoder_for(Strategy(model=tiny_model))
+    on_ray = encoder_for(here.strategy, EmbeddingOptions(ray="local", ray_workers=2))  # nothing starts yet
+    assert isinstance(on_ray, RayEncoder) and callable(on_ray.embed_documents)
+    assert (on_ray.decision.ray, on_ray.decision.workers) == ("local", 2)
+    assert on_ray.decision.same_work(encoder_for(here.strategy).decision)  # what each worker runs
+    assert on_ray.strategy == here.strategy
 
 
 def test_a_text_that_tokenises_to_nothing_is_refused_by_every_encoder(tiny_model):

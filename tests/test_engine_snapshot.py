@@ -113,9 +113,9 @@ def test_the_engine_runs_its_queries_on_the_execution_provider_asked_for(tmp_pat
     with pytest.raises(BadInput, match="no execution provider 'NoSuchExecutionProvider'"):
         SearchEngine(path, provider="NoSuchExecutionProvider")
     engine = SearchEngine(path, provider="CPUExecutionProvider")
-    assert engine.embedder.choice.provider == "CPUExecutionProvider"
+    assert engine.embedder.decision.provider == "CPUExecutionProvider"
     build_faq(tmp_path, tiny_model, layers=(-1, -2), combine="concat")
-    assert engine.reload_if_changed() and engine.embedder.choice.provider == "CPUExecutionProvider"
+    assert engine.reload_if_changed() and engine.embedder.decision.provider == "CPUExecutionProvider"
 
 
 def test_query_and_serve_take_the_execution_provider(tmp_path, tiny_model):

@@ -1,7 +1,7 @@
 """The product's modules import each other one way: no import circle in ``indexer`` or ``search``,
 not even through an import deferred into a function or kept for type checking (a circle makes
-import order matter and hides which part depends on which), and SQLite is spoken by the catalog
-alone."""
+import order matter and hides which part depends on which), the floors run one way, and SQLite is
+spoken by the catalog alone (``indexer.columns`` only asks it its column limit, a floor down)."""
 
 from __future__ import annotations
 
@@ -75,10 +75,91 @@ def test_the_circle_finder_finds_one():
 
 
 def test_sqlite3_is_imported_only_by_the_catalog():
-    """Every SQL statement, SQLite error and SQLite fact (its column limit, which the corpus reader
-    checks a file's width against) lives in ``indexer/catalog.py``."""
-    allowed = {ROOT / "indexer" / "catalog.py"}
+    """Every SQL statement, SQLite error and SQLite fact lives in ``indexer/catalog.py``, but for
+    its column limit, which the corpus reader checks a file's width against a floor below the
+    catalog (``indexer/columns.py``)."""
+    allowed = {ROOT / "indexer" / "catalog.py", ROOT / "indexer" / "columns.py"}  # its column limit
     packages = ("indexer", "search", "semsearch")
     paths = [p for package in packages for p in sorted((ROOT / package).rglob("*.py"))]
     assert [hit for p in paths if p not in allowed for hit in heavy_imports(p, ("sqlite3",))] == []
     assert heavy_imports(ROOT / "indexer" / "catalog.py", ("sqlite3",))  # the scan sees it
+
+
+FLOORS: list[dict[str, tuple[str, ...]]] = [
+    {"base": ("indexer.errors", "indexer.progress", "indexer.lazy", "indexer.columns")},
+    {"reading": ("indexer.reading",)},
+    {"catalog": ("indexer.catalog",), "vectors": ("indexer.vectors",)},
+    {"embedding": ("indexer.embedding",), "files": ("indexer.files",)},
+    {"store": ("indexer.store",)},
+    {"encoders": ("indexer.encoders",)},
+    {"writing": ("indexer.writing",), "queries": ("search",)},
+    {"studying": ("search.evaluate", "search.abstention", "search.sweep", "search.tuning")},
+    {"cli": ("search.cli",), "facade": ("indexer",)},
+]
+"""The house's floors, lowest first: a module imports its own part and the floors below it, never
+one above nor a neighbour on its floor. The store sits under the encoders and the writers, the
+corpus reader under the catalog, the query side beside the writers (never importing them), the
+studies (which build indexes to measure them) above both, the CLI on top."""
+
+INTERNALS = (
+    "indexer.catalog",
+    "indexer.store.",
+    "indexer.encoders.factory",
+    "indexer.encoders.torch_encoder",
+    "indexer.encoders.onnx_encoder",
+    "indexer.encoders.onnx_graph",
+    "indexer.encoders.onnx_export",
+    "indexer.encoders.pipeline",
+    "indexer.encoders.training",
+    "indexer.encoders.on_ray",
+    "indexer.encoders.standalone",
+    "indexer.vectors.faiss_index",
+    "indexer.vectors.segments",
+)
+"""What the CLI never imports: it parses, calls the library's functions and prints."""
+
+
+def floor_of(module: str) -> tuple[int, str]:
+    """The floor and the part of ``module``: its longest prefix in ``FLOORS``."""
+    found = (-1, "", "")
+    for number, parts in enumerate(FLOORS):
+        for part, prefixes in parts.items():
+            for prefix in prefixes:
+                if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(found[2]):
+                    found = (number, part, prefix)
+    assert found[0] >= 0, f"{module} is on no floor: add it to FLOORS"
+    return found[0], found[1]
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that runs to a floor above, or to a neighbour on the same floor."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        floor, part = floor_of(module)
+        for target in sorted(targets):
+            other, other_part = floor_of(target)
+            if other > floor or (other == floor and other_part != part):
+                found.append(f"{module} ({part}) -> {target} ({other_part})")
+    return found
+
+
+def test_the_floors_run_one_way():
+    known = module_names()
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    assert upward(graph) == []
+
+
+def test_the_cli_goes_through_the_library():
+    known = module_names()
+    cli = {name: imports(name, path, known) for name, path in known.items() if name.startswith("search.cli")}
+    assert len(cli) > 3
+    reached = sorted(f"{m} -> {t}" for m, targets in cli.items() for t in targets if t.startswith(INTERNALS))
+    assert reached == []
+
+
+def test_the_floor_check_finds_an_import_that_runs_up():
+    graph = {"indexer.store.opening": {"indexer.encoders.factory"}, "indexer.writing.x": {"indexer.store"}}
+    assert upward(graph) == ["indexer.store.opening (store) -> indexer.encoders.factory (encoders)"]
+    assert upward({"search.engine": {"indexer.writing.build"}}) == [
+        "search.engine (queries) -> indexer.writing.build (writing)"
+    ]

@@ -100,7 +100,7 @@ def test_a_killed_export_s_staging_is_removed_by_the_next_export(tmp_path, tiny_
                 sys.executable,
                 "-c",
                 "import os, signal, sys\n"
-                "from indexer.writing.outputs import staged_dir, stop_on_sigterm\n"
+                "from indexer.files import staged_dir, stop_on_sigterm\n"
                 "stop_on_sigterm()\n"
                 "with staged_dir(sys.argv[1]) as made:\n"
                 "    (made / 'model.onnx.data').write_bytes(b'x' * 1000)\n"

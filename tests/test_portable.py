@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from indexer import Strategy, build_index
-from indexer.encoders.onnx_graph import HELD_FILES, graph_spec
+from indexer.embedding.graphs import HELD_FILES, graph_spec
 from indexer.errors import IndexDamaged
 from indexer.store import open_index
 from indexer.writing.update import compact_index
+from search.info import index_info
 from tests.helpers import ROOT, assert_keywords_exact, random_bert, write_csv
 
 pytest.importorskip("onnxruntime")
@@ -63,7 +64,7 @@ def test_a_version_holds_its_query_graph_and_tokenizer_as_links_of_the_cache(tmp
         assert name in stored.meta.files  # sizes and checksums, like every file of the version
     # hard links: the weights cost their bytes once on a disk, however many indexes hold them
     assert (stored.version / spec.weights.name).stat().st_ino == spec.weights.stat().st_ino
-    info = stored.info()
+    info = index_info(index)
     assert info["encoder"] == "onnx"
     held = sum((stored.version / name).stat().st_size for name in held_names(index))
     assert info["graph_bytes"] == held and info["size_bytes"] > held
@@ -79,7 +80,7 @@ def test_a_change_carries_the_graph_into_the_new_version_without_the_cache(tmp_p
     after = open_index(index, vectors=False)
     assert after.version != before.version and after.meta.graph == before.meta.graph
     assert (after.version / weights.name).stat().st_ino == weights.stat().st_ino
-    assert after.info()["encoder"] == "onnx"
+    assert index_info(index)["encoder"] == "onnx"
 
 
 def test_a_copied_index_takes_additions_without_its_model_or_the_cache(tmp_path, private_cache):

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from indexer import Strategy, build_index
+from indexer.embedding.graphs import graph_spec
 from indexer.encoders.factory import encoder_for, encoder_status
 from indexer.encoders.onnx_encoder import OnnxEncoder
-from indexer.encoders.onnx_graph import graph_spec
 from indexer.encoders.torch_encoder import TorchEncoder
+from search.info import index_info
 from tests.helpers import ROOT, random_bert, shared_file
 
 pytest.importorskip("onnxruntime")
@@ -113,7 +114,7 @@ def test_unexported_graph_is_reported_and_exported_on_first_use(tiny_model):
     strategy = encoder_for(Strategy(model=tiny_model, layers=(1,), pooling="mean", backend="torch")).strategy
     assert encoder_status(strategy).startswith("onnx (graph not exported")
     encoder = encoder_for(strategy, queries=True)
-    assert isinstance(encoder, OnnxEncoder) and encoder.choice.why.startswith("its graph was exported now")
+    assert isinstance(encoder, OnnxEncoder) and encoder.decision.why.startswith("its graph was exported now")
     assert encoder_status(strategy) == "onnx"
 
 
@@ -139,7 +140,7 @@ def test_a_failed_export_falls_back_to_torch_and_says_why(tiny_model):
     spec.failure.write_text("ExportError: unsupported operator\n", encoding="utf-8")
     encoder = encoder_for(strategy, queries=True)
     assert isinstance(encoder, TorchEncoder)
-    assert encoder.choice.status == encoder_status(strategy) == "torch (ExportError: unsupported operator)"
+    assert encoder.decision.status == encoder_status(strategy) == "torch (ExportError: unsupported operator)"
 
 
 HEAVY = ("torch", "transformers", "sentence_transformers")
@@ -198,11 +199,10 @@ def test_query_info_and_help_import_no_torch(small_index):
 
 @pytest.mark.slow
 def test_info_names_the_encoder(small_index):
-    from indexer.store import open_index
     from search.engine import SearchEngine
 
     index, _ = small_index  # the autouse fixture points at the same cache
-    assert open_index(index).info()["encoder"] == "onnx"
+    assert index_info(index)["encoder"] == "onnx"
     assert SearchEngine(index).snapshot.info()["encoder"] == "onnx"
 
 

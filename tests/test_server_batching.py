@@ -15,7 +15,7 @@ pytest.importorskip("fastapi")
 from indexer.embedding.strategy import Strategy  # noqa: E402
 from indexer.encoders.onnx_encoder import OnnxEncoder  # noqa: E402
 from search.server import create_app  # noqa: E402
-from search.server.batching import MicroBatcher, embed_in_groups, length_groups  # noqa: E402
+from search.server.batching import MicroBatcher  # noqa: E402
 from tests.helpers import ROWS, build_faq  # noqa: E402
 
 
@@ -197,7 +197,7 @@ def test_long_requests_take_turns_and_stop_when_cancelled():
         # a request cancelled while its first part is embedded never queues the second
         gate.clear()
         gone = asyncio.ensure_future(batcher.embed(embedder, ["hold", *long[1:]]))
-        while len(calls) < 5:
+        while len(calls) < 4:
             await asyncio.sleep(0.01)
         gone.cancel()
         gate.set()
@@ -206,41 +206,14 @@ def test_long_requests_take_turns_and_stop_when_cancelled():
     asyncio.run(run())
     assert (
         [texts for _, texts in calls]
-        == [  # a batch's texts go in passes of similar length
+        == [  # a batch goes to the encoder whole: its passes are the encoder's (by token counts)
             ["hold"],
-            ["small"],
-            long[:32],
+            [*long[:32], "small"],
             long[32:],
-            ["hold"],
-            long[1:32],
+            ["hold", *long[1:32]],
             ["after"],
         ]
     )
-
-
-class Lengths:
-    """A stand-in embedder whose vector of a text is its length; records each pass's lengths."""
-
-    strategy = Strategy(max_length=128)
-
-    def __init__(self) -> None:
-        self.passes: list[list[int]] = []
-
-    def embed(self, texts, role="query"):
-        self.passes.append([len(t) for t in texts])
-        return np.array([[len(t)] for t in texts], dtype=np.float32)
-
-
-def test_a_batch_of_mixed_lengths_pads_no_short_text_to_a_long_one():
-    """A forward pass costs as much for a padded short text as for the longest one: a batch of
-    short queries and long sentences goes in two passes, a batch of similar lengths in one, and
-    every text gets its own vector back in its place."""
-    embedder = Lengths()
-    texts = ["x" * n for n in [200, 5, 203, 6, 7, 202, 5, 204]]
-    assert embed_in_groups(embedder, texts).ravel().tolist() == [len(t) for t in texts]
-    assert embedder.passes == [[5, 5, 6, 7], [200, 202, 203, 204]]
-    assert length_groups([30, 31, 29, 32]) == [[2, 0, 1, 3]]
-    assert sorted(i for group in length_groups(list(range(100))) for i in group) == list(range(100))
 
 
 def test_a_batch_costs_one_hop_for_its_lookups_not_one_per_request(tmp_path, tiny_model, monkeypatch):

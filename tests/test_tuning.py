@@ -282,7 +282,7 @@ def test_the_output_loads_in_index_query_evaluate_onnx_and_sentence_transformers
     }
     assert identified(Strategy(model=str(out))).model_fingerprint.startswith("sha256:")
     onnx = encoder_for(Strategy(model=str(out)))
-    assert onnx.choice.backend == "onnx"  # exported by the existing path: queries stay torch-free
+    assert onnx.decision.runtime == "onnx"  # exported by the existing path: queries stay torch-free
     texts = [sentence(i) for i in range(8)]
     reference = encoder_for(Strategy(model=str(out), backend="torch")).embed(texts)
     np.testing.assert_allclose(onnx.embed(texts), reference, atol=1e-5)

@@ -260,7 +260,7 @@ def test_row_number_index_written_before_the_counter_appends_past_its_ids(tmp_pa
 def test_add_past_the_field_limit_is_one_clear_error_and_changes_nothing(index, tmp_path):
     """The index's fields and the file's new ones together must fit SQLite's table: checked before
     anything is written (SQLite's own "too many columns" came mid-write)."""
-    from indexer.catalog import MAX_FIELDS
+    from indexer.columns import MAX_FIELDS
     from tests.helpers import assert_clean_failure, run
 
     names = ["id", "text", *(f"x{i}" for i in range(MAX_FIELDS - 2))]  # as wide as a file may be

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexer.embedding.words import WORD_STRATEGY, Word, context, cosine_matrix, occurrences, word_vectors
 from indexer.encoders.torch_encoder import TorchEncoder
+from indexer.encoders.words import WORD_STRATEGY, Word, context, cosine_matrix, occurrences, word_vectors
 from indexer.errors import SemsearchError
 
 SENTENCE = (

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,9 +23,6 @@ from indexer.embedding.strategy import DEFAULT_WEIGHT
 from indexer.errors import BadInput
 from indexer.progress import Share
 from indexer.reading.corpus import Entry, field_text, nearest, spelled
-
-if TYPE_CHECKING:
-    from indexer.encoders.base import Encoder
 
 
 @dataclass(frozen=True)
@@ -87,8 +84,16 @@ class FieldScoring:
         return cls(tuple(stored["fields"]), float(stored["weight"])) if stored else None
 
 
+class Embeds(Protocol):
+    """What ``embed_entries`` needs of an encoder (``indexer.encoders.base.Encoder`` is one)."""
+
+    def embed_documents(
+        self, texts: Sequence[str], *, progress: Share | None = None
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
 def embed_entries(
-    encoder: Encoder, entries: Sequence[Entry], scoring: FieldScoring | None, *, progress: Share | None = None
+    encoder: Embeds, entries: Sequence[Entry], scoring: FieldScoring | None, *, progress: Share | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectors of the entries' texts (and, with ``scoring``, of their also texts): (vectors,
     owners = entry position of each vector, also = whether it is an also-vector)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from indexer.embedding.batching import Batching
 from indexer.embedding.pooling import Pooling, namespace
 from indexer.embedding.strategy import Strategy
 from indexer.errors import ModelFailed
@@ -103,17 +104,17 @@ def encode(
     heads: Sequence[Head],
     dimensions: Sequence[int],
     *,
-    batch_size: int,
+    batching: Batching,
     pad: int,
     on_batch: Callable[[int], object] | None = None,
 ) -> list[np.ndarray]:
-    """Length-sorted batches (little padding) through the network; each head makes its vectors.
-    Several networks (copies of one: ONNX Runtime sessions, each on a few cores) run batches side by
-    side, one thread each: one session cannot keep many cores busy on small batches."""
+    """The passes ``batching`` plans from the pieces' token counts through the network; each head
+    makes its vectors. Several networks (copies of one: ONNX Runtime sessions, each on a few
+    cores) run batches side by side, one thread each: one session cannot keep many cores busy on
+    small batches."""
     networks = [network] if callable(network) else list(network)
     outs = [np.zeros((len(ids), d), dtype=np.float32) for d in dimensions]
-    order = np.argsort([len(piece) for piece in ids], kind="stable")
-    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    batches = batching.plan([len(piece) for piece in ids])
 
     def run(on: Network, batch: np.ndarray) -> int:
         input_ids, attention = pad_batch([ids[i] for i in batch], pad)

@@ -1,4 +1,4 @@
-"""What every encoder is (``Encoder``), what the factory says about the one it built (``Choice``)
+"""What every encoder is (``Encoder``), what the factory decided for the one it built (``Decision``)
 and the part shared by the encoders that run a network in this process (``NetworkEncoder``).
 
 Torch and ONNX Runtime encoders differ only in their network: both tokenise with
@@ -9,38 +9,91 @@ code that embedded the corpus.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from indexer.embedding.batching import Batching
 from indexer.embedding.head import Head, Network, encode
-from indexer.embedding.strategy import PRECISION, Strategy
+from indexer.embedding.strategy import Strategy
 from indexer.encoders.devices import Placement
 from indexer.encoders.tokens import TextTokenizer
 from indexer.progress import Share, batches
 
+if TYPE_CHECKING:
+    from indexer.embedding.graphs import GraphSpec
+
 
 @dataclass(frozen=True)
-class Choice:
-    """What the factory built for a strategy and why, fixed when the encoder is made."""
+class Decision:
+    """What will embed a strategy's texts, decided before anything loads
+    (``indexer.encoders.factory.decide``), and carried by the encoder it made: the runtime, the
+    device and precision, the batching, Ray or not, and why (a fallback says so here: it is a
+    decision too). ``info`` shows the record a build or an add wrote (``record``)."""
 
-    backend: str
-    """What runs the network: ``torch``, ``onnx`` / ``onnx-int8`` (ONNX Runtime) or ``ray``."""
+    runtime: str
+    """What runs the network: ``torch`` or ``onnx`` (ONNX Runtime), on Ray's workers when ``ray``."""
+    placement: Placement
+    """The device and precision (``int8`` for ``onnx-int8``)."""
+    batching: Batching
     why: str
-    """One line: why this backend (asked for, graph cached, graph exported now, export failed...)."""
+    """One line: why this runtime (asked for, graph cached, exported now, export failed...)."""
+    ray: str | None = None
+    """The Ray address the texts are embedded at, each worker on ``placement``; None: here."""
+    workers: int | None = None
+    """Ray actors (None: one per CPU of the cluster)."""
     export_failure: str | None = None
     """Why the strategy's graph cannot be exported to ONNX, when that was found: queries then run on
     torch, and a build says so."""
     provider: str | None = None
-    """The ONNX Runtime execution provider, for the ONNX backends."""
+    """The ONNX Runtime execution provider."""
+    graph: GraphSpec | None = field(default=None, compare=False)
+    """The exported graph ONNX Runtime runs."""
+    strategy: Strategy | None = field(default=None, compare=False)
+    """The resolved strategy that graph runs, where known before loading."""
+    export: bool = False
+    """The graph must be exported from the torch model first (a failure falls back to torch)."""
 
     @property
     def status(self) -> str:
-        """What ``info`` shows: ``onnx``, ``torch``, or ``torch (why not onnx)``."""
-        if self.backend.startswith("onnx"):
+        """What ``info`` shows for queries: ``onnx``, ``torch``, or ``torch (why not onnx)``."""
+        if self.runtime == "onnx":
             return "onnx"
-        return f"{self.backend} ({self.export_failure})" if self.export_failure else self.backend
+        return f"torch ({self.export_failure})" if self.export_failure else "torch"
+
+    def record(self) -> dict[str, Any]:
+        """What the index keeps of it (``info``'s ``embedded``)."""
+        return {
+            "runtime": self.runtime,
+            **self.placement.to_dict(),
+            "batching": self.batching.to_dict(),
+            "ray": self.ray,
+            "workers": self.workers,
+            "why": self.why,
+        }
+
+    def same_work(self, other: Decision) -> bool:
+        """Whether ``other`` embeds as this does: runtime, kind of device, precision, batching
+        (what a Ray worker is checked against; its GPU may be numbered otherwise)."""
+        return (self.runtime, self.placement.on_cpu, self.placement.precision, self.batching) == (
+            other.runtime,
+            other.placement.on_cpu,
+            other.placement.precision,
+            other.batching,
+        )
+
+
+def describe_record(record: dict[str, Any]) -> str:
+    """One line of ``Decision.record`` (or of an older index's device and precision alone)."""
+    line = f"{record['device']}, {record['precision']}"
+    if "runtime" not in record:
+        return line
+    batching = Batching(**record["batching"]).describe()
+    count = record["workers"]
+    workers = "a worker per CPU" if count is None else f"{count} worker" + ("s" if count > 1 else "")
+    where = f" on Ray at {record['ray']} ({workers})" if record["ray"] else ""
+    return f"{record['runtime']}{where}, {line}, {batching}; {record['why']}"
 
 
 class Encoder(Protocol):
@@ -52,9 +105,8 @@ class Encoder(Protocol):
 
     strategy: Strategy
     """The resolved strategy the vectors follow (its backend: what embedded them)."""
-    choice: Choice
-    placement: Placement
-    """Where the vectors are made and at what precision (what ``info`` records)."""
+    decision: Decision
+    """What embeds the vectors, where, how batched, and why (what ``info`` records)."""
 
     def embed(
         self, texts: Sequence[str], *, progress: Share | None = None, role: str = "query"
@@ -77,8 +129,7 @@ class NetworkEncoder:
         network: Network,
         *,
         hidden_size: int,
-        batch_size: int,
-        choice: Choice,
+        decision: Decision,
     ):
         self.strategy = strategy
         self.tokens = tokens
@@ -86,9 +137,7 @@ class NetworkEncoder:
         self.network = network
         self.hidden_size = hidden_size
         self.dimension = strategy.dimension(hidden_size)
-        self.batch_size = batch_size
-        self.choice = choice
-        self.placement = Placement("cpu", PRECISION[strategy.backend])
+        self.decision = decision
         self.copies: Sequence[Network] = ()
         """More copies of the network that run batches beside it (``indexer.encoders.onnx_encoder``)."""
 
@@ -121,7 +170,7 @@ class NetworkEncoder:
             ids,
             heads,
             dimensions,
-            batch_size=self.batch_size,
+            batching=self.decision.batching,
             pad=self.tokens.pad,
             on_batch=batches(progress, len(ids)),
         )

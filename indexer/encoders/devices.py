@@ -57,7 +57,7 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def placement(device: str | None = "auto", precision: str | None = "auto") -> Placement:
+def placement(device: str | None = None, precision: str | None = None) -> Placement:
     """``device`` and ``precision`` as asked (``None``: ``auto``), resolved on this machine."""
     device = (device or "auto").strip().lower()
     precision = (precision or "auto").strip().lower()

@@ -1,5 +1,5 @@
 """The one place that picks an encoder for a strategy, and says what it picked and why
-(``Encoder.choice``): for indexing (``build``, ``add``, shards, Ray workers, evaluation) and for
+(``Encoder.decision``): for indexing (``build``, ``add``, shards, Ray workers, evaluation) and for
 an index's queries (``queries=True``).
 
 - ``torch`` asked for: the model on torch.
@@ -16,25 +16,37 @@ an index's queries (``queries=True``).
 - Queries always run the graph (``onnx`` for a ``torch`` index: the same fp32 vectors), exported
   first if that was never tried; on torch, saying why, where it cannot be.
 
-The choice is one step, ``decide``: ``(strategy, held graph, placement) -> Decision`` (runtime,
-precision, placement, graph, why), made without loading anything; ``encoder_for`` then builds what
-it says, exporting the graph first where the decision needs it. ``RUNTIMES`` names the class of
-each runtime, imported only when chosen, so choosing ONNX Runtime never imports torch.
+- ``--ray``: the same decision, made for the workers (``indexer.encoders.ray``), each of which
+  embeds on the placement it says and is checked to have.
+
+The choice is one step, ``decide``: ``(strategy, options, held graph) -> Decision`` (runtime,
+placement, batching, Ray, why), made from the resolved ``EmbeddingOptions`` without loading
+anything; ``encoder_for`` then builds what it says, exporting the graph first where the decision
+needs it (an export that fails is the fallback the decision names, not a second decision).
+``RUNTIMES`` names the class of each runtime, imported only when chosen, so choosing ONNX Runtime
+never imports torch. Nothing else builds an encoder: a sweep, fine-tuning and word vectors get
+their torch encoder from ``torch_encoder``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from functools import partial
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from indexer.embedding.batching import Batching
+from indexer.embedding.graphs import GraphSpec, graph_spec
 from indexer.embedding.models import identified, model_facts_from_files, resolve_strategy
 from indexer.embedding.strategy import PRECISION, Strategy
-from indexer.encoders.base import Choice, Encoder
-from indexer.encoders.devices import CPU as ON_CPU
+from indexer.encoders.base import Decision, Encoder
 from indexer.encoders.devices import Placement
-from indexer.encoders.onnx_graph import CPU, GraphSpec, graph_spec
+from indexer.encoders.onnx_graph import CPU
+from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
+
+if TYPE_CHECKING:
+    from indexer.encoders.torch_encoder import TorchEncoder
 
 RUNTIMES: dict[str, str] = {
     "torch": "indexer.encoders.torch_encoder:TorchEncoder",
@@ -48,6 +60,8 @@ EXPORTED = "its graph was exported now (cached for the next time)"
 HELD = "the index holds its graph"
 CACHED = "its graph is cached"
 ASKED = "backend torch asked for"
+SWEEP = "every layer in one forward pass (a sweep)"
+HERE = EmbeddingOptions()
 
 
 def runtime(name: str) -> Any:
@@ -56,43 +70,39 @@ def runtime(name: str) -> Any:
     return getattr(import_module(module), attribute)
 
 
-@dataclass(frozen=True)
-class Decision:
-    """What runs a strategy's network, at what precision, where, and why: decided before anything
-    is loaded. ``graph``: the exported graph ONNX Runtime runs, and ``strategy`` the resolved
-    strategy it runs; ``export``: that graph must be exported from the torch model first (a failure
-    falls back to torch, saying why)."""
-
-    runtime: str
-    precision: str
-    placement: Placement
-    why: str
-    graph: GraphSpec | None = None
-    strategy: Strategy | None = None
-    export: bool = False
-    failure: str | None = None
-
-
 def decide(
-    strategy: Strategy, *, held: GraphSpec | None = None, placement: Placement = ON_CPU, queries: bool = False
+    strategy: Strategy,
+    options: EmbeddingOptions = HERE,
+    *,
+    held: GraphSpec | None = None,
+    queries: bool = False,
 ) -> Decision:
     """The one encoder decision (see the module doc). ``strategy``: resolved for ``queries``."""
+    if options.ray is not None and not queries:
+        here = decide(strategy, options.here(), held=held)
+        return replace(here, ray=options.ray, workers=options.ray_workers)
+    on = options.placement
+    batching = Batching.on(on.on_cpu, options.batch_size)  # the ONNX Runtime's; torch's below
+    on_torch = Batching.on(on.on_cpu, options.batch_size, runtime="torch")
     precision = PRECISION[strategy.backend]
-    if not placement.on_cpu:
+    if not on.on_cpu:
         if precision == "int8":
             raise BadInput(f"backend {strategy.backend} runs on the CPU only (--device cpu)")
-        return Decision("torch", placement.precision, placement, f"{placement.describe()} asked for")
+        return Decision("torch", on, on_torch, f"{on.describe()} asked for")
+    provider = options.provider or CPU
     if held is not None and held.exported:  # an index's own graph: its queries and what is added
-        return Decision("onnx", PRECISION[held.backend], placement, HELD, graph=held)
+        on = Placement("cpu", PRECISION[held.backend])
+        return Decision("onnx", on, batching, HELD, provider=provider, graph=held)
     if strategy.backend == "torch" and not queries:
-        return Decision("torch", "fp32", placement, ASKED)
+        return Decision("torch", on, on_torch, ASKED)
     resolved, spec = _graph(strategy, queries)
+    graph_on = Placement("cpu", precision)
     if spec is not None and spec.exported:
-        return Decision("onnx", precision, placement, CACHED, graph=spec, strategy=resolved)
+        return Decision("onnx", graph_on, batching, CACHED, provider=provider, graph=spec, strategy=resolved)
     failure = spec.failed() if spec is not None and queries else None  # queries never retry an export
     if failure is not None:
-        return _fallback(strategy, placement, failure)
-    return Decision("onnx", precision, placement, EXPORTED, export=True)
+        return _fallback(strategy, on, options.batch_size, failure)
+    return Decision("onnx", graph_on, batching, EXPORTED, provider=provider, export=True)
 
 
 def _graph(strategy: Strategy, queries: bool) -> tuple[Strategy, GraphSpec | None]:
@@ -106,59 +116,81 @@ def _graph(strategy: Strategy, queries: bool) -> tuple[Strategy, GraphSpec | Non
     return resolved, graph_spec(resolved, facts.num_layers)
 
 
-def _fallback(strategy: Strategy, placement: Placement, failure: str) -> Decision:
+def _fallback(strategy: Strategy, on: Placement, batch_size: int, failure: str) -> Decision:
     """Where the graph cannot be had: fp32 vectors come from torch; int8 ones exist only on it."""
     if PRECISION[strategy.backend] == "int8":
         raise BadInput(f"backend {strategy.backend}: this model cannot be exported to ONNX ({failure})")
-    return Decision("torch", "fp32", placement, f"its graph cannot be exported ({failure})", failure=failure)
+    why = f"its graph cannot be exported ({failure})"
+    batching = Batching.on(on.on_cpu, batch_size, runtime="torch")
+    return Decision("torch", on, batching, why, export_failure=failure)
 
 
 def encoder_for(
     strategy: Strategy | None = None,
+    options: EmbeddingOptions = HERE,
     *,
-    batch_size: int = 32,
     queries: bool = False,
     export_queries: bool = False,
-    provider: str = CPU,
     held: GraphSpec | None = None,
-    placement: Placement = ON_CPU,
 ) -> Encoder:
-    """The encoder ``decide`` picks for ``strategy``. ``queries``: for an index's questions (the
-    strategy is its stored, resolved one). ``export_queries``: also make sure the graph the index's
-    queries will run exists (what a build does; ``choice.export_failure`` says why it cannot).
-    ``provider``: ONNX Runtime's execution provider. ``held``: the graph an index holds for its
-    queries (``StoredIndex.graph``): the same network for what is added to it. ``placement``: the
-    device and precision (a GPU runs torch). (Embedding on Ray is ``indexer.writing.distributed.RayEncoder``,
-    whose workers each pick their encoder here.)"""
+    """The encoder ``decide`` picks for ``strategy`` with ``options``. ``queries``: for an index's
+    questions (the strategy is its stored, resolved one). ``export_queries``: also make sure the
+    graph the index's queries will run exists (what a build does; ``decision.export_failure`` says
+    why it cannot). ``held``: the graph an index holds for its queries (``StoredIndex.graph``): the
+    same network for what is added to it. With ``options.ray``, a build resolves the strategy and
+    exports its graph here first; the workers then embed as the decision says."""
     request = strategy or Strategy()
     if not queries:
         request = identified(request)
-    decision = decide(request, held=held, placement=placement, queries=queries)
+    decision = decide(request, options, held=held, queries=queries)
+    if decision.ray is not None:
+        from indexer.encoders.on_ray import RayEncoder, worker_options
+
+        if export_queries:  # the strategy resolved and its graph exported once, by the driver
+            here = encoder_for(request, options.here(), export_queries=True, held=held)
+            request = here.strategy
+            decision = replace(here.decision, ray=options.ray, workers=options.ray_workers)
+        build = partial(encoder_for, request, worker_options(decision, options), held=held)
+        return RayEncoder(request, decision, build)
     spin = not queries  # bulk work keeps ONNX Runtime's threads spinning; a server wants them asleep
     if decision.runtime == "torch":  # what embeds the vectors is what the strategy records
-        on_torch = replace(request, backend="torch")
-        encoder = runtime("torch")(on_torch, batch_size=batch_size, placement=decision.placement)
-        failure, why = decision.failure, decision.why
-        if export_queries and not queries and failure is None:
+        encoder = runtime("torch")(replace(request, backend="torch"), decision=decision)
+        if export_queries and not queries and decision.export_failure is None:
             failure = encoder.export_for_queries()
-            why += f"; its graph cannot be exported ({failure})" if failure else ""
-        encoder.choice = Choice("torch", why, export_failure=failure)
+            if failure:
+                why = f"{decision.why}; its graph cannot be exported ({failure})"
+                encoder.decision = replace(decision, why=why, export_failure=failure)
         return encoder
     graph, resolved = decision.graph, decision.strategy or request
     if decision.export:
-        torch = runtime("torch")(request, batch_size=batch_size)
+        exporting = replace(decision, runtime="torch", placement=options.placement)
+        torch = runtime("torch")(request, decision=exporting)
         failure = torch.export_for_queries()  # an onnx strategy's graph is its queries' graph
         if failure is not None:
-            fallback = _fallback(request, decision.placement, failure)
             torch.strategy = replace(torch.strategy, backend="torch")  # what embeds the vectors
-            torch.choice = Choice("torch", fallback.why, export_failure=failure)
+            torch.decision = _fallback(request, options.placement, options.batch_size, failure)
             return torch
         resolved, graph = torch.strategy, graph_spec(torch.strategy, torch.num_layers)
+        decision = replace(decision, graph=graph, strategy=resolved)
     assert graph is not None
-    choice = Choice(graph.backend, decision.why, provider=provider)
-    return runtime("onnx")(
-        resolved, batch_size=batch_size, spec=graph, spin=spin, provider=provider, choice=choice
-    )
+    return runtime("onnx")(resolved, spec=graph, spin=spin, decision=decision)
+
+
+def torch_encoder(
+    strategy: Strategy | None = None,
+    options: EmbeddingOptions = HERE,
+    *,
+    all_layers: bool = False,
+    loaded: tuple[Any, Any] | None = None,
+) -> TorchEncoder:
+    """The strategy's model on torch, whatever its backend (a sweep keeps it in the strategies it
+    compares): for what needs the model itself (a sweep's every layer, ``all_layers``; fine-tuning;
+    word vectors). ``loaded``: the tokenizer and
+    model of another torch encoder of the same model, reused."""
+    on = options.placement
+    why = SWEEP if all_layers else ASKED
+    decision = Decision("torch", on, Batching.on(on.on_cpu, options.batch_size, runtime="torch"), why)
+    return runtime("torch")(strategy or Strategy(), decision=decision, all_layers=all_layers, loaded=loaded)
 
 
 def encoder_status(strategy: Strategy, held: GraphSpec | None = None) -> str:
@@ -166,5 +198,5 @@ def encoder_status(strategy: Strategy, held: GraphSpec | None = None) -> str:
     ``torch (why)`` when they cannot run without torch. ``held``: the graph the index holds."""
     decision = decide(strategy, held=held, queries=True)
     if decision.runtime == "torch":
-        return f"torch ({decision.failure})"
+        return f"torch ({decision.export_failure})"
     return "onnx" if not decision.export else "onnx (graph not exported yet: the next query exports it)"

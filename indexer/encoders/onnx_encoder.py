@@ -8,36 +8,43 @@ torch and transformers and loading the model cost seconds per process; this cost
 
 from __future__ import annotations
 
+from indexer.embedding.batching import Batching
+from indexer.embedding.graphs import GraphSpec, graph_spec
 from indexer.embedding.head import Head
 from indexer.embedding.models import model_file, read_json
-from indexer.embedding.strategy import Strategy
-from indexer.encoders.base import Choice, NetworkEncoder
-from indexer.encoders.onnx_graph import CPU, GraphSpec, OnnxGraph, bulk_sessions, graph_spec, usable_cores
+from indexer.embedding.strategy import PRECISION, Strategy
+from indexer.encoders.base import Decision, NetworkEncoder
+from indexer.encoders.devices import Placement
+from indexer.encoders.onnx_graph import CPU, OnnxGraph, bulk_sessions, usable_cores
+from indexer.encoders.options import BATCH_SIZE
 from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
+
+EXPORTED = "its graph is exported"
 
 
 class OnnxEncoder(NetworkEncoder):
     """The strategy's exported graph on ONNX Runtime (``onnx`` or ``onnx-int8``), tokenised by
     ``tokenizers``. ``strategy`` must be resolved (a stored one is). ``spin``: let idle threads
     spin between operators (indexing throughput; a server wants them asleep), and on a many-core
-    machine run several sessions side by side (``bulk_sessions``). ``provider``: the ONNX Runtime
-    execution provider."""
+    machine run several sessions side by side (``bulk_sessions``). ``decision``: the factory's
+    (its execution provider, its batching); built alone, the CPU's."""
 
     def __init__(
         self,
         strategy: Strategy,
         *,
-        batch_size: int = 32,
         spec: GraphSpec | None = None,
         spin: bool = False,
-        provider: str = CPU,
-        choice: Choice | None = None,
+        decision: Decision | None = None,
         sessions: tuple[int, int] | None = None,
     ):
         if not strategy.resolved:
             raise BadInput("the ONNX encoder needs a resolved strategy (an index's stored one)")
         spec = spec or graph_spec(strategy)
+        on = Placement("cpu", PRECISION[spec.backend])
+        decision = decision or Decision("onnx", on, Batching.on(True, BATCH_SIZE), EXPORTED, provider=CPU)
+        provider = decision.provider or CPU
         if not spec.exported:
             raise FileNotFoundError(spec.path)
         tokens = TextTokenizer.from_files(spec.location, strategy)
@@ -50,7 +57,6 @@ class OnnxEncoder(NetworkEncoder):
             Head(strategy, int(config["num_hidden_layers"]), tokens.special_ids),
             graphs[0],
             hidden_size=int(config["hidden_size"]),
-            batch_size=batch_size,
-            choice=choice or Choice(spec.backend, "its graph is exported", provider=provider),
+            decision=decision,
         )
         self.copies = graphs[1:]

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
+from indexer.embedding.graphs import GraphSpec
 from indexer.embedding.strategy import PRECISION
-from indexer.encoders.onnx_graph import GraphSpec
 from indexer.errors import BadInput
 
 

@@ -6,8 +6,9 @@ the time on short texts: tokenising, padding and copying in one thread between b
 
 - **Tokenising ahead**: texts are tokenised a window at a time on another thread (``tokenizers``
   releases the GIL and uses every core) while the device runs the window before.
-- **Batches by a token budget** over length-sorted pieces: short texts go in batches of thousands,
-  long ones in fewer rows, so a batch is about the same work and carries little padding.
+- **Batches planned from token counts** (``indexer.embedding.batching``, the rule every loop
+  runs): short texts go in batches of thousands, long ones in fewer rows, so a batch is about the
+  same work and carries little padding.
 - **Pinned memory and non-blocking copies** of each padded batch; the heads (layers, pooling,
   normalising) run on the device, so only the sentence vectors come back, once a window.
 - **Half precision** where asked (``indexer.encoders.devices``): the network's weights in fp16 or
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from indexer.embedding.batching import Batching
 from indexer.embedding.head import Head, NetworkOutput, Tokenized, finite, pad_batch
 from indexer.encoders.devices import Placement
 
@@ -36,37 +38,7 @@ WINDOW = 8192
 first batch starts soon and a window's vectors are a few MB."""
 LOOKAHEAD = 2
 """Windows tokenised ahead of the one the device runs."""
-GPU_TOKENS = 65536
-"""Tokens (rows x padded width) in one GPU batch: thousands of short texts, hundreds of long ones."""
-GPU_ROWS = 4096
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-@dataclass(frozen=True)
-class Batching:
-    """How pieces are grouped: at most ``rows`` a batch and ``tokens`` (rows x padded width)."""
-
-    rows: int
-    tokens: int
-
-    @classmethod
-    def on(cls, placement: Placement, batch_size: int) -> Batching:
-        """The CPU keeps ``batch_size`` rows (its cache-sized batches); a GPU takes a token budget."""
-        if placement.on_cpu:
-            return cls(rows=batch_size, tokens=batch_size * 1024)
-        return cls(rows=max(batch_size, GPU_ROWS), tokens=max(batch_size * 512, GPU_TOKENS))
-
-    def plan(self, lengths: np.ndarray) -> list[np.ndarray]:
-        """Piece indices per batch: longest first (a too-large batch fails at once), each batch as
-        many rows as the budget allows at its widest piece."""
-        order = np.argsort(-lengths, kind="stable")
-        out, start = [], 0
-        while start < len(order):
-            width = max(int(lengths[order[start]]), 1)
-            rows = max(1, min(self.rows, self.tokens // width))
-            out.append(order[start : start + rows])
-            start += rows
-        return out
 
 
 class _Float32States(Mapping[int, torch.Tensor]):

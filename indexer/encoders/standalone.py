@@ -21,9 +21,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from indexer.embedding.graphs import GraphSpec
 from indexer.embedding.strategy import PRECISION, Strategy
 from indexer.embedding.transform import Transform
-from indexer.encoders.onnx_graph import GraphSpec
 from indexer.errors import BadInput
 
 OUTPUT = "sentence_embedding"

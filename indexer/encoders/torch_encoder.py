@@ -19,19 +19,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from indexer.embedding.batching import Batching
+from indexer.embedding.graphs import graph_spec
 from indexer.embedding.head import Head, NetworkOutput, Tokenized
 from indexer.embedding.models import ModelFacts, identified, load_model, model_location, resolve_strategy
 from indexer.embedding.strategy import PRECISION, Strategy
-from indexer.encoders.base import Choice, NetworkEncoder
-from indexer.encoders.devices import CPU, Placement
-from indexer.encoders.onnx_graph import graph_spec
-from indexer.encoders.pipeline import Batching, DeviceNetwork, embed
+from indexer.encoders.base import Decision, NetworkEncoder
+from indexer.encoders.devices import CPU
+from indexer.encoders.options import BATCH_SIZE
+from indexer.encoders.pipeline import DeviceNetwork, embed
 from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
 from indexer.progress import Share
 
-ASKED = Choice("torch", "backend torch asked for")
-SWEEP = Choice("torch", "every layer in one forward pass (a sweep)")
+ALONE = Decision("torch", CPU, Batching.on(True, BATCH_SIZE, runtime="torch"), "backend torch asked for")
+"""What a torch encoder built without the factory's decision runs (a test's reference)."""
 
 
 def _layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
@@ -78,20 +80,19 @@ class TorchEncoder(NetworkEncoder):
 
     ``all_layers`` keeps every block (for sweeps over strategies, ``embed_grid``); otherwise the
     network is cut after the deepest layer the strategy reads. ``loaded``: the tokenizer and model
-    of another ``TorchEncoder`` of the same model, reused rather than loaded again. ``placement``:
-    the device and precision it embeds on (the model moves there at its first embedding, so the
-    query graph is exported from the fp32 CPU model before).
+    of another ``TorchEncoder`` of the same model, reused rather than loaded again. ``decision``:
+    the factory's (``indexer.encoders.factory``, which alone builds one): the device and precision
+    it embeds on (the model moves there at its first embedding, so the query graph is exported
+    from the fp32 CPU model before) and its batching.
     """
 
     def __init__(
         self,
         strategy: Strategy | None = None,
         *,
-        batch_size: int = 32,
+        decision: Decision = ALONE,
         all_layers: bool = False,
-        choice: Choice | None = None,
         loaded: tuple[Any, Any] | None = None,
-        placement: Placement = CPU,
     ):
         request = identified(strategy or Strategy())  # located and fingerprinted, not cwd-relative
         if all_layers and PRECISION[request.backend] == "int8":
@@ -118,10 +119,8 @@ class TorchEncoder(NetworkEncoder):
             head,
             TorchNetwork(self.model, deepest),
             hidden_size=self.facts.hidden_size,
-            batch_size=batch_size,
-            choice=choice or (SWEEP if all_layers else ASKED),
+            decision=decision,
         )
-        self.placement = placement
         self._on_device: DeviceNetwork | None = None
 
     @property
@@ -161,14 +160,14 @@ class TorchEncoder(NetworkEncoder):
         self, texts: Sequence[str], tokenize: Any, heads: Sequence[Head], progress: Share | None
     ) -> tuple[list[np.ndarray], np.ndarray]:
         if self._on_device is None:
-            self._on_device = DeviceNetwork(self.model, self.placement)
+            self._on_device = DeviceNetwork(self.model, self.decision.placement)
         return embed(
             self._on_device,
             tokenize,
             list(texts),
             heads,
             [h.strategy.dimension(self.hidden_size) for h in heads],
-            batching=Batching.on(self.placement, self.batch_size),
+            batching=self.decision.batching,
             pad=self.tokens.pad,
             on_share=progress,
         )

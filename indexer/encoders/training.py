@@ -35,7 +35,9 @@ import torch
 
 from indexer.embedding.head import NetworkOutput, pad_batch
 from indexer.embedding.strategy import Strategy
-from indexer.encoders.devices import CPU, Placement
+from indexer.encoders.devices import Placement
+from indexer.encoders.factory import HERE, torch_encoder
+from indexer.encoders.options import EmbeddingOptions
 from indexer.encoders.pipeline import DTYPES
 from indexer.encoders.torch_encoder import TorchEncoder, _layer_stack
 from indexer.errors import BadInput
@@ -105,12 +107,12 @@ Measure = Callable[[Callable[..., np.ndarray]], float]
 """Held-back metric (higher is better) of an ``embed(texts, role=...)`` function (``Encoder.embed``)."""
 
 
-def trainable(strategy: Strategy | None, placement: Placement = CPU) -> TorchEncoder:
+def trainable(strategy: Strategy | None, options: EmbeddingOptions = HERE) -> TorchEncoder:
     """The strategy's torch encoder, checked to be trainable and savable as a model directory
     whose default reading is the strategy's (one clear line otherwise), its fp32 weights on
-    ``placement``'s device (a GPU's half precision is autocast in the forward pass, ``fine_tune``)."""
-    on = Placement(placement.device, "fp32")
-    encoder = TorchEncoder(replace(strategy or Strategy(), backend="torch"), placement=on)
+    ``options``' device (a GPU's half precision is autocast in the forward pass, ``fine_tune``)."""
+    on = Placement(options.placement.device, "fp32")
+    encoder = torch_encoder(replace(strategy or Strategy(), backend="torch"), replace(options, placement=on))
     encoder.model.to(on.device)
     resolved = encoder.strategy
     if resolved.pooling == "pooler":
@@ -137,7 +139,7 @@ def _vectors(encoder: TorchEncoder, texts: Sequence[str], role: str = "query") -
     """Sentence vectors with their gradient: the encoder's tokens (the ``role``'s prefix before
     each text), network and head, on the encoder's device."""
     input_ids, attention = pad_batch(encoder.tokens.ids(texts, role), encoder.tokens.pad)
-    device = torch.device(encoder.placement.device)
+    device = torch.device(encoder.decision.placement.device)
     ids, mask = torch.from_numpy(input_ids).to(device), torch.from_numpy(attention).to(device)
     out = encoder.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
     return encoder.head(NetworkOutput(out.hidden_states, getattr(out, "pooler_output", None)), ids, mask)
@@ -249,7 +251,7 @@ def fine_tune(
     plan = Schedule(total)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, plan.rate)
 
-    device = torch.device(encoder.placement.device)
+    device = torch.device(encoder.decision.placement.device)
     half = mixed in ("bf16", "fp16") and device.type == "cuda"
     scaler = torch.amp.GradScaler("cuda", enabled=half and mixed == "fp16")
 
@@ -332,7 +334,7 @@ def save_model(
     encoder: TorchEncoder, staging: Path, output: Path, facts: dict[str, Any], backend: str
 ) -> Strategy:
     """Write the tuned model into ``staging``, the directory that becomes ``output`` whole
-    (``indexer.writing.outputs.staged_dir``, claimed before training): config, safetensors,
+    (``indexer.files.staged_dir``, claimed before training): config, safetensors,
     tokenizer, sentence-transformers' modules (pooling and normalising as the strategy does) and
     ``semsearch.json`` (the strategy, on ``backend``, and ``facts``). Returns that strategy: the
     one an index of the tuned model must be built with."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from indexer.catalog import MAX_FIELDS, RESERVED
+from indexer.columns import MAX_FIELDS, RESERVED
 from indexer.errors import BadInput
 from indexer.reading.decoding import SURROGATE, check_encoding, open_file, read_lines
 from indexer.reading.formats import (

@@ -16,9 +16,9 @@ import os
 import shutil
 from pathlib import Path
 
+from indexer.embedding.graphs import HELD_FILES, GraphSpec, graph_spec, held_graph
 from indexer.embedding.models import model_file
 from indexer.embedding.strategy import Strategy
-from indexer.encoders.onnx_graph import HELD_FILES, GraphSpec, graph_spec, held_graph
 
 
 def hold_graph(version: Path, strategy: Strategy, live: GraphSpec | None = None) -> str | None:

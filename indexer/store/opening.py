@@ -25,7 +25,7 @@ from indexer.vectors.files import stored_shape
 from indexer.vectors.segments import Manifest
 
 if TYPE_CHECKING:
-    from indexer.encoders.onnx_graph import GraphSpec
+    from indexer.embedding.graphs import GraphSpec
 
 
 @dataclass
@@ -97,10 +97,9 @@ class StoredIndex:
     def size_on_disk(self) -> int:
         return sum(f.stat().st_size for f in self.version.iterdir() if f.is_file())
 
-    def info(self) -> dict[str, Any]:
-        """What the CLI's ``info`` and the server's ``/info`` show."""
-        from indexer.encoders.factory import encoder_status
-
+    def info(self, encoder: str | None = None) -> dict[str, Any]:
+        """What the CLI's ``info`` and the server's ``/info`` show. ``encoder``: how its queries
+        embed, told by the caller (``search.info``: the store decides no encoder)."""
         meta, source = self.meta, self.meta.source or {}
         if self.vectors is None and meta.vector_kind is None:  # written before meta kept the kind
             self.vectors = self.read_vectors()
@@ -113,7 +112,7 @@ class StoredIndex:
             "version": self.version.name,
             "strategy": self.strategy.to_dict(),
             "description": self.strategy.describe(),
-            "encoder": encoder_status(self.strategy, self.graph),
+            "encoder": encoder,
             "model": meta.model,
             "entries": meta.count,
             "vectors": meta.vectors,

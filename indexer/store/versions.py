@@ -19,10 +19,10 @@ from typing import IO
 
 from indexer.catalog import Catalog, DatabaseError
 from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
+from indexer.files import out_of_space, remove_unheld
 from indexer.store.integrity import records
 from indexer.store.layout import CURRENT, DATABASE, LOCK, MAX_POINTER, VERSION_NAME
 from indexer.store.meta import IndexMeta
-from indexer.writing.outputs import out_of_space, remove_unheld
 
 
 def fsync(path: Path) -> None:

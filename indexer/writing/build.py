@@ -19,6 +19,7 @@ from typing import Any
 from indexer.catalog import keyword_fields
 from indexer.embedding.fields import FieldScoring, embed_entries
 from indexer.embedding.strategy import Strategy
+from indexer.encoders.options import DEVICE
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import CorpusOptions, CorpusReader, Entry, Rejection, rejection_summary
@@ -102,7 +103,7 @@ def build_index(
     ray: str | None = None,
     ray_workers: int | None = None,
     also: FieldScoring | str | Sequence[str] | None = None,
-    device: str = "auto",
+    device: str = DEVICE,
     precision: str = "auto",
     **given: Any,
 ) -> BuildReport:
@@ -114,37 +115,38 @@ def build_index(
     ``vectors.factory.EXACT_LIMIT`` vectors, IVF above), ``flat`` or ``ivf``; ``storage``:
     ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to wait for another writer to finish;
     ``ray``: embed on Ray, ``"local"`` or a cluster address, with ``ray_workers`` actors
-    (``indexer.writing.distributed``); ``also``: a second vector per entry scored with the first
+    (``indexer.encoders.on_ray``); ``also``: a second vector per entry scored with the first
     (``indexer.embedding.fields``): its field names (``["question", "answer"]``) or a ``FieldScoring`` with
     a weight. ``device`` / ``precision``: where the network runs (``indexer.encoders.devices``:
-    ``auto`` takes a GPU torch sees). A failed first build leaves no directory behind."""
-    from indexer.encoders.devices import placement
+    ``auto`` takes a GPU torch sees). These embedding options are resolved once
+    (``EmbeddingOptions``) and decide the encoder (``indexer.encoders.factory``). A failed first
+    build leaves no directory behind."""
     from indexer.encoders.factory import encoder_for
+    from indexer.encoders.on_ray import connected
+    from indexer.encoders.options import EmbeddingOptions
     from indexer.store import new_version
 
     started = time.perf_counter()
-    on_device = placement(device, precision)  # a GPU asked for and missing: said before anything
+    # a GPU asked for and missing: said before anything
+    options = EmbeddingOptions.resolve(
+        device, precision, batch_size=batch_size, ray=ray, ray_workers=ray_workers
+    )
     also = FieldScoring.given(also)
     reader = CorpusReader(corpus, corpus_options, **given)
     survey = survey_corpus(reader)
     embed_seconds = 0.0
     searched = keyword_fields(reader.text_fields, also.also if also else (), list(survey.field_types))
     with new_version(index_dir, survey.field_types, wait=wait, keyword_fields=searched) as version:
-        # the graph the index's queries will run is exported now, if it can be (choice.export_failure)
-        encoder = encoder_for(strategy, batch_size=batch_size, export_queries=True, placement=on_device)
+        # the graph the index's queries will run is exported now, if it can be (its export_failure)
+        encoder = encoder_for(strategy, options, export_queries=True)
         size = PART_ENTRIES if ray is None else RAY_PART_ENTRIES
-        on = encoder
-        if ray is not None:  # each worker loads (and identifies) the model
-            from indexer.writing.distributed import RayEncoder, connected
-
-            on = RayEncoder(encoder.strategy, ray, ray_workers, batch_size)
         bar = Progress(survey.entries, "embedding", enabled=progress)
         with bar, contextlib.nullcontext() if ray is None else connected(ray, ray_workers):
             done = 0
             for part in corpus_parts(reader, survey.entries, size):
                 embed_started = time.perf_counter()
                 step = bar.step(len(part))
-                vectors, owners, also_vectors = embed_entries(on, part, also, progress=step)
+                vectors, owners, also_vectors = embed_entries(encoder, part, also, progress=step)
                 embed_seconds += time.perf_counter() - embed_started
                 version.add(part, vectors, owners, also_vectors if also else None)
                 done += len(part)
@@ -159,7 +161,7 @@ def build_index(
             # ids are row numbers: an add numbers its rows from here (indexer.writing.update)
             **({"next_row_id": rows + 1} if reader.id_field is None else {}),
             **({"also": also.to_dict()} if also else {}),
-            "embedded": encoder.placement.to_dict(),
+            "embedded": encoder.decision.record(),
         }
         meta = version.write(encoder.strategy, source=source, index_kind=index_kind, storage=storage)
     return BuildReport(
@@ -172,5 +174,5 @@ def build_index(
         rejection_summary=rejection_summary(survey.rejected),
         seconds=time.perf_counter() - started,
         embed_seconds=embed_seconds,
-        export_failure=encoder.choice.export_failure,
+        export_failure=encoder.decision.export_failure,
     )

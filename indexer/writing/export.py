@@ -1,7 +1,7 @@
 """``semsearch export-encoder``: an index's query encoder as files other programs load, namely one
 ONNX model from token ids to the index's final vectors (``indexer.encoders.standalone``), its
 ``tokenizer.json`` (truncating at the index's ``max_length``) and a README of inputs and outputs.
-The directory is written beside its target and moved in whole (``indexer.writing.outputs``):
+The directory is written beside its target and moved in whole (``indexer.files``):
 never half an export."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from indexer.embedding.models import model_file, read_json
 from indexer.errors import BadInput
-from indexer.writing.outputs import staged_dir
+from indexer.files import staged_dir
 
 if TYPE_CHECKING:
-    from indexer.encoders.onnx_graph import GraphSpec
+    from indexer.embedding.graphs import GraphSpec
     from indexer.store import StoredIndex
 
 MARKER = "semsearch-encoder.json"
@@ -103,15 +103,15 @@ def _check_target(target: Path) -> None:
 def _graph(index: StoredIndex) -> GraphSpec:
     """The graph of the index's queries: the one it holds, else the cache's, else exported now
     (an index written before indexes held their graph; that needs torch)."""
+    from indexer.embedding.graphs import graph_spec
     from indexer.encoders.factory import encoder_for
-    from indexer.encoders.onnx_graph import graph_spec
 
     held = index.graph
     if held is not None and held.exported:
         return held
     spec = graph_spec(index.strategy)
     if not spec.exported:
-        failure = encoder_for(index.strategy, queries=True).choice.export_failure
+        failure = encoder_for(index.strategy, queries=True).decision.export_failure
         if failure is not None:
             raise BadInput(f"this index's model cannot be exported to ONNX ({failure})")
     return spec

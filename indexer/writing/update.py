@@ -22,6 +22,7 @@ from typing import Any
 
 from indexer.catalog import Catalog, content_hash
 from indexer.embedding.fields import FieldScoring, embed_entries
+from indexer.encoders.options import DEVICE
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Corpus, CorpusOptions, Rejection, check_field_count, entry_id, read_corpus
@@ -59,7 +60,7 @@ def add_to_index(
     wait: float = 0,
     ray: str | None = None,
     ray_workers: int | None = None,
-    device: str = "auto",
+    device: str = DEVICE,
     precision: str = "auto",
     **given: Any,
 ) -> UpdateReport:
@@ -71,13 +72,14 @@ def add_to_index(
     value cannot be stored in its column as written is rejected (``field_types.misfit``). ``wait``:
     seconds to wait for another writer; ``ray``/``ray_workers``, ``device``/``precision``: as
     ``build_index`` takes them."""
-    from indexer.encoders.devices import placement
     from indexer.encoders.factory import encoder_for
-    from indexer.writing.distributed import RayEncoder
+    from indexer.encoders.options import EmbeddingOptions
 
     started = time.perf_counter()
     index_dir = Path(index_dir)
-    on_device = placement(device, precision)
+    embedding = EmbeddingOptions.resolve(
+        device, precision, batch_size=batch_size, ray=ray, ray_workers=ray_workers
+    )
     options = CorpusOptions.of(corpus_options, **given)
     live_meta(index_dir)  # not an index: say so before taking its lock
     with writer_lock(index_dir, wait):
@@ -113,11 +115,7 @@ def add_to_index(
         to_embed = added + changed
         vectors = owners = also_vectors = None
         if to_embed:
-            encoder = (
-                encoder_for(live.strategy, batch_size=batch_size, held=live.graph, placement=on_device)
-                if ray is None
-                else RayEncoder(live.strategy, ray, ray_workers, batch_size)
-            )
+            encoder = encoder_for(live.strategy, embedding, held=live.graph)
             with Progress(len(to_embed), "embedding", enabled=progress) as bar:
                 vectors, owners, also_vectors = embed_entries(
                     encoder, to_embed, also, progress=bar.step(len(to_embed))

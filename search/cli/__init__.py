@@ -73,7 +73,7 @@ for command in (
 
 
 def main() -> None:
-    from indexer.writing.outputs import stop_on_sigterm
+    from indexer.files import stop_on_sigterm
 
     stop_on_sigterm()  # a stopped run cleans up as after an error: no half-written output
     cli(prog_name="semsearch")

@@ -20,6 +20,8 @@ from indexer.embedding.strategy import (
     POSTPROCESSES,
     Strategy,
 )
+from indexer.encoders.devices import PRECISIONS
+from indexer.encoders.options import DEVICE
 from indexer.reading.formats import FORMATS
 from indexer.vectors.factory import KINDS, STORAGES
 from search.hybrid import MODES
@@ -318,7 +320,7 @@ ray_options = stacked(
         help="Ray actors embedding at once (default: one per CPU of the Ray cluster).",
     ),
 )
-"""``--ray [ADDRESS]`` and ``--ray-workers N``: embed on Ray (``indexer.writing.distributed``)."""
+"""``--ray [ADDRESS]`` and ``--ray-workers N``: embed on Ray (``indexer.encoders.on_ray``)."""
 
 SCORES = (
     "A score is on one scale in every mode: dense, the cosine; keyword, the share of the query's words "
@@ -366,25 +368,24 @@ def _device(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
-def device_options(default: str) -> Decorator:
-    """``--device`` and ``--precision``: where the network runs (``indexer.encoders.devices``)."""
-    return stacked(
-        click.option(
-            "--device",
-            default=default,
-            callback=_device,
-            show_default=True,
-            metavar="auto|cpu|cuda|cuda:N",
-            help="Where the model runs: auto takes a GPU when torch sees one.",
-        ),
-        click.option(
-            "--precision",
-            type=click.Choice(("auto", "fp32", "fp16", "bf16")),
-            default="auto",
-            show_default=True,
-            help="Network precision: auto is fp16 on a GPU, fp32 on the CPU.",
-        ),
-    )
+device_options = stacked(
+    click.option(
+        "--device",
+        default=DEVICE,
+        callback=_device,
+        show_default=True,
+        metavar="auto|cpu|cuda|cuda:N",
+        help="Where the model runs: auto takes a GPU when torch sees one (serve: the CPU, its graph).",
+    ),
+    click.option(
+        "--precision",
+        type=click.Choice(PRECISIONS),
+        default="auto",
+        show_default=True,
+        help="Network precision: auto is fp16 on a GPU, fp32 on the CPU.",
+    ),
+)
+"""``--device`` and ``--precision``: where the network runs (``indexer.encoders.devices``)."""
 
 
 provider_option = click.option(

@@ -116,10 +116,11 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     Example:
         semsearch info faq-index --check
     """
-    from indexer.store import open_index, verify
+    from indexer.store import verify
+    from search.info import index_info
 
     checked = verify(index_dir) if check else None
-    info = open_index(index_dir, vectors=False).info()  # meta and SQLite: no FAISS, no vectors
+    info = index_info(index_dir)
     if checked is not None:
         info["check"] = f"ok, {checked} files checked"
     if as_json:
@@ -136,8 +137,10 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     }
     if not info["also"]:
         shown.pop("also")
-    if info["embedded"]:  # where and at what precision the vectors were made (older indexes: unknown)
-        shown["embedded"] = f"{info['embedded']['device']}, {info['embedded']['precision']}"
+    if info["embedded"]:  # what made the vectors, where, how batched (older indexes: unknown)
+        from indexer.encoders.base import describe_record
+
+        shown["embedded"] = describe_record(info["embedded"])
     from search.confidence import Rule
 
     shown["calibration"] = Rule.from_dict(info["calibration"]).describe() if info["calibration"] else "none"
@@ -239,7 +242,7 @@ def duplicates_command(
     "or *): the log then names the client a proxy forwards for. By default no one's is believed.",
 )
 @provider_option
-@device_options("cpu")
+@device_options
 @strategy_options
 def serve_command(
     index_dir: Path | None,
@@ -267,7 +270,7 @@ def serve_command(
     Example:
         semsearch serve faq-index --port 8000
     """
-    from indexer.encoders.devices import placement
+    from indexer.encoders.options import EmbeddingOptions
     from search.loading import load_encoding, load_engine
 
     if index_dir is not None and asked:
@@ -277,9 +280,10 @@ def serve_command(
             "give INDEX_DIR to search it, or --model (and strategy options) to serve vectors"
         )
     # the engine (or encoder) imports and loads while the web stack imports
-    placement(device, precision)  # a GPU asked for and missing: said before the server starts
-    loading = load_engine(index_dir, provider, device, precision) if index_dir is not None else None
-    encoding = load_encoding(strategy_from(asked), device, precision) if index_dir is None else None
+    # a GPU asked for and missing: said before the server starts
+    options = EmbeddingOptions.resolve(device, precision, provider=provider, serving=True)
+    loading = load_engine(index_dir, options=options) if index_dir is not None else None
+    encoding = load_encoding(strategy_from(asked), options) if index_dir is None else None
     try:
         from search.server import create_app, listen, serve
     except ImportError:
@@ -387,7 +391,7 @@ def similar_command(
 )
 @reading_options
 @progress_options
-@device_options("auto")
+@device_options
 @strategy_options
 def encode_command(
     source: str,

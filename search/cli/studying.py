@@ -42,7 +42,7 @@ def evaluate_group() -> None:
 @pair_options
 @json_option("the scores and the strategy")
 @strategy_options
-@device_options("auto")
+@device_options
 @progress_options
 def evaluate_sts_command(
     pairs: Path,
@@ -78,7 +78,7 @@ def evaluate_sts_command(
 @json_option("the metrics and the strategy")
 @also_options()
 @strategy_options
-@device_options("auto")
+@device_options
 @progress_options
 def evaluate_retrieval_command(
     corpus: Path | None,
@@ -244,7 +244,7 @@ def sweep_group() -> None:
 @sweep_group.command("sts")
 @pair_options
 @sweep_options
-@device_options("auto")
+@device_options
 @progress_options
 def sweep_sts_command(
     pairs: Path,
@@ -292,7 +292,7 @@ def sweep_sts_command(
     "--metric", help="Metric to rank by: mrr@K (default), ndcg@K, recall@1, recall@K, success@1, success@3."
 )
 @sweep_options
-@device_options("auto")
+@device_options
 @progress_options
 def sweep_retrieval_command(
     corpus: Path | None,
@@ -374,10 +374,9 @@ def words_command(text: str, word: str | None, merge: str, as_json: bool, asked:
     """
     from dataclasses import replace
 
-    from indexer.embedding.words import WORD_STRATEGY, context, cosine_matrix, word_vectors
-    from indexer.encoders.torch_encoder import TorchEncoder
+    from indexer.encoders.words import WORD_STRATEGY, context, cosine_matrix, word_encoder, word_vectors
 
-    embedder = TorchEncoder(replace(WORD_STRATEGY, **asked))
+    embedder = word_encoder(replace(WORD_STRATEGY, **asked))
     words = word_vectors(text, word, merge=merge, embedder=embedder)
     matrix = cosine_matrix([w.vector for w in words])
     if as_json:

@@ -74,7 +74,7 @@ from search.cli.printing import echo_pair_rejections
 @json_option("the report (the metric before and after, the steps, the saved model)")
 @encoding_option
 @progress_options
-@device_options("auto")
+@device_options
 @strategy_options
 def tune_command(
     output: Path,

@@ -55,7 +55,7 @@ from search.cli.printing import echo_rejections, note_delimiter
 @ray_options
 @also_options()
 @strategy_options
-@device_options("auto")
+@device_options
 @progress_options
 def index_command(
     corpus: Path,
@@ -142,7 +142,7 @@ def index_command(
 @batch_size_option
 @wait_option
 @ray_options
-@device_options("auto")
+@device_options
 @progress_options
 def add_command(
     index_dir: Path,

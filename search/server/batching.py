@@ -27,10 +27,6 @@ MAX_REQUEST_TOKENS = 64 * 256
 # each queued when the one before is done: other requests get their turn in between, and a request
 # whose client hangs up stops after the part being embedded.
 PART_TOKENS = 4096
-# What one more forward pass costs, in characters of padding it saves (``length_groups``): a pass
-# of the demo's query encoder costs about 1 ms besides its tokens, ~0.2 ms per token of ~4.5
-# characters (docs/profile-serve.md).
-CALL_COST = 24
 
 T = TypeVar("T")
 
@@ -66,38 +62,8 @@ def split(texts: Sequence[str], max_length: int, budget: int = PART_TOKENS) -> l
 
 
 
-def length_groups(lengths: Sequence[int], call_cost: int = CALL_COST, widest: int = 32) -> list[list[int]]:
-    """Positions of texts in groups of similar length, one forward pass each. A pass costs about
-    ``call_cost`` plus its texts times the longest one (shorter ones are padded): the groups that
-    cost least in all, found by dynamic programming over the lengths sorted (groups of at most
-    ``widest`` texts, the query encoder's own batch)."""
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    ordered = [lengths[i] for i in order]
-    best = [0.0] + [float("inf")] * len(order)
-    cut = [0] * (len(order) + 1)
-    for end in range(1, len(order) + 1):
-        for start in range(max(0, end - widest), end):
-            cost = best[start] + call_cost + (end - start) * ordered[end - 1]
-            if cost < best[end]:
-                best[end], cut[end] = cost, start
-    groups, end = [], len(order)
-    while end:
-        groups.append(order[cut[end] : end])
-        end = cut[end]
-    return groups[::-1]
-
-
-def embed_in_groups(encoding: Encoding, texts: Sequence[str], roles: Roles = "query") -> np.ndarray:
-    """``encoding.embed(texts, role=roles)``, a forward pass per ``length_groups`` group (by
-    characters, the proxy ``token_bound`` uses too): a batch of mixed lengths padded to its longest
-    text costs the model as much as embedding each text alone."""
-    groups = length_groups([len(text) for text in texts])
-    each = [roles] * len(texts) if isinstance(roles, str) else list(roles)
-    parts = [encoding.embed([texts[i] for i in group], role=[each[i] for i in group]) for group in groups]
-    vectors = np.empty((len(texts), parts[0].shape[1]), dtype=parts[0].dtype)
-    for group, part in zip(groups, parts, strict=True):
-        vectors[group] = part
-    return vectors
+def _embed(encoding: Encoding, texts: list[str], roles: list[str]) -> np.ndarray:
+    return encoding.embed(texts, role=roles)
 
 
 @dataclass
@@ -125,9 +91,11 @@ def _outcomes(jobs: list[_Job], vectors: list[np.ndarray]) -> list[tuple[bool, A
 class MicroBatcher:
     """Collects concurrent embedding requests and runs them as batches on the one model thread.
 
-    A batch costs two hops off the event loop, whatever its size: the model thread embeds it
-    (``embed_in_groups``), then the lookup thread runs each job's ``after`` (FAISS, SQLite) while
-    the model thread takes the next batch, and hands all the answers back at once.
+    A batch costs two hops off the event loop, whatever its size: the model thread embeds it (in
+    the passes the one batching rule plans from its token counts, ``indexer.embedding.batching``:
+    a short query is not padded to a long sentence), then the lookup thread runs each job's
+    ``after`` (FAISS, SQLite) while the model thread takes the next batch, and hands all the
+    answers back at once.
 
     Jobs whose requests are gone (cancelled) by the time their batch runs are dropped unembedded;
     a failed or cancelled job never stops the worker, and a worker task that ended is restarted.
@@ -217,9 +185,7 @@ class MicroBatcher:
         loop = asyncio.get_running_loop()
         try:
             roles = [r for job in live for r in job.roles]
-            vectors = await loop.run_in_executor(
-                self.model_thread, embed_in_groups, live[0].encoding, texts, roles
-            )
+            vectors = await loop.run_in_executor(self.model_thread, _embed, live[0].encoding, texts, roles)
         except Exception as exc:  # hand the failure to every request still waiting
             for job in live:
                 if not job.future.done():

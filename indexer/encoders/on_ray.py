@@ -1,8 +1,11 @@
-"""Embedding on Ray: the corpus is cut into contiguous partitions, a pool of Ray actors (each picks
-its encoder once, with the index's resolved strategy: ``indexer.encoders.factory``) embeds them,
-and the driver puts the parts back in corpus order with ``shards.combine`` (the merge
-``semsearch merge`` uses), so the index that follows is written exactly as a local build writes
-it: same entries, same row ids, same transform fitted on the whole corpus, same atomic swap.
+"""Embedding on Ray: the texts are cut into contiguous partitions, a pool of Ray actors embeds them
+and the driver puts the parts back in order, so the index that follows is written exactly as a
+local build writes it: same entries, same row ids, same transform fitted on the whole corpus, same
+atomic swap. Each actor builds its encoder once from the driver's ``Decision`` (its placement,
+batching and the graph the index holds: ``indexer.encoders.factory``), on a share of a GPU where
+the decision is a GPU, and every partition comes back with the decision its worker made: one that
+embedded otherwise (another runtime, device or precision) fails the run, so what ``info`` records
+is what the workers did.
 
 Ray tasks on actors rather than Ray Data: Ray Data pulls in pyarrow and pandas and would hand
 rows through Arrow blocks; the corpus is already read (and its rejected rows counted) by the
@@ -21,15 +24,20 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from indexer.embedding.strategy import Strategy
-from indexer.encoders.base import Choice
+from indexer.encoders.base import Decision
+from indexer.encoders.devices import Placement
+from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput, SemsearchError, StrategyConflict, WorkerFailed
 from indexer.progress import Share
-from indexer.reading.corpus import Entry
+
+if TYPE_CHECKING:
+    from indexer.encoders.base import Encoder
 
 LOCAL = "local"
 LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -112,63 +120,71 @@ def _reachable(address: str) -> None:
         raise BadInput(f"cannot join Ray at {address!r}: {exc.strerror or exc}") from None
 
 
+def worker_options(decision: Decision, options: EmbeddingOptions) -> EmbeddingOptions:
+    """What a worker embeds with: the driver's options on the decision's kind of device, its own
+    GPU where that is one (Ray numbers a worker's GPUs from 0)."""
+    on = options.placement if decision.placement.on_cpu else Placement("cuda:0", options.placement.precision)
+    return replace(options.here(), placement=on)
+
+
 class _Worker:
-    """One Ray actor: the model loaded once, then one partition per call."""
+    """One Ray actor: the model loaded once, as the driver decided (``build``: the factory's call
+    for it), then one partition per call."""
 
-    def __init__(self, strategy: Strategy, batch_size: int, before: Callable[[int], None] | None):
-        from indexer.encoders.factory import encoder_for
-
-        self.encoder = encoder_for(strategy, batch_size=batch_size)  # as a build embeds
+    def __init__(self, build: Callable[[], Encoder], before: Callable[[int], None] | None):
+        self.encoder = build()
         self.before = before
 
     def embed(
         self, number: int, texts: list[str], documents: bool, role: str = "query"
-    ) -> tuple[Strategy, np.ndarray, np.ndarray]:
+    ) -> tuple[Strategy, Decision, np.ndarray, np.ndarray]:
         if self.before is not None:
             self.before(number)
         if documents:
             vectors, owners = self.encoder.embed_documents(texts)
         else:
             vectors, owners = self.encoder.embed(texts, role=role), np.arange(len(texts), dtype=np.int64)
-        return self.encoder.strategy, vectors, owners
+        return self.encoder.strategy, replace(self.encoder.decision, graph=None), vectors, owners
 
 
 def embed_on_ray(
-    entries: Sequence[Entry],
+    texts: Sequence[str],
     strategy: Strategy,
-    address: str = LOCAL,
+    decision: Decision,
+    build: Callable[[], Encoder],
     *,
-    workers: int | None = None,
-    batch_size: int = 32,
     before_partition: Callable[[int], None] | None = None,
     documents: bool = True,
     role: str = "query",
-) -> tuple[np.ndarray, np.ndarray]:
-    """Vectors of the entries' texts and the entry of each, as ``Encoder.embed_documents`` gives
-    them (``documents``; else as ``Encoder.embed`` does, as a ``role``), embedded by ``workers`` Ray actors
-    (default: one per CPU of the cluster). ``strategy`` must be resolved (the index's); a worker
-    whose model is another fails the run with ``StrategyConflict``. ``before_partition`` runs in
-    the worker before each partition (tests kill a worker there)."""
-    from indexer.writing.shards import combine
-
+) -> tuple[np.ndarray, np.ndarray, list[Decision]]:
+    """Vectors of ``texts`` and the text of each, as ``Encoder.embed_documents`` gives them
+    (``documents``; else as ``Encoder.embed`` does, as a ``role``), embedded by
+    ``decision.workers`` Ray actors (default: one per CPU of the cluster) at ``decision.ray``, each
+    building its encoder with ``build``, and the decision each partition's worker made.
+    ``strategy`` must be resolved (the index's); a worker whose model is another fails the run
+    with ``StrategyConflict``, one that embedded otherwise than ``decision`` with
+    ``WorkerFailed``. ``before_partition`` runs in the worker before each partition (tests kill a
+    worker there)."""
+    address, workers = decision.ray or LOCAL, decision.workers
     if workers is not None and workers < 1:
         raise BadInput(f"Ray workers must be at least 1, not {workers}")
-    if not entries:
+    if not texts:
         raise BadInput("nothing to embed")
     with connected(address, workers) as ray:
         from ray.exceptions import RayError, RayTaskError
         from ray.util import ActorPool
 
         count = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        partitions = min(len(entries), count * PARTITIONS_PER_WORKER)
-        bounds = np.linspace(0, len(entries), partitions + 1).astype(int).tolist()
+        partitions = min(len(texts), count * PARTITIONS_PER_WORKER)
+        bounds = np.linspace(0, len(texts), partitions + 1).astype(int).tolist()
         spans = list(zip(bounds[:-1], bounds[1:], strict=True))
-        actor = ray.remote(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)(_Worker)
-        workers = [
-            actor.remote(strategy, batch_size, before_partition) for _ in range(min(count, len(spans)))
-        ]
-        pool = ActorPool(workers)
-        jobs = [(i, [e.text for e in entries[a:b]], documents, role) for i, (a, b) in enumerate(spans)]
+        actors = min(count, len(spans))
+        gpus = 0 if decision.placement.on_cpu else ray.cluster_resources().get("GPU", 0) / actors
+        if not decision.placement.on_cpu and not gpus:
+            raise BadInput(f"the Ray cluster at {address!r} has no GPU to embed on (--device cpu)")
+        actor = ray.remote(num_cpus=1, num_gpus=gpus, max_restarts=RETRIES, max_task_retries=RETRIES)(_Worker)
+        pool = ActorPool([actor.remote(build, before_partition) for _ in range(actors)])
+        jobs = [(i, list(texts[a:b]), documents, role) for i, (a, b) in enumerate(spans)]
         try:
             done = list(pool.map(lambda worker, job: worker.embed.remote(*job), jobs))
         except RayTaskError as exc:
@@ -177,15 +193,19 @@ def embed_on_ray(
             raise WorkerFailed(f"a Ray worker failed: {_first_line(exc.cause or exc)}") from None
         except RayError as exc:
             raise WorkerFailed(f"a Ray worker failed after {RETRIES} retries: {_first_line(exc)}") from None
-    resolved, _, vectors, owners = combine(
-        [(found, entries[a:b], v, o) for (found, v, o), (a, b) in zip(done, spans, strict=True)],
-        [f"Ray partition {i}" for i in range(len(spans))],
-    )
-    if strategy.differences(resolved):
-        raise StrategyConflict(
-            f"the Ray workers resolved the strategy as {resolved.describe()}, not {strategy.describe()}"
-        )
-    return vectors, owners
+    for number, (found, made, _, _) in enumerate(done):
+        if strategy.differences(found):
+            raise StrategyConflict(
+                f"the Ray workers resolved the strategy as {found.describe()}, not {strategy.describe()}"
+            )
+        if not decision.same_work(made):
+            raise WorkerFailed(
+                f"Ray partition {number} was embedded by {made.runtime} on {made.placement.describe()}, "
+                f"not {decision.runtime} on {decision.placement.describe()} as decided"
+            )
+    vectors = np.concatenate([v for _, _, v, _ in done]).astype(np.float32, copy=False)
+    owners = np.concatenate([o + a for (_, _, _, o), (a, _) in zip(done, spans, strict=True)])
+    return vectors, owners, [made for _, made, _, _ in done]
 
 
 def _first_line(error: BaseException) -> str:
@@ -194,12 +214,15 @@ def _first_line(error: BaseException) -> str:
 
 
 class RayEncoder:
-    """An ``Encoder`` whose texts are embedded on Ray workers (``embed_on_ray``): what a build or an
-    add hands its texts to when asked for ``--ray`` (``indexer.encoders.factory.encoder_for``)."""
+    """An ``Encoder`` whose texts are embedded on Ray workers (``embed_on_ray``), as ``decision``
+    says, each worker's encoder made by ``build`` (``indexer.encoders.factory.encoder_for`` makes
+    one for ``--ray``). ``used``: the decisions the workers reported, each the same work as
+    ``decision``; ``before_partition``: as ``embed_on_ray`` takes it."""
 
-    def __init__(self, strategy: Strategy, address: str, workers: int | None = None, batch_size: int = 32):
-        self.strategy, self.address, self.workers, self.batch_size = strategy, address, workers, batch_size
-        self.choice = Choice("ray", f"--ray {address}: each worker picks its encoder for the strategy")
+    def __init__(self, strategy: Strategy, decision: Decision, build: Callable[[], Encoder]):
+        self.strategy, self.decision, self.build = strategy, decision, build
+        self.used: list[Decision] = []
+        self.before_partition: Callable[[int], None] | None = None
 
     def embed(
         self, texts: Sequence[str], *, progress: Share | None = None, role: str = "query"
@@ -216,13 +239,14 @@ class RayEncoder:
     def _on_ray(
         self, texts: Sequence[str], *, documents: bool, role: str = "query"
     ) -> tuple[np.ndarray, np.ndarray]:
-        entries = [Entry(str(i), text, {}) for i, text in enumerate(texts)]
-        return embed_on_ray(
-            entries,
+        vectors, owners, used = embed_on_ray(
+            texts,
             self.strategy,
-            self.address,
-            workers=self.workers,
-            batch_size=self.batch_size,
+            self.decision,
+            self.build,
+            before_partition=self.before_partition,
             documents=documents,
             role=role,
         )
+        self.used += used
+        return vectors, owners

@@ -10,6 +10,9 @@ SIGTERM (``stop_on_sigterm``) ends a run through its clean-up, which removes its
 
 Modes: a new file gets 0666 and a directory 0777, less the umask; a file replaced keeps its mode;
 an output that is a symlink is written through to its target (staged beside the target).
+
+These helpers sit a floor under the store: the store (a version's files) and the query side
+(``encode``'s output) use them as the writers do.
 """
 
 from __future__ import annotations

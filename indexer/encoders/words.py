@@ -48,6 +48,13 @@ class Word:
         return f"Word(text={self.text!r}, start={self.start}, end={self.end}, dims={self.vector.shape[-1]})"
 
 
+def word_encoder(strategy: Strategy | None = None) -> TorchEncoder:
+    """The torch encoder word vectors read (``strategy`` None: ``WORD_STRATEGY``), from the factory."""
+    from indexer.encoders.factory import torch_encoder
+
+    return torch_encoder(replace(strategy or WORD_STRATEGY, backend="torch"))
+
+
 def word_vectors(
     text: str,
     word: str | None = None,
@@ -66,9 +73,7 @@ def word_vectors(
     if not text.strip():
         raise BadInput("empty text: give a sentence")
     if embedder is None:
-        from indexer.encoders.torch_encoder import TorchEncoder
-
-        embedder = TorchEncoder(WORD_STRATEGY if strategy is None else replace(strategy, backend="torch"))
+        embedder = word_encoder(strategy)
     words = _words(embedder, text, merge)
     if word is None:
         return words

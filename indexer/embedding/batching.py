@@ -1,0 +1,80 @@
+"""The one rule that cuts pieces into forward passes, from their token counts: what the ONNX loop
+(``indexer.embedding.head.encode``), the torch loop (``indexer.encoders.pipeline``) and the
+server's micro-batcher (``search.server.batching``) all run, as text-embeddings-inference plans
+its batches from tokenised lengths.
+
+A pass costs about its rows times its widest piece (shorter ones are padded) plus a fixed cost
+per call (``call_tokens``: about 1 ms of the CPU, ~5 tokens, docs/profile-serve.md; thousands on a
+GPU, which a launch keeps idle). The plan walks the pieces longest first and starts a new pass
+where padding the next ones to the pass's width would cost more than a pass, each pass at most
+``rows`` pieces and ``tokens`` padded tokens: a short query is never padded to a long sentence,
+and like lengths share one pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+CPU_CALL_TOKENS = 8
+"""A pass's fixed cost on the CPU, in tokens of padding it is worth (pass costs of 3 to 200
+tokens served the same requests/s, docs/profile-serve.md)."""
+TORCH_CALL_TOKENS = 4096
+"""A torch pass's fixed cost: on a GPU a launch leaves the device idle; on the CPU torch's own
+per-call cost is as large (64 StackFAQ answers: 2.0 s in 2 full passes, 4.5 s in 5 passes of like
+lengths, where ONNX Runtime took 1.42 and 1.35 s). Its passes are few and full."""
+GPU_TOKENS = 65536
+"""Padded tokens in one GPU pass: thousands of short texts, hundreds of long ones."""
+GPU_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class Batching:
+    """At most ``rows`` pieces and ``tokens`` padded tokens a pass, a pass worth ``call_tokens``."""
+
+    rows: int
+    tokens: int
+    call_tokens: int = CPU_CALL_TOKENS
+
+    @classmethod
+    def on(cls, on_cpu: bool, batch_size: int, runtime: str = "onnx") -> Batching:
+        """The CPU keeps ``batch_size`` rows (its cache-sized passes); a GPU takes a token budget.
+        ``runtime``: what runs the passes (``torch`` or ``onnx``), whose cost per pass differs."""
+        call = CPU_CALL_TOKENS if runtime == "onnx" else TORCH_CALL_TOKENS
+        if on_cpu:
+            return cls(batch_size, batch_size * 1024, call)
+        return cls(max(batch_size, GPU_ROWS), max(batch_size * 512, GPU_TOKENS), TORCH_CALL_TOKENS)
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        return f"passes of at most {self.rows} texts and {self.tokens} tokens"
+
+    def plan(self, lengths: np.ndarray | list[int]) -> list[np.ndarray]:
+        """Piece indices per pass (``lengths``: each piece's tokens), longest pass first (one too
+        large for the device fails at once).
+
+        The pieces go longest first; a pass takes the next run of pieces of one length while their
+        padding to the pass's width costs less than a pass of their own (``call_tokens``) and the
+        pass keeps within ``rows`` and ``tokens``. One walk over the runs (token counts repeat):
+        planning costs little beside the passes."""
+        values = [max(1, int(n)) for n in (lengths.tolist() if isinstance(lengths, np.ndarray) else lengths)]
+        if not values:
+            return []
+        ranked = sorted(range(len(values)), key=values.__getitem__, reverse=True)  # stable
+        cuts, width, start = [0], values[ranked[0]], 0
+        for end in range(1, len(ranked) + 1):  # each run of one length: ranked[start:end]
+            length = values[ranked[start]]
+            if end < len(ranked) and values[ranked[end]] == length:
+                continue
+            if start > cuts[-1] and (end - start) * (width - length) > self.call_tokens:
+                cuts.append(start)
+                width = length
+            while end - cuts[-1] > max(1, min(self.rows, self.tokens // width)):
+                cuts.append(cuts[-1] + max(1, min(self.rows, self.tokens // width)))
+                width = length
+            start = end
+        order = np.array(ranked, dtype=np.int64)
+        return [order[a:b] for a, b in zip(cuts, [*cuts[1:], len(order)], strict=True)]

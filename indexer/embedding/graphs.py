@@ -1,0 +1,102 @@
+"""What an exported graph is and where it lies (``GraphSpec``), known without ONNX Runtime or torch:
+the store records and holds an index's graph (``indexer.store.held``), the encoders export and run
+it (``indexer.encoders.onnx_export``, ``indexer.encoders.onnx_graph``). See ``onnx_graph`` for the
+cache's layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from indexer.embedding.models import cache_root, model_file, model_fingerprint, model_location, read_json
+from indexer.embedding.strategy import PRECISION, Strategy
+
+HELD_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+"""The model files that run a graph without the model (its sizes, its tokenizer and special tokens):
+an index holds them beside its graph."""
+
+EXPORT_RECIPE = 3
+"""Bumped when ``indexer.encoders.onnx_export`` exports differently (2: eager attention, fused; int8 per
+channel; 3: weights in a file of their own), so a cache never serves a graph an older recipe made."""
+
+
+def model_identity(location: str) -> str:
+    """The fingerprint of a model directory (a local one, or a hub model's cached snapshot); a name
+    that is on disk nowhere stays its name (exporting it fails later, with the loader's message)."""
+    if Path(location).is_dir():
+        return model_fingerprint(location)
+    config = model_file(location, "config.json")
+    return model_fingerprint(config.parent) if config is not None else location
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """What an exported graph is: a model, the hidden states it outputs, its pooler, its backend."""
+
+    location: str
+    layers: tuple[int, ...]
+    pooler: bool
+    backend: str  # "onnx" (fp32) or "onnx-int8"
+    home: Path | None = None
+    """The directory holding the graph and ``HELD_FILES`` (an index's version: then also its
+    ``location``); None: the cache."""
+    held_key: str | None = None
+    """The graph's key as the index recorded it (nothing of the model is read to find it)."""
+
+    def key(self) -> str:
+        """The model's fingerprint (its config, tokenizer and weights, wherever it lies) with the
+        outputs and the backend: a copied model reuses its graph, a model changed in place does not."""
+        if self.held_key is not None:
+            return self.held_key
+        text = repr((EXPORT_RECIPE, model_identity(self.location), self.layers, self.pooler, self.backend))
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    @property
+    def path(self) -> Path:
+        return (self.home or cache_root() / "onnx") / f"{self.key()}.onnx"
+
+    @property
+    def weights(self) -> Path:
+        """The graph's weights (external data the graph names by this file name)."""
+        return self.path.with_name(self.path.name + ".data")
+
+    @property
+    def exported(self) -> bool:
+        """Both files are in place (the exporter moves the weights in first, the graph last)."""
+        return self.path.is_file() and self.weights.is_file()
+
+    @property
+    def failure(self) -> Path:
+        """Where a failed export says why (so ``info`` can tell, and nobody retries each query)."""
+        return self.path.with_suffix(".failed")
+
+    def failed(self) -> str | None:
+        try:
+            return self.failure.read_text(encoding="utf-8").strip() or "export failed"
+        except OSError:
+            return None
+
+
+def graph_spec(strategy: Strategy, num_layers: int | None = None) -> GraphSpec:
+    """The exported graph that runs this (resolved) strategy's network: the hidden states it reads,
+    on its precision (``onnx-int8``'s own graph; ``onnx`` for ``torch`` too: the same fp32 vectors).
+    ``num_layers``: the model's, when known; else what its ``config.json`` says."""
+    return _spec(strategy, model_location(strategy.model), num_layers)
+
+
+def held_graph(strategy: Strategy, directory: Path, key: str) -> GraphSpec:
+    """The graph an index holds in ``directory`` under ``key`` (the model's ``HELD_FILES`` beside
+    it): found without the model, the cache or a fingerprint."""
+    return replace(_spec(strategy, str(directory), None), home=directory, held_key=key)
+
+
+def _spec(strategy: Strategy, location: str, num_layers: int | None) -> GraphSpec:
+    if num_layers is None:
+        config = read_json(model_file(location, "config.json")) or {}
+        num_layers = int(config.get("num_hidden_layers", 0))
+    pooler = strategy.pooling == "pooler"
+    layers = () if pooler else tuple(sorted({i % (num_layers + 1) for i in strategy.layers or (-1,)}))
+    backend = "onnx-int8" if PRECISION[strategy.backend] == "int8" else "onnx"
+    return GraphSpec(location, layers, pooler, backend)
