@@ -137,19 +137,10 @@ class Snapshot:
         said = self.said(plan.queries, plan.mode)
         return self.lookup(vectors, plan.k, allowed, plan.min_score, grouping, said)
 
-    def search_many(
-        self,
-        queries: Sequence[str],
-        k: int = 10,
-        where: str | None = None,
-        min_score: float | None = None,
-        group_by: str | None = None,
-        mode: str | None = None,
-    ) -> list[list[Hit]]:
-        """``plan`` and ``run`` on this version, the queries embedded in one pass:
-        ``SearchEngine.search_many`` without the retry."""
-        plan = self.plan(queries, k, where, min_score, group_by, mode)
-        return self.run(plan, self.embed(queries))
+    def search_many(self, queries: Sequence[str], *args: Any, **kwargs: Any) -> list[list[Hit]]:
+        """``plan`` (its arguments) and ``run`` on this version, the queries embedded in one pass:
+        ``SearchEngine.search_many`` without the retry, for code that holds one version."""
+        return self.run(self.plan(queries, *args, **kwargs), self.embed(queries))
 
     @functools.cached_property
     def keywords(self) -> bool:
