@@ -144,15 +144,14 @@ def test_an_output_that_is_not_a_regular_file_is_refused_and_left_alone(whitened
 
 
 def test_a_misspelt_field_is_named_with_the_nearest_one(tmp_path):
-    """As ``index`` says it: encode stops at the first row, so the row's own fields are the ones
-    to suggest."""
+    """As ``index`` says it: the nearest of the file's own fields is suggested."""
     from search.encoding import read_texts
 
     rows = [("q1", "How do I pay?", "By card.")]
     corpus = write_csv(tmp_path / "faq.csv", rows, ("id", "question", "answer"))
-    with pytest.raises(BadInput, match=r"missing text: no field 'questoin' \(did you mean 'question'\?\)"):
+    with pytest.raises(BadInput, match=r"field 'questoin' \(did you mean 'question'\?\)"):
         list(read_texts(str(corpus), text_fields=["questoin"]))
-    with pytest.raises(BadInput, match=r"row 1: missing id: field 'idd' \(did you mean 'id'\?\)"):
+    with pytest.raises(BadInput, match=r"field 'idd' \(did you mean 'id'\?\)"):
         list(read_texts(str(corpus), text_fields=["question"], id_field="idd"))
 
 

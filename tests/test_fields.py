@@ -75,9 +75,9 @@ def test_only_the_combination_ranks_the_right_entry_first(tmp_path, corpus, comb
     question, both = tmp_path / "q", tmp_path / "qa"
     build_index(corpus, question)
     build_index(corpus, both, text_fields=["text", "answer"])
-    assert SearchEngine(question).search(QUERY, k=1)[0].id == "qdecoy"
-    assert SearchEngine(both).search(QUERY, k=1)[0].id == "adecoy"
-    assert [h.id for h in SearchEngine(combined).search(QUERY, k=3)] == ["right", "qdecoy", "adecoy"]
+    assert SearchEngine(question).search(QUERY, k=1, mode="dense")[0].id == "qdecoy"
+    assert SearchEngine(both).search(QUERY, k=1, mode="dense")[0].id == "adecoy"
+    assert [h.id for h in SearchEngine(combined).search(QUERY, k=3, mode="dense")] == ["right", "qdecoy", "adecoy"]
 
 
 @pytest.mark.slow
@@ -202,7 +202,7 @@ def test_the_cli_builds_and_queries_a_combined_index_and_refuses_misuse(tmp_path
     index_dir = tmp_path / "idx"
     built = run("index", corpus, "-o", index_dir, "--also", "text, answer", "--also-weight", str(WEIGHT))
     assert built.returncode == 0, built.stderr
-    found = run("query", index_dir, QUERY, "-k", "1", "--json")
+    found = run("query", index_dir, QUERY, "-k", "1", "--json", "--mode", "dense")
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout)["hits"][0]["id"] == "right"
     missing = run("index", corpus, "-o", tmp_path / "x", "--also", "nope")
@@ -222,7 +222,7 @@ def test_the_server_ranks_by_the_combined_score(combined):
     from search.server import create_app
 
     with TestClient(create_app(combined)) as client:
-        hits = client.post("/search", json={"query": QUERY, "k": 3}).json()["hits"]
+        hits = client.post("/search", json={"query": QUERY, "k": 3, "mode": "dense"}).json()["hits"]
         assert [h["id"] for h in hits] == ["right", "qdecoy", "adecoy"]
         assert client.get("/info").json()["also"] == {"fields": ["text", "answer"], "weight": WEIGHT}
 

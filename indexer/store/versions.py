@@ -74,11 +74,11 @@ class _NoFolder(BadInput):
 
 
 def _note_holder(handle: IO[str], pid: str) -> None:
-    """The lock file holds the process id of the writer holding the lock (best effort)."""
+    """The lock file holds the process id of the writer holding the lock (best effort: written
+    past the file object's buffer, so a full disk fails nothing here nor when the file closes)."""
     with contextlib.suppress(OSError):
-        handle.truncate(0)
-        handle.write(pid)
-        handle.flush()
+        os.ftruncate(handle.fileno(), 0)
+        os.pwrite(handle.fileno(), pid.encode(), 0)
 
 
 def _holder(handle: IO[str]) -> str:
