@@ -34,7 +34,15 @@ from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.store import Change, apply_change, live_meta, writer_lock
 from search.components import groups
-from search.confidence import FEATURES, KEYWORD_FEATURES, NEIGHBOURS, Neighbourhood, Rule
+from search.confidence import (
+    FEATURES,
+    KEYWORD_FEATURES,
+    NEIGHBOURS,
+    Neighbourhood,
+    Rule,
+    stored_form,
+    stored_rules,
+)
 from search.engine import SearchEngine
 from search.promise import (
     GUARANTEE,
@@ -390,7 +398,8 @@ def calibrate_index(
     judged against ids the index lacks) is an example of one it cannot answer; each answerable
     one is also asked with its answers hidden (``observe``). No questions (None): made from the
     corpus itself (``self_observations``). ``mode``: the search mode the rule serves (None: the
-    index's default, ``Snapshot.default_mode``): fitted on that mode's ranking and signals."""
+    index's default, ``Snapshot.default_mode``): fitted on that mode's ranking and signals, and
+    kept beside the rules of the other modes (a rule of the same mode is replaced)."""
     check_precision(precision)
     check_features(features, mode or "hybrid")
     guarantee = check_share("the guarantee", GUARANTEE if guarantee is None else guarantee)
@@ -416,15 +425,20 @@ def calibrate_index(
             rule = fit_rule(seen, precision, features, guarantee, unanswerable)
         created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         rule = replace(rule, source=source, measured_on=measured, created=created, mode=mode)
+        kept = {**snapshot.rules, mode: rule}  # the other modes' rules stay beside it
         snapshot.index.catalog.close()
-        apply_change(index_dir, Change(meta={"calibration": rule.to_dict()}))
+        apply_change(index_dir, Change(meta={"calibration": stored_form(kept)}))
     return rule
 
 
-def remove_calibration(index_dir: str | Path, wait: float = 0) -> bool:
-    """Drop the stored rule (a new version, under the writer lock); False if there was none."""
+def remove_calibration(index_dir: str | Path, wait: float = 0, mode: str | None = None) -> bool:
+    """Drop the stored rules, or only ``mode``'s (a new version, under the writer lock); False if
+    there was none to drop."""
     with writer_lock(Path(index_dir), wait):
-        if not live_meta(Path(index_dir)).calibration:
+        rules = stored_rules(live_meta(Path(index_dir)).calibration)
+        if not rules or mode is not None and mode not in rules:
             return False
-        apply_change(index_dir, Change(meta={"calibration": {}}))  # a version's meta keys are only ever set
+        kept = {} if mode is None else {m: rule for m, rule in rules.items() if m != mode}
+        # a version's meta keys are only ever set: {} is no rule
+        apply_change(index_dir, Change(meta={"calibration": stored_form(kept)}))
     return True
