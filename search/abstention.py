@@ -132,7 +132,7 @@ def evaluate_abstention(
         for name, chosen in (("rule", learned), ("plain", PLAIN), ("default", None)):
             try:
                 if chosen is None:
-                    rule = choose_rule(calibration, precision, guarantee, unanswerable, mode)
+                    rule = choose_rule(calibration, precision, guarantee, unanswerable)
                     result["default chose"] = ",".join(rule.features)
                 else:
                     rule = fit_rule(calibration, precision, chosen, guarantee, unanswerable)

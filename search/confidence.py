@@ -197,3 +197,21 @@ class Rule:
             fields[name] = tuple(fields[name])
         fields["costs"] = tuple(tuple(pair) for pair in fields.get("costs", ()))
         return cls(**fields)
+
+
+def stored_rules(stored: Mapping[str, Any] | None) -> dict[str, Rule]:
+    """The rules an index keeps, by the mode each answers in (``calibrate`` stores {mode: rule},
+    one per mode, side by side). An index calibrated before that holds one rule: read as the rule
+    of the mode it names (dense if it names none)."""
+    if not stored:
+        return {}
+    if "features" in stored:
+        rule = Rule.from_dict(stored)
+        return {rule.mode: rule}
+    return {mode: Rule.from_dict(rule) for mode, rule in stored.items()}
+
+
+def stored_form(rules: Mapping[str, Rule]) -> dict[str, Any]:
+    """``rules`` as the index's meta (and ``info``) holds them: {mode: the rule's fields}."""
+    return {mode: rule.to_dict() for mode, rule in rules.items()}
+

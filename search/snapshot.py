@@ -20,10 +20,10 @@ from indexer.errors import BadInput, IndexMoved
 from indexer.progress import Share
 from indexer.store import StoredIndex
 from indexer.vectors.entries import EntryVectors
-from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score
+from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score, stored_form, stored_rules
 from search.encoding import Encoding
 from search.filters import parse_filter
-from search.hybrid import DEFAULT_MODE, Words, check_mode, keyword_scores, ranked, stored_weight
+from search.hybrid import DEFAULT_MODE, MODES, Words, check_mode, keyword_scores, ranked, stored_weight
 from search.requests import Allowed, Hit, check_queries
 
 CANDIDATES = 64
@@ -78,9 +78,11 @@ class Snapshot:
         return self.index.meta
 
     def info(self) -> dict[str, Any]:
-        """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use."""
+        """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use, with
+        its rules by mode and the mode a search runs in when none is asked (``searched``)."""
         with self.catalog():
-            return self.index.info(self.encoding.embedder.decision.status)
+            facts = self.index.info(self.encoding.embedder.decision.status)
+        return {**facts, "calibration": stored_form(self.rules) or None, "default_mode": self.searched}
 
     @contextlib.contextmanager
     def catalog(self) -> Iterator[Catalog]:
@@ -162,17 +164,26 @@ class Snapshot:
             )
         return mode
 
+    @property
+    def searched(self) -> str:
+        """The mode a search runs in when none is asked: ``default_mode``, unless the index has
+        no-answer rules and none for it: then the first mode (``MODES``) it has one for."""
+        rules = self.rules
+        if not rules or self.default_mode in rules:
+            return self.default_mode
+        return next(mode for mode in MODES if mode in rules)
+
     def mode(self, asked: str | None, min_score: float | None = None) -> str:
-        """The mode a search runs in: the one asked for, else the mode the index's no-answer rule
-        was fitted for, else ``default_mode``. A mode the index cannot serve, or one its rule was
-        not fitted for (unless ``min_score`` decides answers instead), is refused in one line."""
-        rule = self.rule
-        resolved = self.serves(asked) if asked else rule.mode if rule else self.default_mode
-        if rule is not None and resolved != rule.mode and min_score is None:
+        """The mode a search runs in: the one asked for, else ``searched``. A mode the index
+        cannot serve, or one a calibrated index has no rule for (unless ``min_score`` decides
+        answers instead), is refused in one line."""
+        rules = self.rules
+        resolved = self.serves(asked) if asked else self.searched
+        if rules and resolved not in rules and min_score is None:
             raise BadInput(
-                f"--mode {resolved}: this index's no-answer rule was fitted for {rule.mode} search; fit one"
-                f" for {resolved} with `semsearch calibrate INDEX --mode {resolved}` (and your labelled"
-                " questions, or --self), or give --min-score"
+                f"--mode {resolved}: this index's no-answer rules were fitted for {', '.join(rules)} search;"
+                f" fit one for {resolved} with `semsearch calibrate INDEX --mode {resolved}` (and your"
+                " labelled questions, or --self), or give --min-score"
             )
         return resolved
 
@@ -225,10 +236,9 @@ class Snapshot:
         return group_by
 
     @functools.cached_property
-    def rule(self) -> Rule | None:
-        """The decision rule ``calibrate`` stored in this version, if any."""
-        stored = self.meta.get("calibration")
-        return Rule.from_dict(stored) if stored else None
+    def rules(self) -> dict[str, Rule]:
+        """The no-answer rules ``calibrate`` stored in this version, by the mode each answers in."""
+        return stored_rules(self.meta.get("calibration"))
 
     def lookup(
         self,
@@ -407,9 +417,7 @@ class Snapshot:
         group_by: str | None,
         words: Words | None = None,
     ) -> list[Hit]:
-        rule = self.rule
-        if rule is not None and rule.mode != ("dense" if words is None else words.mode):
-            rule = None  # a mode the rule was not fitted for: ``mode`` let it through for min_score
+        rule = self.rules.get("dense" if words is None else words.mode)  # None: ``mode`` let it through
         wide = max(k, NEIGHBOURS) if rule and rule.reads_neighbours else k
         signals = None if rule is None else Signals()  # what the rule reads beside the scores
         if group_by is None:

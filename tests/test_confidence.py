@@ -12,7 +12,7 @@ import pytest
 
 from indexer import Strategy, build_index
 from indexer.errors import BadInput
-from indexer.store import live_version, open_index
+from indexer.store import Change, apply_change, live_version, open_index
 from indexer.writing.update import add_to_index
 from search.abstention import evaluate_abstention
 from search.calibration import (
@@ -26,7 +26,7 @@ from search.calibration import (
     self_observations,
     threads,
 )
-from search.confidence import FEATURES, Neighbourhood, Rule
+from search.confidence import FEATURES, Neighbourhood, Rule, stored_rules
 from search.engine import SearchEngine
 from search.evaluate import read_retrieval_set
 from search.promise import Curve, choose_threshold, measure
@@ -116,7 +116,7 @@ def test_calibration_is_stored_and_marks_hits(faq):
     before = live_version(index)
     rule = calibrate(index, queries, qrels)
     assert live_version(index) != before  # a new version, like any write
-    assert Rule.from_dict(open_index(index).meta["calibration"]) == rule
+    assert stored_rules(open_index(index).meta["calibration"]) == {"hybrid": rule}
     # 20 asked, and the 10 answerable ones again with their answers hidden; the default: the cosine
     assert rule.precision >= 0.95 and rule.questions == 30 and rule.features == ("text",)
     engine = SearchEngine(index)
@@ -137,7 +137,7 @@ def test_rule_survives_an_update_and_plain_threshold_overrides_it(faq, tmp_path)
     extra.write_text(json.dumps({"id": "new", "text": "Opening hours of the depot"}) + "\n")
     add_to_index(index, extra)
     engine = SearchEngine(index)
-    assert engine.snapshot.rule == rule
+    assert engine.snapshot.rules == {"hybrid": rule}
     hits = engine.search(OTHERS[0], k=2, min_score=-1.0)
     assert all(h.answered is True for h in hits) and hits[0].confidence is not None
     assert [h.answered for h in engine.search(TOPICS[0], k=3, min_score=0.999)[2:]] == [False]
@@ -272,10 +272,22 @@ def test_cli_calibrate_then_query(faq):
     info = run("info", index).stdout
     promise = "plain cosine threshold; precision >= 0.95 with 90% confidence"
     assert f"calibration: labels, hybrid search: {promise}" in info
+    dense = run("calibrate", index, "--queries", queries, "--qrels", qrels, "--mode", "dense", "--json")
+    assert json.loads(dense.stdout)["mode"] == "dense", dense.stderr
+    info = run("info", index).stdout
+    assert f"calibration: labels, hybrid search: {promise}" in info and "labels, dense search: " in info
+    for mode in ("hybrid", "dense"):
+        asked = run("query", index, OTHERS[2], "-k", "1", "--mode", mode, "--json")
+        hit = json.loads(asked.stdout)["hits"][0]
+        assert hit["answered"] is False and 0 <= hit["confidence"] <= 1, mode
+    assert_clean_failure(
+        run("query", index, OTHERS[2], "--mode", "keyword"), "semsearch calibrate INDEX --mode keyword"
+    )
     assert_clean_failure(run("calibrate", index, "--remove", "--self"), "--remove takes no questions")
     assert run("calibrate", index, "--remove").stdout.strip() == "calibration removed"
     assert "calibration: none" in run("info", index).stdout
-    assert run("calibrate", index, "--remove").stdout.strip() == "not calibrated: nothing to remove"
+    nothing = run("calibrate", index, "--remove").stdout.strip()
+    assert nothing == "not calibrated: nothing to remove (calibration)"
     hit = json.loads(run("query", index, OTHERS[2], "-k", "1", "--json").stdout)["hits"][0]
     assert hit["answered"] is None
 
@@ -360,7 +372,7 @@ def test_calibrate_from_the_corpus_alone(tmp_path, bundled):
     build_index(corpus, tmp_path / "idx")
     rule = calibrate_index(tmp_path / "idx", None, None)
     assert rule.questions == 2 * len(TOPICS) and rule.precision >= 0.95
-    assert Rule.from_dict(open_index(tmp_path / "idx").meta["calibration"]) == rule
+    assert stored_rules(open_index(tmp_path / "idx").meta["calibration"]) == {rule.mode: rule}
     engine = SearchEngine(tmp_path / "idx")
     assert engine.search("How can I reset the password", k=1)[0].answered is True
     assert all(h.answered is False for h in engine.search(OTHERS[4], k=2))
@@ -535,12 +547,12 @@ def test_remove_calibration(faq):
     index, _, queries, qrels = faq
     assert remove_calibration(index) is False  # nothing to remove: no new version
     calibrate(index, queries, qrels)
-    assert open_index(index, vectors=False).info()["calibration"]["source"] == "labels"
+    assert open_index(index, vectors=False).info()["calibration"]["hybrid"]["source"] == "labels"
     before = live_version(index)
     assert remove_calibration(index) is True
     assert live_version(index) != before and not open_index(index).meta.get("calibration")
     engine = SearchEngine(index)
-    assert engine.snapshot.rule is None
+    assert engine.snapshot.rules == {}
     assert (engine.search(TOPICS[0], k=1)[0].answered, open_index(index).info()["calibration"]) == (
         None,
         None,
@@ -569,13 +581,19 @@ def test_info_states_the_calibration(faq):
 
     index, _, queries, qrels = faq
     rule = calibrate(index, queries, qrels)
-    line = Rule.from_dict(open_index(index, vectors=False).info()["calibration"]).describe()
+    line = Rule.from_dict(open_index(index, vectors=False).info()["calibration"]["hybrid"]).describe()
     promise = "plain cosine threshold; precision >= 0.95 with 90% confidence"
     assert line.startswith(f"labels, hybrid search: {promise}")
     assert f"coverage {rule.coverage:.2f} on 20 labelled questions on 20 threads" in line
     assert rule.created[:4] in line
+    dense = calibrate(index, queries, qrels, precision=0.5, mode="dense")
     with TestClient(create_app(index)) as client:
-        shown = client.get("/info").json()["calibration"]
+        info = client.get("/info").json()
+        answered = client.post("/search", json={"query": OTHERS[2], "k": 1, "mode": "dense"}).json()
+    assert (info["default_mode"], sorted(info["calibration"])) == ("hybrid", ["dense", "hybrid"])
+    assert info["calibration"]["dense"]["coverage"] == dense.coverage
+    assert 0 <= answered["hits"][0]["confidence"] <= 1
+    shown = info["calibration"]["hybrid"]
     assert {k: shown[k] for k in ("source", "target", "guarantee", "coverage", "created")} == {
         "source": "labels",
         "target": 0.95,
@@ -762,7 +780,9 @@ def test_the_labels_a_target_needs_are_estimated_from_the_margin_the_guarantee_t
     assert curve.coverage(curve.guaranteed(looser + 0.01, 0.9)[0] or 2.0) < 0.5
 
 
-def test_a_calibrated_index_keeps_hybrid_and_answers_in_the_mode_its_rule_was_fitted_for(faq):
+def test_each_mode_keeps_its_own_rule_and_the_default_stays_hybrid(faq):
+    """Fitting a second mode keeps the first mode's rule: both answer, hybrid stays the default,
+    a mode with no rule is one line naming the command that fits it, unless --min-score decides."""
     index, _, queries, qrels = faq
     rule = calibrate(index, queries, qrels, precision=0.5)
     assert rule.mode == "hybrid"
@@ -774,12 +794,36 @@ def test_a_calibrated_index_keeps_hybrid_and_answers_in_the_mode_its_rule_was_fi
         engine.search("how do I pay", k=3, mode="dense")
     scored = engine.search("how do I pay", k=3, mode="dense", min_score=0.5)  # a plain threshold instead
     assert all(h.answered == (h.score >= 0.5) and h.confidence is None for h in scored)
-    assert calibrate(index, queries, qrels, precision=0.5, mode="dense").mode == "dense"
+    dense = calibrate(index, queries, qrels, precision=0.5, mode="dense")
     engine = SearchEngine(index)
-    assert engine.snapshot.mode(None) == "dense"
+    assert engine.snapshot.rules == {"hybrid": rule, "dense": dense}
+    assert engine.snapshot.mode(None) == "hybrid"
+    for mode in (None, "hybrid", "dense"):
+        hits = engine.search("how do I pay", k=2, mode=mode)
+        assert all(h.answered is not None and 0 <= h.confidence <= 1 for h in hits), mode
+    with pytest.raises(BadInput, match="semsearch calibrate INDEX --mode keyword"):
+        engine.search("how do I pay", k=3, mode="keyword")
+    stored = open_index(index, vectors=False).info()["calibration"]
+    assert {mode: Rule.from_dict(r) for mode, r in stored.items()} == {"hybrid": rule, "dense": dense}
+    assert remove_calibration(index, mode="hybrid") is True
+    engine = SearchEngine(index)
+    assert (engine.snapshot.rules, engine.snapshot.mode(None)) == ({"dense": dense}, "dense")
+
+
+def test_an_old_single_rule_is_the_rule_of_the_mode_it_names(faq):
+    """An index calibrated before rules were kept per mode stored one rule: it is read as its
+    mode's rule (dense if it names none), and a new mode's rule is kept beside it."""
+    index, _, queries, qrels = faq
+    rule = calibrate(index, queries, qrels, precision=0.5, mode="dense")
+    old = {k: v for k, v in rule.to_dict().items() if k != "mode"}
+    apply_change(index, Change(meta={"calibration": old}))
+    engine = SearchEngine(index)
+    assert (engine.snapshot.rules, engine.snapshot.mode(None)) == ({"dense": rule}, "dense")
     assert engine.search("how do I pay", k=1)[0].confidence is not None
-    with pytest.raises(BadInput, match="semsearch calibrate INDEX --mode hybrid"):
-        engine.search("how do I pay", k=3, mode="hybrid")
+    hybrid = calibrate(index, queries, qrels, precision=0.5)
+    engine = SearchEngine(index)
+    assert engine.snapshot.rules == {"dense": rule, "hybrid": hybrid}
+    assert engine.snapshot.mode(None) == "hybrid"
 
 
 def test_keyword_signals_are_features_in_keyword_and_hybrid_mode_only(faq):
@@ -794,3 +838,14 @@ def test_keyword_signals_are_features_in_keyword_and_hybrid_mode_only(faq):
     rule = calibrate(index, queries, qrels, precision=0.5, features=["text", "keyword", "agree"])
     assert rule.mode == "hybrid" and rule.features == ("text", "keyword", "agree")
     assert SearchEngine(index).search("how do I pay", k=1)[0].confidence is not None
+
+
+def test_the_default_rule_leaves_the_keyword_signals_to_features(faq):
+    """In hybrid mode the rule is still chosen between the plain and the learned one: with the
+    keyword signals it was chosen on 11 of 20 StackFAQ dev splits by noise on 12-thread halves,
+    answered no more, and kept the promise less often (docs/abstention-guarantee.md); asked for
+    by ``features`` it is still fitted."""
+    index, _, queries, qrels = faq
+    rule = calibrate(index, queries, qrels, precision=0.5)
+    assert rule.mode == "hybrid" and rule.features in (("text",), ("text", "gap"))
+    assert "learned vs plain" in rule.why and "keywords" not in rule.why

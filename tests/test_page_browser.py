@@ -324,7 +324,11 @@ def test_answered_hits_and_the_duplicates_tab(browser, calibrated_server):
     page = watched.page
     page.goto(calibrated_server + "/")
     search(page, "How do I reset my password?")
-    assert "calibrated (labels): precision 0.95 (no guarantee), coverage 1.00" in page.text_content("#facts")
+    facts = page.text_content("#facts")
+    assert "calibrated (labels): precision 0.95 (no guarantee), coverage 1.00 in dense search" in facts
+    # its only rule is dense: the default mode searches dense, and the score bar says it is a cosine
+    title = page.get_attribute("#results .score", "title")
+    assert title.startswith("cosine similarity of the question and the entry"), title
     badges = page.eval_on_selector_all("#results .answered", TEXTS)
     assert badges[0] == "answered · confidence 1.00"
     assert "no answer" not in page.text_content("#status")

@@ -54,8 +54,8 @@ from search.cli.printing import count, note_delimiter, print_hits, short
     "(one FAQ question with several answers shown once).",
 )
 @mode_option(
-    "dense (vectors), keyword (BM25) or hybrid (both fused; docs/hybrid.md). Default: the mode the "
-    "index's no-answer rule was calibrated for, else hybrid (dense where the index has no keyword table)."
+    "dense (vectors), keyword (BM25) or hybrid (both fused; docs/hybrid.md). Default: hybrid (dense where "
+    "the index has no keyword table), unless the index is calibrated only for other modes: then one of those."
 )
 def query_command(
     index_dir: Path,
@@ -117,10 +117,13 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
         semsearch info faq-index --check
     """
     from indexer.store import verify
+    from search.confidence import stored_form, stored_rules
     from search.info import index_info
 
     checked = verify(index_dir) if check else None
     info = index_info(index_dir)
+    rules = stored_rules(info["calibration"])  # by mode, an old index's single rule included
+    info["calibration"] = stored_form(rules) or None
     if checked is not None:
         info["check"] = f"ok, {checked} files checked"
     if as_json:
@@ -141,9 +144,7 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
         from indexer.encoders.base import describe_record
 
         shown["embedded"] = describe_record(info["embedded"])
-    from search.confidence import Rule
-
-    shown["calibration"] = Rule.from_dict(info["calibration"]).describe() if info["calibration"] else "none"
+    shown["calibration"] = "\n".ljust(14).join(rule.describe() for rule in rules.values()) or "none"
     shown["keywords"] = (
         "FTS5 (BM25): --mode keyword and hybrid"
         if info["keywords"]

@@ -309,7 +309,9 @@ def _under_half(rule: Any) -> str | None:
 @click.option(
     "--self", "from_corpus", is_flag=True, help="No labelled questions: make them from the index's own texts."
 )
-@click.option("--remove", is_flag=True, help="Remove the index's calibration (hits are no longer marked).")
+@click.option(
+    "--remove", is_flag=True, help="Remove the index's calibration, or with --mode that mode's rule only."
+)
 @click.option(
     "--hybrid-weight",
     type=float,
@@ -320,7 +322,8 @@ def _under_half(rule: Any) -> str | None:
 @rule_options
 @mode_option(
     "The search mode the rule answers in, fitted on that mode's ranking and signals (keyword and hybrid: "
-    "with the keyword evidence). Default: hybrid (dense where the index has no keyword table)."
+    "with the keyword evidence) and kept beside the other modes' rules. Default: hybrid (dense where the "
+    "index has no keyword table)."
 )
 @json_option("the stored rule's threshold, precision, coverage and features")
 @wait_option
@@ -365,8 +368,9 @@ def calibrate_command(
     if remove:
         if from_corpus or queries_file or qrels:
             raise click.UsageError("--remove takes no questions")
-        removed = remove_calibration(index_dir, wait)
-        click.echo("calibration removed" if removed else "not calibrated: nothing to remove")
+        removed = remove_calibration(index_dir, wait, mode)
+        which = "calibration" if mode is None else f"calibration for {mode} search"
+        click.echo(f"{which} removed" if removed else f"not calibrated: nothing to remove ({which})")
         return
     if from_corpus == bool(queries_file or qrels) or not from_corpus and not (queries_file and qrels):
         raise click.UsageError("give --queries and --qrels (labelled questions), or --self")

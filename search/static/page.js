@@ -200,7 +200,8 @@ function renderHit(hit, group, mode) {
   const title = stored.length ? hit.fields[stored[0]] : hit.text;
   stored.forEach((name) => shown.add(name));
   const head = el("div", "hit-head");
-  head.append(scoreBar(hit.score, mode || "hybrid"), el("span", "rank", `#${hit.rank}`));
+  // "default": the mode this index searches in when none is asked, as /info tells it
+  head.append(scoreBar(hit.score, mode || state.info?.default_mode || "hybrid"), el("span", "rank", `#${hit.rank}`));
   if (hit.answered !== null && hit.answered !== undefined) head.append(answeredBadge(hit));
   item.append(head, el("h2", "hit-title", title));
   for (const name of stored.slice(1)) item.append(el("p", "hit-body", hit.fields[name]));
@@ -368,13 +369,18 @@ function showFacts(info) {
     built ? `built ${String(built).replace("T", " ").slice(0, 16)}` : null,
   ];
   const shown = facts.filter(Boolean).map((fact) => el("span", "fact", fact));
-  shown.push(el("span", "fact calibration", calibrationFact(info.calibration)));
+  shown.push(el("span", "fact calibration", calibrationFacts(info.calibration)));
   $("facts").replaceChildren(...shown);
 }
 
-// The index's "no answer" promise, as `semsearch info` states it (its full record: /info).
+// The index's "no answer" promise in each mode it has a rule for, as `semsearch info` states it
+// (its full record: /info).
+function calibrationFacts(rules) {
+  if (!rules) return "not calibrated";
+  return Object.entries(rules).map(([mode, rule]) => `${calibrationFact(rule)} in ${mode} search`).join("; ");
+}
+
 function calibrationFact(rule) {
-  if (!rule) return "not calibrated";
   const promise = rule.guarantee
     ? `precision ≥ ${rule.target} with ${Math.round(rule.guarantee * 100)}% confidence`
     : `precision ${rule.target} (no guarantee)`;
