@@ -4,6 +4,7 @@ numbers, document semantics for upserts, and operations on any number of ids."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -105,10 +106,26 @@ def test_upsert_replaces_the_fields_of_an_entry(tmp_path, tiny_model):
     assert open_index(tmp_path / "idx").rows([1])[1]["size"] is None
 
 
-def test_delete_and_read_any_number_of_ids(tmp_path, tiny_model):
-    """Past SQLite's bound-parameter limit (32,766 by default, 250,000 in Debian's build): one
-    call deletes 100,000 ids among 160,000 unknown ones, and rows() reads 260,000 row ids."""
-    n = 100_000
+LOWERED_LIMIT = 999
+"""Bound parameters a statement may hold in the test below: SQLite's default before 3.32 (32,766
+since, 250,000 in Debian's build), low enough that a thousand ids cross it."""
+
+
+def test_delete_and_read_any_number_of_ids(tmp_path, tiny_model, monkeypatch):
+    """Past SQLite's bound-parameter limit (lowered to 999 on every connection the index opens, so
+    a small index crosses it as a 100,000-entry one crosses the installed limit): one call deletes
+    600 ids among 1,600 unknown ones, and rows() reads 2,600 row ids."""
+    connect = sqlite3.connect
+
+    def limited(*args, **kwargs) -> sqlite3.Connection:
+        db = connect(*args, **kwargs)
+        db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, LOWERED_LIMIT)
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", limited)
+    with pytest.raises(sqlite3.OperationalError, match="too many SQL variables"):  # the limit holds
+        sqlite3.connect(":memory:").execute("select " + ", ".join("?" * 1000), range(1000))
+    n = 1_000
     rng = np.random.default_rng(0)
     entries = [Entry(f"e{i}", f"t{i}", {"id": f"e{i}"}) for i in range(n)]
     index_dir = tmp_path / "idx"
@@ -122,12 +139,12 @@ def test_delete_and_read_any_number_of_ids(tmp_path, tiny_model):
         source={"path": "generated", "text_fields": ["text"]},
         index_kind="flat",
     )
-    assert len(open_index(index_dir).rows(list(range(1, 260_001)))) == n
-    gone = [f"e{i}" for i in range(40_000, n)] + [f"unknown{i}" for i in range(160_000)]
+    assert len(open_index(index_dir).rows(list(range(1, 2_601)))) == n
+    gone = [f"e{i}" for i in range(400, n)] + [f"unknown{i}" for i in range(1_600)]
     report = delete_from_index(index_dir, gone)
-    assert (report.deleted, len(report.not_found), report.count) == (60_000, 160_000, 40_000)
+    assert (report.deleted, len(report.not_found), report.count) == (600, 1_600, 400)
     live = open_index(index_dir)
-    assert live.vectors.count == 40_000 and live.rows([1])[1]["_id"] == "e0"
+    assert live.vectors.count == 400 and live.rows([1])[1]["_id"] == "e0"
 
 
 def test_beir_corpus_builds_with_its_ids(tmp_path, tiny_model):

@@ -87,32 +87,41 @@ def vectors_elsewhere(texts: list[str], exports: list[Path], tmp: Path) -> dict[
     return {export: np.load(export / "vectors.npy") for export in exports}
 
 
+class Exports(dict):
+    """Strategy name -> an index of the demo FAQ on the tiny model, its export, and its query
+    vectors of mixed-length texts as the index itself makes them; each built on first use (the
+    inner loop's tests read three strategies, the slow test all of them)."""
+
+    def __init__(self, root: Path, model: str):
+        super().__init__()
+        self.root, self.model, self.texts = root, model, real_sentences()[:120]
+
+    def __missing__(self, name: str) -> tuple:
+        import os
+
+        os.environ["SEMSEARCH_CACHE"] = str(self.root / "cache")
+        try:
+            index = self.root / name
+            strategy = Strategy(model=self.model, **STRATEGIES[name])
+            build_index(DATA / "demo_faq.csv", index, strategy, text_fields=["question"])
+            export = export_encoder(index, self.root / f"{name}-onnx")
+            self[name] = (index, export, SearchEngine(index).snapshot.embed(self.texts))
+        finally:
+            del os.environ["SEMSEARCH_CACHE"]
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, tiny_model):
-    """An index of the demo FAQ per strategy on the tiny model, its export, and its query
-    vectors of mixed-length texts as the index itself makes them."""
-    import os
-
-    root = tmp_path_factory.mktemp("exports")
-    os.environ["SEMSEARCH_CACHE"] = str(root / "cache")
-    try:
-        texts = real_sentences()[:120]
-        made = {}
-        for name, fields in STRATEGIES.items():
-            index = root / name
-            build_index(
-                DATA / "demo_faq.csv", index, Strategy(model=tiny_model, **fields), text_fields=["question"]
-            )
-            export = export_encoder(index, root / f"{name}-onnx")
-            made[name] = (index, export, SearchEngine(index).snapshot.embed(texts))
-    finally:
-        del os.environ["SEMSEARCH_CACHE"]
-    return made, texts, root
+    """The ``Exports`` of the tiny model, the texts they embedded, and their folder."""
+    made = Exports(tmp_path_factory.mktemp("exports"), tiny_model)
+    return made, made.texts, made.root
 
 
 @pytest.mark.slow
 def test_onnx_runtime_and_tokenizers_alone_reproduce_the_index_query_vectors(exported):
-    made, texts, root = exported
+    built, texts, root = exported
+    made = {name: built[name] for name in STRATEGIES}
     elsewhere = vectors_elsewhere(texts, [export.directory for _, export, _ in made.values()], root)
     for name, (_, export, expected) in made.items():
         assert export.dimension == expected.shape[1], name

@@ -127,6 +127,7 @@ def test_pq_of_a_handful_of_vectors(n):
     assert (found[:, n:] == -1).all()
 
 
+@pytest.mark.slow  # trains IVF-PQ on 20,000 vectors: a minute and more on a busy 2-core machine
 def test_pq_recall_and_memory_on_clustered_vectors(tmp_path):
     import faiss
 
@@ -143,38 +144,55 @@ def test_pq_recall_and_memory_on_clustered_vectors(tmp_path):
     assert (tmp_path / FULL_VECTORS).stat().st_size >= vectors.nbytes  # the rest is on disk
 
 
+@pytest.mark.slow  # the memory bound needs a corpus well past the training sample: 100,000 vectors
 def test_a_pq_build_streams_its_full_vectors_to_disk(tmp_path):
     """A pq build from parts never holds the corpus' full vectors in memory: they go to the version
     directory as they come (the codes are trained on a sample), so a 100M-vector build needs the
     disk, not 150 GB of RAM. Shuffled ids (as with ``--also``) still come back sorted on disk."""
     import tracemalloc
 
+    n, dimension = 100_000, 128
+    corpus = clustered(n, dimension=dimension)  # made before measuring: the parts are views of it
+    tracemalloc.start()
+    peak = assert_streamed_to_disk(tmp_path, corpus, part=5_000)
+    tracemalloc.stop()
+    full = n * dimension * 4
+    assert peak < full / 2, f"peak {peak / 1e6:.0f} MB for {full / 1e6:.0f} MB of vectors"
+
+
+def test_a_small_pq_build_streams_its_full_vectors_to_disk(tmp_path):
+    """The streaming of the test above on 600 vectors in parts of 50: shuffled ids come back sorted
+    on disk with their own vectors (its memory bound needs the large corpus)."""
+    assert_streamed_to_disk(tmp_path, clustered(600, dimension=32), part=50)
+
+
+def assert_streamed_to_disk(tmp_path: Path, corpus: np.ndarray, part: int) -> int:
+    """Build ivf pq from ``corpus`` in parts under shuffled ids into ``tmp_path``, check what is
+    on disk, and give the traced memory peak of the build (0 if tracemalloc is off)."""
+    import tracemalloc
+
     from indexer.vectors.factory import build_from_parts
 
-    n, dimension, part = 100_000, 128, 5_000
+    n, dimension = corpus.shape
     ids = np.random.default_rng(3).permutation(np.arange(1, n + 1, dtype=np.int64))
-    corpus = clustered(n, dimension=dimension)  # made before measuring: the parts are views of it
 
     def parts():
         for start in range(0, n, part):
             yield corpus[start : start + part], ids[start : start + part]
 
-    tracemalloc.start()
     index = build_from_parts(parts, n, dimension, "ivf", "pq", directory=tmp_path)
     peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    full = n * dimension * 4
-    assert peak < full / 2, f"peak {peak / 1e6:.0f} MB for {full / 1e6:.0f} MB of vectors"
     index.write(tmp_path / "v.faiss")
     stored = Reranked.read(tmp_path / "v.faiss")
     assert stored.ids.tolist() == list(range(1, n + 1))
-    wanted = np.array([5, 17_000, n])
+    wanted = np.array([5, int(n * 0.17), n])
     vectors, owners = stored.full(wanted)
     expected = {int(i): v for v, i in zip(*rows_of(parts, wanted), strict=True)}
     for vector, owner in zip(vectors, owners, strict=True):
         np.testing.assert_array_equal(vector, expected[int(owner)])
     scores, found = stored.search(vectors, 1)
     assert found[:, 0].tolist() == owners.tolist() and np.allclose(scores[:, 0], 1.0, atol=1e-5)
+    return peak
 
 
 def rows_of(parts, wanted: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
