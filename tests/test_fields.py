@@ -77,7 +77,8 @@ def test_only_the_combination_ranks_the_right_entry_first(tmp_path, corpus, comb
     build_index(corpus, both, text_fields=["text", "answer"])
     assert SearchEngine(question).search(QUERY, k=1, mode="dense")[0].id == "qdecoy"
     assert SearchEngine(both).search(QUERY, k=1, mode="dense")[0].id == "adecoy"
-    assert [h.id for h in SearchEngine(combined).search(QUERY, k=3, mode="dense")] == ["right", "qdecoy", "adecoy"]
+    ranked = SearchEngine(combined).search(QUERY, k=3, mode="dense")
+    assert [h.id for h in ranked] == ["right", "qdecoy", "adecoy"]
 
 
 @pytest.mark.slow
