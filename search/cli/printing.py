@@ -70,11 +70,11 @@ def print_hits(
         lead = hit.text if lead in (None, "") else lead
         body = textwrap.wrap(short(lead), width) or [""]
         click.echo(f"{hit.rank:>4}  {hit.score:6.3f}  {hit.id:<10} {body[0]}")
+        for line in body[1:]:
+            click.echo(indent + line)
         if hit.answered is not None:
             sure = "" if hit.confidence is None else f" (confidence {hit.confidence:.2f})"
             click.echo(f"{indent}answered: {'yes' if hit.answered else 'no'}{sure}")
-        for line in body[1:]:
-            click.echo(indent + line)
         if hit.others:
             click.echo(f"{indent}+{hit.others} more in this {group_by}")
         for name, value in hit.fields.items():
