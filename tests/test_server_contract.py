@@ -28,7 +28,7 @@ GOOD = {
     "/search": {"query": "bike", "k": 1},
     "/search/batch": {"queries": ["bike"], "k": 1},
     "/similar": {"sentence": "bike", "candidates": ["a bike"]},
-    "/v1/embeddings": {"input": "bike", "model": "m"},
+    "/v1/embeddings": {"input": "bike"},
     "/encode": {"texts": ["bike"]},
     "/reload": None,
 }

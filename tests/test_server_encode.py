@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,7 +41,8 @@ def _floats(answer: dict) -> np.ndarray:
 def test_embeddings_and_encode_give_the_index_query_vectors(whitened):
     expected = SearchEngine(whitened).snapshot.embed(TEXTS)
     with TestClient(create_app(whitened)) as client:
-        answer = client.post("/v1/embeddings", json={"input": TEXTS, "model": "anything"}).json()
+        named = {"input": TEXTS, "model": whitened_model(whitened)}
+        answer = client.post("/v1/embeddings", json=named).json()
         assert answer["object"] == "list" and answer["model"] == SearchEngine(whitened).strategy.model
         assert [(d["object"], d["index"]) for d in answer["data"]] == [("embedding", i) for i in range(3)]
         assert answer["usage"]["prompt_tokens"] == answer["usage"]["total_tokens"] > len(TEXTS)
@@ -54,6 +56,33 @@ def test_embeddings_and_encode_give_the_index_query_vectors(whitened):
         np.testing.assert_allclose(np.array(vectors), expected, atol=1e-5)
         # the search answers the same vectors: the top hit of an entry's own text is that entry
         assert client.post("/search", json={"query": TEXTS[0], "k": 1}).json()["hits"][0]["id"] == "a1"
+
+
+def whitened_model(index) -> str:
+    return SearchEngine(index).strategy.model
+
+
+def test_embeddings_answer_the_served_model_by_name_path_or_alias_and_404_any_other(whitened):
+    model = whitened_model(whitened)
+    names = [model, str(Path(model).resolve()), Path(model).name, ""]
+    with TestClient(create_app(whitened)) as client:
+        for name in names:
+            answer = client.post("/v1/embeddings", json={"input": "a bike", "model": name})
+            assert answer.status_code == 200, (name, answer.text[:200])
+            assert answer.json()["model"] == model
+        for other in ("text-embedding-3-small", "m", f"{model}x", "sentence-transformers/all-MiniLM-L6-v2"):
+            answer = client.post("/v1/embeddings", json={"input": "a bike", "model": other})
+            assert answer.status_code == 404, (other, answer.text[:200])
+            error = answer.json()["error"]  # OpenAI's shape and code
+            assert error["code"] == "model_not_found" and error["type"] == "invalid_request_error"
+            assert other in error["message"] and Path(model).name in error["message"]
+
+
+def test_the_bundled_model_answers_to_its_hub_name():
+    from search.server.encode import served_names
+
+    assert {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"} <= served_names("all-MiniLM-L6-v2")
+    assert "other/all-MiniLM-L6-v2" not in served_names("all-MiniLM-L6-v2")
 
 
 def test_bad_encode_requests_are_400(whitened):
@@ -83,7 +112,7 @@ def test_bad_encode_requests_are_400(whitened):
             assert response.status_code == 400, (body, response.text)
             assert isinstance(response.json()["error"], str)
         schema = client.get("/openapi.json").json()["paths"]
-        assert set(schema["/v1/embeddings"]["post"]["responses"]) == {"200", "400", "413", "503"}
+        assert set(schema["/v1/embeddings"]["post"]["responses"]) == {"200", "400", "404", "413", "503"}
 
 
 def test_concurrent_requests_share_batches(whitened):
@@ -110,7 +139,7 @@ def test_served_without_an_index_it_encodes_a_strategy(tiny_model):
         info = client.get("/info").json()
         assert info["strategy"]["pooling"] == "cls" and info["index"] is None
         assert info["dimension"] == 32 and "pooling=cls" in info["description"]
-        answer = client.post("/v1/embeddings", json={"input": TEXTS, "model": "m"}).json()
+        answer = client.post("/v1/embeddings", json={"input": TEXTS, "model": tiny_model}).json()
         np.testing.assert_allclose(_floats(answer), encode(TEXTS, strategy), atol=1e-5)
         assert client.post("/search", json={"query": "x"}).status_code == 404
         assert client.get("/health").json() == {"status": "ok"}

@@ -41,7 +41,7 @@ ODD = {
     "zero-width query": ("/search", b'{"query": "\\u200b"}'),
     "BOM-only query in a batch": ("/search/batch", b'{"queries": ["ok", "\\ufeff"]}'),
     "control-only sentence": ("/similar", b'{"sentence": "\\u0001\\u0002", "candidates": ["a"]}'),
-    "NUL to embed": ("/v1/embeddings", b'{"input": ["ok", "\\u0000"], "model": "m"}'),
+    "NUL to embed": ("/v1/embeddings", b'{"input": ["ok", "\\u0000"]}'),
     "zero-width to encode": ("/encode", b'{"texts": ["\\u200b\\u200c"]}'),
     "k as text": ("/search", b'{"query": "bike", "k": "many"}'),
 }

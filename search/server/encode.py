@@ -11,18 +11,20 @@ import base64
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from indexer.embedding.strategy import Strategy
+from indexer.embedding.strategy import DEFAULT_MODEL, Strategy
 from indexer.errors import BadInput
 from search.encoding import Encoding, check_texts, token_count
 from search.loading import load_encoding
 from search.server.batching import MicroBatcher
 from search.server.connections import while_connected
+from search.server.errors import error_answer
 from search.server.schema import (
     EmbeddingsAnswer,
     EmbeddingsRequest,
@@ -41,6 +43,17 @@ def _json(answer: dict[str, Any]) -> Response:
 def _base64(vector: np.ndarray) -> str:
     """OpenAI's ``encoding_format: base64``: the little-endian float32 bytes."""
     return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def served_names(model: str) -> frozenset[str]:
+    """The ``model`` names a request may give for the served ``model``: as the index stores it, its
+    folder's name and full path, and for the bundled model its Hugging Face id."""
+    names = {model, Path(model).name}
+    if model == DEFAULT_MODEL:
+        names.add(f"sentence-transformers/{DEFAULT_MODEL}")
+    elif Path(model).is_dir():
+        names.add(str(Path(model).resolve()))
+    return frozenset(names)
 
 
 def embeddings_answer(
@@ -79,11 +92,16 @@ def add_encode_routes(
 
         return await while_connected(request, batcher.run(encoding, texts, respond, role))
 
-    @app.post("/v1/embeddings", responses=answered(EmbeddingsAnswer, 400, 413, 503, shape=OpenAIError))
+    @app.post("/v1/embeddings", responses=answered(EmbeddingsAnswer, 400, 404, 413, 503, shape=OpenAIError))
     async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
         """OpenAI-compatible embeddings of ``input`` (a string or a list of strings): ``data[i]
         .embedding`` for input i, floats or (``encoding_format: base64``) little-endian float32;
-        ``input_type``: the texts are queries (default) or passages, each with its prefix."""
+        ``input_type``: the texts are queries (default) or passages, each with its prefix; ``model``
+        names the served model (or is left out), else a 404 ``model_not_found``."""
+        served = (await current()).strategy.model
+        if body.model and body.model not in served_names(served):
+            message = f"model {body.model!r} is not served here: this server runs {Path(served).name!r}"
+            return error_answer(request.url.path, 404, message, code="model_not_found")
 
         def answer(encoding: Encoding, vectors: np.ndarray) -> dict[str, Any]:
             if body.dimensions is not None and body.dimensions != vectors.shape[1]:

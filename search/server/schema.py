@@ -72,7 +72,7 @@ def answers(*codes: int, shape: type[BaseModel] = Error) -> dict[int | str, dict
 
 ERRORS = {
     400: "Bad input: unreadable JSON or text, a missing or out-of-range field, a bad filter, too much text.",
-    404: "No such route or file.",
+    404: "No such route or file, or (/v1/embeddings) a model this server does not run.",
     405: "The route does not take this method.",
     409: "A conflict with the index's state.",
     413: f"A request body over {MAX_BODY} bytes.",
@@ -129,8 +129,8 @@ def _inputs(value: object) -> object:
 
 
 class EmbeddingsRequest(BaseModel):
-    """OpenAI's embeddings request. ``model`` is required by OpenAI clients and not checked: the
-    answer's ``model`` names what this server runs."""
+    """OpenAI's embeddings request. ``model``, required by OpenAI clients, must name the served model
+    (its name, folder or path) or be left out; the answer's ``model`` names what this server runs."""
 
     input: Annotated[
         list[EncodeText], BeforeValidator(_inputs), Field(min_length=1, max_length=MAX_INPUTS)
