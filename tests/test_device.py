@@ -27,8 +27,8 @@ def test_placements_resolve_and_refuse_what_this_machine_cannot_do():
     assert placement(None, None) == (placement("cuda") if not NO_GPU else Placement("cpu", "fp32"))
     assert placement(" CPU ", "fp32") == Placement("cpu", "fp32")
     for device, precision, message in [
-        ("gpu", "auto", "choose auto, cpu, cuda or cuda:N"),
-        ("cuda:x", "auto", "choose auto, cpu, cuda or cuda:N"),
+        ("gpu", "auto", "--device: give auto, cpu, cuda or cuda:N"),
+        ("cuda:x", "auto", "--device: give auto, cpu, cuda or cuda:N"),
         ("cpu", "fp16", "runs on a GPU only"),
         ("cpu", "int4", "choose one of"),
     ]:
@@ -214,3 +214,20 @@ def test_the_onnx_loop_runs_the_passes_the_rule_plans():
     head = Head(Strategy(model="m", layers=(-1,), pooling="mean"), 1, [])
     encode(network, ids, [head], [4], batching=Batching.on(True, 32), pad=0)
     assert sorted(widths) == [(4, 7), (4, 204)]
+
+
+@pytest.mark.parametrize("command", ["encode", "index"])
+def test_every_misnamed_device_is_the_same_usage_error(command):
+    """An empty ``--device`` (a shell variable left unset) and a misspelt one are both a usage error,
+    exit 2, naming the choices; refused before the model is loaded."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    codes = {}
+    for device in ("", "  ", "tpu", "cuda:x", "gpu"):
+        result = CliRunner().invoke(cli, [command, "-", "--device", device], input="a text\n")
+        assert "auto, cpu, cuda or cuda:N" in result.output, (device, result.output)
+        assert "Traceback" not in result.output
+        codes[device] = result.exit_code
+    assert set(codes.values()) == {2}, codes

@@ -15,8 +15,6 @@ from pathlib import Path
 
 from indexer.errors import BadInput
 
-DEVICES = ("auto", "cpu", "cuda", "cuda:N")
-"""What ``--device`` takes (``cuda:N``: the N-th GPU torch sees)."""
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 """What ``--precision`` takes: ``auto`` is fp16 on a GPU (its tensor cores; vectors within ~1e-3
 of fp32, the same rankings on the shared dev sets) and fp32 on the CPU (where halves are slower)."""
@@ -57,28 +55,38 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def device_name(device: str) -> str:
+    """``device`` as a name ``--device`` takes (auto, cpu, cuda or cuda:N, the N-th GPU torch sees),
+    lower-cased; any other, empty included (a shell variable left unset), is refused by name."""
+    name = device.strip().lower()
+    if name in ("auto", "cpu") or re.fullmatch(r"cuda(?::\d+)?", name):
+        return name
+    shown = "it is empty" if not name else f"not {device.strip()!r}"
+    raise BadInput(f"give auto, cpu, cuda or cuda:N ({shown})")
+
+
 def placement(device: str | None = None, precision: str | None = None) -> Placement:
     """``device`` and ``precision`` as asked (``None``: ``auto``), resolved on this machine."""
-    device = (device or "auto").strip().lower()
+    try:
+        device = device_name("auto" if device is None else device)
+    except BadInput as error:
+        raise BadInput(f"--device: {error}") from None
     precision = (precision or "auto").strip().lower()
     if precision not in PRECISIONS:
         raise BadInput(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
-    match = re.fullmatch(r"cuda(?::(\d+))?", device)
     if device == "auto":
         seen = os.environ.get("CUDA_VISIBLE_DEVICES") != "" and _driver_present() and _cuda_count()
         on = "cuda:0" if seen else "cpu"
     elif device == "cpu":
         on = "cpu"
-    elif match:
+    else:  # cuda or cuda:N, as device_name admits
         count = _cuda_count()
-        number = int(match.group(1) or 0)
+        number = int(device.partition(":")[2] or 0)
         if count == 0:
             raise BadInput(f"--device {device}: torch sees no CUDA GPU on this machine (use cpu or auto)")
         if number >= count:
             raise BadInput(f"--device {device}: torch sees {count} CUDA GPU(s) (cuda:0..cuda:{count - 1})")
         on = f"cuda:{number}"
-    else:
-        raise BadInput(f"--device {device!r}: choose auto, cpu, cuda or cuda:N")
     if on == "cpu" and precision in ("fp16", "bf16"):
         raise BadInput(f"--precision {precision} runs on a GPU only (the CPU embeds in fp32)")
     if precision == "auto":

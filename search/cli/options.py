@@ -362,10 +362,15 @@ rule_options = stacked(
 
 
 def _device(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """A device named: an empty ``--device ''`` (a shell variable left unset) is no device, not auto."""
-    if not value.strip():
-        raise click.BadParameter("give auto, cpu, cuda or cuda:N (it is empty)")
-    return value
+    """A device named as ``--device`` takes them: any other is a usage error (exit 2), before any
+    work; whether this machine has it is decided later, with the rest of the placement."""
+    from indexer.encoders.devices import device_name
+    from indexer.errors import BadInput
+
+    try:
+        return device_name(value)
+    except BadInput as error:
+        raise click.BadParameter(str(error)) from None
 
 
 device_options = stacked(
