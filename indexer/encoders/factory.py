@@ -16,7 +16,7 @@ an index's queries (``queries=True``).
 - Queries always run the graph (``onnx`` for a ``torch`` index: the same fp32 vectors), exported
   first if that was never tried; on torch, saying why, where it cannot be.
 
-- ``--ray``: the same decision, made for the workers (``indexer.encoders.ray``), each of which
+- ``--ray``: the same decision, made for the workers (``indexer.encoders.on_ray``), each of which
   embeds on the placement it says and is checked to have.
 
 The choice is one step, ``decide``: ``(strategy, options, held graph) -> Decision`` (runtime,
