@@ -335,22 +335,41 @@ class Catalog:
         found = "select 1 from sqlite_master where type = 'table' and name = ?"
         return self.db.execute(found, (KEYWORDS,)).fetchone() is not None
 
+    def _wanted_keyword_fields(self) -> list[str]:
+        """The fields besides ``_text`` the keyword table should read: the also fields the meta's
+        ``source`` names."""
+        row = self.db.execute("select value from meta where key = 'source'").fetchone()
+        source = json.loads(row[0]) if row else {}
+        also = (source.get("also") or {}).get("fields") or []
+        return keyword_fields(source.get("text_fields") or [], also, self.columns())
+
+    def _keyword_objects(self) -> list[tuple[str, str, str]]:
+        """(type, name, sql) of the keyword table's objects as kept: triggers, the table, the view."""
+        return self.db.execute(
+            "select type, name, sql from sqlite_master where name in (select value from json_each(?))"
+            " order by type = 'view', type = 'table'",
+            (json.dumps(_KEYWORD_OBJECTS),),
+        ).fetchall()
+
+    def keyword_coverage(self) -> tuple[list[str], list[str]]:
+        """The fields besides ``_text`` the keyword table reads, and those it should read but will
+        only from the next version (a table written over the text alone): what ``info`` says."""
+        wanted = self._wanted_keyword_fields()
+        kept = {name: sql.lower() for _, name, sql in self._keyword_objects()}
+        if kept == {name: sql.lower() for name, sql in _keyword_schema(wanted).items()}:
+            return wanted, []
+        return [], wanted
+
     def _keep_keywords(self) -> None:
         """Make the keyword table, filled from the rows, of a version written before it or before
         it read the also fields its meta's ``source`` names (a version being built has no source
         yet: ``create`` made its table), inside the caller's transaction (so the rows and their
         keywords commit, or roll back, together)."""
-        row = self.db.execute("select value from meta where key = 'source'").fetchone()
-        if row is None and self.has_keywords():
+        has_source = self.db.execute("select 1 from meta where key = 'source'").fetchone() is not None
+        if not has_source and self.has_keywords():
             return
-        source = json.loads(row[0]) if row else {}
-        also = (source.get("also") or {}).get("fields") or []
-        wanted = _keyword_schema(keyword_fields(source.get("text_fields") or [], also, self.columns()))
-        found = self.db.execute(
-            "select type, name, sql from sqlite_master where name in (select value from json_each(?))"
-            " order by type = 'view', type = 'table'",  # triggers, the table, the view
-            (json.dumps(_KEYWORD_OBJECTS),),
-        ).fetchall()
+        wanted = _keyword_schema(self._wanted_keyword_fields())
+        found = self._keyword_objects()
         kept = {name: sql.lower() for _, name, sql in found}
         if kept == {name: sql.lower() for name, sql in wanted.items()}:
             return

@@ -234,6 +234,23 @@ def test_a_keyword_table_over_the_text_alone_reads_the_also_fields_after_the_nex
     assert keyword_ids(index, "E04") == {"q1"} and keyword_ids(index, "dark") == {"q1"}
 
 
+def test_info_says_what_the_keyword_table_reads_until_its_next_write(tmp_path, tiny_model):
+    index = build_faq_with_also(tmp_path, tiny_model)
+    read = open_index(index, vectors=False).info()
+    assert (read["keyword_fields"], read["keyword_fields_pending"]) == (["answer", "rank"], [])
+    shown = CliRunner().invoke(cli, ["info", str(index)]).output
+    assert "keywords:    FTS5 (BM25) over the text and answer, rank" in shown
+    keep_text_only_keywords(index)
+    read = open_index(index, vectors=False).info()
+    assert (read["keyword_fields"], read["keyword_fields_pending"]) == ([], ["answer", "rank"])
+    shown = CliRunner().invoke(cli, ["info", str(index)]).output
+    line = next(line for line in shown.splitlines() if line.startswith("keywords:"))
+    assert "over the text alone" in line and "answer, rank from its next version" in line
+    delete_from_index(index, ["q2"])
+    read = open_index(index, vectors=False).info()
+    assert (read["keyword_fields"], read["keyword_fields_pending"]) == (["answer", "rank"], [])
+
+
 def test_min_score_works_in_every_mode_and_keeps_the_default_hybrid(index):
     engine = SearchEngine(index)
     assert engine.snapshot.mode(None) == "hybrid"

@@ -107,6 +107,7 @@ class StoredIndex:
             kind, nprobe = meta.vector_kind, meta.nprobe
         else:
             kind, nprobe = self.vectors.kind, self.vectors.nprobe
+        keyword_fields, keyword_fields_pending = self.catalog.keyword_coverage()
         return {
             "path": str(self.path),
             "version": self.version.name,
@@ -133,6 +134,8 @@ class StoredIndex:
             "fields": self.catalog.field_types(),
             "calibration": meta.calibration or None,
             "keywords": self.catalog.has_keywords(),  # the FTS5 table keyword and hybrid search read
+            "keyword_fields": keyword_fields,  # the fields besides the text it reads
+            "keyword_fields_pending": keyword_fields_pending,  # those it reads from the next version on
             "hybrid_weight": meta.get("hybrid_weight"),  # its keyword share in hybrid search (None: default)
         }
 

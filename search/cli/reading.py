@@ -146,7 +146,7 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
         shown["embedded"] = describe_record(info["embedded"])
     shown["calibration"] = "\n".ljust(14).join(rule.describe() for rule in rules.values()) or "none"
     shown["keywords"] = (
-        "FTS5 (BM25): --mode keyword and hybrid"
+        keywords_line(info["keyword_fields"], info["keyword_fields_pending"])
         if info["keywords"]
         else "none (written before keyword search): its next version (add, delete or compact) keeps them"
     )
@@ -163,6 +163,13 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
     for key, value in shown.items():
         if value is not None:  # an unset fact (never updated, no calibration) is left out
             click.echo(f"{key + ':':<12} {value}")
+
+
+def keywords_line(fields: list[str], pending: list[str]) -> str:
+    """What the keyword table reads: the text and which fields, and what waits for a new version."""
+    read = f"the text and {', '.join(fields)}" if fields else "the text alone"
+    later = f" ({', '.join(pending)} from its next version: add, delete or compact)" if pending else ""
+    return f"FTS5 (BM25) over {read}{later}: --mode keyword and hybrid"
 
 
 @click.command("duplicates")
