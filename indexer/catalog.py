@@ -44,6 +44,7 @@ SQL_TYPES = {"integer": "INTEGER", "number": "NUMERIC", "text": "TEXT"}
 _FIELD_TYPES = {"INTEGER": "integer", "NUMERIC": "number", "REAL": "number", "FLOAT": "number"}
 MAX_FACET_VALUES = 50  # distinct values up to which a field gets a value list (a select on a page)
 MAX_FACET_CHARS = 100  # a longer value is prose (an answer), not something to pick from a list
+REPEATS_SAMPLE = 10_000  # entries read to tell whether a field's values repeat (bounded work a field)
 
 KEYWORDS = "keywords"
 """The FTS5 table of the entries' texts (BM25). Porter stems English words; codes such as
@@ -127,6 +128,7 @@ class Facet(TypedDict):
 
     type: str  # integer, number or text
     values: list[list[Any]] | None  # [value, count] pairs, most common first; None: too many or long
+    repeats: bool  # a value stands in more than one entry (of a bounded sample): a field to group by
     min: NotRequired[int | float | None]  # numeric fields only: None when no value is a number
     max: NotRequired[int | float | None]
 
@@ -274,8 +276,9 @@ class Catalog:
     def facets(self, max_values: int = MAX_FACET_VALUES) -> dict[str, Facet]:
         """Each user field: its ``type``; ``values`` (``[value, count]`` pairs, most common first)
         when it holds at most ``max_values`` distinct non-NULL values, none longer than
-        ``MAX_FACET_CHARS``, else None; and for numeric fields ``min``/``max`` of the numbers in it.
-        What a search page builds its filters from.
+        ``MAX_FACET_CHARS``, else None; ``repeats``, whether a value stands in more than one of its
+        first ``REPEATS_SAMPLE`` entries (a field to group by); and for numeric fields
+        ``min``/``max`` of the numbers in it. What a search page builds its filters from.
 
         Bounded work: the distinct values are read through ``LIMIT max_values + 1``, so a field
         with many values costs one partial scan and is never grouped or counted."""
@@ -298,7 +301,12 @@ class Catalog:
                 ]
                 if any(len(str(value)) > MAX_FACET_CHARS for value, _ in values):
                     values = None
-            facet = Facet(type=field_type, values=values)
+            rows, different = self.db.execute(
+                f"select count(*), count(distinct {column}) from (select {column} from entries"
+                f" where {column} is not null limit ?)",
+                (REPEATS_SAMPLE,),
+            ).fetchone()
+            facet = Facet(type=field_type, values=values, repeats=different < rows)
             if field_type != "text":
                 low, high = self.db.execute(
                     f"select min({column}), max({column}) from entries"

@@ -35,10 +35,12 @@ def test_values_counts_and_ranges(tmp_path):
     assert facets["category"] == {
         "type": "text",
         "values": [["billing", 2], ["app", 1], ["stations", 1]],
+        "repeats": True,
     }
     assert facets["year"] == {
         "type": "integer",
         "values": [[2021, 2], [2020, 1], [2024, 1]],
+        "repeats": True,
         "min": 2020,
         "max": 2024,
     }
@@ -47,15 +49,16 @@ def test_values_counts_and_ranges(tmp_path):
     assert (facets["price"]["min"], facets["price"]["max"]) == (3, 12)
     assert ["n/a", 1] in facets["price"]["values"]
     assert facets["note"]["values"] == [["a", 1], ["b", 1], ["n/a", 1]]  # NULL is no value
+    assert facets["note"]["repeats"] is False  # a value per row: nothing to group by
 
 
 def test_many_distinct_values_give_no_list(tmp_path):
     rows = [{"id": f"id{i}", "kind": "same", "n": i} for i in range(60)]
     opened = catalog(tmp_path, rows)
     facets = opened.facets(max_values=50)
-    assert facets["id"] == {"type": "text", "values": None}
-    assert facets["kind"]["values"] == [["same", 60]]
-    assert facets["n"] == {"type": "integer", "values": None, "min": 0, "max": 59}
+    assert facets["id"] == {"type": "text", "values": None, "repeats": False}
+    assert facets["kind"]["values"] == [["same", 60]] and facets["kind"]["repeats"]
+    assert facets["n"] == {"type": "integer", "values": None, "repeats": False, "min": 0, "max": 59}
     assert len(opened.facets(max_values=60)["id"]["values"]) == 60
 
 
@@ -91,3 +94,12 @@ def test_long_values_give_no_list(tmp_path):
     facets = catalog(tmp_path, rows).facets()
     assert facets["answer"]["values"] is None
     assert facets["short"]["values"] == [["x" * 100, 3]]
+
+
+def test_a_field_with_many_values_that_repeat_can_group(tmp_path):
+    """Past the listed values, a field whose values recur (a thread of several entries) still
+    groups; one with a value per row does not."""
+    rows = [{"thread": f"t{i // 3}", "row": f"r{i}"} for i in range(300)]
+    facets = catalog(tmp_path, rows).facets(max_values=50)
+    assert facets["thread"]["values"] is None and facets["thread"]["repeats"] is True
+    assert facets["row"]["values"] is None and facets["row"]["repeats"] is False

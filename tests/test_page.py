@@ -56,7 +56,8 @@ def test_page_and_its_files(client):
 
 def test_fields(client):
     fields = client.get("/fields").json()["fields"]
-    assert fields["category"] == {"type": "text", "values": [["billing", 2], ["stations", 1]]}
+    category = {"type": "text", "values": [["billing", 2], ["stations", 1]], "repeats": True}
+    assert fields["category"] == category
     assert fields["year"]["type"] == "integer"
     assert (fields["year"]["min"], fields["year"]["max"]) == (2020, 2024)
     assert fields[ODD]["values"] == [["x", 2], ["y", 1]]

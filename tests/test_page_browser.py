@@ -291,6 +291,36 @@ def test_group_by(browser, odd_server):
     assert watched.dialogs == [] and watched.outside == []
 
 
+def test_group_by_offers_the_fields_whose_values_repeat(browser, odd_server):
+    """A field with a value per entry (the year here) groups nothing: it is not offered."""
+    watched = Watched(browser, odd_server, 1000, 800)
+    page = watched.page
+    page.goto(odd_server + "/?q=ride")
+    page.wait_for_function("() => document.querySelectorAll('#group-by option').length > 1")
+    offered = page.eval_on_selector_all("#group-by option", "options => options.map(o => o.value)")
+    assert offered == ["", ODD]
+
+
+@pytest.mark.parametrize("width", [1200, 390])
+def test_the_search_box_shows_the_whole_question(browser, odd_server, width):
+    """A long question is shown whole as typed (the box grows), on a desktop and a phone."""
+    watched = Watched(browser, odd_server, width, 900)
+    page = watched.page
+    page.goto(odd_server + "/")
+    question = "how do I ride " + " ".join(f"word{i}" for i in range(40)) + " at the very end?"
+    page.fill("#q", question)
+    page.wait_for_function("q => new URLSearchParams(location.search).get('q') === q", arg=question)
+    shown = page.eval_on_selector(
+        "#q", "q => [q.scrollWidth <= q.clientWidth + 1, q.scrollHeight <= q.clientHeight + 1, q.value]"
+    )
+    assert shown == [True, True, question]
+    box = page.eval_on_selector("#q", "q => q.getBoundingClientRect().right")
+    assert box <= width
+    page.press("#q", "Enter")  # Enter searches; it never breaks the question over two lines
+    assert page.input_value("#q") == question
+    assert watched.dialogs == [] and watched.outside == []
+
+
 DUPLICATED = [
     {"id": "d1", "text": "How do I reset my password?"},
     {"id": "d2", "text": "How do I reset my password?"},

@@ -182,11 +182,12 @@ function scoreBar(score, mode = "dense") {
   return bar;
 }
 
-// Grouping: the stored fields (not the entry's id), chosen from the URL's "group" if it names one.
+// Grouping: the stored fields whose values repeat (a field with a value per entry groups nothing),
+// chosen from the URL's "group" if it names one.
 function buildGroups(fields, params) {
   const select = $("group-by");
-  for (const name of Object.keys(fields)) {
-    if (name !== state.info?.id_field) select.append(new Option(name, name));
+  for (const [name, facet] of Object.entries(fields)) {
+    if (name !== state.info?.id_field && facet.repeats) select.append(new Option(name, name));
   }
   if (Object.hasOwn(fields, params.get("group") || "")) select.value = params.get("group");
 }
@@ -340,6 +341,13 @@ function moveThroughResults(event) {
   event.preventDefault();
 }
 
+// The question box grows to show all that was typed (where CSS field-sizing cannot).
+function fitQuestion() {
+  const box = $("q");
+  box.style.height = "auto";
+  box.style.height = `${box.scrollHeight + box.offsetHeight - box.clientHeight}px`;
+}
+
 function onKey(event) {
   const typing = /^(INPUT|TEXTAREA|SELECT)$/.test(event.target.tagName);
   if (event.key === "/" && !typing) {
@@ -347,6 +355,10 @@ function onKey(event) {
     showTab("search", true);
   } else if (event.key === "Escape" && event.target === $("q")) {
     $("q").value = "";
+    fitQuestion();
+    runSearch(0);
+  } else if (event.key === "Enter" && !event.shiftKey && event.target === $("q")) {
+    event.preventDefault(); // the box wraps a long question; Enter searches, as in a search field
     runSearch(0);
   } else if (event.key === "Enter" && event.ctrlKey && event.target === $("candidates")) {
     $("similar-form").requestSubmit();
@@ -395,7 +407,8 @@ async function start() {
   if ([...$("mode").options].some((o) => o.value === params.get("mode"))) $("mode").value = params.get("mode");
   if (params.get("min") !== null && Math.abs(Number(params.get("min"))) <= 1) $("search-min").value = params.get("min");
   document.addEventListener("keydown", onKey);
-  $("q").addEventListener("input", () => runSearch(200));
+  $("q").addEventListener("input", () => { fitQuestion(); runSearch(200); });
+  fitQuestion();
   $("k").addEventListener("change", () => runSearch(0));
   $("group-by").addEventListener("change", () => runSearch(0));
   $("mode").addEventListener("change", () => runSearch(0));
