@@ -1,7 +1,7 @@
 """The product's modules import each other one way: no import circle in ``indexer`` or ``search``,
 not even through an import deferred into a function or kept for type checking (a circle makes
 import order matter and hides which part depends on which), the floors run one way, and SQLite is
-spoken by the catalog alone (``indexer.columns`` only asks it its column limit, a floor down)."""
+spoken by the catalog alone."""
 
 from __future__ import annotations
 
@@ -77,10 +77,9 @@ def test_the_circle_finder_finds_one():
 
 
 def test_sqlite3_is_imported_only_by_the_catalog():
-    """Every SQL statement, SQLite error and SQLite fact lives in ``indexer/catalog.py``, but for
-    its column limit, which the corpus reader checks a file's width against a floor below the
-    catalog (``indexer/columns.py``)."""
-    allowed = {ROOT / "indexer" / "catalog.py", ROOT / "indexer" / "columns.py"}  # its column limit
+    """Every SQL statement, SQLite error and SQLite fact lives in ``indexer/catalog.py``; the width
+    the corpus reader checks a file against is the index format's (``indexer/columns.py``)."""
+    allowed = {ROOT / "indexer" / "catalog.py"}
     packages = ("indexer", "search", "semsearch")
     paths = [p for package in packages for p in sorted((ROOT / package).rglob("*.py"))]
     assert [hit for p in paths if p not in allowed for hit in heavy_imports(p, ("sqlite3",))] == []
