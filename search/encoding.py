@@ -146,6 +146,28 @@ class Encoding:
                 vectors[rows] = part
         return Transform.apply_optional(self.transform, vectors)
 
+    def tokenize(self, texts: Sequence[str], role: Roles = "query") -> list[list[int]]:
+        """Each text's token ids as the model reads them in ``embed`` (its role's prefix before
+        it, cut at max_length): what the server counts and batches by before the model runs. A
+        served encoder runs in this process: a ``NetworkEncoder``, with its tokenizer."""
+        tokens = cast("NetworkEncoder", self.embedder).tokens
+        roles = [role] * len(texts) if isinstance(role, str) else list(role)
+        found: list[list[int]] = [[] for _ in texts]
+        by_role: dict[str, list[int]] = {}
+        for i, each in enumerate(roles):
+            by_role.setdefault(check_role(each), []).append(i)
+        for each, rows in by_role.items():
+            for i, ids in zip(rows, tokens.ids([texts[i] for i in rows], each), strict=True):
+                found[i] = ids
+        return found
+
+    def embed_tokens(self, ids: Sequence[Sequence[int]]) -> np.ndarray:
+        """The final vectors of texts tokenised by ``tokenize``: ``embed`` from its token ids, in the
+        passes the one batching rule plans."""
+        embedder = cast("NetworkEncoder", self.embedder)
+        vectors = embedder.run(ids, [embedder.head])[0]
+        return Transform.apply_optional(self.transform, vectors)
+
     def encode(self, texts: Iterable[str], *, progress: bool = False, as_: str = "query") -> np.ndarray:
         """A float32 matrix, row i the vector of text i (``check_texts``); any number of texts,
         embedded a part at a time. Texts longer than the strategy's max_length are cut there.
@@ -197,14 +219,6 @@ class Encoding:
             "dimension": self.dimension,
             "index": None,
         }
-
-
-def token_count(embedder: Encoder, texts: Sequence[str], role: str = "query") -> int:
-    """Tokens the model reads of ``texts`` as ``role`` texts (each with its prefix, cut at
-    max_length): a request's usage. A served encoder runs in this process: a ``NetworkEncoder``,
-    with its tokenizer."""
-    tokens = cast("NetworkEncoder", embedder).tokens
-    return sum(len(ids) for ids in tokens.ids(texts, role))
 
 
 def encode(

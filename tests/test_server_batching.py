@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,29 +13,30 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
+from indexer.embedding.batching import Batching  # noqa: E402
 from indexer.embedding.strategy import Strategy  # noqa: E402
-from indexer.encoders.onnx_encoder import OnnxEncoder  # noqa: E402
+from search.encoding import Encoding  # noqa: E402
 from search.server import create_app  # noqa: E402
 from search.server.batching import MicroBatcher  # noqa: E402
 from tests.helpers import ROWS, build_faq  # noqa: E402
 
 
 class Gate:
-    """Holds the first embedding pass in the worker thread until ``release`` is set (queries are
-    embedded by the ``OnnxEncoder``)."""
+    """Holds the first embedding pass in the worker thread until ``release`` is set (the model
+    thread embeds a batch's token ids: ``Encoding.embed_tokens``)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.entered = threading.Event()
         self.release = threading.Event()
-        original = OnnxEncoder.embed
+        original = Encoding.embed_tokens
 
-        def gated(embedder: OnnxEncoder, texts, **options):
+        def gated(encoding: Encoding, ids):
             if not self.release.is_set():
                 self.entered.set()
                 self.release.wait(60)
-            return original(embedder, texts, **options)
+            return original(encoding, ids)
 
-        monkeypatch.setattr(OnnxEncoder, "embed", gated)
+        monkeypatch.setattr(Encoding, "embed_tokens", gated)
 
     async def wait_entered(self) -> None:
         assert await asyncio.to_thread(self.entered.wait, 60)
@@ -124,16 +126,21 @@ def test_a_request_an_update_commits_under_is_answered_on_the_new_generation(
 
 
 class Recorder:
-    """A stand-in embedder that records each pass; a pass that starts with "hold" waits for
-    ``gate``."""
+    """A stand-in encoding that records each pass; a pass that starts with "hold" waits for
+    ``gate``. A text's tokens are its characters (so a pass's texts can be read back)."""
 
     strategy = Strategy(max_length=128)
+    embedder = SimpleNamespace(decision=SimpleNamespace(batching=Batching(32, 32 * 1024)))
 
     def __init__(self, name: str, calls: list, gate: threading.Event):
         self.name, self.calls, self.gate = name, calls, gate
 
-    def embed(self, texts, role="query"):
-        self.calls.append((self.name, list(texts)))
+    def tokenize(self, texts, role="query"):
+        return [[ord(c) for c in text] for text in texts]
+
+    def embed_tokens(self, ids):
+        texts = ["".join(map(chr, text)) for text in ids]
+        self.calls.append((self.name, texts))
         if texts[0] == "hold":
             self.gate.wait(60)
         return np.zeros((len(texts), 1), dtype=np.float32)
@@ -249,3 +256,48 @@ def test_a_batch_costs_one_hop_for_its_lookups_not_one_per_request(tmp_path, tin
     assert asyncio.run(burst()) == [200] * 24
     assert hops == []
     assert len(lookups) == 24 and {name.split("_")[0] for name in lookups} == {"semsearch-lookup"}
+
+
+def test_a_batch_takes_what_waits_up_to_the_encoders_token_budget():
+    """Jobs join a batch while its rows stay within ``max_batch`` and its tokens within the
+    encoder's budget; the job that would pass it starts the next batch, in queue order."""
+    calls: list = []
+    gate = threading.Event()
+    embedder = Recorder("a", calls, gate)
+    embedder.embedder = SimpleNamespace(decision=SimpleNamespace(batching=Batching(32, 100)))
+    batcher = MicroBatcher(64)
+    texts = ["x" * 40, "y" * 40, "z" * 40, "w" * 10]
+
+    async def run() -> None:
+        hold = asyncio.ensure_future(batcher.embed(embedder, ["hold"]))
+        while not calls:
+            await asyncio.sleep(0.01)
+        waiting = [asyncio.ensure_future(batcher.embed(embedder, [text])) for text in texts]
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(hold, *waiting)
+
+    asyncio.run(run())
+    assert [texts for _, texts in calls] == [["hold"], ["x" * 40, "y" * 40], ["z" * 40, "w" * 10]]
+
+
+def test_a_request_is_bounded_by_the_tokens_the_model_reads(tmp_path, tiny_model):
+    """The budget counts real tokens (prefix and special tokens included), not characters: long
+    words cost what the tokenizer makes of them."""
+    from search.server.batching import MAX_REQUEST_TOKENS
+
+    app = create_app(build_faq(tmp_path, tiny_model))
+    encoding = Encoding.load(Strategy(model=tiny_model))
+    fits = ["bike " * 100] * 150  # 500 characters, ~102 tokens each: 15,300 tokens
+    assert sum(map(len, encoding.tokenize(fits))) <= MAX_REQUEST_TOKENS < sum(map(len, fits))
+    over = ["bike " * 100] * 170
+
+    async def run() -> list:
+        async with client_for(app) as client:
+            answers = [await client.post("/encode", json={"texts": texts}) for texts in (fits, over)]
+        return [(a.status_code, a.json()) for a in answers]
+
+    (ok, vectors), (refused, error) = asyncio.run(run())
+    assert ok == 200 and len(vectors["vectors"]) == 150
+    assert refused == 400 and f"at most {MAX_REQUEST_TOKENS}" in error["error"]
+    assert f"{sum(map(len, encoding.tokenize(over)))} tokens" in error["error"]

@@ -140,7 +140,7 @@ def test_a_server_fault_is_a_500_in_each_route_s_shape(index, monkeypatch):
     def broken(*args: object) -> None:
         raise RuntimeError("a fault in the server")
 
-    monkeypatch.setattr("search.server.encode.token_count", broken)
+    monkeypatch.setattr("search.server.encode.embeddings_answer", broken)
     monkeypatch.setattr("search.similar.rank_vectors", broken)
     with client_of(index) as client:
         for path, body in [("/v1/embeddings", GOOD["/v1/embeddings"]), ("/similar", GOOD["/similar"])]:

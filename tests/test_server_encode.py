@@ -98,7 +98,7 @@ def test_bad_encode_requests_are_400(whitened):
         {"input": ["fine", "   "]},
         {"input": "x", "encoding_format": "int8"},
         {"input": "x", "dimensions": 7},
-        {"input": ["word " * 60] * 200},  # past the request's token budget
+        {"input": ["word " * 100] * 200},  # 200 x 102 tokens: past the request's token budget
         {"model": "no input"},
     ]
     with TestClient(create_app(whitened)) as client:

@@ -1,7 +1,11 @@
 """The micro-batcher: every text the server embeds goes through it to the one model thread, in
 batches of whatever is waiting, and each batch's lookups run together on one lookup thread.
-Also the bound on the model work one request may cause (``check_budget``) and the parts a long
-request is queued in (``split``)."""
+
+A request's texts are tokenised as it arrives (``tokenize``), so every bound is counted in the
+tokens the model will read, as text-embeddings-inference counts them: the model work one request
+may cause (``MAX_REQUEST_TOKENS``), the parts a long request is queued in (``PART_TOKENS``), and
+what one batch takes from the queue (up to ``max_batch`` texts and the encoder's token budget per
+batch, ``indexer.embedding.batching``, whose one rule then cuts the batch into passes)."""
 
 from __future__ import annotations
 
@@ -9,70 +13,74 @@ import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from indexer.errors import BadInput
 
 if TYPE_CHECKING:  # queries are embedded without torch (indexer.encoders.onnx_encoder)
+    from indexer.encoders.base import NetworkEncoder
     from search.encoding import Encoding, Roles
 
-# Model work one request may cause, in tokens: each text counts its characters (WordPiece makes at
-# most one token of a character), capped at the strategy's max_length (where the model cuts it).
-# As much as a full batch of 64 queries at 256 tokens: about 10 s of this 2-core machine under load
-# with the default model, at the worst.
 MAX_REQUEST_TOKENS = 64 * 256
-# A request's texts reach the model in parts of at most this many tokens (counted the same way),
-# each queued when the one before is done: other requests get their turn in between, and a request
-# whose client hangs up stops after the part being embedded.
+"""Model work one request may cause, in the tokens the model reads (prefixes and special tokens
+included, each text cut at the strategy's max_length): as much as a full batch of 64 queries at
+256 tokens, about 10 s of a 2-core machine under load with the default model, at the worst."""
 PART_TOKENS = 4096
+"""A request's texts reach the model in parts of at most this many tokens, each queued when the one
+before is done: other requests get their turn in between, and a request whose client hangs up
+stops after the part being embedded."""
+INLINE_CHARACTERS = 20_000
+"""Up to this many characters a request is tokenised on the event loop (well under a millisecond
+for a few queries); a larger one on a worker thread, so it never stalls the other requests."""
 
 T = TypeVar("T")
+Tokens = list[list[int]]
 
 
-def token_bound(text: str, max_length: int) -> int:
-    """Most tokens ``text`` can cost the model: WordPiece makes at most one token of a character,
-    and the model reads at most ``max_length``."""
-    return min(len(text), max_length)
-
-
-def check_budget(texts: Sequence[str], max_length: int) -> None:
-    """Refuse a request whose texts may cost the model more than ``MAX_REQUEST_TOKENS``."""
-    bound = sum(token_bound(t, max_length) for t in texts)
-    if bound > MAX_REQUEST_TOKENS:
+def check_budget(ids: Tokens) -> None:
+    """Refuse a request whose texts cost the model more than ``MAX_REQUEST_TOKENS``."""
+    cost = sum(map(len, ids))
+    if cost > MAX_REQUEST_TOKENS:
         raise BadInput(
-            f"too much text for one request: up to {bound} tokens to embed, at most {MAX_REQUEST_TOKENS} "
-            "(each text counts its characters, up to the model's max_length): split it"
+            f"too much text for one request: {cost} tokens to embed, at most {MAX_REQUEST_TOKENS} "
+            "(each text cut at the model's max_length): split it"
         )
 
 
-def split(texts: Sequence[str], max_length: int, budget: int = PART_TOKENS) -> list[list[str]]:
-    """Consecutive parts of ``texts`` of at most ``budget`` tokens each (one text at least)."""
-    parts: list[list[str]] = [[]]
+def split(ids: Tokens, budget: int = PART_TOKENS) -> list[Tokens]:
+    """Consecutive parts of ``ids`` of at most ``budget`` tokens each (one text at least)."""
+    parts: list[Tokens] = [[]]
     cost = 0
-    for text in texts:
-        tokens = token_bound(text, max_length)
-        if parts[-1] and cost + tokens > budget:
+    for text in ids:
+        if parts[-1] and cost + len(text) > budget:
             parts.append([])
             cost = 0
         parts[-1].append(text)
-        cost += tokens
+        cost += len(text)
     return parts
 
 
+def batch_tokens(encoding: Encoding) -> int:
+    """The tokens one batch may take from the queue: the encoder's budget for a batch of passes."""
+    return cast("NetworkEncoder", encoding.embedder).decision.batching.tokens
 
-def _embed(encoding: Encoding, texts: list[str], roles: list[str]) -> np.ndarray:
-    return encoding.embed(texts, role=roles)
+
+def _embed(encoding: Encoding, ids: Tokens) -> np.ndarray:
+    return encoding.embed_tokens(ids)
 
 
 @dataclass
 class _Job:
     encoding: Encoding
-    texts: list[str]
+    ids: Tokens  # each text's token ids, its role's prefix included
     future: asyncio.Future
     after: Callable[[np.ndarray], Any] | None = None  # run on the lookup thread with the vectors
-    roles: list[str] = field(default_factory=list)  # each text's role: query or passage (its prefix)
+    tokens: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = sum(map(len, self.ids))
 
 
 def _outcomes(jobs: list[_Job], vectors: list[np.ndarray]) -> list[tuple[bool, Any]]:
@@ -111,6 +119,7 @@ class MicroBatcher:
         self.queue: asyncio.Queue[_Job] | None = None
         self.task: asyncio.Task | None = None
         self.finishing: set[asyncio.Task] = set()
+        self.carried: _Job | None = None  # taken from the queue, past the last batch's budget
         self.largest = 0  # most texts embedded in one pass so far: shows batching at work
         self.dropped = 0  # jobs dropped because their request was gone
 
@@ -118,57 +127,66 @@ class MicroBatcher:
         """Vectors of ``texts``, queued in parts of at most ``PART_TOKENS`` one after the other."""
         return await self.run(encoding, texts, None)
 
+    async def tokenize(self, encoding: Encoding, texts: Sequence[str], role: Roles = "query") -> Tokens:
+        """The token ids of ``texts`` as ``role`` texts (one role for all, or one per text), checked
+        against the request's budget (``check_budget``): tokenised on the event loop when the
+        request is small, else on a worker thread."""
+        if sum(map(len, texts)) <= INLINE_CHARACTERS:
+            ids = encoding.tokenize(texts, role)
+        else:
+            ids = await asyncio.get_running_loop().run_in_executor(None, encoding.tokenize, texts, role)
+        check_budget(ids)
+        return ids
+
     async def run(
         self,
         encoding: Encoding,
-        texts: list[str],
+        texts: Sequence[str],
         after: Callable[[np.ndarray], T] | None,
         role: Roles = "query",
     ) -> Any:
         """``after(encoding.embed(texts, role=role))`` computed off the event loop (the vectors if
-        ``after`` is None): with the rest of its batch on the lookup thread when the texts fit in
-        one part, else once every part is embedded. ``role``: the texts are queries or passages
-        (their prefix), all of them or one per text. Texts over the request budget are refused first
-        (``check_budget``)."""
-        check_budget(texts, encoding.strategy.max_length)
-        roles = [role] * len(texts) if isinstance(role, str) else list(role)
-        parts = split(texts, encoding.strategy.max_length)
+        ``after`` is None): ``tokenize``, then ``run_tokens``."""
+        return await self.run_tokens(encoding, await self.tokenize(encoding, texts, role), after)
+
+    async def run_tokens(
+        self, encoding: Encoding, ids: Tokens, after: Callable[[np.ndarray], T] | None
+    ) -> Any:
+        """``after`` of the vectors of texts tokenised by ``tokenize``: with the rest of its batch on
+        the lookup thread when the texts fit in one part, else once every part is embedded."""
+        parts = split(ids)
         if len(parts) == 1:
-            return await self._embed_part(encoding, parts[0], after, roles)
-        starts = np.cumsum([0] + [len(part) for part in parts])
-        vectors = np.concatenate(
-            [
-                await self._embed_part(encoding, part, None, roles[start : start + len(part)])
-                for part, start in zip(parts, starts, strict=False)
-            ]
-        )
+            return await self._embed_part(encoding, parts[0], after)
+        vectors = np.concatenate([await self._embed_part(encoding, part, None) for part in parts])
         return vectors if after is None else await asyncio.to_thread(after, vectors)
 
     async def _embed_part(
-        self,
-        encoding: Encoding,
-        texts: list[str],
-        after: Callable[[np.ndarray], Any] | None,
-        roles: list[str],
+        self, encoding: Encoding, ids: Tokens, after: Callable[[np.ndarray], Any] | None
     ) -> Any:
         loop = asyncio.get_running_loop()
         if self.task is None or self.task.get_loop() is not loop:
-            self.queue = asyncio.Queue()
+            self.queue, self.carried = asyncio.Queue(), None
         if self.task is None or self.task.done() or self.task.get_loop() is not loop:
             self.task = loop.create_task(self._work())
         future = loop.create_future()
-        self.queue.put_nowait(_Job(encoding, texts, future, after, roles))
+        self.queue.put_nowait(_Job(encoding, ids, future, after))
         return await future
 
     async def _work(self) -> None:
         """Greedy batching: while one batch is embedded, new requests queue up; the next batch takes
-        all of them. No timer, so a lone request waits for nothing."""
+        what waits, up to ``max_batch`` texts and the encoder's token budget (the first job always).
+        No timer, so a lone request waits for nothing."""
         while True:
-            jobs = [await self.queue.get()]
-            size = len(jobs[0].texts)
-            while size < self.max_batch and not self.queue.empty():
-                jobs.append(self.queue.get_nowait())
-                size += len(jobs[-1].texts)
+            first, self.carried = self.carried or await self.queue.get(), None
+            jobs, rows, tokens = [first], len(first.ids), first.tokens
+            budget = batch_tokens(first.encoding)
+            while not self.queue.empty():
+                waiting = self.queue.get_nowait()
+                if rows + len(waiting.ids) > self.max_batch or tokens + waiting.tokens > budget:
+                    self.carried = waiting  # the next batch starts with it
+                    break
+                jobs.append(waiting)
+                rows, tokens = rows + len(waiting.ids), tokens + waiting.tokens
             groups: dict[int, list[_Job]] = {}
             for job in jobs:
                 groups.setdefault(id(job.encoding), []).append(job)
@@ -180,18 +198,17 @@ class MicroBatcher:
         self.dropped += len(jobs) - len(live)
         if not live:
             return
-        texts = [t for job in live for t in job.texts]
-        self.largest = max(self.largest, len(texts))
+        ids = [text for job in live for text in job.ids]
+        self.largest = max(self.largest, len(ids))
         loop = asyncio.get_running_loop()
         try:
-            roles = [r for job in live for r in job.roles]
-            vectors = await loop.run_in_executor(self.model_thread, _embed, live[0].encoding, texts, roles)
+            vectors = await loop.run_in_executor(self.model_thread, _embed, live[0].encoding, ids)
         except Exception as exc:  # hand the failure to every request still waiting
             for job in live:
                 if not job.future.done():
                     job.future.set_exception(exc)
             return
-        bounds = np.cumsum([0] + [len(job.texts) for job in live])
+        bounds = np.cumsum([0] + [len(job.ids) for job in live])
         mine = [vectors[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
         finishing = loop.create_task(self._finish(live, mine))  # the model takes the next batch
         self.finishing.add(finishing)

@@ -20,7 +20,7 @@ from fastapi.responses import Response
 
 from indexer.embedding.strategy import DEFAULT_MODEL, Strategy
 from indexer.errors import BadInput
-from search.encoding import Encoding, check_texts, token_count
+from search.encoding import Encoding, check_texts
 from search.loading import load_encoding
 from search.server.batching import MicroBatcher
 from search.server.connections import while_connected
@@ -81,16 +81,19 @@ def add_encode_routes(
     async def encoded(
         request: Request,
         texts: Sequence[str],
-        answer: Callable[[Encoding, np.ndarray], dict[str, Any]],
+        answer: Callable[[Encoding, np.ndarray, int], dict[str, Any]],
         role: str,
     ) -> Response:
+        """``answer(encoding, vectors, tokens the model read)`` of ``texts`` as ``role`` texts."""
         texts = check_texts(texts)
         encoding = await current()
+        ids = await batcher.tokenize(encoding, texts, role)
+        tokens = sum(map(len, ids))
 
         def respond(vectors: np.ndarray) -> Response:
-            return _json(answer(encoding, vectors))
+            return _json(answer(encoding, vectors, tokens))
 
-        return await while_connected(request, batcher.run(encoding, texts, respond, role))
+        return await while_connected(request, batcher.run_tokens(encoding, ids, respond))
 
     @app.post("/v1/embeddings", responses=answered(EmbeddingsAnswer, 400, 404, 413, 503, shape=OpenAIError))
     async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
@@ -103,10 +106,9 @@ def add_encode_routes(
             message = f"model {body.model!r} is not served here: this server runs {Path(served).name!r}"
             return error_answer(request.url.path, 404, message, code="model_not_found")
 
-        def answer(encoding: Encoding, vectors: np.ndarray) -> dict[str, Any]:
+        def answer(encoding: Encoding, vectors: np.ndarray, tokens: int) -> dict[str, Any]:
             if body.dimensions is not None and body.dimensions != vectors.shape[1]:
                 raise BadInput(f"dimensions: these vectors have {vectors.shape[1]}, not {body.dimensions}")
-            tokens = token_count(encoding.embedder, body.input, body.input_type)
             return embeddings_answer(vectors, encoding.strategy.model, tokens, body.encoding_format)
 
         return await encoded(request, body.input, answer, body.input_type)
@@ -116,7 +118,7 @@ def add_encode_routes(
         """bert-as-service's shape: ``{"texts": [...]}`` -> ``{"vectors": [[...], ...]}``, row i
         for text i; ``input_type``: queries (default) or passages, each with its prefix."""
         return await encoded(
-            request, body.texts, lambda encoding, vectors: {"vectors": vectors.tolist()}, body.input_type
+            request, body.texts, lambda encoding, vectors, _: {"vectors": vectors.tolist()}, body.input_type
         )
 
 
