@@ -66,7 +66,9 @@ def test_validation_errors_name_the_field(client):
 
 
 @pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity", b'"nan"'])
-@pytest.mark.parametrize("path, key", [("/search", b'"query": "bike"'), ("/search/batch", b'"queries": ["bike"]')])
+@pytest.mark.parametrize(
+    "path, key", [("/search", b'"query": "bike"'), ("/search/batch", b'"queries": ["bike"]')]
+)
 def test_a_min_score_that_is_not_a_number_names_the_field_and_its_range(client, path, key, value):
     body = b"{" + key + b', "min_score": ' + value + b"}"
     response = client.post(path, content=body, headers={"content-type": "application/json"})

@@ -153,7 +153,9 @@ class EmbeddingsRequest(BaseModel):
     """OpenAI's embeddings request. ``model`` is required by OpenAI clients and not checked: the
     answer's ``model`` names what this server runs."""
 
-    input: Annotated[list[EncodeText], BeforeValidator(_inputs), Field(min_length=1, max_length=MAX_INPUTS)]
+    input: Annotated[
+        list[EncodeText], BeforeValidator(_inputs), Field(min_length=1, max_length=MAX_INPUTS)
+    ]
     model: str = ""
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
@@ -198,6 +200,8 @@ def answered(
     """``answers(*codes, shape=shape)`` and the 200 answer's model, for a route that returns a
     ready response."""
     return {200: {"model": model, "description": "Successful Response"}, **answers(*codes, shape=shape)}
+
+
 
 
 def install_openapi(app: FastAPI) -> None:
