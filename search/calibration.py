@@ -246,7 +246,8 @@ def choose_rule(
     measured on the other (both ways). A learned one beats the best so far only if it answers
     more of the held-out answerable questions, at a held-out precision that reaches the target
     (or the other's, if that misses it): never for a lower held-out coverage (a rule answering
-    nothing keeps any precision vacuously). The winner is fitted on everything and says why
+    nothing keeps any precision vacuously), nor one that, fitted on everything, answers less
+    than the plain rule with the same promise. The winner is fitted on everything and says why
     (``Rule.why``). Too few threads to cut in two (``MIN_THREADS`` each): plain."""
     units = sorted({o.cluster for o in seen})
     if len(units) < 2 * MIN_THREADS:
@@ -284,8 +285,15 @@ def choose_rule(
         for f, (p, c) in measured.items()
         if f != PLAIN
     )
+    rule = fit_rule(seen, precision, chosen, guarantee, unanswerable)
+    if chosen != PLAIN:  # and on all the labels, with the same promise, it must not answer less
+        plain = fit_rule(seen, precision, PLAIN, guarantee, unanswerable)
+        if rule.coverage < plain.coverage:
+            told += f"; fitted on all {len(units)} threads it answers {rule.coverage:.3f}"
+            told += f" vs {plain.coverage:.3f}"
+            chosen, rule = PLAIN, plain
     why = f"{'plain' if chosen == PLAIN else 'learned ' + ','.join(chosen)}: {told}"
-    return replace(fit_rule(seen, precision, chosen, guarantee, unanswerable), why=why)
+    return replace(rule, why=why)
 
 
 def embedded(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -756,6 +757,34 @@ def test_a_rule_is_never_chosen_for_a_lower_held_out_coverage(monkeypatch, learn
     rule = choose_rule(seen)
     assert rule.features == ("text",)
     assert rule.why.startswith(f"plain: learned vs plain held-out coverage {learned_coverage} vs 1.000")
+
+
+def test_a_learned_rule_that_answers_less_on_all_the_labels_is_not_chosen(monkeypatch):
+    """The learned rule answers more held-out questions than the plain one, all right, but
+    fitted on every thread it answers less with the same promise (its step-down can stop early):
+    the plain rule is stored, and says why."""
+    seen = [
+        Observation(row(score), answerable, answerable, thread, hidden=not answerable)
+        for thread in range(20)
+        for answerable, score in ((True, 0.8), (False, 0.7))
+    ]
+    between = 1 / (1 + math.exp(-0.75))  # the confidence between the two kinds of question
+
+    def fitted(seen, precision=0.95, features=None, guarantee=0.9, unanswerable=1 / 3) -> Rule:
+        """On half the threads, the learned rule answers the answerable questions and the plain
+        one none; on all of them, the learned one answers none and the plain one those."""
+        on_all = len({o.cluster for o in seen}) == 20
+        answers = (tuple(features) == ("text",)) == on_all
+        n = len(features)
+        rule = Rule(tuple(features), (0.0,) * n, (1.0,) * n, (1.0,) + (0.0,) * (n - 1), 0.0,
+                    between if answers else 1.0, precision, 0, 0, 1)  # fmt: skip
+        return replace(rule, coverage=1.0 if answers else 0.0)
+
+    monkeypatch.setattr("search.calibration.fit_rule", fitted)
+    rule = choose_rule(seen)
+    assert rule.features == ("text",)
+    assert rule.why.startswith("plain: learned vs plain held-out coverage 1.000 vs 0.000, precision 1.000")
+    assert rule.why.endswith("fitted on all 20 threads it answers 0.000 vs 1.000")
 
 
 def test_every_trade_off_reproduces_when_asked_for_with_the_rule_it_was_measured_on():
