@@ -243,12 +243,12 @@ def choose_rule(
 ) -> Rule:
     """The plain cosine threshold, unless the learned rule (``CANDIDATES``) beats it on
     threads it was not fitted on: the threads are cut in two, each rule is fitted on one half and
-    measured on the other (both ways). A learned one beats the best so far if its held-out
-    precision reaches the target where the other's does not (keeping the promise beats answering
-    more), or if it answers more of the held-out answerable questions at a held-out precision that
-    still reaches the target (or the other's, if that misses it). The winner is fitted on
-    everything and says why (``Rule.why``). Too few threads to cut in two (``MIN_THREADS`` each):
-    plain."""
+    measured on the other (both ways). A learned one beats the best so far only if it answers
+    more of the held-out answerable questions, at a held-out precision that reaches the target
+    (or the other's, if that misses it): never for a lower held-out coverage (a rule answering
+    nothing keeps any precision vacuously), nor one that, fitted on everything, answers less
+    than the plain rule with the same promise. The winner is fitted on everything and says why
+    (``Rule.why``). Too few threads to cut in two (``MIN_THREADS`` each): plain."""
     units = sorted({o.cluster for o in seen})
     if len(units) < 2 * MIN_THREADS:
         rule = fit_rule(seen, precision, PLAIN, guarantee, unanswerable)
@@ -273,9 +273,7 @@ def choose_rule(
 
     def beats(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
         (one_precision, one_coverage), (other_precision, other_coverage) = measured[one], measured[other]
-        one_keeps, other_keeps = (p >= precision - 1e-9 for p in (one_precision, other_precision))
-        kept = one_precision >= min(precision, other_precision) - 1e-9
-        return (one_keeps and not other_keeps) or (one_coverage > other_coverage and kept)
+        return one_coverage > other_coverage and one_precision >= min(precision, other_precision) - 1e-9
 
     chosen = PLAIN
     for features in held:
@@ -287,8 +285,15 @@ def choose_rule(
         for f, (p, c) in measured.items()
         if f != PLAIN
     )
+    rule = fit_rule(seen, precision, chosen, guarantee, unanswerable)
+    if chosen != PLAIN:  # and on all the labels, with the same promise, it must not answer less
+        plain = fit_rule(seen, precision, PLAIN, guarantee, unanswerable)
+        if rule.coverage < plain.coverage:
+            told += f"; fitted on all {len(units)} threads it answers {rule.coverage:.3f}"
+            told += f" vs {plain.coverage:.3f}"
+            chosen, rule = PLAIN, plain
     why = f"{'plain' if chosen == PLAIN else 'learned ' + ','.join(chosen)}: {told}"
-    return replace(fit_rule(seen, precision, chosen, guarantee, unanswerable), why=why)
+    return replace(rule, why=why)
 
 
 def embedded(
@@ -410,20 +415,21 @@ def calibrate_index(
         mode = snapshot.serves(mode) if mode else snapshot.default_mode
         check_features(features, mode)
         if questions is None:
-            seen, source = self_observations(snapshot, mode=mode, progress=progress), "self"
+            seen, source, counts = self_observations(snapshot, mode=mode, progress=progress), "self", {}
             measured = (
                 f"{len(seen) // 2} questions made from the index's own texts (not questions users asked)"
             )
         else:
             seen = observations(snapshot, questions, qrels or {}, mode=mode, progress=progress)
-            source = "labels"
-            measured = described_labels(seen)
+            source, measured = "labels", described_labels(seen)
+            asked = [o for o in seen if not o.hidden]
+            counts = {"asked": len(asked), "asked_unanswerable": sum(not o.answerable for o in asked)}
         if features is None:
             rule = choose_rule(seen, precision, guarantee, unanswerable)
         else:
             rule = fit_rule(seen, precision, features, guarantee, unanswerable)
         created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        rule = replace(rule, source=source, measured_on=measured, created=created, mode=mode)
+        rule = replace(rule, source=source, measured_on=measured, created=created, mode=mode, **counts)
         kept = {**snapshot.rules, mode: rule}  # the other modes' rules stay beside it
         snapshot.index.catalog.close()
         apply_change(index_dir, Change(meta={"calibration": stored_form(kept)}))

@@ -121,6 +121,19 @@ class Neighbourhood:
         return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES))
 
 
+def unruled(rules: Mapping[str, Rule], mode: str) -> str | None:
+    """One line where a search in ``mode`` leaves its hits unmarked though the index keeps
+    no-answer rules for other modes (each mode answers by its own rule: ``stored_rules``); None
+    where ``mode`` has a rule, or the index has none at all."""
+    if not rules or mode in rules:
+        return None
+    return (
+        f"{mode} search has no no-answer rule (this index has one for {', '.join(rules)} search): its hits "
+        f"are not marked answered; fit one with `semsearch calibrate INDEX --mode {mode}` and your "
+        "labelled questions (or --self)"
+    )
+
+
 def check_min_score(min_score: float | None) -> None:
     """A plain threshold is on the score's scale in every mode (``search.hybrid``): in [-1, 1]."""
     if min_score is not None and not -1 <= min_score <= 1:
@@ -161,6 +174,8 @@ class Rule:
     costs: tuple[tuple[float, float], ...] = ()  # (precision target, coverage) with the same guarantee
     labels_needed: int | None = None  # about how many labelled questions the target needs to answer half
     mode: str = "dense"  # the search mode whose ranking it was fitted on (``search.hybrid.MODES``)
+    asked: int = 0  # labelled questions as asked (hidden copies aside); 0: made from the corpus
+    asked_unanswerable: int = 0  # of them, those with no relevant entry in the index
 
     @property
     def reads_neighbours(self) -> bool:
@@ -214,4 +229,3 @@ def stored_rules(stored: Mapping[str, Any] | None) -> dict[str, Rule]:
 def stored_form(rules: Mapping[str, Rule]) -> dict[str, Any]:
     """``rules`` as the index's meta (and ``info``) holds them: {mode: the rule's fields}."""
     return {mode: rule.to_dict() for mode, rule in rules.items()}
-

@@ -16,6 +16,7 @@ from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import IndexMoved
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.vectors import single_threaded
+from search.confidence import unruled
 from search.encoding import Encoding
 from search.requests import Embedding, Hit, check_strategy, here
 from search.snapshot import Snapshot
@@ -116,6 +117,14 @@ class SearchEngine:
         group), e.g. one FAQ question with several answers shown once. ``mode``: dense, keyword
         or hybrid (``search.hybrid``; None: the index's default, ``Snapshot.mode``)."""
         return self.search_many([query], k, where, min_score, group_by, mode)[0]
+
+    def no_rule_note(self, mode: str | None, min_score: float | None = None) -> str | None:
+        """One line where a search in ``mode`` (None: the default) leaves its hits unmarked
+        though the index has no-answer rules for other modes (``search.confidence.unruled``);
+        None where its rule or ``min_score`` marks them, or the index has no rule."""
+        if min_score is not None:
+            return None
+        return self.retrying(lambda snapshot: unruled(snapshot.rules, snapshot.mode(mode)))
 
     def search_many(
         self,

@@ -158,6 +158,12 @@ class Curve:
         return float(self.cuts[reached[-1]]) if len(reached) else float(self.cuts[0])
 
 
+def share_differs(share: float, questions: int, assumed: float) -> bool:
+    """Whether the share of unanswerable questions among ``questions`` labelled ones is further
+    from the ``assumed`` share than sampling would put it (two binomial standard errors)."""
+    return abs(share - assumed) > 2 * math.sqrt(assumed * (1 - assumed) / max(questions, 1))
+
+
 def weighted_precision(
     answered: np.ndarray, correct: np.ndarray, answerable: np.ndarray, share: float
 ) -> float:

@@ -128,7 +128,7 @@ class Snapshot:
         if k < 1:
             raise BadInput(f"k must be at least 1, not {k}")
         check_min_score(min_score)
-        return Plan(tuple(queries), k, self.mode(mode, min_score), where, min_score, group_by)
+        return Plan(tuple(queries), k, self.mode(mode), where, min_score, group_by)
 
     def run(self, plan: Plan, vectors: np.ndarray) -> list[list[Hit]]:
         """``plan`` on this version, its queries embedded as ``vectors``: among the entries its
@@ -159,7 +159,7 @@ class Snapshot:
         """``mode`` if the index can search in it; else one line saying why not."""
         if check_mode(mode) != "dense" and not self.keywords:
             raise BadInput(
-                f"--mode {mode}: this index was written before keyword search; its next version"
+                f"mode {mode}: this index was written before keyword search; its next version"
                 " (add, delete or compact) keeps the keyword table"
             )
         return mode
@@ -173,25 +173,15 @@ class Snapshot:
             return self.default_mode
         return next(mode for mode in MODES if mode in rules)
 
-    def mode(self, asked: str | None, min_score: float | None = None) -> str:
+    def mode(self, asked: str | None) -> str:
         """The mode a search runs in: the one asked for, else ``searched``. A mode the index
-        cannot serve, or one a calibrated index has no rule for (unless ``min_score`` decides
-        answers instead), is refused in one line."""
-        rules = self.rules
-        resolved = self.serves(asked) if asked else self.searched
-        if rules and resolved not in rules and min_score is None:
-            raise BadInput(
-                f"--mode {resolved}: this index's no-answer rules were fitted for {', '.join(rules)} search;"
-                f" fit one for {resolved} with `semsearch calibrate INDEX --mode {resolved}` (and your"
-                " labelled questions, or --self), or give --min-score"
-            )
-        return resolved
+        cannot serve is refused in one line; one a calibrated index has no rule for answers, its
+        hits unmarked (``search.confidence.unruled`` says so)."""
+        return self.serves(asked) if asked else self.searched
 
-    def words(
-        self, queries: Sequence[str], mode: str | None, min_score: float | None = None
-    ) -> list[Words] | None:
+    def words(self, queries: Sequence[str], mode: str | None) -> list[Words] | None:
         """What a non-dense search needs of each query (None: dense), in the mode ``mode`` resolves to."""
-        return self.said(queries, self.mode(mode, min_score))
+        return self.said(queries, self.mode(mode))
 
     def said(self, queries: Sequence[str], mode: str) -> list[Words] | None:
         """Each query's keyword side in ``mode``, a mode already resolved (None: dense)."""

@@ -189,6 +189,11 @@ class Modes:
         """The share with the highest ``metric``; a tie goes to the one nearest the default."""
         return max(self.hybrid, key=lambda w: (self.hybrid[w][metric], -abs(w - DEFAULT_WEIGHT)))
 
+    def dense_wins(self, metric: str) -> bool:
+        """No keyword share scores above dense on these labels: storing one would make the
+        default search (hybrid) worse than ``--mode dense``."""
+        return self.hybrid[self.best_weight(metric)][metric] <= self.cell.scores[metric]
+
 
 @dataclass(frozen=True)
 class RetrievalSweep:

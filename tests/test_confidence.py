@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -256,7 +257,7 @@ def test_cli_calibrate_then_query(faq):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["precision"] >= 0.95
     table = run("calibrate", index, "--queries", queries, "--qrels", qrels).stdout
-    assert "trade-off:  coverage at each precision target, same guarantee: 0.8 -> " in table
+    assert "trade-off:  coverage at each precision target, same guarantee and rule (--features text" in table
     result = run("query", index, OTHERS[2], "-k", "1", "--json")
     hit = json.loads(result.stdout)["hits"][0]
     assert hit["answered"] is False and 0 <= hit["confidence"] <= 1
@@ -280,9 +281,9 @@ def test_cli_calibrate_then_query(faq):
         asked = run("query", index, OTHERS[2], "-k", "1", "--mode", mode, "--json")
         hit = json.loads(asked.stdout)["hits"][0]
         assert hit["answered"] is False and 0 <= hit["confidence"] <= 1, mode
-    assert_clean_failure(
-        run("query", index, OTHERS[2], "--mode", "keyword"), "semsearch calibrate INDEX --mode keyword"
-    )
+    keyword = run("query", index, OTHERS[2], "-k", "1", "--mode", "keyword", "--json")
+    assert keyword.returncode == 0 and json.loads(keyword.stdout)["hits"][0]["answered"] is None
+    assert "semsearch calibrate INDEX --mode keyword" in keyword.stderr
     assert_clean_failure(run("calibrate", index, "--remove", "--self"), "--remove takes no questions")
     assert run("calibrate", index, "--remove").stdout.strip() == "calibration removed"
     assert "calibration: none" in run("info", index).stdout
@@ -325,6 +326,38 @@ def test_http_search_marks_hits(faq):
         body = {"queries": [OTHERS[1]], "k": 1, "min_score": -1}
         assert client.post("/search/batch", json=body).json()["results"][0]["hits"][0]["answered"] is True
         assert client.post("/search", json={"query": "x", "min_score": 2}).status_code == 400
+        assert "note" not in client.post("/search", json={"query": OTHERS[1], "k": 1}).json()
+        for mode in ("dense", "keyword"):  # no rule for them: they answer, their hits unmarked
+            answer = client.post("/search", json={"query": TOPICS[0], "k": 2, "mode": mode})
+            assert answer.status_code == 200, answer.text
+            assert [h["answered"] for h in answer.json()["hits"]] == [None, None]
+            assert f"semsearch calibrate INDEX --mode {mode}" in answer.json()["note"]
+            batch = client.post("/search/batch", json={"queries": [TOPICS[0]], "k": 1, "mode": mode}).json()
+            assert (
+                batch["results"][0]["hits"][0]["answered"] is None and batch["note"] == answer.json()["note"]
+            )
+            marked = client.post(
+                "/search", json={"query": TOPICS[0], "k": 1, "mode": mode, "min_score": 1}
+            )
+            assert marked.json()["hits"][0]["answered"] is not None and "note" not in marked.json()
+
+
+def test_a_query_in_a_mode_with_no_rule_answers_unmarked_and_says_how_to_fit_one(faq):
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    index, _, queries, qrels = faq
+    calibrate(index, queries, qrels, precision=0.5)
+    result = CliRunner().invoke(cli, ["query", str(index), OTHERS[1], "-k", "2", "--mode", "dense"])
+    assert result.exit_code == 0, result.output
+    assert "answered:" not in result.stdout and "query: " in result.stdout
+    notes = result.stderr.strip().splitlines()
+    assert len(notes) == 1 and "semsearch calibrate INDEX --mode dense" in notes[0], result.stderr
+    marked = CliRunner().invoke(
+        cli, ["query", str(index), OTHERS[1], "--mode", "dense", "--min-score", "0.1"]
+    )
+    assert marked.exit_code == 0 and "answered:" in marked.stdout and not marked.stderr
 
 
 @pytest.mark.slow
@@ -700,10 +733,11 @@ def test_the_learned_rule_earns_its_place_on_held_out_threads():
     assert few.features == ("text",) and "too few threads (12)" in few.why
 
 
-def test_a_rule_that_misses_the_target_on_held_out_threads_is_not_preferred(monkeypatch):
-    """The plain threshold answers every held-out question at a precision far below the target;
-    the learned rule answers half of the answerable ones, all right. Keeping the promise beats
-    answering more: the learned rule is chosen."""
+@pytest.mark.parametrize("learned_cut, learned_coverage", [(0.2, "0.500"), (9.0, "0.000")])
+def test_a_rule_is_never_chosen_for_a_lower_held_out_coverage(monkeypatch, learned_cut, learned_coverage):
+    """The plain threshold answers every held-out question, at a precision below the target; the
+    learned rule answers half of the answerable ones, all right, or none at all (whose precision
+    is vacuously perfect). It answers less: the plain rule is kept, and says why."""
     seen = [
         Observation(row(score, gap=gap), answerable, answerable, thread, hidden=not answerable)
         for thread in range(20)
@@ -713,7 +747,7 @@ def test_a_rule_that_misses_the_target_on_held_out_threads_is_not_preferred(monk
     def fitted(seen, precision=0.95, features=None, guarantee=0.9, unanswerable=1 / 3) -> Rule:
         """A plain rule whose threshold passes every question; a learned one reading only ``gap``."""
         plain = tuple(features) == ("text",)
-        weights, threshold = ((1.0,), 0.5) if plain else ((0.0, 1.0), 1 / (1 + math.exp(-0.2)))
+        weights, threshold = ((1.0,), 0.5) if plain else ((0.0, 1.0), 1 / (1 + math.exp(-learned_cut)))
         zeros = tuple(0.0 for _ in weights)
         return Rule(
             tuple(features), zeros, tuple(1.0 for _ in weights), weights, 0.0, threshold, precision, 0, 0, 1
@@ -721,8 +755,47 @@ def test_a_rule_that_misses_the_target_on_held_out_threads_is_not_preferred(monk
 
     monkeypatch.setattr("search.calibration.fit_rule", fitted)
     rule = choose_rule(seen)
-    assert rule.features == ("text", "gap")
-    assert rule.why.startswith("learned text,gap: learned vs plain held-out coverage 0.500 vs 1.000")
+    assert rule.features == ("text",)
+    assert rule.why.startswith(f"plain: learned vs plain held-out coverage {learned_coverage} vs 1.000")
+
+
+def test_a_learned_rule_that_answers_less_on_all_the_labels_is_not_chosen(monkeypatch):
+    """The learned rule answers more held-out questions than the plain one, all right, but
+    fitted on every thread it answers less with the same promise (its step-down can stop early):
+    the plain rule is stored, and says why."""
+    seen = [
+        Observation(row(score), answerable, answerable, thread, hidden=not answerable)
+        for thread in range(20)
+        for answerable, score in ((True, 0.8), (False, 0.7))
+    ]
+    between = 1 / (1 + math.exp(-0.75))  # the confidence between the two kinds of question
+
+    def fitted(seen, precision=0.95, features=None, guarantee=0.9, unanswerable=1 / 3) -> Rule:
+        """On half the threads, the learned rule answers the answerable questions and the plain
+        one none; on all of them, the learned one answers none and the plain one those."""
+        on_all = len({o.cluster for o in seen}) == 20
+        answers = (tuple(features) == ("text",)) == on_all
+        n = len(features)
+        rule = Rule(tuple(features), (0.0,) * n, (1.0,) * n, (1.0,) + (0.0,) * (n - 1), 0.0,
+                    between if answers else 1.0, precision, 0, 0, 1)  # fmt: skip
+        return replace(rule, coverage=1.0 if answers else 0.0)
+
+    monkeypatch.setattr("search.calibration.fit_rule", fitted)
+    rule = choose_rule(seen)
+    assert rule.features == ("text",)
+    assert rule.why.startswith("plain: learned vs plain held-out coverage 1.000 vs 0.000, precision 1.000")
+    assert rule.why.endswith("fitted on all 20 threads it answers 0.000 vs 1.000")
+
+
+def test_every_trade_off_reproduces_when_asked_for_with_the_rule_it_was_measured_on():
+    """The coverage a rule reports at another precision target is what calibrating at that
+    target with the same features gives: the advice names both, so it reproduces exactly."""
+    rng = np.random.default_rng(1)
+    seen = separable(rng, gap_helps=True)
+    rule = choose_rule(seen, 0.99)
+    for target, coverage in rule.costs:
+        if coverage > 0:
+            assert fit_rule(seen, target, rule.features).coverage == coverage, target
 
 
 def test_a_rule_says_what_other_precision_targets_would_cost():
@@ -763,10 +836,49 @@ def test_a_promise_that_answers_under_half_says_what_would_answer_more(demo_labe
     assert said.returncode == 0, said.stderr
     advice = [line for line in said.stdout.splitlines() if line.startswith("under half:")]
     assert len(advice) == 1, said.stdout
-    assert f"--precision {looser:g} answers" in advice[0]
+    features = ",".join(rule.features)
+    promised = dict(rule.costs)[looser]
+    assert f"--precision {looser:g} --features {features} answers {promised:.2f}" in advice[0]
     assert f"lift 0.95 to at most {rule.unguarded_coverage:.2f}" in advice[0]
+    # the advice, run as said, answers what it said
+    again = run(
+        "calibrate", index, "--queries", queries, "--qrels", qrels, "--mode", "dense",
+        "--precision", f"{looser:g}", "--features", features, "--json",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["coverage"] == promised
     looser_rule = calibrate(index, queries, qrels, precision=0.85, mode="dense")
     assert looser_rule.coverage < 0.5 and looser_rule.labels_needed > 110  # its own precision gets there
+
+
+def test_calibrate_says_the_labels_share_of_unanswerable_questions_and_when_to_change_it(faq):
+    """The promise assumes a third of the questions asked have no answer: calibrate says the
+    share the labels hold and suggests --unanswerable where they differ beyond sampling noise
+    (here 40 of 50), and says so where every labelled question is answerable."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    index, _, queries, qrels = faq
+    off_topic = [{"id": f"far{i}", "text": f"{OTHERS[i % 10]} number {i}"} for i in range(30)]
+    with queries.open("a") as file:
+        file.write("".join(json.dumps(q) + "\n" for q in off_topic))
+    rule = calibrate(index, queries, qrels, precision=0.5)
+    assert (rule.asked, rule.asked_unanswerable) == (50, 40)
+    said = CliRunner().invoke(cli, ["calibrate", str(index), "--queries", str(queries), "--qrels", str(qrels),
+                                    "--precision", "0.5"])  # fmt: skip
+    assert said.exit_code == 0, said.output
+    line = next(x for x in said.stdout.splitlines() if x.startswith("labels:"))
+    assert "80% of the 50 labelled questions have no answer in the index" in line
+    assert "the promise assumes 33%" in line and "--unanswerable 0.80" in line
+    answerable = queries.parent / "answerable.jsonl"
+    answerable.write_text("".join(x + "\n" for x in queries.read_text().splitlines()[:10]))
+    said = CliRunner().invoke(cli, ["calibrate", str(index), "--queries", str(answerable), "--qrels",
+                                    str(qrels), "--precision", "0.5"])  # fmt: skip
+    line = next(x for x in said.stdout.splitlines() if x.startswith("labels:"))
+    assert "all 10 labelled questions have an answer in the index" in line and "--unanswerable" in line
+    said = CliRunner().invoke(cli, ["calibrate", str(index), "--self", "--precision", "0.5"])
+    assert said.exit_code == 0 and "labels:" not in said.stdout
 
 
 def test_the_labels_a_target_needs_are_estimated_from_the_margin_the_guarantee_takes():
@@ -787,8 +899,9 @@ def test_the_labels_a_target_needs_are_estimated_from_the_margin_the_guarantee_t
 
 
 def test_each_mode_keeps_its_own_rule_and_the_default_stays_hybrid(faq):
-    """Fitting a second mode keeps the first mode's rule: both answer, hybrid stays the default,
-    a mode with no rule is one line naming the command that fits it, unless --min-score decides."""
+    """Fitting a second mode keeps the first mode's rule: both answer, hybrid stays the default;
+    a mode with no rule answers too, its hits unmarked, with one line naming the command that fits
+    one (none where --min-score marks them)."""
     index, _, queries, qrels = faq
     rule = calibrate(index, queries, qrels, precision=0.5)
     assert rule.mode == "hybrid"
@@ -796,8 +909,12 @@ def test_each_mode_keeps_its_own_rule_and_the_default_stays_hybrid(faq):
     assert engine.snapshot.mode(None) == "hybrid"
     hits = engine.search("how do I pay", k=3)
     assert all(h.answered is not None and 0 <= h.confidence <= 1 for h in hits)
-    with pytest.raises(BadInput, match="semsearch calibrate INDEX --mode dense"):
-        engine.search("how do I pay", k=3, mode="dense")
+    assert engine.no_rule_note(None) is None and engine.no_rule_note("hybrid") is None
+    unmarked = engine.search("how do I pay", k=3, mode="dense")
+    assert len(unmarked) == 3 and all(h.answered is None and h.confidence is None for h in unmarked)
+    note = engine.no_rule_note("dense")
+    assert "dense search has no no-answer rule" in note and "semsearch calibrate INDEX --mode dense" in note
+    assert engine.no_rule_note("dense", min_score=0.5) is None
     scored = engine.search("how do I pay", k=3, mode="dense", min_score=0.5)  # a plain threshold instead
     assert all(h.answered == (h.score >= 0.5) and h.confidence is None for h in scored)
     dense = calibrate(index, queries, qrels, precision=0.5, mode="dense")
@@ -807,8 +924,8 @@ def test_each_mode_keeps_its_own_rule_and_the_default_stays_hybrid(faq):
     for mode in (None, "hybrid", "dense"):
         hits = engine.search("how do I pay", k=2, mode=mode)
         assert all(h.answered is not None and 0 <= h.confidence <= 1 for h in hits), mode
-    with pytest.raises(BadInput, match="semsearch calibrate INDEX --mode keyword"):
-        engine.search("how do I pay", k=3, mode="keyword")
+    assert all(h.answered is None for h in engine.search("how do I pay", k=3, mode="keyword"))
+    assert "semsearch calibrate INDEX --mode keyword" in engine.no_rule_note("keyword")
     stored = open_index(index, vectors=False).info()["calibration"]
     assert {mode: Rule.from_dict(r) for mode, r in stored.items()} == {"hybrid": rule, "dense": dense}
     assert remove_calibration(index, mode="hybrid") is True

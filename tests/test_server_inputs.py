@@ -65,6 +65,18 @@ def test_validation_errors_name_the_field(client):
     assert response.json()["error"].startswith("k: ")
 
 
+@pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity", b'"nan"'])
+@pytest.mark.parametrize(
+    "path, key", [("/search", b'"query": "bike"'), ("/search/batch", b'"queries": ["bike"]')]
+)
+def test_a_min_score_that_is_not_a_number_names_the_field_and_its_range(client, path, key, value):
+    body = b"{" + key + b', "min_score": ' + value + b"}"
+    response = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]
+    assert message.startswith("min_score: ") and "[-1, 1]" in message and "--" not in message, message
+
+
 def test_work_per_request_is_bounded(client):
     candidates = long_sentences(300, 300)
     response = client.post("/similar", json={"sentence": "lock", "candidates": candidates})

@@ -7,8 +7,9 @@ import pytest
 
 from indexer.embedding.strategy import POOLINGS, Strategy
 from indexer.errors import BadInput
+from search.cli.printing import report_modes
 from search.evaluate import Pairs
-from search.sweep import SweepPlan, plan_sweep, sweep_sts
+from search.sweep import Cell, Modes, SweepPlan, plan_sweep, sweep_sts
 
 PAIRS = Pairs(
     ["a cat", "a dog", "a car"], ["one cat", "one dog", "one bus"], __import__("numpy").array([5.0, 4, 3])
@@ -75,3 +76,31 @@ def test_sweep_outputs_go_into_a_directory_that_does_not_exist_yet(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(BadInput, match="cannot write"):
         write_csv(cells, tmp_path / "file" / "sweep.csv")
+
+
+def modes_measured(dense: float, hybrid: dict[float, float]) -> Modes:
+    """A sweep's modes with these mrr@10 figures (dense, and hybrid at each keyword share)."""
+    return Modes(
+        Cell("last", Strategy(), {"mrr@10": dense}),
+        {"mrr@10": 0.2},
+        {weight: {"mrr@10": value} for weight, value in hybrid.items()},
+    )
+
+
+def test_where_every_keyword_weight_scores_below_dense_the_sweep_says_dense_wins(capsys):
+    modes = modes_measured(0.61, {0.05: 0.6, 0.15: 0.58, 0.5: 0.4})
+    assert modes.dense_wins("mrr@10")
+    report_modes(modes, "mrr@10")
+    said = capsys.readouterr().out
+    assert "--hybrid-weight" not in said and "store it" not in said
+    assert "dense wins by mrr@10: dense 0.610, the best keyword weight 0.05 0.600" in said
+    assert "--mode dense" in said and "semsearch calibrate INDEX --mode dense" in said
+
+
+def test_where_a_keyword_weight_beats_dense_the_sweep_says_how_to_store_it(capsys):
+    modes = modes_measured(0.55, {0.05: 0.6, 0.15: 0.58, 0.5: 0.4})
+    assert not modes.dense_wins("mrr@10")
+    report_modes(modes, "mrr@10")
+    said = capsys.readouterr().out
+    assert "best keyword weight by mrr@10: 0.05 (hybrid 0.600, dense 0.550)" in said
+    assert "store it: semsearch calibrate INDEX --hybrid-weight 0.05" in said and "dense wins" not in said

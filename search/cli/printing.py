@@ -142,8 +142,17 @@ def report_modes(modes: Any, metric: str) -> None:
     for name, scores in rows.items():
         click.echo(f"{name:<12} " + " ".join(f"{scores[m]:9.3f}" for m in metrics))
     best = modes.best_weight(metric)
-    click.echo(
-        f"\nbest keyword weight by {metric}: {best:g} (hybrid {modes.hybrid[best][metric]:.3f}, "
-        f"dense {modes.cell.scores[metric]:.3f})"
-    )
+    hybrid, dense = modes.hybrid[best][metric], modes.cell.scores[metric]
+    if modes.dense_wins(metric):
+        click.echo(
+            f"\ndense wins by {metric}: dense {dense:.3f}, the best keyword weight {best:g} {hybrid:.3f} "
+            "(no weight scores above dense on these labels)"
+        )
+        click.echo(
+            'keep it: query with --mode dense (HTTP: "mode": "dense"); an index calibrated for dense '
+            "search only searches dense by default: semsearch calibrate INDEX --mode dense "
+            "--queries ... --qrels ... (or --self)"
+        )
+        return
+    click.echo(f"\nbest keyword weight by {metric}: {best:g} (hybrid {hybrid:.3f}, dense {dense:.3f})")
     click.echo(f"store it: semsearch calibrate INDEX --hybrid-weight {best:g}")

@@ -88,6 +88,9 @@ def query_command(
     configure_threads()
     engine = SearchEngine(index_dir, provider=provider)
     results = engine.search_many([q.text for q in queries], k, where, min_score, group_by, mode)
+    note = engine.no_rule_note(mode, min_score)
+    if note:
+        click.echo(note, err=True)
     source = engine.index.meta.get("source", {})
     text_fields = source.get("text_fields") or []
     lead_field = text_fields[0] if text_fields else None

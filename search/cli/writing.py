@@ -283,14 +283,16 @@ def export_encoder_command(index_dir: Path, target: Path) -> None:
 
 
 def _under_half(rule: Any) -> str | None:
-    """What answers more than a promise that answers under half: a looser target, more labels."""
+    """What answers more than a promise that answers under half: a looser target (with the
+    features it was measured with, so that calibrating as said gives what was said), more labels."""
     from search.promise import HALF
 
     if rule.coverage >= HALF:
         return None
     looser = max(((t, c) for t, c in rule.costs if c >= HALF), default=None)
     more = (
-        f"--precision {looser[0]:g} answers {looser[1]:.2f} with the same guarantee"
+        f"--precision {looser[0]:g} --features {','.join(rule.features)} answers {looser[1]:.2f} "
+        "with the same guarantee"
         if looser
         else "no target from 0.5 answers half with the same guarantee"
     )
@@ -301,6 +303,27 @@ def _under_half(rule: Any) -> str | None:
         "(its coverage without the guarantee)"
     )
     return f"{rule.coverage:.2f} answered; {more}; {labels} (an estimate: docs/abstention-guarantee.md)"
+
+
+def _labels_share(rule: Any) -> str | None:
+    """The labels' share of questions with no answer in the index beside the share the promise
+    assumes, and ``--unanswerable`` where they differ beyond sampling noise (None: no labels)."""
+    from search.promise import share_differs
+
+    if not rule.asked:
+        return None
+    assumed = f"the promise assumes {rule.unanswerable:.0%}"
+    if not rule.asked_unanswerable:
+        return (
+            f"all {rule.asked} labelled questions have an answer in the index; {assumed} of the questions "
+            "asked have none (--unanswerable sets the share yours hold)"
+        )
+    share = rule.asked_unanswerable / rule.asked
+    held = f"{share:.0%} of the {rule.asked} labelled questions have no answer in the index"
+    if not share_differs(share, rule.asked, rule.unanswerable):
+        return f"{held}, near the {rule.unanswerable:.0%} the promise assumes"
+    suggested = min(max(share, 0.01), 0.99)  # a share in (0, 1), as --unanswerable takes
+    return f"{held}; {assumed}: if users ask like these, give --unanswerable {suggested:.2f}"
 
 
 @click.command("calibrate")
@@ -400,10 +423,16 @@ def calibrate_command(
     )
     if rule.costs:
         costs = ", ".join(f"{target:g} -> {coverage:.2f}" for target, coverage in rule.costs)
-        click.echo(f"trade-off:  coverage at each precision target, same guarantee: {costs}")
+        click.echo(
+            f"trade-off:  coverage at each precision target, same guarantee and rule "
+            f"(--features {','.join(rule.features)}): {costs}"
+        )
     advice = _under_half(rule)
     if advice:
         click.echo(f"under half: {advice}")
+    share = _labels_share(rule)
+    if share:
+        click.echo(f"labels:     {share}")
     click.echo(f"measured:   on {rule.measured_on}")
     click.echo(f"rule:       {','.join(rule.features)}, threshold {rule.threshold:.4f} ({rule.mode} search)")
     if rule.why:

@@ -51,6 +51,13 @@ def _field_error(error: dict[str, Any]) -> str:
     return f"{where}: {error.get('msg', 'invalid')}"
 
 
+def no_rule(engine: SearchEngine, mode: str | None, min_score: float | None) -> dict[str, str]:
+    """``{"note": ...}`` where the search's mode has no no-answer rule though the index has rules
+    for other modes (its hits unmarked: ``SearchEngine.no_rule_note``), else nothing."""
+    note = engine.no_rule_note(mode, min_score)
+    return {"note": note} if note else {}
+
+
 def create_app(
     index_dir: str | Path | None,
     *,
@@ -142,7 +149,8 @@ def create_app(
         found = engine.search_many(
             [body.query], body.k, body.where, body.min_score, body.group_by, body.mode, embed=each_to_dicts
         )
-        return {"query": body.query, "hits": (await while_connected(request, found))[0]}
+        answer = {"query": body.query, "hits": (await while_connected(request, found))[0]}
+        return {**answer, **no_rule(engine, body.mode, body.min_score)}
 
     @app.post("/search/batch", responses=answers(400, 413, 503))
     async def search_batch(body: BatchRequest, request: Request) -> dict[str, Any]:
@@ -152,7 +160,8 @@ def create_app(
             body.queries, body.k, body.where, body.min_score, body.group_by, body.mode, embed=each_to_dicts
         )
         results = await while_connected(request, found)
-        return {"results": [{"query": q, "hits": h} for q, h in zip(body.queries, results, strict=True)]}
+        answer = {"results": [{"query": q, "hits": h} for q, h in zip(body.queries, results, strict=True)]}
+        return {**answer, **no_rule(engine, body.mode, body.min_score)}
 
     @app.post("/similar", responses=answers(400, 413, 503))
     async def similar_one(body: SimilarRequest, request: Request) -> dict[str, Any]:

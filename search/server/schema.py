@@ -3,11 +3,13 @@ and the OpenAPI schema that documents exactly those answers (no 422: bad input i
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
+from pydantic_core import PydanticCustomError
 
 from indexer.errors import BadInput
 from search.filters import MAX_FILTER_LENGTH
@@ -83,12 +85,31 @@ ERRORS = {
 Mode = Literal[MODES] | None  # the names in one place: search.hybrid.MODES
 
 
+def _finite(value: object) -> object:
+    """NaN and infinities (JSON ``NaN``, ``Infinity``, or the strings) are no score: refused by
+    name before the range check, whose message ("less than or equal to 1") would not say why."""
+    try:
+        number = float(value) if isinstance(value, float | str) else 0.0
+    except ValueError:
+        return value  # not a number at all: the float check says so
+    if not math.isfinite(number):
+        raise PydanticCustomError(
+            "finite_number",
+            "must be a number in [-1, 1] (the scale of every mode's score), not {value}",
+            {"value": value},
+        )
+    return value
+
+
+MinScore = Annotated[float | None, Field(ge=-1, le=1), BeforeValidator(_finite)]
+"""answered = score >= it (one scale in every mode: search.hybrid), over the stored rule."""
+
+
 class SearchRequest(BaseModel):
     query: Query
     k: int = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
-    # answered = score >= it (one scale in every mode: search.hybrid), over the stored rule
-    min_score: float | None = Field(None, ge=-1, le=1)
+    min_score: MinScore = None
     group_by: GroupBy = None
     mode: Mode = None  # dense, keyword or hybrid (search.hybrid); None: the index's default
 
@@ -97,7 +118,7 @@ class BatchRequest(BaseModel):
     queries: list[Query] = Field(min_length=1, max_length=MAX_BATCH)
     k: int = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
-    min_score: float | None = Field(None, ge=-1, le=1)
+    min_score: MinScore = None
     group_by: GroupBy = None
     mode: Mode = None
 
