@@ -31,7 +31,7 @@ from indexer.encoders.factory import encoder_for
 from search.calibration import threads
 from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood
 from search.evaluate import read_qrels
-from search.promise import auroc, choose_threshold, measure
+from search.promise import auroc, measure
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"
 COLUMNS = (*FEATURES, "density", "also")
@@ -65,6 +65,16 @@ def split(qrels: dict, asked: set[str], seed: int) -> tuple[set[str], set[str], 
     removed, kept = found[:count], found[count:]
     calibrating = set().union(*(t[0] for part in (removed, kept) for t in part[0::2]))
     return set().union(*(t[1] for t in removed)), calibrating, [t[0] for t in found]
+
+
+def choose_threshold(confidence: np.ndarray, correct: np.ndarray, precision: float) -> float | None:
+    """The lowest confidence at which answering every question at or above it keeps the
+    precision of the answered ones at ``precision`` or better (None if no threshold does)."""
+    order = np.argsort(-confidence, kind="stable")
+    ranked, hits = confidence[order], np.cumsum(correct[order])
+    reached = hits / np.arange(1, len(order) + 1) >= precision - 1e-12
+    last = [i for i in np.flatnonzero(reached) if i + 1 == len(ranked) or ranked[i + 1] < ranked[i]]
+    return float(ranked[last[-1]]) if last else None
 
 
 def fit_and_test(x: np.ndarray, correct: np.ndarray, answerable: np.ndarray, calib: np.ndarray) -> tuple:

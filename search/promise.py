@@ -180,16 +180,6 @@ def share_of(counts: np.ndarray, totals: np.ndarray) -> np.ndarray:
     return np.where(totals > 0, counts / np.maximum(totals, 1e-12), 0.0)
 
 
-def choose_threshold(confidence: np.ndarray, correct: np.ndarray, precision: float) -> float | None:
-    """The lowest confidence at which answering every question at or above it keeps the
-    precision of the answered ones at ``precision`` or better (None if no threshold does)."""
-    order = np.argsort(-confidence, kind="stable")
-    ranked, hits = confidence[order], np.cumsum(correct[order])
-    reached = hits / np.arange(1, len(order) + 1) >= precision - 1e-12
-    last = [i for i in np.flatnonzero(reached) if i + 1 == len(ranked) or ranked[i + 1] < ranked[i]]
-    return float(ranked[last[-1]]) if last else None
-
-
 def measure(answered: np.ndarray, correct: np.ndarray, answerable: np.ndarray) -> dict[str, float]:
     """Precision of the answered questions and coverage (answered answerable / answerable)."""
     return {

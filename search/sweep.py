@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -199,13 +198,6 @@ class Modes:
 class RetrievalSweep:
     cells: list[Cell]  # best first
     modes: Modes
-
-
-def sweep_retrieval(
-    data: RetrievalSet, corpus: str | Path, base: Strategy | None = None, **options: Any
-) -> list[Cell]:
-    """Every cell's retrieval metrics, best first (``retrieval_sweep`` without the modes)."""
-    return retrieval_sweep(data, corpus, base, **options).cells
 
 
 def retrieval_sweep(

@@ -30,7 +30,7 @@ from search.calibration import (
 from search.confidence import FEATURES, Neighbourhood, Rule, stored_rules
 from search.engine import SearchEngine
 from search.evaluate import read_retrieval_set
-from search.promise import Curve, choose_threshold, measure
+from search.promise import Curve, measure
 from tests.helpers import DATA, assert_clean_failure, run, shared_file
 
 TOPICS = [
@@ -102,12 +102,9 @@ def test_margin_is_to_the_best_entry_of_another_text():
     assert many.features(1)[0, 3] == pytest.approx(1.0 - np.linspace(1.0, 0.45, 12)[1:10].mean())
 
 
-def test_threshold_is_the_lowest_that_keeps_the_precision():
+def test_measure_gives_the_precision_of_the_answered_and_the_coverage_of_the_answerable():
     confidence = np.array([0.9, 0.8, 0.7, 0.6, 0.5])
     correct = np.array([True, True, False, True, False])
-    assert choose_threshold(confidence, correct, 1.0) == 0.8
-    assert choose_threshold(confidence, correct, 0.75) == 0.6
-    assert choose_threshold(np.array([0.9, 0.9]), np.array([False, True]), 1.0) is None  # a tie goes whole
     scored = measure(confidence >= 0.6, correct, np.array([True, True, False, True, True]))
     assert scored == {"precision": 0.75, "coverage": 0.75}
 

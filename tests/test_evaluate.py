@@ -21,7 +21,7 @@ from search.evaluate import (
     read_retrieval_set,
     retrieval_metrics,
 )
-from search.sweep import reproduce, sweep_retrieval, sweep_sts, write_csv, write_heatmap
+from search.sweep import reproduce, retrieval_sweep, sweep_sts, write_csv, write_heatmap
 from tests.helpers import shared_file
 
 PAIRS = [
@@ -86,7 +86,7 @@ def test_metric_names_follow_k(tmp_path):
     judged.write_text("q0\td0\t1\n")
     data = read_retrieval_set(queries, judged)
     assert "mrr@5" in evaluate_retrieval(data, corpus=corpus, k=5)
-    cells = sweep_retrieval(data, corpus, poolings=("mean",), k=5)
+    cells = retrieval_sweep(data, corpus, poolings=("mean",), k=5).cells
     assert "ndcg@5" in cells[0].scores and "ndcg@10" not in cells[0].scores
 
 
@@ -129,7 +129,7 @@ def test_retrieval_sweep_cell_equals_evaluate(tmp_path):
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("query_id\tdoc_id\trelevance\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(len(PAIRS))))
     data = read_retrieval_set(queries, qrels)
-    cells = sweep_retrieval(data, corpus, Strategy(), postprocesses=("none", "center"))
+    cells = retrieval_sweep(data, corpus, Strategy(), postprocesses=("none", "center")).cells
     checked = [c for c in cells if c.strategy.pooling != "cls"]
     assert len(checked) >= 6
     for cell in checked[:3] + checked[-3:]:
