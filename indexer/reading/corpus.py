@@ -21,6 +21,7 @@ and so does a value nested deeper than ``MAX_DEPTH``.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import difflib
 import json
@@ -47,6 +48,7 @@ from indexer.reading.formats import (
 )
 from indexer.reading.mismatch import check_mismatch
 from indexer.reading.rows import ROWS_NAME, CorpusSource, Spool, is_path
+from indexer.reading.tsv import Spans, check_quoting
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 """Characters SQLite cannot take as text: NUL, and any surrogate (UTF-8 cannot encode one)."""
@@ -67,6 +69,13 @@ class Entry:
 class Rejection:
     row: int
     reason: str
+    line: int | None = None
+    """The file's line the row starts on (as ``wc -l`` counts); None: rows given in Python, or
+    a JSON array's element."""
+
+    def place(self) -> str:
+        """Where the row is, as a message names it: ``line 901 (row 5)``, or ``row 5``."""
+        return f"row {self.row}" if self.line is None else f"line {self.line} (row {self.row})"
 
 
 @dataclass
@@ -75,6 +84,8 @@ class Corpus:
     rejected: list[Rejection] = field(default_factory=list)
     id_field: str | None = None
     """The field the ids came from (given or detected); None: row numbers."""
+    notes: list[str] = field(default_factory=list)
+    """What the reader said about how the file was read (``CorpusReader.notes``)."""
 
     @property
     def rows(self) -> int:
@@ -199,6 +210,9 @@ class CorpusOptions:
     """The file's encoding."""
     delimiter: str | None = None
     """A CSV file's field separator; None: told from its header."""
+    quoting: str = "auto"
+    """How a TSV's quotes are read (``indexer.reading.tsv``): ``auto`` where the file shows a
+    writer quoted, ``csv`` always, ``none`` never (quotes are text)."""
 
     def __post_init__(self) -> None:
         if self.text_fields is not None:
@@ -245,6 +259,10 @@ class CorpusReader:
         self.fmt = detect_format(self.path, fmt, self.encoding)
         self.delimiter = file_delimiter(self.path, self.fmt, options.delimiter, self.encoding)
         """A CSV file's field separator, given or told from its header; None for other formats."""
+        self.quoting = check_quoting(options.quoting)
+        self.notes: list[str] = []
+        """What the last full read has to say about how the file was read (quoted fields that
+        span lines), one line each."""
         self.text_fields = list(options.text_fields or ["text"])
         self.id_field = options.id_field
         """The field the ids come from (given, or detected by the first iteration); None: row numbers."""
@@ -266,8 +284,9 @@ class CorpusReader:
         entries, kinds = 0, Counter()
         undecodable = ""  # the characters that stand for bytes the encoding could not decode
         seen: dict[str, int] = {}
+        spans = Spans()
         with open_file(path) as handle:
-            header, rows = parse_rows(handle, fmt, path, self.encoding, self.delimiter)
+            header, rows = parse_rows(handle, fmt, path, self.encoding, self.delimiter, self.quoting, spans)
             if header:
                 _check_header(header, path, self.columns)
             names: dict[str, None] = dict.fromkeys(header)  # in order of appearance
@@ -276,8 +295,9 @@ class CorpusReader:
             if header:
                 wanted, id_field = [spelled(n, header) for n in wanted], spelled(id_field, header)
             asked = [*wanted, *([id_field] if id_field else [])]
-            for number, row in rows:
+            for number, line, row in rows:
                 row_wanted, row_id = wanted, id_field
+                line = None if self.name else line
                 if isinstance(row, str):
                     reason = row
                 else:
@@ -291,11 +311,13 @@ class CorpusReader:
                     key = entry_id(row[row_id]) if row_id else str(number + (first or 1) - 1)
                     if key in seen:
                         reason = f"duplicate id: {key!r} (first at row {seen[key]})"
-                if reason == "invalid UTF-8" and len(undecodable) < _SAMPLE:
-                    undecodable += _undecodable(row)
+                if reason == UNDECODABLE:
+                    found = _undecodable(row)
+                    undecodable += found[: max(0, _SAMPLE - len(undecodable))]
+                    reason = undecodable_reason(found, self.encoding)
                 if reason:
                     kinds[_kind(reason)] += 1
-                    yield Rejection(number, reason)
+                    yield Rejection(number, reason, line)
                     continue
                 seen[key] = number
                 joined = field_text(row, row_wanted)
@@ -303,6 +325,7 @@ class CorpusReader:
                     row = {k: v for k, v in row.items() if k != "_id"}
                 entries += 1
                 yield Entry(key, joined, row)
+        self.notes = spans.describe(str(self.name or path), entries + kinds.total())
         check_mismatch(
             self.name or path,
             kinds,
@@ -368,7 +391,7 @@ def read_corpus(
     corpus = Corpus()
     for item in reader:
         (corpus.entries if isinstance(item, Entry) else corpus.rejected).append(item)
-    corpus.id_field = reader.id_field
+    corpus.id_field, corpus.notes = reader.id_field, reader.notes
     return corpus
 
 
@@ -411,6 +434,21 @@ def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None)
     return None
 
 
+UNDECODABLE = "undecodable"
+"""``_unstorable``'s reason for bytes the encoding could not decode, said by ``undecodable_reason``."""
+
+
+def undecodable_reason(found: str, encoding: str) -> str:
+    """Why a row whose bytes ``encoding`` could not decode is rejected, naming the bytes
+    (``found``: the characters ``surrogateescape`` made of them)."""
+    raw = sorted({ord(char) - 0xDC00 for char in found})
+    shown = ", ".join(f"0x{byte:02x}" for byte in raw[:3]) + (", ..." if len(raw) > 3 else "")
+    label = f"invalid {encoding.upper()}: " + ("byte " if len(raw) == 1 else "bytes ") + shown
+    if codecs.lookup(encoding).name == "cp1252":  # one of the five bytes cp1252 leaves undefined
+        return label + ", which cp1252 has no character for"
+    return label
+
+
 def _undecodable(row: dict[str, Any]) -> str:
     """The characters in a row that stand for bytes its encoding could not decode."""
     try:
@@ -435,6 +473,6 @@ def _unstorable(row: dict[str, Any]) -> str | None:
             if char == "\x00":
                 return "binary data: NUL bytes"
             if SURROGATE.match(char):
-                return "invalid UTF-8"
+                return UNDECODABLE
             return f"invalid text: lone surrogate \\u{ord(char):04x} (half of a character, cut in two?)"
     return None
