@@ -121,3 +121,31 @@ def test_a_hand_typed_tsv_with_stray_quotes_reads_every_row_as_typed(tmp_path, s
     entries, rejected, _ = read_all(write(tmp_path / "h.tsv", "id\ttext\tnote\n" + body))
     assert [e.fields for e in entries] == [{"id": i, "text": t, "note": n} for i, t, n in rows]
     assert not rejected
+
+
+def test_a_typed_quote_in_a_csv_never_joins_its_rows(tmp_path):
+    """A CSV is quoted by its writer, so a quoted field may span lines; but one whose lines are
+    each a row of the header's width (three or more) is a typed quote closed by another: its
+    rows are read as typed, said, and ``quoting`` decides. (A quote that CSV cannot close
+    rejects its row, as before.)"""
+    import csv
+    import io
+
+    texts = [f'"row {i}," quoted' if i > 250 else f"row {i} plain" for i in range(1, 301)]
+    texts[4] = '"Gone with the Wind is a long book'
+    texts[199] = 'the monitor is 27"'
+    rows = [(str(i), t) for i, t in enumerate(texts, 1)]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)  # quoted as a writer quotes
+    lines = out.getvalue().splitlines()
+    lines[4], lines[199] = f"5,{texts[4]}", f"200,{texts[199]}"  # two quotes typed
+    path = write(tmp_path / "hand.csv", "id,text\n" + "\n".join(lines) + "\n")
+    entries, rejected, notes = read_all(path)
+    assert [(e.id, e.text) for e in entries] == rows
+    assert not rejected and len(notes) == 1 and "lines 6-201" in notes[0] and "--quoting csv" in notes[0]
+    assert len(read_all(path, quoting="csv")[0]) == 300 - 195
+    # a field of two lines, or of lines that are not each a row, is CSV quoting as written
+    written = 'id,text\n1,"Hi there\nThanks, Bob"\n2,"Step 1\nStep 2\nStep 3"\n3,plain\n'
+    entries, _, notes = read_all(write(tmp_path / "ok.csv", written))
+    assert [e.text for e in entries] == ["Hi there\nThanks, Bob", "Step 1\nStep 2\nStep 3", "plain"]
+    assert notes == []

@@ -161,7 +161,7 @@ def parse_rows(
     if fmt == "tsv":
         records = tsv_records(numbered_records(lines), quoting, spans)
     else:
-        records = _csv_records(numbered_records(lines), delimiter or ",")
+        records = _csv_records(numbered_records(lines), delimiter or ",", quoting, spans)
     _, header = next(records, (0, None))
     if not isinstance(header, list) or not any(h.strip() for h in header):
         raise BadInput(f"{path} has no header row")
@@ -181,14 +181,21 @@ def parse_rows(
     return header, rows()
 
 
-def _csv_records(lines: Iterator[tuple[int, str]], delimiter: str) -> Iterator[tuple[int, list[str] | str]]:
+def _csv_records(
+    lines: Iterator[tuple[int, str]], delimiter: str, quoting: str = "auto", spans: Spans | None = None
+) -> Iterator[tuple[int, list[str] | str]]:
     """(first line number, fields) of each CSV record; fields as a string: why the record was
     rejected. Parsing is strict, so a quote open until the end of the file, or closed lines later
     by a quote that is followed by more text, is an error rather than one field holding the rows
     after it: that record is rejected and parsing resumes on the line after the one it started on
-    (the lines the failed record took are read again; only they are held)."""
+    (the lines the failed record took are read again; only they are held). In ``auto`` quoting, a
+    quoted field of three lines or more whose every line is on its own a row of the header's width
+    is a typed quote closed by another, not a writer's: its first line is read as typed
+    (``typed_fields``) and the others again, counted in ``spans``. ``none``: quotes are text."""
     again: deque[tuple[int, str]] = deque()  # lines to read again before the rest of the file
     taken: list[tuple[int, str]] = []  # lines of the record being read
+    spans = spans if spans is not None else Spans()
+    quote = {"quoting": csv.QUOTE_NONE} if quoting == "none" else {}
 
     def feed() -> Iterator[str]:
         while True:
@@ -198,12 +205,21 @@ def _csv_records(lines: Iterator[tuple[int, str]], delimiter: str) -> Iterator[t
             taken.append(numbered)
             yield numbered[1]
 
+    width = None
     while True:
-        reader = csv.reader(feed(), strict=True, delimiter=delimiter)
+        reader = csv.reader(feed(), strict=True, delimiter=delimiter, **quote)
         try:
             for values in reader:
-                first = taken[0][0]
+                first, record = taken[0][0], list(taken)
                 taken.clear()
+                if width is None:
+                    width = len(values)
+                elif quoting == "auto" and len(record) > 2:
+                    typed = [typed_fields(line, delimiter) for _, line in record]
+                    if all(len(fields) == width for fields in typed):
+                        spans.add((first, record[-1][0]), read=False)
+                        again.extendleft(reversed(record[1:]))
+                        values = typed[0]
                 yield first, values
             return
         except csv.Error as exc:
@@ -212,6 +228,26 @@ def _csv_records(lines: Iterator[tuple[int, str]], delimiter: str) -> Iterator[t
             yield opened, f"unterminated quote: opened on line {opened}" if ran_on else f"bad CSV: {exc}"
             again.extendleft(reversed(taken[1:]))
             taken.clear()
+
+
+def typed_fields(line: str, delimiter: str) -> list[str]:
+    """A CSV line's fields read on their own: quoted fields that close on the line as CSV, and
+    from a quote that does not, the rest of the line as text split at the delimiter."""
+    text, pos, fields = line_text(line), 0, []
+    closed = re.compile(f'"((?:[^"]|"")*)"(?={re.escape(delimiter)}|$)')
+    while True:
+        if text.startswith('"', pos):
+            if (found := closed.match(text, pos)) is None:
+                return fields + text[pos:].split(delimiter)
+            fields.append(found.group(1).replace('""', '"'))
+            pos = found.end()
+        else:
+            end = text.find(delimiter, pos)
+            fields.append(text[pos:] if end < 0 else text[pos:end])
+            pos = len(text) if end < 0 else end
+        if pos >= len(text):
+            return fields
+        pos += 1
 
 
 def json_row(number: int, line: str) -> tuple[int, dict[str, Any] | str]:
