@@ -21,11 +21,9 @@ and so does a value nested deeper than ``MAX_DEPTH``.
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import difflib
 import json
-import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -35,10 +33,8 @@ from typing import Any, BinaryIO
 
 from indexer.columns import MAX_FIELDS, RESERVED
 from indexer.errors import BadInput
-from indexer.reading.decoding import SURROGATE, check_encoding, open_file, read_lines
+from indexer.reading.decoding import check_encoding, open_file, read_lines
 from indexer.reading.formats import (
-    MAX_DEPTH,
-    TOO_DEEP,
     detect_format,
     file_delimiter,
     json_array_rows,
@@ -48,10 +44,15 @@ from indexer.reading.formats import (
 )
 from indexer.reading.mismatch import check_mismatch
 from indexer.reading.rows import ROWS_NAME, CorpusSource, Spool, is_path
+from indexer.reading.storable import (
+    UNDECODABLE,
+    UNSTORABLE,
+    undecodable_chars,
+    undecodable_reason,
+    unstorable,
+)
 from indexer.reading.tsv import Spans, check_quoting
 
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-"""Characters SQLite cannot take as text: NUL, and any surrogate (UTF-8 cannot encode one)."""
 _SAMPLE = 256
 """Undecodable characters kept to guess a file's encoding from."""
 
@@ -98,7 +99,7 @@ class Corpus:
 def _check_header(header: list[str], path: Path, columns: bool = True) -> None:
     """A CSV or TSV header's names must be names (and, ``columns``, usable as SQLite columns),
     before any row is read."""
-    if _UNSTORABLE.search("".join(header)):
+    if UNSTORABLE.search("".join(header)):
         raise BadInput(f"{path}: the header row is not valid UTF-8 (or holds a NUL)")
     duplicated = [h for h, n in Counter(header).items() if n > 1]
     if duplicated:
@@ -137,7 +138,7 @@ def _json_id_field(path: Path, encoding: str, fmt: str) -> str | None:
     found = None
     with open_file(path) as handle:
         for row in _json_rows(path, handle, encoding, fmt):
-            if not isinstance(row, dict) or _unstorable(row):  # a broken row's names are not names
+            if not isinstance(row, dict) or unstorable(row):  # a broken row's names are not names
                 continue
             if "id" in row:
                 return "id"
@@ -301,7 +302,7 @@ class CorpusReader:
                 if isinstance(row, str):
                     reason = row
                 else:
-                    reason = _unstorable(row)
+                    reason = unstorable(row)
                     if not reason:  # the names of a row with a NUL or a surrogate are not names
                         names.update(dict.fromkeys(row))
                         if not all(name in row for name in asked):  # JSON Lines: names as this row has them
@@ -312,7 +313,7 @@ class CorpusReader:
                     if key in seen:
                         reason = f"duplicate id: {key!r} (first at row {seen[key]})"
                 if reason == UNDECODABLE:
-                    found = _undecodable(row)
+                    found = undecodable_chars(row)
                     undecodable += found[: max(0, _SAMPLE - len(undecodable))]
                     reason = undecodable_reason(found, self.encoding)
                 if reason:
@@ -413,7 +414,7 @@ def _default_id(names: Collection[str]) -> str | None:
 
 
 def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None) -> str | None:
-    """Why a parsed row (storable: ``_unstorable``) cannot be indexed, or None."""
+    """Why a parsed row (storable: ``unstorable``) cannot be indexed, or None."""
     for name in wanted:
         if name not in row:
             return f"missing text: no field {name!r}{nearest(name, row)}"
@@ -431,48 +432,4 @@ def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None)
             return f"missing id: field {id_field!r}{'' if id_field in row else nearest(id_field, row)}"
         if key is None:
             return f"bad id: {json.dumps(value)[:60]} in field {id_field!r} (an id is a string or an integer)"
-    return None
-
-
-UNDECODABLE = "undecodable"
-"""``_unstorable``'s reason for bytes the encoding could not decode, said by ``undecodable_reason``."""
-
-
-def undecodable_reason(found: str, encoding: str) -> str:
-    """Why a row whose bytes ``encoding`` could not decode is rejected, naming the bytes
-    (``found``: the characters ``surrogateescape`` made of them)."""
-    raw = sorted({ord(char) - 0xDC00 for char in found})
-    shown = ", ".join(f"0x{byte:02x}" for byte in raw[:3]) + (", ..." if len(raw) > 3 else "")
-    label = f"invalid {encoding.upper()}: " + ("byte " if len(raw) == 1 else "bytes ") + shown
-    if codecs.lookup(encoding).name == "cp1252":  # one of the five bytes cp1252 leaves undefined
-        return label + ", which cp1252 has no character for"
-    return label
-
-
-def _undecodable(row: dict[str, Any]) -> str:
-    """The characters in a row that stand for bytes its encoding could not decode."""
-    try:
-        return "".join(SURROGATE.findall(json.dumps(row, ensure_ascii=False)))
-    except RecursionError:
-        return ""
-
-
-def _unstorable(row: dict[str, Any]) -> str | None:
-    """Why a row's names or values cannot be stored as text (a NUL, a surrogate, nesting deeper
-    than ``MAX_DEPTH``), looking at every level without recursing; or None."""
-    pending: list[tuple[Any, int]] = [(row, 0)]
-    while pending:
-        value, depth = pending.pop()
-        if isinstance(value, (dict, list)):
-            if depth > MAX_DEPTH:
-                return TOO_DEEP
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            pending.extend((part, depth + 1) for pair in items for part in pair)
-        elif isinstance(value, str) and (found := _UNSTORABLE.search(value)):
-            char = found.group()
-            if char == "\x00":
-                return "binary data: NUL bytes"
-            if SURROGATE.match(char):
-                return UNDECODABLE
-            return f"invalid text: lone surrogate \\u{ord(char):04x} (half of a character, cut in two?)"
     return None
