@@ -149,3 +149,20 @@ def test_a_typed_quote_in_a_csv_never_joins_its_rows(tmp_path):
     entries, _, notes = read_all(write(tmp_path / "ok.csv", written))
     assert [e.text for e in entries] == ["Hi there\nThanks, Bob", "Step 1\nStep 2\nStep 3", "plain"]
     assert notes == []
+
+
+@pytest.mark.slow
+def test_index_reads_every_typed_row_and_says_which_lines_a_quote_would_join(tmp_path, tiny_model):
+    from tests.helpers import run
+
+    texts = [f"plain row {i}" for i in range(1, 1001)]
+    texts[4], texts[899] = '"Gone with the Wind is a long book', 'the monitor is 27"'
+    body = "".join(f"{i}\t{t}\n" for i, t in enumerate(texts, 1))
+    corpus = write(tmp_path / "hand.tsv", "id\ttext\n" + body)
+    result = run("index", corpus, "-o", tmp_path / "idx", "--model", tiny_model)
+    assert result.returncode == 0, result.stderr
+    assert "indexed 1000 entries" in result.stderr
+    assert "lines 6-901" in result.stderr and "--quoting csv" in result.stderr
+    joined = run("index", corpus, "-o", tmp_path / "idx", "--model", tiny_model, "--quoting", "csv")
+    assert "indexed 105 entries" in joined.stderr
+    assert "--quoting [auto|csv|none]" in run("index", "--help").stdout

@@ -231,9 +231,9 @@ reading_options = stacked(
         type=click.Choice(QUOTINGS),
         default="auto",
         show_default=True,
-        help="A TSV's quotes: auto reads CSV quoting where the file shows a writer quoted (pandas, "
-        "Python's csv) and typed quotes (27\") as text, never joining rows on a guess; csv always, "
-        "none never.",
+        help="A TSV's or CSV's quotes: auto reads CSV quoting where the file shows a writer quoted "
+        "(pandas, Python's csv) and typed quotes (27\") as text, never joining rows on a guess; csv: "
+        "always CSV quoting; none: quotes are text.",
     ),
 )
 """``--encoding``, ``--delimiter`` and ``--quoting``: how a corpus file's bytes are read
