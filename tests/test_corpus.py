@@ -396,6 +396,9 @@ def test_a_byte_cp1252_has_no_character_for_is_named_with_its_row_and_line(tmp_p
     [rejected] = corpus.rejected
     assert (rejected.row, rejected.line) == (7, 8)
     assert rejected.reason == "invalid CP1252: byte 0x9d, which cp1252 has no character for"
+    few = write(tmp_path / "few.csv", b"id,text\r\n1,Caf\x9d\r\n2,ok\r\n")  # refused: a third of its lines
+    with pytest.raises(SemsearchError, match=r"not valid CP1252.*\(line 2: byte 0x9d\)$"):
+        read_corpus(few, encoding="cp1252")
 
 
 def test_ids_and_queries_are_read_from_a_pipe(tmp_path):

@@ -166,3 +166,14 @@ def test_index_reads_every_typed_row_and_says_which_lines_a_quote_would_join(tmp
     joined = run("index", corpus, "-o", tmp_path / "idx", "--model", tiny_model, "--quoting", "csv")
     assert "indexed 105 entries" in joined.stderr
     assert "--quoting [auto|csv|none]" in run("index", "--help").stdout
+
+
+def test_a_quoted_field_whose_two_lines_are_each_a_row_is_not_joined_on_a_guess(tmp_path):
+    """A writer's field of two lines that hold the tabs to make each a row of the header's width
+    looks just like a quote typed on one row and closed on the next: read as the two rows, said,
+    and ``quoting="csv"`` reads it as written."""
+    path = write(tmp_path / "w.tsv", 'id\tkind\ttext\na\tb\t"x\ny\tz\tw"\nc\td\te\n')
+    entries, _, notes = read_all(path)
+    assert [e.fields["text"] for e in entries] == ['"x', 'w"', "e"]
+    assert len(notes) == 1 and "lines 2-3" in notes[0] and "--quoting csv" in notes[0]
+    assert [e.fields["text"] for e in read_all(path, quoting="csv")[0]] == ["x\ny\tz\tw", "e"]

@@ -8,7 +8,7 @@ import codecs
 import re
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -53,17 +53,19 @@ def read_lines(path: Path | str, handle: BinaryIO, encoding: str = "utf-8") -> I
     so many lines hold them that the file is in another encoding: then one error naming it."""
     check = Decoding(path, encoding)
     parts: list[str] = []  # the line being read, one piece per block
+    number = 0  # lines read
     for text in blocks(path, handle, encoding, check):
         *ended, rest = text.split("\n")
         for piece in ended:
             line = "".join([*parts, piece, "\n"])
             parts = []
-            check.line(line)
+            number += 1
+            check.line(line, number)
             yield line
         if rest:
             parts.append(rest)
     if parts:
-        check.line("".join(parts))
+        check.line("".join(parts), number + 1)
         yield "".join(parts)
     check.end()
 
@@ -133,6 +135,8 @@ class Decoding:
         self.path, self.encoding = path, encoding
         self.lines = self.bad = 0
         self.sample = b""
+        self.first = ""
+        """Where the first line that did not decode is, and its bytes, as a refusal says it."""
         name = codecs.lookup(encoding).name
         self.utf8 = name == "utf-8"
         self.unicode = name.startswith(("utf-8", "utf-16", "utf-32"))
@@ -167,7 +171,8 @@ class Decoding:
                 f"beside each ASCII character), not {self.encoding}: try --encoding utf-16-{order[0]}e"
             )
 
-    def line(self, line: str) -> None:
+    def line(self, line: str, number: int | None = None) -> None:
+        """Count ``line`` (the file's line ``number``, when it is one: a JSON array's element is not)."""
         if not line.strip():
             return
         self.lines += 1
@@ -186,6 +191,8 @@ class Decoding:
             self.cp1252 = self.cp1252 and not _NOT_CP1252.search(line)
             if not self.sample:
                 self.sample = line.encode(self.encoding, "surrogateescape")
+                found = bytes_named(ord(char) - 0xDC00 for char in SURROGATE.findall(line))
+                self.first = f" (line {number}: {found})" if number else ""
             if self.bad == self.lines == EARLY:
                 self.fail(f"the first {EARLY} lines")
 
@@ -207,7 +214,7 @@ class Decoding:
 
     def fail(self, lines: str) -> None:
         hint = guess_encoding(self.sample, self.encoding)
-        raise BadInput(f"{self.path}: {lines} are not valid {self.encoding.upper()}; {hint}")
+        raise BadInput(f"{self.path}: {lines} are not valid {self.encoding.upper()}; {hint}{self.first}")
 
 
 _WORD = re.compile(r"\w*[^\x00-\x7f]+\w*")
@@ -232,6 +239,13 @@ def utf16_order(block: bytes) -> str | None:
     if even >= pairs / 2 and odd <= pairs / 20:
         return "big"
     return None
+
+
+def bytes_named(raw: Iterable[int]) -> str:
+    """``byte 0x9d`` or ``bytes 0xe8, 0xe9``: the bytes that did not decode, the first three."""
+    found = sorted(set(raw))
+    shown = ", ".join(f"0x{byte:02x}" for byte in found[:3]) + (", ..." if len(found) > 3 else "")
+    return ("byte " if len(found) == 1 else "bytes ") + shown
 
 
 def guess_encoding(sample: bytes, tried: str) -> str:

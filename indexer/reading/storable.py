@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from indexer.reading.decoding import SURROGATE
+from indexer.reading.decoding import SURROGATE, bytes_named
 from indexer.reading.formats import MAX_DEPTH, TOO_DEEP
 
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -23,9 +23,7 @@ UNDECODABLE = "undecodable"
 def undecodable_reason(found: str, encoding: str) -> str:
     """Why a row whose bytes ``encoding`` could not decode is rejected, naming the bytes
     (``found``: the characters ``surrogateescape`` made of them)."""
-    raw = sorted({ord(char) - 0xDC00 for char in found})
-    shown = ", ".join(f"0x{byte:02x}" for byte in raw[:3]) + (", ..." if len(raw) > 3 else "")
-    label = f"invalid {encoding.upper()}: " + ("byte " if len(raw) == 1 else "bytes ") + shown
+    label = f"invalid {encoding.upper()}: " + bytes_named(ord(char) - 0xDC00 for char in found)
     if codecs.lookup(encoding).name == "cp1252":  # one of the five bytes cp1252 leaves undefined
         return label + ", which cp1252 has no character for"
     return label
