@@ -67,12 +67,18 @@ class Spans:
             )
         if self.declined:
             first, last = self.first_declined
-            quotes = "a quote" if self.declined == 1 else f"{self.declined} quotes (the first)"
-            said.append(
-                f"{name}: {quotes} opening a field on line {first} would close on line {last}, making "
-                f"its lines one field; read as the {last - first + 1} rows of lines {first}-{last}, "
-                "quotes as text (--quoting csv reads them as one field)"
-            )
+            if self.declined == 1:
+                said.append(
+                    f"{name}: a quote opening a field on line {first} would close on line {last}, "
+                    f"joining lines {first}-{last} into one field; read as their {last - first + 1} rows, "
+                    "quotes as text (--quoting csv joins them)"
+                )
+            else:
+                said.append(
+                    f"{name}: {self.declined} quotes opening a field would close on a later line, "
+                    f"joining rows (the first: lines {first}-{last}); read as the rows of their lines, "
+                    "quotes as text (--quoting csv joins them)"
+                )
         return said
 
 
