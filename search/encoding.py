@@ -258,6 +258,7 @@ def read_texts(
     fmt: str | None = None,
     encoding: str = "utf-8",
     delimiter: str | None = None,
+    quoting: str = "auto",
 ) -> Iterator[tuple[str, str]]:
     """``(id, text)`` of each row of a corpus file (CSV/TSV/JSONL/text lines, read as ``index``
     reads one), or of each line of stdin for ``-`` (its line number as id), in order and as read.
@@ -278,6 +279,7 @@ def read_texts(
         fmt=fmt,
         encoding=encoding,
         delimiter=delimiter,
+        quoting=quoting,
         columns=False,  # nothing is stored: any field names will do
     )
     items = iter(reader)
@@ -285,7 +287,7 @@ def read_texts(
         if not isinstance(item, Entry):
             for _ in items:  # the whole file's checks first: a file read the wrong way says so
                 pass
-            raise BadInput(f"{source} row {item.row}: {item.reason} (every row is encoded, in order: fix it)")
+            raise BadInput(f"{source} {item.place()}: {item.reason} (every row is encoded, in order: fix it)")
         yield item.id, item.text
 
 
@@ -357,6 +359,7 @@ def encode_file(
     fmt: str | None = None,
     source_encoding: str = "utf-8",
     delimiter: str | None = None,
+    quoting: str = "auto",
     progress: bool = False,
     as_: str = "query",
 ) -> EncodeReport:
@@ -375,6 +378,7 @@ def encode_file(
         fmt=fmt,
         encoding=source_encoding,
         delimiter=delimiter,
+        quoting=quoting,
     )
     if output in (None, "-"):
         writer = _JsonLinesWriter(sys.stdout.buffer)

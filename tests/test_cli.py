@@ -25,7 +25,7 @@ def index(tmp_path_factory, tiny_model) -> Path:
     assert result.returncode == 0, result.stderr
     assert "indexed 2 entries" in result.stderr
     assert "rejected 2 rows: 1 duplicate id, 1 missing id" in result.stderr
-    assert "row 3: duplicate id: 'q1' (first at row 1)" in result.stderr
+    assert "line 4 (row 3): duplicate id: 'q1' (first at row 1)" in result.stderr
     return root / "idx"
 
 

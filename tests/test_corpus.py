@@ -64,7 +64,7 @@ def test_bad_rows_are_counted_with_reasons(tmp_path):
     reasons = {r.row: r.reason for r in corpus.rejected}
     assert reasons[2] == "empty text"
     assert reasons[3].startswith("duplicate id: '1'")
-    assert reasons[4] == "invalid UTF-8"
+    assert reasons[4] == "invalid UTF-8: byte 0x81"
     assert reasons[5].startswith("wrong field count")
     assert reasons[6].startswith("missing id")
     assert reasons[7] == "empty text"
@@ -354,11 +354,77 @@ def test_undecodable_first_lines_stop_the_read_and_a_few_bad_rows_are_rejected(t
     with pytest.raises(SemsearchError, match="the first 5 lines are not valid UTF-8"):
         read_corpus(write(tmp_path / "a.txt", content))
     corpus = read_corpus(write(tmp_path / "b.csv", cp1252_csv(30, accented=3) + "30,naïve\r\n".encode()))
-    assert [r.reason for r in corpus.rejected] == ["invalid UTF-8"] * 3
+    assert [r.reason for r in corpus.rejected] == ["invalid UTF-8: bytes 0xe8, 0xe9"] * 3
     utf16 = write(tmp_path / "c.txt", "one\ntwo\n".encode("utf-16"))
     with pytest.raises(SemsearchError, match="try --encoding utf-16"):
         read_corpus(utf16)
     assert [e.text for e in read_corpus(utf16, encoding="utf-16").entries] == ["one", "two"]
+
+
+@pytest.mark.parametrize("asked", ["latin-1", "cp1252"])
+def test_a_utf8_file_read_in_a_one_byte_encoding_is_refused_naming_utf8(tmp_path, asked):
+    """A UTF-8 byte order mark, or text whose every byte beyond ASCII is UTF-8 (which reads as
+    'CafÃ©' in latin-1 or cp1252): refused with one line naming utf-8, not indexed as mojibake."""
+    content = "id,text\r\n1,Café crème\r\n2,plain\r\n3,naïve déjà vu\r\n"
+    bom = write(tmp_path / "bom.csv", "\ufeff" + content)
+    with pytest.raises(SemsearchError, match=r"UTF-8 byte order mark.*--encoding utf-8"):
+        read_corpus(bom, encoding=asked)
+    plain = write(tmp_path / "plain.csv", content)
+    with pytest.raises(SemsearchError, match=r"reads as UTF-8.*'CafÃ©'.*--encoding utf-8"):
+        read_corpus(plain, encoding=asked)
+    assert [e.text for e in read_corpus(bom).entries] == ["Café crème", "plain", "naïve déjà vu"]
+    latin = write(tmp_path / "latin.csv", content.encode(asked))  # what the encoding is for
+    assert read_corpus(latin, encoding=asked).entries[0].text == "Café crème"
+
+
+@pytest.mark.parametrize("order", ["le", "be"])
+def test_utf16_without_a_byte_order_mark_is_refused_naming_its_byte_order(tmp_path, order):
+    content = "id\ttext\n" + "".join(f"{i}\tCafé row {i}\n" for i in range(20))
+    path = write(tmp_path / "u.tsv", content.encode(f"utf-16-{order}"))
+    for asked in ("utf-8", "cp1252"):
+        with pytest.raises(SemsearchError, match=rf"UTF-16 .*--encoding utf-16-{order}$"):
+            read_corpus(path, encoding=asked)
+    assert len(read_corpus(path, encoding=f"utf-16-{order}").entries) == 20
+
+
+def test_a_byte_cp1252_has_no_character_for_is_named_with_its_row_and_line(tmp_path):
+    lines = ["id,text", *(f"{i},Café {i}" for i in range(1, 30))]
+    content = ("\r\n".join(lines) + "\r\n").encode("cp1252")
+    path = write(tmp_path / "w.csv", content.replace(b"Caf\xe9 7", b"Caf\x9d 7"))
+    corpus = read_corpus(path, encoding="cp1252")
+    assert len(corpus.entries) == 28
+    [rejected] = corpus.rejected
+    assert (rejected.row, rejected.line) == (7, 8)
+    assert rejected.reason == "invalid CP1252: byte 0x9d, which cp1252 has no character for"
+    few = write(tmp_path / "few.csv", b"id,text\r\n1,Caf\x9d\r\n2,ok\r\n")  # refused: a third of its lines
+    with pytest.raises(SemsearchError, match=r"not valid CP1252.*\(line 2: byte 0x9d\)$"):
+        read_corpus(few, encoding="cp1252")
+
+
+def test_ids_and_queries_are_read_from_a_pipe(tmp_path):
+    """`--ids-file <(...)` names a pipe, read once: its lines are the ids."""
+    import os
+    import threading
+
+    from indexer.reading.decoding import lines_of
+    from indexer.writing.update import read_ids
+
+    fifo = tmp_path / "ids"
+    os.mkfifo(fifo)
+    for read, expected in [(read_ids, ["q1", "q2"]), (lines_of, ["q1", "", "q2"])]:
+        writer = threading.Thread(target=lambda: fifo.write_bytes(b"q1\n\nq2\n"), daemon=True)
+        writer.start()
+        assert read(fifo) == expected
+        writer.join()
+
+
+def test_a_corpus_given_as_a_pipe_is_refused_saying_why(tmp_path):
+    import os
+
+    fifo = tmp_path / "corpus.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(SemsearchError, match="is a pipe.*read more than once.*a file"):
+        read_corpus(fifo)
 
 
 @pytest.mark.parametrize("sep", [";", "\t", "|"])
@@ -581,9 +647,9 @@ def test_one_cp1252_row_in_a_file_with_no_utf8_is_refused(tmp_path):
         read_corpus(one)
     assert read_corpus(one, encoding="cp1252").entries[-1].text == "café"
     with_utf8 = write(tmp_path / "utf8.csv", one.read_bytes() + "41,naïve\n".encode())
-    assert [r.reason for r in read_corpus(with_utf8).rejected] == ["invalid UTF-8"]
+    assert [r.reason for r in read_corpus(with_utf8).rejected] == ["invalid UTF-8: byte 0xe9"]
     no_cp1252 = write(tmp_path / "x.csv", ascii_file.encode() + b"40,caf\x81\n")
-    assert [r.reason for r in read_corpus(no_cp1252).rejected] == ["invalid UTF-8"]
+    assert [r.reason for r in read_corpus(no_cp1252).rejected] == ["invalid UTF-8: byte 0x81"]
 
 
 def test_a_json_array_in_cp1252_is_refused(tmp_path):

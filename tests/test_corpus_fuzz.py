@@ -231,7 +231,7 @@ def test_a_tsv_as_csv_writes_it_reads_back_as_written(records, lineterminator, q
         path.write_text(out.getvalue(), encoding="utf-8", newline="")
         with path.open("rb") as handle:
             header, rows = parse_rows(handle, "tsv", path)
-            read = [row for _, row in rows]
+            read = [row for _, _, row in rows]
     assert header == ["id", "text", "note"]
     written = [dict(zip(header, r, strict=True)) for r in records]
     written = [row if any(v.strip() for v in row.values()) else "empty line" for row in written]

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -34,10 +33,8 @@ from typing import Any, BinaryIO
 
 from indexer.columns import MAX_FIELDS, RESERVED
 from indexer.errors import BadInput
-from indexer.reading.decoding import SURROGATE, check_encoding, open_file, read_lines
+from indexer.reading.decoding import check_encoding, open_file, read_lines
 from indexer.reading.formats import (
-    MAX_DEPTH,
-    TOO_DEEP,
     detect_format,
     file_delimiter,
     json_array_rows,
@@ -47,9 +44,15 @@ from indexer.reading.formats import (
 )
 from indexer.reading.mismatch import check_mismatch
 from indexer.reading.rows import ROWS_NAME, CorpusSource, Spool, is_path
+from indexer.reading.storable import (
+    UNDECODABLE,
+    UNSTORABLE,
+    undecodable_chars,
+    undecodable_reason,
+    unstorable,
+)
+from indexer.reading.tsv import Spans, check_quoting
 
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-"""Characters SQLite cannot take as text: NUL, and any surrogate (UTF-8 cannot encode one)."""
 _SAMPLE = 256
 """Undecodable characters kept to guess a file's encoding from."""
 
@@ -67,6 +70,13 @@ class Entry:
 class Rejection:
     row: int
     reason: str
+    line: int | None = None
+    """The file's line the row starts on (as ``wc -l`` counts); None: rows given in Python, or
+    a JSON array's element."""
+
+    def place(self) -> str:
+        """Where the row is, as a message names it: ``line 901 (row 5)``, or ``row 5``."""
+        return f"row {self.row}" if self.line is None else f"line {self.line} (row {self.row})"
 
 
 @dataclass
@@ -75,6 +85,8 @@ class Corpus:
     rejected: list[Rejection] = field(default_factory=list)
     id_field: str | None = None
     """The field the ids came from (given or detected); None: row numbers."""
+    notes: list[str] = field(default_factory=list)
+    """What the reader said about how the file was read (``CorpusReader.notes``)."""
 
     @property
     def rows(self) -> int:
@@ -87,7 +99,7 @@ class Corpus:
 def _check_header(header: list[str], path: Path, columns: bool = True) -> None:
     """A CSV or TSV header's names must be names (and, ``columns``, usable as SQLite columns),
     before any row is read."""
-    if _UNSTORABLE.search("".join(header)):
+    if UNSTORABLE.search("".join(header)):
         raise BadInput(f"{path}: the header row is not valid UTF-8 (or holds a NUL)")
     duplicated = [h for h, n in Counter(header).items() if n > 1]
     if duplicated:
@@ -126,7 +138,7 @@ def _json_id_field(path: Path, encoding: str, fmt: str) -> str | None:
     found = None
     with open_file(path) as handle:
         for row in _json_rows(path, handle, encoding, fmt):
-            if not isinstance(row, dict) or _unstorable(row):  # a broken row's names are not names
+            if not isinstance(row, dict) or unstorable(row):  # a broken row's names are not names
                 continue
             if "id" in row:
                 return "id"
@@ -199,6 +211,9 @@ class CorpusOptions:
     """The file's encoding."""
     delimiter: str | None = None
     """A CSV file's field separator; None: told from its header."""
+    quoting: str = "auto"
+    """How a TSV's quotes are read (``indexer.reading.tsv``): ``auto`` where the file shows a
+    writer quoted, ``csv`` always, ``none`` never (quotes are text)."""
 
     def __post_init__(self) -> None:
         if self.text_fields is not None:
@@ -245,6 +260,10 @@ class CorpusReader:
         self.fmt = detect_format(self.path, fmt, self.encoding)
         self.delimiter = file_delimiter(self.path, self.fmt, options.delimiter, self.encoding)
         """A CSV file's field separator, given or told from its header; None for other formats."""
+        self.quoting = check_quoting(options.quoting)
+        self.notes: list[str] = []
+        """What the last full read has to say about how the file was read (quoted fields that
+        span lines), one line each."""
         self.text_fields = list(options.text_fields or ["text"])
         self.id_field = options.id_field
         """The field the ids come from (given, or detected by the first iteration); None: row numbers."""
@@ -266,8 +285,9 @@ class CorpusReader:
         entries, kinds = 0, Counter()
         undecodable = ""  # the characters that stand for bytes the encoding could not decode
         seen: dict[str, int] = {}
+        spans = Spans()
         with open_file(path) as handle:
-            header, rows = parse_rows(handle, fmt, path, self.encoding, self.delimiter)
+            header, rows = parse_rows(handle, fmt, path, self.encoding, self.delimiter, self.quoting, spans)
             if header:
                 _check_header(header, path, self.columns)
             names: dict[str, None] = dict.fromkeys(header)  # in order of appearance
@@ -276,12 +296,13 @@ class CorpusReader:
             if header:
                 wanted, id_field = [spelled(n, header) for n in wanted], spelled(id_field, header)
             asked = [*wanted, *([id_field] if id_field else [])]
-            for number, row in rows:
+            for number, line, row in rows:
                 row_wanted, row_id = wanted, id_field
+                line = None if self.name else line
                 if isinstance(row, str):
                     reason = row
                 else:
-                    reason = _unstorable(row)
+                    reason = unstorable(row)
                     if not reason:  # the names of a row with a NUL or a surrogate are not names
                         names.update(dict.fromkeys(row))
                         if not all(name in row for name in asked):  # JSON Lines: names as this row has them
@@ -291,11 +312,13 @@ class CorpusReader:
                     key = entry_id(row[row_id]) if row_id else str(number + (first or 1) - 1)
                     if key in seen:
                         reason = f"duplicate id: {key!r} (first at row {seen[key]})"
-                if reason == "invalid UTF-8" and len(undecodable) < _SAMPLE:
-                    undecodable += _undecodable(row)
+                if reason == UNDECODABLE:
+                    found = undecodable_chars(row)
+                    undecodable += found[: max(0, _SAMPLE - len(undecodable))]
+                    reason = undecodable_reason(found, self.encoding)
                 if reason:
                     kinds[_kind(reason)] += 1
-                    yield Rejection(number, reason)
+                    yield Rejection(number, reason, line)
                     continue
                 seen[key] = number
                 joined = field_text(row, row_wanted)
@@ -303,6 +326,7 @@ class CorpusReader:
                     row = {k: v for k, v in row.items() if k != "_id"}
                 entries += 1
                 yield Entry(key, joined, row)
+        self.notes = spans.describe(str(self.name or path), entries + kinds.total())
         check_mismatch(
             self.name or path,
             kinds,
@@ -368,7 +392,7 @@ def read_corpus(
     corpus = Corpus()
     for item in reader:
         (corpus.entries if isinstance(item, Entry) else corpus.rejected).append(item)
-    corpus.id_field = reader.id_field
+    corpus.id_field, corpus.notes = reader.id_field, reader.notes
     return corpus
 
 
@@ -390,7 +414,7 @@ def _default_id(names: Collection[str]) -> str | None:
 
 
 def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None) -> str | None:
-    """Why a parsed row (storable: ``_unstorable``) cannot be indexed, or None."""
+    """Why a parsed row (storable: ``unstorable``) cannot be indexed, or None."""
     for name in wanted:
         if name not in row:
             return f"missing text: no field {name!r}{nearest(name, row)}"
@@ -408,33 +432,4 @@ def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None)
             return f"missing id: field {id_field!r}{'' if id_field in row else nearest(id_field, row)}"
         if key is None:
             return f"bad id: {json.dumps(value)[:60]} in field {id_field!r} (an id is a string or an integer)"
-    return None
-
-
-def _undecodable(row: dict[str, Any]) -> str:
-    """The characters in a row that stand for bytes its encoding could not decode."""
-    try:
-        return "".join(SURROGATE.findall(json.dumps(row, ensure_ascii=False)))
-    except RecursionError:
-        return ""
-
-
-def _unstorable(row: dict[str, Any]) -> str | None:
-    """Why a row's names or values cannot be stored as text (a NUL, a surrogate, nesting deeper
-    than ``MAX_DEPTH``), looking at every level without recursing; or None."""
-    pending: list[tuple[Any, int]] = [(row, 0)]
-    while pending:
-        value, depth = pending.pop()
-        if isinstance(value, (dict, list)):
-            if depth > MAX_DEPTH:
-                return TOO_DEEP
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            pending.extend((part, depth + 1) for pair in items for part in pair)
-        elif isinstance(value, str) and (found := _UNSTORABLE.search(value)):
-            char = found.group()
-            if char == "\x00":
-                return "binary data: NUL bytes"
-            if SURROGATE.match(char):
-                return "invalid UTF-8"
-            return f"invalid text: lone surrogate \\u{ord(char):04x} (half of a character, cut in two?)"
     return None

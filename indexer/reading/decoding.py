@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import codecs
 import re
+import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -18,11 +19,15 @@ SURROGATE = re.compile("[\udc80-\udcff]")
 _BLOCK = 1 << 20
 
 
-def open_file(path: Path) -> BinaryIO:
-    """The file opened for reading in binary, or why it cannot be, as one ``BadInput`` line."""
+def open_file(path: Path, once: bool = False) -> BinaryIO:
+    """The file opened for reading in binary, or why it cannot be, as one ``BadInput`` line.
+    ``once``: it is read once (ids, queries), so a pipe (``<(...)``, a FIFO) will do; a corpus is
+    read more than once, so it must be a file."""
     if not path.exists():
         raise BadInput(f"no such file: {path}")
-    if not path.is_file():
+    if path.is_dir() or not (path.is_file() or once):
+        if stat.S_ISFIFO(path.stat().st_mode):
+            raise BadInput(f"{path} is a pipe: a corpus is read more than once, so write it to a file first")
         raise BadInput(f"not a file: {path}")
     try:
         return path.open("rb")
@@ -48,17 +53,19 @@ def read_lines(path: Path | str, handle: BinaryIO, encoding: str = "utf-8") -> I
     so many lines hold them that the file is in another encoding: then one error naming it."""
     check = Decoding(path, encoding)
     parts: list[str] = []  # the line being read, one piece per block
+    number = 0  # lines read
     for text in blocks(path, handle, encoding, check):
         *ended, rest = text.split("\n")
         for piece in ended:
             line = "".join([*parts, piece, "\n"])
             parts = []
-            check.line(line)
+            number += 1
+            check.line(line, number)
             yield line
         if rest:
             parts.append(rest)
     if parts:
-        check.line("".join(parts))
+        check.line("".join(parts), number + 1)
         yield "".join(parts)
     check.end()
 
@@ -96,7 +103,7 @@ def lines_of(source: str | Path, encoding: str = "utf-8") -> list[str]:
     if str(source) == "-":
         lines = [line_text(line) for line in read_lines("stdin", sys.stdin.buffer, encoding)]
     else:
-        with open_file(Path(source)) as handle:
+        with open_file(Path(source), once=True) as handle:
             lines = [line_text(line) for line in read_lines(source, handle, encoding)]
     for number, line in enumerate(lines, 1):
         if SURROGATE.search(line):
@@ -119,14 +126,26 @@ class Decoding:
     with one line that says which to try, before anything is made of its rows: the first lines,
     over a quarter of them, or any when every byte that failed is one cp1252 reads and nothing
     decoded beyond ASCII (a UTF-8 file has no reason to hold such bytes alone; a cp1252 export
-    of mostly ASCII text looks just so). Rows are counted by their reader (a CSV row may take
-    many lines): ``indexer.reading.mismatch``."""
+    of mostly ASCII text looks just so). A file that is UTF-8 read as a one-byte encoding (its
+    byte order mark, or every line beyond ASCII valid UTF-8: 'CafÃ©'), or UTF-16 without a byte
+    order mark read as anything else, is refused too: each would be read whole, as mojibake.
+    Rows are counted by their reader (a CSV row may take many lines): ``indexer.reading.mismatch``."""
 
     def __init__(self, path: Path | str, encoding: str):
         self.path, self.encoding = path, encoding
         self.lines = self.bad = 0
         self.sample = b""
-        self.utf8 = codecs.lookup(encoding).name == "utf-8"
+        self.first = ""
+        """Where the first line that did not decode is, and its bytes, as a refusal says it."""
+        name = codecs.lookup(encoding).name
+        self.utf8 = name == "utf-8"
+        self.unicode = name.startswith(("utf-8", "utf-16", "utf-32"))
+        self.one_byte = not self.unicode and _reads_ascii(encoding)
+        """Whether a UTF-8 file would read as mojibake (a one-byte encoding: latin-1, cp1252...)."""
+        self.as_utf8: str | None = None
+        """The first line beyond ASCII, as ``encoding`` reads it, when it is valid UTF-8."""
+        self.only_utf8 = True
+        """Whether every line beyond ASCII is valid UTF-8."""
         self.beyond_ascii = False
         """Whether a line holds a character that is not ASCII and decoded (UTF-8 of 2 bytes or more)."""
         self.cp1252 = True
@@ -139,23 +158,51 @@ class Decoding:
                 f"{self.path} starts with a UTF-16 byte order mark (it is not {self.encoding}): "
                 "try --encoding utf-16"
             )
+        if block.startswith(codecs.BOM_UTF8) and not codecs.lookup(self.encoding).name.startswith("utf-8"):
+            raise BadInput(
+                f"{self.path} starts with a UTF-8 byte order mark (it is not {self.encoding}): "
+                "try --encoding utf-8"
+            )
+        wide = codecs.lookup(self.encoding).name.startswith(("utf-16", "utf-32"))
+        order = None if wide else utf16_order(block)
+        if order:
+            raise BadInput(
+                f"{self.path} is UTF-16 without a byte order mark ({order}-endian: a NUL byte "
+                f"beside each ASCII character), not {self.encoding}: try --encoding utf-16-{order[0]}e"
+            )
 
-    def line(self, line: str) -> None:
+    def line(self, line: str, number: int | None = None) -> None:
+        """Count ``line`` (the file's line ``number``, when it is one: a JSON array's element is not)."""
         if not line.strip():
             return
         self.lines += 1
         if line.isascii():
             return
         self.beyond_ascii = self.beyond_ascii or bool(_DECODED.search(line))
+        if self.one_byte and self.only_utf8:
+            try:
+                line.encode(self.encoding, "surrogateescape").decode("utf-8")
+            except UnicodeError:
+                self.only_utf8 = False
+            else:
+                self.as_utf8 = self.as_utf8 or line
         if SURROGATE.search(line):
             self.bad += 1
             self.cp1252 = self.cp1252 and not _NOT_CP1252.search(line)
             if not self.sample:
                 self.sample = line.encode(self.encoding, "surrogateescape")
+                found = bytes_named(ord(char) - 0xDC00 for char in SURROGATE.findall(line))
+                self.first = f" (line {number}: {found})" if number else ""
             if self.bad == self.lines == EARLY:
                 self.fail(f"the first {EARLY} lines")
 
     def end(self) -> None:
+        if self.as_utf8 and self.only_utf8:
+            word = _WORD.search(self.as_utf8).group()
+            raise BadInput(
+                f"{self.path} reads as UTF-8: every byte beyond ASCII is UTF-8, which {self.encoding} "
+                f"would read as mojibake ({word!r}): try --encoding utf-8"
+            )
         if self.bad > self.lines * UNDECODABLE_SHARE:
             self.fail(f"{self.bad} of {self.lines} lines")
         if self.bad and self.utf8 and self.cp1252 and not self.beyond_ascii:
@@ -167,7 +214,38 @@ class Decoding:
 
     def fail(self, lines: str) -> None:
         hint = guess_encoding(self.sample, self.encoding)
-        raise BadInput(f"{self.path}: {lines} are not valid {self.encoding.upper()}; {hint}")
+        raise BadInput(f"{self.path}: {lines} are not valid {self.encoding.upper()}; {hint}{self.first}")
+
+
+_WORD = re.compile(r"\w*[^\x00-\x7f]+\w*")
+
+
+def _reads_ascii(encoding: str) -> bool:
+    """Whether ``encoding`` reads the bytes 0-127 as ASCII (latin-1, cp1252; not UTF-16)."""
+    ascii_bytes = bytes(range(128))
+    return ascii_bytes.decode(encoding, "replace") == ascii_bytes.decode("ascii")
+
+
+def utf16_order(block: bytes) -> str | None:
+    """``little`` or ``big`` when the block's start is UTF-16 text of that byte order without a
+    byte order mark (a NUL beside each ASCII character, on the same side); else None."""
+    sample = block[: 4096 & ~1]
+    pairs = len(sample) // 2
+    if pairs < 2:
+        return None
+    even, odd = sample[0::2].count(0), sample[1::2].count(0)
+    if odd >= pairs / 2 and even <= pairs / 20:
+        return "little"
+    if even >= pairs / 2 and odd <= pairs / 20:
+        return "big"
+    return None
+
+
+def bytes_named(raw: Iterable[int]) -> str:
+    """``byte 0x9d`` or ``bytes 0xe8, 0xe9``: the bytes that did not decode, the first three."""
+    found = sorted(set(raw))
+    shown = ", ".join(f"0x{byte:02x}" for byte in found[:3]) + (", ..." if len(found) > 3 else "")
+    return ("byte " if len(found) == 1 else "bytes ") + shown
 
 
 def guess_encoding(sample: bytes, tried: str) -> str:

@@ -13,7 +13,7 @@ import csv
 import json
 import re
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -26,6 +26,7 @@ from indexer.reading.decoding import (
     open_file,
     read_lines,
 )
+from indexer.reading.tsv import Spans, tsv_records
 
 FORMATS = ("csv", "tsv", "jsonl", "json", "text")
 _SUFFIXES = {
@@ -75,14 +76,20 @@ _LONE_CR = re.compile("(?<=\r)(?!\n)")
 def record_lines(lines: Iterator[str]) -> Iterator[str]:
     """Lines of JSON Lines, CSV and TSV, which also end at a lone ``\r`` (an old Mac line end):
     a U+2028 or a form feed inside a JSON string or a cell is part of its line, as in text."""
-    for line in lines:
+    return (piece for _, piece in numbered_records(lines))
+
+
+def numbered_records(lines: Iterator[str]) -> Iterator[tuple[int, str]]:
+    """``record_lines`` with the number of the file's line each is on (as ``wc -l`` counts)."""
+    for number, line in enumerate(lines, 1):
         if "\r" in line.removesuffix("\r\n"):
-            yield from (piece for piece in _LONE_CR.split(line) if piece)
+            yield from ((number, piece) for piece in _LONE_CR.split(line) if piece)
         else:
-            yield line
+            yield number, line
 
 
-Rows = Iterator[tuple[int, "dict[str, Any] | str"]]
+Rows = Iterator[tuple[int, "int | None", "dict[str, Any] | str"]]
+"""(row number, the file's line it starts on (None: a JSON array's element), the row or why not)."""
 
 
 DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
@@ -131,158 +138,116 @@ def delimiter_note(path: Path, fmt: str | None, delimiter: str | None, encoding:
 
 
 def parse_rows(
-    handle: BinaryIO, fmt: str, path: Path, encoding: str = "utf-8", delimiter: str | None = None
+    handle: BinaryIO,
+    fmt: str,
+    path: Path,
+    encoding: str = "utf-8",
+    delimiter: str | None = None,
+    quoting: str = "auto",
+    spans: Spans | None = None,
 ) -> tuple[list[str], Rows]:
-    """The header's field names (empty for formats without one) and (row number, row) pairs of
-    the open file; a string row is the reason it could not be parsed. ``delimiter``: a CSV file's
-    separator (``file_delimiter``)."""
+    """The header's field names (empty for formats without one) and (row number, line number,
+    row) triples of the open file; a string row is the reason it could not be parsed.
+    ``delimiter``: a CSV file's separator (``file_delimiter``); ``quoting``: how a TSV's quotes
+    are read, ``spans`` counting its quoted fields of several lines (``indexer.reading.tsv``)."""
     if fmt == "json":
-        return [], json_array_rows(path, handle, encoding)
+        return [], ((n, None, row) for n, row in json_array_rows(path, handle, encoding))
     lines = read_lines(path, handle, encoding)
     if fmt == "text":
-        return [], ((n, {"text": line_text(line)}) for n, line in enumerate(lines, 1))
+        return [], ((n, n, {"text": line_text(line)}) for n, line in enumerate(lines, 1))
     if fmt == "jsonl":
-        return [], (json_row(n, line.rstrip("\r\n")) for n, line in enumerate(record_lines(lines), 1))
+        numbered = enumerate(numbered_records(lines), 1)
+        return [], ((n, at, json_row(n, line.rstrip("\r\n"))[1]) for n, (at, line) in numbered)
     if fmt == "tsv":
-        records = _tsv_records(record_lines(lines))
+        records = tsv_records(numbered_records(lines), quoting, spans)
     else:
-        records = _csv_records(record_lines(lines), delimiter or ",")
-    header = next(records, None)
+        records = _csv_records(numbered_records(lines), delimiter or ",", quoting, spans)
+    _, header = next(records, (0, None))
     if not isinstance(header, list) or not any(h.strip() for h in header):
         raise BadInput(f"{path} has no header row")
     header = [h.strip() for h in header]
 
     def rows() -> Rows:
-        for number, values in enumerate(records, 1):
+        for number, (line, values) in enumerate(records, 1):
             if isinstance(values, str):
-                yield number, values
+                yield number, line, values
             elif not values or not any(v.strip() for v in values):
-                yield number, "empty line"
+                yield number, line, "empty line"
             elif len(values) != len(header):
-                yield number, f"wrong field count: {len(values)} fields, header has {len(header)}"
+                yield number, line, f"wrong field count: {len(values)} fields, header has {len(header)}"
             else:
-                yield number, dict(zip(header, values, strict=True))
+                yield number, line, dict(zip(header, values, strict=True))
 
     return header, rows()
 
 
-def _csv_records(lines: Iterator[str], delimiter: str) -> Iterator[list[str] | str]:
-    """CSV records; a string is why a record was rejected. Parsing is strict, so a quote
-    open until the end of the file, or closed lines later by a quote that is followed by more text,
-    is an error rather than one field holding the rows after it: that record is rejected and
-    parsing resumes on the line after the one it started on (the lines the failed record took are
-    read again; only they are held)."""
-    again: deque[str] = deque()  # lines to read again before the rest of the file
-    taken: list[str] = []  # lines of the record being read
+def _csv_records(
+    lines: Iterator[tuple[int, str]], delimiter: str, quoting: str = "auto", spans: Spans | None = None
+) -> Iterator[tuple[int, list[str] | str]]:
+    """(first line number, fields) of each CSV record; fields as a string: why the record was
+    rejected. Parsing is strict, so a quote open until the end of the file, or closed lines later
+    by a quote that is followed by more text, is an error rather than one field holding the rows
+    after it: that record is rejected and parsing resumes on the line after the one it started on
+    (the lines the failed record took are read again; only they are held). In ``auto`` quoting, a
+    quoted field of three lines or more whose every line is on its own a row of the header's width
+    is a typed quote closed by another, not a writer's: its first line is read as typed
+    (``typed_fields``) and the others again, counted in ``spans``. ``none``: quotes are text."""
+    again: deque[tuple[int, str]] = deque()  # lines to read again before the rest of the file
+    taken: list[tuple[int, str]] = []  # lines of the record being read
+    spans = spans if spans is not None else Spans()
+    quote = {"quoting": csv.QUOTE_NONE} if quoting == "none" else {}
 
     def feed() -> Iterator[str]:
         while True:
-            line = again.popleft() if again else next(lines, None)
-            if line is None:
+            numbered = again.popleft() if again else next(lines, None)
+            if numbered is None:
                 return
-            taken.append(line)
-            yield line
+            taken.append(numbered)
+            yield numbered[1]
 
-    start = 0  # lines before the current reader's first
+    width = None
     while True:
-        reader = csv.reader(feed(), strict=True, delimiter=delimiter)
-        consumed = 0  # lines taken by the records read so far
+        reader = csv.reader(feed(), strict=True, delimiter=delimiter, **quote)
         try:
             for values in reader:
+                first, record = taken[0][0], list(taken)
                 taken.clear()
-                yield values
-                consumed = reader.line_num
+                if width is None:
+                    width = len(values)
+                elif quoting == "auto" and len(record) > 2:
+                    typed = [typed_fields(line, delimiter) for _, line in record]
+                    if all(len(fields) == width for fields in typed):
+                        spans.add((first, record[-1][0]), read=False)
+                        again.extendleft(reversed(record[1:]))
+                        values = typed[0]
+                yield first, values
             return
         except csv.Error as exc:
-            opened = start + consumed + 1
-            ran_on = reader.line_num - consumed > 1 or "".join(taken).count('"') % 2  # a quote left open
-            yield f"unterminated quote: opened on line {opened}" if ran_on else f"bad CSV: {exc}"
+            opened = taken[0][0]
+            ran_on = len(taken) > 1 or "".join(line for _, line in taken).count('"') % 2  # a quote left open
+            yield opened, f"unterminated quote: opened on line {opened}" if ran_on else f"bad CSV: {exc}"
             again.extendleft(reversed(taken[1:]))
             taken.clear()
-            start += consumed + 1
 
 
-_LINE_END = ("", "\n", "\r\n", "\r")
-
-
-def _tsv_records(lines: Iterator[str]) -> Iterator[list[str]]:
-    """TSV records as tools write them (pandas, Python's csv, spreadsheets): fields split at tabs,
-    and a field that opens with a quote read with CSV quoting (``""`` is a quote; it may hold
-    tabs and line ends) when that is how a writer would have written it: it parses, closes
-    before a tab or the line's end, needed its quotes (it is empty or holds a tab, a line end or
-    a quote; any field in a file whose header has every name quoted) and its record has the
-    header's width. Else its line is split at tabs with its quotes as text (``"Hi," she said``,
-    ``5" wheel``), and the lines a failed quoted field took are read again."""
-    again: deque[str] = deque()  # lines to read again before the rest of the file
-
-    def next_line() -> str | None:
-        return again.popleft() if again else next(lines, None)
-
-    width, quote_all = None, False  # the header's field count; whether its names are all quoted
-    while (line := next_line()) is not None:
-        values = None
-        if line.startswith('"') or '\t"' in line:  # a field opens with a quote
-            taken = [line]
-            parsed = _quoted_record(taken, next_line)
-            if parsed is not None:
-                values, quoted = parsed
-                if width is None:
-                    quote_all = all(quoted)
-                needless = any(q and not _needs_quotes(v) for v, q in zip(values, quoted, strict=True))
-                if (needless and not quote_all) or width not in (None, len(values)):
-                    values = None
-            if values is None:
-                again.extendleft(reversed(taken[1:]))
-        if values is None:
-            values = line_text(line).split("\t")
-        if width is None:
-            width = len(values)
-        yield values
-
-
-def _needs_quotes(value: str) -> bool:
-    """Whether a writer quotes this TSV value (Python's csv and pandas quote no other)."""
-    return not value or any(c in value for c in '\t\n\r"')
-
-
-def _quoted_record(
-    taken: list[str], next_line: Callable[[], str | None]
-) -> tuple[list[str], list[bool]] | None:
-    """The fields of the TSV record that starts ``taken[0]`` read with CSV quoting, and which
-    were quoted; the lines a quoted field runs on to are appended to ``taken``. None: not CSV
-    quoting (a quote closes before more text, or is never closed)."""
-    text, pos = taken[0], 0
-    values: list[str] = []
-    quoted: list[bool] = []
+def typed_fields(line: str, delimiter: str) -> list[str]:
+    """A CSV line's fields read on their own: quoted fields that close on the line as CSV, and
+    from a quote that does not, the rest of the line as text split at the delimiter."""
+    text, pos, fields = line_text(line), 0, []
+    closed = re.compile(f'"((?:[^"]|"")*)"(?={re.escape(delimiter)}|$)')
     while True:
         if text.startswith('"', pos):
-            search = pos + 1
-            while True:  # the closing quote: a quote not doubled
-                close = text.find('"', search)
-                if close < 0:
-                    more = next_line()
-                    if more is None:
-                        return None
-                    search = len(text)
-                    taken.append(more)
-                    text += more
-                elif text.startswith('"', close + 1):
-                    search = close + 2
-                else:
-                    break
-            values.append(text[pos + 1 : close].replace('""', '"'))
-            quoted.append(True)
-            pos = close + 1
-            if text.startswith("\t", pos):
-                pos += 1
-                continue
-            return (values, quoted) if text[pos:] in _LINE_END else None
-        tab = text.find("\t", pos)
-        values.append(line_text(text[pos:]) if tab < 0 else text[pos:tab])
-        quoted.append(False)
-        if tab < 0:
-            return values, quoted
-        pos = tab + 1
+            if (found := closed.match(text, pos)) is None:
+                return fields + text[pos:].split(delimiter)
+            fields.append(found.group(1).replace('""', '"'))
+            pos = found.end()
+        else:
+            end = text.find(delimiter, pos)
+            fields.append(text[pos:] if end < 0 else text[pos:end])
+            pos = len(text) if end < 0 else end
+        if pos >= len(text):
+            return fields
+        pos += 1
 
 
 def json_row(number: int, line: str) -> tuple[int, dict[str, Any] | str]:

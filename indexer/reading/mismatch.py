@@ -65,7 +65,7 @@ def check_mismatch(
     """Refuse a file whose rejections (``kinds``: count by kind, of ``rows`` rows) say it was
     read the wrong way; ``width``: a CSV or TSV header's field count; ``undecodable``: bytes of
     rows ``encoding`` could not decode (what to guess the encoding from)."""
-    bad = kinds.get("invalid UTF-8", 0)
+    bad = kinds.get(f"invalid {encoding.upper()}", 0)
     if bad > rows * UNDECODABLE_SHARE:
         hint = guess_encoding(undecodable, encoding)
         raise BadInput(f"{path}: {bad} of {rows} rows are not valid {encoding.upper()}; {hint}")

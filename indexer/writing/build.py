@@ -48,6 +48,8 @@ class BuildReport:
     """Time spent embedding alone (no model load, no writing): the throughput figure."""
     export_failure: str | None = None
     """Why the model could not be exported to ONNX: it was then indexed, and is queried, on torch."""
+    notes: tuple[str, ...] = ()
+    """What the reader said about how the corpus was read (a TSV's quoted fields of several lines)."""
 
 
 @dataclass
@@ -175,4 +177,5 @@ def build_index(
         seconds=time.perf_counter() - started,
         embed_seconds=embed_seconds,
         export_failure=encoder.decision.export_failure,
+        notes=tuple(reader.notes),
     )

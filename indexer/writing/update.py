@@ -48,6 +48,8 @@ class UpdateReport:
     not_found: list[str]
     count: int
     seconds: float
+    notes: tuple[str, ...] = ()
+    """What the reader said about how the corpus was read (a TSV's quoted fields of several lines)."""
 
 
 def add_to_index(
@@ -143,6 +145,7 @@ def add_to_index(
         [],
         _count(index_dir),
         time.perf_counter() - started,
+        tuple(corpus.notes),
     )
 
 

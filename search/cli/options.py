@@ -23,6 +23,7 @@ from indexer.embedding.strategy import (
 from indexer.encoders.devices import PRECISIONS
 from indexer.encoders.options import DEVICE
 from indexer.reading.formats import FORMATS
+from indexer.reading.tsv import QUOTINGS
 from indexer.vectors.factory import KINDS, STORAGES
 from search.hybrid import MODES
 
@@ -225,8 +226,18 @@ reading_options = stacked(
     click.option(
         "--delimiter", help="A CSV file's field separator: , ; | or tab (default: told from its header)."
     ),
+    click.option(
+        "--quoting",
+        type=click.Choice(QUOTINGS),
+        default="auto",
+        show_default=True,
+        help="A TSV's or CSV's quotes: auto reads CSV quoting where the file shows a writer quoted "
+        "(pandas, Python's csv) and typed quotes (27\") as text, never joining rows on a guess; csv: "
+        "always CSV quoting; none: quotes are text.",
+    ),
 )
-"""``--encoding`` and ``--delimiter``: how a corpus file's bytes are read (``indexer.reading.formats``)."""
+"""``--encoding``, ``--delimiter`` and ``--quoting``: how a corpus file's bytes are read
+(``indexer.reading.formats``)."""
 
 
 def text_field_option(default: str | None = "text") -> Decorator:

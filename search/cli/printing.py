@@ -20,12 +20,18 @@ def note_delimiter(path: Path | str, fmt: str | None, delimiter: str | None, enc
         click.echo(note, err=True)
 
 
+def echo_notes(notes: Sequence[str]) -> None:
+    """What the reader said about how a corpus was read, one line each."""
+    for note in notes:
+        click.echo(note, err=True)
+
+
 def echo_rejections(rejected: list[Any], summary: str) -> None:
     """Every unusable row is counted; the first ten are listed with their reasons."""
     if rejected:
         click.echo(f"rejected {len(rejected)} rows: {summary}", err=True)
         for rejection in rejected[:10]:
-            click.echo(f"  row {rejection.row}: {rejection.reason}", err=True)
+            click.echo(f"  {rejection.place()}: {rejection.reason}", err=True)
         if len(rejected) > 10:
             click.echo(f"  ... and {len(rejected) - 10} more", err=True)
 

@@ -415,6 +415,7 @@ def encode_command(
     as_: str,
     encoding: str,
     delimiter: str | None,
+    quoting: str,
     progress: bool,
     device: str,
     precision: str,
@@ -444,6 +445,7 @@ def encode_command(
         fmt=fmt,
         source_encoding=encoding,
         delimiter=delimiter,
+        quoting=quoting,
         progress=progress,
         as_=as_,
     )

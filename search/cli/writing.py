@@ -32,7 +32,7 @@ from search.cli.options import (
     text_field_option,
     wait_option,
 )
-from search.cli.printing import echo_rejections, note_delimiter
+from search.cli.printing import echo_notes, echo_rejections, note_delimiter
 
 
 @click.command("index")
@@ -65,6 +65,7 @@ def index_command(
     fmt: str | None,
     encoding: str,
     delimiter: str | None,
+    quoting: str,
     chunk: bool,
     chunk_overlap: int | None,
     batch_size: int,
@@ -100,6 +101,7 @@ def index_command(
         fmt=fmt,
         encoding=encoding,
         delimiter=delimiter,
+        quoting=quoting,
         batch_size=batch_size,
         progress=progress,
         index_kind=index_kind,
@@ -112,6 +114,7 @@ def index_command(
         precision=precision,
     )
     note_delimiter(corpus, fmt, delimiter, encoding)
+    echo_notes(report.notes)
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
         f"indexed {report.entries} entries ({report.vectors} vectors, dim {report.dimension}) into "
@@ -152,6 +155,7 @@ def add_command(
     fmt: str | None,
     encoding: str,
     delimiter: str | None,
+    quoting: str,
     batch_size: int,
     wait: float,
     ray_address: str | None,
@@ -177,6 +181,7 @@ def add_command(
         fmt=fmt,
         encoding=encoding,
         delimiter=delimiter,
+        quoting=quoting,
         batch_size=batch_size,
         progress=progress,
         wait=wait,
@@ -186,6 +191,7 @@ def add_command(
         precision=precision,
     )
     note_delimiter(corpus, fmt, delimiter, encoding)
+    echo_notes(report.notes)
     click.echo(
         f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "
         f"rejected {len(report.rejected)}: {report.count} entries in {index_dir} ({report.seconds:.1f}s)",
