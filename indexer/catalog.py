@@ -368,33 +368,36 @@ class Catalog:
         phrases: Sequence[str] = (),
         weights: Sequence[float] = (),
     ) -> list[tuple[int, float]]:
-        """(row id, the summed ``weights`` of the ``phrases`` it holds) of the k best entries
-        matching an FTS5 ``match`` expression (``search.hybrid`` builds both from the user's
-        words), among ``allowed`` row ids when given: most weight first, BM25 ordering entries
-        of equal weight, then row id (file order). Each entry's weight is summed in the
-        phrases' order from which of them it holds, so entries holding the same ones tie exactly."""
+        """(row id, the summed ``weights`` of the ``phrases`` it holds) of the k best entries by
+        BM25 for an FTS5 ``match`` expression (``search.hybrid`` builds both from the user's
+        words), among ``allowed`` row ids when given; equal BM25 in row id (file) order. An
+        entry's weight is summed in the phrases' order from which of them it holds, so entries
+        holding the same ones get the very same number."""
         params: dict[str, Any] = {"match": match, "k": int(k)}
+        within = ""
         if allowed is not None:
             params["allowed"] = json.dumps([int(r) for r in allowed])
-        within = "" if allowed is None else " and rowid in (select value from json_each(:allowed))"
+            within = " and rowid in (select value from json_each(:allowed))"
         counted = [i for i, weight in enumerate(weights) if weight > 0]  # a word of no weight adds nothing
         held, sums = "", "0.0"
         if counted:
             parts = []
             for i in counted:
                 params[f"p{i}"], params[f"w{i}"] = phrases[i], float(weights[i])
-                parts.append(f"select rowid, {1 << i} from keywords where keywords match :p{i}{within}")
+                parts.append(
+                    f"select rowid, {1 << i} from keywords where keywords match :p{i}"
+                    " and rowid in (select rowid from matched)"
+                )
             held = (
                 f", held(rowid, bit) as ({' union all '.join(parts)}),"
                 " masks(rowid, mask) as (select rowid, sum(bit) from held group by rowid)"
             )
             sums = " + ".join(f"((coalesce(mask, 0) >> {i}) & 1) * :w{i}" for i in counted)
         found = self.db.execute(
-            f"with matched as materialized (select rowid, bm25(keywords) as rank from keywords"
-            f" where keywords match :match{within}){held}"
-            f" select matched.rowid, {sums} as weight from matched"
-            f"{' left join masks using (rowid)' if counted else ''}"
-            " order by weight desc, rank, matched.rowid limit :k",
+            "with matched as materialized (select rowid, bm25(keywords) as rank from keywords"
+            f" where keywords match :match{within} order by rank, rowid limit :k){held}"
+            f" select matched.rowid, {sums} from matched{' left join masks using (rowid)' if counted else ''}"
+            " order by rank, matched.rowid",
             params,
         )
         return found.fetchall()

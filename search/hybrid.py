@@ -9,8 +9,9 @@ Every mode scores on a scale that means the same for every query and every index
 - dense: the cosine of the query and the entry (with ``--also``, the index's mix of its fields');
 - keyword: the share of the query's words the entry holds, each word weighted by its rarity
   (``word_weight``: BM25's IDF, floored at 0, so a word most entries hold weighs nothing): the
-  weights of the words it holds over the weights of all of them, in [0, 1]. Ranked by that
-  share, BM25 ordering entries of equal share, then file order;
+  weights of the words it holds over the weights of all of them, in [0, 1]. Ranked by BM25
+  (which also weighs how often, and in how short an entry, the words appear: the better ranker,
+  ``docs/hybrid.md``), so a hit below may score more than one above it;
 - hybrid: ``(1 - w) * cosine + w * share`` over the ``POOL`` best of each ranking (an entry
   only the keywords found gets its exact cosine), ``w`` the index's one weight for every
   query. Nothing is normalised per query, so an off-topic query scores about as low as its
@@ -133,10 +134,10 @@ def word_weight(total: int, holding: int) -> float:
 
 
 def keyword_scores(catalog: Catalog, words: Words, k: int, allowed: Sequence[int] | None = None) -> Ranking:
-    """Row id -> keyword share of the k entries holding the most of the query's words, by weight
-    (``word_weight``; among ``allowed`` row ids when given): the weights of the words an entry
-    holds over the weights of all the query's words, in [0, 1]; 0 for every entry when no word
-    of the query weighs anything. Equal shares in BM25 order, then file order."""
+    """Row id -> keyword share of the k best keyword matches (BM25 order, then file order; among
+    ``allowed`` row ids when given): the weights (``word_weight``) of the query's words an entry
+    holds over the weights of all of them, in [0, 1]; 0 for every entry when no word of the
+    query weighs anything."""
     if words.match is None:
         return {}
     phrases = words.phrases

@@ -78,8 +78,6 @@ def test_random_two_word_queries_score_the_held_share(table):
         for rowid, score in found.items():
             expected = held_share(texts, texts[rowid], query)
             assert score == pytest.approx(expected, abs=1e-9), (query, texts[rowid])
-        scores = list(found.values())
-        assert scores == sorted(scores, reverse=True)  # ranked by the share
 
 
 def test_a_question_of_words_most_entries_hold_is_no_keyword_evidence(tmp_path, tiny_model):
