@@ -388,23 +388,50 @@ class Catalog:
         self.db.execute("insert into keywords(keywords) values ('rebuild')")
 
     def keyword_search(
-        self, match: str, k: int, allowed: Sequence[int] | None = None
+        self,
+        match: str,
+        k: int,
+        allowed: Sequence[int] | None = None,
+        phrases: Sequence[str] = (),
+        weights: Sequence[float] = (),
     ) -> list[tuple[int, float]]:
-        """(row id, BM25 score: higher is better) of the k best entries for an FTS5 ``match``
-        expression (``search.hybrid`` builds it from the user's words), among ``allowed`` row
-        ids when given."""
-        within = "" if allowed is None else " and rowid in (select value from json_each(?))"
-        params: list[Any] = [match] if allowed is None else [match, json.dumps([int(r) for r in allowed])]
+        """(row id, the summed ``weights`` of the ``phrases`` it holds) of the k best entries by
+        BM25 for an FTS5 ``match`` expression (``search.hybrid`` builds both from the user's
+        words), among ``allowed`` row ids when given; equal BM25 in row id (file) order. An
+        entry's weight is summed in the phrases' order from which of them it holds, so entries
+        holding the same ones get the very same number."""
+        params: dict[str, Any] = {"match": match, "k": int(k)}
+        within = ""
+        if allowed is not None:
+            params["allowed"] = json.dumps([int(r) for r in allowed])
+            within = " and rowid in (select value from json_each(:allowed))"
+        counted = [i for i, weight in enumerate(weights) if weight > 0]  # a word of no weight adds nothing
+        held, sums = "", "0.0"
+        if counted:
+            parts = []
+            for i in counted:
+                params[f"p{i}"], params[f"w{i}"] = phrases[i], float(weights[i])
+                parts.append(
+                    f"select rowid, {1 << i} from keywords where keywords match :p{i}"
+                    " and rowid in (select rowid from matched)"
+                )
+            held = (
+                f", held(rowid, bit) as ({' union all '.join(parts)}),"
+                " masks(rowid, mask) as (select rowid, sum(bit) from held group by rowid)"
+            )
+            sums = " + ".join(f"((coalesce(mask, 0) >> {i}) & 1) * :w{i}" for i in counted)
         found = self.db.execute(
-            f"select rowid, -bm25(keywords) from keywords where keywords match ?{within}"
-            " order by bm25(keywords), rowid limit ?",
-            [*params, int(k)],
+            "with matched as materialized (select rowid, bm25(keywords) as rank from keywords"
+            f" where keywords match :match{within} order by rank, rowid limit :k){held}"
+            f" select matched.rowid, {sums} from matched{' left join masks using (rowid)' if counted else ''}"
+            " order by rank, matched.rowid",
+            params,
         )
         return found.fetchall()
 
     def keyword_frequencies(self, phrases: Sequence[str]) -> tuple[int, list[int]]:
         """The entries the keyword table holds and how many of them match each FTS5 phrase: what
-        BM25's IDF reads (``search.hybrid.best_bm25``)."""
+        a word's weight reads (``search.hybrid.word_weight``)."""
         total = self.db.execute("select count(*) from entries").fetchone()[0]
         count = "select count(*) from keywords where keywords match ?"
         return int(total), [int(self.db.execute(count, [p]).fetchone()[0]) for p in phrases]

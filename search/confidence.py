@@ -16,7 +16,7 @@ A hit's features come from the query's neighbourhood (the nearest ``NEIGHBOURS``
   scores a second text per entry (``--also``): there the score mixes in the answer, which makes a
   near-duplicate FAQ question look as right as the right one, and the question's own cosine tells
   them apart better (docs/abstention-guarantee.md);
-- ``keyword``: its keyword evidence (``search.hybrid``: about the share of the query's words, by
+- ``keyword``: its keyword evidence (``search.hybrid``: the share of the query's words, by
   rarity, it holds), in a keyword or hybrid neighbourhood (0 in a dense one);
 - ``agree``: its keyword evidence minus the best of an entry with another text: whether the
   keywords agree with the ranking's choice.

@@ -7,19 +7,22 @@ sentence model splits a code such as ``E3453C`` into word pieces and ranks its n
 Every mode scores on a scale that means the same for every query and every index (docs/hybrid.md):
 
 - dense: the cosine of the query and the entry (with ``--also``, the index's mix of its fields');
-- keyword: the entry's keyword evidence, its BM25 over the BM25 an entry of average length
-  holding each of the query's words once would get (``best_bm25``: the sum of the words' IDFs),
-  capped at 1: about the share of the query's words, weighted by their rarity, the entry holds.
-  0 for no word, 1 for all of them; ranked as BM25 ranks;
-- hybrid: ``(1 - w) * cosine + w * evidence`` over the ``POOL`` best of each ranking (an entry
-  only the keywords found gets its exact cosine). Nothing is normalised per query, so an
-  off-topic query scores about as low as its cosine and an exact match high, and one threshold
-  (``--min-score``, the no-answer rule) means the same for every query.
+- keyword: the share of the query's words the entry holds, each word weighted by its rarity
+  (``word_weight``: BM25's IDF, floored at 0, so a word most entries hold weighs nothing): the
+  weights of the words it holds over the weights of all of them, in [0, 1]. Ranked by BM25
+  (which also weighs how often, and in how short an entry, the words appear: the better ranker,
+  ``docs/hybrid.md``), so a hit below may score more than one above it;
+- hybrid: ``(1 - w) * cosine + w * share`` over the ``POOL`` best of each ranking (an entry
+  only the keywords found gets its exact cosine), ``w`` the index's one weight for every
+  query. Nothing is normalised per query, so an off-topic query scores about as low as its
+  cosine and an exact match high, and one threshold (``--min-score``, the no-answer rule) means
+  the same for every query.
 
-``w`` is ``DEFAULT_WEIGHT`` unless the index stores its own; a query holding an identifier
-(letters and digits in one word) gives the keywords ``IDENTIFIER_WEIGHT``: on a FAQ of error codes
-one character apart the exact code then comes first where dense puts a near-miss there
-(``tests/test_hybrid.py``).
+``w`` is ``DEFAULT_WEIGHT`` unless the index stores its own, whatever the query. A query holding a
+code (a word of letters and digits: an error code, a SKU, a version) changes the order, not the
+scale: hybrid ranks the entries holding more of its codes first, each by its score, so on a FAQ
+of error codes one character apart the exact code comes first where dense puts a near-miss
+there (``tests/test_hybrid.py``).
 
 The user's words are never FTS5 syntax: each whitespace-separated token is quoted as an FTS5
 string and the tokens are OR-ed, so quotes, ``*``, ``NEAR``, ``AND``, brackets and colons are
@@ -49,9 +52,6 @@ WEIGHT_KEY = "hybrid_weight"
 """The meta key of an index's own keyword share (``store_hybrid_weight``)."""
 WEIGHTS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
 """The keyword shares a sweep measures on the user's labels (``search.sweep``)."""
-IDENTIFIER_WEIGHT = 0.5
-"""The keyword share for a query holding an identifier (a word of letters and digits: an error
-code, a SKU, a version), where the exact word decides and a sentence model sees near-misses."""
 POOL = 100
 """Entries taken from each ranking before fusing (at least k)."""
 
@@ -125,31 +125,45 @@ def match_expression(query: str) -> str | None:
     return " OR ".join(map(_phrase, terms)) if terms else None
 
 
-def best_bm25(total: int, matching: Sequence[int]) -> float:
-    """The BM25 of an entry of average length holding each word once, among ``total`` entries of
-    which ``matching`` hold each word: the sum of the words' IDFs as FTS5 computes them
-    (log((N - n + 0.5) / (n + 0.5)), at least 1e-6), a word no entry holds counting fully."""
-    return sum(max(math.log((total - n + 0.5) / (n + 0.5)), 1e-6) for n in matching)
+def word_weight(total: int, holding: int) -> float:
+    """A word's weight in a question, among ``total`` entries of which ``holding`` hold it: BM25's
+    IDF, log((N - n + 0.5) / (n + 0.5)), floored at 0. A word half the entries or more hold
+    weighs nothing (holding it tells no entry from the others); a rarer word weighs more, a
+    word no entry holds most (it is part of the question no entry holds)."""
+    return max(math.log((total - holding + 0.5) / (holding + 0.5)), 0.0)
 
 
 def keyword_scores(catalog: Catalog, words: Words, k: int, allowed: Sequence[int] | None = None) -> Ranking:
-    """Row id -> keyword evidence in [0, 1] of the k best keyword matches (BM25 order, among
-    ``allowed`` row ids when given): BM25 over ``best_bm25`` of the query's words, capped at 1."""
+    """Row id -> keyword share of the k best keyword matches (BM25 order, then file order; among
+    ``allowed`` row ids when given): the weights (``word_weight``) of the query's words an entry
+    holds over the weights of all of them, in [0, 1]; 0 for every entry when no word of the
+    query weighs anything."""
     if words.match is None:
         return {}
-    found = catalog.keyword_search(words.match, k, allowed)
-    if not found:
+    phrases = words.phrases
+    total, holding = catalog.keyword_frequencies(phrases)
+    weights = [word_weight(total, n) for n in holding]
+    whole = sum(weights)
+    found = catalog.keyword_search(words.match, k, allowed, phrases, weights)
+    return {rowid: held / whole if whole > 0 else 0.0 for rowid, held in found}
+
+
+def code_counts(catalog: Catalog, words: Words, rowids: Sequence[int]) -> dict[int, int]:
+    """Row id -> how many of the query's codes (``Words.codes``) each of ``rowids`` holds, for
+    those holding any."""
+    codes = words.codes
+    if not codes or not rowids:
         return {}
-    best = best_bm25(*catalog.keyword_frequencies(words.phrases))
-    return {rowid: min(1.0, score / best) if best > 0 else 0.0 for rowid, score in found}
+    found = catalog.keyword_search(" OR ".join(codes), len(rowids), rowids, codes, [1.0] * len(codes))
+    return {rowid: round(held) for rowid, held in found}
 
 
 def fuse(dense: Ranking, keyword: Ranking, weight: float = DEFAULT_WEIGHT) -> Ranking:
-    """``(1 - weight) * cosine + weight * evidence`` of each entry, best first; ``dense`` holds the
-    cosine of every entry of either ranking, an entry missing from ``keyword`` has evidence 0.
-    Ties keep dense order."""
+    """``(1 - weight) * cosine + weight * share`` of each entry, best first; ``dense`` holds the
+    cosine of every entry of either ranking, an entry missing from ``keyword`` has share 0.
+    Ties in row id order (file order)."""
     fused = {rowid: (1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items()}
-    return dict(sorted(fused.items(), key=lambda item: -item[1]))
+    return dict(sorted(fused.items(), key=lambda item: (-item[1], item[0])))
 
 
 def ranked(
@@ -159,9 +173,12 @@ def ranked(
     keyword: Callable[[int], Ranking],
     cosines: Callable[[list[int]], Ranking],
     weight: float,
+    codes: Callable[[list[int]], Mapping[int, int]] | None = None,
 ) -> Ranking:
     """The k best entries in ``mode``, given each ranking as a function of how many to fetch and
-    the exact cosines of given row ids (for the entries only the keywords found)."""
+    the exact cosines of given row ids (for the entries only the keywords found). ``codes``
+    (given where the query holds a code): how many of the query's codes each of some row ids
+    holds; hybrid ranks an entry holding more of them first, each by its fused score."""
     if mode == "dense":
         return dense(k)
     if mode == "keyword":
@@ -171,12 +188,16 @@ def ranked(
     missing = [rowid for rowid in words if rowid not in near]
     if missing:
         near = {**near, **cosines(missing)}
-    return dict(list(fuse(near, words, weight).items())[:k])
+    fused = fuse(near, words, weight)
+    if codes is not None:
+        held = codes(list(fused))
+        fused = dict(sorted(fused.items(), key=lambda item: -held.get(item[0], 0)))  # stable: by score within
+    return dict(list(fused.items())[:k])
 
 
 @dataclass(frozen=True)
 class Words:
-    """One query's keyword side: its text, the mode it runs in and the keyword share of a fusion."""
+    """One query's keyword side: its text, the mode it runs in and the keyword weight of a fusion."""
 
     text: str
     mode: str
@@ -188,13 +209,12 @@ class Words:
 
     @property
     def phrases(self) -> list[str]:
-        """Each term of the query's match as the FTS5 string it is matched with (what its IDF is
-        counted with, ``best_bm25``): the same terms, so the best possible score is the one of
-        the expression that runs."""
+        """Each term of the query's match as the FTS5 string it is matched with (what its weight
+        is counted with, ``word_weight``): the same terms, so the share is of the words searched."""
         return [_phrase(term) for term in query_terms(self.text)]
 
     @property
-    def share(self) -> float:
-        """The keyword share of this query's fusion: ``IDENTIFIER_WEIGHT`` when it holds an
-        identifier and that is more than the index's weight."""
-        return max(self.weight, IDENTIFIER_WEIGHT) if _IDENTIFIER.search(self.text) else self.weight
+    def codes(self) -> list[str]:
+        """The ``phrases`` of the query's codes: words of letters and digits (an error code, a
+        SKU, a version), where the exact word decides and a sentence model sees near-misses."""
+        return [_phrase(term) for term in query_terms(self.text) if _IDENTIFIER.search(term)]

@@ -29,8 +29,8 @@ runs it in the caller's thread (the CLI, Python); the server's is its micro-batc
 @dataclass(frozen=True)
 class Hit:
     """One result: its rank (from 1), the entry's id, score (one scale in every mode, ``search.hybrid``:
-    dense, the cosine; keyword, the keyword evidence in [0, 1]; hybrid, (1 - w) * cosine + w *
-    evidence), embedded text and stored fields."""
+    dense, the cosine; keyword, the share of the query's words it holds, by rarity, in [0, 1];
+    hybrid, (1 - w) * cosine + w * share), embedded text and stored fields."""
 
     rank: int
     id: str
@@ -43,6 +43,19 @@ class Hit:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+MOST_HITS = 2**63 - 1
+"""The largest k a search takes: what SQLite, which keyword search asks for the k best, can count to."""
+
+
+def check_k(k: int) -> int:
+    """``k`` if a search can return that many hits (at least 1, at most ``MOST_HITS``); else one line."""
+    if k < 1:
+        raise BadInput(f"k must be at least 1, not {k}")
+    if k > MOST_HITS:
+        raise BadInput(f"k must be at most {MOST_HITS}, not {k}")
+    return k
 
 
 def check_queries(queries: Sequence[str]) -> None:

@@ -18,13 +18,23 @@ from indexer.catalog import RESERVED, Catalog, Facet, OperationalError
 from indexer.embedding.fields import FieldScoring
 from indexer.errors import BadInput, IndexMoved
 from indexer.progress import Share
+from indexer.reading.corpus import spelled
 from indexer.store import StoredIndex
 from indexer.vectors.entries import EntryVectors
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score, stored_form, stored_rules
 from search.encoding import Encoding
 from search.filters import parse_filter
-from search.hybrid import DEFAULT_MODE, MODES, Words, check_mode, keyword_scores, ranked, stored_weight
-from search.requests import Allowed, Hit, check_queries
+from search.hybrid import (
+    DEFAULT_MODE,
+    MODES,
+    Words,
+    check_mode,
+    code_counts,
+    keyword_scores,
+    ranked,
+    stored_weight,
+)
+from search.requests import Allowed, Hit, check_k, check_queries
 
 CANDIDATES = 64
 """Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
@@ -125,8 +135,7 @@ class Snapshot:
     ) -> Plan:
         """One search call checked and its mode resolved (``mode``), before anything is embedded."""
         check_queries(queries)
-        if k < 1:
-            raise BadInput(f"k must be at least 1, not {k}")
+        check_k(k)
         check_min_score(min_score)
         return Plan(tuple(queries), k, self.mode(mode), where, min_score, group_by)
 
@@ -221,9 +230,10 @@ class Snapshot:
             return None
         with self.catalog() as catalog:
             fields = catalog.field_types()
-        if group_by not in fields:
+        name = spelled(group_by, fields)  # a field name matches whatever its case, as in a filter
+        if name not in fields:
             raise BadInput(f"group by: unknown field {group_by!r}; fields are: {', '.join(sorted(fields))}")
-        return group_by
+        return name
 
     @functools.cached_property
     def rules(self) -> dict[str, Rule]:
@@ -243,8 +253,7 @@ class Snapshot:
         ``confidence``) or, given ``min_score``, by its cosine; neither: ``answered`` is None.
         ``group_by`` (a field ``grouping`` checked): the best hit of each of the k best groups.
         ``words`` (``words``): each query's keyword or hybrid search; None: dense."""
-        if k < 1:
-            raise BadInput(f"k must be at least 1, not {k}")
+        check_k(k)
         check_min_score(min_score)
         asked = [None] * len(vectors) if words is None else words
         return [
@@ -313,7 +322,8 @@ class Snapshot:
             lambda n: self._cosines(vector, None, signals, n, allowed),
             lambda n: self._keywords(words, n, allowed, signals),
             lambda rowids: self._cosines(vector, rowids, signals),
-            words.share,
+            words.weight,
+            (lambda rowids: self._codes(words, rowids)) if words.codes else None,
         )
         if signals is not None and words.mode == "keyword":  # their cosines: what a rule reads beside
             self._cosines(vector, [r for r in found if r not in signals.texts], signals)
@@ -328,6 +338,11 @@ class Snapshot:
             signals.read = True
             signals.keywords.update(found)
         return found
+
+    def _codes(self, words: Words, rowids: list[int]) -> dict[int, int]:
+        """``search.hybrid.code_counts`` of ``rowids``, read at this version."""
+        with self.reading() as catalog:
+            return code_counts(catalog, words, rowids)
 
     def _cosines(
         self,
@@ -356,27 +371,29 @@ class Snapshot:
         return found
 
     def _search(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> dict[int, float]:
-        """Row id -> best cosine of the k nearest entries, best first. A chunked entry (or one
-        with an also-vector) may hold several of the nearest vectors, so widen the search until
-        k distinct entries are found (the first, best vector gives the score)."""
+        """Row id -> best cosine of the k nearest entries, best first, equal cosines in row id
+        (file) order. A chunked entry (or one with an also-vector) may hold several of the
+        nearest vectors, and FAISS orders equal scores as it likes, so the search widens until k
+        distinct entries are found and no vector left out ties with the k-th (the first, best
+        vector gives an entry's score)."""
         index = self.index
         if allowed is None:
             entries, total, ids = index.meta["count"], index.vectors.count, None
         else:
             entries, total, ids = len(allowed.ids), allowed.vectors, allowed.ids
-        best: dict[int, float] = {}
         if entries == 0:
-            return best
+            return {}
         wanted = min(k, entries)
-        fetch = min(k if total == entries else 2 * k, total)
+        fetch = min(k + 1 if total == entries else 2 * k, total)  # one more: whether the k-th ties
         while True:
             scores, found = self.entries.search(vector[None, :], fetch, ids)
-            best = {}
+            best: dict[int, float] = {}
             for rowid, score in zip(found[0].tolist(), scores[0].tolist(), strict=True):
                 if rowid >= 0 and rowid not in best:
                     best[rowid] = score
-            if len(best) >= wanted or fetch >= total:
-                return best
+            ordered = sorted(best.items(), key=lambda item: (-item[1], item[0]))
+            if fetch >= total or (len(ordered) >= wanted and scores[0][-1] < ordered[wanted - 1][1]):
+                return dict(ordered[:wanted])
             fetch = min(2 * fetch, total)
 
     def _scored(
@@ -395,7 +412,7 @@ class Snapshot:
         combined = self.scoring.combine(text, also)
         if texts is not None:
             texts.update(zip(rowids, text.tolist(), strict=True))
-        order = np.argsort(-combined, kind="stable")
+        order = np.lexsort((rows, -combined))  # equal scores in row id (file) order
         return {int(rows[i]): float(combined[i]) for i in order}
 
     def _lookup(

@@ -30,7 +30,7 @@ from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Entry, read_corpus
 from search.evaluate import Pairs, RetrievalSet, metric_names, pair_vectors, retrieval_metrics, sts_scores
-from search.hybrid import DEFAULT_WEIGHT, POOL, WEIGHTS, Ranking, Words, keyword_scores, ranked
+from search.hybrid import DEFAULT_WEIGHT, POOL, WEIGHTS, Ranking, Words, code_counts, keyword_scores, ranked
 
 
 @dataclass(frozen=True)
@@ -177,8 +177,8 @@ def sweep_sts(
 class Modes:
     """A retrieval sweep's best cell searched three ways on the same labels: dense (the cell's own
     scores), keyword (BM25 of the corpus texts, as an index's keyword table ranks them) and hybrid
-    at each keyword share of ``WEIGHTS`` (a query holding a code gets at least
-    ``IDENTIFIER_WEIGHT``, as in a search)."""
+    at each keyword weight of ``WEIGHTS`` (an entry holding the query's codes first, as in a
+    search)."""
 
     cell: Cell
     keyword: dict[str, float]
@@ -261,14 +261,18 @@ def _cosines(cell: Strategy, doc_raw: np.ndarray, query_raw: np.ndarray) -> np.n
     return q @ d.T
 
 
-def keyword_rankings(entries: Sequence[Entry], said: Sequence[Words], count: int) -> list[Ranking]:
-    """Each query's ``count`` best keyword matches (entry position -> keyword evidence), from the same FTS5
-    table an index keeps (``indexer.catalog``), made in a temporary file."""
+def keyword_rankings(
+    entries: Sequence[Entry], said: Sequence[Words], count: int
+) -> list[tuple[Ranking, dict[int, int]]]:
+    """Each query's ``count`` best keyword matches (entry position -> keyword share) and the
+    entries holding its codes (position -> how many: ``code_counts``), from the same FTS5 table
+    an index keeps (``indexer.catalog``), made in a temporary file."""
     with tempfile.TemporaryDirectory(prefix="semsearch-sweep-") as tmp:
         catalog = Catalog.create(Path(tmp) / "keywords.db", {})
         try:
             catalog.put(entries, range(len(entries)), [1] * len(entries))
-            return [keyword_scores(catalog, w, count) for w in said]
+            everyone = range(len(entries))
+            return [(keyword_scores(catalog, w, count), code_counts(catalog, w, everyone)) for w in said]
         finally:
             catalog.close()
 
@@ -293,8 +297,9 @@ def _modes(best: Cell, cosines: np.ndarray, entries: Sequence[Entry], data: Retr
     def measured(mode: str, weight: float) -> dict[str, float]:
         found = {}
         for i, query in enumerate(data.queries):
-            share = replace(said[i], weight=weight).share
-            hits = ranked(mode, k, partial(dense, i), partial(first, keyword[i]), partial(exact, i), share)
+            words, holders = keyword[i]
+            codes = (lambda rows, held=holders: held) if holders else None
+            hits = ranked(mode, k, partial(dense, i), partial(first, words), partial(exact, i), weight, codes)
             found[query.id] = doc_ids[list(hits)].tolist()
         return retrieval_metrics(found, data.qrels, k)
 

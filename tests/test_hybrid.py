@@ -329,11 +329,11 @@ def test_hybrid_puts_the_exact_code_first_where_dense_does_not(tmp_path, bundled
     corpus.write_text("\n".join(json.dumps(row) for row in faq))
     build_index(corpus, tmp_path / "idx")
     engine = SearchEngine(tmp_path / "idx")
-    firsts = {mode: 0 for mode in ("dense", "hybrid")}
+    firsts = {mode: 0 for mode in ("dense", "keyword", "hybrid")}
     for row in faq:
         for mode in firsts:
             firsts[mode] += engine.search(f"what does {row['id']} mean", k=1, mode=mode)[0].id == row["id"]
-    assert firsts["hybrid"] == len(faq)
+    assert firsts["hybrid"] == firsts["keyword"] == len(faq)
     assert firsts["dense"] < len(faq) * 0.6  # measured: 19 of 48
 
 

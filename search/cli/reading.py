@@ -154,12 +154,12 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
         else "none (written before keyword search): its next version (add, delete or compact) keeps them"
     )
     if info["keywords"]:
-        from search.hybrid import DEFAULT_WEIGHT, IDENTIFIER_WEIGHT
+        from search.hybrid import DEFAULT_WEIGHT
 
         weight = info["hybrid_weight"]
         shown["hybrid_weight"] = (
-            f"{DEFAULT_WEIGHT if weight is None else weight:g} ({'default' if weight is None else 'stored'}; "
-            f"at least {IDENTIFIER_WEIGHT:g} for a query holding a code)"
+            f"{DEFAULT_WEIGHT if weight is None else weight:g} ({'default' if weight is None else 'stored'};"
+            " every query)"
         )
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)

@@ -1,0 +1,158 @@
+"""The keyword score is the rarity-weighted share of the question's words an entry holds, in
+[0, 1] with no cap; hybrid mixes it with the cosine by the index's one weight for every query;
+entries that tie rank in file order in every mode."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from indexer import Strategy, build_index
+from indexer.catalog import Catalog
+from indexer.errors import BadInput
+from indexer.reading.corpus import Entry
+from search import SearchEngine
+from search.hybrid import DEFAULT_WEIGHT, Words, keyword_scores
+from tests.helpers import BASE, assert_clean_failure, run, write_csv
+
+COMMON = ["zorb", "plim"]
+"""Words most entries hold: they weigh nothing."""
+RARE = ["quax", "vunt", "drel", "mosk", "glin", "fesk", "yolb", "wrax", "snib", "e3453c"]
+ABSENT = ["blork", "tump"]
+"""Words no entry holds: a question's words the entries lack count against every entry."""
+
+
+def random_entries(rng: random.Random, n: int = 40) -> list[str]:
+    """Short, long and repetitive entries (where BM25 over the IDFs exceeded 1)."""
+    texts = []
+    for _ in range(n):
+        words = [w for w, p in ((COMMON[0], 0.8), (COMMON[1], 0.65)) if rng.random() < p]
+        words += rng.sample(RARE, rng.choice([0, 1, 1, 2, 3]))
+        if words and rng.random() < 0.3:
+            words += [rng.choice(words)] * rng.randint(1, 6)  # repeated
+        rng.shuffle(words)
+        texts.append(" ".join(words) or "nothing")
+    return texts
+
+
+def held_share(texts: list[str], text: str, query: list[str]) -> float:
+    """The share computed from the texts alone: the weights (BM25's IDF floored at 0, counted
+    here) of the query's distinct words the entry holds over the weights of all of them."""
+    n = len(texts)
+    words = {w.lower() for w in query}
+    weight = {
+        w: max(
+            0.0,
+            math.log(
+                (n - sum(w in t.split() for t in texts) + 0.5) / (sum(w in t.split() for t in texts) + 0.5)
+            ),
+        )
+        for w in words
+    }
+    total = sum(weight.values())
+    return sum(weight[w] for w in words if w in text.split()) / total if total else 0.0
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    rng = random.Random(39)
+    texts = random_entries(rng)
+    catalog = Catalog.create(tmp_path_factory.mktemp("share") / "meta.db", {})
+    catalog.put([Entry(str(i), t, {}) for i, t in enumerate(texts)], range(len(texts)), [1] * len(texts))
+    yield catalog, texts
+    catalog.close()
+
+
+def test_random_two_word_queries_score_the_held_share(table):
+    catalog, texts = table
+    rng = random.Random(7)
+    vocabulary = COMMON + RARE + ABSENT
+    for _ in range(300):
+        query = [rng.choice(vocabulary), rng.choice(vocabulary)]
+        query = [w.upper() if rng.random() < 0.2 else w for w in query]
+        found = keyword_scores(catalog, Words(" ".join(query), "keyword"), len(texts))
+        holding = {i for i, t in enumerate(texts) if {w.lower() for w in query} & set(t.split())}
+        assert set(found) == holding, query  # every entry holding a word, none other
+        for rowid, score in found.items():
+            expected = held_share(texts, texts[rowid], query)
+            assert score == pytest.approx(expected, abs=1e-9), (query, texts[rowid])
+
+
+def test_a_question_of_words_most_entries_hold_is_no_keyword_evidence(tmp_path, tiny_model):
+    """``entry``, ``number`` and ``about`` are in every entry of BASE: holding them says nothing."""
+    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
+    engine = SearchEngine(tmp_path / "idx")
+    for query in ("entry", "about the number", "Entry about"):
+        hits = engine.search(query, k=5, mode="keyword")
+        assert hits and all(h.score == 0 for h in hits)
+        dense = {h.id: h.score for h in engine.search(query, k=30, mode="dense")}
+        for hit in engine.search(query, k=5, mode="hybrid"):
+            assert hit.score == pytest.approx((1 - DEFAULT_WEIGHT) * dense[hit.id])
+        assert all(not h.answered for h in engine.search(query, k=5, mode="keyword", min_score=0.4))
+    # an entry holding one of two rare words holds half their weight, not all of it
+    one = engine.search("7 11", k=3, mode="keyword")
+    assert {h.id for h in one[:2]} == {"e7", "e11"} and all(h.score == pytest.approx(0.5) for h in one[:2])
+
+
+def test_a_query_holding_a_code_is_fused_with_the_index_weight(tmp_path, tiny_model):
+    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
+    engine = SearchEngine(tmp_path / "idx")
+    for query in ("billing v2", "E3453C bikes", "parking 7b"):
+        dense = {h.id: h.score for h in engine.search(query, k=30, mode="dense")}
+        keyword = {h.id: h.score for h in engine.search(query, k=30, mode="keyword")}
+        for hit in engine.search(query, k=10, mode="hybrid"):
+            fused = (1 - DEFAULT_WEIGHT) * dense[hit.id] + DEFAULT_WEIGHT * keyword.get(hit.id, 0.0)
+            assert hit.score == pytest.approx(fused), query
+
+
+TIES = ["alpha bikes", "beta parking", "alpha bikes", "gamma app", "alpha bikes", "beta parking"] * 4
+"""Entries with the same text: the same cosine, the same keyword share."""
+
+
+@pytest.mark.parametrize("also", [False, True])
+def test_entries_that_tie_rank_in_file_order_in_every_mode(tmp_path, tiny_model, also):
+    rows = [(f"r{i}", text, text.split()[1]) for i, text in enumerate(TIES)]
+    corpus = write_csv(tmp_path / "ties.csv", rows, ("id", "text", "topic"))
+    fields = {"text_fields": ["text"], "also": ["text", "topic"]} if also else {}
+    build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model), **fields)
+    engine = SearchEngine(tmp_path / "idx")
+    position = {row[0]: i for i, row in enumerate(rows)}
+    for mode in ("dense", "keyword", "hybrid"):
+        for query in ("alpha bikes", "beta parking", "gamma"):
+            whole = engine.search(query, k=len(rows), mode=mode)
+            expected = [h.id for h in sorted(whole, key=lambda h: (-h.score, position[h.id]))]
+            assert [h.id for h in whole] == expected, (mode, query)
+            for k in (1, 2, 5):
+                assert [h.id for h in engine.search(query, k=k, mode=mode)] == expected[:k], (mode, query, k)
+            within = engine.search(query, k=3, mode=mode, where="topic != 'app'")
+            allowed = [i for i in expected if TIES[position[i]] != "gamma app"]
+            assert [h.id for h in within] == allowed[:3], (mode, query)
+
+
+def test_a_k_beyond_any_count_is_one_line_in_every_mode(tmp_path, tiny_model):
+    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
+    engine = SearchEngine(tmp_path / "idx")
+    for mode in ("dense", "keyword", "hybrid"):
+        with pytest.raises(BadInput, match="k must be at most"):
+            engine.search("bikes", k=2**63, mode=mode)
+        assert engine.search("bikes", k=2**63 - 1, mode=mode)  # the largest k SQLite counts to
+
+
+@pytest.mark.slow
+def test_the_cli_refuses_a_k_beyond_any_count_in_one_line(tmp_path, tiny_model):
+    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
+    for mode in ("keyword", "hybrid"):
+        result = run("query", tmp_path / "idx", "bikes", "-k", str(2**63), "--mode", mode)
+        assert_clean_failure(result, "k must be at most")
+
+
+def test_group_by_names_a_field_whatever_its_case_as_where_does(tmp_path, tiny_model):
+    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
+    engine = SearchEngine(tmp_path / "idx")
+    for mode in ("dense", "keyword", "hybrid"):
+        asked = engine.search("bikes entry", k=3, group_by="CateGory", mode=mode, where="CATEGORY != 'app'")
+        named = engine.search("bikes entry", k=3, group_by="category", mode=mode, where="category != 'app'")
+        assert asked == named
+        assert len({h.fields["category"] for h in asked}) == 3
