@@ -8,8 +8,9 @@ Every mode scores on a scale that means the same for every query and every index
 
 - dense: the cosine of the query and the entry (with ``--also``, the index's mix of its fields');
 - keyword: the share of the query's words the entry holds, each word weighted by its rarity
-  (``word_weight``: BM25's IDF, floored at 0, so a word most entries hold weighs nothing): the
-  weights of the words it holds over the weights of all of them, in [0, 1]. Ranked by BM25
+  (``word_weight``: BM25's IDF above a common word's, floored at 0, so a word a quarter of the
+  entries or more hold weighs nothing): the weights of the words it holds over the weights of
+  all of them, in [0, 1]. Ranked by BM25
   (which also weighs how often, and in how short an entry, the words appear: the better ranker,
   ``docs/hybrid.md``), so a hit below may score more than one above it;
 - hybrid: ``(1 - w) * cosine + w * share`` over the ``POOL`` best of each ranking (an entry
@@ -125,12 +126,23 @@ def match_expression(query: str) -> str | None:
     return " OR ".join(map(_phrase, terms)) if terms else None
 
 
+COMMON_SHARE = 0.25
+"""A word held by this share of the entries or more weighs nothing in a question: it tells an
+entry from too few of the others ("how", "do", "it" in a FAQ), so a question of only such words
+is no keyword evidence, however many of them an entry holds."""
+
+
+def _idf(total: int, holding: float) -> float:
+    return math.log((total - holding + 0.5) / (holding + 0.5))
+
+
 def word_weight(total: int, holding: int) -> float:
     """A word's weight in a question, among ``total`` entries of which ``holding`` hold it: BM25's
-    IDF, log((N - n + 0.5) / (n + 0.5)), floored at 0. A word half the entries or more hold
-    weighs nothing (holding it tells no entry from the others); a rarer word weighs more, a
-    word no entry holds most (it is part of the question no entry holds)."""
-    return max(math.log((total - holding + 0.5) / (holding + 0.5)), 0.0)
+    IDF, log((N - n + 0.5) / (n + 0.5)), above that of a word ``COMMON_SHARE`` of the entries
+    hold, floored at 0. A word a quarter of the entries or more hold weighs nothing; a rarer word
+    weighs more, smoothly, and a word no entry holds most (it is part of the question no entry
+    holds)."""
+    return max(_idf(total, holding) - _idf(total, COMMON_SHARE * total), 0.0)
 
 
 def keyword_scores(catalog: Catalog, words: Words, k: int, allowed: Sequence[int] | None = None) -> Ranking:

@@ -37,20 +37,17 @@ def random_entries(rng: random.Random, n: int = 40) -> list[str]:
     return texts
 
 
+def idf(n: int, holding: float) -> float:
+    return math.log((n - holding + 0.5) / (holding + 0.5))
+
+
 def held_share(texts: list[str], text: str, query: list[str]) -> float:
-    """The share computed from the texts alone: the weights (BM25's IDF floored at 0, counted
-    here) of the query's distinct words the entry holds over the weights of all of them."""
+    """The share computed from the texts alone: the weights (BM25's IDF above that of a word a
+    quarter of the entries hold, floored at 0, counted here) of the query's distinct words the
+    entry holds over the weights of all of them."""
     n = len(texts)
     words = {w.lower() for w in query}
-    weight = {
-        w: max(
-            0.0,
-            math.log(
-                (n - sum(w in t.split() for t in texts) + 0.5) / (sum(w in t.split() for t in texts) + 0.5)
-            ),
-        )
-        for w in words
-    }
+    weight = {w: max(0.0, idf(n, sum(w in t.split() for t in texts)) - idf(n, n / 4)) for w in words}
     total = sum(weight.values())
     return sum(weight[w] for w in words if w in text.split()) / total if total else 0.0
 
@@ -78,6 +75,26 @@ def test_random_two_word_queries_score_the_held_share(table):
         for rowid, score in found.items():
             expected = held_share(texts, texts[rowid], query)
             assert score == pytest.approx(expected, abs=1e-9), (query, texts[rowid])
+
+
+def test_a_question_of_words_a_quarter_of_the_entries_hold_is_no_keyword_evidence(tmp_path):
+    """"how do I do it" on a FAQ where each of its words stands in about a third of the entries
+    scores no keyword evidence; a rare word beside them still counts whole."""
+    texts = [
+        " ".join(w for w, every in (("how", 3), ("do", 3), ("it", 3), ("i", 2)) if (i + len(w)) % every == 0)
+        + f" topic{i}"
+        for i in range(120)
+    ]
+    catalog = Catalog.create(tmp_path / "meta.db", {})
+    catalog.put([Entry(str(i), t, {}) for i, t in enumerate(texts)], range(len(texts)), [1] * len(texts))
+    shares = [sum(w in t.split() for t in texts) / len(texts) for w in ("how", "do", "it", "i")]
+    assert all(0.3 <= share <= 0.55 for share in shares)
+    for query in ("how do I do it", "is it", "how", "do it"):
+        found = keyword_scores(catalog, Words(query, "keyword"), len(texts))
+        assert found and max(found.values()) == 0, query
+    found = keyword_scores(catalog, Words("how do I do topic7", "keyword"), len(texts))
+    assert found[7] == pytest.approx(1.0) and sorted(found.values())[-2] == 0
+    catalog.close()
 
 
 def test_a_question_of_words_most_entries_hold_is_no_keyword_evidence(tmp_path, tiny_model):
