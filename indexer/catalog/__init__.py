@@ -13,9 +13,8 @@ Tables::
                                          keyword search
     keyword_texts                        the view it reads those columns through (with also fields)
 
-An index written before the keyword table, or before it read the also fields, gets it with its
-next version (the first ``put`` or ``delete`` of a writer makes and fills it, in that writer's
-transaction).
+The keyword table's schema and operations are ``indexer.catalog.keywords``; the fields' facets
+(what a search page filters by) ``indexer.catalog.facets``.
 
 Operations that take many ids bind them as one JSON array (``json_each``), never one parameter
 per id, so they work past SQLite's bound-parameter limit.
@@ -31,8 +30,11 @@ import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol
 
+from indexer.catalog.facets import Facet, FieldFacets
+from indexer.catalog.identifiers import quote
+from indexer.catalog.keywords import KeywordTable, keyword_fields
 from indexer.columns import RESERVED
 from indexer.errors import FilterError, IndexMoved
 from indexer.reading.field_types import comparable, detect_types, stored_value
@@ -40,60 +42,21 @@ from indexer.reading.field_types import comparable, detect_types, stored_value
 if TYPE_CHECKING:
     import numpy as np
 
+__all__ = [
+    "RESERVED",
+    "SQL_TYPES",
+    "Catalog",
+    "DatabaseError",
+    "Entry",
+    "Facet",
+    "OperationalError",
+    "content_hash",
+    "is_disk_full",
+    "keyword_fields",
+]
+
 SQL_TYPES = {"integer": "INTEGER", "number": "NUMERIC", "text": "TEXT"}
 _FIELD_TYPES = {"INTEGER": "integer", "NUMERIC": "number", "REAL": "number", "FLOAT": "number"}
-MAX_FACET_VALUES = 50  # distinct values up to which a field gets a value list (a select on a page)
-MAX_FACET_CHARS = 100  # a longer value is prose (an answer), not something to pick from a list
-REPEATS_SAMPLE = 10_000  # entries read to tell whether a field's values repeat (bounded work a field)
-
-KEYWORDS = "keywords"
-"""The FTS5 table of the entries' texts (BM25). Porter stems English words; codes such as
-``E3453C`` stay one token."""
-_KEYWORD_TEXTS = "keyword_texts"
-"""The view the keyword table reads when it covers also fields: their columns under names FTS5
-takes (a field may be called ``rank``)."""
-_TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
-_KEYWORD_OBJECTS = (KEYWORDS, _KEYWORD_TEXTS, "keywords_insert", "keywords_delete", "keywords_update")
-
-
-def keyword_fields(text_fields: Sequence[str], also: Sequence[str], columns: Sequence[str]) -> list[str]:
-    """The columns besides ``_text`` whose words keyword search reads: the ``--also`` fields
-    (``indexer.embedding.fields``) that are not text fields, as ``columns`` spell them (a field
-    matches whatever its case); a name no column has is skipped."""
-    spelled = {name.casefold(): name for name in columns if name not in RESERVED}
-    skipped = {name.casefold() for name in text_fields}
-    wanted = dict.fromkeys(name.casefold() for name in also if name.casefold() not in skipped)
-    return [spelled[name] for name in wanted if name in spelled]
-
-
-def _keyword_schema(fields: Sequence[str]) -> dict[str, str]:
-    """Name -> statement, in order, of the keyword table over ``_text`` and ``fields`` and of the
-    triggers that keep it exact in every transaction that changes ``entries`` (a replaced row fires
-    the delete trigger: writable connections set ``recursive_triggers``). With no fields it reads
-    ``entries`` itself, as tables written before the also fields did."""
-    names = ["_text", *(f"_also{i}" for i in range(1, len(fields) + 1))]
-    values = ["_text", *map(quote, fields)]
-    schema: dict[str, str] = {}
-    content = "entries"
-    if fields:
-        content = _KEYWORD_TEXTS
-        columns = ", ".join(f"{value} as {name}" for value, name in zip(values, names, strict=True))
-        schema[_KEYWORD_TEXTS] = f"create view {_KEYWORD_TEXTS} as select _rowid, {columns} from entries"
-    listed = ", ".join(names)
-    new, old = (", ".join(f"{row}.{value}" for value in values) for row in ("new", "old"))
-    insert = f"insert into keywords(rowid, {listed}) values (new._rowid, {new})"
-    delete = f"insert into keywords(keywords, rowid, {listed}) values ('delete', old._rowid, {old})"
-    schema[KEYWORDS] = (
-        f"create virtual table keywords using fts5({listed}, content='{content}', content_rowid='_rowid',"
-        f" {_TOKENIZE})"
-    )
-    schema["keywords_insert"] = f"create trigger keywords_insert after insert on entries begin {insert}; end"
-    schema["keywords_delete"] = f"create trigger keywords_delete after delete on entries begin {delete}; end"
-    changed = ", ".join(values)
-    schema["keywords_update"] = (
-        f"create trigger keywords_update after update of {changed} on entries begin {delete}; {insert}; end"
-    )
-    return schema
 
 
 DatabaseError = sqlite3.DatabaseError
@@ -123,25 +86,11 @@ def is_disk_full(error: BaseException) -> bool:
     return isinstance(error, OperationalError) and code == sqlite3.SQLITE_FULL
 
 
-class Facet(TypedDict):
-    """One stored field as ``Catalog.facets`` describes it (the JSON of ``GET /fields``)."""
-
-    type: str  # integer, number or text
-    values: list[list[Any]] | None  # [value, count] pairs, most common first; None: too many or long
-    repeats: bool  # a value stands in more than one entry (of a bounded sample): a field to group by
-    min: NotRequired[int | float | None]  # numeric fields only: None when no value is a number
-    max: NotRequired[int | float | None]
-
-
 _WITHIN = " where (?1 is null or _rowid in (select value from json_each(?1)))"
 """The rows of a grouping: all, or those of a JSON list of row ids (a filter's)."""
 
 
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-class Catalog:
+class Catalog(KeywordTable, FieldFacets):
     """One version's ``meta.db``, opened for reading (queries) or writable (a write in progress).
 
     A reader's connection may write (``query_only`` keeps its statements from doing so) because a
@@ -233,8 +182,7 @@ class Catalog:
             "create table entries (_rowid integer primary key, _id text not null unique, _text text,"
             f" _hash text, _chunks integer{', ' + columns if columns else ''});"
         )
-        for statement in _keyword_schema(keyword_fields).values():
-            catalog.db.execute(statement)
+        catalog.create_keywords(keyword_fields)
         return catalog
 
     def close(self) -> None:
@@ -273,49 +221,6 @@ class Catalog:
             if name not in RESERVED
         }
 
-    def facets(self, max_values: int = MAX_FACET_VALUES) -> dict[str, Facet]:
-        """Each user field: its ``type``; ``values`` (``[value, count]`` pairs, most common first)
-        when it holds at most ``max_values`` distinct non-NULL values, none longer than
-        ``MAX_FACET_CHARS``, else None; ``repeats``, whether a value stands in more than one of its
-        first ``REPEATS_SAMPLE`` entries (a field to group by); and for numeric fields
-        ``min``/``max`` of the numbers in it. What a search page builds its filters from.
-
-        Bounded work: the distinct values are read through ``LIMIT max_values + 1``, so a field
-        with many values costs one partial scan and is never grouped or counted."""
-        facets = {}
-        for name, field_type in self.field_types().items():
-            column = quote(name)
-            distinct = self.db.execute(
-                f"select count(*) from (select distinct {column} from entries"
-                f" where {column} is not null limit ?)",
-                (max_values + 1,),
-            ).fetchone()[0]
-            values = None
-            if distinct <= max_values:
-                values = [
-                    list(row)
-                    for row in self.db.execute(
-                        f"select {column}, count(*) from entries where {column} is not null"
-                        f" group by {column} order by count(*) desc, {column}"
-                    )
-                ]
-                if any(len(str(value)) > MAX_FACET_CHARS for value, _ in values):
-                    values = None
-            rows, different = self.db.execute(
-                f"select count(*), count(distinct {column}) from (select {column} from entries"
-                f" where {column} is not null limit ?)",
-                (REPEATS_SAMPLE,),
-            ).fetchone()
-            facet = Facet(type=field_type, values=values, repeats=different < rows)
-            if field_type != "text":
-                low, high = self.db.execute(
-                    f"select min({column}), max({column}) from entries"
-                    f" where typeof({column}) in ('integer', 'real')"
-                ).fetchone()
-                facet.update(min=low, max=high)
-            facets[name] = facet
-        return facets
-
     def types_for(self, rows: Sequence[dict[str, Any]]) -> dict[str, str]:
         """Casefolded field name -> type, for the stored fields and any new ones ``rows`` bring
         (typed from those rows). Names match case-insensitively, as SQLite's do."""
@@ -337,104 +242,6 @@ class Catalog:
             " where _id glob '[1-9]*' and _id not glob '*[^0-9]*' and length(_id) < 19"
         ).fetchone()[0]
         return int(found or 0)
-
-    def has_keywords(self) -> bool:
-        """Whether this version keeps the keyword table (one written before it does not)."""
-        found = "select 1 from sqlite_master where type = 'table' and name = ?"
-        return self.db.execute(found, (KEYWORDS,)).fetchone() is not None
-
-    def _wanted_keyword_fields(self) -> list[str]:
-        """The fields besides ``_text`` the keyword table should read: the also fields the meta's
-        ``source`` names."""
-        row = self.db.execute("select value from meta where key = 'source'").fetchone()
-        source = json.loads(row[0]) if row else {}
-        also = (source.get("also") or {}).get("fields") or []
-        return keyword_fields(source.get("text_fields") or [], also, self.columns())
-
-    def _keyword_objects(self) -> list[tuple[str, str, str]]:
-        """(type, name, sql) of the keyword table's objects as kept: triggers, the table, the view."""
-        return self.db.execute(
-            "select type, name, sql from sqlite_master where name in (select value from json_each(?))"
-            " order by type = 'view', type = 'table'",
-            (json.dumps(_KEYWORD_OBJECTS),),
-        ).fetchall()
-
-    def keyword_coverage(self) -> tuple[list[str], list[str]]:
-        """The fields besides ``_text`` the keyword table reads, and those it should read but will
-        only from the next version (a table written over the text alone): what ``info`` says."""
-        wanted = self._wanted_keyword_fields()
-        kept = {name: sql.lower() for _, name, sql in self._keyword_objects()}
-        if kept == {name: sql.lower() for name, sql in _keyword_schema(wanted).items()}:
-            return wanted, []
-        return [], wanted
-
-    def _keep_keywords(self) -> None:
-        """Make the keyword table, filled from the rows, of a version written before it or before
-        it read the also fields its meta's ``source`` names (a version being built has no source
-        yet: ``create`` made its table), inside the caller's transaction (so the rows and their
-        keywords commit, or roll back, together)."""
-        has_source = self.db.execute("select 1 from meta where key = 'source'").fetchone() is not None
-        if not has_source and self.has_keywords():
-            return
-        wanted = _keyword_schema(self._wanted_keyword_fields())
-        found = self._keyword_objects()
-        kept = {name: sql.lower() for _, name, sql in found}
-        if kept == {name: sql.lower() for name, sql in wanted.items()}:
-            return
-        for kind, name, _ in found:
-            self.db.execute(f"drop {kind} {name}")
-        for statement in wanted.values():
-            self.db.execute(statement)
-        self.db.execute("insert into keywords(keywords) values ('rebuild')")
-
-    def keyword_search(
-        self,
-        match: str,
-        k: int,
-        allowed: Sequence[int] | None = None,
-        phrases: Sequence[str] = (),
-        weights: Sequence[float] = (),
-    ) -> list[tuple[int, float]]:
-        """(row id, the summed ``weights`` of the ``phrases`` it holds) of the k best entries by
-        BM25 for an FTS5 ``match`` expression (``search.hybrid`` builds both from the user's
-        words), among ``allowed`` row ids when given; equal BM25 in row id (file) order. An
-        entry's weight is summed in the phrases' order from which of them it holds, so entries
-        holding the same ones get the very same number."""
-        params: dict[str, Any] = {"match": match, "k": int(k)}
-        within = ""
-        if allowed is not None:
-            params["allowed"] = json.dumps([int(r) for r in allowed])
-            within = " and rowid in (select value from json_each(:allowed))"
-        counted = [i for i, weight in enumerate(weights) if weight > 0]  # a word of no weight adds nothing
-        held, sums = "", "0.0"
-        if counted:
-            parts = []
-            for i in counted:
-                params[f"p{i}"], params[f"w{i}"] = phrases[i], float(weights[i])
-                parts.append(
-                    f"select rowid, {1 << i} from keywords where keywords match :p{i}"
-                    " and rowid in (select rowid from matched)"
-                )
-            held = (
-                f", held(rowid, bit) as ({' union all '.join(parts)}),"
-                " masks(rowid, mask) as (select rowid, sum(bit) from held group by rowid)"
-            )
-            sums = " + ".join(f"((coalesce(mask, 0) >> {i}) & 1) * :w{i}" for i in counted)
-        found = self.db.execute(
-            "with matched as materialized (select rowid, bm25(keywords) as rank from keywords"
-            f" where keywords match :match{within} order by rank, rowid limit :k){held}"
-            f" select matched.rowid, {sums} from matched{' left join masks using (rowid)' if counted else ''}"
-            " order by rank, matched.rowid",
-            params,
-        )
-        return found.fetchall()
-
-    def keyword_frequencies(self, phrases: Sequence[str]) -> tuple[int, list[int]]:
-        """The entries the keyword table holds and how many of them match each FTS5 phrase: what
-        a word's weight reads (``search.hybrid.word_weight``)."""
-        total = self.db.execute("select count(*) from entries").fetchone()[0]
-        count = "select count(*) from keywords where keywords match ?"
-        return int(total), [int(self.db.execute(count, [p]).fetchone()[0]) for p in phrases]
 
     def put(self, entries: Sequence[Entry], rowids: Sequence[int], chunks: Sequence[int]) -> None:
         """Insert entries, replacing any row with the same row id whole (fields it no longer has

@@ -1,0 +1,182 @@
+"""The catalog's keyword table: an FTS5 table over ``entries._text`` and the ``--also`` fields
+(external content, kept exact by triggers in the writer's own transaction), what keyword and
+hybrid search read (``search.hybrid``). ``Catalog`` takes its operations from ``KeywordTable``.
+
+An index written before the keyword table, or before it read the also fields, gets it with its
+next version (the first ``put`` or ``delete`` of a writer makes and fills it, in that writer's
+transaction); until then ``keyword_coverage`` says what it reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from indexer.catalog.identifiers import quote
+from indexer.columns import RESERVED
+
+if TYPE_CHECKING:
+    import sqlite3
+
+KEYWORDS = "keywords"
+"""The FTS5 table of the entries' texts (BM25). Porter stems English words; codes such as
+``E3453C`` stay one token."""
+_KEYWORD_TEXTS = "keyword_texts"
+"""The view the keyword table reads when it covers also fields: their columns under names FTS5
+takes (a field may be called ``rank``)."""
+_TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
+_KEYWORD_OBJECTS = (KEYWORDS, _KEYWORD_TEXTS, "keywords_insert", "keywords_delete", "keywords_update")
+
+
+def keyword_fields(text_fields: Sequence[str], also: Sequence[str], columns: Sequence[str]) -> list[str]:
+    """The columns besides ``_text`` whose words keyword search reads: the ``--also`` fields
+    (``indexer.embedding.fields``) that are not text fields, as ``columns`` spell them (a field
+    matches whatever its case); a name no column has is skipped."""
+    spelled = {name.casefold(): name for name in columns if name not in RESERVED}
+    skipped = {name.casefold() for name in text_fields}
+    wanted = dict.fromkeys(name.casefold() for name in also if name.casefold() not in skipped)
+    return [spelled[name] for name in wanted if name in spelled]
+
+
+def _keyword_schema(fields: Sequence[str]) -> dict[str, str]:
+    """Name -> statement, in order, of the keyword table over ``_text`` and ``fields`` and of the
+    triggers that keep it exact in every transaction that changes ``entries`` (a replaced row fires
+    the delete trigger: writable connections set ``recursive_triggers``). With no fields it reads
+    ``entries`` itself, as tables written before the also fields did."""
+    names = ["_text", *(f"_also{i}" for i in range(1, len(fields) + 1))]
+    values = ["_text", *map(quote, fields)]
+    schema: dict[str, str] = {}
+    content = "entries"
+    if fields:
+        content = _KEYWORD_TEXTS
+        columns = ", ".join(f"{value} as {name}" for value, name in zip(values, names, strict=True))
+        schema[_KEYWORD_TEXTS] = f"create view {_KEYWORD_TEXTS} as select _rowid, {columns} from entries"
+    listed = ", ".join(names)
+    new, old = (", ".join(f"{row}.{value}" for value in values) for row in ("new", "old"))
+    insert = f"insert into keywords(rowid, {listed}) values (new._rowid, {new})"
+    delete = f"insert into keywords(keywords, rowid, {listed}) values ('delete', old._rowid, {old})"
+    schema[KEYWORDS] = (
+        f"create virtual table keywords using fts5({listed}, content='{content}', content_rowid='_rowid',"
+        f" {_TOKENIZE})"
+    )
+    schema["keywords_insert"] = f"create trigger keywords_insert after insert on entries begin {insert}; end"
+    schema["keywords_delete"] = f"create trigger keywords_delete after delete on entries begin {delete}; end"
+    changed = ", ".join(values)
+    schema["keywords_update"] = (
+        f"create trigger keywords_update after update of {changed} on entries begin {delete}; {insert}; end"
+    )
+    return schema
+
+
+class KeywordTable:
+    """The keyword table's operations on a catalog's connection (``db``) and columns."""
+
+    db: sqlite3.Connection
+
+    def columns(self) -> list[str]:
+        """The table's column names (``Catalog.columns``)."""
+        raise NotImplementedError
+
+    def create_keywords(self, fields: Sequence[str]) -> None:
+        """Make the keyword table of a new catalog over ``_text`` and ``fields``."""
+        for statement in _keyword_schema(fields).values():
+            self.db.execute(statement)
+
+    def has_keywords(self) -> bool:
+        """Whether this version keeps the keyword table (one written before it does not)."""
+        found = "select 1 from sqlite_master where type = 'table' and name = ?"
+        return self.db.execute(found, (KEYWORDS,)).fetchone() is not None
+
+    def _wanted_keyword_fields(self) -> list[str]:
+        """The fields besides ``_text`` the keyword table should read: the also fields the meta's
+        ``source`` names."""
+        row = self.db.execute("select value from meta where key = 'source'").fetchone()
+        source = json.loads(row[0]) if row else {}
+        also = (source.get("also") or {}).get("fields") or []
+        return keyword_fields(source.get("text_fields") or [], also, self.columns())
+
+    def _keyword_objects(self) -> list[tuple[str, str, str]]:
+        """(type, name, sql) of the keyword table's objects as kept: triggers, the table, the view."""
+        return self.db.execute(
+            "select type, name, sql from sqlite_master where name in (select value from json_each(?))"
+            " order by type = 'view', type = 'table'",
+            (json.dumps(_KEYWORD_OBJECTS),),
+        ).fetchall()
+
+    def keyword_coverage(self) -> tuple[list[str], list[str]]:
+        """The fields besides ``_text`` the keyword table reads, and those it should read but will
+        only from the next version (a table written over the text alone): what ``info`` says."""
+        wanted = self._wanted_keyword_fields()
+        kept = {name: sql.lower() for _, name, sql in self._keyword_objects()}
+        if kept == {name: sql.lower() for name, sql in _keyword_schema(wanted).items()}:
+            return wanted, []
+        return [], wanted
+
+    def _keep_keywords(self) -> None:
+        """Make the keyword table, filled from the rows, of a version written before it or before
+        it read the also fields its meta's ``source`` names (a version being built has no source
+        yet: ``create`` made its table), inside the caller's transaction (so the rows and their
+        keywords commit, or roll back, together)."""
+        has_source = self.db.execute("select 1 from meta where key = 'source'").fetchone() is not None
+        if not has_source and self.has_keywords():
+            return
+        wanted = _keyword_schema(self._wanted_keyword_fields())
+        found = self._keyword_objects()
+        kept = {name: sql.lower() for _, name, sql in found}
+        if kept == {name: sql.lower() for name, sql in wanted.items()}:
+            return
+        for kind, name, _ in found:
+            self.db.execute(f"drop {kind} {name}")
+        for statement in wanted.values():
+            self.db.execute(statement)
+        self.db.execute("insert into keywords(keywords) values ('rebuild')")
+
+    def keyword_search(
+        self,
+        match: str,
+        k: int,
+        allowed: Sequence[int] | None = None,
+        phrases: Sequence[str] = (),
+        weights: Sequence[float] = (),
+    ) -> list[tuple[int, float]]:
+        """(row id, the summed ``weights`` of the ``phrases`` it holds) of the k best entries by
+        BM25 for an FTS5 ``match`` expression (``search.hybrid`` builds both from the user's
+        words), among ``allowed`` row ids when given; equal BM25 in row id (file) order. An
+        entry's weight is summed in the phrases' order from which of them it holds, so entries
+        holding the same ones get the very same number."""
+        params: dict[str, Any] = {"match": match, "k": int(k)}
+        within = ""
+        if allowed is not None:
+            params["allowed"] = json.dumps([int(r) for r in allowed])
+            within = " and rowid in (select value from json_each(:allowed))"
+        counted = [i for i, weight in enumerate(weights) if weight > 0]  # a word of no weight adds nothing
+        held, sums = "", "0.0"
+        if counted:
+            parts = []
+            for i in counted:
+                params[f"p{i}"], params[f"w{i}"] = phrases[i], float(weights[i])
+                parts.append(
+                    f"select rowid, {1 << i} from keywords where keywords match :p{i}"
+                    " and rowid in (select rowid from matched)"
+                )
+            held = (
+                f", held(rowid, bit) as ({' union all '.join(parts)}),"
+                " masks(rowid, mask) as (select rowid, sum(bit) from held group by rowid)"
+            )
+            sums = " + ".join(f"((coalesce(mask, 0) >> {i}) & 1) * :w{i}" for i in counted)
+        found = self.db.execute(
+            "with matched as materialized (select rowid, bm25(keywords) as rank from keywords"
+            f" where keywords match :match{within} order by rank, rowid limit :k){held}"
+            f" select matched.rowid, {sums} from matched{' left join masks using (rowid)' if counted else ''}"
+            " order by rank, matched.rowid",
+            params,
+        )
+        return found.fetchall()
+
+    def keyword_frequencies(self, phrases: Sequence[str]) -> tuple[int, list[int]]:
+        """The entries the keyword table holds and how many of them match each FTS5 phrase: what
+        a word's weight reads (``search.hybrid.word_weight``)."""
+        total = self.db.execute("select count(*) from entries").fetchone()[0]
+        count = "select count(*) from keywords where keywords match ?"
+        return int(total), [int(self.db.execute(count, [p]).fetchone()[0]) for p in phrases]
