@@ -162,3 +162,49 @@ def report_modes(modes: Any, metric: str) -> None:
         return
     click.echo(f"\nbest keyword weight by {metric}: {best:g} (hybrid {hybrid:.3f}, dense {dense:.3f})")
     click.echo(f"store it: semsearch calibrate INDEX --hybrid-weight {best:g}")
+
+
+def print_info(info: dict[str, Any], rules: dict[str, Any]) -> None:
+    """``info``'s facts one a line, as a person reads them (the index's calibrated ``rules`` by
+    mode); an unset fact is left out."""
+    shown = {
+        **info,
+        "strategy": info["description"],
+        "index_kind": f"{info['index_kind']}, {info['storage']}"
+        + (f", nprobe {info['nprobe']}" if "nprobe" in info else ""),
+        "text_fields": ",".join(info["text_fields"]),
+        "fields": ", ".join(f"{name} ({kind})" for name, kind in info["fields"].items()),
+        "also": info["also"] and f"{','.join(info['also']['fields'])} (weight {info['also']['weight']:g})",
+    }
+    if not info["also"]:
+        shown.pop("also")
+    if info["embedded"]:  # what made the vectors, where, how batched (older indexes: unknown)
+        from indexer.encoders.base import describe_record
+
+        shown["embedded"] = describe_record(info["embedded"])
+    shown["calibration"] = "\n".ljust(14).join(rule.describe() for rule in rules.values()) or "none"
+    shown["keywords"] = (
+        keywords_line(info["keyword_fields"], info["keyword_fields_pending"])
+        if info["keywords"]
+        else "none (written before keyword search): its next version (add, delete or compact) keeps them"
+    )
+    if info["keywords"]:
+        from search.hybrid import DEFAULT_WEIGHT
+
+        weight = info["hybrid_weight"]
+        shown["hybrid_weight"] = (
+            f"{DEFAULT_WEIGHT if weight is None else weight:g} ({'default' if weight is None else 'stored'};"
+            " every query)"
+        )
+    for key in ("description", "storage", "nprobe"):
+        shown.pop(key, None)
+    for key, value in shown.items():
+        if value is not None:  # an unset fact (never updated, no calibration) is left out
+            click.echo(f"{key + ':':<12} {value}")
+
+
+def keywords_line(fields: list[str], pending: list[str]) -> str:
+    """What the keyword table reads: the text and which fields, and what waits for a new version."""
+    read = f"the text and {', '.join(fields)}" if fields else "the text alone"
+    later = f" ({', '.join(pending)} from its next version: add, delete or compact)" if pending else ""
+    return f"FTS5 (BM25) over {read}{later}: --mode keyword and hybrid"
