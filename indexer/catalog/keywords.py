@@ -150,29 +150,25 @@ class KeywordTable:
         if allowed is not None:
             params["allowed"] = json.dumps([int(r) for r in allowed])
             within = " and rowid in (select value from json_each(:allowed))"
-        counted = [i for i, weight in enumerate(weights) if weight > 0]  # a word of no weight adds nothing
-        held, sums = "", "0.0"
-        if counted:
-            parts = []
-            for i in counted:
-                params[f"p{i}"], params[f"w{i}"] = phrases[i], float(weights[i])
-                parts.append(
-                    f"select rowid, {1 << i} from keywords where keywords match :p{i}"
-                    " and rowid in (select rowid from matched)"
-                )
-            held = (
-                f", held(rowid, bit) as ({' union all '.join(parts)}),"
-                " masks(rowid, mask) as (select rowid, sum(bit) from held group by rowid)"
+        found = [
+            rowid
+            for (rowid,) in self.db.execute(
+                f"select rowid from keywords where keywords match :match{within}"
+                " order by bm25(keywords), rowid limit :k",
+                params,
             )
-            sums = " + ".join(f"((coalesce(mask, 0) >> {i}) & 1) * :w{i}" for i in counted)
-        found = self.db.execute(
-            "with matched as materialized (select rowid, bm25(keywords) as rank from keywords"
-            f" where keywords match :match{within} order by rank, rowid limit :k){held}"
-            f" select matched.rowid, {sums} from matched{' left join masks using (rowid)' if counted else ''}"
-            " order by rank, matched.rowid",
-            params,
-        )
-        return found.fetchall()
+        ]
+        # Which weighted phrase each found entry holds: one pass over each phrase's matches (a
+        # word that weighs something is held by under a quarter of the entries), not one look-up
+        # per entry and phrase, which costs FTS5 a seek each.
+        masks = dict.fromkeys(found, 0)
+        counted = [i for i, weight in enumerate(weights) if weight > 0]  # a word of no weight adds nothing
+        for i in counted if found else ():
+            holding = self.db.execute("select rowid from keywords where keywords match ?", (phrases[i],))
+            for (rowid,) in holding:
+                if rowid in masks:
+                    masks[rowid] |= 1 << i
+        return [(rowid, _held(masks[rowid], counted, weights)) for rowid in found]
 
     def keyword_frequencies(self, phrases: Sequence[str]) -> tuple[int, list[int]]:
         """The entries the keyword table holds and how many of them match each FTS5 phrase: what
@@ -180,3 +176,12 @@ class KeywordTable:
         total = self.db.execute("select count(*) from entries").fetchone()[0]
         count = "select count(*) from keywords where keywords match ?"
         return int(total), [int(self.db.execute(count, [p]).fetchone()[0]) for p in phrases]
+
+
+def _held(mask: int, counted: Sequence[int], weights: Sequence[float]) -> float:
+    """The summed weights of the phrases ``mask`` marks, in the phrases' order (entries holding the
+    same ones get the very same number)."""
+    total = 0.0
+    for i in counted:
+        total += float(weights[i]) if mask >> i & 1 else 0.0
+    return total
