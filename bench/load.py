@@ -3,7 +3,8 @@ bounded time each, requests/s, p50/p99 latency and errors. The same run serves t
 micro-batching off (--max-batch 1, one forward pass per request, as a naive server does) so the
 gain is a ratio measured side by side. A last row has 10% of the 32 clients give up on every
 request (send it, hang up after 50 ms): the numbers are those of the other clients, whose
-service should not suffer from work nobody waits for.
+service should not suffer from work nobody waits for. The batching server also serves every
+query in dense mode at 1, 8 and 32 clients: the default (hybrid) mode's cost beside the dense one.
 
 The clients speak HTTP/1.1 over keep-alive connections with asyncio streams, not httpx: the load
 generator shares the machine's cores with the server, and httpx spent 1.6-4.3 ms of CPU per
@@ -54,9 +55,12 @@ async def quit_early(url: str, stop: float, questions: list[str]) -> None:
         await writer.wait_closed()
 
 
-async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, question: str) -> int:
-    """One POST /search on a kept-alive connection; the answer's status."""
-    body = json.dumps({"query": question, "k": 5}).encode()
+async def ask(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, question: str, mode: str | None = None
+) -> int:
+    """One POST /search on a kept-alive connection (in ``mode``, else the index's default); the
+    answer's status."""
+    body = json.dumps({"query": question, "k": 5, **({"mode": mode} if mode else {})}).encode()
     writer.write(
         b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
@@ -69,7 +73,7 @@ async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, questi
 
 
 async def drive(
-    url: str, clients: int, seconds: float, questions: list[str], quitting: int = 0
+    url: str, clients: int, seconds: float, questions: list[str], quitting: int = 0, mode: str | None = None
 ) -> dict[str, float]:
     """``clients`` clients that wait for their answers (measured), plus ``quitting`` that never do."""
     host, port = url.removeprefix("http://").split(":")
@@ -85,7 +89,7 @@ async def drive(
             while time.perf_counter() < stop:
                 started = time.perf_counter()
                 try:
-                    if await ask(reader, writer, rng.choice(questions)) != 200:
+                    if await ask(reader, writer, rng.choice(questions), mode) != 200:
                         errors += 1
                 except (OSError, asyncio.IncompleteReadError, ValueError, StopIteration):
                     errors += 1
@@ -163,11 +167,15 @@ def main() -> None:
             for _, url in servers.values():
                 asyncio.run(drive(url, 4, 2.0, questions))  # warm up
             runs: dict[tuple[int, int, int], list[dict[str, float]]] = {}
+            dense: dict[int, list[dict[str, float]]] = {}
             for _ in range(args.repeats):  # on and off alternate row by row: the same load around both
                 for clients, quitting in ((1, 0), (8, 0), (32, 0), (29, 3)):
                     for max_batch, (_, url) in servers.items():
                         row = asyncio.run(drive(url, clients, args.seconds, questions, quitting))
                         runs.setdefault((max_batch, clients, quitting), []).append(row)
+                    if not quitting:  # the batching server again, every query in dense mode
+                        row = asyncio.run(drive(servers[64][1], clients, args.seconds, questions, 0, "dense"))
+                        dense.setdefault(clients, []).append(row)
         finally:
             for process, _ in servers.values():
                 process.terminate()
@@ -193,6 +201,12 @@ def main() -> None:
         ]
         cells.append(r["errors"])
         print("| " + " | ".join(map(str, cells)) + f" | {ratio:.2f}x |")
+    print("\nThe default mode (hybrid) against dense on the same batching server, the same run:\n")
+    print("| clients | hybrid req/s | dense req/s | hybrid / dense |")
+    print("|---|---|---|---|")
+    for clients, rows in dense.items():
+        hybrid, alone = results[64, clients, 0]["rps"], median_run(rows)["rps"]
+        print(f"| {clients} | {hybrid:.0f} | {alone:.0f} | {hybrid / alone:.2f}x |")
 
 
 if __name__ == "__main__":
