@@ -138,6 +138,10 @@ def _embed_grid(
         EmbeddingOptions.resolve(device, precision),
         all_layers=True,
     )
+    if getattr(embedder.model, "pooler", None) is None:  # DistilBERT, ModernBERT: no pooler to read
+        poolings = [p for p in poolings if p != "pooler"]
+        if not poolings:
+            raise BadInput("this model has no pooler output: choose another pooling")
     cells = grid(embedder.strategy, embedder.num_layers, poolings)
     strategies = [s for _, s in cells]
     with Progress(sum(len(t) for t, _ in texts), "embedding", enabled=progress) as bar:

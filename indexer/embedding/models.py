@@ -37,6 +37,17 @@ FINGERPRINTED = (
 )
 """The files that decide a model's vectors: its config, its tokenizer and its weights."""
 
+SHAPE_KEYS = {"num_hidden_layers": ("num_hidden_layers", "n_layers"), "hidden_size": ("hidden_size", "dim")}
+"""Where a ``config.json`` says its block count and width: DistilBERT writes ``n_layers`` and
+``dim`` (transformers maps them onto the usual names; the JSON file does not)."""
+
+
+def config_shape(config: Mapping[str, Any]) -> tuple[int, int] | None:
+    """A ``config.json``'s transformer block count and hidden width, or None where it says neither."""
+    found = [next((config[k] for k in keys if k in config), None) for keys in SHAPE_KEYS.values()]
+    return None if None in found else (int(found[0]), int(found[1]))
+
+
 # sentence-transformers pooling config keys, in the order they concatenate.
 _ST_POOLING_KEYS = {
     ("pooling_mode_cls_token",): "cls",
@@ -216,11 +227,15 @@ def model_facts_from_files(model: str) -> ModelFacts | None:
 
     location = model_location(model)
     config = read_json(model_file(location, "config.json"))
-    if not config or not {"num_hidden_layers", "hidden_size"} <= config.keys():
+    shape = config_shape(config or {})
+    if config is None or shape is None:
         return None
     tokenizer_config = read_json(model_file(location, "tokenizer_config.json")) or {}
+    sizes = dict(zip(SHAPE_KEYS, shape, strict=True))
     return ModelFacts.of(
-        SimpleNamespace(**config), tokenizer_config.get("model_max_length") or float("inf"), location
+        SimpleNamespace(**{**config, **sizes}),
+        tokenizer_config.get("model_max_length") or float("inf"),
+        location,
     )
 
 
@@ -279,10 +294,10 @@ def _saved_strategy(model: str) -> tuple[Strategy, int] | None:
     if not is_local(model):
         return None
     saved = read_json(Path(model) / SAVED_STRATEGY)
-    config = read_json(Path(model) / "config.json") or {}
-    if not saved or "strategy" not in saved or "num_hidden_layers" not in config:
+    shape = config_shape(read_json(Path(model) / "config.json") or {})
+    if not saved or "strategy" not in saved or shape is None:
         return None
-    return Strategy.from_dict({**saved["strategy"], "model": model}), int(config["num_hidden_layers"])
+    return Strategy.from_dict({**saved["strategy"], "model": model}), shape[0]
 
 
 def _trained_value(name: str, value: Any, blocks: int) -> Any:
