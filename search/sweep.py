@@ -70,8 +70,8 @@ def plan_sweep(
     poolings: Sequence[str] = POOLINGS,
     postprocesses: Sequence[str] = ("none",),
     whiten_dims: int | None = None,
-    query_prefix: str = "",
-    passage_prefix: str = "",
+    query_prefix: str | None = None,
+    passage_prefix: str | None = None,
 ) -> SweepPlan:
     """A checked plan from plain values (what the ``sweep`` options give)."""
     if whiten_dims is not None and whiten_dims < 1:

@@ -127,6 +127,60 @@ def random_encoder(kind: str, target: Path, seed: int = 0) -> str:
     return str(target)
 
 
+def sentence_transformers_folder(
+    network: str,
+    target: Path,
+    *,
+    pooling: str | tuple[str, ...] = "cls",
+    dense: bool = False,
+    prompts: dict[str, str] | None = None,
+    legacy: bool = False,
+) -> str:
+    """``network`` (a transformers folder) saved by the installed sentence-transformers with a
+    Pooling module (its mode names), a Dense one when asked (32 -> 24, tanh) and Normalize,
+    and its ``prompts``. ``legacy``: rewritten as folders before sentence-transformers 5 were
+    (``sentence_transformers.models.*`` types, ``pooling_mode_*`` flags, ``max_seq_length`` in
+    ``sentence_bert_config.json``, the Dense weights as ``pytorch_model.bin``)."""
+    import json
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules.dense import Dense
+    from sentence_transformers.base.modules.normalize import Normalize
+    from sentence_transformers.base.modules.transformer import Transformer
+    from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+
+    torch.manual_seed(1)
+    first = Transformer(network, max_seq_length=64)
+    modules = [first, Pooling(first.get_embedding_dimension(), pooling_mode=pooling)]
+    if dense:
+        width = modules[1].get_embedding_dimension()
+        modules.append(Dense(width, 24, activation_function=torch.nn.Tanh()))
+    modules.append(Normalize())
+    model = SentenceTransformer(modules=modules, prompts=prompts or {}, device="cpu")
+    model.save(str(target))
+    if legacy:
+        listed = json.loads((target / "modules.json").read_text())
+        for module in listed:
+            module["type"] = "sentence_transformers.models." + module["type"].rsplit(".", 1)[-1]
+        (target / "modules.json").write_text(json.dumps(listed))
+        config = json.loads((target / "1_Pooling" / "config.json").read_text())
+        modes = config["pooling_mode"]
+        modes = (modes,) if isinstance(modes, str) else modes
+        flags = {"cls": "cls_token", "mean": "mean_tokens", "max": "max_tokens"}
+        (target / "1_Pooling" / "config.json").write_text(
+            json.dumps({"word_embedding_dimension": 32, **{f"pooling_mode_{flags[m]}": True for m in modes}})
+        )
+        said = {"max_seq_length": 64, "do_lower_case": False}
+        (target / "sentence_bert_config.json").write_text(json.dumps(said))
+        for folder in target.glob("*_Dense"):
+            from safetensors.torch import load_file
+
+            torch.save(load_file(str(folder / "model.safetensors")), folder / "pytorch_model.bin")
+            (folder / "model.safetensors").unlink()
+    return str(target)
+
+
 def whole_run(command: list[str]) -> float:
     """Seconds one `semsearch COMMAND` takes to the end here and now: kill tests time their kills
     as shares of it, so they kill mid-run on a fast machine and a loaded one alike."""

@@ -56,7 +56,7 @@ class OnnxEncoder(NetworkEncoder):
         super().__init__(
             strategy,
             tokens,
-            Head(strategy, shape[0], tokens.special_ids),
+            Head(strategy, shape[0], tokens.special_ids, spec.location),
             graphs[0],
             hidden_size=shape[1],
             decision=decision,

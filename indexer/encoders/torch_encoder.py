@@ -115,7 +115,8 @@ class TorchEncoder(NetworkEncoder):
         tokens = TextTokenizer(
             backend.from_str(backend.to_str()), self.tokenizer.special_tokens_map, resolved
         )
-        head = Head(resolved, self.num_layers, tokens.special_ids)
+        self.location = model_location(resolved.model)
+        head = Head(resolved, self.num_layers, tokens.special_ids, self.location)
         deepest = None if all_layers or resolved.pooling == "pooler" else max(head.layers)
         super().__init__(
             resolved,
@@ -178,7 +179,8 @@ class TorchEncoder(NetworkEncoder):
 
     def make_head(self, strategy: Strategy) -> Head:
         """Resolve a strategy against this model ('auto' -> concrete, ranges checked)."""
-        return Head(resolve_strategy(strategy, self.facts), self.num_layers, self.tokens.special_ids)
+        resolved = resolve_strategy(strategy, self.facts)
+        return Head(resolved, self.num_layers, self.tokens.special_ids, self.location)
 
     def embed_grid(
         self,
