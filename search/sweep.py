@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from indexer.catalog import Catalog
-from indexer.embedding.strategy import POOLINGS, POSTPROCESSES, ROLES, Strategy
+from indexer.embedding.strategy import POOLINGS, POSTPROCESSES, ROLES, SWEPT, Strategy
 from indexer.embedding.transform import Transform
 from indexer.encoders.options import DEVICE
 from indexer.errors import BadInput
@@ -40,7 +40,7 @@ class SweepPlan:
     the poolings and post-processings crossed with every layer choice."""
 
     base: Strategy
-    poolings: tuple[str, ...] = POOLINGS
+    poolings: tuple[str, ...] = SWEPT
     postprocesses: tuple[str, ...] = ("none",)
 
     @classmethod
@@ -67,7 +67,7 @@ def plan_sweep(
     model: str | None = None,
     max_length: int | None = None,
     skip_special: bool = False,
-    poolings: Sequence[str] = POOLINGS,
+    poolings: Sequence[str] = SWEPT,
     postprocesses: Sequence[str] = ("none",),
     whiten_dims: int | None = None,
     query_prefix: str | None = None,
@@ -107,7 +107,7 @@ def layer_rows(num_layers: int) -> list[tuple[str, tuple[int, ...], str]]:
     return rows
 
 
-def grid(base: Strategy, num_layers: int, poolings: Sequence[str] = POOLINGS) -> list[tuple[str, Strategy]]:
+def grid(base: Strategy, num_layers: int, poolings: Sequence[str] = SWEPT) -> list[tuple[str, Strategy]]:
     cells = []
     for label, layers, combine in layer_rows(num_layers):
         for pooling in poolings:
@@ -155,7 +155,7 @@ def sweep_sts(
     pairs: Pairs,
     base: Strategy | None = None,
     *,
-    poolings: Sequence[str] = POOLINGS,
+    poolings: Sequence[str] = SWEPT,
     postprocesses: Sequence[str] = ("none",),
     progress: bool = False,
     device: str = DEVICE,
@@ -213,7 +213,7 @@ def retrieval_sweep(
     base: Strategy | None = None,
     *,
     text_fields: Sequence[str] | None = None,
-    poolings: Sequence[str] = POOLINGS,
+    poolings: Sequence[str] = SWEPT,
     postprocesses: Sequence[str] = ("none",),
     progress: bool = False,
     k: int = 10,

@@ -180,3 +180,35 @@ def test_an_index_of_a_dense_folder_answers_from_what_it_holds(networks, tmp_pat
     assert after.returncode == 0, after.stderr
     assert after.stdout == before
     assert run("info", tmp_path / "index", "--check").returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pooling", ["mean_sqrt_len_tokens", "weightedmean", "lasttoken", "cls"])
+def test_the_exported_encoder_holds_the_folders_pooling_and_dense(networks, pooling, tmp_path):
+    """``export-encoder``'s one ONNX model gives sentence-transformers' query vectors (the prefix
+    put before each text by its caller, as the export says)."""
+    import onnxruntime
+    from tokenizers import Tokenizer
+
+    from indexer import build_index, export_encoder
+
+    folder = sentence_transformers_folder(
+        networks["electra"], tmp_path / "model", pooling=pooling, dense=True, prompts=PROMPTS
+    )
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    build_index(corpus, tmp_path / "index", Strategy(model=folder))
+    export = export_encoder(tmp_path / "index", tmp_path / "encoder")
+    facts = json.loads((export.directory / "semsearch-encoder.json").read_text())
+    tokenizer = Tokenizer.from_file(str(export.directory / "tokenizer.json"))
+    tokenizer.enable_padding(pad_id=facts["pad_id"])
+    batch = tokenizer.encode_batch([facts["query_prefix"] + text for text in TEXTS])
+    session = onnxruntime.InferenceSession(str(export.directory / "model.onnx"))
+    feed = {
+        "input_ids": np.array([e.ids for e in batch], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in batch], dtype=np.int64),
+    }
+    if "token_type_ids" in {i.name for i in session.get_inputs()}:
+        feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
+    vectors = session.run(["sentence_embedding"], feed)[0]
+    np.testing.assert_allclose(vectors, reference(folder)[0], atol=1e-4)

@@ -25,6 +25,9 @@ DEFAULT_WEIGHT = 0.7
 because ``indexer.embedding.fields`` loads NumPy and ``semsearch --help`` loads none."""
 COMBINES = ("mean", "sum", "concat")
 POOLINGS = ("cls", "mean", "max", "mean-max", "pooler", "mean-sqrt-len", "weighted-mean", "last-token")
+SWEPT = POOLINGS[:5]
+"""The poolings a sweep tries unless told: the last three are what some sentence-transformers
+models were trained with (read from their folder), rarely a good choice for another."""
 POSTPROCESSES = ("none", "center", "whiten")
 PRECISION = {"torch": "fp32", "onnx": "fp32", "onnx-int8": "int8"}
 """What a backend does to the vectors: torch and onnx run the same fp32 network (same vectors), so
