@@ -212,3 +212,11 @@ def test_the_exported_encoder_holds_the_folders_pooling_and_dense(networks, pool
         feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
     vectors = session.run(["sentence_embedding"], feed)[0]
     np.testing.assert_allclose(vectors, reference(folder)[0], atol=1e-4)
+
+
+def test_a_folder_with_dense_modules_is_not_tuned_through_them(networks, tmp_path):
+    from indexer.encoders.training import trainable
+
+    folder = sentence_transformers_folder(networks["bert"], tmp_path / "dense", dense=True)
+    with pytest.raises(BadInput, match=r"Dense modules after pooling \(2_Dense\) cannot be tuned"):
+        trainable(Strategy(model=folder))
