@@ -61,7 +61,6 @@ ENCODERS = (
     "camembert",
     "distilbert",
     "mpnet",
-    "deberta",
     "deberta-v2",
     "electra",
     "albert",
