@@ -74,8 +74,8 @@ def _pooling(config: dict[str, Any]) -> str | None:
     """The semsearch pooling of a Pooling module's config, either format; None if it has none."""
     mode = config.get("pooling_mode")
     if mode is None:
-        modes = tuple(LEGACY_FLAGS[k] for k in LEGACY_FLAGS if config.get(k))
-        mode = modes[0] if len(modes) == 1 else (modes or ("mean",))
+        modes = tuple(LEGACY_FLAGS[k] for k in LEGACY_FLAGS if config.get(k)) or ("mean",)
+        mode = modes[0] if len(modes) == 1 else modes
         if set(modes) == {"mean", "max"}:
             mode = ("mean", "max")  # their concatenation's order changes no cosine
     if isinstance(mode, list):
