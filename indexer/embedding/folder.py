@@ -116,7 +116,8 @@ def read_folder(location: str) -> FolderSays:
             unusual = config.get("use_residual") or config.get("module_input_name", "sentence_embedding") != (
                 "sentence_embedding"
             )
-            if activation is None or unusual or _weights(location, path) is None:
+            sized = isinstance(config.get("in_features"), int) and isinstance(config.get("out_features"), int)
+            if activation is None or unusual or not sized or _weights(location, path) is None:
                 return FolderSays(refused=f"{where} is a Dense module semsearch cannot reproduce")
             width = int(config["out_features"])
             after.append(path)
@@ -226,6 +227,8 @@ class Projection:
             config = read_json(module_file(location, path, "config.json")) or {}
             tensors = _load(_weights(location, path), path)
             activation = ACTIVATIONS[str(config.get("activation_function", "")).rsplit(".", 1)[-1]]
+            if "linear.weight" not in tensors:
+                raise BadInput(f"the model's Dense module {path} holds no linear.weight")
             self.steps.append(Dense(tensors["linear.weight"], tensors.get("linear.bias"), activation))
 
     def __call__(self, vectors: Any) -> Any:
