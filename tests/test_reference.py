@@ -220,3 +220,45 @@ def test_a_folder_with_dense_modules_is_not_tuned_through_them(networks, tmp_pat
     folder = sentence_transformers_folder(networks["bert"], tmp_path / "dense", dense=True)
     with pytest.raises(BadInput, match=r"Dense modules after pooling \(2_Dense\) cannot be tuned"):
         trainable(Strategy(model=folder))
+
+
+def _folder(root: Path, modules: list, pooling: dict | None = None, **files: dict) -> str:
+    """A folder of sentence-transformers files alone (what ``read_folder`` reads)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "modules.json").write_text(json.dumps(modules))
+    if pooling is not None:
+        (root / "1_Pooling").mkdir()
+        (root / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    for name, content in files.items():
+        (root / f"{name}.json").write_text(json.dumps(content))
+    return str(root)
+
+
+OLD = [
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+]
+
+
+def test_what_each_format_says_is_read(tmp_path):
+    from indexer.embedding.folder import read_folder
+
+    flags = {"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False}
+    assert read_folder(_folder(tmp_path / "none", OLD, flags)).pooling == "mean"  # as s-t reads it
+    both = {"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}
+    assert read_folder(_folder(tmp_path / "both", OLD, both)).pooling == "mean-max"
+    new = read_folder(
+        _folder(
+            tmp_path / "new",
+            OLD,
+            {"pooling_mode": ["lasttoken"]},
+            sentence_bert_config={"max_seq_length": 77, "do_lower_case": True},
+            config_sentence_transformers={"prompts": {"find": "Find: "}, "default_prompt_name": "find"},
+        )
+    )
+    said = (new.pooling, new.max_length, new.lowercase, new.prompts)
+    assert said == ("last-token", 77, True, ("Find: ", "Find: "))
+    odd = read_folder(_folder(tmp_path / "odd", OLD, {"pooling_mode": {"weird": 1}}))
+    assert odd.refused and "pools as" in odd.refused
+    assert "not a module" in (read_folder(_folder(tmp_path / "bad", ["x"])).refused or "")
+    assert read_folder(str(tmp_path)).refused is None and read_folder(str(tmp_path)).pooling is None

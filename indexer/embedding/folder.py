@@ -80,7 +80,7 @@ def _pooling(config: dict[str, Any]) -> str | None:
             mode = ("mean", "max")  # their concatenation's order changes no cosine
     if isinstance(mode, list):
         mode = mode[0] if len(mode) == 1 else tuple(mode)
-    return POOLING_MODES.get(mode)
+    return POOLING_MODES.get(mode) if isinstance(mode, (str, tuple)) else None
 
 
 def read_folder(location: str) -> FolderSays:
@@ -94,6 +94,8 @@ def read_folder(location: str) -> FolderSays:
     said: list[str] = []
     width = None
     for module in modules:
+        if not isinstance(module, dict):
+            return FolderSays(refused=f"its modules.json lists {str(module)[:40]!r}, not a module")
         kind = str(module.get("type", ""))
         name = kind.rsplit(".", 1)[-1]
         path = str(module.get("path", ""))
