@@ -108,14 +108,19 @@ def layer_rows(num_layers: int) -> list[tuple[str, tuple[int, ...], str]]:
 
 
 def grid(base: Strategy, num_layers: int, poolings: Sequence[str] = SWEPT) -> list[tuple[str, Strategy]]:
+    """The cells: each layer row times each pooling. A model folder's modules after pooling (its
+    Dense ones) run in the one cell of its own pooling of the last layer; the others read the
+    network alone (``Strategy.resolve``)."""
     cells = []
+    alone = replace(base, modules=(), width=None)
     for label, layers, combine in layer_rows(num_layers):
         for pooling in poolings:
             if pooling == "pooler":
                 if layers == (num_layers,):  # the pooler reads the last layer: one cell, in that row
-                    cells.append((label, replace(base, layers=(-1,), combine="mean", pooling="pooler")))
+                    cells.append((label, replace(alone, layers=(-1,), combine="mean", pooling="pooler")))
                 continue
-            cells.append((label, replace(base, layers=layers, combine=combine, pooling=pooling)))
+            read = base if layers == (num_layers,) and pooling == base.pooling else alone
+            cells.append((label, replace(read, layers=layers, combine=combine, pooling=pooling)))
     return cells
 
 

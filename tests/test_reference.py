@@ -262,3 +262,19 @@ def test_what_each_format_says_is_read(tmp_path):
     assert odd.refused and "pools as" in odd.refused
     assert "not a module" in (read_folder(_folder(tmp_path / "bad", ["x"])).refused or "")
     assert read_folder(str(tmp_path)).refused is None and read_folder(str(tmp_path)).pooling is None
+
+
+def test_a_sweep_of_a_dense_folder_runs_its_modules_only_in_its_own_cell(networks, tmp_path):
+    from search.evaluate import Pairs
+    from search.sweep import sweep_sts
+
+    folder = sentence_transformers_folder(networks["bert"], tmp_path / "dense", pooling="mean", dense=True)
+    pairs = Pairs(
+        ["a cat", "a dog", "a car", "a map"],
+        ["one cat", "one dog", "one bus", "the map"],
+        np.array([5.0, 4, 3, 5]),
+    )
+    cells = sweep_sts(pairs, Strategy(model=folder))
+    projected = [c.strategy for c in cells if c.strategy.modules]
+    assert [(s.layers, s.pooling) for s in projected] == [((3,), "mean")]
+    assert all(c.strategy.width is None for c in cells if not c.strategy.modules)
