@@ -95,6 +95,8 @@ def test_another_pooling_or_layer_reads_the_network_alone(networks, tmp_path):
     assert (own.strategy.modules, own.dimension) == (("2_Dense",), 24)
     other = encoder_for(Strategy(model=folder, backend="torch", pooling="mean"))
     assert (other.strategy.modules, other.dimension) == ((), 32)
+    named = encoder_for(Strategy(model=folder, backend="torch", pooling="cls", layers=(3,)))  # the last
+    assert (named.strategy.modules, named.dimension) == (("2_Dense",), 24)
 
 
 def _rewrite(path: Path, change) -> None:

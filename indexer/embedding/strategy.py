@@ -191,7 +191,8 @@ class Strategy:
             )
         if self.resolved:  # a stored strategy keeps what it was made with
             return replace(self, max_length=max_length)
-        own = st_pooling is not None and pooling == st_pooling and layers == (-1,)
+        last = tuple(i % (num_layers + 1) for i in layers) == (num_layers,)
+        own = st_pooling is not None and pooling == st_pooling and last
         return replace(
             self,
             layers=layers,
