@@ -14,4 +14,27 @@ def index_info(index_dir: str | Path) -> dict[str, Any]:
     from indexer.store import open_index
 
     index = open_index(index_dir, vectors=False)
-    return index.info(encoder_status(index.strategy, index.graph))
+    info = index.info(encoder_status(index.strategy, index.graph))
+    said = model_says(index.strategy)
+    return {k: v for key, value in info.items() for k, v in _after_model(key, value, said)}
+
+
+def _after_model(key: str, value: Any, said: str | None) -> list[tuple[str, Any]]:
+    """The info's ``model`` followed by what its folder says (``model_says``)."""
+    return [(key, value), ("model_says", said)] if key == "model" else [(key, value)]
+
+
+def model_says(strategy: Any) -> str | None:
+    """What the model's sentence-transformers folder says of how to embed with it (pooling, Dense
+    and Normalize modules, prompts, casing), where the model is on this machine; None if nothing."""
+    from indexer.embedding.folder import read_folder
+    from indexer.embedding.models import model_location
+    from indexer.errors import SemsearchError
+
+    try:
+        says = read_folder(model_location(strategy.model))
+    except (SemsearchError, OSError, ValueError):
+        return None
+    if says.refused:
+        return f"refused: {says.refused}"
+    return ", ".join(says.said) or None

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.catalog import Catalog
-from indexer.embedding.strategy import POOLINGS, POSTPROCESSES, ROLES, Strategy
+from indexer.embedding.strategy import POOLINGS, POSTPROCESSES, ROLES, SWEPT, Strategy
 from indexer.embedding.transform import Transform
 from indexer.encoders.options import DEVICE
 from indexer.errors import BadInput
@@ -39,7 +39,7 @@ class SweepPlan:
     the poolings and post-processings crossed with every layer choice."""
 
     base: Strategy
-    poolings: tuple[str, ...] = POOLINGS
+    poolings: tuple[str, ...] = SWEPT
     postprocesses: tuple[str, ...] = ("none",)
 
     @classmethod
@@ -66,11 +66,11 @@ def plan_sweep(
     model: str | None = None,
     max_length: int | None = None,
     skip_special: bool = False,
-    poolings: Sequence[str] = POOLINGS,
+    poolings: Sequence[str] = SWEPT,
     postprocesses: Sequence[str] = ("none",),
     whiten_dims: int | None = None,
-    query_prefix: str = "",
-    passage_prefix: str = "",
+    query_prefix: str | None = None,
+    passage_prefix: str | None = None,
 ) -> SweepPlan:
     """A checked plan from plain values (what the ``sweep`` options give)."""
     if whiten_dims is not None and whiten_dims < 1:
@@ -106,15 +106,20 @@ def layer_rows(num_layers: int) -> list[tuple[str, tuple[int, ...], str]]:
     return rows
 
 
-def grid(base: Strategy, num_layers: int, poolings: Sequence[str] = POOLINGS) -> list[tuple[str, Strategy]]:
+def grid(base: Strategy, num_layers: int, poolings: Sequence[str] = SWEPT) -> list[tuple[str, Strategy]]:
+    """The cells: each layer row times each pooling. A model folder's modules after pooling (its
+    Dense ones) run in the one cell of its own pooling of the last layer; the others read the
+    network alone (``Strategy.resolve``)."""
     cells = []
+    alone = replace(base, modules=(), width=None)
     for label, layers, combine in layer_rows(num_layers):
         for pooling in poolings:
             if pooling == "pooler":
                 if layers == (num_layers,):  # the pooler reads the last layer: one cell, in that row
-                    cells.append((label, replace(base, layers=(-1,), combine="mean", pooling="pooler")))
+                    cells.append((label, replace(alone, layers=(-1,), combine="mean", pooling="pooler")))
                 continue
-            cells.append((label, replace(base, layers=layers, combine=combine, pooling=pooling)))
+            read = base if layers == (num_layers,) and pooling == base.pooling else alone
+            cells.append((label, replace(read, layers=layers, combine=combine, pooling=pooling)))
     return cells
 
 
@@ -137,6 +142,10 @@ def _embed_grid(
         EmbeddingOptions.resolve(device, precision),
         all_layers=True,
     )
+    if getattr(embedder.model, "pooler", None) is None:  # DistilBERT, ModernBERT: no pooler to read
+        poolings = [p for p in poolings if p != "pooler"]
+        if not poolings:
+            raise BadInput("this model has no pooler output: choose another pooling")
     cells = grid(embedder.strategy, embedder.num_layers, poolings)
     strategies = [s for _, s in cells]
     with Progress(sum(len(t) for t, _ in texts), "embedding", enabled=progress) as bar:
@@ -150,7 +159,7 @@ def sweep_sts(
     pairs: Pairs,
     base: Strategy | None = None,
     *,
-    poolings: Sequence[str] = POOLINGS,
+    poolings: Sequence[str] = SWEPT,
     postprocesses: Sequence[str] = ("none",),
     progress: bool = False,
     device: str = DEVICE,
@@ -206,7 +215,7 @@ def retrieval_sweep(
     base: Strategy | None = None,
     *,
     text_fields: Sequence[str] | None = None,
-    poolings: Sequence[str] = POOLINGS,
+    poolings: Sequence[str] = SWEPT,
     postprocesses: Sequence[str] = ("none",),
     progress: bool = False,
     k: int = 10,

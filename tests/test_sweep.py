@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.embedding.strategy import POOLINGS, Strategy
+from indexer.embedding.strategy import SWEPT, Strategy
 from indexer.errors import BadInput
 from search.cli.printing import report_modes
 from search.evaluate import Pairs
@@ -62,7 +62,7 @@ def test_a_good_plan(tiny_model):
         ("mean", "cls"),
         ("whiten",),
     )
-    assert plan_sweep().poolings == POOLINGS and plan_sweep().postprocesses == ("none",)
+    assert plan_sweep().poolings == SWEPT and plan_sweep().postprocesses == ("none",)
 
 
 def test_sweep_outputs_go_into_a_directory_that_does_not_exist_yet(tmp_path):

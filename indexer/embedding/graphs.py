@@ -10,7 +10,14 @@ import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from indexer.embedding.models import cache_root, model_file, model_fingerprint, model_location, read_json
+from indexer.embedding.models import (
+    cache_root,
+    config_shape,
+    model_file,
+    model_fingerprint,
+    model_location,
+    read_json,
+)
 from indexer.embedding.strategy import PRECISION, Strategy
 
 HELD_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -94,8 +101,7 @@ def held_graph(strategy: Strategy, directory: Path, key: str) -> GraphSpec:
 
 def _spec(strategy: Strategy, location: str, num_layers: int | None) -> GraphSpec:
     if num_layers is None:
-        config = read_json(model_file(location, "config.json")) or {}
-        num_layers = int(config.get("num_hidden_layers", 0))
+        num_layers = (config_shape(read_json(model_file(location, "config.json")) or {}) or (0, 0))[0]
     pooler = strategy.pooling == "pooler"
     layers = () if pooler else tuple(sorted({i % (num_layers + 1) for i in strategy.layers or (-1,)}))
     backend = "onnx-int8" if PRECISION[strategy.backend] == "int8" else "onnx"

@@ -40,12 +40,21 @@ class Tokenized:
 
 
 class Head:
-    """The strategy's part after the network: pick layers, combine them, pool, normalise."""
+    """The strategy's part after the network: pick layers, combine them, pool, run the model
+    folder's modules after pooling (its Dense ones, read from ``location``), normalise."""
 
-    def __init__(self, strategy: Strategy, num_layers: int, special_ids: Sequence[int]):
+    def __init__(
+        self, strategy: Strategy, num_layers: int, special_ids: Sequence[int], location: str | None = None
+    ):
         self.strategy = strategy
         self.layers = [i % (num_layers + 1) for i in strategy.layers or (-1,)]
         self.pooling = Pooling(strategy.pooling, skip_special=strategy.skip_special, special_ids=special_ids)
+        self.projection = None
+        if strategy.modules:
+            from indexer.embedding.folder import Projection
+
+            assert location is not None, "a strategy with modules after pooling reads them from its model"
+            self.projection = Projection(location, strategy.modules)
 
     def tokens(self, output: NetworkOutput) -> np.ndarray:
         """Per-token vectors of the chosen layers, combined: ``[batch, tokens, width]``."""
@@ -65,6 +74,8 @@ class Head:
         tokens = None if self.strategy.pooling == "pooler" else self.tokens(output)
         pooler = output.pooler_output
         vectors = self.pooling(tokens, input_ids, attention, pooler)
+        if self.projection is not None:
+            vectors = self.projection(vectors)
         if namespace(vectors) is np:
             vectors = np.asarray(vectors, dtype=np.float32)
         if self.strategy.normalize:

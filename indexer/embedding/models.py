@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from indexer.embedding.folder import FolderSays, read_folder
+from indexer.embedding.model_files import model_file, read_json
 from indexer.embedding.strategy import AUTO, DEFAULT_MODEL, Strategy
 from indexer.errors import BadInput, StrategyConflict
 
@@ -34,16 +36,38 @@ FINGERPRINTED = (
     "*.model",
     "*.safetensors",
     "*.bin",
+    "*_Dense/config.json",
+    "*_Dense/*.safetensors",
+    "*_Dense/*.bin",
 )
-"""The files that decide a model's vectors: its config, its tokenizer and its weights."""
+"""The files that decide a model's vectors: its config, its tokenizer and its weights, with a
+sentence-transformers folder's Dense modules."""
 
-# sentence-transformers pooling config keys, in the order they concatenate.
-_ST_POOLING_KEYS = {
-    ("pooling_mode_cls_token",): "cls",
-    ("pooling_mode_mean_tokens",): "mean",
-    ("pooling_mode_max_tokens",): "max",
-    ("pooling_mode_mean_tokens", "pooling_mode_max_tokens"): "mean-max",
-}
+SHAPE_KEYS = {"num_hidden_layers": ("num_hidden_layers", "n_layers"), "hidden_size": ("hidden_size", "dim")}
+"""Where a ``config.json`` says its block count and width: DistilBERT writes ``n_layers`` and
+``dim`` (transformers maps them onto the usual names; the JSON file does not)."""
+
+
+def config_shape(config: Mapping[str, Any]) -> tuple[int, int] | None:
+    """A ``config.json``'s transformer block count and hidden width, or None where it says neither."""
+    found = [next((config[k] for k in keys if k in config), None) for keys in SHAPE_KEYS.values()]
+    return None if None in found else (int(found[0]), int(found[1]))
+
+
+ENCODERS = (
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "camembert",
+    "distilbert",
+    "mpnet",
+    "deberta-v2",
+    "electra",
+    "albert",
+    "modernbert",
+)
+"""The architectures (``model_type``) semsearch reads, each checked against sentence-transformers
+(``tests/test_reference.py``); anything else is refused before anything is written."""
 
 
 def cache_root() -> Path:
@@ -65,54 +89,23 @@ def model_location(model: str) -> str:
     return model
 
 
-def model_file(location: str, filename: str) -> Path | None:
-    """A file of a local model directory or of a cached hub model, or None."""
-    local = Path(location)
-    if local.is_dir():
-        path = local / filename
-        return path if path.is_file() else None
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        found = try_to_load_from_cache(location, filename)
-    except ValueError:  # not a hub name either (a path that does not exist): no such file
-        return None
-    return Path(found) if isinstance(found, str) else None
-
-
-def read_json(path: Path | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-@dataclass(frozen=True)
-class SentenceTransformersConfig:
-    """What a sentence-transformers model directory says about how it was trained to pool."""
-
-    pooling: str | None
-    max_length: int | None
-
-
-def sentence_transformers_config(location: str) -> SentenceTransformersConfig:
-    modules = read_json(model_file(location, "modules.json")) or []
-    pooling = None
-    for module in modules if isinstance(modules, list) else []:
-        if str(module.get("type", "")).endswith("models.Pooling"):
-            config = read_json(model_file(location, f"{module.get('path', '')}/config.json"))
-            if config:
-                modes = tuple(
-                    k
-                    for k in ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens")
-                    if config.get(k)
-                )
-                pooling = _ST_POOLING_KEYS.get(modes)
-    st_config = read_json(model_file(location, "sentence_bert_config.json")) or {}
-    max_length = st_config.get("max_seq_length")
-    return SentenceTransformersConfig(pooling, int(max_length) if max_length else None)
+def check_encoder(model: str, config: Mapping[str, Any]) -> None:
+    """Refuse, in one line, a model that is not a plain encoder semsearch reads: one that needs
+    code of its own (semsearch runs none it downloads), an encoder-decoder or a decoder, or an
+    architecture it does not know."""
+    kind = str(config.get("model_type", ""))
+    if config.get("auto_map"):
+        raise BadInput(
+            f"model {model!r} needs code of its own (auto_map in its config.json), and semsearch runs "
+            "no downloaded code: choose a model of a supported architecture (docs/models.md)"
+        )
+    if config.get("is_encoder_decoder"):
+        raise BadInput(f"model {model!r} is an encoder-decoder ({kind}): semsearch reads encoders only")
+    if kind not in ENCODERS:
+        raise BadInput(
+            f"model {model!r} is a {kind or 'model of no model_type'}, not an encoder semsearch reads "
+            f"({', '.join(ENCODERS)})"
+        )
 
 
 @functools.lru_cache(maxsize=256)
@@ -157,7 +150,8 @@ def model_fingerprint(directory: str | Path) -> str:
     digest = hashlib.sha256()
     for path in files:
         stat = path.stat()
-        digest.update(f"{path.name}\0{_file_hash(str(path), stat.st_size, stat.st_mtime_ns)}\n".encode())
+        name = path.relative_to(root).as_posix()
+        digest.update(f"{name}\0{_file_hash(str(path), stat.st_size, stat.st_mtime_ns)}\n".encode())
     return "sha256:" + digest.hexdigest()
 
 
@@ -183,7 +177,7 @@ class ModelFacts:
     num_layers: int
     hidden_size: int
     limit: int
-    st: SentenceTransformersConfig
+    st: FolderSays
 
     @classmethod
     def of(cls, config: Any, tokenizer_limit: int | float, location: str) -> ModelFacts:
@@ -191,7 +185,7 @@ class ModelFacts:
             int(config.num_hidden_layers),
             int(config.hidden_size),
             int(min(int(getattr(config, "max_position_embeddings", 512) or 512), tokenizer_limit)),
-            sentence_transformers_config(location),
+            read_folder(location),
         )
 
 
@@ -201,6 +195,7 @@ def model_facts(model: str) -> ModelFacts:
 
     _quiet_transformers()
     location = model_location(model)
+    plain_encoder(model, location)
     try:
         config = AutoConfig.from_pretrained(location, local_files_only=True)
     except (OSError, ValueError, KeyError) as exc:
@@ -216,11 +211,16 @@ def model_facts_from_files(model: str) -> ModelFacts | None:
 
     location = model_location(model)
     config = read_json(model_file(location, "config.json"))
-    if not config or not {"num_hidden_layers", "hidden_size"} <= config.keys():
+    shape = config_shape(config or {})
+    if config is None or shape is None:
         return None
+    check_encoder(model, config)
     tokenizer_config = read_json(model_file(location, "tokenizer_config.json")) or {}
+    sizes = dict(zip(SHAPE_KEYS, shape, strict=True))
     return ModelFacts.of(
-        SimpleNamespace(**config), tokenizer_config.get("model_max_length") or float("inf"), location
+        SimpleNamespace(**{**config, **sizes}),
+        tokenizer_config.get("model_max_length") or float("inf"),
+        location,
     )
 
 
@@ -230,11 +230,17 @@ def resolve_strategy(request: Strategy, facts: ModelFacts | None = None) -> Stra
     ``Strategy.differences``."""
     located = identified(request)
     facts = facts or model_facts(located.model)
+    if facts.st.refused and not located.resolved:
+        raise BadInput(f"model {located.model!r} cannot be read as its authors saved it: {facts.st.refused}")
     return located.resolve(
         num_layers=facts.num_layers,
         model_limit=facts.limit,
         st_pooling=facts.st.pooling,
         st_max_length=facts.st.max_length,
+        st_prompts=facts.st.prompts,
+        st_modules=facts.st.modules,
+        st_width=facts.st.width,
+        st_lowercase=facts.st.lowercase,
     )
 
 
@@ -279,10 +285,10 @@ def _saved_strategy(model: str) -> tuple[Strategy, int] | None:
     if not is_local(model):
         return None
     saved = read_json(Path(model) / SAVED_STRATEGY)
-    config = read_json(Path(model) / "config.json") or {}
-    if not saved or "strategy" not in saved or "num_hidden_layers" not in config:
+    shape = config_shape(read_json(Path(model) / "config.json") or {})
+    if not saved or "strategy" not in saved or shape is None:
         return None
-    return Strategy.from_dict({**saved["strategy"], "model": model}), int(config["num_hidden_layers"])
+    return Strategy.from_dict({**saved["strategy"], "model": model}), shape[0]
 
 
 def _trained_value(name: str, value: Any, blocks: int) -> Any:
@@ -319,6 +325,15 @@ def _quiet_transformers() -> None:
     warnings.filterwarnings("ignore", module="transformers")
 
 
+def plain_encoder(model: str, location: str) -> None:
+    """``check_encoder`` on the model's ``config.json``, before transformers reads it (which would
+    ask on the terminal whether to run a model's own code); a model not on disk is left to the
+    loader's message (``unloadable``)."""
+    config = read_json(model_file(location, "config.json"))
+    if config is not None:
+        check_encoder(model, config)
+
+
 def unloadable(model: str, location: str, error: BaseException) -> BadInput:
     """Why a model cannot load offline. One that is not on this machine at all gets how to bring
     it (nothing here downloads); one whose files are there but unreadable gets the loader's reason."""
@@ -344,6 +359,7 @@ def load_model(model: str, *, need_pooler: bool = False) -> tuple[Any, Any]:
 
     _quiet_transformers()
     location = model_location(model)
+    plain_encoder(model, location)
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True)
         network, info = AutoModel.from_pretrained(location, local_files_only=True, output_loading_info=True)

@@ -45,11 +45,40 @@ def _mean_max(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return namespace(tokens).concatenate([_mean(tokens, mask), _max(tokens, mask)], axis=-1)
 
 
+def _mean_sqrt_len(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The sum over the tokens divided by the square root of their count (sentence-transformers'
+    ``mean_sqrt_len_tokens``)."""
+    weights = as_float(mask, tokens)
+    total = namespace(tokens).einsum("btd,bt->bd", tokens, weights)
+    return total / (weights.sum(1)[:, None].clip(min=1e-9) ** 0.5)
+
+
+def _weighted_mean(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Each token weighted by its position (1, 2, ...): later tokens count more
+    (sentence-transformers' ``weightedmean``, made for decoders' causal attention)."""
+    xp = namespace(tokens)
+    weights = as_float(mask, tokens)
+    weights = weights * xp.cumsum(xp.ones_like(weights), 1)
+    return xp.einsum("btd,bt->bd", tokens, weights) / weights.sum(1)[:, None].clip(min=1e-9)
+
+
+def _last_token(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The last pooled token of each text (sentence-transformers' ``lasttoken``)."""
+    xp = namespace(tokens)
+    positions = as_float(mask, tokens)
+    last = (positions * xp.cumsum(xp.ones_like(positions), 1)).argmax(1)
+    rows = np.arange(len(last)) if xp is np else xp.arange(len(last), device=tokens.device)
+    return tokens[rows, last]
+
+
 MODES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "cls": _cls,
     "mean": _mean,
     "max": _max,
     "mean-max": _mean_max,
+    "mean-sqrt-len": _mean_sqrt_len,
+    "weighted-mean": _weighted_mean,
+    "last-token": _last_token,
 }
 
 

@@ -24,7 +24,10 @@ DEFAULT_WEIGHT = 0.7
 0.3/0.5/0.7 on StackFAQ dev (bench/faq_fields.py). Here, beside the other defaults the CLI states,
 because ``indexer.embedding.fields`` loads NumPy and ``semsearch --help`` loads none."""
 COMBINES = ("mean", "sum", "concat")
-POOLINGS = ("cls", "mean", "max", "mean-max", "pooler")
+POOLINGS = ("cls", "mean", "max", "mean-max", "pooler", "mean-sqrt-len", "weighted-mean", "last-token")
+SWEPT = POOLINGS[:5]
+"""The poolings a sweep tries unless told: the last three are what some sentence-transformers
+models were trained with (read from their folder), rarely a good choice for another."""
 POSTPROCESSES = ("none", "center", "whiten")
 PRECISION = {"torch": "fp32", "onnx": "fp32", "onnx-int8": "int8"}
 """What a backend does to the vectors: torch and onnx run the same fp32 network (same vectors), so
@@ -73,7 +76,12 @@ class Strategy:
     query_prefix / passage_prefix: text put before every query / every indexed text before it is
         tokenised, as models trained with them expect (e5: ``query: `` and ``passage: ``; BGE: an
         instruction before queries). Symmetric comparisons (STS pairs, a sweep's sentences) read
-        both sides as queries, the sentence-transformers convention for e5.
+        both sides as queries, the sentence-transformers convention for e5. ``None``: the model's
+        own prompts (its ``config_sentence_transformers.json``), else none.
+    modules: what a sentence-transformers folder applies after pooling, in its order: a Dense
+        module's folder (a linear projection and its activation) or ``normalize``; set on
+        resolving from the folder's ``modules.json``. ``width``: the last Dense module's output.
+    lowercase: texts are lowercased before tokenising (a folder's ``do_lower_case``).
     model_fingerprint: set on resolving for a local model directory (``indexer.embedding.models``): what
         identifies the model wherever it lies. ``None`` for a named model (the bundled default).
     """
@@ -89,9 +97,12 @@ class Strategy:
     postprocess: str = "none"
     whiten_dims: int | None = None
     backend: str = DEFAULT_BACKEND
-    query_prefix: str = ""
-    passage_prefix: str = ""
+    query_prefix: str | None = None
+    passage_prefix: str | None = None
     model_fingerprint: str | None = None
+    modules: tuple[str, ...] = ()
+    width: int | None = None
+    lowercase: bool = False
 
     def __post_init__(self) -> None:
         if self.layers is not None:
@@ -114,13 +125,16 @@ class Strategy:
             raise BadInput(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
         if self.chunk_overlap is not None and self.chunk_overlap < 0:
             raise BadInput(f"chunk overlap must be >= 0, not {self.chunk_overlap}")
+        object.__setattr__(self, "modules", tuple(str(m) for m in self.modules))
         for role in ROLES:
             if not isinstance(self.prefix(role), str):
                 raise BadInput(f"{role} prefix must be text, not {type(self.prefix(role)).__name__}")
 
     def prefix(self, role: str) -> str:
-        """The text put before a ``query`` or a ``passage`` (``ROLES``)."""
-        return self.query_prefix if check_role(role) == "query" else self.passage_prefix
+        """The text put before a ``query`` or a ``passage`` (``ROLES``); the model's own are
+        known once resolved."""
+        given = self.query_prefix if check_role(role) == "query" else self.passage_prefix
+        return "" if given is None else given
 
     def chunked(self, overlap: int | None = None) -> Strategy:
         """This strategy with long documents split into windows (default overlap: 32 tokens)."""
@@ -128,15 +142,32 @@ class Strategy:
 
     @property
     def resolved(self) -> bool:
-        return self.layers is not None and self.pooling != AUTO and self.max_length is not None
+        return (
+            self.layers is not None
+            and self.pooling != AUTO
+            and self.max_length is not None
+            and None not in (self.query_prefix, self.passage_prefix)
+        )
 
     def resolve(
-        self, *, num_layers: int, model_limit: int, st_pooling: str | None, st_max_length: int | None
+        self,
+        *,
+        num_layers: int,
+        model_limit: int,
+        st_pooling: str | None,
+        st_max_length: int | None,
+        st_prompts: tuple[str, str] = ("", ""),
+        st_modules: tuple[str, ...] = (),
+        st_width: int | None = None,
+        st_lowercase: bool = False,
     ) -> Strategy:
         """Fill ``auto`` fields from what the model says about itself, and check ranges.
 
         A sentence-transformers model (one with a pooling config) was trained with its last layer
-        and that pooling; anything else gets bert-as-service's default, second-to-last layer mean.
+        and that pooling, its modules after it, its prompts and its casing; anything else gets
+        bert-as-service's default, second-to-last layer mean. A prefix the user gave (even an
+        empty one) stands over the model's prompt. The folder's modules after pooling follow its
+        own pooling of its last layer; another layer or pooling reads the network alone.
         """
         pooling = self.pooling if self.pooling != AUTO else (st_pooling or "mean")
         if self.layers is not None:
@@ -158,10 +189,27 @@ class Strategy:
             raise BadInput(
                 f"chunk overlap {self.chunk_overlap} must be smaller than max_length - 2 ({max_length - 2})"
             )
-        return replace(self, layers=layers, pooling=pooling, max_length=max_length)
+        if self.resolved:  # a stored strategy keeps what it was made with
+            return replace(self, max_length=max_length)
+        last = tuple(i % (num_layers + 1) for i in layers) == (num_layers,)
+        own = st_pooling is not None and pooling == st_pooling and last
+        return replace(
+            self,
+            layers=layers,
+            pooling=pooling,
+            max_length=max_length,
+            query_prefix=st_prompts[0] if self.query_prefix is None else self.query_prefix,
+            passage_prefix=st_prompts[1] if self.passage_prefix is None else self.passage_prefix,
+            modules=st_modules if own else (),
+            width=st_width if own else None,
+            lowercase=st_lowercase or self.lowercase,
+        )
 
     def dimension(self, hidden_size: int) -> int:
-        """Output width: concat widens by the layer count, mean-max doubles."""
+        """Output width: the last Dense module's, else: concat widens by the layer count,
+        mean-max doubles."""
+        if self.width is not None:
+            return self.width
         width = hidden_size
         if self.combine == "concat" and self.pooling != "pooler":
             width *= len(self.layers or (1,))
@@ -177,6 +225,10 @@ class Strategy:
         parts.append(f"pooling={self.pooling}")
         if self.skip_special:
             parts.append("skip-special")
+        if self.modules:
+            parts.append("modules=" + ",".join(self.modules))
+        if self.lowercase:
+            parts.append("lowercase")
         parts.append(f"max_length={self.max_length or AUTO}")
         if self.chunk_overlap is not None:
             parts.append(f"chunk_overlap={self.chunk_overlap}")
@@ -210,12 +262,15 @@ class Strategy:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        """The stored form. An empty prefix is left out: a strategy without prefixes is stored
-        exactly as before they existed (older semsearch reads it; ``from_dict`` reads it back)."""
+        """The stored form. An empty prefix, and the folder's modules, width and casing where it
+        says none, are left out: a strategy without them is stored exactly as before they existed
+        (older semsearch reads it; ``from_dict`` reads it back: a stored strategy, resolved, has
+        no prefix where none is stored)."""
+        unsaid = {"query_prefix": "", "passage_prefix": "", "modules": (), "width": None, "lowercase": False}
         return {
-            name: value
+            name: list(value) if name == "modules" else value
             for name, value in asdict(self).items()
-            if not (name in ("query_prefix", "passage_prefix") and value == "")
+            if not (name in unsaid and value == unsaid[name])
         }
 
     @classmethod
@@ -224,4 +279,4 @@ class Strategy:
         unknown = set(data) - known
         if unknown:
             raise BadInput(f"stored strategy has unknown fields: {', '.join(sorted(unknown))}")
-        return cls(**data)
+        return cls(**{"query_prefix": "", "passage_prefix": "", **data})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from indexer.embedding.batching import Batching
 from indexer.embedding.graphs import GraphSpec, graph_spec
 from indexer.embedding.head import Head
-from indexer.embedding.models import model_file, read_json
+from indexer.embedding.models import config_shape, model_file, read_json
 from indexer.embedding.strategy import PRECISION, Strategy
 from indexer.encoders.base import Decision, NetworkEncoder
 from indexer.encoders.devices import Placement
@@ -48,15 +48,17 @@ class OnnxEncoder(NetworkEncoder):
         if not spec.exported:
             raise FileNotFoundError(spec.path)
         tokens = TextTokenizer.from_files(spec.location, strategy)
-        config = read_json(model_file(spec.location, "config.json")) or {}
+        shape = config_shape(read_json(model_file(spec.location, "config.json")) or {})
+        if shape is None:
+            raise BadInput(f"{spec.location} has no config.json saying its layers and width")
         count, threads = sessions or (bulk_sessions() if spin and provider == CPU else (1, usable_cores()))
         graphs = [OnnxGraph(spec, spin=spin, provider=provider, threads=threads) for _ in range(count)]
         super().__init__(
             strategy,
             tokens,
-            Head(strategy, int(config["num_hidden_layers"]), tokens.special_ids),
+            Head(strategy, shape[0], tokens.special_ids, spec.location),
             graphs[0],
-            hidden_size=int(config["hidden_size"]),
+            hidden_size=shape[1],
             decision=decision,
         )
         self.copies = graphs[1:]

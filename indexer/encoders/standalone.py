@@ -119,7 +119,55 @@ def _pooled(ops: _Appender, mode: str, tokens: str, mask: str) -> str:
         spread = ops.op("Unsqueeze", [mask, ops.const(np.array([2], np.int64))])
         kept = ops.op("Where", [spread, tokens, ops.const(np.float32(-np.inf))])
         return ops.op("ReduceMax", [kept], axes=[1], keepdims=0)
-    return ops.op("Concat", [_pooled(ops, "mean", tokens, mask), _pooled(ops, "max", tokens, mask)], axis=-1)
+    if mode == "mean-max":
+        pair = [_pooled(ops, "mean", tokens, mask), _pooled(ops, "max", tokens, mask)]
+        return ops.op("Concat", pair, axis=-1)
+    weights = ops.op("Cast", [mask], to=TensorProto.FLOAT)
+    if mode == "mean-sqrt-len":
+        total = _weighted_sum(ops, tokens, weights)
+        count = ops.op("ReduceSum", [weights, ops.const(np.array([1], np.int64))], keepdims=1)
+        return ops.op("Div", [total, ops.op("Sqrt", [ops.op("Max", [count, ops.const(np.float32(1e-9))])])])
+    one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+    ones = ops.op("ConstantOfShape", [ops.op("Shape", [weights])], value=one)
+    places = ops.op("CumSum", [ones, ops.const(np.int64(1))])
+    positions = ops.op("Mul", [weights, places])  # 1, 2, ... where the mask is
+    if mode == "last-token":  # the one token at the last position
+        last = ops.op("ReduceMax", [positions], axes=[1], keepdims=1)
+        return _weighted_sum(
+            ops, tokens, ops.op("Cast", [ops.op("Equal", [positions, last])], to=TensorProto.FLOAT)
+        )
+    assert mode == "weighted-mean", mode
+    count = ops.op("ReduceSum", [positions, ops.const(np.array([1], np.int64))], keepdims=1)
+    total = _weighted_sum(ops, tokens, positions)
+    return ops.op("Div", [total, ops.op("Max", [count, ops.const(np.float32(1e-9))])])
+
+
+def _weighted_sum(ops: _Appender, tokens: str, weights: str) -> str:
+    """``[batch, sequence, width]`` tokens summed with ``[batch, sequence]`` weights."""
+    spread = ops.op("Unsqueeze", [weights, ops.const(np.array([2], np.int64))])
+    return ops.op(
+        "ReduceSum", [ops.op("Mul", [tokens, spread]), ops.const(np.array([1], np.int64))], keepdims=0
+    )
+
+
+def _projected(ops: _Appender, strategy: Strategy, location: str, vectors: str) -> str:
+    """The model folder's modules after pooling (``indexer.embedding.folder.Projection``)."""
+    from indexer.embedding.folder import Projection
+
+    for step in Projection(location, strategy.modules).steps:
+        if step is None:
+            vectors = _unit(ops, vectors)
+            continue
+        vectors = ops.op(
+            "MatMul", [vectors, ops.const(np.ascontiguousarray(step.weight.T, dtype=np.float32))]
+        )
+        if step.bias is not None:
+            vectors = ops.op("Add", [vectors, ops.const(step.bias.astype(np.float32))])
+        if step.activation in ("tanh", "relu", "sigmoid"):
+            vectors = ops.op(step.activation.capitalize(), [vectors])
+        elif step.activation == "silu":
+            vectors = ops.op("Mul", [vectors, ops.op("Sigmoid", [vectors])])
+    return vectors
 
 
 def _unit(ops: _Appender, vectors: str) -> str:
@@ -163,6 +211,8 @@ def standalone(
         states = [f"h{i % (num_layers + 1)}" for i in strategy.layers or (-1,)]
         tokens = _combined(ops, strategy, states)
         vectors = _pooled(ops, strategy.pooling, tokens, _pooling_mask(ops, strategy, special_ids))
+    if strategy.modules:
+        vectors = _projected(ops, strategy, spec.location, vectors)
     if strategy.normalize:
         vectors = _unit(ops, vectors)
     dimension = strategy.dimension(hidden_size)

@@ -76,13 +76,18 @@ class TextTokenizer:
         self.special_ids = [i for i in found if i is not None]
         pad = token_text(named.get("pad_token"))
         self.pad = (self.truncating.token_to_id(pad) if pad else None) or 0
-        self.prefixes = {role: strategy.prefix(role) for role in ROLES}
+        self.lowercase = strategy.lowercase
+        self.prefixes = {role: self._cased(strategy.prefix(role)) for role in ROLES}
         self.alone = {role: self._alone(role, prefix) for role, prefix in self.prefixes.items()}
         """Each role's prefix tokenised alone: what a text the model reads nothing of becomes."""
         self.window_prefix: list[int] = []
         self.lead = 0
         if self.windows is not None:
             self._window_prefix(int(strategy.chunk_overlap or 0))
+
+    def _cased(self, text: str) -> str:
+        """``text`` lowercased where the model's folder says its texts are (``do_lower_case``)."""
+        return text.lower() if self.lowercase else text
 
     def _alone(self, role: str, prefix: str) -> list[int]:
         """``prefix``'s ids with the special tokens, refused when it takes more than
@@ -145,7 +150,7 @@ class TextTokenizer:
         long text is cut before tokenising (``CHARS_PER_TOKEN``); where its cut reads fewer than
         max_length tokens (long runs of spaces or of characters the tokenizer drops), the rest
         might count, so it is read whole."""
-        given = list(texts)
+        given = [self._cased(text) for text in texts]
         prefix = self.prefixes[role]
         texts = [prefix + text for text in given] if prefix else given
         bound = self.max_length * CHARS_PER_TOKEN
@@ -172,7 +177,7 @@ class TextTokenizer:
         flat whatever its length, and the windows are the same."""
         if self.windows is None:
             return Tokenized(self.ids(texts, "passage"), np.arange(len(texts), dtype=np.int64))
-        texts = list(texts)
+        texts = [self._cased(text) for text in texts]
         bound = self.max_length * CHARS_PER_TOKEN
         short = [i for i, text in enumerate(texts) if len(text) <= bound]
         encodings = dict(zip(short, self.windows.encode_batch([texts[i] for i in short]), strict=True))

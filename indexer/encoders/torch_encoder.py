@@ -37,9 +37,13 @@ ALONE = Decision("torch", CPU, Batching.on(True, BATCH_SIZE, runtime="torch"), "
 
 
 def _layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
-    """The module holding the transformer blocks as a ModuleList, for BERT-like families."""
-    for parent_name, attr in (("encoder", "layer"), ("transformer", "layer"), ("", "layers")):
-        parent = getattr(model, parent_name) if parent_name else model
+    """The module holding the transformer blocks as a ModuleList, where cutting it leaves the
+    hidden states before the cut as they were: BERT's family (``encoder.layer``) and DistilBERT
+    (``transformer.layer``). ModernBERT's ``layers`` are not cut: it normalises whichever hidden
+    state comes last, so a cut model's layer 2 differs from the whole model's. ALBERT shares one
+    block group across its layers: nothing to cut."""
+    for parent_name, attr in (("encoder", "layer"), ("transformer", "layer")):
+        parent = getattr(model, parent_name, None)
         if parent is not None and isinstance(getattr(parent, attr, None), torch.nn.ModuleList):
             return parent, attr
     return None
@@ -111,7 +115,8 @@ class TorchEncoder(NetworkEncoder):
         tokens = TextTokenizer(
             backend.from_str(backend.to_str()), self.tokenizer.special_tokens_map, resolved
         )
-        head = Head(resolved, self.num_layers, tokens.special_ids)
+        self.location = model_location(resolved.model)
+        head = Head(resolved, self.num_layers, tokens.special_ids, self.location)
         deepest = None if all_layers or resolved.pooling == "pooler" else max(head.layers)
         super().__init__(
             resolved,
@@ -174,7 +179,8 @@ class TorchEncoder(NetworkEncoder):
 
     def make_head(self, strategy: Strategy) -> Head:
         """Resolve a strategy against this model ('auto' -> concrete, ranges checked)."""
-        return Head(resolve_strategy(strategy, self.facts), self.num_layers, self.tokens.special_ids)
+        resolved = resolve_strategy(strategy, self.facts)
+        return Head(resolved, self.num_layers, self.tokens.special_ids, self.location)
 
     def embed_grid(
         self,

@@ -119,6 +119,11 @@ def trainable(strategy: Strategy | None, options: EmbeddingOptions = HERE) -> To
         raise BadInput(
             "pooling 'pooler' cannot be tuned and stated in a model directory: choose cls/mean/max"
         )
+    if resolved.modules:
+        raise BadInput(
+            f"the model's Dense modules after pooling ({', '.join(resolved.modules)}) cannot be tuned "
+            "and saved with it: tune it with another --pooling or --layers (the network alone)"
+        )
     found = _layer_stack(encoder.model)
     deepest = max(encoder.head.layers)
     if found is None and deepest != encoder.num_layers:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.embedding.models import model_file, read_json
+from indexer.embedding.models import config_shape, model_file, read_json
 from indexer.errors import BadInput
 from indexer.files import staged_dir
 
@@ -50,12 +50,13 @@ def export_encoder(index_dir: str | Path, target: str | Path) -> EncoderExport:
     exportable(strategy)  # before any export of its graph
     spec = _graph(index)
     config = read_json(model_file(spec.location, "config.json")) or {}
+    num_layers, hidden_size = config_shape(config) or (0, 0)
     tokens = TextTokenizer.from_files(spec.location, strategy)
     model, dimension, inputs = standalone(
         spec,
         strategy,
-        num_layers=int(config["num_hidden_layers"]),
-        hidden_size=int(config["hidden_size"]),
+        num_layers=num_layers,
+        hidden_size=hidden_size,
         special_ids=tokens.special_ids,
         transform=index.transform,
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from indexer.embedding.strategy import POOLINGS
+from indexer.embedding.strategy import SWEPT
 from search.cli.options import (
     PREFIXES,
     also_options,
@@ -207,7 +207,7 @@ def evaluate_abstention_command(
 
 sweep_options = stacked(
     strategy_options_for("model", "max_length", "skip_special", "whiten_dims", *PREFIXES),
-    click.option("--poolings", default=",".join(POOLINGS), show_default=True, help="Poolings to try."),
+    click.option("--poolings", default=",".join(SWEPT), show_default=True, help="Poolings to try."),
     click.option(
         "--postprocess",
         "postprocesses",
