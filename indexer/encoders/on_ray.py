@@ -46,7 +46,7 @@ RETRIES = 2
 """Restarts of a dead worker, and retries of the partition it held, before the run fails."""
 PARTITIONS_PER_WORKER = 4
 """More partitions than workers: a slow or restarted worker holds back less of the run."""
-PART_ENTRIES = 32768
+RAY_PART_ENTRIES = 32_768
 """Entries a build hands Ray at a time (eight times a local build's part): the workers pick up the
 model once per part, so a part is larger than one a single process embeds."""
 CONNECT_TIMEOUT = 10.0
@@ -225,7 +225,7 @@ class RayEncoder:
     one for ``--ray``). ``used``: the decisions the workers reported, each the same work as
     ``decision``; ``before_partition``: as ``embed_on_ray`` takes it."""
 
-    part_entries = PART_ENTRIES
+    part_entries = RAY_PART_ENTRIES
     """Entries a build hands it at a time."""
 
     def __init__(self, strategy: Strategy, decision: Decision, build: Callable[[], Encoder]):
