@@ -4,7 +4,7 @@ the bundled model (all-MiniLM-L6-v2) gives: the ceiling a calibration works unde
     .venv/bin/python bench/abstention_ceiling.py [--folds 5] [--repeats 10]
 
 StackFAQ dev (50 threads, 499 questions), FAQ default index (question, and question + answer
-as a second vector, weight ``DEFAULT_WEIGHT``): every question is asked as it is (answerable) and
+as a second vector, weight ``ALSO_WEIGHT``): every question is asked as it is (answerable) and
 again with its own thread left out of the index (a question the index cannot answer: what
 removing a thread does, exactly, with an exact search). Unanswerable questions are weighted to
 a third of those asked, as the default promise assumes. Threads are cut into ``--folds`` parts;
@@ -46,7 +46,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from indexer.embedding.strategy import DEFAULT_WEIGHT, Strategy
+from indexer.embedding.strategy import ALSO_WEIGHT, Strategy
 from indexer.encoders.factory import encoder_for
 from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood
 
@@ -121,7 +121,7 @@ def stackfaq_features() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
 
     def combined(query: np.ndarray, text: np.ndarray, also: np.ndarray) -> np.ndarray:
         return best_per_thread(
-            (1 - DEFAULT_WEIGHT) * query @ text.T + DEFAULT_WEIGHT * query @ also.T, thread_of, count
+            (1 - ALSO_WEIGHT) * query @ text.T + ALSO_WEIGHT * query @ also.T, thread_of, count
         )
 
     score, second_score = combined(q, t, b), combined(q2, t2, b2)
@@ -131,7 +131,7 @@ def stackfaq_features() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
     )
     field_answer = best_per_thread(q @ a.T, thread_of, count)
     dropped_scores = np.stack([combined(d, t, b) for d in dropped])
-    entry = (1 - DEFAULT_WEIGHT) * t @ t.T + DEFAULT_WEIGHT * b @ b.T
+    entry = (1 - ALSO_WEIGHT) * t @ t.T + ALSO_WEIGHT * b @ b.T
     thread_to_thread = best_per_thread(best_per_thread(entry, thread_of, count).T, thread_of, count)
     np.fill_diagonal(thread_to_thread, -np.inf)
     tfidf = TfidfVectorizer(sublinear_tf=True).fit(both + questions)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
-from indexer.embedding.fields import DEFAULT_WEIGHT
+from indexer.embedding.fields import ALSO_WEIGHT
 from indexer.encoders.factory import encoder_for
 from search.calibration import threads
 from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood
@@ -132,7 +132,7 @@ def main() -> None:
             text_scores, also_scores = asked[chosen] @ question[keep].T, asked[chosen] @ both[keep].T
             scores = text_scores
             if variant == "combined":
-                scores = (1 - DEFAULT_WEIGHT) * text_scores + DEFAULT_WEIGHT * also_scores
+                scores = (1 - ALSO_WEIGHT) * text_scores + ALSO_WEIGHT * also_scores
             rows, correct = [], []
             for n, rel in enumerate(relevant):
                 order = np.argsort(-scores[n], kind="stable")[:NEIGHBOURS]

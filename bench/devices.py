@@ -108,7 +108,7 @@ def in_process(device: str, model: str, sets: dict[str, list[str]]) -> None:
         precisions = ["fp32"] if not gpu else ["fp32", "fp16", "bf16"]
         for precision in precisions:
             encoder = encoder_for(
-                Strategy(model=model, backend="torch"), EmbeddingOptions.resolve(device, precision)
+                Strategy(model=model, backend="torch"), EmbeddingOptions(device, precision)
             )
             rates[f"semsearch torch on {on.device}, {precision}"] = best_rate(encoder.embed, texts, sync)
         if not gpu:

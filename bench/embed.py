@@ -89,10 +89,12 @@ def run(pipeline: str, corpus: Path, out: Path) -> dict[str, float]:
 
 
 def token_count(texts: list[str]) -> int:
-    from indexer.encoders.onnx_encoder import OnnxEncoder
+    from indexer.embedding.graphs import graph_spec
+    from indexer.encoders.factory import encoder_for
 
     strategy = embedder_strategy("onnx")
-    return sum(len(ids) for ids in OnnxEncoder(strategy).tokens.ids(texts))
+    encoder = encoder_for(strategy, queries=True, held=graph_spec(strategy))
+    return sum(len(ids) for ids in encoder.tokens.ids(texts))
 
 
 def embedder_strategy(backend: str):  # noqa: ANN201 - a Strategy, imported lazily

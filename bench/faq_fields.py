@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.embedding.fields import DEFAULT_WEIGHT, FieldScoring
+from indexer.embedding.fields import ALSO_WEIGHT, FieldScoring
 from indexer.writing.build import build_index
 from search.engine import SearchEngine
 from search.evaluate import read_qrels, retrieval_metrics
@@ -28,7 +28,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"
 CONFIGS = {  # name -> (text fields, also fields)
     "question": (["text"], None),
     "question+answer": (["text", "answer"], None),
-    f"combined w={DEFAULT_WEIGHT}": (["text"], ("text", "answer")),
+    f"combined w={ALSO_WEIGHT}": (["text"], ("text", "answer")),
 }
 
 
@@ -74,7 +74,7 @@ def main() -> None:
     qrels = read_qrels(DATA / "qrels.tsv")
     ids = [e["id"] for e in corpus]
     peer = peer_scores(corpus, queries)
-    peer["combined"] = (1 - DEFAULT_WEIGHT) * peer["question"] + DEFAULT_WEIGHT * peer["question+answer"]
+    peer["combined"] = (1 - ALSO_WEIGHT) * peer["question"] + ALSO_WEIGHT * peer["question+answer"]
     print(f"{'scored on':<24} {'MRR@10':>7} {'S@1':>6} {'peer MRR':>9} {'peer S@1':>9} {'MRR ratio':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in CONFIGS:

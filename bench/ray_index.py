@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     args = parser.parse_args()
     from indexer.encoders.on_ray import connected
+    from indexer.encoders.options import EmbeddingOptions
     from indexer.writing.build import build_index
 
     texts = sentences(args.shared, args.rows)
@@ -65,7 +66,8 @@ def main() -> None:
         with connected("local", workers=2):
             up = time.perf_counter() - started
             for workers in (1, 2):
-                report = build_index(corpus, Path(tmp) / f"ray-{workers}", ray="local", ray_workers=workers)
+                on_ray = EmbeddingOptions(ray="local", ray_workers=workers)
+                report = build_index(corpus, Path(tmp) / f"ray-{workers}", options=on_ray)
                 results[f"semsearch --ray, {workers} worker(s)"] = (report.seconds, report.embed_seconds)
     print(f"{len(texts)} STS-B train sentences; local Ray runtime start: {up:.1f}s (not counted below)\n")
     print("| pipeline | build rows/s | embedding rows/s | embedding vs peer |")

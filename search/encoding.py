@@ -27,12 +27,13 @@ import numpy as np
 
 from indexer.embedding.strategy import Strategy, check_role
 from indexer.embedding.transform import Transform
-from indexer.encoders.options import DEVICE, EmbeddingOptions
+from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import BadInput
 from indexer.files import staged_file
 from indexer.progress import Progress, Share
 from indexer.reading.corpus import CorpusReader, Entry, blank
 from indexer.reading.decoding import line_text, read_lines
+from indexer.reading.tsv import QUOTING
 from search.queries import check_text
 
 if TYPE_CHECKING:  # an index's encoder runs its exported graph: no torch
@@ -78,19 +79,18 @@ class Encoding:
         *,
         index: str | Path | None = None,
         serving: bool = False,
-        device: str = DEVICE,
-        precision: str = "auto",
         options: EmbeddingOptions | None = None,
     ) -> Encoding:
         """The encoder of ``strategy`` (default: the bundled model's), or of the index at
         ``index`` (its stored strategy and fitted transform; no FAISS vectors are read).
         ``serving``: the query encoder an index gives its queries (threads asleep between
-        requests) rather than the bulk one (threads spinning, for throughput); same vectors.
-        ``device`` / ``precision``: where the network runs (``indexer.encoders.devices``), or
-        ``options`` resolved by the caller already."""
+        requests; ``auto`` is the CPU) rather than the bulk one (threads spinning, for
+        throughput); same vectors. ``options``: where and how the network runs
+        (``indexer.encoders.options``); a GPU asked for and missing is said before anything loads."""
         from indexer.encoders.factory import encoder_for
 
-        options = options or EmbeddingOptions.resolve(device, precision, serving=serving)
+        options = given(options)
+        options = (options.for_serving() if serving else options).checked()
         if index is not None:
             if strategy is not None:
                 raise BadInput(
@@ -258,7 +258,7 @@ def read_texts(
     fmt: str | None = None,
     encoding: str = "utf-8",
     delimiter: str | None = None,
-    quoting: str = "auto",
+    quoting: str = QUOTING,
 ) -> Iterator[tuple[str, str]]:
     """``(id, text)`` of each row of a corpus file (CSV/TSV/JSONL/text lines, read as ``index``
     reads one), or of each line of stdin for ``-`` (its line number as id), in order and as read.
@@ -359,7 +359,7 @@ def encode_file(
     fmt: str | None = None,
     source_encoding: str = "utf-8",
     delimiter: str | None = None,
-    quoting: str = "auto",
+    quoting: str = QUOTING,
     progress: bool = False,
     as_: str = "query",
 ) -> EncodeReport:

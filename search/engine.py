@@ -12,7 +12,7 @@ import numpy as np
 
 from indexer.embedding.strategy import Strategy
 from indexer.encoders.factory import encoder_for
-from indexer.encoders.options import EmbeddingOptions
+from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import IndexMoved
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.vectors import single_threaded
@@ -56,16 +56,15 @@ class SearchEngine:
         index_dir: str | Path,
         *,
         strategy: dict[str, Any] | None = None,
-        provider: str | None = None,
         options: EmbeddingOptions | None = None,
     ):
         """``strategy``: what the caller asks for, checked against the stored one (never applied);
-        ``options``: how queries embed, resolved once by the caller (default: the index's graph on
-        the CPU, as ``serve`` has it; ``--device cuda``: torch on the GPU, for a server of many
-        requests); ``provider`` (without ``options``): the ONNX Runtime execution provider queries
-        run on (``CUDAExecutionProvider``...; default the CPU)."""
+        ``options``: how queries embed, for a server (``EmbeddingOptions.for_serving``: by default
+        the index's graph on the CPU; ``device="cuda"``: torch on the GPU, for a server of many
+        requests; ``provider``: the ONNX Runtime execution provider queries run on,
+        ``CUDAExecutionProvider``...)."""
         self.path = Path(index_dir)
-        self.options = options or EmbeddingOptions.resolve(provider=provider, serving=True)
+        self.options = given(options).for_serving().checked()
         self.reloads = 0
         self.reloading = threading.Lock()  # the server reloads from its request threads too
         index = open_index(self.path)

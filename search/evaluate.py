@@ -23,7 +23,7 @@ import numpy as np
 
 from indexer.embedding.fields import FieldScoring
 from indexer.embedding.strategy import Strategy
-from indexer.encoders.options import DEVICE
+from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Rejection, rejection_summary
@@ -165,17 +165,15 @@ def evaluate_sts(
     strategy: Strategy | None = None,
     *,
     progress: bool = False,
-    device: str = DEVICE,
-    precision: str = "auto",
+    options: EmbeddingOptions | None = None,
 ) -> dict[str, float]:
     """Embed every sentence once with the strategy (post-processing fitted on these sentences), on
-    the encoder an index of it would be built with (no torch once its graph is cached), on
-    ``device`` at ``precision`` (``indexer.encoders.devices``)."""
+    the encoder an index of it would be built with (no torch once its graph is cached), as
+    ``options`` say (``indexer.encoders.options``)."""
     from indexer.embedding.transform import Transform
     from indexer.encoders.factory import encoder_for
-    from indexer.encoders.options import EmbeddingOptions
 
-    embedder = encoder_for(strategy, EmbeddingOptions.resolve(device, precision))
+    embedder = encoder_for(strategy, options)
     sentences = pairs.sentences()
     with Progress(len(sentences), "embedding", enabled=progress) as bar:
         vectors = embedder.embed(sentences, progress=bar.step(len(sentences)))
@@ -259,12 +257,11 @@ def evaluate_retrieval(
     k: int = 10,
     also: FieldScoring | None = None,
     progress: bool = False,
-    device: str = DEVICE,
-    precision: str = "auto",
+    options: EmbeddingOptions | None = None,
     encoding: str = "utf-8",
 ) -> dict[str, Any]:
     """Query an existing index, or build a temporary one from ``corpus`` (in ``encoding``) with
-    ``strategy`` (and ``also`` fields) on ``device`` at ``precision``; metrics at cutoff ``k``."""
+    ``strategy`` (and ``also`` fields) embedded as ``options`` say; metrics at cutoff ``k``."""
     from indexer.writing.build import build_index
     from search.calibration import embedded
     from search.engine import SearchEngine
@@ -282,8 +279,7 @@ def evaluate_retrieval(
                 text_fields=text_fields,
                 also=also,
                 progress=progress,
-                device=device,
-                precision=precision,
+                options=options,
                 encoding=encoding,
             )
         snapshot = SearchEngine(index_dir).snapshot

@@ -16,21 +16,19 @@ if TYPE_CHECKING:
     from search.engine import SearchEngine
 
 
-def load_engine(
-    index_dir: str | Path, provider: str | None = None, options: EmbeddingOptions | None = None
-) -> Future[SearchEngine]:
-    """``SearchEngine(index_dir, provider=..., options=...)``, its imports included, in a thread of
-    its own; the future holds the engine or the error opening the index raised."""
+def load_engine(index_dir: str | Path, options: EmbeddingOptions | None = None) -> Future[SearchEngine]:
+    """``SearchEngine(index_dir, options=...)``, its imports included, in a thread of its own; the
+    future holds the engine or the error opening the index raised."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
-    loading = pool.submit(_open, index_dir, provider, options)
+    loading = pool.submit(_open, index_dir, options)
     pool.shutdown(wait=False)  # the thread ends when the engine is loaded
     return loading
 
 
-def _open(index_dir: str | Path, provider: str | None, options: EmbeddingOptions | None) -> SearchEngine:
+def _open(index_dir: str | Path, options: EmbeddingOptions | None) -> SearchEngine:
     from search.engine import SearchEngine
 
-    engine = SearchEngine(index_dir, provider=provider, options=options)
+    engine = SearchEngine(index_dir, options=options)
     engine.embedder.embed(["semsearch"])  # warm, and a model that yields NaN fails before serving
     return engine
 

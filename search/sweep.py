@@ -25,7 +25,7 @@ import numpy as np
 from indexer.catalog import Catalog
 from indexer.embedding.strategy import POOLINGS, POSTPROCESSES, ROLES, SWEPT, Strategy
 from indexer.embedding.transform import Transform
-from indexer.encoders.options import DEVICE
+from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Entry, read_corpus
@@ -128,20 +128,14 @@ def _embed_grid(
     texts: Sequence[tuple[Sequence[str], str]],
     poolings: Sequence[str],
     progress: bool,
-    device: str = DEVICE,
-    precision: str = "auto",
+    options: EmbeddingOptions | None = None,
 ):
-    """Resolved (row, strategy) cells and, per (text list, role), each cell's vectors (on
-    ``device``): an index's entries are passages, its questions queries; STS sentences, compared
-    with each other, are all queries."""
+    """Resolved (row, strategy) cells and, per (text list, role), each cell's vectors (embedded as
+    ``options`` say): an index's entries are passages, its questions queries; STS sentences,
+    compared with each other, are all queries."""
     from indexer.encoders.factory import torch_encoder
-    from indexer.encoders.options import EmbeddingOptions
 
-    embedder = torch_encoder(
-        replace(base, postprocess="none", whiten_dims=None),
-        EmbeddingOptions.resolve(device, precision),
-        all_layers=True,
-    )
+    embedder = torch_encoder(replace(base, postprocess="none", whiten_dims=None), options, all_layers=True)
     if getattr(embedder.model, "pooler", None) is None:  # DistilBERT, ModernBERT: no pooler to read
         poolings = [p for p in poolings if p != "pooler"]
         if not poolings:
@@ -162,14 +156,13 @@ def sweep_sts(
     poolings: Sequence[str] = SWEPT,
     postprocesses: Sequence[str] = ("none",),
     progress: bool = False,
-    device: str = DEVICE,
-    precision: str = "auto",
+    options: EmbeddingOptions | None = None,
 ) -> list[Cell]:
-    """Every cell's Spearman/Pearson on the pairs, best first (embedded on ``device``)."""
+    """Every cell's Spearman/Pearson on the pairs, best first (embedded as ``options`` say)."""
     plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses)
     base, postprocesses = plan.base, plan.postprocesses
     cells, (vectors,) = _embed_grid(
-        base, [(pairs.sentences(), "query")], plan.poolings, progress, device, precision
+        base, [(pairs.sentences(), "query")], plan.poolings, progress, options
     )
     results = []
     for (row, strategy), raw in zip(cells, vectors, strict=True):
@@ -220,8 +213,7 @@ def retrieval_sweep(
     progress: bool = False,
     k: int = 10,
     metric: str | None = None,
-    device: str = DEVICE,
-    precision: str = "auto",
+    options: EmbeddingOptions | None = None,
     encoding: str = "utf-8",
 ) -> RetrievalSweep:
     """Every cell's retrieval metrics at cutoff ``k`` (exact cosine search, as the index does),
@@ -239,8 +231,7 @@ def retrieval_sweep(
         [([e.text for e in entries], "passage"), ([q.text for q in data.queries], "query")],
         plan.poolings,
         progress,
-        device,
-        precision,
+        options,
     )
     top_k = min(k, len(entries))
     results, raw = [], []

@@ -23,7 +23,7 @@ import numpy as np
 
 from indexer.embedding.fields import FieldScoring
 from indexer.embedding.strategy import Strategy
-from indexer.encoders.options import DEVICE
+from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.files import staged_dir
 from indexer.reading.corpus import Rejection
@@ -304,21 +304,22 @@ def tune(
     learning_rate: float = 2e-5,
     progress: bool = False,
     report: Callable[[str], object] = lambda line: None,
-    device: str = DEVICE,
-    precision: str = "auto",
+    options: EmbeddingOptions | None = None,
 ) -> TuneReport:
     """Fine-tune ``strategy``'s model (default: the index's default) on ``labels`` through that
     strategy, holding back ``held_back`` of the labels by group, and save the best checkpoint to
-    ``output`` (a new or empty directory), loadable with ``--model output``. ``device``: where it
-    trains (``auto``: a GPU torch sees); ``precision`` on a GPU: the forward pass autocast
-    (``auto``: bf16, which needs no loss scaling), weights and optimiser in fp32."""
-    from indexer.encoders.options import EmbeddingOptions
+    ``output`` (a new or empty directory), loadable with ``--model output``. ``batch_size``: pairs
+    per training step. ``options``: where it trains (``device``; ``auto``: a GPU torch sees); their
+    ``precision`` on a GPU: the forward pass autocast (``auto``: bf16, which needs no loss
+    scaling), weights and optimiser in fp32."""
+    from indexer.encoders.devices import AUTO
+    from indexer.encoders.options import given
     from indexer.encoders.training import Budget, fine_tune, save_model, trainable
 
     output = Path(output)
-    options = EmbeddingOptions.resolve(device, precision)
+    options = given(options).checked()
     on = options.placement
-    mixed = "bf16" if precision == "auto" and not on.on_cpu else on.precision
+    mixed = "bf16" if options.precision.strip().lower() == AUTO and not on.on_cpu else on.precision
     with staged_dir(output, _new_or_empty) as staging:  # claimed now: a second tune to it stops here
         budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
         held = hold_back(labels, held_back, seed)

@@ -11,6 +11,7 @@ Build and keep an index:
     delete          remove entries by id
     compact         merge an index's update segments into one version
     FieldScoring    ``also=``: a second text per entry (question + answer) and its weight
+    EmbeddingOptions ``options=``: where and how texts embed (device, precision, batch size, Ray)
     open_index      the stored index itself (its ``info()``, its catalog)
 
 Vectors:
@@ -47,6 +48,7 @@ _SOURCES = {
     "compact": "indexer.writing.update:compact_index",
     "UpdateReport": "indexer.writing.update:UpdateReport",
     "FieldScoring": "indexer.embedding.fields:FieldScoring",
+    "EmbeddingOptions": "indexer.encoders.options:EmbeddingOptions",
     "open_index": "indexer.store:open_index",
     "word_vectors": "indexer.encoders.words:word_vectors",
     "SearchEngine": "search.engine:SearchEngine",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import random_bert
+from tests.helpers import random_bert, torch_reference
 
 _SLOW_WORK: list[str] | None = None
 """What the running test, one not marked slow, did that only a slow test may do (None: no test
@@ -134,9 +134,8 @@ def bundled():
     """The real default model on torch, the reference every other backend is held to; loaded
     once for the session."""
     from indexer.embedding.strategy import Strategy
-    from indexer.encoders.torch_encoder import TorchEncoder
 
-    return TorchEncoder(Strategy(backend="torch"))
+    return torch_reference(Strategy(backend="torch"))
 
 
 @pytest.fixture

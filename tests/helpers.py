@@ -27,6 +27,26 @@ DATA = ROOT / "data"
 SHARED = ROOT.parent / "shared" / "data"
 
 
+def torch_reference(strategy: object = None, **kwargs: object) -> object:
+    """The strategy's model on torch on the CPU in fp32, from the factory: the reference every
+    other backend is held to (``all_layers``, ``loaded`` as ``factory.torch_encoder`` takes them)."""
+    from indexer.encoders.factory import torch_encoder
+    from indexer.encoders.options import EmbeddingOptions
+
+    return torch_encoder(strategy, EmbeddingOptions(device="cpu"), **kwargs)  # type: ignore[arg-type]
+
+
+def graph_encoder(strategy: object, spec: object = None) -> object:
+    """The ONNX Runtime encoder of a resolved strategy's exported graph (``spec``, default its
+    cached one), from the factory, as an index's queries run it."""
+    from indexer.embedding.graphs import graph_spec
+    from indexer.encoders.factory import encoder_for
+    from indexer.encoders.options import EmbeddingOptions
+
+    held = spec or graph_spec(strategy)  # type: ignore[arg-type]
+    return encoder_for(strategy, EmbeddingOptions(device="cpu"), queries=True, held=held)  # type: ignore[arg-type]
+
+
 def long_sentences(count: int, words: int) -> list[str]:
     """``count`` different sentences of ``words`` words each: heavy work for the model."""
     vocabulary = [

@@ -9,9 +9,8 @@ import pytest
 from indexer import Strategy, build_index
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_encoder import OnnxEncoder
-from indexer.encoders.torch_encoder import TorchEncoder
 from search import SearchEngine
-from tests.helpers import real_sentences
+from tests.helpers import graph_encoder, real_sentences, torch_reference
 
 pytest.importorskip("onnxruntime")
 
@@ -56,9 +55,9 @@ def test_documents_are_chunked_as_the_transformers_tokenizer_does(bundled):
     """Both encoders' windows (tokenizers' overflow, from the loaded tokenizer or from
     tokenizer.json) equal the transformers tokenizer's own, in order."""
     strategy = Strategy(backend="onnx", max_length=16).chunked(4)
-    embedder = TorchEncoder(strategy)
+    embedder = torch_reference(strategy)
     assert embedder.export_for_queries() is None
-    encoder = OnnxEncoder(embedder.strategy)
+    encoder = graph_encoder(embedder.strategy)
     texts = real_sentences()[:30] + ["?", "naïve café — 東京 🚀 " * 9, "word " * 300, "x" * 3000]
     expected = embedder.tokenizer(
         texts,
@@ -110,5 +109,5 @@ def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
     second = open_index(tmp_path / "second")
     assert second.strategy == open_index(tmp_path / "first").strategy
     vectors, ids = second.vectors.stored()
-    reference = TorchEncoder(Strategy(backend="torch")).embed([line.strip() for line in sentences])
+    reference = torch_reference(Strategy(backend="torch")).embed([line.strip() for line in sentences])
     assert np.abs(vectors[np.argsort(ids)] - reference).max() < 1e-5

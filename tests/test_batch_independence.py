@@ -15,7 +15,7 @@ from indexer.embedding.batching import Batching
 from indexer.embedding.strategy import BACKENDS, Strategy
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.onnx_encoder import OnnxEncoder
-from tests.helpers import shared_file
+from tests.helpers import graph_encoder, shared_file
 
 SHORT = ["A man is playing a guitar.", "how do I reset my password", "naïve café — 東京 🚀", "?"]
 
@@ -49,7 +49,7 @@ def test_query_encoder_is_batch_independent(bundled, tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path))
     assert bundled.export_for_queries() is None
-    encoder = OnnxEncoder(bundled.strategy)
+    encoder = graph_encoder(bundled.strategy)
     assert_batch_independent(encoder)
 
 

@@ -15,7 +15,6 @@ from click.testing import CliRunner
 
 from indexer import Strategy, build_index
 from indexer.encoders.factory import encoder_for
-from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.errors import SemsearchError, StrategyConflict
 from indexer.reading.corpus import read_corpus
 from indexer.store import open_index
@@ -24,7 +23,7 @@ from search import SearchEngine
 from search.cli import cli
 from search.engine import check_strategy
 from search.info import index_info
-from tests.helpers import DATA, random_bert, real_sentences, write_csv
+from tests.helpers import DATA, random_bert, real_sentences, torch_reference, write_csv
 
 pytest.importorskip("onnxruntime")
 
@@ -97,11 +96,11 @@ def test_asking_either_fp32_backend_of_either_index_is_accepted_int8_is_not(bund
 
 
 def test_sweeps_run_the_default_backend_on_one_torch_pass(tiny_model):
-    embedder = TorchEncoder(Strategy(model=tiny_model), all_layers=True)
+    embedder = torch_reference(Strategy(model=tiny_model), all_layers=True)
     assert embedder.strategy.backend == "onnx"
     assert len(embedder.network.model.encoder.layer) == 3  # every layer: one pass feeds the grid
     with pytest.raises(SemsearchError, match="sweeps"):
-        TorchEncoder(Strategy(model=tiny_model, backend="onnx-int8"), all_layers=True)
+        torch_reference(Strategy(model=tiny_model, backend="onnx-int8"), all_layers=True)
 
 
 @pytest.fixture
@@ -131,7 +130,7 @@ def test_an_unexportable_model_is_indexed_on_torch_and_the_build_says_so(unexpor
     assert index.strategy.backend == "torch"  # what embedded it
     assert index_info(index.path)["encoder"].startswith("torch (RuntimeError: Exporting the operator")
     vectors, ids = index.vectors.stored()
-    reference = TorchEncoder(Strategy(model=unexportable, backend="torch")).embed(texts)
+    reference = torch_reference(Strategy(model=unexportable, backend="torch")).embed(texts)
     assert np.abs(vectors[np.argsort(ids)] - reference).max() < 1e-6
     hits = SearchEngine(tmp_path / "idx").search("where do I park?", k=1)
     assert hits[0].id == "q1"

@@ -16,7 +16,7 @@ from indexer.embedding.strategy import Strategy
 from indexer.encoders.devices import Placement, placement
 from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
-from tests.helpers import assert_clean_failure, real_sentences, run
+from tests.helpers import assert_clean_failure, graph_encoder, real_sentences, run
 
 torch = pytest.importorskip("torch")
 NO_GPU = not torch.cuda.is_available()
@@ -83,14 +83,14 @@ def test_the_device_loop_gives_the_onnx_vectors_and_half_precision_stays_close()
         Strategy(chunk_overlap=8, max_length=32),
     ):
         today = encoder_for(strategy)  # the ONNX graph: today's vectors
-        loop = torch_encoder(replace(strategy, backend="torch"), EmbeddingOptions.resolve("cpu"))
+        loop = torch_encoder(replace(strategy, backend="torch"), EmbeddingOptions(device="cpu"))
         expected, expected_owners = today.embed_documents(texts)
         vectors, owners = loop.embed_documents(texts)
         np.testing.assert_array_equal(owners, expected_owners)
         np.testing.assert_allclose(vectors, expected, atol=1e-5)
         np.testing.assert_allclose(loop.embed(texts), today.embed(texts), atol=1e-5)
     # bf16 (what a GPU's half precision does to the network) through the same code, on the CPU
-    half = torch_encoder(Strategy(backend="torch"), EmbeddingOptions(Placement("cpu", "bf16")))
+    half = torch_encoder(Strategy(backend="torch"), EmbeddingOptions.at(Placement("cpu", "bf16")))
     low, full = half.embed(sentences), encoder_for(Strategy()).embed(sentences)
     assert low.dtype == np.float32
     cosines = (low * full).sum(1)
@@ -169,7 +169,7 @@ def test_sessions_side_by_side_give_the_vectors_of_one(tiny_model):
     # the machine, whatever cores (taskset, a cpuset) the process was given
     from indexer.encoders.onnx_graph import usable_cores
 
-    served = OnnxEncoder(strategy)
+    served = graph_encoder(strategy)
     sessions = (*served.sessions, *three.sessions)
     threads = [s.session.get_session_options().intra_op_num_threads for s in sessions]
     assert threads == [usable_cores(), 1, 1, 1]

@@ -59,7 +59,7 @@ def single(tmp_path_factory, tiny_model, corpus) -> Path:
 
 def on_ray(strategy: Strategy, workers: int):
     """The factory's encoder for ``strategy`` on the module's local Ray runtime."""
-    return encoder_for(strategy, EmbeddingOptions.resolve("cpu", ray="local", ray_workers=workers))
+    return encoder_for(strategy, EmbeddingOptions(device="cpu", ray="local", ray_workers=workers))
 
 
 def assert_same_answers(a: Path, b: Path) -> None:
@@ -80,7 +80,11 @@ def test_the_local_runtime_stays_on_loopback(ray_runtime):
 @pytest.mark.slow
 def test_ray_build_ranks_like_a_single_build(ray_runtime, tmp_path, tiny_model, corpus, single):
     report = build_index(
-        corpus, tmp_path / "ray", Strategy(model=tiny_model), text_fields=FIELDS, ray="local"
+        corpus,
+        tmp_path / "ray",
+        Strategy(model=tiny_model),
+        text_fields=FIELDS,
+        options=EmbeddingOptions(ray="local"),
     )
     assert report.entries == open_index(single).meta["count"]
     assert [r.row for r in report.rejected] and len(report.rejected) == 1  # the empty row, reported
@@ -143,7 +147,13 @@ def test_a_worker_that_keeps_dying_fails_the_build_and_the_old_index_survives(
         distributed, "embed_on_ray", lambda *a, **k: real(*a, **{**k, "before_partition": always_die})
     )
     with pytest.raises(WorkerFailed, match="Ray worker"):
-        build_index(corpus, index, Strategy(model=tiny_model), text_fields=FIELDS, ray="local", ray_workers=1)
+        build_index(
+            corpus,
+            index,
+            Strategy(model=tiny_model),
+            text_fields=FIELDS,
+            options=EmbeddingOptions(ray="local", ray_workers=1),
+        )
     assert live_version(index) == before and sorted(
         p.name for p in index.iterdir() if p.name.startswith("v-")
     ) == [before]
@@ -186,7 +196,13 @@ def test_info_records_what_the_ray_workers_embedded_with(
 
     monkeypatch.setattr(distributed, "embed_on_ray", reported)
     asked = Strategy(model=tiny_model)
-    build_index(corpus, tmp_path / "ray", asked, text_fields=FIELDS, ray="local", ray_workers=1)
+    build_index(
+        corpus,
+        tmp_path / "ray",
+        asked,
+        text_fields=FIELDS,
+        options=EmbeddingOptions(ray="local", ray_workers=1),
+    )
     recorded = open_index(tmp_path / "ray").info()["embedded"]
     assert used and (recorded["ray"], recorded["workers"]) == ("local", 1)
     work = ("runtime", "device", "precision", "batching")

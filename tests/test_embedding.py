@@ -9,8 +9,9 @@ import torch
 
 from indexer.embedding.strategy import POOLINGS, Strategy
 from indexer.encoders.factory import encoder_for
-from indexer.encoders.torch_encoder import TorchEncoder, TorchNetwork
+from indexer.encoders.torch_encoder import TorchNetwork
 from indexer.errors import SemsearchError
+from tests.helpers import torch_reference
 
 SHORT = "A cat sat."
 LONG = "The quick brown fox jumps over the lazy dog near the bank of a wide, slow river today."
@@ -94,12 +95,12 @@ def test_layers_and_pooling_read_the_right_hidden_states(tiny_model):
 
 
 def test_forward_stops_at_deepest_layer_needed(tiny_model):
-    embedder = TorchEncoder(Strategy(model=tiny_model, layers=(1,), backend="torch"))
+    embedder = torch_reference(Strategy(model=tiny_model, layers=(1,), backend="torch"))
     assert isinstance(embedder.network, TorchNetwork)
     assert len(embedder.network.model.encoder.layer) == 1
     pooler = Strategy(model=tiny_model, pooling="pooler", backend="torch")
-    assert len(TorchEncoder(pooler).network.model.encoder.layer) == 3
-    every = TorchEncoder(Strategy(model=tiny_model, layers=(1,)), all_layers=True)
+    assert len(torch_reference(pooler).network.model.encoder.layer) == 3
+    every = torch_reference(Strategy(model=tiny_model, layers=(1,)), all_layers=True)
     assert len(every.network.model.encoder.layer) == 3
 
 

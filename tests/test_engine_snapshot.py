@@ -11,6 +11,7 @@ import pytest
 
 from indexer.embedding.strategy import Strategy
 from indexer.encoders.factory import encoder_for
+from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput, FilterError, IndexMoved
 from indexer.store import open_index
 from search.encoding import Encoding
@@ -111,8 +112,8 @@ def test_a_snapshot_never_pairs_its_vectors_with_rows_written_after_it(tmp_path,
 def test_the_engine_runs_its_queries_on_the_execution_provider_asked_for(tmp_path, tiny_model):
     path = build_faq(tmp_path, tiny_model)
     with pytest.raises(BadInput, match="no execution provider 'NoSuchExecutionProvider'"):
-        SearchEngine(path, provider="NoSuchExecutionProvider")
-    engine = SearchEngine(path, provider="CPUExecutionProvider")
+        SearchEngine(path, options=EmbeddingOptions(provider="NoSuchExecutionProvider"))
+    engine = SearchEngine(path, options=EmbeddingOptions(provider="CPUExecutionProvider"))
     assert engine.embedder.decision.provider == "CPUExecutionProvider"
     build_faq(tmp_path, tiny_model, layers=(-1, -2), combine="concat")
     assert engine.reload_if_changed() and engine.embedder.decision.provider == "CPUExecutionProvider"
@@ -131,4 +132,4 @@ def test_query_and_serve_take_the_execution_provider(tmp_path, tiny_model):
     good = CliRunner().invoke(cli, ["query", str(path), ROWS[1][1], "-k", "1", *asked])
     assert good.exit_code == 0 and "a2" in good.output
     with pytest.raises(BadInput, match="no execution provider"):
-        load_engine(path, provider="NoSuchExecutionProvider").result()
+        load_engine(path, EmbeddingOptions(provider="NoSuchExecutionProvider")).result()

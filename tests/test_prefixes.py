@@ -11,7 +11,7 @@ import pytest
 
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from tests.helpers import assert_clean_failure, build_faq, run
+from tests.helpers import assert_clean_failure, build_faq, run, torch_reference
 
 E5 = {"query_prefix": "query: ", "passage_prefix": "passage: "}
 TEXTS = ["How do I pay for a ride?", "a bike"]
@@ -20,10 +20,9 @@ TEXTS = ["How do I pay for a ride?", "a bike"]
 @pytest.fixture(scope="module")
 def plain_and_prefixed(tiny_model):
     """Torch encoders of the tiny model without and with e5's prefixes, sharing one loaded model."""
-    from indexer.encoders.torch_encoder import TorchEncoder
 
-    plain = TorchEncoder(Strategy(model=tiny_model, backend="torch"))
-    prefixed = TorchEncoder(Strategy(model=tiny_model, backend="torch", **E5), loaded=plain.loaded)
+    plain = torch_reference(Strategy(model=tiny_model, backend="torch"))
+    prefixed = torch_reference(Strategy(model=tiny_model, backend="torch", **E5), loaded=plain.loaded)
     return plain, prefixed
 
 
@@ -40,10 +39,9 @@ def test_queries_and_passages_are_the_vectors_of_their_prefixed_texts(plain_and_
 
 
 def test_each_window_of_a_chunked_passage_starts_with_the_prefix(tiny_model):
-    from indexer.encoders.torch_encoder import TorchEncoder
 
-    plain = TorchEncoder(Strategy(model=tiny_model, backend="torch", max_length=16))
-    chunked = TorchEncoder(
+    plain = torch_reference(Strategy(model=tiny_model, backend="torch", max_length=16))
+    chunked = torch_reference(
         Strategy(model=tiny_model, backend="torch", max_length=16, chunk_overlap=4, **E5), loaded=plain.loaded
     )
     text = " ".join(f"word{i}" for i in range(40))
@@ -58,11 +56,10 @@ def test_each_window_of_a_chunked_passage_starts_with_the_prefix(tiny_model):
 
 
 def test_a_prefix_that_fills_the_window_is_one_clear_line(tiny_model):
-    from indexer.encoders.torch_encoder import TorchEncoder
 
     long = "represent this sentence for searching relevant passages " * 4
     with pytest.raises(BadInput, match="query prefix .* takes 16 or more of the model's 16-token window"):
-        TorchEncoder(Strategy(model=tiny_model, backend="torch", max_length=16, query_prefix=long))
+        torch_reference(Strategy(model=tiny_model, backend="torch", max_length=16, query_prefix=long))
 
 
 @pytest.mark.parametrize("role", ["query", "passage"])
@@ -176,10 +173,9 @@ def test_the_encode_endpoints_take_an_input_type(tmp_path, tiny_model):
 
 
 def test_a_sweep_embeds_entries_as_passages_and_questions_as_queries(plain_and_prefixed, tiny_model):
-    from indexer.encoders.torch_encoder import TorchEncoder
 
     plain, _ = plain_and_prefixed
-    grid = TorchEncoder(
+    grid = torch_reference(
         Strategy(model=tiny_model, backend="torch", **E5), all_layers=True, loaded=plain.loaded
     )
     cell = grid.strategy

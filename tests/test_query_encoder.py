@@ -19,7 +19,7 @@ from indexer.encoders.factory import encoder_for, encoder_status
 from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.encoders.torch_encoder import TorchEncoder
 from search.info import index_info
-from tests.helpers import ROOT, random_bert, shared_file
+from tests.helpers import ROOT, graph_encoder, random_bert, shared_file, torch_reference
 
 pytest.importorskip("onnxruntime")
 
@@ -41,9 +41,9 @@ def private_cache(tmp_path_factory, monkeypatch):
 
 def torch_free(strategy: Strategy) -> tuple[TorchEncoder, OnnxEncoder]:
     """The strategy on torch (the reference) and on the torch-free encoder of the same index."""
-    embedder = TorchEncoder(replace(strategy, backend="torch"))
+    embedder = torch_reference(replace(strategy, backend="torch"))
     assert embedder.export_for_queries() is None
-    return embedder, OnnxEncoder(embedder.strategy)
+    return embedder, graph_encoder(embedder.strategy)
 
 
 def assert_same(reference: np.ndarray, vectors: np.ndarray) -> None:
@@ -91,7 +91,7 @@ def test_default_strategy_matches_torch_on_the_bundled_model(bundled):
 @pytest.mark.slow
 def test_token_ids_match_the_transformers_tokenizer(bundled):
     assert bundled.export_for_queries() is None
-    encoder = OnnxEncoder(bundled.strategy, spec=graph_spec(bundled.strategy))
+    encoder = graph_encoder(bundled.strategy, graph_spec(bundled.strategy))
     texts = stsb_sample(50) + ODD
     expected = bundled.tokenizer(
         texts,
@@ -130,7 +130,7 @@ def test_exported_weights_lie_beside_the_graph_for_onnx_runtime_to_map(tiny_mode
     spec.weights.unlink()
     assert encoder_status(encoder.strategy).startswith("onnx (graph not exported")
     assert embedder.export_for_queries() is None and spec.exported
-    assert_same(embedder.embed(sentences), OnnxEncoder(encoder.strategy).embed(sentences))
+    assert_same(embedder.embed(sentences), graph_encoder(encoder.strategy).embed(sentences))
 
 
 def test_a_failed_export_falls_back_to_torch_and_says_why(tiny_model):

@@ -18,7 +18,7 @@ from indexer.embedding.head import Head, NetworkOutput, pad_batch
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
 from search.tuning import hold_back, read_labels, training_examples, tune
-from tests.helpers import DATA, assert_clean_failure, positive_pairs, run, sentence
+from tests.helpers import DATA, assert_clean_failure, positive_pairs, run, sentence, torch_reference
 
 
 def scored_pairs(directory: Path, count: int = 40) -> Path:
@@ -154,9 +154,8 @@ def test_the_head_on_torch_tensors_is_the_head_on_numpy(strategy, tiny_model):
     """Training runs the index's own head on tensors: same vectors, and a gradient."""
     import torch
 
-    from indexer.encoders.torch_encoder import TorchEncoder
 
-    encoder = TorchEncoder(replace(strategy, model=tiny_model, backend="torch"), all_layers=True)
+    encoder = torch_reference(replace(strategy, model=tiny_model, backend="torch"), all_layers=True)
     texts = [sentence(i) for i in range(5)]
     input_ids, attention = pad_batch(encoder.tokens.ids(texts), encoder.tokens.pad)
     head = Head(encoder.strategy, encoder.num_layers, encoder.tokens.special_ids)
@@ -188,11 +187,10 @@ def test_a_strategy_other_than_last_layer_mean_is_trained_through_and_stored(
     tiny_model, tmp_path, monkeypatch
 ):
     from indexer.embedding.models import resolve_strategy
-    from indexer.encoders.torch_encoder import TorchEncoder
 
     asked = Strategy(model=tiny_model, layers=(1,), pooling="max", backend="torch")
     texts = [sentence(i) for i in range(6)]
-    before = TorchEncoder(asked).embed(texts)
+    before = torch_reference(asked).embed(texts)
     scripted_metric(monkeypatch, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])  # every evaluation better: the last is kept
     done = tune(
         read_labels(pairs=scored_pairs(tmp_path)), tmp_path / "out", asked, epochs=2, learning_rate=1e-3
@@ -202,7 +200,7 @@ def test_a_strategy_other_than_last_layer_mean_is_trained_through_and_stored(
     assert json.loads((tmp_path / "out" / "config.json").read_text())["num_hidden_layers"] == 1
     stored = resolve_strategy(Strategy(model=str(tmp_path / "out")))
     assert (stored.layers, stored.pooling, stored.max_length) == ((-1,), "max", 128)
-    after = TorchEncoder(Strategy(model=str(tmp_path / "out"), backend="torch")).embed(texts)
+    after = torch_reference(Strategy(model=str(tmp_path / "out"), backend="torch")).embed(texts)
     assert after.shape == before.shape and not np.allclose(after, before, atol=1e-4)
 
     several = Strategy(model=tiny_model, layers=(1, 2), combine="concat", skip_special=True, backend="torch")
@@ -211,13 +209,12 @@ def test_a_strategy_other_than_last_layer_mean_is_trained_through_and_stored(
     kept = json.loads((tmp_path / "several" / "semsearch.json").read_text())
     assert kept["strategy"]["layers"] == [1, -1] and kept["strategy"]["skip_special"]
     again = Strategy(model=str(tmp_path / "several"), layers=(1, -1), combine="concat", skip_special=True)
-    assert TorchEncoder(replace(again, backend="torch")).embed(texts).shape == (6, 64)
+    assert torch_reference(replace(again, backend="torch")).embed(texts).shape == (6, 64)
 
 
 def test_training_stops_when_the_held_back_metric_stops_improving_and_keeps_the_best(
     tiny_model, tmp_path, monkeypatch
 ):
-    from indexer.encoders.torch_encoder import TorchEncoder
 
     asked = Strategy(model=tiny_model, backend="torch")
     texts = [sentence(i) for i in range(6)]
@@ -227,10 +224,10 @@ def test_training_stops_when_the_held_back_metric_stops_improving_and_keeps_the_
     )
     assert done.stopped == "held-back metric stopped improving" and done.best_step == 0
     assert done.steps < 8 * 3 and done.before == done.after == 1.0  # 36 pairs: 3 batches an epoch
-    untouched = TorchEncoder(
+    untouched = torch_reference(
         Strategy(model=str(tmp_path / "out"), layers=(-1,), pooling="mean", backend="torch")
     )
-    np.testing.assert_allclose(untouched.embed(texts), TorchEncoder(asked).embed(texts), atol=1e-5)
+    np.testing.assert_allclose(untouched.embed(texts), torch_reference(asked).embed(texts), atol=1e-5)
 
 
 def test_bad_labels_and_untrainable_models_are_one_clear_error(tiny_model, tmp_path):

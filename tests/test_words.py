@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexer.encoders.torch_encoder import TorchEncoder
 from indexer.encoders.words import WORD_STRATEGY, Word, context, cosine_matrix, occurrences, word_vectors
 from indexer.errors import SemsearchError
+from tests.helpers import torch_reference
 
 SENTENCE = (
     "After stealing money from the bank vault, the bank robber was seen fishing on the "
@@ -17,7 +17,7 @@ SENTENCE = (
 
 @pytest.fixture(scope="module")
 def words_embedder():
-    return TorchEncoder(WORD_STRATEGY)
+    return torch_reference(WORD_STRATEGY)
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from indexer.embedding.strategy import DEFAULT_WEIGHT
+from indexer.embedding.strategy import ALSO_WEIGHT
 from indexer.errors import BadInput
 from indexer.progress import Share
 from indexer.reading.corpus import Entry, field_text, nearest, spelled
@@ -31,7 +31,7 @@ class FieldScoring:
     of its cosine in an entry's score."""
 
     also: tuple[str, ...]
-    weight: float = DEFAULT_WEIGHT
+    weight: float = ALSO_WEIGHT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "also", tuple(str(f).strip() for f in self.also))
@@ -66,7 +66,7 @@ class FieldScoring:
             if weight is not None:
                 raise BadInput("--also-weight needs --also FIELDS")
             return None
-        return cls(tuple(fields), DEFAULT_WEIGHT if weight is None else weight)
+        return cls(tuple(fields), ALSO_WEIGHT if weight is None else weight)
 
     @classmethod
     def given(cls, also: FieldScoring | str | Sequence[str] | None) -> FieldScoring | None:

@@ -18,7 +18,7 @@ from indexer.embedding.models import (
     model_location,
     read_json,
 )
-from indexer.embedding.strategy import PRECISION, Strategy
+from indexer.embedding.strategy import BACKEND_PRECISION, Strategy
 
 HELD_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 """The model files that run a graph without the model (its sizes, its tokenizer and special tokens):
@@ -104,5 +104,5 @@ def _spec(strategy: Strategy, location: str, num_layers: int | None) -> GraphSpe
         num_layers = (config_shape(read_json(model_file(location, "config.json")) or {}) or (0, 0))[0]
     pooler = strategy.pooling == "pooler"
     layers = () if pooler else tuple(sorted({i % (num_layers + 1) for i in strategy.layers or (-1,)}))
-    backend = "onnx-int8" if PRECISION[strategy.backend] == "int8" else "onnx"
+    backend = "onnx-int8" if BACKEND_PRECISION[strategy.backend] == "int8" else "onnx"
     return GraphSpec(location, layers, pooler, backend)

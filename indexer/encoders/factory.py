@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 from indexer.embedding.batching import Batching
 from indexer.embedding.graphs import GraphSpec, graph_spec
 from indexer.embedding.models import identified, model_facts_from_files, resolve_strategy
-from indexer.embedding.strategy import PRECISION, Strategy
+from indexer.embedding.strategy import BACKEND_PRECISION, Strategy
 from indexer.encoders.base import Decision, Encoder
 from indexer.encoders.devices import Placement
 from indexer.encoders.onnx_graph import CPU
-from indexer.encoders.options import EmbeddingOptions
+from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import BadInput
 
 if TYPE_CHECKING:
@@ -61,7 +61,6 @@ HELD = "the index holds its graph"
 CACHED = "its graph is cached"
 ASKED = "backend torch asked for"
 SWEEP = "every layer in one forward pass (a sweep)"
-HERE = EmbeddingOptions()
 
 
 def runtime(name: str) -> Any:
@@ -72,26 +71,28 @@ def runtime(name: str) -> Any:
 
 def decide(
     strategy: Strategy,
-    options: EmbeddingOptions = HERE,
+    options: EmbeddingOptions | None = None,
     *,
     held: GraphSpec | None = None,
     queries: bool = False,
 ) -> Decision:
-    """The one encoder decision (see the module doc). ``strategy``: resolved for ``queries``."""
+    """The one encoder decision (see the module doc). ``strategy``: resolved for ``queries``;
+    ``options`` None: the defaults (``indexer.encoders.options``)."""
+    options = given(options)
     if options.ray is not None and not queries:
         here = decide(strategy, options.here(), held=held)
         return replace(here, ray=options.ray, workers=options.ray_workers)
     on = options.placement
     batching = Batching.on(on.on_cpu, options.batch_size)  # the ONNX Runtime's; torch's below
     on_torch = Batching.on(on.on_cpu, options.batch_size, runtime="torch")
-    precision = PRECISION[strategy.backend]
+    precision = BACKEND_PRECISION[strategy.backend]
     if not on.on_cpu:
         if precision == "int8":
             raise BadInput(f"backend {strategy.backend} runs on the CPU only (--device cpu)")
         return Decision("torch", on, on_torch, f"{on.describe()} asked for")
     provider = options.provider or CPU
     if held is not None and held.exported:  # an index's own graph: its queries and what is added
-        on = Placement("cpu", PRECISION[held.backend])
+        on = Placement("cpu", BACKEND_PRECISION[held.backend])
         return Decision("onnx", on, batching, HELD, provider=provider, graph=held)
     if strategy.backend == "torch" and not queries:
         return Decision("torch", on, on_torch, ASKED)
@@ -118,7 +119,7 @@ def _graph(strategy: Strategy, queries: bool) -> tuple[Strategy, GraphSpec | Non
 
 def _fallback(strategy: Strategy, on: Placement, batch_size: int, failure: str) -> Decision:
     """Where the graph cannot be had: fp32 vectors come from torch; int8 ones exist only on it."""
-    if PRECISION[strategy.backend] == "int8":
+    if BACKEND_PRECISION[strategy.backend] == "int8":
         raise BadInput(f"backend {strategy.backend}: this model cannot be exported to ONNX ({failure})")
     why = f"its graph cannot be exported ({failure})"
     batching = Batching.on(on.on_cpu, batch_size, runtime="torch")
@@ -127,7 +128,7 @@ def _fallback(strategy: Strategy, on: Placement, batch_size: int, failure: str) 
 
 def encoder_for(
     strategy: Strategy | None = None,
-    options: EmbeddingOptions = HERE,
+    options: EmbeddingOptions | None = None,
     *,
     queries: bool = False,
     export_queries: bool = False,
@@ -139,6 +140,7 @@ def encoder_for(
     why it cannot). ``held``: the graph an index holds for its queries (``StoredIndex.graph``): the
     same network for what is added to it. With ``options.ray``, a build resolves the strategy and
     exports its graph here first; the workers then embed as the decision says."""
+    options = given(options)
     request = strategy or Strategy()
     if not queries:
         request = identified(request)
@@ -178,7 +180,7 @@ def encoder_for(
 
 def torch_encoder(
     strategy: Strategy | None = None,
-    options: EmbeddingOptions = HERE,
+    options: EmbeddingOptions | None = None,
     *,
     all_layers: bool = False,
     loaded: tuple[Any, Any] | None = None,
@@ -187,6 +189,7 @@ def torch_encoder(
     compares): for what needs the model itself (a sweep's every layer, ``all_layers``; fine-tuning;
     word vectors). ``loaded``: the tokenizer and
     model of another torch encoder of the same model, reused."""
+    options = given(options)
     on = options.placement
     why = SWEEP if all_layers else ASKED
     decision = Decision("torch", on, Batching.on(on.on_cpu, options.batch_size, runtime="torch"), why)

@@ -46,6 +46,9 @@ RETRIES = 2
 """Restarts of a dead worker, and retries of the partition it held, before the run fails."""
 PARTITIONS_PER_WORKER = 4
 """More partitions than workers: a slow or restarted worker holds back less of the run."""
+RAY_PART_ENTRIES = 32_768
+"""Entries a build hands Ray at a time (eight times a local build's part): the workers pick up the
+model once per part, so a part is larger than one a single process embeds."""
 CONNECT_TIMEOUT = 10.0
 """Seconds to reach a cluster's address before joining it: Ray itself retries an address where
 nothing answers for minutes, deaf to SIGINT and SIGTERM meanwhile."""
@@ -123,8 +126,11 @@ def _reachable(address: str) -> None:
 def worker_options(decision: Decision, options: EmbeddingOptions) -> EmbeddingOptions:
     """What a worker embeds with: the driver's options on the decision's kind of device, its own
     GPU where that is one (Ray numbers a worker's GPUs from 0)."""
-    on = options.placement if decision.placement.on_cpu else Placement("cuda:0", options.placement.precision)
-    return replace(options.here(), placement=on)
+    here = options.here()
+    if decision.placement.on_cpu:
+        return here
+    gpu = Placement("cuda:0", here.placement.precision)
+    return EmbeddingOptions.at(gpu, batch_size=here.batch_size, provider=here.provider)
 
 
 class _Worker:
@@ -219,10 +225,18 @@ class RayEncoder:
     one for ``--ray``). ``used``: the decisions the workers reported, each the same work as
     ``decision``; ``before_partition``: as ``embed_on_ray`` takes it."""
 
+    part_entries = RAY_PART_ENTRIES
+    """Entries a build hands it at a time."""
+
     def __init__(self, strategy: Strategy, decision: Decision, build: Callable[[], Encoder]):
         self.strategy, self.decision, self.build = strategy, decision, build
         self.used: list[Decision] = []
         self.before_partition: Callable[[int], None] | None = None
+
+    def session(self) -> contextlib.AbstractContextManager[Any]:
+        """Ray, started or joined for as long as the ``with`` lasts: every part a build embeds
+        inside it shares one runtime (each ``embed`` alone starts and stops its own)."""
+        return connected(self.decision.ray or LOCAL, self.decision.workers)
 
     def embed(
         self, texts: Sequence[str], *, progress: Share | None = None, role: str = "query"

@@ -8,19 +8,14 @@ torch and transformers and loading the model cost seconds per process; this cost
 
 from __future__ import annotations
 
-from indexer.embedding.batching import Batching
 from indexer.embedding.graphs import GraphSpec, graph_spec
 from indexer.embedding.head import Head
 from indexer.embedding.models import config_shape, model_file, read_json
-from indexer.embedding.strategy import PRECISION, Strategy
+from indexer.embedding.strategy import Strategy
 from indexer.encoders.base import Decision, NetworkEncoder
-from indexer.encoders.devices import Placement
 from indexer.encoders.onnx_graph import CPU, OnnxGraph, bulk_sessions, usable_cores
-from indexer.encoders.options import BATCH_SIZE
 from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
-
-EXPORTED = "its graph is exported"
 
 
 class OnnxEncoder(NetworkEncoder):
@@ -28,7 +23,7 @@ class OnnxEncoder(NetworkEncoder):
     ``tokenizers``. ``strategy`` must be resolved (a stored one is). ``spin``: let idle threads
     spin between operators (indexing throughput; a server wants them asleep), and on a many-core
     machine run several sessions side by side (``bulk_sessions``). ``decision``: the factory's
-    (its execution provider, its batching); built alone, the CPU's."""
+    (its execution provider, its batching): ``indexer.encoders.factory`` alone builds one."""
 
     def __init__(
         self,
@@ -36,14 +31,12 @@ class OnnxEncoder(NetworkEncoder):
         *,
         spec: GraphSpec | None = None,
         spin: bool = False,
-        decision: Decision | None = None,
+        decision: Decision,
         sessions: tuple[int, int] | None = None,
     ):
         if not strategy.resolved:
             raise BadInput("the ONNX encoder needs a resolved strategy (an index's stored one)")
         spec = spec or graph_spec(strategy)
-        on = Placement("cpu", PRECISION[spec.backend])
-        decision = decision or Decision("onnx", on, Batching.on(True, BATCH_SIZE), EXPORTED, provider=CPU)
         provider = decision.provider or CPU
         if not spec.exported:
             raise FileNotFoundError(spec.path)

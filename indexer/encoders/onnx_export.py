@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from indexer.embedding.graphs import GraphSpec
-from indexer.embedding.strategy import PRECISION
+from indexer.embedding.strategy import BACKEND_PRECISION
 from indexer.errors import BadInput
 
 
@@ -104,7 +104,7 @@ def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
         )
         model.save_model_to_file(str(fused))
         result = Path(tmp) / "final.onnx"
-        if PRECISION[spec.backend] == "int8":
+        if BACKEND_PRECISION[spec.backend] == "int8":
             logging.getLogger().addFilter(_quiet)  # the quantiser logs advice to the root logger
             try:
                 quantize_dynamic(

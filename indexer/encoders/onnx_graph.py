@@ -27,7 +27,7 @@ import numpy as np
 
 from indexer.embedding.graphs import GraphSpec
 from indexer.embedding.head import NetworkOutput
-from indexer.embedding.strategy import PRECISION
+from indexer.embedding.strategy import BACKEND_PRECISION
 from indexer.errors import BadInput
 
 CPU = "CPUExecutionProvider"
@@ -55,7 +55,7 @@ class OnnxGraph:
             )
         self.layers = sorted(set(spec.layers))
         self.pooler = spec.pooler
-        self.per_text = PRECISION[spec.backend] == "int8"
+        self.per_text = BACKEND_PRECISION[spec.backend] == "int8"
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3

@@ -22,7 +22,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from indexer.embedding.graphs import GraphSpec
-from indexer.embedding.strategy import PRECISION, Strategy
+from indexer.embedding.strategy import BACKEND_PRECISION, Strategy
 from indexer.embedding.transform import Transform
 from indexer.errors import BadInput
 
@@ -179,7 +179,7 @@ def _unit(ops: _Appender, vectors: str) -> str:
 def exportable(strategy: Strategy) -> None:
     """Refuse what one batched graph cannot reproduce: an onnx-int8 index's graph runs each text
     alone (dynamic quantisation's scales are taken over the whole input, padding included)."""
-    if PRECISION[strategy.backend] == "int8":
+    if BACKEND_PRECISION[strategy.backend] == "int8":
         raise BadInput(
             "an onnx-int8 index runs each text alone (its vectors depend on the batch otherwise): "
             "only fp32 indexes (backend onnx or torch) can be exported"

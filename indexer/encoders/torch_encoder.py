@@ -19,21 +19,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from indexer.embedding.batching import Batching
 from indexer.embedding.graphs import graph_spec
 from indexer.embedding.head import Head, NetworkOutput, Tokenized
 from indexer.embedding.models import ModelFacts, identified, load_model, model_location, resolve_strategy
-from indexer.embedding.strategy import PRECISION, Strategy
+from indexer.embedding.strategy import BACKEND_PRECISION, Strategy
 from indexer.encoders.base import Decision, NetworkEncoder
-from indexer.encoders.devices import CPU
-from indexer.encoders.options import BATCH_SIZE
 from indexer.encoders.pipeline import DeviceNetwork, embed
 from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
 from indexer.progress import Share
-
-ALONE = Decision("torch", CPU, Batching.on(True, BATCH_SIZE, runtime="torch"), "backend torch asked for")
-"""What a torch encoder built without the factory's decision runs (a test's reference)."""
 
 
 def _layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
@@ -94,12 +88,12 @@ class TorchEncoder(NetworkEncoder):
         self,
         strategy: Strategy | None = None,
         *,
-        decision: Decision = ALONE,
+        decision: Decision,
         all_layers: bool = False,
         loaded: tuple[Any, Any] | None = None,
     ):
         request = identified(strategy or Strategy())  # located and fingerprinted, not cwd-relative
-        if all_layers and PRECISION[request.backend] == "int8":
+        if all_layers and BACKEND_PRECISION[request.backend] == "int8":
             raise BadInput(f"sweeps run in fp32 (backend onnx or torch), not {request.backend}")
         self.tokenizer, self.model = loaded or load_model(
             request.model, need_pooler=request.pooling == "pooler"

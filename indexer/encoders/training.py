@@ -36,8 +36,8 @@ import torch
 from indexer.embedding.head import NetworkOutput, pad_batch
 from indexer.embedding.strategy import Strategy
 from indexer.encoders.devices import Placement
-from indexer.encoders.factory import HERE, torch_encoder
-from indexer.encoders.options import EmbeddingOptions
+from indexer.encoders.factory import torch_encoder
+from indexer.encoders.options import EmbeddingOptions, given
 from indexer.encoders.pipeline import DTYPES
 from indexer.encoders.torch_encoder import TorchEncoder, _layer_stack
 from indexer.errors import BadInput
@@ -107,12 +107,14 @@ Measure = Callable[[Callable[..., np.ndarray]], float]
 """Held-back metric (higher is better) of an ``embed(texts, role=...)`` function (``Encoder.embed``)."""
 
 
-def trainable(strategy: Strategy | None, options: EmbeddingOptions = HERE) -> TorchEncoder:
+def trainable(strategy: Strategy | None, options: EmbeddingOptions | None = None) -> TorchEncoder:
     """The strategy's torch encoder, checked to be trainable and savable as a model directory
     whose default reading is the strategy's (one clear line otherwise), its fp32 weights on
     ``options``' device (a GPU's half precision is autocast in the forward pass, ``fine_tune``)."""
+    options = given(options)
     on = Placement(options.placement.device, "fp32")
-    encoder = torch_encoder(replace(strategy or Strategy(), backend="torch"), replace(options, placement=on))
+    placed = EmbeddingOptions.at(on, batch_size=options.batch_size)
+    encoder = torch_encoder(replace(strategy or Strategy(), backend="torch"), placed)
     encoder.model.to(on.device)
     resolved = encoder.strategy
     if resolved.pooling == "pooler":

@@ -49,10 +49,12 @@ class Word:
 
 
 def word_encoder(strategy: Strategy | None = None) -> TorchEncoder:
-    """The torch encoder word vectors read (``strategy`` None: ``WORD_STRATEGY``), from the factory."""
+    """The torch encoder word vectors read (``strategy`` None: ``WORD_STRATEGY``), from the factory,
+    on the CPU (its hidden states are read as NumPy arrays, ``TorchNetwork``)."""
     from indexer.encoders.factory import torch_encoder
+    from indexer.encoders.options import EmbeddingOptions
 
-    return torch_encoder(replace(strategy or WORD_STRATEGY, backend="torch"))
+    return torch_encoder(replace(strategy or WORD_STRATEGY, backend="torch"), EmbeddingOptions(device="cpu"))
 
 
 def word_vectors(

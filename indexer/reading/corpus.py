@@ -51,7 +51,7 @@ from indexer.reading.storable import (
     undecodable_reason,
     unstorable,
 )
-from indexer.reading.tsv import Spans, check_quoting
+from indexer.reading.tsv import QUOTING, Spans, check_quoting
 
 _SAMPLE = 256
 """Undecodable characters kept to guess a file's encoding from."""
@@ -211,7 +211,7 @@ class CorpusOptions:
     """The file's encoding."""
     delimiter: str | None = None
     """A CSV file's field separator; None: told from its header."""
-    quoting: str = "auto"
+    quoting: str = QUOTING
     """How a TSV's quotes are read (``indexer.reading.tsv``): ``auto`` where the file shows a
     writer quoted, ``csv`` always, ``none`` never (quotes are text)."""
 

@@ -26,7 +26,7 @@ from indexer.reading.decoding import (
     open_file,
     read_lines,
 )
-from indexer.reading.tsv import Spans, tsv_records
+from indexer.reading.tsv import QUOTING, Spans, tsv_records
 
 FORMATS = ("csv", "tsv", "jsonl", "json", "text")
 _SUFFIXES = {
@@ -143,7 +143,7 @@ def parse_rows(
     path: Path,
     encoding: str = "utf-8",
     delimiter: str | None = None,
-    quoting: str = "auto",
+    quoting: str = QUOTING,
     spans: Spans | None = None,
 ) -> tuple[list[str], Rows]:
     """The header's field names (empty for formats without one) and (row number, line number,
@@ -182,7 +182,7 @@ def parse_rows(
 
 
 def _csv_records(
-    lines: Iterator[tuple[int, str]], delimiter: str, quoting: str = "auto", spans: Spans | None = None
+    lines: Iterator[tuple[int, str]], delimiter: str, quoting: str = QUOTING, spans: Spans | None = None
 ) -> Iterator[tuple[int, list[str] | str]]:
     """(first line number, fields) of each CSV record; fields as a string: why the record was
     rejected. Parsing is strict, so a quote open until the end of the file, or closed lines later
@@ -214,7 +214,7 @@ def _csv_records(
                 taken.clear()
                 if width is None:
                     width = len(values)
-                elif quoting == "auto" and len(record) > 2:
+                elif quoting == QUOTING and len(record) > 2:
                     typed = [typed_fields(line, delimiter) for _, line in record]
                     if all(len(fields) == width for fields in typed):
                         spans.add((first, record[-1][0]), read=False)

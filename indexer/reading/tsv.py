@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from indexer.errors import BadInput
 from indexer.reading.decoding import line_text
 
-QUOTINGS = ("auto", "csv", "none")
+QUOTING = "auto"
+"""The ``--quoting`` default: CSV quoting where the file shows a writer quoted."""
+QUOTINGS = (QUOTING, "csv", "none")
 """How a TSV's quotes are read: as the file shows (``auto``), always as CSV quoting, never."""
 
 _LINE_END = ("", "\n", "\r\n", "\r")
@@ -83,7 +85,7 @@ class Spans:
 
 
 def tsv_records(
-    lines: Iterator[tuple[int, str]], quoting: str = "auto", spans: Spans | None = None
+    lines: Iterator[tuple[int, str]], quoting: str = QUOTING, spans: Spans | None = None
 ) -> Iterator[tuple[int, list[str] | str]]:
     """(first line number, fields) of each TSV record in ``lines`` ((number, line) pairs), the
     header first; fields as a string: why the record was rejected (``csv`` quoting that does not

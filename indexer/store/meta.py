@@ -63,7 +63,9 @@ class IndexMeta(Mapping[str, Any]):
 
     @property
     def storage_name(self) -> str:
-        return self.storage or "float32"
+        from indexer.vectors.factory import STORAGE
+
+        return self.storage or STORAGE
 
     def replace(self, **changes: Any) -> IndexMeta:
         return dataclasses.replace(self, **changes)
@@ -143,7 +145,7 @@ def _check(index_dir: Path, meta: Mapping[str, Any]) -> Strategy:
     def whole(value: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
-    from indexer.vectors.factory import KINDS, STORAGES
+    from indexer.vectors.factory import KIND, KINDS, STORAGE, STORAGES
 
     bad = [key for key in _COUNTS if key in meta and not whole(meta[key])]
     bad += [key for key in ("count", "vectors", "dimension", "strategy", "model") if key not in meta]
@@ -158,9 +160,9 @@ def _check(index_dir: Path, meta: Mapping[str, Any]) -> Strategy:
         for name, r in files.items()
     ):
         bad.append(FILES)
-    if meta.get("storage", "float32") not in STORAGES:
+    if meta.get("storage", STORAGE) not in STORAGES:
         bad.append("storage")
-    if meta.get("index_kind", "auto") not in KINDS:
+    if meta.get("index_kind", KIND) not in KINDS:
         bad.append("index_kind")
     if meta.get("vector_kind", "flat") not in ("flat", "ivf"):
         bad.append("vector_kind")

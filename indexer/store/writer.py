@@ -26,7 +26,7 @@ from indexer.store.versions import Pending, building, committing
 from indexer.vectors import unit_length
 from indexer.vectors.base import shape_of
 from indexer.vectors.entries import vector_ids
-from indexer.vectors.factory import build_from_parts
+from indexer.vectors.factory import KIND, STORAGE, build_from_parts
 
 PART_ROWS = 8192
 """Vectors read back from the spool at a time (12 MB at 384 dimensions)."""
@@ -91,8 +91,8 @@ class VersionWriter:
         *,
         source: dict[str, Any],
         transform: Transform | None = None,
-        index_kind: str = "auto",
-        storage: str = "float32",
+        index_kind: str = KIND,
+        storage: str = STORAGE,
     ) -> IndexMeta:
         """Write the version: fit the strategy's transform on the spooled vectors (unless
         ``transform`` is given: then they were transformed already), build and write the vector
@@ -173,8 +173,8 @@ def write_index(
     *,
     source: dict[str, Any],
     transform: Transform | None = None,
-    index_kind: str = "auto",
-    storage: str = "float32",
+    index_kind: str = KIND,
+    storage: str = STORAGE,
     also: np.ndarray | None = None,
 ) -> Path:
     """A new index (``new_version``) of entries and vectors already in memory (vectors transformed

@@ -31,7 +31,11 @@ EXACT_LIMIT = 30_000
 """Below this many vectors a full scan (IndexFlatIP) takes about 2 ms here: exact it is. (At
 100k a single-query scan measured 12.6 ms against 0.2 ms for the tuned IVF, see bench/query.py.)"""
 RETUNE_FACTOR = 2.0
-KINDS = ("auto", "flat", "ivf")
+KIND = "auto"
+"""The ``--index-kind`` default: exact below ``EXACT_LIMIT`` vectors, IVF above."""
+KINDS = (KIND, "flat", "ivf")
+STORAGE = "float32"
+"""The ``--storage`` default: the vectors as the model gives them."""
 IMPLEMENTATIONS: dict[str, str] = {
     "float32": "indexer.vectors.faiss_index:FaissIndex",
     "float16": "indexer.vectors.faiss_index:FaissIndex",
@@ -50,7 +54,7 @@ def implementation(storage: str) -> Storage:
 
 
 def build_vector_index(
-    vectors: np.ndarray, ids: np.ndarray, kind: str = "auto", storage: str = "float32"
+    vectors: np.ndarray, ids: np.ndarray, kind: str = KIND, storage: str = STORAGE
 ) -> WritableIndex:
     """The index for vectors held in memory (``build_from_parts`` with one part)."""
     return build_from_parts(lambda: [(vectors, ids)], len(vectors), vectors.shape[1], kind, storage)
@@ -60,8 +64,8 @@ def build_from_parts(
     parts: Parts,
     n: int,
     dimension: int,
-    kind: str = "auto",
-    storage: str = "float32",
+    kind: str = KIND,
+    storage: str = STORAGE,
     directory: Path | None = None,
 ) -> WritableIndex:
     """The index for ``n`` vectors that come in parts: no copy of them besides the index's own.
@@ -105,7 +109,7 @@ def refit(
     return build_vector_index(vectors, ids, kind, storage), n
 
 
-def read_vectors(path: Path, *, mmap: bool, storage: str = "float32") -> PartIndex:
+def read_vectors(path: Path, *, mmap: bool, storage: str = STORAGE) -> PartIndex:
     """A stored index file (and its storage's side files), memory-mapped unless the caller will
     change it."""
     return implementation(storage).read(path, mmap=mmap)
@@ -140,7 +144,7 @@ def open_vectors(
     count: int,
     *,
     mmap: bool,
-    storage: str = "float32",
+    storage: str = STORAGE,
 ) -> VectorIndex:
     """A version's vectors: the base index alone when nothing is segmented or buried (the common,
     compacted case), else ``Segments``. Segments are small flat files: read whole."""

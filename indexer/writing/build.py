@@ -19,17 +19,17 @@ from typing import Any
 from indexer.catalog import keyword_fields
 from indexer.embedding.fields import FieldScoring, embed_entries
 from indexer.embedding.strategy import Strategy
-from indexer.encoders.options import DEVICE
+from indexer.encoders.options import EmbeddingOptions
+from indexer.encoders.options import given as given_options
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import CorpusOptions, CorpusReader, Entry, Rejection, rejection_summary
 from indexer.reading.field_types import TypeCounter
 from indexer.reading.rows import CorpusSource, source_name
+from indexer.vectors.factory import KIND, STORAGE
 
 PART_ENTRIES = 4096
 """Entries embedded and written at a time."""
-RAY_PART_ENTRIES = 8 * PART_ENTRIES
-"""Entries handed to Ray at a time: its workers load the model once per part, so parts are larger."""
 
 
 @dataclass(frozen=True)
@@ -97,16 +97,12 @@ def build_index(
     strategy: Strategy | None = None,
     *,
     corpus_options: CorpusOptions | None = None,
-    batch_size: int = 32,
+    options: EmbeddingOptions | None = None,
     progress: bool = False,
-    index_kind: str = "auto",
-    storage: str = "float32",
+    index_kind: str = KIND,
+    storage: str = STORAGE,
     wait: float = 0,
-    ray: str | None = None,
-    ray_workers: int | None = None,
     also: FieldScoring | str | Sequence[str] | None = None,
-    device: str = DEVICE,
-    precision: str = "auto",
     **given: Any,
 ) -> BuildReport:
     """Index a corpus into ``index_dir``, replacing any index there only once complete.
@@ -116,23 +112,17 @@ def build_index(
     (``text_fields=["question"]``). ``index_kind``: ``auto`` (exact below
     ``vectors.factory.EXACT_LIMIT`` vectors, IVF above), ``flat`` or ``ivf``; ``storage``:
     ``float32``, ``float16`` or ``sq8``; ``wait``: seconds to wait for another writer to finish;
-    ``ray``: embed on Ray, ``"local"`` or a cluster address, with ``ray_workers`` actors
-    (``indexer.encoders.on_ray``); ``also``: a second vector per entry scored with the first
+    ``also``: a second vector per entry scored with the first
     (``indexer.embedding.fields``): its field names (``["question", "answer"]``) or a ``FieldScoring`` with
-    a weight. ``device`` / ``precision``: where the network runs (``indexer.encoders.devices``:
-    ``auto`` takes a GPU torch sees). These embedding options are resolved once
-    (``EmbeddingOptions``) and decide the encoder (``indexer.encoders.factory``). A failed first
-    build leaves no directory behind."""
+    a weight. ``options``: how the texts are embedded (``EmbeddingOptions``: device, precision,
+    batch size, Ray; None: the defaults, ``auto`` taking a GPU torch sees); they decide the encoder
+    (``indexer.encoders.factory``). A failed first build leaves no directory behind."""
     from indexer.encoders.factory import encoder_for
-    from indexer.encoders.on_ray import connected
-    from indexer.encoders.options import EmbeddingOptions
+    from indexer.encoders.on_ray import RayEncoder
     from indexer.store import new_version
 
     started = time.perf_counter()
-    # a GPU asked for and missing: said before anything
-    options = EmbeddingOptions.resolve(
-        device, precision, batch_size=batch_size, ray=ray, ray_workers=ray_workers
-    )
+    options = given_options(options).checked()  # a GPU asked for and missing: said before anything
     also = FieldScoring.given(also)
     reader = CorpusReader(corpus, corpus_options, **given)
     survey = survey_corpus(reader)
@@ -141,9 +131,10 @@ def build_index(
     with new_version(index_dir, survey.field_types, wait=wait, keyword_fields=searched) as version:
         # the graph the index's queries will run is exported now, if it can be (its export_failure)
         encoder = encoder_for(strategy, options, export_queries=True)
-        size = PART_ENTRIES if ray is None else RAY_PART_ENTRIES
+        on_ray = isinstance(encoder, RayEncoder)  # one Ray session for every part, parts its size
+        size = encoder.part_entries if on_ray else PART_ENTRIES
         bar = Progress(survey.entries, "embedding", enabled=progress)
-        with bar, contextlib.nullcontext() if ray is None else connected(ray, ray_workers):
+        with bar, encoder.session() if on_ray else contextlib.nullcontext():
             done = 0
             for part in corpus_parts(reader, survey.entries, size):
                 embed_started = time.perf_counter()

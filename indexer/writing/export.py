@@ -106,13 +106,15 @@ def _graph(index: StoredIndex) -> GraphSpec:
     (an index written before indexes held their graph; that needs torch)."""
     from indexer.embedding.graphs import graph_spec
     from indexer.encoders.factory import encoder_for
+    from indexer.encoders.options import EmbeddingOptions
 
     held = index.graph
     if held is not None and held.exported:
         return held
     spec = graph_spec(index.strategy)
     if not spec.exported:
-        failure = encoder_for(index.strategy, queries=True).decision.export_failure
+        on_cpu = EmbeddingOptions(device="cpu")  # what the graph runs on: exported from the CPU model
+        failure = encoder_for(index.strategy, on_cpu, queries=True).decision.export_failure
         if failure is not None:
             raise BadInput(f"this index's model cannot be exported to ONNX ({failure})")
     return spec

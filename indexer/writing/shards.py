@@ -21,6 +21,7 @@ import numpy as np
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput, SemsearchError, StrategyConflict
 from indexer.reading.corpus import Entry, check_field_names
+from indexer.vectors.factory import KIND, STORAGE
 
 
 def embed_shard(
@@ -177,7 +178,7 @@ def _check_model(model: str, shards: Sequence[tuple[str | Path, Strategy]]) -> N
 
 
 def merge_shards(
-    shards: Sequence[str | Path], index_dir: str | Path, *, index_kind: str = "auto", storage: str = "float32"
+    shards: Sequence[str | Path], index_dir: str | Path, *, index_kind: str = KIND, storage: str = STORAGE
 ) -> int:
     """Merge shard directories into one index (atomic, like a build). Returns the entry count."""
     from indexer.embedding.transform import Transform

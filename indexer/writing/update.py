@@ -22,7 +22,8 @@ from typing import Any
 
 from indexer.catalog import Catalog, content_hash
 from indexer.embedding.fields import FieldScoring, embed_entries
-from indexer.encoders.options import DEVICE
+from indexer.encoders.options import EmbeddingOptions
+from indexer.encoders.options import given as given_options
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Corpus, CorpusOptions, Rejection, check_field_count, entry_id, read_corpus
@@ -57,13 +58,9 @@ def add_to_index(
     corpus_path: CorpusSource,
     *,
     corpus_options: CorpusOptions | None = None,
-    batch_size: int = 32,
+    options: EmbeddingOptions | None = None,
     progress: bool = False,
     wait: float = 0,
-    ray: str | None = None,
-    ray_workers: int | None = None,
-    device: str = DEVICE,
-    precision: str = "auto",
     **given: Any,
 ) -> UpdateReport:
     """Upsert every usable row of a corpus (a file, or rows as ``build_index`` takes them) by id:
@@ -72,32 +69,29 @@ def add_to_index(
     takes them; text and id fields default to the index's own; to an index built on row numbers
     the rows are added with new ids (the module docstring) unless ``id_field`` is given. A row whose
     value cannot be stored in its column as written is rejected (``field_types.misfit``). ``wait``:
-    seconds to wait for another writer; ``ray``/``ray_workers``, ``device``/``precision``: as
+    seconds to wait for another writer; ``options``: how the texts are embedded, as
     ``build_index`` takes them."""
     from indexer.encoders.factory import encoder_for
-    from indexer.encoders.options import EmbeddingOptions
 
     started = time.perf_counter()
     index_dir = Path(index_dir)
-    embedding = EmbeddingOptions.resolve(
-        device, precision, batch_size=batch_size, ray=ray, ray_workers=ray_workers
-    )
-    options = CorpusOptions.of(corpus_options, **given)
+    embedding = given_options(options).checked()  # a GPU asked for and missing: said before anything
+    reading = CorpusOptions.of(corpus_options, **given)
     live_meta(index_dir)  # not an index: say so before taking its lock
     with writer_lock(index_dir, wait):
         live = open_index(index_dir, vectors=False)  # the live state under the lock is what we change
         source = dict(live.meta.get("source", {}))
         next_row_id = _next_row_id(source, live.catalog)
-        first_row_id = next_row_id if options.id_field is None else None
-        options = dataclasses.replace(
-            options,
-            text_fields=options.text_fields or source.get("text_fields") or ["text"],
-            id_field=options.id_field or source.get("id_field"),
+        first_row_id = next_row_id if reading.id_field is None else None
+        reading = dataclasses.replace(
+            reading,
+            text_fields=reading.text_fields or source.get("text_fields") or ["text"],
+            id_field=reading.id_field or source.get("id_field"),
         )
         also = FieldScoring.from_source(source)
         columns = {name.casefold(): t for name, t in live.catalog.field_types().items()}
         corpus = read_corpus(
-            corpus_path, options, first_row_id=first_row_id, check=lambda row: misfit(row, columns)
+            corpus_path, reading, first_row_id=first_row_id, check=lambda row: misfit(row, columns)
         )
         _check_columns(corpus, columns, corpus_path if is_path(corpus_path) else ROWS_NAME)
         stored = live.catalog.fingerprints([e.id for e in corpus.entries])

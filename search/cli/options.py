@@ -12,19 +12,17 @@ from typing import Any
 import click
 
 from indexer.embedding.strategy import (
+    ALSO_WEIGHT,
     AUTO,
     BACKENDS,
     COMBINES,
-    DEFAULT_WEIGHT,
     POOLINGS,
     POSTPROCESSES,
     Strategy,
 )
-from indexer.encoders.devices import PRECISIONS
-from indexer.encoders.options import DEVICE
 from indexer.reading.formats import FORMATS
-from indexer.reading.tsv import QUOTINGS
-from indexer.vectors.factory import KINDS, STORAGES
+from indexer.reading.tsv import QUOTING, QUOTINGS
+from indexer.vectors.factory import KIND, KINDS, STORAGE, STORAGES
 from search.hybrid import MODES
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -128,7 +126,7 @@ DEFAULTS = {
     "model": "the bundled all-MiniLM-L6-v2",
     "layers": "auto (a sentence-transformers model's last, else the second-to-last)",
     "combine": "mean",
-    "pooling": "auto",
+    "pooling": AUTO,
     "max_length": "the model's limit",
     "backend": "onnx",
 }
@@ -186,13 +184,6 @@ def json_option(what: str) -> Decorator:
     return click.option("--json", "as_json", is_flag=True, help=f"Print JSON: {what}.")
 
 
-batch_size_option = click.option(
-    "--batch-size",
-    default=32,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Texts per forward pass of the model (larger: more memory, rarely faster on a CPU).",
-)
 format_option = click.option(
     "--format",
     "fmt",
@@ -202,14 +193,14 @@ format_option = click.option(
 index_kind_option = click.option(
     "--index-kind",
     type=click.Choice(KINDS),
-    default="auto",
+    default=KIND,
     show_default=True,
     help="Exact search, or IVF (approximate, tuned to recall@10 >= 0.97); auto: by size.",
 )
 storage_option = click.option(
     "--storage",
     type=click.Choice(STORAGES),
-    default="float32",
+    default=STORAGE,
     show_default=True,
     help="Vector storage: float16 halves the memory, sq8 quarters it (ranking nearly unchanged); pq "
     "keeps a 48-byte code a vector in memory (about 57 bytes resident with its id) and re-ranks from full "
@@ -229,7 +220,7 @@ reading_options = stacked(
     click.option(
         "--quoting",
         type=click.Choice(QUOTINGS),
-        default="auto",
+        default=QUOTING,
         show_default=True,
         help="A TSV's or CSV's quotes: auto reads CSV quoting where the file shows a writer quoted "
         "(pandas, Python's csv) and typed quotes (27\") as text, never joining rows on a guess; csv: "
@@ -315,24 +306,6 @@ retrieval_options = stacked(
 )
 """A retrieval set to score on: the corpus, the judged queries, the fields embedded, the cutoff."""
 
-ray_options = stacked(
-    click.option(
-        "--ray",
-        "ray_address",
-        is_flag=False,
-        flag_value="local",
-        metavar="[ADDRESS]",
-        help="Embed on Ray (pip install 'semsearch[ray]'): alone, a local runtime on 127.0.0.1; "
-        "with an address (auto, ray://HOST:10001), that cluster.",
-    ),
-    click.option(
-        "--ray-workers",
-        type=click.IntRange(min=1),
-        help="Ray actors embedding at once (default: one per CPU of the Ray cluster).",
-    ),
-)
-"""``--ray [ADDRESS]`` and ``--ray-workers N``: embed on Ray (``indexer.encoders.on_ray``)."""
-
 SCORES = (
     "A score is on one scale in every mode: dense, the cosine; keyword, the share of the query's words "
     "(weighted by rarity) an entry holds, 0..1; hybrid, (1 - w) * cosine + w * that share (w: the "
@@ -372,46 +345,6 @@ rule_options = stacked(
 """The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
 
 
-def _device(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """A device named as ``--device`` takes them: any other is a usage error (exit 2), before any
-    work; whether this machine has it is decided later, with the rest of the placement."""
-    from indexer.encoders.devices import device_name
-    from indexer.errors import BadInput
-
-    try:
-        return device_name(value)
-    except BadInput as error:
-        raise click.BadParameter(str(error)) from None
-
-
-device_options = stacked(
-    click.option(
-        "--device",
-        default=DEVICE,
-        callback=_device,
-        show_default=True,
-        metavar="auto|cpu|cuda|cuda:N",
-        help="Where the model runs: auto takes a GPU when torch sees one (serve: the CPU, its graph).",
-    ),
-    click.option(
-        "--precision",
-        type=click.Choice(PRECISIONS),
-        default="auto",
-        show_default=True,
-        help="Network precision: auto is fp16 on a GPU, fp32 on the CPU.",
-    ),
-)
-"""``--device`` and ``--precision``: where the network runs (``indexer.encoders.devices``)."""
-
-
-provider_option = click.option(
-    "--provider",
-    help="ONNX Runtime execution provider the queries run on, e.g. CUDAExecutionProvider "
-    "(default: CPUExecutionProvider); the vectors are the same.",
-)
-"""Where an index's queries run: ONNX Runtime's execution provider (the vectors are the same)."""
-
-
 def also_options(*, weighted: bool = True) -> Decorator:
     """``--also`` (and, ``weighted``, ``--also-weight``): a second text per entry
     (``indexer.embedding.fields``), given to the command as ``also`` (a ``FieldScoring`` or None)."""
@@ -426,7 +359,7 @@ def also_options(*, weighted: bool = True) -> Decorator:
         weight = click.option(
             "--also-weight",
             type=float,
-            help=f"Share of the --also text's cosine in an entry's score. Default: {DEFAULT_WEIGHT}.",
+            help=f"Share of the --also text's cosine in an entry's score. Default: {ALSO_WEIGHT}.",
         )
         also = click.option(
             "--also",

@@ -5,22 +5,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from indexer.embedding.strategy import ROLES
 from indexer.errors import BadInput
+from search.cli.embedding import embedding_options
 from search.cli.options import (
     PREFIXES,
     SCORES,
-    device_options,
     encoding_option,
     format_option,
     json_option,
     mode_option,
     progress_options,
-    provider_option,
     reading_options,
     split,
     strategy_from,
@@ -29,6 +28,9 @@ from search.cli.options import (
     text_field_option,
 )
 from search.cli.printing import count, note_delimiter, print_hits, print_info, short
+
+if TYPE_CHECKING:
+    from indexer.encoders.options import EmbeddingOptions
 
 
 @click.command("query")
@@ -45,7 +47,7 @@ from search.cli.printing import count, note_delimiter, print_hits, print_info, s
     type=float,
     help="Mark hits scoring below this not answered, in any mode (over a calibration). " + SCORES,
 )
-@provider_option
+@embedding_options("provider", serving=True)
 @encoding_option
 @click.option(
     "--group-by",
@@ -65,7 +67,7 @@ def query_command(
     where: str | None,
     as_json: bool,
     min_score: float | None,
-    provider: str | None,
+    options: EmbeddingOptions,
     encoding: str,
     group_by: str | None,
     mode: str | None,
@@ -86,7 +88,7 @@ def query_command(
     queries = read_queries(queries_file, encoding) if queries_file else [Query("1", question)]
     check_queries([q.text for q in queries])
     configure_threads()
-    engine = SearchEngine(index_dir, provider=provider)
+    engine = SearchEngine(index_dir, options=options)
     results = engine.search_many([q.text for q in queries], k, where, min_score, group_by, mode)
     note = engine.no_rule_note(mode, min_score)
     if note:
@@ -212,8 +214,7 @@ def duplicates_command(
     help="Believe X-Forwarded-For/-Proto from these proxies (comma-separated addresses or networks, "
     "or *): the log then names the client a proxy forwards for. By default no one's is believed.",
 )
-@provider_option
-@device_options
+@embedding_options("provider", "device", serving=True)
 @strategy_options
 def serve_command(
     index_dir: Path | None,
@@ -225,9 +226,7 @@ def serve_command(
     max_connections: int,
     quiet: bool,
     forwarded_allow_ips: str | None,
-    provider: str | None,
-    device: str,
-    precision: str,
+    options: EmbeddingOptions,
     asked: dict[str, Any],
 ) -> None:
     """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar,
@@ -241,7 +240,6 @@ def serve_command(
     Example:
         semsearch serve faq-index --port 8000
     """
-    from indexer.encoders.options import EmbeddingOptions
     from search.loading import load_encoding, load_engine
 
     if index_dir is not None and asked:
@@ -252,7 +250,7 @@ def serve_command(
         )
     # the engine (or encoder) imports and loads while the web stack imports
     # a GPU asked for and missing: said before the server starts
-    options = EmbeddingOptions.resolve(device, precision, provider=provider, serving=True)
+    options.checked()
     loading = load_engine(index_dir, options=options) if index_dir is not None else None
     encoding = load_encoding(strategy_from(asked), options) if index_dir is None else None
     try:
@@ -362,7 +360,7 @@ def similar_command(
 )
 @reading_options
 @progress_options
-@device_options
+@embedding_options("device")
 @strategy_options
 def encode_command(
     source: str,
@@ -377,8 +375,7 @@ def encode_command(
     delimiter: str | None,
     quoting: str,
     progress: bool,
-    device: str,
-    precision: str,
+    options: EmbeddingOptions,
     asked: dict[str, Any],
 ) -> None:
     """Vectors of the texts of SOURCE (lines, CSV/TSV or JSONL with --text-field; default: stdin
@@ -394,7 +391,7 @@ def encode_command(
         raise click.UsageError("--index encodes with its stored strategy: drop the strategy options")
     output_format(output, to)  # a bad output is told before the model loads
     strategy = None if index_dir is not None else strategy_from(asked)
-    model = Encoding.load(strategy, index=index_dir, device=device, precision=precision)
+    model = Encoding.load(strategy, index=index_dir, options=options)
     report = encode_file(
         source,
         output,

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from indexer.embedding.strategy import SWEPT
+from search.cli.embedding import embedding_options
 from search.cli.options import (
     PREFIXES,
     also_options,
     corpus_option,
-    device_options,
     encoding_option,
     json_option,
     judged_options,
@@ -32,6 +32,9 @@ from search.cli.options import (
 )
 from search.cli.printing import echo_pair_rejections, echo_scores, report_modes, report_sweep
 
+if TYPE_CHECKING:
+    from indexer.encoders.options import EmbeddingOptions
+
 
 @click.group("evaluate")
 def evaluate_group() -> None:
@@ -42,7 +45,7 @@ def evaluate_group() -> None:
 @pair_options
 @json_option("the scores and the strategy")
 @strategy_options
-@device_options
+@embedding_options("device")
 @progress_options
 def evaluate_sts_command(
     pairs: Path,
@@ -52,8 +55,7 @@ def evaluate_sts_command(
     encoding: str,
     as_json: bool,
     asked: dict[str, Any],
-    device: str,
-    precision: str,
+    options: EmbeddingOptions,
     progress: bool,
 ) -> None:
     """Spearman and Pearson (x100) of cosine vs gold score on PAIRS (STS Benchmark format accepted).
@@ -66,7 +68,7 @@ def evaluate_sts_command(
 
     data = read_pairs(pairs, sentence1, sentence2, score, encoding=encoding)
     echo_pair_rejections(data.rejected)
-    scores = evaluate_sts(data, strategy_from(asked), progress=progress, device=device, precision=precision)
+    scores = evaluate_sts(data, strategy_from(asked), progress=progress, options=options)
     echo_scores(scores, as_json)
 
 
@@ -78,7 +80,7 @@ def evaluate_sts_command(
 @json_option("the metrics and the strategy")
 @also_options()
 @strategy_options
-@device_options
+@embedding_options("device")
 @progress_options
 def evaluate_retrieval_command(
     corpus: Path | None,
@@ -91,8 +93,7 @@ def evaluate_retrieval_command(
     as_json: bool,
     also: Any,
     asked: dict[str, Any],
-    device: str,
-    precision: str,
+    options: EmbeddingOptions,
     progress: bool,
 ) -> None:
     """MRR@k, nDCG@k, Recall@1/@k and Success@1/@3 of the queries against the qrels.
@@ -118,8 +119,7 @@ def evaluate_retrieval_command(
         k=k,
         also=also,
         progress=progress,
-        device=device,
-        precision=precision,
+        options=options,
         encoding=encoding,
     )
     echo_scores(scores, as_json)
@@ -244,7 +244,7 @@ def sweep_group() -> None:
 @sweep_group.command("sts")
 @pair_options
 @sweep_options
-@device_options
+@embedding_options("device")
 @progress_options
 def sweep_sts_command(
     pairs: Path,
@@ -258,8 +258,7 @@ def sweep_sts_command(
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
-    device: str,
-    precision: str,
+    options: EmbeddingOptions,
     progress: bool,
 ) -> None:
     """Every strategy of the grid on sentence pairs, ranked by Spearman.
@@ -280,8 +279,7 @@ def sweep_sts_command(
         poolings=grid.poolings,
         postprocesses=grid.postprocesses,
         progress=progress,
-        device=device,
-        precision=precision,
+        options=options,
     )
     report_sweep(cells, "spearman", csv_path, heatmap, top, pairs.name, "semsearch index CORPUS -o INDEX")
 
@@ -292,7 +290,7 @@ def sweep_sts_command(
     "--metric", help="Metric to rank by: mrr@K (default), ndcg@K, recall@1, recall@K, success@1, success@3."
 )
 @sweep_options
-@device_options
+@embedding_options("device")
 @progress_options
 def sweep_retrieval_command(
     corpus: Path | None,
@@ -308,8 +306,7 @@ def sweep_retrieval_command(
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
-    device: str,
-    precision: str,
+    options: EmbeddingOptions,
     progress: bool,
 ) -> None:
     """Every strategy of the grid on a retrieval set, ranked by --metric.
@@ -337,8 +334,7 @@ def sweep_retrieval_command(
         progress=progress,
         k=k,
         metric=metric,
-        device=device,
-        precision=precision,
+        options=options,
         encoding=encoding,
     )
     report_sweep(

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from search.cli.embedding import embedding_options
 from search.cli.options import (
     also_options,
     corpus_option,
-    device_options,
     encoding_option,
     json_option,
     judged_options,
@@ -23,6 +23,9 @@ from search.cli.options import (
     text_field_option,
 )
 from search.cli.printing import echo_pair_rejections
+
+if TYPE_CHECKING:
+    from indexer.encoders.options import EmbeddingOptions
 
 
 @click.command("tune")
@@ -74,7 +77,7 @@ from search.cli.printing import echo_pair_rejections
 @json_option("the report (the metric before and after, the steps, the saved model)")
 @encoding_option
 @progress_options
-@device_options
+@embedding_options("device")
 @strategy_options
 def tune_command(
     output: Path,
@@ -95,8 +98,7 @@ def tune_command(
     batch_size: int,
     learning_rate: float,
     as_json: bool,
-    device: str,
-    precision: str,
+    options: EmbeddingOptions,
     encoding: str,
     asked: dict[str, Any],
     progress: bool,
@@ -137,8 +139,7 @@ def tune_command(
         learning_rate=learning_rate,
         progress=progress,
         report=lambda line: click.echo(line, err=True),
-        device=device,
-        precision=precision,
+        options=options,
     )
     if as_json:
         click.echo(json.dumps(done.to_dict()))

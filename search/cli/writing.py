@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from indexer.embedding.strategy import DEFAULT_CHUNK_OVERLAP
+from search.cli.embedding import embedding_options
 from search.cli.options import (
     also_options,
-    batch_size_option,
-    device_options,
     encoding_option,
     format_option,
     index_kind_option,
@@ -22,7 +21,6 @@ from search.cli.options import (
     mode_option,
     output_option,
     progress_options,
-    ray_options,
     reading_options,
     rule_options,
     split,
@@ -33,6 +31,9 @@ from search.cli.options import (
     wait_option,
 )
 from search.cli.printing import echo_notes, echo_rejections, note_delimiter
+
+if TYPE_CHECKING:
+    from indexer.encoders.options import EmbeddingOptions
 
 
 @click.command("index")
@@ -48,14 +49,12 @@ from search.cli.printing import echo_notes, echo_rejections, note_delimiter
     type=click.IntRange(min=0),
     help=f"Tokens shared by neighbouring windows (implies --chunk; default {DEFAULT_CHUNK_OVERLAP}).",
 )
-@batch_size_option
 @index_kind_option
 @storage_option
 @wait_option
-@ray_options
 @also_options()
 @strategy_options
-@device_options
+@embedding_options("batch", "ray", "device")
 @progress_options
 def index_command(
     corpus: Path,
@@ -68,16 +67,12 @@ def index_command(
     quoting: str,
     chunk: bool,
     chunk_overlap: int | None,
-    batch_size: int,
     index_kind: str,
     storage: str,
     wait: float,
-    ray_address: str | None,
-    ray_workers: int | None,
     also: Any,
     asked: dict[str, Any],
-    device: str,
-    precision: str,
+    options: EmbeddingOptions,
     progress: bool,
 ) -> None:
     """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index.
@@ -102,16 +97,12 @@ def index_command(
         encoding=encoding,
         delimiter=delimiter,
         quoting=quoting,
-        batch_size=batch_size,
+        options=options,
         progress=progress,
         index_kind=index_kind,
         storage=storage,
         wait=wait,
-        ray=ray_address,
-        ray_workers=ray_workers,
         also=also,
-        device=device,
-        precision=precision,
     )
     note_delimiter(corpus, fmt, delimiter, encoding)
     echo_notes(report.notes)
@@ -142,10 +133,8 @@ def index_command(
 )
 @format_option
 @reading_options
-@batch_size_option
 @wait_option
-@ray_options
-@device_options
+@embedding_options("batch", "ray", "device")
 @progress_options
 def add_command(
     index_dir: Path,
@@ -156,12 +145,8 @@ def add_command(
     encoding: str,
     delimiter: str | None,
     quoting: str,
-    batch_size: int,
     wait: float,
-    ray_address: str | None,
-    ray_workers: int | None,
-    device: str,
-    precision: str,
+    options: EmbeddingOptions,
     progress: bool,
 ) -> None:
     """Upsert CORPUS into INDEX_DIR by id: new and changed texts are embedded, unchanged ones skipped.
@@ -182,13 +167,9 @@ def add_command(
         encoding=encoding,
         delimiter=delimiter,
         quoting=quoting,
-        batch_size=batch_size,
+        options=options,
         progress=progress,
         wait=wait,
-        ray=ray_address,
-        ray_workers=ray_workers,
-        device=device,
-        precision=precision,
     )
     note_delimiter(corpus, fmt, delimiter, encoding)
     echo_notes(report.notes)
