@@ -133,16 +133,19 @@ is no keyword evidence, however many of them an entry holds."""
 
 
 def _idf(total: int, holding: float) -> float:
-    return math.log((total - holding + 0.5) / (holding + 0.5))
+    """BM25's IDF as Lucene writes it, positive for every word: ln(1 + (N - n + 0.5) / (n + 0.5))."""
+    return math.log(1 + (total - holding + 0.5) / (holding + 0.5))
 
 
 def word_weight(total: int, holding: int) -> float:
     """A word's weight in a question, among ``total`` entries of which ``holding`` hold it: BM25's
-    IDF, log((N - n + 0.5) / (n + 0.5)), above that of a word ``COMMON_SHARE`` of the entries
-    hold, floored at 0. A word a quarter of the entries or more hold weighs nothing; a rarer word
-    weighs more, smoothly, and a word no entry holds most (it is part of the question no entry
-    holds)."""
-    return max(_idf(total, holding) - _idf(total, COMMON_SHARE * total), 0.0)
+    IDF (``_idf``) above that of a word ``COMMON_SHARE`` of the entries hold, floored at 0. A word
+    a quarter of the entries or more hold weighs nothing; a rarer word weighs more, smoothly, and
+    a word no entry holds most (it is part of the question no entry holds). In an index of a few
+    entries, where a quarter is under two, the reference is one and a half entries (at most all
+    of them): a word one entry of two or more holds counts."""
+    common = min(max(COMMON_SHARE * total, 1.5), total)
+    return max(_idf(total, holding) - _idf(total, common), 0.0)
 
 
 def keyword_scores(catalog: Catalog, words: Words, k: int, allowed: Sequence[int] | None = None) -> Ranking:

@@ -38,16 +38,17 @@ def random_entries(rng: random.Random, n: int = 40) -> list[str]:
 
 
 def idf(n: int, holding: float) -> float:
-    return math.log((n - holding + 0.5) / (holding + 0.5))
+    return math.log(1 + (n - holding + 0.5) / (holding + 0.5))
 
 
 def held_share(texts: list[str], text: str, query: list[str]) -> float:
-    """The share computed from the texts alone: the weights (BM25's IDF above that of a word a
-    quarter of the entries hold, floored at 0, counted here) of the query's distinct words the
-    entry holds over the weights of all of them."""
+    """The share computed from the texts alone: the weights (BM25's IDF, Lucene's positive form,
+    above that of a word a quarter of the entries hold, floored at 0, counted here) of the query's
+    distinct words the entry holds over the weights of all of them."""
     n = len(texts)
     words = {w.lower() for w in query}
-    weight = {w: max(0.0, idf(n, sum(w in t.split() for t in texts)) - idf(n, n / 4)) for w in words}
+    common = min(max(n / 4, 1.5), n)
+    weight = {w: max(0.0, idf(n, sum(w in t.split() for t in texts)) - idf(n, common)) for w in words}
     total = sum(weight.values())
     return sum(weight[w] for w in words if w in text.split()) / total if total else 0.0
 
@@ -173,3 +174,15 @@ def test_group_by_names_a_field_whatever_its_case_as_where_does(tmp_path, tiny_m
         named = engine.search("bikes entry", k=3, group_by="category", mode=mode, where="category != 'app'")
         assert asked == named
         assert len({h.fields["category"] for h in asked}) == 3
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 5, 7])
+def test_in_a_small_index_a_word_one_entry_holds_counts(tmp_path, size):
+    """A quarter of a few entries is less than two: a word a single entry holds still tells it from
+    the others, so a question of that entry's own words is whole keyword evidence."""
+    texts = [f"where do I park spot{i}" if i == 0 else f"how do I pay case{i}" for i in range(size)]
+    catalog = Catalog.create(tmp_path / "meta.db", {})
+    catalog.put([Entry(str(i), t, {}) for i, t in enumerate(texts)], range(len(texts)), [1] * len(texts))
+    found = keyword_scores(catalog, Words("Where do I park?", "keyword"), size)
+    assert found[0] == pytest.approx(1.0)
+    catalog.close()
