@@ -287,8 +287,11 @@ def choose_rule(
     )
     rule = fit_rule(seen, precision, chosen, guarantee, unanswerable)
     if chosen != PLAIN:  # and on all the labels, with the same promise, it must not answer less
-        plain = fit_rule(seen, precision, PLAIN, guarantee, unanswerable)
-        if rule.coverage < plain.coverage:
+        try:
+            plain = fit_rule(seen, precision, PLAIN, guarantee, unanswerable)
+        except BadInput:  # the plain rule cannot keep the promise at all: the learned one stands
+            plain = None
+        if plain is not None and rule.coverage < plain.coverage:
             told += f"; fitted on all {len(units)} threads it answers {rule.coverage:.3f}"
             told += f" vs {plain.coverage:.3f}"
             chosen, rule = PLAIN, plain
