@@ -19,6 +19,7 @@ import numpy as np
 
 from indexer.writing.build import build_index
 from search.engine import SearchEngine
+from search.hybrid import DENSE
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"
 
@@ -34,13 +35,15 @@ def main() -> None:
         index = Path(tmp) / "idx"
         build_index(DATA / "corpus.jsonl", index, text_fields=args.fields.split(","))
         snapshot = SearchEngine(index).snapshot
-        vectors = snapshot.embed([q["text"] for q in queries])
+        texts = [q["text"] for q in queries]
+        vectors = snapshot.embed(texts)
         results, seconds = {}, {}
         for name, group_by in (("plain", None), ("grouped", "thread")):
             times = []
             for _ in range(args.repeat):
                 started = time.perf_counter()
-                results[name] = snapshot.lookup(vectors, args.k, group_by=snapshot.grouping(group_by))
+                plan = snapshot.plan(texts, args.k, group_by=group_by, mode=DENSE)
+                results[name] = snapshot.run(plan, vectors)
                 times.append(time.perf_counter() - started)
             seconds[name] = min(times) / len(queries)
     print(f"StackFAQ dev, {len(queries)} queries, fields {args.fields}, k={args.k}")

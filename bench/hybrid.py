@@ -18,8 +18,8 @@ Sets (``../shared/data``, never copied into the repo):
 
 (``SHARED_DATA=/path/to/shared/data`` where the data is not beside the checkout.)
 
-Runs on any version of the engine (``SearchEngine.snapshot.lookup`` with ``words``), so the
-same script measures a commit before a change of the score.
+Searches as the product does (``Snapshot.plan`` and ``run`` on the queries embedded once), each
+weight of the grid stored on the index as ``calibrate --hybrid-weight`` stores it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import csv
 import json
 import os
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +36,7 @@ import numpy as np
 from indexer.writing.build import build_index
 from search.engine import SearchEngine
 from search.evaluate import read_qrels, retrieval_metrics
-from search.hybrid import DEFAULT_WEIGHT, WEIGHTS
+from search.hybrid import DEFAULT_WEIGHT, HYBRID, MODES, WEIGHTS, store_hybrid_weight
 from search.promise import auroc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,25 +85,18 @@ def pairs(path: Path, keep, tmp: Path) -> dict:
     }
 
 
-def searched(
-    engine: SearchEngine, texts: list[str], vectors: np.ndarray, mode: str, weight: float | None
-) -> list:
+def searched(engine: SearchEngine, texts: list[str], vectors: np.ndarray, mode: str) -> list:
     snapshot = engine.snapshot
-    words = snapshot.words(texts, mode)
-    if words is not None and weight is not None:
-        words = [replace(w, weight=weight) for w in words]
-    return snapshot.lookup(vectors, K, words=words)
+    return snapshot.run(snapshot.plan(texts, K, mode=mode), vectors)
 
 
-def measured(
-    engine: SearchEngine, data: dict, off: list[str], vectors: tuple, mode: str, weight: float | None = None
-) -> dict:
+def measured(engine: SearchEngine, data: dict, off: list[str], vectors: tuple, mode: str) -> dict:
     texts = [text for _, text in data["queries"]]
-    found = searched(engine, texts, vectors[0], mode, weight)
+    found = searched(engine, texts, vectors[0], mode)
     ranked = {q: [h.id for h in hits] for (q, _), hits in zip(data["queries"], found, strict=True)}
     metrics = retrieval_metrics(ranked, data["qrels"], K)
     asked = [hits[0].score if hits else 0.0 for hits in found]
-    offside = [hits[0].score if hits else 0.0 for hits in searched(engine, off, vectors[1], mode, weight)]
+    offside = [hits[0].score if hits else 0.0 for hits in searched(engine, off, vectors[1], mode)]
     scores = np.array(asked + offside)
     positive = np.array([True] * len(asked) + [False] * len(offside))
     middle = {"top": float(np.median(asked)), "off": float(np.median(offside))}
@@ -146,14 +138,18 @@ def main() -> None:
             kind = name.split(" (")[0]
             off = [q for other, texts in questions.items() if other.split(" (")[0] != kind for q in texts]
             vectors = (engine.snapshot.embed([t for _, t in data["queries"]]), engine.snapshot.embed(off))
-            for mode in ("dense", "keyword", "hybrid"):
+            for mode in MODES:
                 m = measured(engine, data, off, vectors, mode)
                 print(
                     f"| {name} | {mode} | {m['mrr@10']:.4f} | {m['success@1']:.4f} | {m['auc']:.4f} "
                     f"| {m['top']:.3f} | {m['off']:.3f} |"
                 )
             if name == "stackfaq dev (question)" and not args.no_grid:
-                grid[name] = {w: measured(engine, data, off, vectors, "hybrid", w) for w in WEIGHTS}
+                grid[name] = {}
+                for weight in WEIGHTS:
+                    store_hybrid_weight(index, weight)
+                    engine.reload_if_changed()
+                    grid[name][weight] = measured(engine, data, off, vectors, HYBRID)
         if not grid:
             return
         print(f"\nThe hybrid keyword weight (default {DEFAULT_WEIGHT:g}), chosen on StackFAQ dev:\n")

@@ -4,7 +4,6 @@ calibrates on half of a labelled FAQ's threads and tests on the other half, over
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import numpy as np
 from indexer.embedding.fields import FieldScoring
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from search.evaluate import RetrievalSet, described
+from search.evaluate import RetrievalSet, described, opened
 
 
 def evaluate_abstention(
@@ -46,7 +45,6 @@ def evaluate_abstention(
     without it finds (exact search; a post-processing would be fitted with it)."""
     import random
 
-    from indexer.writing.build import build_index
     from search.calibration import (
         LEARNED,
         PLAIN,
@@ -59,7 +57,6 @@ def evaluate_abstention(
         threads,
     )
     from search.confidence import NEIGHBOURS
-    from search.engine import SearchEngine
     from search.promise import GUARANTEE, UNANSWERABLE, auroc, check_share, measure
 
     if not 0 < holdout < 1:
@@ -83,34 +80,20 @@ def evaluate_abstention(
         random.Random(seed).shuffle(order)
         splits.append((order[:half], order[half:], order[half : half + removed_count]))
     questions = [q for q in data.queries if q.id in set().union(*(t[0] for t in found))]
-    with tempfile.TemporaryDirectory(prefix="semsearch-abstain-") as tmp:
-        index_dir = Path(tmp) / "index"
-        build_index(
-            corpus,
-            index_dir,
-            strategy,
-            text_fields=text_fields,
-            id_field="id",
-            also=also,
-            progress=progress,
-            encoding=encoding,
-        )
-        snapshot = SearchEngine(index_dir).snapshot
+    built = {"text_fields": text_fields, "id_field": "id", "also": also}
+    with opened(None, corpus, strategy, progress=progress, encoding=encoding, **built) as snapshot:
         judged = list(dict.fromkeys(doc for docs in data.qrels.values() for doc in docs))
-        with snapshot.db_lock:
-            indexed = snapshot.index.catalog.rowids(judged)
-            largest = snapshot.index.catalog.largest_text_group()
+        indexed = snapshot.holding(judged)
         most = max(sum(d in indexed for d in t[1]) for t in found)
         gone = max(sum(d in indexed for t in split[2] for d in t[1]) for split in splits)
-        count = NEIGHBOURS + largest + most + gone
-        mode = snapshot.serves(mode) if mode else snapshot.default_mode
+        count = NEIGHBOURS + snapshot.largest_group() + most + gone
+        mode = snapshot.mode(mode, fitting=True)
         check_features(features, mode)
         texts = [q.text for q in questions]
-        vectors = embedded(snapshot, texts, progress)
-        found_near = snapshot.neighbourhoods(vectors, count=count, words=snapshot.said(texts, mode))
+        plan = snapshot.plan(texts, count, mode=mode, fitting=True)
+        found_near = snapshot.neighbourhoods(plan, embedded(snapshot, texts, progress))
         near = dict(zip([q.id for q in questions], found_near, strict=True))
-        with snapshot.db_lock:
-            ids = snapshot.index.catalog.values(sorted({r for n in near.values() for r in n.rowids}), "_id")
+        ids = snapshot.ids(sorted({r for n in near.values() for r in n.rowids}))
         described_index = described(snapshot)
     learned = tuple(features) if features else LEARNED
     per_seed = []

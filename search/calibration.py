@@ -44,6 +44,7 @@ from search.confidence import (
     stored_rules,
 )
 from search.engine import SearchEngine
+from search.hybrid import DENSE, HYBRID
 from search.promise import (
     GUARANTEE,
     HALF,
@@ -74,12 +75,12 @@ CANDIDATES = (PLAIN, LEARNED)
 NAMES = {PLAIN: "plain", LEARNED: "learned"}
 
 
-def check_features(names: Sequence[str] | None, mode: str = "dense") -> tuple[str, ...]:
+def check_features(names: Sequence[str] | None, mode: str = DENSE) -> tuple[str, ...]:
     """The features asked for (None: ``DEFAULT_FEATURES``), each known and read in ``mode``
     (a dense ranking has no keyword evidence)."""
     if names is None:
         return DEFAULT_FEATURES
-    known = [n for n in FEATURES if mode != "dense" or n not in KEYWORD_FEATURES]
+    known = [n for n in FEATURES if mode != DENSE or n not in KEYWORD_FEATURES]
     unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise BadInput(
@@ -162,7 +163,7 @@ def fit_rule(
     from sklearn.linear_model import LogisticRegression
 
     precision = check_precision(precision)
-    features = check_features(features, "hybrid")  # every feature: the caller checks its mode reads them
+    features = check_features(features, HYBRID)  # every feature: the caller checks its mode reads them
     check_share("the guarantee", guarantee)
     check_share("the unanswerable share", unanswerable)
     correct = np.array([o.correct for o in seen], dtype=bool)
@@ -312,23 +313,19 @@ def observations(
     questions: Sequence[Query],
     qrels: Mapping[str, Mapping[str, int]],
     *,
-    mode: str = "dense",
+    mode: str = DENSE,
     progress: bool = False,
 ) -> list[Observation]:
     """Every question searched in ``snapshot`` in ``mode`` and labelled by ``qrels`` (``observe``)."""
     if not questions:
         raise BadInput("no calibration questions")
     judged = list(dict.fromkeys(doc for docs in qrels.values() for doc in docs))
-    with snapshot.db_lock:
-        indexed = snapshot.index.catalog.rowids(judged)
-        largest = snapshot.index.catalog.largest_text_group()
+    indexed = snapshot.holding(judged)
     most = max(sum(doc in indexed for doc in qrels.get(q.id, {})) for q in questions)
     texts = [q.text for q in questions]
-    vectors = embedded(snapshot, texts, progress)
-    words = snapshot.said(texts, mode)
-    near = snapshot.neighbourhoods(vectors, count=NEIGHBOURS + largest + most, words=words)
-    with snapshot.db_lock:
-        ids = snapshot.index.catalog.values(sorted({r for n in near for r in n.rowids}), "_id")
+    plan = snapshot.plan(texts, NEIGHBOURS + snapshot.largest_group() + most, mode=mode, fitting=True)
+    near = snapshot.neighbourhoods(plan, embedded(snapshot, texts, progress))
+    ids = snapshot.ids(sorted({r for n in near for r in n.rowids}))
     return observe([q.id for q in questions], near, ids, qrels, indexed)
 
 
@@ -361,14 +358,12 @@ def self_observations(
     seed: int = 0,
     limit: int = SELF_QUESTIONS,
     *,
-    mode: str = "dense",
+    mode: str = DENSE,
     progress: bool = False,
 ) -> list[Observation]:
     """Labelled questions made from the index's own texts (see the module doc): two observations
     per distinct text, one answerable, one not (each text its own cluster)."""
-    with snapshot.db_lock:
-        texts = snapshot.index.catalog.texts_by_hash()
-        largest = snapshot.index.catalog.largest_text_group()
+    texts = snapshot.texts()
     if len(texts) < 2:
         raise BadInput("calibrating on the corpus itself needs at least 2 distinct texts")
     rng = np.random.default_rng(seed)
@@ -376,8 +371,8 @@ def self_observations(
     if len(groups) > limit:
         groups = sorted(rng.choice(groups, size=limit, replace=False).tolist())
     questions = [paraphrase(texts[g], rng) for g in groups]
-    vectors = embedded(snapshot, questions, progress, "paraphrases")
-    near = snapshot.neighbourhoods(vectors, count=NEIGHBOURS + largest, words=snapshot.said(questions, mode))
+    plan = snapshot.plan(questions, NEIGHBOURS + snapshot.largest_group(), mode=mode, fitting=True)
+    near = snapshot.neighbourhoods(plan, embedded(snapshot, questions, progress, "paraphrases"))
     seen = []
     for unit, (group, full) in enumerate(zip(groups, near, strict=True)):
         for answerable, row in ((True, full.first(NEIGHBOURS)), (False, full.first(NEIGHBOURS, group))):
@@ -408,14 +403,14 @@ def calibrate_index(
     index's default, ``Snapshot.default_mode``): fitted on that mode's ranking and signals, and
     kept beside the rules of the other modes (a rule of the same mode is replaced)."""
     check_precision(precision)
-    check_features(features, mode or "hybrid")
+    check_features(features, mode or HYBRID)
     guarantee = check_share("the guarantee", GUARANTEE if guarantee is None else guarantee)
     unanswerable = check_share(
         "the unanswerable share", UNANSWERABLE if unanswerable is None else unanswerable
     )
     with writer_lock(Path(index_dir), wait):
         snapshot = SearchEngine(index_dir).snapshot
-        mode = snapshot.serves(mode) if mode else snapshot.default_mode
+        mode = snapshot.mode(mode, fitting=True)
         check_features(features, mode)
         if questions is None:
             seen, source, counts = self_observations(snapshot, mode=mode, progress=progress), "self", {}
@@ -434,7 +429,7 @@ def calibrate_index(
         created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         rule = replace(rule, source=source, measured_on=measured, created=created, mode=mode, **counts)
         kept = {**snapshot.rules, mode: rule}  # the other modes' rules stay beside it
-        snapshot.index.catalog.close()
+        snapshot.close()
         apply_change(index_dir, Change(meta={"calibration": stored_form(kept)}))
     return rule
 

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from indexer.errors import BadInput
+from search.hybrid import DENSE
 
 FEATURES = ("score", "margin", "zscore", "gap", "text", "keyword", "agree")
 COSINES = frozenset({"score", "text", "keyword"})
@@ -173,7 +174,7 @@ class Rule:
     why: str = ""  # why these features: the learned rule against the plain one on held-out threads
     costs: tuple[tuple[float, float], ...] = ()  # (precision target, coverage) with the same guarantee
     labels_needed: int | None = None  # about how many labelled questions the target needs to answer half
-    mode: str = "dense"  # the search mode whose ranking it was fitted on (``search.hybrid.MODES``)
+    mode: str = DENSE  # the search mode whose ranking it was fitted on (``search.hybrid.MODES``)
     asked: int = 0  # labelled questions as asked (hidden copies aside); 0: made from the corpus
     asked_unanswerable: int = 0  # of them, those with no relevant entry in the index
 

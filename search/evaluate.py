@@ -14,7 +14,7 @@ import json
 import math
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -262,12 +262,41 @@ def evaluate_retrieval(
 ) -> dict[str, Any]:
     """Query an existing index, or build a temporary one from ``corpus`` (in ``encoding``) with
     ``strategy`` (and ``also`` fields) embedded as ``options`` say; metrics at cutoff ``k``."""
-    from indexer.writing.build import build_index
     from search.calibration import embedded
-    from search.engine import SearchEngine
-    from search.snapshot import Plan
 
-    with tempfile.TemporaryDirectory(prefix="semsearch-eval-") as tmp:
+    built = {"text_fields": text_fields, "also": also, "options": options}
+    with opened(index_dir, corpus, strategy, progress=progress, encoding=encoding, **built) as snapshot:
+        texts = [q.text for q in data.queries]
+        vectors = embedded(snapshot, texts, progress)
+        default = snapshot.mode(None)
+        report: dict[str, Any] = {}
+        for mode in modes_served(snapshot):
+            results = snapshot.run(snapshot.plan(texts, k, mode=mode), vectors)
+            ranked = {q.id: [h.id for h in hits] for q, hits in zip(data.queries, results, strict=True)}
+            scores = retrieval_metrics(ranked, data.qrels, k)
+            if mode == default:
+                report = {**scores, "mode": mode, **report}
+            report.update({f"{mode} {name}": value for name, value in scores.items() if name != "queries"})
+        return {**report, **described(snapshot)}
+
+
+@contextlib.contextmanager
+def opened(
+    index_dir: str | Path | None,
+    corpus: str | Path | None,
+    strategy: Strategy | None = None,
+    *,
+    progress: bool = False,
+    encoding: str = "utf-8",
+    **build: Any,
+) -> Iterator[Snapshot]:
+    """The snapshot a study searches: of ``index_dir``, else of a temporary index built from
+    ``corpus`` (in ``encoding``) with ``strategy`` and the ``build_index`` options ``build``
+    (text fields, also fields, embedding options...), removed when the study is done."""
+    from indexer.writing.build import build_index
+    from search.engine import SearchEngine
+
+    with tempfile.TemporaryDirectory(prefix="semsearch-study-") as tmp:
         if index_dir is None:
             if corpus is None:
                 raise BadInput("give a corpus to index, or an existing index")
@@ -276,25 +305,11 @@ def evaluate_retrieval(
                 corpus,
                 index_dir,
                 strategy,
-                text_fields=text_fields,
-                also=also,
                 progress=progress,
-                options=options,
                 encoding=encoding,
+                **build,
             )
-        snapshot = SearchEngine(index_dir).snapshot
-        texts = [q.text for q in data.queries]
-        vectors = embedded(snapshot, texts, progress)
-        default = snapshot.mode(None)
-        report: dict[str, Any] = {}
-        for mode in modes_served(snapshot):
-            results = snapshot.run(Plan(tuple(texts), k, mode), vectors)
-            ranked = {q.id: [h.id for h in hits] for q, hits in zip(data.queries, results, strict=True)}
-            scores = retrieval_metrics(ranked, data.qrels, k)
-            if mode == default:
-                report = {**scores, "mode": mode, **report}
-            report.update({f"{mode} {name}": value for name, value in scores.items() if name != "queries"})
-        return {**report, **described(snapshot)}
+        yield SearchEngine(index_dir).snapshot
 
 
 def modes_served(snapshot: Snapshot) -> list[str]:

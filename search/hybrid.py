@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,8 +44,10 @@ from indexer.errors import BadInput
 if TYPE_CHECKING:
     from indexer.catalog import Catalog
 
-MODES = ("dense", "keyword", "hybrid")
-DEFAULT_MODE = "hybrid"
+DENSE, KEYWORD, HYBRID = "dense", "keyword", "hybrid"
+MODES = (DENSE, KEYWORD, HYBRID)
+"""The search modes, each named once here."""
+DEFAULT_MODE = HYBRID
 """The mode that won on StackFAQ dev (docs/hybrid.md)."""
 DEFAULT_WEIGHT = 0.15
 """The keyword ranking's share in a hybrid score unless the index stores one (``WEIGHT_KEY``)."""
@@ -181,33 +183,28 @@ def fuse(dense: Ranking, keyword: Ranking, weight: float = DEFAULT_WEIGHT) -> Ra
     return dict(sorted(fused.items(), key=lambda item: (-item[1], item[0])))
 
 
-def ranked(
-    mode: str,
-    k: int,
-    dense: Callable[[int], Ranking],
-    keyword: Callable[[int], Ranking],
-    cosines: Callable[[list[int]], Ranking],
-    weight: float,
-    codes: Callable[[list[int]], Mapping[int, int]] | None = None,
+def depth(k: int) -> int:
+    """How many entries each ranking is fetched for the k best hybrid ones: ``POOL``, at least k."""
+    return max(k, POOL)
+
+
+def missing(dense: Ranking, keyword: Ranking) -> list[int]:
+    """The entries only the keyword ranking found: their exact cosines complete ``dense`` before
+    ``fused`` (every entry of either ranking is scored on both)."""
+    return [rowid for rowid in keyword if rowid not in dense]
+
+
+def fused(
+    dense: Ranking, keyword: Ranking, weight: float, k: int, codes: Mapping[int, int] | None = None
 ) -> Ranking:
-    """The k best entries in ``mode``, given each ranking as a function of how many to fetch and
-    the exact cosines of given row ids (for the entries only the keywords found). ``codes``
-    (given where the query holds a code): how many of the query's codes each of some row ids
-    holds; hybrid ranks an entry holding more of them first, each by its fused score."""
-    if mode == "dense":
-        return dense(k)
-    if mode == "keyword":
-        return keyword(k)
-    pool = max(k, POOL)
-    near, words = dense(pool), keyword(pool)
-    missing = [rowid for rowid in words if rowid not in near]
-    if missing:
-        near = {**near, **cosines(missing)}
-    fused = fuse(near, words, weight)
-    if codes is not None:
-        held = codes(list(fused))
-        fused = dict(sorted(fused.items(), key=lambda item: -held.get(item[0], 0)))  # stable: by score within
-    return dict(list(fused.items())[:k])
+    """The k best hybrid entries from the two rankings, each fetched ``depth(k)`` deep:
+    ``dense`` holds the cosine of every entry of either (completed with ``missing``), ``fuse``
+    scores them. ``codes`` (where the query holds a code): how many of the query's codes each
+    entry holds; an entry holding more of them ranks first, each by its fused score."""
+    ranking = fuse(dense, keyword, weight)
+    if codes:  # a stable sort: by score within each count
+        ranking = dict(sorted(ranking.items(), key=lambda item: -codes.get(item[0], 0)))
+    return dict(list(ranking.items())[:k])
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """One complete version of an index and the encoding its questions embed with: what a request
 searches from start to end (``SearchEngine`` hands one out and renews it when a new version is
-live). Its lookups: dense, keyword or hybrid, filtered, grouped, scored with also-fields and the
-no-answer rule."""
+live). Every search, a study's included, is a ``Plan`` (``Snapshot.plan``: its checks and its one
+mode rule) run on it (``Snapshot.run``, ``Snapshot.neighbourhoods``; the ranking itself:
+``search.lookup``)."""
 
 from __future__ import annotations
 
@@ -20,24 +21,12 @@ from indexer.errors import BadInput, IndexMoved
 from indexer.progress import Share
 from indexer.reading.corpus import spelled
 from indexer.store import StoredIndex
-from indexer.vectors.entries import EntryVectors
-from search.confidence import NEIGHBOURS, Neighbourhood, Rule, check_min_score, stored_form, stored_rules
+from search.confidence import Neighbourhood, Rule, check_min_score, stored_form, stored_rules
 from search.encoding import Encoding
 from search.filters import parse_filter
-from search.hybrid import (
-    DEFAULT_MODE,
-    MODES,
-    Words,
-    check_mode,
-    code_counts,
-    keyword_scores,
-    ranked,
-    stored_weight,
-)
+from search.hybrid import DEFAULT_MODE, DENSE, MODES, Words, check_mode, stored_weight
+from search.lookup import Lookup
 from search.requests import Allowed, Hit, check_k, check_queries
-
-CANDIDATES = 64
-"""Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
 
 
 @dataclass(frozen=True)
@@ -51,17 +40,6 @@ class Plan:
     where: str | None = None
     min_score: float | None = None
     group_by: str | None = None
-
-
-@dataclass
-class Signals:
-    """What a rule reads of each entry beside its score, noted as a search ranks: its own text's
-    cosine (where the score is not that alone) and its keyword evidence (``read``: whether the
-    ranking read the keywords)."""
-
-    texts: dict[int, float] = field(default_factory=dict)
-    keywords: dict[int, float] = field(default_factory=dict)
-    read: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,26 +110,31 @@ class Snapshot:
         min_score: float | None = None,
         group_by: str | None = None,
         mode: str | None = None,
+        *,
+        fitting: bool = False,
     ) -> Plan:
-        """One search call checked and its mode resolved (``mode``), before anything is embedded."""
+        """One search call checked and its mode resolved (``mode``), before anything is embedded.
+        ``fitting``: the questions a no-answer rule is fitted on (``search.calibration``)."""
         check_queries(queries)
         check_k(k)
         check_min_score(min_score)
-        return Plan(tuple(queries), k, self.mode(mode), where, min_score, group_by)
+        return Plan(tuple(queries), k, self.mode(mode, fitting=fitting), where, min_score, group_by)
 
     def run(self, plan: Plan, vectors: np.ndarray) -> list[list[Hit]]:
         """``plan`` on this version, its queries embedded as ``vectors``: among the entries its
         filter allows, the best per value of its grouping, in its mode, marked by the rule of that
-        mode or its minimum score. What every search runs (``SearchEngine.search_many``,
-        ``evaluate``)."""
+        mode or its minimum score (``search.lookup``). What every search runs
+        (``SearchEngine.search_many``, ``evaluate``)."""
         allowed, grouping = self.allowed(plan.where), self.grouping(plan.group_by)
         said = self.said(plan.queries, plan.mode)
-        return self.lookup(vectors, plan.k, allowed, plan.min_score, grouping, said)
+        return self._lookup().hits(vectors, plan.k, allowed, plan.min_score, grouping, said)
 
-    def search_many(self, queries: Sequence[str], *args: Any, **kwargs: Any) -> list[list[Hit]]:
-        """``plan`` (its arguments) and ``run`` on this version, the queries embedded in one pass:
-        ``SearchEngine.search_many`` without the retry, for code that holds one version."""
-        return self.run(self.plan(queries, *args, **kwargs), self.embed(queries))
+    def neighbourhoods(self, plan: Plan, vectors: np.ndarray) -> list[Neighbourhood]:
+        """Each of ``plan``'s queries (embedded as ``vectors``): its nearest ``plan.k`` entries
+        its filter allows, ranked in its mode, with what a confidence is computed from
+        (``search.confidence``): what a no-answer rule is fitted on."""
+        said = self.said(plan.queries, plan.mode)
+        return self._lookup().neighbourhoods(vectors, self.allowed(plan.where), plan.k, said)
 
     @functools.cached_property
     def keywords(self) -> bool:
@@ -162,11 +145,11 @@ class Snapshot:
     @property
     def default_mode(self) -> str:
         """``DEFAULT_MODE``, or dense where the index has no keyword table."""
-        return DEFAULT_MODE if self.keywords else "dense"
+        return DEFAULT_MODE if self.keywords else DENSE
 
     def serves(self, mode: str) -> str:
         """``mode`` if the index can search in it; else one line saying why not."""
-        if check_mode(mode) != "dense" and not self.keywords:
+        if check_mode(mode) != DENSE and not self.keywords:
             raise BadInput(
                 f"mode {mode}: this index was written before keyword search; its next version"
                 " (add, delete or compact) keeps the keyword table"
@@ -182,30 +165,21 @@ class Snapshot:
             return self.default_mode
         return next(mode for mode in MODES if mode in rules)
 
-    def mode(self, asked: str | None) -> str:
-        """The mode a search runs in: the one asked for, else ``searched``. A mode the index
-        cannot serve is refused in one line; one a calibrated index has no rule for answers, its
-        hits unmarked (``search.confidence.unruled`` says so)."""
-        return self.serves(asked) if asked else self.searched
-
-    def words(self, queries: Sequence[str], mode: str | None) -> list[Words] | None:
-        """What a non-dense search needs of each query (None: dense), in the mode ``mode`` resolves to."""
-        return self.said(queries, self.mode(mode))
+    def mode(self, asked: str | None, *, fitting: bool = False) -> str:
+        """The mode a search runs in: the one asked for, else ``searched``; a rule being fitted
+        (``fitting``) serves ``default_mode`` when none is asked. A mode the index cannot serve
+        is refused in one line; one a calibrated index has no rule for answers, its hits
+        unmarked (``search.confidence.unruled`` says so)."""
+        if asked:
+            return self.serves(asked)
+        return self.default_mode if fitting else self.searched
 
     def said(self, queries: Sequence[str], mode: str) -> list[Words] | None:
         """Each query's keyword side in ``mode``, a mode already resolved (None: dense)."""
-        if mode == "dense":
+        if mode == DENSE:
             return None
         weight = stored_weight(self.meta)
         return [Words(query, mode, weight) for query in queries]
-
-    def keyword_ranking(self, words: Words, k: int, allowed: Allowed | None) -> dict[int, float]:
-        """Row id -> keyword evidence of the k best keyword matches (``search.hybrid.keyword_scores``;
-        none when no word can match)."""
-        if words.match is None or (allowed is not None and not len(allowed.ids)):
-            return {}
-        with self.reading() as catalog:
-            return keyword_scores(catalog, words, k, None if allowed is None else allowed.ids.tolist())
 
     def embed(self, queries: Sequence[str], progress: Share | None = None) -> np.ndarray:
         check_queries(queries)
@@ -240,265 +214,36 @@ class Snapshot:
         """The no-answer rules ``calibrate`` stored in this version, by the mode each answers in."""
         return stored_rules(self.meta.get("calibration"))
 
-    def lookup(
-        self,
-        vectors: np.ndarray,
-        k: int,
-        allowed: Allowed | None = None,
-        min_score: float | None = None,
-        group_by: str | None = None,
-        words: Sequence[Words] | None = None,
-    ) -> list[list[Hit]]:
-        """Top-k hits of each vector. Each hit is marked ``answered`` by the stored rule (with its
-        ``confidence``) or, given ``min_score``, by its cosine; neither: ``answered`` is None.
-        ``group_by`` (a field ``grouping`` checked): the best hit of each of the k best groups.
-        ``words`` (``words``): each query's keyword or hybrid search; None: dense."""
-        check_k(k)
-        check_min_score(min_score)
-        asked = [None] * len(vectors) if words is None else words
-        return [
-            self._lookup(vector, k, allowed, min_score, group_by, said)
-            for vector, said in zip(vectors, asked, strict=True)
-        ]
-
-    def neighbourhoods(
-        self,
-        vectors: np.ndarray,
-        allowed: Allowed | None = None,
-        count: int = NEIGHBOURS,
-        words: Sequence[Words] | None = None,
-    ) -> list[Neighbourhood]:
-        """Each vector's nearest ``count`` entries, ranked by the mode of its ``words`` (None:
-        dense): what a confidence is computed from."""
-        found = []
-        for vector, said in zip(vectors, [None] * len(vectors) if words is None else words, strict=True):
-            signals = Signals()
-            found.append(self._neighbourhood(self._nearest(vector, count, allowed, signals, said), signals))
-        return found
-
-    def _neighbourhood(self, best: dict[int, float], signals: Signals) -> Neighbourhood:
-        """``best`` (row id -> score) with each entry's text hash, its own text's cosine where the
-        score is not that alone, and its keyword evidence where the ranking read it (``signals``,
-        which ``_nearest`` fills)."""
-        rowids = list(best)
-        with self.reading() as catalog:
-            hashes = catalog.values(rowids, "_hash")
-        own = np.array([signals.texts[r] for r in rowids]) if signals.texts else None
-        keywords = np.array([signals.keywords.get(r, 0.0) for r in rowids]) if signals.read else None
-        scores = np.array(list(best.values()))
-        return Neighbourhood(rowids, scores, [hashes[r] for r in rowids], own, keywords)
-
     @functools.cached_property
     def scoring(self) -> FieldScoring | None:
         """The second vector per entry this version scores with (``indexer.embedding.fields``), if any."""
         return FieldScoring.from_source(self.meta.get("source", {}))
 
-    @property
-    def entries(self) -> EntryVectors:
-        """This version's vectors searched per entry (with its also-vectors, if it scores them)."""
-        return EntryVectors(self.index.vectors, also=self.scoring is not None)
+    def _lookup(self) -> Lookup:
+        """The ranking of this version's entries (``search.lookup``), its rows read at its generation."""
+        return Lookup(self.index, self.reading, self.scoring, self.rules)
 
-    def _nearest(
-        self,
-        vector: np.ndarray,
-        k: int,
-        allowed: Allowed | None,
-        signals: Signals | None = None,
-        words: Words | None = None,
-    ) -> dict[int, float]:
-        """Row id -> score of the k best entries, best first. With a ``scoring``, candidates
-        come from both vector sets and each is scored exactly with both (``_scored``). ``words``:
-        ranked by keywords, or fused with them (``search.hybrid``). ``signals``, when given, gets
-        each entry's own text's cosine where the score is not that alone, and its keyword evidence."""
-        if words is None:
-            if self.scoring is None:
-                return self._search(vector, k, allowed)
-            pool = self._search(vector, max(2 * k, CANDIDATES), allowed)
-            texts = None if signals is None else signals.texts
-            return dict(list(self._scored(vector, list(pool), texts).items())[:k])
-        found = ranked(
-            words.mode,
-            k,
-            lambda n: self._cosines(vector, None, signals, n, allowed),
-            lambda n: self._keywords(words, n, allowed, signals),
-            lambda rowids: self._cosines(vector, rowids, signals),
-            words.weight,
-            (lambda rowids: self._codes(words, rowids)) if words.codes else None,
-        )
-        if signals is not None and words.mode == "keyword":  # their cosines: what a rule reads beside
-            self._cosines(vector, [r for r in found if r not in signals.texts], signals)
-        return found
-
-    def _keywords(
-        self, words: Words, k: int, allowed: Allowed | None, signals: Signals | None
-    ) -> dict[int, float]:
-        """``keyword_ranking``, noted in ``signals`` when given."""
-        found = self.keyword_ranking(words, k, allowed)
-        if signals is not None:
-            signals.read = True
-            signals.keywords.update(found)
-        return found
-
-    def _codes(self, words: Words, rowids: list[int]) -> dict[int, int]:
-        """``search.hybrid.code_counts`` of ``rowids``, read at this version."""
+    def holding(self, ids: Sequence[str]) -> dict[str, int]:
+        """Entry id -> row id of those of ``ids`` the index holds (what a label points at)."""
         with self.reading() as catalog:
-            return code_counts(catalog, words, rowids)
+            return catalog.rowids(ids)
 
-    def _cosines(
-        self,
-        vector: np.ndarray,
-        rowids: list[int] | None,
-        signals: Signals | None = None,
-        k: int = 0,
-        allowed: Allowed | None = None,
-    ) -> dict[int, float]:
-        """Row id -> dense score of the given entries (exactly), or of the k nearest (``rowids``
-        None), each one's own text's cosine noted in ``signals`` when given."""
-        texts = None if signals is None else signals.texts
-        if rowids is None:
-            found = self._nearest(vector, k, allowed, signals)
-        elif not rowids:
-            return {}
-        elif self.scoring is not None:
-            return self._scored(vector, rowids, texts)
-        else:
-            with self.reading() as catalog:
-                chunks = catalog.values(rowids, "_chunks")
-            held = Allowed(np.array(rowids, dtype=np.int64), int(sum(chunks.values())))
-            found = self._search(vector, len(rowids), held)
-        if texts is not None and self.scoring is None:
-            texts.update(found)
-        return found
-
-    def _search(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> dict[int, float]:
-        """Row id -> best cosine of the k nearest entries, best first, equal cosines in row id
-        (file) order. A chunked entry (or one with an also-vector) may hold several of the
-        nearest vectors, and FAISS orders equal scores as it likes, so the search widens until k
-        distinct entries are found and no vector left out ties with the k-th (the first, best
-        vector gives an entry's score)."""
-        index = self.index
-        if allowed is None:
-            entries, total, ids = index.meta["count"], index.vectors.count, None
-        else:
-            entries, total, ids = len(allowed.ids), allowed.vectors, allowed.ids
-        if entries == 0:
-            return {}
-        wanted = min(k, entries)
-        fetch = min(k + 1 if total == entries else 2 * k, total)  # one more: whether the k-th ties
-        while True:
-            scores, found = self.entries.search(vector[None, :], fetch, ids)
-            best: dict[int, float] = {}
-            for rowid, score in zip(found[0].tolist(), scores[0].tolist(), strict=True):
-                if rowid >= 0 and rowid not in best:
-                    best[rowid] = score
-            ordered = sorted(best.items(), key=lambda item: (-item[1], item[0]))
-            if fetch >= total or (len(ordered) >= wanted and scores[0][-1] < ordered[wanted - 1][1]):
-                return dict(ordered[:wanted])
-            fetch = min(2 * fetch, total)
-
-    def _scored(
-        self, vector: np.ndarray, rowids: list[int], texts: dict[int, float] | None = None
-    ) -> dict[int, float]:
-        """Row id -> combined score of each candidate, best first: both of its vector sets
-        compared with the query (a search restricted to its vectors, so exact), each set's best
-        chunk taken, then ``FieldScoring.combine``. ``texts`` gets each one's own text cosine."""
-        if not rowids:
-            return {}
+    def ids(self, rowids: Sequence[int]) -> dict[int, str]:
+        """Row id -> entry id of ``rowids``."""
         with self.reading() as catalog:
-            chunks = catalog.values(rowids, "_chunks")
-        held = int(sum(chunks.values()))
-        text, also = self.entries.both(vector, rowids, held)
-        rows = np.array(rowids, dtype=np.int64)
-        combined = self.scoring.combine(text, also)
-        if texts is not None:
-            texts.update(zip(rowids, text.tolist(), strict=True))
-        order = np.lexsort((rows, -combined))  # equal scores in row id (file) order
-        return {int(rows[i]): float(combined[i]) for i in order}
+            return catalog.values(rowids, "_id")
 
-    def _lookup(
-        self,
-        vector: np.ndarray,
-        k: int,
-        allowed: Allowed | None,
-        min_score: float | None,
-        group_by: str | None,
-        words: Words | None = None,
-    ) -> list[Hit]:
-        rule = self.rules.get("dense" if words is None else words.mode)  # None: ``mode`` let it through
-        wide = max(k, NEIGHBOURS) if rule and rule.reads_neighbours else k
-        signals = None if rule is None else Signals()  # what the rule reads beside the scores
-        if group_by is None:
-            best = self._nearest(vector, wide, allowed, signals, words)
-            with self.reading() as catalog:
-                rows = catalog.rows(list(best))
-            heads, others = list(range(min(k, len(best)))), None
-        else:
-            best, heads, others = self._grouped(vector, k, wide, allowed, group_by, signals, words)
-            with self.reading() as catalog:
-                rows = catalog.rows([list(best)[i] for i in heads])
-        ranked = list(best.items())
-        top = [ranked[i] for i in heads]
-        confidence: list[float | None] = [None] * len(top)
-        if rule is not None and signals is not None and top:
-            near = self._neighbourhood(dict(ranked[: max(wide, heads[-1] + 1)]), signals)
-            # a hit is measured against the query's whole neighbourhood: a filter never changes it
-            whole = near
-            if allowed is not None and rule.reads_neighbours:
-                unfiltered = Signals()
-                whole = self._neighbourhood(self._nearest(vector, wide, None, unfiltered, words), unfiltered)
-            features = whole.features_of(
-                near.scores[heads], [near.groups[i] for i in heads], near.own[heads], near.evidence[heads]
-            )
-            confidence = rule.confidence(features).tolist()
-        hits: list[Hit] = []
-        for place, ((rowid, score), sure) in enumerate(zip(top, confidence, strict=True)):
-            row = rows[rowid]
-            fields = {name: value for name, value in row.items() if name not in RESERVED}
-            if min_score is not None:
-                answered: bool | None = score >= min_score
-            else:
-                answered = None if sure is None else sure >= rule.threshold
-            more = None if others is None else others[place]
-            hit = Hit(len(hits) + 1, row["_id"], float(score), row["_text"], fields, answered, sure, more)
-            hits.append(hit)
-        return hits
+    def largest_group(self) -> int:
+        """The most entries one text is held by (a neighbourhood wide enough to see past it)."""
+        with self.reading() as catalog:
+            return catalog.largest_text_group()
 
-    def _grouped(
-        self,
-        vector: np.ndarray,
-        k: int,
-        wanted: int,
-        allowed: Allowed | None,
-        group_by: str,
-        signals: Signals | None = None,
-        words: Words | None = None,
-    ) -> tuple[dict[int, float], list[int], list[int]]:
-        """The nearest entries (row id -> score, best first, at least ``wanted``), the positions
-        in them of the best entry of each of the k best groups, and how many other entries (the
-        filter admits) each of those groups holds. An entry without a value is a group of its
-        own. The search widens until k groups are found or none is left: at most the whole
-        index, like a filter that admits few entries. ``signals``: as ``_nearest``."""
-        within = None if allowed is None else allowed.ids.tolist()
+    def texts(self) -> dict[str, str]:
+        """Text hash -> text of each distinct text the index holds."""
         with self.reading() as catalog:
-            available = catalog.group_count(group_by, within)
-        fetch = max(wanted, 4 * k)
-        while True:
-            found = self._nearest(vector, fetch, allowed, signals, words)
-            with self.reading() as catalog:
-                values = catalog.values(list(found), group_by)
-            heads, seen = [], set()
-            for position, rowid in enumerate(found):
-                value = values[rowid]
-                if value is None or value not in seen:
-                    seen.add(value)
-                    heads.append(position)
-                    if len(heads) == k:
-                        break
-            if len(heads) >= min(k, available) or len(found) < fetch:
-                break
-            fetch *= 2
-        rowids = list(found)
-        named = [values[rowids[i]] for i in heads]
-        with self.reading() as catalog:
-            sizes = catalog.group_sizes(group_by, [v for v in named if v is not None], within)
-        return found, heads, [0 if value is None else sizes.get(value, 1) - 1 for value in named]
+            return catalog.texts_by_hash()
+
+    def close(self) -> None:
+        """Close the catalog's connection (before a writer publishes the next version)."""
+        with self.db_lock:
+            self.index.catalog.close()

@@ -17,7 +17,6 @@ import shlex
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,18 @@ from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Entry, read_corpus
 from search.evaluate import Pairs, RetrievalSet, metric_names, pair_vectors, retrieval_metrics, sts_scores
-from search.hybrid import DEFAULT_WEIGHT, POOL, WEIGHTS, Ranking, Words, code_counts, keyword_scores, ranked
+from search.hybrid import (
+    DEFAULT_WEIGHT,
+    HYBRID,
+    WEIGHTS,
+    Ranking,
+    Words,
+    code_counts,
+    depth,
+    fused,
+    keyword_scores,
+    missing,
+)
 
 
 @dataclass(frozen=True)
@@ -280,30 +290,23 @@ def keyword_rankings(
 def _modes(best: Cell, cosines: np.ndarray, entries: Sequence[Entry], data: RetrievalSet, k: int) -> Modes:
     """``Modes`` of the best cell from its cosines: keyword and hybrid fetched as a search does."""
     doc_ids = np.array([e.id for e in entries])
-    said = [Words(q.text, "hybrid") for q in data.queries]
-    keyword = keyword_rankings(entries, said, max(k, POOL))
+    said = [Words(q.text, HYBRID) for q in data.queries]
+    keyword = keyword_rankings(entries, said, depth(k))
+    top = np.argsort(-cosines, axis=1, kind="stable")[:, : depth(k)]  # the most a search fetches
 
-    top = np.argsort(-cosines, axis=1, kind="stable")[:, : max(k, POOL)]  # the most a search fetches
+    def hybrid(i: int, weight: float) -> Ranking:
+        words, holders = keyword[i]
+        near = {int(j): float(cosines[i, j]) for j in top[i]}
+        near = {**near, **{j: float(cosines[i, j]) for j in missing(near, words)}}
+        return fused(near, words, weight, k, holders)
 
-    def dense(i: int, n: int) -> Ranking:
-        return {int(j): float(cosines[i, j]) for j in top[i, :n]}
-
-    def first(ranking: Ranking, n: int) -> Ranking:
-        return dict(list(ranking.items())[:n])
-
-    def exact(i: int, rows: list[int]) -> Ranking:
-        return {j: float(cosines[i, j]) for j in rows}
-
-    def measured(mode: str, weight: float) -> dict[str, float]:
-        found = {}
-        for i, query in enumerate(data.queries):
-            words, holders = keyword[i]
-            codes = (lambda rows, held=holders: held) if holders else None
-            hits = ranked(mode, k, partial(dense, i), partial(first, words), partial(exact, i), weight, codes)
-            found[query.id] = doc_ids[list(hits)].tolist()
+    def measured(rankings: Sequence[Ranking]) -> dict[str, float]:
+        found = {q.id: doc_ids[list(hits)].tolist() for q, hits in zip(data.queries, rankings, strict=True)}
         return retrieval_metrics(found, data.qrels, k)
 
-    return Modes(best, measured("keyword", DEFAULT_WEIGHT), {w: measured("hybrid", w) for w in WEIGHTS})
+    by_keyword = measured([dict(list(words.items())[:k]) for words, _ in keyword])
+    by_weight = {w: measured([hybrid(i, w) for i in range(len(data.queries))]) for w in WEIGHTS}
+    return Modes(best, by_keyword, by_weight)
 
 
 def _best_first(cells: list[Cell], metric: str) -> list[Cell]:

@@ -23,13 +23,14 @@ from tests.helpers import ROWS, build_faq
 def test_snapshot_stays_whole_across_a_reload(tmp_path, tiny_model):
     engine = SearchEngine(build_faq(tmp_path, tiny_model))
     old = engine.snapshot
-    before = old.search_many([ROWS[1][1]], k=2)
+    plan = old.plan([ROWS[1][1]], k=2)
+    before = old.run(plan, old.embed(plan.queries))
     build_faq(tmp_path, tiny_model, layers=(-1, -2), combine="concat")
     assert engine.reload_if_changed()
     assert engine.snapshot is not old
     assert engine.snapshot.encoding.embedder.dimension == 64 == engine.snapshot.index.vectors.dimension
     assert old.encoding.embedder.dimension == 32 == old.index.vectors.dimension
-    assert old.search_many([ROWS[1][1]], k=2) == before
+    assert old.run(plan, old.embed(plan.queries)) == before
     assert engine.search(ROWS[1][1], k=1)[0].id == "a2"
 
 
@@ -47,11 +48,11 @@ def test_filters_too_deep_or_too_large_are_filter_errors(tmp_path, tiny_model):
 
 def test_one_snapshot_serves_many_threads(tmp_path, tiny_model):
     snapshot = SearchEngine(build_faq(tmp_path, tiny_model)).snapshot
-    vectors = snapshot.embed([ROWS[0][1]])
+    plan = snapshot.plan([ROWS[0][1]], 4, where="category IN ('billing', 'app')")
+    vectors = snapshot.embed(plan.queries)
 
     def filtered(_: int) -> list[str]:
-        allowed = snapshot.allowed("category IN ('billing', 'app')")
-        return [h.id for h in snapshot.lookup(vectors, 4, allowed)[0]]
+        return [h.id for h in snapshot.run(plan, vectors)[0]]
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(filtered, range(400)))
@@ -105,8 +106,9 @@ def test_a_snapshot_never_pairs_its_vectors_with_rows_written_after_it(tmp_path,
         (h.id, h.text, round(h.score, 5)) for h in fresh
     ]
     assert engine.snapshot is not stale
+    plan = stale.plan([question], k=4)
     with pytest.raises(IndexMoved):
-        stale.search_many([question], k=4)
+        stale.run(plan, stale.embed(plan.queries))
 
 
 def test_the_engine_runs_its_queries_on_the_execution_provider_asked_for(tmp_path, tiny_model):

@@ -15,7 +15,7 @@ from indexer.errors import BadInput
 from indexer.store import open_index
 from indexer.vectors.entries import ALSO_ID, row_ids
 from indexer.writing.update import add_to_index, delete_from_index
-from search.confidence import FEATURES, Neighbourhood
+from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood
 from search.duplicates import find_duplicates
 from search.engine import SearchEngine
 from tests.helpers import assert_clean_failure, run
@@ -111,9 +111,10 @@ def test_a_filter_keeps_the_combined_score(combined):
 @pytest.mark.slow
 def test_calibration_features_use_the_combined_score(combined):
     snapshot = SearchEngine(combined).snapshot
-    [near] = snapshot.neighbourhoods(snapshot.embed([QUERY]))
+    vectors = snapshot.embed([QUERY])
+    [near] = snapshot.neighbourhoods(snapshot.plan([QUERY], NEIGHBOURS, mode="dense"), vectors)
     assert isinstance(near, Neighbourhood)
-    hits = snapshot.search_many([QUERY], k=3, mode="dense")[0]
+    [hits] = snapshot.run(snapshot.plan([QUERY], k=3, mode="dense"), vectors)
     assert near.scores.tolist() == pytest.approx([h.score for h in hits])
 
 
@@ -124,9 +125,9 @@ def test_a_hits_text_feature_is_its_own_texts_cosine(bundled, combined):
     it when entries are hidden (as calibration does)."""
     text = dict(zip([e["id"] for e in ENTRIES], cosines(bundled, [e["text"] for e in ENTRIES]), strict=True))
     snapshot = SearchEngine(combined).snapshot
-    [near] = snapshot.neighbourhoods(snapshot.embed([QUERY]))
-    with snapshot.db_lock:
-        ids = snapshot.index.catalog.values(near.rowids, "_id")
+    plan = snapshot.plan([QUERY], NEIGHBOURS, mode="dense")
+    [near] = snapshot.neighbourhoods(plan, snapshot.embed([QUERY]))
+    ids = snapshot.ids(near.rowids)
     column = FEATURES.index("text")
     found = dict(zip([ids[r] for r in near.rowids], near.features(3)[:, column].tolist(), strict=True))
     assert found == pytest.approx(text, abs=1e-4)

@@ -1,6 +1,6 @@
 """``group_by``: the best hit per value of a stored field (one FAQ question with several answers
 shows once), k groups, each hit with the count of the other entries of its group. A library
-feature (``Snapshot.lookup``) the CLI, ``/search`` and the page pass through."""
+feature (``Snapshot.run``) the CLI, ``/search`` and the page pass through."""
 
 from __future__ import annotations
 

@@ -107,6 +107,7 @@ FLOORS: list[dict[str, tuple[str, ...]]] = [
             "search.hybrid",
             "search.info",
             "search.loading",
+            "search.lookup",
             "search.promise",
             "search.queries",
             "search.requests",

@@ -81,8 +81,9 @@ def test_reader_reloads_when_an_update_commits(index, tmp_path):
     assert engine.search("a brand new entry", k=1)[0].id == "n1"
     stale = engine.snapshot
     delete_from_index(index, ["n1"])  # a snapshot taken before the delete never shows the gone row
+    plan = stale.plan(["a brand new entry"], k=5)
     with pytest.raises(IndexMoved):
-        stale.search_many(["a brand new entry"], k=5)
+        stale.run(plan, stale.embed(plan.queries))
     assert "n1" not in {h.id for h in engine.search("a brand new entry", k=5)}
 
 

@@ -233,7 +233,7 @@ def test_a_batch_costs_one_hop_for_its_lookups_not_one_per_request(tmp_path, tin
     hops: list[str] = []
     lookups: list[str] = []
     to_thread = asyncio.to_thread
-    lookup = search.engine.Snapshot.lookup
+    lookup = search.engine.Snapshot.run
 
     async def counted(function, *args, **kwargs):
         hops.append(getattr(function, "__name__", "?"))
@@ -244,7 +244,7 @@ def test_a_batch_costs_one_hop_for_its_lookups_not_one_per_request(tmp_path, tin
         return lookup(self, *args, **kwargs)
 
     monkeypatch.setattr(search.server.batching.asyncio, "to_thread", counted)
-    monkeypatch.setattr(search.engine.Snapshot, "lookup", recorded)
+    monkeypatch.setattr(search.engine.Snapshot, "run", recorded)
 
     async def burst() -> list[int]:
         async with client_for(app) as client:

@@ -1,0 +1,305 @@
+"""How one snapshot ranks its entries for a query vector: dense (exact where the index scores
+also-fields), keyword or hybrid (the two rankings fused: ``search.hybrid``), filtered, grouped,
+and each hit marked by the no-answer rule of its mode or a minimum score. ``Snapshot.run`` and
+``Snapshot.neighbourhoods`` are the way in; this module has no entry of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from indexer.catalog import RESERVED, Catalog
+from indexer.embedding.fields import FieldScoring
+from indexer.store import StoredIndex
+from indexer.vectors.entries import EntryVectors
+from search.confidence import NEIGHBOURS, Neighbourhood, Rule
+from search.hybrid import DENSE, KEYWORD, Ranking, Words, code_counts, depth, fused, keyword_scores, missing
+from search.requests import Allowed, Hit
+
+CANDIDATES = 64
+"""Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
+
+
+@dataclass
+class Signals:
+    """What a rule reads of each entry beside its score, noted as a search ranks: its own text's
+    cosine (where the score is not that alone) and its keyword evidence (``read``: whether the
+    ranking read the keywords)."""
+
+    texts: dict[int, float] = field(default_factory=dict)
+    keywords: dict[int, float] = field(default_factory=dict)
+    read: bool = False
+
+
+class Lookup:
+    """The rankings of one snapshot's entries: its ``index``, its rows read at its generation
+    (``reading``: ``Snapshot.reading``), the also-field ``scoring`` and no-answer ``rules`` of
+    its version."""
+
+    def __init__(
+        self,
+        index: StoredIndex,
+        reading: Callable[[], AbstractContextManager[Catalog]],
+        scoring: FieldScoring | None,
+        rules: Mapping[str, Rule],
+    ) -> None:
+        self.index, self.reading, self.scoring, self.rules = index, reading, scoring, rules
+        self.entries = EntryVectors(index.vectors, also=scoring is not None)
+
+    def hits(
+        self,
+        vectors: np.ndarray,
+        k: int,
+        allowed: Allowed | None,
+        min_score: float | None,
+        group_by: str | None,
+        words: Sequence[Words] | None,
+    ) -> list[list[Hit]]:
+        """Top-k hits of each vector (a plan ``Snapshot.plan`` checked). Each hit is marked
+        ``answered`` by the stored rule (with its ``confidence``) or, given ``min_score``, by
+        its cosine; neither: ``answered`` is None. ``group_by`` (a field ``Snapshot.grouping``
+        checked): the best hit of each of the k best groups. ``words``: each query's keyword
+        side (``Snapshot.said``); None: dense."""
+        asked = [None] * len(vectors) if words is None else words
+        return [
+            self._lookup(vector, k, allowed, min_score, group_by, said)
+            for vector, said in zip(vectors, asked, strict=True)
+        ]
+
+    def neighbourhoods(
+        self, vectors: np.ndarray, allowed: Allowed | None, count: int, words: Sequence[Words] | None
+    ) -> list[Neighbourhood]:
+        """Each vector's nearest ``count`` entries, ranked by the mode of its ``words`` (None:
+        dense): what a confidence is computed from."""
+        found = []
+        for vector, said in zip(vectors, [None] * len(vectors) if words is None else words, strict=True):
+            signals = Signals()
+            found.append(self._neighbourhood(self._nearest(vector, count, allowed, signals, said), signals))
+        return found
+
+    def keyword_ranking(self, words: Words, k: int, allowed: Allowed | None) -> Ranking:
+        """Row id -> keyword evidence of the k best keyword matches (``search.hybrid.keyword_scores``;
+        none when no word can match)."""
+        if words.match is None or (allowed is not None and not len(allowed.ids)):
+            return {}
+        with self.reading() as catalog:
+            return keyword_scores(catalog, words, k, None if allowed is None else allowed.ids.tolist())
+
+    def _neighbourhood(self, best: dict[int, float], signals: Signals) -> Neighbourhood:
+        """``best`` (row id -> score) with each entry's text hash, its own text's cosine where the
+        score is not that alone, and its keyword evidence where the ranking read it (``signals``,
+        which ``_nearest`` fills)."""
+        rowids = list(best)
+        with self.reading() as catalog:
+            hashes = catalog.values(rowids, "_hash")
+        own = np.array([signals.texts[r] for r in rowids]) if signals.texts else None
+        keywords = np.array([signals.keywords.get(r, 0.0) for r in rowids]) if signals.read else None
+        scores = np.array(list(best.values()))
+        return Neighbourhood(rowids, scores, [hashes[r] for r in rowids], own, keywords)
+
+    def _nearest(
+        self,
+        vector: np.ndarray,
+        k: int,
+        allowed: Allowed | None,
+        signals: Signals | None = None,
+        words: Words | None = None,
+    ) -> Ranking:
+        """Row id -> score of the k best entries, best first. With a ``scoring``, candidates
+        come from both vector sets and each is scored exactly with both (``_scored``). ``words``:
+        ranked by keywords, or the dense and keyword rankings fused (``search.hybrid.fused``).
+        ``signals``, when given, gets each entry's own text's cosine where the score is not that
+        alone, and its keyword evidence."""
+        if words is None:
+            if self.scoring is None:
+                return self._search(vector, k, allowed)
+            pool = self._search(vector, max(2 * k, CANDIDATES), allowed)
+            texts = None if signals is None else signals.texts
+            return dict(list(self._scored(vector, list(pool), texts).items())[:k])
+        if words.mode == KEYWORD:
+            found = self._keywords(words, k, allowed, signals)
+            if signals is not None:  # their cosines: what a rule reads beside
+                self._cosines(vector, [r for r in found if r not in signals.texts], signals)
+            return found
+        near = self._cosines(vector, None, signals, depth(k), allowed)
+        keyword = self._keywords(words, depth(k), allowed, signals)
+        near = {**near, **self._cosines(vector, missing(near, keyword), signals)}
+        codes = self._codes(words, list(near)) if words.codes else None
+        return fused(near, keyword, words.weight, k, codes)
+
+    def _keywords(
+        self, words: Words, k: int, allowed: Allowed | None, signals: Signals | None
+    ) -> dict[int, float]:
+        """``keyword_ranking``, noted in ``signals`` when given."""
+        found = self.keyword_ranking(words, k, allowed)
+        if signals is not None:
+            signals.read = True
+            signals.keywords.update(found)
+        return found
+
+    def _codes(self, words: Words, rowids: list[int]) -> dict[int, int]:
+        """``search.hybrid.code_counts`` of ``rowids``, read at this version."""
+        with self.reading() as catalog:
+            return code_counts(catalog, words, rowids)
+
+    def _cosines(
+        self,
+        vector: np.ndarray,
+        rowids: list[int] | None,
+        signals: Signals | None = None,
+        k: int = 0,
+        allowed: Allowed | None = None,
+    ) -> dict[int, float]:
+        """Row id -> dense score of the given entries (exactly), or of the k nearest (``rowids``
+        None), each one's own text's cosine noted in ``signals`` when given."""
+        texts = None if signals is None else signals.texts
+        if rowids is None:
+            found = self._nearest(vector, k, allowed, signals)
+        elif not rowids:
+            return {}
+        elif self.scoring is not None:
+            return self._scored(vector, rowids, texts)
+        else:
+            with self.reading() as catalog:
+                chunks = catalog.values(rowids, "_chunks")
+            held = Allowed(np.array(rowids, dtype=np.int64), int(sum(chunks.values())))
+            found = self._search(vector, len(rowids), held)
+        if texts is not None and self.scoring is None:
+            texts.update(found)
+        return found
+
+    def _search(self, vector: np.ndarray, k: int, allowed: Allowed | None) -> dict[int, float]:
+        """Row id -> best cosine of the k nearest entries, best first, equal cosines in row id
+        (file) order. A chunked entry (or one with an also-vector) may hold several of the
+        nearest vectors, and FAISS orders equal scores as it likes, so the search widens until k
+        distinct entries are found and no vector left out ties with the k-th (the first, best
+        vector gives an entry's score)."""
+        index = self.index
+        if allowed is None:
+            entries, total, ids = index.meta["count"], index.vectors.count, None
+        else:
+            entries, total, ids = len(allowed.ids), allowed.vectors, allowed.ids
+        if entries == 0:
+            return {}
+        wanted = min(k, entries)
+        fetch = min(k + 1 if total == entries else 2 * k, total)  # one more: whether the k-th ties
+        while True:
+            scores, found = self.entries.search(vector[None, :], fetch, ids)
+            best: dict[int, float] = {}
+            for rowid, score in zip(found[0].tolist(), scores[0].tolist(), strict=True):
+                if rowid >= 0 and rowid not in best:
+                    best[rowid] = score
+            ordered = sorted(best.items(), key=lambda item: (-item[1], item[0]))
+            if fetch >= total or (len(ordered) >= wanted and scores[0][-1] < ordered[wanted - 1][1]):
+                return dict(ordered[:wanted])
+            fetch = min(2 * fetch, total)
+
+    def _scored(
+        self, vector: np.ndarray, rowids: list[int], texts: dict[int, float] | None = None
+    ) -> dict[int, float]:
+        """Row id -> combined score of each candidate, best first: both of its vector sets
+        compared with the query (a search restricted to its vectors, so exact), each set's best
+        chunk taken, then ``FieldScoring.combine``. ``texts`` gets each one's own text cosine."""
+        if not rowids:
+            return {}
+        with self.reading() as catalog:
+            chunks = catalog.values(rowids, "_chunks")
+        held = int(sum(chunks.values()))
+        text, also = self.entries.both(vector, rowids, held)
+        rows = np.array(rowids, dtype=np.int64)
+        combined = self.scoring.combine(text, also)
+        if texts is not None:
+            texts.update(zip(rowids, text.tolist(), strict=True))
+        order = np.lexsort((rows, -combined))  # equal scores in row id (file) order
+        return {int(rows[i]): float(combined[i]) for i in order}
+
+    def _lookup(
+        self,
+        vector: np.ndarray,
+        k: int,
+        allowed: Allowed | None,
+        min_score: float | None,
+        group_by: str | None,
+        words: Words | None = None,
+    ) -> list[Hit]:
+        rule = self.rules.get(DENSE if words is None else words.mode)  # None: ``Snapshot.mode`` let it by
+        wide = max(k, NEIGHBOURS) if rule and rule.reads_neighbours else k
+        signals = None if rule is None else Signals()  # what the rule reads beside the scores
+        if group_by is None:
+            best = self._nearest(vector, wide, allowed, signals, words)
+            with self.reading() as catalog:
+                rows = catalog.rows(list(best))
+            heads, others = list(range(min(k, len(best)))), None
+        else:
+            best, heads, others = self._grouped(vector, k, wide, allowed, group_by, signals, words)
+            with self.reading() as catalog:
+                rows = catalog.rows([list(best)[i] for i in heads])
+        ranked = list(best.items())
+        top = [ranked[i] for i in heads]
+        confidence: list[float | None] = [None] * len(top)
+        if rule is not None and signals is not None and top:
+            near = self._neighbourhood(dict(ranked[: max(wide, heads[-1] + 1)]), signals)
+            # a hit is measured against the query's whole neighbourhood: a filter never changes it
+            whole = near
+            if allowed is not None and rule.reads_neighbours:
+                unfiltered = Signals()
+                whole = self._neighbourhood(self._nearest(vector, wide, None, unfiltered, words), unfiltered)
+            features = whole.features_of(
+                near.scores[heads], [near.groups[i] for i in heads], near.own[heads], near.evidence[heads]
+            )
+            confidence = rule.confidence(features).tolist()
+        hits: list[Hit] = []
+        for place, ((rowid, score), sure) in enumerate(zip(top, confidence, strict=True)):
+            row = rows[rowid]
+            fields = {name: value for name, value in row.items() if name not in RESERVED}
+            if min_score is not None:
+                answered: bool | None = score >= min_score
+            else:
+                answered = None if sure is None else sure >= rule.threshold
+            more = None if others is None else others[place]
+            hit = Hit(len(hits) + 1, row["_id"], float(score), row["_text"], fields, answered, sure, more)
+            hits.append(hit)
+        return hits
+
+    def _grouped(
+        self,
+        vector: np.ndarray,
+        k: int,
+        wanted: int,
+        allowed: Allowed | None,
+        group_by: str,
+        signals: Signals | None = None,
+        words: Words | None = None,
+    ) -> tuple[dict[int, float], list[int], list[int]]:
+        """The nearest entries (row id -> score, best first, at least ``wanted``), the positions
+        in them of the best entry of each of the k best groups, and how many other entries (the
+        filter admits) each of those groups holds. An entry without a value is a group of its
+        own. The search widens until k groups are found or none is left: at most the whole
+        index, like a filter that admits few entries. ``signals``: as ``_nearest``."""
+        within = None if allowed is None else allowed.ids.tolist()
+        with self.reading() as catalog:
+            available = catalog.group_count(group_by, within)
+        fetch = max(wanted, 4 * k)
+        while True:
+            found = self._nearest(vector, fetch, allowed, signals, words)
+            with self.reading() as catalog:
+                values = catalog.values(list(found), group_by)
+            heads, seen = [], set()
+            for position, rowid in enumerate(found):
+                value = values[rowid]
+                if value is None or value not in seen:
+                    seen.add(value)
+                    heads.append(position)
+                    if len(heads) == k:
+                        break
+            if len(heads) >= min(k, available) or len(found) < fetch:
+                break
+            fetch *= 2
+        rowids = list(found)
+        named = [values[rowids[i]] for i in heads]
+        with self.reading() as catalog:
+            sizes = catalog.group_sizes(group_by, [v for v in named if v is not None], within)
+        return found, heads, [0 if value is None else sizes.get(value, 1) - 1 for value in named]
