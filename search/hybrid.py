@@ -194,6 +194,22 @@ def missing(dense: Ranking, keyword: Ranking) -> list[int]:
     return [rowid for rowid in keyword if rowid not in dense]
 
 
+def reachable(
+    dense: Ranking, keyword: Ranking, candidates: list[int], weight: float, k: int, fetched: int
+) -> list[int]:
+    """The ``candidates`` (entries only the keyword ranking found) that can still be among the k
+    best fused ones. ``dense`` is the exact ``fetched`` nearest: an entry it left out has a cosine
+    below its last, so one whose share cannot lift that to the k-th fused score of the entries
+    already scored is left unscored (its exact cosine would not change the k best). Where the
+    dense ranking holds fewer than ``fetched`` entries, every candidate is kept."""
+    if not candidates or len(dense) < max(fetched, k):
+        return candidates
+    floor = min(dense.values())
+    known = sorted((1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items())
+    kth = known[-k]
+    return [rowid for rowid in candidates if (1 - weight) * floor + weight * keyword[rowid] >= kth]
+
+
 def fused(
     dense: Ranking, keyword: Ranking, weight: float, k: int, codes: Mapping[int, int] | None = None
 ) -> Ranking:

@@ -16,7 +16,18 @@ from indexer.embedding.fields import FieldScoring
 from indexer.store import StoredIndex
 from indexer.vectors.entries import EntryVectors
 from search.confidence import NEIGHBOURS, Neighbourhood, Rule
-from search.hybrid import DENSE, KEYWORD, Ranking, Words, code_counts, depth, fused, keyword_scores, missing
+from search.hybrid import (
+    DENSE,
+    KEYWORD,
+    Ranking,
+    Words,
+    code_counts,
+    depth,
+    fused,
+    keyword_scores,
+    missing,
+    reachable,
+)
 from search.requests import Allowed, Hit
 
 CANDIDATES = 64
@@ -126,7 +137,10 @@ class Lookup:
             return found
         near = self._cosines(vector, None, signals, depth(k), allowed)
         keyword = self._keywords(words, depth(k), allowed, signals)
-        near = {**near, **self._cosines(vector, missing(near, keyword), signals)}
+        wanted = missing(near, keyword)
+        if signals is None and self.scoring is None and not words.codes:  # near: the exact nearest
+            wanted = reachable(near, keyword, wanted, words.weight, k, depth(k))
+        near = {**near, **self._cosines(vector, wanted, signals)}
         codes = self._codes(words, list(near)) if words.codes else None
         return fused(near, keyword, words.weight, k, codes)
 

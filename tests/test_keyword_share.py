@@ -186,3 +186,34 @@ def test_in_a_small_index_a_word_one_entry_holds_counts(tmp_path, size):
     found = keyword_scores(catalog, Words("Where do I park?", "keyword"), size)
     assert found[0] == pytest.approx(1.0)
     catalog.close()
+
+
+def test_hybrid_leaves_unscored_only_entries_that_could_not_be_among_the_best(
+    tmp_path, tiny_model, monkeypatch
+):
+    """Keyword-only candidates whose share cannot lift the dense ranking's last cosine to the k-th
+    fused score are never scored: the hits are those of scoring every candidate, and some are
+    left out."""
+    import search.lookup
+
+    rng = random.Random(5)
+    words = sorted({"".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(5)) for _ in range(60)})
+    rows = [(f"e{i}", " ".join(rng.sample(words, 4)), "x") for i in range(260)]  # no code: plain words
+    build_index(write_csv(tmp_path / "many.csv", rows), tmp_path / "idx", Strategy(model=tiny_model))
+    queries = [" ".join(rng.sample(words, rng.choice([1, 2, 3]))) for _ in range(40)]
+    left_out = []
+    real = search.lookup.reachable
+
+    def counted(dense, keyword, candidates, *args):
+        kept = real(dense, keyword, candidates, *args)
+        left_out.append(len(candidates) - len(kept))
+        return kept
+
+    monkeypatch.setattr(search.lookup, "reachable", counted)
+    pruned = SearchEngine(tmp_path / "idx").search_many(queries, k=5, mode="hybrid")
+    monkeypatch.setattr(search.lookup, "reachable", lambda dense, keyword, candidates, *args: candidates)
+    whole = SearchEngine(tmp_path / "idx").search_many(queries, k=5, mode="hybrid")
+    assert [[(h.id, h.score) for h in hits] for hits in pruned] == [
+        [(h.id, h.score) for h in hits] for hits in whole
+    ]
+    assert sum(left_out) > 0
