@@ -164,8 +164,7 @@ class Encoding:
     def embed_tokens(self, ids: Sequence[Sequence[int]]) -> np.ndarray:
         """The final vectors of texts tokenised by ``tokenize``: ``embed`` from its token ids, in the
         passes the one batching rule plans."""
-        embedder = cast("NetworkEncoder", self.embedder)
-        vectors = embedder.run(ids, [embedder.head])[0]
+        vectors = cast("NetworkEncoder", self.embedder).embed_ids(ids)
         return Transform.apply_optional(self.transform, vectors)
 
     def encode(self, texts: Iterable[str], *, progress: bool = False, as_: str = "query") -> np.ndarray:

@@ -15,6 +15,7 @@ pytest.importorskip("fastapi")
 
 from indexer.embedding.batching import Batching  # noqa: E402
 from indexer.embedding.strategy import Strategy  # noqa: E402
+from indexer.encoders.options import EmbeddingOptions  # noqa: E402
 from search.encoding import Encoding  # noqa: E402
 from search.server import create_app  # noqa: E402
 from search.server.batching import MicroBatcher  # noqa: E402
@@ -301,3 +302,20 @@ def test_a_request_is_bounded_by_the_tokens_the_model_reads(tmp_path, tiny_model
     assert ok == 200 and len(vectors["vectors"]) == 150
     assert refused == 400 and f"at most {MAX_REQUEST_TOKENS}" in error["error"]
     assert f"{sum(map(len, encoding.tokenize(over)))} tokens" in error["error"]
+
+
+@pytest.mark.parametrize("backend", ["onnx", "torch"])
+def test_token_ids_embed_as_their_texts_through_each_runtime_s_own_loop(tiny_model, backend, monkeypatch):
+    """What the server hands the model (token ids) gives ``embed``'s vectors; on torch it goes
+    through the device loop (a GPU's), not the CPU's ONNX-shaped loop."""
+    import indexer.encoders.torch_encoder as torch_encoder
+
+    on_cpu = EmbeddingOptions(device="cpu")
+    encoding = Encoding.load(Strategy(model=tiny_model, backend=backend), options=on_cpu)
+    texts = ["How do I pay for a ride?", "a bike", "Where can I park the bike near the station?"]
+    passes = []
+    loop = torch_encoder.embed
+    monkeypatch.setattr(torch_encoder, "embed", lambda *a, **k: passes.append(1) or loop(*a, **k))
+    vectors = encoding.embed_tokens(encoding.tokenize(texts, "passage"))
+    assert bool(passes) == (backend == "torch")
+    np.testing.assert_allclose(vectors, encoding.embed(texts, role="passage"), atol=1e-5)
