@@ -48,7 +48,7 @@ from sklearn.metrics import roc_auc_score
 
 from indexer.embedding.strategy import ALSO_WEIGHT, Strategy
 from indexer.encoders.factory import encoder_for
-from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood
+from search.read.confidence import FEATURES, NEIGHBOURS, Neighbourhood
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "stackfaq"
@@ -84,7 +84,7 @@ def best_per_thread(scores: np.ndarray, thread_of: np.ndarray, count: int) -> np
 
 
 def weighted_precision(answered: np.ndarray, correct: np.ndarray, answerable: np.ndarray) -> float:
-    """Precision were a third of the questions asked unanswerable (``search.promise``'s weighting)."""
+    """Precision were a third of the questions asked unanswerable (``search.studies.promise``'s weighting)."""
     right = (answered & correct & answerable).sum() / max(answerable.sum(), 1)
     wrong = (answered & ~correct & answerable).sum() / max(answerable.sum(), 1)
     absent = (answered & ~answerable).sum() / max((~answerable).sum(), 1)
@@ -269,10 +269,10 @@ def demo() -> None:
     """The demo's hindsight ceilings on its own questions, and ``calibrate --self`` per assumed share."""
     from indexer.embedding.fields import FieldScoring
     from indexer.writing.build import build_index
-    from search.calibration import LEARNED, fit_rule, observations, self_observations
-    from search.engine import SearchEngine
-    from search.evaluate import read_qrels
-    from search.queries import read_queries
+    from search.read.engine import SearchEngine
+    from search.read.queries import read_queries
+    from search.studies.calibration import LEARNED, fit_rule, observations, self_observations
+    from search.studies.evaluate import read_qrels
 
     data = ROOT / "data"
     asked = [json.loads(line) for line in (data / "demo_questions.jsonl").read_text().splitlines()]

@@ -28,10 +28,10 @@ from sklearn.linear_model import LogisticRegression
 
 from indexer.embedding.fields import ALSO_WEIGHT
 from indexer.encoders.factory import encoder_for
-from search.calibration import threads
-from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood
-from search.evaluate import read_qrels
-from search.promise import auroc, measure
+from search.read.confidence import FEATURES, NEIGHBOURS, Neighbourhood
+from search.studies.calibration import threads
+from search.studies.evaluate import read_qrels
+from search.studies.promise import auroc, measure
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"
 COLUMNS = (*FEATURES, "density", "also")

@@ -126,7 +126,7 @@ def cpu_seconds(pid: int) -> float:
 
 def texts_and_vectors(index_dir: Path) -> tuple[list[str], np.ndarray]:
     """An index's texts, in row order, and their vectors."""
-    from search.engine import SearchEngine
+    from search.read.engine import SearchEngine
 
     snapshot = SearchEngine(index_dir).snapshot
     rows = snapshot.index.rows(list(range(1, snapshot.meta["count"] + 1)))

@@ -1,4 +1,4 @@
-"""Duplicate finding at 10k-100k entries: semsearch's FAISS range search (``search.duplicates``)
+"""Duplicate finding at 10k-100k entries: semsearch's FAISS range search (``search.read.duplicates``)
 next to the naive peer, blockwise numpy matrix products as sentence-transformers'
 ``paraphrase_mining`` does them, in the same run, on the same vectors. Recall: the share of the
 peer's (exact) pairs semsearch finds (1 below ``EXACT_LIMIT``, where both are exact; semsearch's
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from search.duplicates import BLOCK, components, range_pairs
+from search.read.duplicates import BLOCK, components, range_pairs
 
 
 def vectors(n: int, dim: int = 384, seed: int = 0) -> np.ndarray:

@@ -113,7 +113,7 @@ def quality(shared: Path, backends: list[str | None]) -> tuple[dict[str, float],
 
     from indexer.embedding.strategy import Strategy
     from indexer.encoders.factory import encoder_for
-    from search.evaluate import pair_vectors, read_pairs, sts_scores
+    from search.studies.evaluate import pair_vectors, read_pairs, sts_scores
 
     pairs = read_pairs(shared / "stsb" / "stsb-dev.tsv")
     answers = sorted(read_sets(shared)["FAQ answers"], key=len)[-28:]

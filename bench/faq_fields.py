@@ -6,7 +6,7 @@ the same run, as ratios. Then the weight of the also text swept on the peer's ve
     .venv/bin/python bench/faq_fields.py [--weights 0.3,0.5,0.7,0.8]
 
 An entry's combined score is ``(1 - w) * cos(q, question) + w * cos(q, question + answer)``.
-Metrics over the 499 dev queries against all 719 entries (``search.evaluate.retrieval_metrics``):
+Metrics over the 499 dev queries against all 719 entries (``search.studies.evaluate.retrieval_metrics``):
 MRR@10 and Success@1.
 """
 
@@ -21,8 +21,8 @@ import numpy as np
 
 from indexer.embedding.fields import ALSO_WEIGHT, FieldScoring
 from indexer.writing.build import build_index
-from search.engine import SearchEngine
-from search.evaluate import read_qrels, retrieval_metrics
+from search.read.engine import SearchEngine
+from search.studies.evaluate import read_qrels, retrieval_metrics
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"
 CONFIGS = {  # name -> (text fields, also fields)

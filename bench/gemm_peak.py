@@ -135,7 +135,7 @@ def text_sets(shared: Path) -> dict[str, list[str]]:
 def encoder_rate(backend: str, texts: list[str], repeats: int) -> tuple[float, float]:
     """(tokens/s, mean tokens a text) of the bulk encoder of ``backend`` on ``texts`` as passages."""
     from indexer.embedding.strategy import Strategy
-    from search.encoding import Encoding
+    from search.read.encoding import Encoding
 
     encoding = Encoding.load(Strategy(backend=backend))
     tokens = sum(map(len, encoding.tokenize(texts, "passage")))

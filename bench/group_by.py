@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from indexer.writing.build import build_index
-from search.engine import SearchEngine
-from search.hybrid import DENSE
+from search.read.engine import SearchEngine
+from search.read.hybrid import DENSE
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackfaq"
 

@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 
 from indexer.writing.build import build_index
-from search.engine import SearchEngine
-from search.evaluate import read_qrels, retrieval_metrics
-from search.hybrid import DEFAULT_WEIGHT, HYBRID, MODES, WEIGHTS, store_hybrid_weight
-from search.promise import auroc
+from search.read.engine import SearchEngine
+from search.read.hybrid import DEFAULT_WEIGHT, HYBRID, MODES, WEIGHTS, store_hybrid_weight
+from search.studies.evaluate import read_qrels, retrieval_metrics
+from search.studies.promise import auroc
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SHARED_DATA", ROOT.parent / "shared" / "data"))

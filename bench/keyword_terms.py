@@ -1,8 +1,8 @@
 """What a long query costs the keyword side: one 200,000-word entry (40 words, each about 5,000
 times) among 1,000 short ones, and queries that repeat one of its words (30, 100, 300 times) or
 hold 300 distinct words (its 40 first), timed as the user's words were OR-ed raw and as
-``search.hybrid.match_expression`` builds them (repeats removed, terms capped), and the whole
-keyword side of a search with them (``search.hybrid.keyword_scores``: the words' frequencies,
+``search.read.hybrid.match_expression`` builds them (repeats removed, terms capped), and the whole
+keyword side of a search with them (``search.read.hybrid.keyword_scores``: the words' frequencies,
 the BM25 ranking and which words each hit holds). The best of three runs (one for the slowest
 raw query).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from indexer.catalog import Catalog
 from indexer.reading.corpus import Entry
-from search.hybrid import Words, keyword_scores, match_expression
+from search.read.hybrid import Words, keyword_scores, match_expression
 
 VOCABULARY = [f"word{i}" for i in range(2000)]
 

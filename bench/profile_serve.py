@@ -51,9 +51,9 @@ def main() -> None:
     import tokenizers  # noqa: F401
 
     steps.done("tokenizers")
-    from search.engine import SearchEngine
+    from search.read.engine import SearchEngine
 
-    steps.done("search.engine (semsearch's modules, the rest)")
+    steps.done("search.read.engine (semsearch's modules, the rest)")
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("index_dir")
     parser.add_argument("--port", type=int, default=8799)

@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 from indexer import Strategy, build_index  # noqa: E402
 from indexer.catalog import Catalog  # noqa: E402
 from indexer.embedding.fields import FieldScoring  # noqa: E402
-from search.engine import SearchEngine, Snapshot  # noqa: E402
-from search.hybrid import DENSE  # noqa: E402
+from search.read.engine import SearchEngine, Snapshot  # noqa: E402
+from search.read.hybrid import DENSE  # noqa: E402
 
 
 def median_ms(snapshot: Snapshot, questions: list[str], vectors, rounds: int = 5) -> float:

@@ -3,7 +3,7 @@ semsearch's untuned default and the tuned model, side by side on the dev splits,
 
     .venv/bin/python bench/tune.py [--runs stsb,stackfaq,faq] [--max-minutes 30] [--epochs 2]
 
-Runs (each tunes one model into a temporary directory through ``search.tuning.tune``, the code
+Runs (each tunes one model into a temporary directory through ``search.studies.tuning.tune``, the code
 ``semsearch tune`` calls):
 
 - ``stsb``: tuned on STS-B train (scored pairs, CoSENT); measured on STS-B dev and SICK-R trial
@@ -30,7 +30,15 @@ import numpy as np
 from indexer.embedding.fields import FieldScoring
 from indexer.embedding.strategy import Strategy
 from indexer.encoders.factory import encoder_for
-from search.tuning import Labels, hold_back, measure_for, pair_labels, read_labels, retrieval_labels, tune
+from search.studies.tuning import (
+    Labels,
+    hold_back,
+    measure_for,
+    pair_labels,
+    read_labels,
+    retrieval_labels,
+    tune,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 STACKFAQ = DATA / "stackfaq"

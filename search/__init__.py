@@ -11,11 +11,11 @@ from __future__ import annotations
 from indexer.lazy import lazy_exports
 
 _EXPORTS = {
-    "Encoding": "search.encoding",
-    "Hit": "search.engine",
-    "SearchEngine": "search.engine",
-    "encode": "search.encoding",
-    "rank_similar": "search.similar",
+    "Encoding": "search.read.encoding",
+    "Hit": "search.read.engine",
+    "SearchEngine": "search.read.engine",
+    "encode": "search.read.encoding",
+    "rank_similar": "search.read.similar",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

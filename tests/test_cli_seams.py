@@ -109,7 +109,7 @@ def test_similar_with_post_processing_uses_an_index_or_refuses(tmp_path, tiny_mo
     assert built.returncode == 0, built.stderr
     from indexer.embedding.strategy import Strategy
     from indexer.errors import BadInput
-    from search.similar import rank_similar
+    from search.read.similar import rank_similar
 
     with pytest.raises(BadInput, match="post-processing needs statistics fitted on a corpus"):
         rank_similar(

@@ -15,8 +15,10 @@ from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from indexer.store import Change, apply_change, live_version, open_index
 from indexer.writing.update import add_to_index
-from search.abstention import evaluate_abstention
-from search.calibration import (
+from search.read.confidence import FEATURES, Neighbourhood, Rule, stored_rules
+from search.read.engine import SearchEngine
+from search.studies.abstention import evaluate_abstention
+from search.studies.calibration import (
     Observation,
     calibrate_index,
     choose_rule,
@@ -27,10 +29,8 @@ from search.calibration import (
     self_observations,
     threads,
 )
-from search.confidence import FEATURES, Neighbourhood, Rule, stored_rules
-from search.engine import SearchEngine
-from search.evaluate import read_retrieval_set
-from search.promise import Curve, measure
+from search.studies.evaluate import read_retrieval_set
+from search.studies.promise import Curve, measure
 from tests.helpers import DATA, assert_clean_failure, run, shared_file
 
 TOPICS = [
@@ -448,10 +448,15 @@ def imported_modules(path: Path) -> set[str]:
 def test_the_rule_is_read_side_and_calibration_sits_above_the_engine():
     """The engine imports the rule; the rule imports neither the engine, calibration nor the
     store's writing side, so the engine never reaches a module that writes to the index."""
-    source = Path(__file__).resolve().parents[1] / "search"
+    source = Path(__file__).resolve().parents[1] / "search" / "read"
     rule = imported_modules(source / "confidence.py")
-    assert not rule & {"search.engine", "search.calibration", "indexer.store", "indexer.writing.update"}
-    assert "search.calibration" not in imported_modules(source / "engine.py")
+    assert not rule & {
+        "search.read.engine",
+        "search.studies.calibration",
+        "indexer.store",
+        "indexer.writing.update",
+    }
+    assert "search.studies.calibration" not in imported_modules(source / "engine.py")
 
 
 class LockCheckedDb:
@@ -750,7 +755,7 @@ def test_a_rule_is_never_chosen_for_a_lower_held_out_coverage(monkeypatch, learn
             tuple(features), zeros, tuple(1.0 for _ in weights), weights, 0.0, threshold, precision, 0, 0, 1
         )
 
-    monkeypatch.setattr("search.calibration.fit_rule", fitted)
+    monkeypatch.setattr("search.studies.calibration.fit_rule", fitted)
     rule = choose_rule(seen)
     assert rule.features == ("text",)
     assert rule.why.startswith(f"plain: learned vs plain held-out coverage {learned_coverage} vs 1.000")
@@ -777,7 +782,7 @@ def test_a_learned_rule_that_answers_less_on_all_the_labels_is_not_chosen(monkey
                     between if answers else 1.0, precision, 0, 0, 1)  # fmt: skip
         return replace(rule, coverage=1.0 if answers else 0.0)
 
-    monkeypatch.setattr("search.calibration.fit_rule", fitted)
+    monkeypatch.setattr("search.studies.calibration.fit_rule", fitted)
     rule = choose_rule(seen)
     assert rule.features == ("text",)
     assert rule.why.startswith("plain: learned vs plain held-out coverage 1.000 vs 0.000, precision 1.000")

@@ -312,7 +312,7 @@ def test_text_lines_end_at_newlines_only_as_wc_counts(tmp_path, monkeypatch):
     import io
     import sys
 
-    from search.encoding import read_texts
+    from search.read.encoding import read_texts
 
     content = "page one\x0cpage two\n\x0bsecond\x1cline\x85\u2028\r\nthird\rstill third\n"
     path = write(tmp_path / "pdf.txt", content)
@@ -326,7 +326,7 @@ def test_text_lines_end_at_newlines_only_as_wc_counts(tmp_path, monkeypatch):
 
 def test_small_line_files_split_as_corpora(tmp_path):
     from indexer.writing.update import read_ids
-    from search.queries import read_queries
+    from search.read.queries import read_queries
 
     path = write(tmp_path / "ids.txt", "a\x0cb\r\nc\n")
     assert read_ids(path) == ["a\x0cb", "c"]

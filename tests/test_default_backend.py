@@ -21,8 +21,8 @@ from indexer.store import open_index
 from indexer.writing.shards import embed_shard, merge_shards
 from search import SearchEngine
 from search.cli import cli
-from search.engine import check_strategy
-from search.info import index_info
+from search.read.engine import check_strategy
+from search.read.info import index_info
 from tests.helpers import DATA, random_bert, real_sentences, torch_reference, write_csv
 
 pytest.importorskip("onnxruntime")

@@ -13,7 +13,7 @@ import pytest
 from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from indexer.store import open_index
-from search.duplicates import components, find_duplicates, range_pairs
+from search.read.duplicates import components, find_duplicates, range_pairs
 from tests.helpers import assert_clean_failure, run
 
 ROWS = [
@@ -190,7 +190,7 @@ def test_a_min_score_that_pairs_everything_is_refused_in_bounded_memory(exact):
 
 def test_a_stopped_scan_ends_between_blocks():
     """A scan nobody waits for any more (a server's client hung up) stops at the next block."""
-    from search.duplicates import ScanStopped
+    from search.read.duplicates import ScanStopped
 
     vectors = unit(np.random.default_rng(0).normal(size=(3000, 8)).tolist())
     blocks = []
@@ -214,7 +214,7 @@ def test_clients_that_hang_up_never_run_two_scans_at_once(index, monkeypatch):
     import time
 
     import search.server.scans
-    from search.duplicates import ScanStopped
+    from search.read.duplicates import ScanStopped
     from search.server import create_app
 
     original = search.server.scans.find_duplicates

@@ -1,4 +1,4 @@
-"""Vectors for other programs: ``search.encoding.encode`` and ``semsearch encode`` give exactly the
+"""Vectors for other programs: ``search.read.encoding.encode`` and ``semsearch encode`` give exactly the
 vectors an index compares (its strategy and fitted whitening), in input order, streamed in
 bounded memory, and refuse bad input with one line."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from search.encoding import PART_TEXTS, Encoding, check_texts, encode
-from search.engine import SearchEngine
+from search.read.encoding import PART_TEXTS, Encoding, check_texts, encode
+from search.read.engine import SearchEngine
 from tests.helpers import assert_clean_failure, build_faq, run, write_csv
 
 TEXTS = ["How do I pay for a ride?", "a bike", "Where can I park the bike near the station?"]
@@ -131,7 +131,7 @@ def test_an_output_that_is_not_a_regular_file_is_refused_and_left_alone(whitened
     import os
     import stat
 
-    from search.encoding import encode_file
+    from search.read.encoding import encode_file
 
     source = tmp_path / "texts.txt"
     source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
@@ -145,7 +145,7 @@ def test_an_output_that_is_not_a_regular_file_is_refused_and_left_alone(whitened
 
 def test_a_misspelt_field_is_named_with_the_nearest_one(tmp_path):
     """As ``index`` says it: the nearest of the file's own fields is suggested."""
-    from search.encoding import read_texts
+    from search.read.encoding import read_texts
 
     rows = [("q1", "How do I pay?", "By card.")]
     corpus = write_csv(tmp_path / "faq.csv", rows, ("id", "question", "answer"))
@@ -158,7 +158,7 @@ def test_a_misspelt_field_is_named_with_the_nearest_one(tmp_path):
 def test_fields_whose_names_differ_only_in_case_are_two_fields(tmp_path):
     """Nothing is stored, so SQLite's case-insensitive column names do not matter: each name
     reads its own column (an exact match first)."""
-    from search.encoding import read_texts
+    from search.read.encoding import read_texts
 
     corpus = write_csv(tmp_path / "tt.csv", [("1", "How do I pay?", "By card.")], ("id", "Text", "text"))
     assert list(read_texts(str(corpus))) == [("1", "By card.")]
@@ -168,7 +168,7 @@ def test_fields_whose_names_differ_only_in_case_are_two_fields(tmp_path):
 def test_a_utf16_file_read_in_another_encoding_names_utf16(tmp_path):
     """Not "the header row is not valid UTF-8": the byte order mark says what the file is,
     whichever encoding was asked for."""
-    from search.encoding import read_texts
+    from search.read.encoding import read_texts
 
     corpus = tmp_path / "faq.tsv"
     corpus.write_bytes("id\ttext\n1\thello\n".encode("utf-16"))
@@ -182,7 +182,7 @@ def test_an_output_in_a_folder_that_makes_no_files_says_so(whitened, tmp_path):
     """``/proc`` exists but makes no new file (ENOENT): not "no such folder"."""
     from pathlib import Path
 
-    from search.encoding import encode_file
+    from search.read.encoding import encode_file
 
     if not Path("/proc/self").is_dir():
         pytest.skip("needs Linux's /proc")

@@ -14,9 +14,9 @@ from indexer.encoders.factory import encoder_for
 from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput, FilterError, IndexMoved
 from indexer.store import open_index
-from search.encoding import Encoding
-from search.engine import SearchEngine
-from search.similar import rank_similar
+from search.read.encoding import Encoding
+from search.read.engine import SearchEngine
+from search.read.similar import rank_similar
 from tests.helpers import ROWS, build_faq
 
 
@@ -125,7 +125,7 @@ def test_query_and_serve_take_the_execution_provider(tmp_path, tiny_model):
     from click.testing import CliRunner
 
     from search.cli import cli
-    from search.loading import load_engine
+    from search.read.loading import load_engine
 
     path = build_faq(tmp_path, tiny_model)
     bad = CliRunner().invoke(cli, ["query", str(path), "bike", "--provider", "NoSuchExecutionProvider"])

@@ -13,7 +13,7 @@ import pytest
 
 from indexer.embedding.strategy import Strategy
 from indexer.errors import SemsearchError
-from search.evaluate import (
+from search.studies.evaluate import (
     evaluate_retrieval,
     evaluate_sts,
     read_pairs,
@@ -21,7 +21,7 @@ from search.evaluate import (
     read_retrieval_set,
     retrieval_metrics,
 )
-from search.sweep import reproduce, retrieval_sweep, sweep_sts, write_csv, write_heatmap
+from search.studies.sweep import reproduce, retrieval_sweep, sweep_sts, write_csv, write_heatmap
 from tests.helpers import shared_file
 
 PAIRS = [

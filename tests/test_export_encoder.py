@@ -14,7 +14,7 @@ import pytest
 
 from indexer import BadInput, Strategy, build_index, export_encoder
 from indexer.writing.export import MARKER
-from search.engine import SearchEngine
+from search.read.engine import SearchEngine
 from tests.helpers import DATA, assert_clean_failure, real_sentences, run
 
 pytest.importorskip("onnxruntime")

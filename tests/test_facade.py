@@ -188,7 +188,7 @@ def test_importing_semsearch_costs_nothing_and_searching_needs_no_torch():
 
     probe = (
         "import sys, semsearch\n"
-        "print(sorted(m for m in ('numpy', 'faiss', 'torch', 'search.engine') if m in sys.modules))\n"
+        "print(sorted(m for m in ('numpy', 'faiss', 'torch', 'search.read.engine') if m in sys.modules))\n"
         "semsearch.SearchEngine, semsearch.build_index, semsearch.add\n"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
     )

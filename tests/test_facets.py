@@ -8,7 +8,7 @@ from pathlib import Path
 from indexer.catalog import Catalog
 from indexer.reading.corpus import Entry
 from indexer.reading.field_types import detect_types
-from search.filters import parse_filter
+from search.read.filters import parse_filter
 
 HOSTILE = ['say "hi"', "with space", "catégorie 分类", "x'); drop table entries; --"]
 

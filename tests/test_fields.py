@@ -15,9 +15,9 @@ from indexer.errors import BadInput
 from indexer.store import open_index
 from indexer.vectors.entries import ALSO_ID, row_ids
 from indexer.writing.update import add_to_index, delete_from_index
-from search.confidence import FEATURES, NEIGHBOURS, Neighbourhood
-from search.duplicates import find_duplicates
-from search.engine import SearchEngine
+from search.read.confidence import FEATURES, NEIGHBOURS, Neighbourhood
+from search.read.duplicates import find_duplicates
+from search.read.engine import SearchEngine
 from tests.helpers import assert_clean_failure, run
 
 # Crafted so that each single field ranks a decoy first and only their combination the right entry:

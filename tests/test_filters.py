@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from indexer.errors import BadInput, FilterError
-from search.filters import MAX_DEPTH, MAX_FILTER_LENGTH, MAX_TERMS, MAX_VALUES, parse_filter
+from search.read.filters import MAX_DEPTH, MAX_FILTER_LENGTH, MAX_TERMS, MAX_VALUES, parse_filter
 
 FIELDS = ["category", "year", "catégorie", "my field"]
 

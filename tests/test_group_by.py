@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from indexer import Strategy, build_index
 from indexer.errors import BadInput
 from search.cli import cli
-from search.engine import SearchEngine
+from search.read.engine import SearchEngine
 from tests.helpers import write_csv
 
 THREADS = ["pay", "park", "refund", "app", "lock", "helmet"]

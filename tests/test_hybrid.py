@@ -23,8 +23,7 @@ from indexer.store import live_version, open_index
 from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
 from search.cli import cli
-from search.evaluate import evaluate_retrieval, read_retrieval_set
-from search.hybrid import (
+from search.read.hybrid import (
     DEFAULT_WEIGHT,
     MAX_TERMS,
     WEIGHTS,
@@ -33,7 +32,8 @@ from search.hybrid import (
     match_expression,
     store_hybrid_weight,
 )
-from search.sweep import retrieval_sweep
+from search.studies.evaluate import evaluate_retrieval, read_retrieval_set
+from search.studies.sweep import retrieval_sweep
 from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv
 
 HOSTILE = ['"', 'say "hi', "*", "bikes*", "NEAR(a b)", "a AND OR NOT b", "col:bikes", "(((", "^b", "-", "'"]

@@ -14,7 +14,7 @@ from indexer.catalog import Catalog
 from indexer.errors import BadInput
 from indexer.reading.corpus import Entry
 from search import SearchEngine
-from search.hybrid import DEFAULT_WEIGHT, Words, keyword_scores
+from search.read.hybrid import DEFAULT_WEIGHT, Words, keyword_scores
 from tests.helpers import BASE, assert_clean_failure, run, write_csv
 
 COMMON = ["zorb", "plim"]
@@ -194,7 +194,7 @@ def test_hybrid_leaves_unscored_only_entries_that_could_not_be_among_the_best(
     """Keyword-only candidates whose share cannot lift the dense ranking's last cosine to the k-th
     fused score are never scored: the hits are those of scoring every candidate, and some are
     left out."""
-    import search.lookup
+    import search.read.lookup
 
     rng = random.Random(5)
     words = sorted({"".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(5)) for _ in range(60)})
@@ -202,16 +202,16 @@ def test_hybrid_leaves_unscored_only_entries_that_could_not_be_among_the_best(
     build_index(write_csv(tmp_path / "many.csv", rows), tmp_path / "idx", Strategy(model=tiny_model))
     queries = [" ".join(rng.sample(words, rng.choice([1, 2, 3]))) for _ in range(40)]
     left_out = []
-    real = search.lookup.reachable
+    real = search.read.lookup.reachable
 
     def counted(dense, keyword, candidates, *args):
         kept = real(dense, keyword, candidates, *args)
         left_out.append(len(candidates) - len(kept))
         return kept
 
-    monkeypatch.setattr(search.lookup, "reachable", counted)
+    monkeypatch.setattr(search.read.lookup, "reachable", counted)
     pruned = SearchEngine(tmp_path / "idx").search_many(queries, k=5, mode="hybrid")
-    monkeypatch.setattr(search.lookup, "reachable", lambda dense, keyword, candidates, *args: candidates)
+    monkeypatch.setattr(search.read.lookup, "reachable", lambda dense, keyword, candidates, *args: candidates)
     whole = SearchEngine(tmp_path / "idx").search_many(queries, k=5, mode="hybrid")
     assert [[(h.id, h.score) for h in hits] for hits in pruned] == [
         [(h.id, h.score) for h in hits] for hits in whole

@@ -58,7 +58,7 @@ def test_a_server_does_not_start_on_such_a_model_and_answers_5xx_if_it_turns(nan
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from search.loading import load_encoding
+    from search.read.loading import load_encoding
     from search.server import create_app
 
     with pytest.raises(SemsearchError, match="non-finite"):

@@ -54,12 +54,12 @@ def test_options_say_what_is_wrong_before_anything_loads():
 def test_library_functions_take_one_options_object():
     from indexer.writing.build import build_index
     from indexer.writing.update import add_to_index
-    from search.encoding import Encoding
-    from search.engine import SearchEngine
-    from search.evaluate import evaluate_retrieval, evaluate_sts
-    from search.loading import load_engine
-    from search.sweep import _embed_grid, retrieval_sweep, sweep_sts
-    from search.tuning import tune
+    from search.read.encoding import Encoding
+    from search.read.engine import SearchEngine
+    from search.read.loading import load_engine
+    from search.studies.evaluate import evaluate_retrieval, evaluate_sts
+    from search.studies.sweep import _embed_grid, retrieval_sweep, sweep_sts
+    from search.studies.tuning import tune
 
     functions = [build_index, add_to_index, evaluate_sts, evaluate_retrieval, sweep_sts, retrieval_sweep]
     functions += [_embed_grid, Encoding.load, SearchEngine.__init__, load_engine]

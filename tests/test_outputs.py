@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from indexer.errors import BadInput, DiskFull, IndexLocked
-from search.encoding import Encoding, encode_file
+from search.read.encoding import Encoding, encode_file
 from tests.helpers import assert_clean_failure, build_faq, run
 
 TEXTS = ["How do I pay for a ride?", "a bike", "Where can I park the bike near the station?"]
@@ -145,7 +145,7 @@ def test_an_output_folder_that_is_missing_or_read_only_is_one_line(tmp_path, tex
 
 
 def test_a_full_disk_during_encode_is_disk_full_and_leaves_nothing(tmp_path, texts, encoding, monkeypatch):
-    from search import encoding as module
+    from search.read import encoding as module
 
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -186,7 +186,7 @@ def test_closed_stdout_or_stdin_is_one_line(tmp_path, tiny_model):
 def test_a_second_tune_to_one_output_is_refused_before_it_trains(tmp_path, tiny_model, monkeypatch):
     from indexer.embedding.strategy import Strategy
     from indexer.encoders import training
-    from search.tuning import read_labels, tune
+    from search.studies.tuning import read_labels, tune
     from tests.helpers import positive_pairs
 
     labels = read_labels(pairs=positive_pairs(tmp_path))
@@ -240,7 +240,7 @@ def test_export_and_tune_follow_the_umask(tmp_path, tiny_model, umask, monkeypat
     from indexer.embedding.strategy import Strategy
     from indexer.encoders import training
     from indexer.writing.export import export_encoder
-    from search.tuning import read_labels, tune
+    from search.studies.tuning import read_labels, tune
     from tests.helpers import positive_pairs
 
     index = build_faq(tmp_path, tiny_model)

@@ -337,7 +337,7 @@ def calibrated_server(tmp_path_factory) -> Iterator[str]:
     """`semsearch serve` on a small FAQ with duplicate entries (one group hostile markup) and a
     stored rule that answers when the top cosine is above 0.5."""
     from indexer.store import Change, apply_change
-    from search.confidence import Rule
+    from search.read.confidence import Rule
 
     directory = tmp_path_factory.mktemp("duplicates")
     corpus = directory / "faq.jsonl"

@@ -19,7 +19,7 @@ from indexer.embedding.graphs import HELD_FILES, graph_spec
 from indexer.errors import IndexDamaged
 from indexer.store import open_index
 from indexer.writing.update import compact_index
-from search.info import index_info
+from search.read.info import index_info
 from tests.helpers import ROOT, assert_keywords_exact, random_bert, write_csv
 
 pytest.importorskip("onnxruntime")
@@ -87,7 +87,7 @@ def test_a_copied_index_takes_additions_without_its_model_or_the_cache(tmp_path,
     """What is added to an index is embedded by the graph it holds (the network its vectors came
     from), so a copy can grow where the model and the cache are not."""
     from indexer.writing.update import add_to_index
-    from search.engine import SearchEngine
+    from search.read.engine import SearchEngine
 
     model = random_bert(tmp_path / "model")
     index = faq_index(tmp_path, model, layers=(-1,), pooling="mean")
@@ -102,7 +102,7 @@ def test_a_copied_index_takes_additions_without_its_model_or_the_cache(tmp_path,
     assert_keywords_exact(copy)  # the copy's keyword table came with it and took the addition
     assert SearchEngine(copy).search("helmets", k=1, mode="keyword")[0].id == "q7"
     # and it gives its vectors away as its own queries see them
-    from search.encoding import encode
+    from search.read.encoding import encode
 
     engine = SearchEngine(copy)
     texts = [q for _, q in QUESTIONS]

@@ -17,7 +17,7 @@ from indexer.vectors.reranked import FULL_IDS, FULL_VECTORS, Reranked
 from indexer.vectors.tuning import recall_at_10
 from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
-from search.duplicates import find_duplicates
+from search.read.duplicates import find_duplicates
 from tests.helpers import clustered
 
 QUESTIONS = ("line 7 about topic 7", "topic 3", "a fresh line about tandem bicycles", "ünïcödé 🚲 ∑")

@@ -106,8 +106,8 @@ def test_prefixes_are_stored_compared_and_described():
 
 
 def test_an_index_embeds_its_entries_and_queries_with_their_prefixes(tmp_path, tiny_model):
-    from search.encoding import Encoding, encode
-    from search.engine import SearchEngine
+    from search.read.encoding import Encoding, encode
+    from search.read.engine import SearchEngine
 
     index = build_faq(tmp_path, tiny_model, **E5)
     plain = Encoding.load(Strategy(model=tiny_model))
@@ -130,7 +130,7 @@ def test_an_index_embeds_its_entries_and_queries_with_their_prefixes(tmp_path, t
 
 @pytest.mark.slow
 def test_the_cli_takes_prefixes_shows_them_and_encodes_as_passages(tmp_path, tiny_model):
-    from search.encoding import Encoding
+    from search.read.encoding import Encoding
 
     index, corpus, out = tmp_path / "idx", tmp_path / "faq.txt", tmp_path / "v.jsonl"
     corpus.write_text("How do I pay for a ride?\na bike\n", encoding="utf-8")
@@ -156,7 +156,7 @@ def test_the_encode_endpoints_take_an_input_type(tmp_path, tiny_model):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from search.encoding import Encoding
+    from search.read.encoding import Encoding
     from search.server import create_app
 
     index = build_faq(tmp_path, tiny_model, **E5)

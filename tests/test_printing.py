@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from search.cli.printing import print_hits
-from search.requests import Hit
+from search.read.requests import Hit
 
 LONG = " ".join(f"word{i}" for i in range(40))
 

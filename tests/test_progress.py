@@ -20,7 +20,7 @@ import pytest
 
 from indexer import Strategy, build_index
 from indexer.progress import Progress
-from search.duplicates import range_pairs
+from search.read.duplicates import range_pairs
 from tests.helpers import clustered, run, write_csv
 
 BAR = re.compile(

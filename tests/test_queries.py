@@ -9,8 +9,8 @@ import json
 import pytest
 
 from indexer.errors import BadInput
-from search.evaluate import evaluate_retrieval, read_retrieval_set
-from search.queries import Query, read_queries
+from search.read.queries import Query, read_queries
+from search.studies.evaluate import evaluate_retrieval, read_retrieval_set
 
 DOCS = [
     ("d1", "Paris", "Paris is the capital and largest city of France."),

@@ -18,7 +18,7 @@ from indexer.embedding.graphs import graph_spec
 from indexer.encoders.factory import encoder_for, encoder_status
 from indexer.encoders.onnx_encoder import OnnxEncoder
 from indexer.encoders.torch_encoder import TorchEncoder
-from search.info import index_info
+from search.read.info import index_info
 from tests.helpers import ROOT, graph_encoder, random_bert, shared_file, torch_reference
 
 pytest.importorskip("onnxruntime")
@@ -178,7 +178,7 @@ def small_index(tmp_path_factory):
 def test_search_engine_imports_no_torch(small_index):
     index, cache = small_index
     code = (
-        "from search.engine import SearchEngine\n"
+        "from search.read.engine import SearchEngine\n"
         f"hits = SearchEngine({str(index)!r}).search('a man is playing a guitar', k=3)\n"
         "assert len(hits) == 3"
     )
@@ -199,7 +199,7 @@ def test_query_info_and_help_import_no_torch(small_index):
 
 @pytest.mark.slow
 def test_info_names_the_encoder(small_index):
-    from search.engine import SearchEngine
+    from search.read.engine import SearchEngine
 
     index, _ = small_index  # the autouse fixture points at the same cache
     assert index_info(index)["encoder"] == "onnx"

@@ -267,8 +267,8 @@ def test_what_each_format_says_is_read(tmp_path):
 
 
 def test_a_sweep_of_a_dense_folder_runs_its_modules_only_in_its_own_cell(networks, tmp_path):
-    from search.evaluate import Pairs
-    from search.sweep import sweep_sts
+    from search.studies.evaluate import Pairs
+    from search.studies.sweep import sweep_sts
 
     folder = sentence_transformers_folder(networks["bert"], tmp_path / "dense", pooling="mean", dense=True)
     pairs = Pairs(

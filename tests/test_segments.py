@@ -19,7 +19,7 @@ from indexer.store import CURRENT, DATABASE, MAX_SEGMENTS, VECTORS, open_index
 from indexer.vectors.segments import segment_name
 from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
-from search.duplicates import find_duplicates
+from search.read.duplicates import find_duplicates
 from tests.helpers import BASE, kill_during, rowids, whole_run, write_csv
 
 

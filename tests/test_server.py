@@ -111,7 +111,7 @@ def test_serve_binds_localhost_by_default(index):
 def test_a_search_after_an_update_answers_from_one_generation(index, tmp_path):
     """An upsert commits into the version the server has open, between its reload checks: the
     request is answered from the new generation whole (rows and vectors), not a mix, nor an error."""
-    from search.engine import SearchEngine
+    from search.read.engine import SearchEngine
     from tests.helpers import write_csv
 
     question = "Which bikes can I rent for a whole week?"

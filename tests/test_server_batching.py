@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 from indexer.embedding.batching import Batching  # noqa: E402
 from indexer.embedding.strategy import Strategy  # noqa: E402
 from indexer.encoders.options import EmbeddingOptions  # noqa: E402
-from search.encoding import Encoding  # noqa: E402
+from search.read.encoding import Encoding  # noqa: E402
 from search.server import create_app  # noqa: E402
 from search.server.batching import MicroBatcher  # noqa: E402
 from tests.helpers import ROWS, build_faq  # noqa: E402
@@ -227,14 +227,14 @@ def test_long_requests_take_turns_and_stop_when_cancelled():
 def test_a_batch_costs_one_hop_for_its_lookups_not_one_per_request(tmp_path, tiny_model, monkeypatch):
     """The hops off the event loop are what batching saves: a batch's lookups (FAISS, SQLite) run
     together on the lookup thread, not one thread-pool hop per request."""
-    import search.engine
+    import search.read.engine
     import search.server.batching
 
     app = create_app(build_faq(tmp_path, tiny_model), reload_every=3600)
     hops: list[str] = []
     lookups: list[str] = []
     to_thread = asyncio.to_thread
-    lookup = search.engine.Snapshot.run
+    lookup = search.read.engine.Snapshot.run
 
     async def counted(function, *args, **kwargs):
         hops.append(getattr(function, "__name__", "?"))
@@ -245,7 +245,7 @@ def test_a_batch_costs_one_hop_for_its_lookups_not_one_per_request(tmp_path, tin
         return lookup(self, *args, **kwargs)
 
     monkeypatch.setattr(search.server.batching.asyncio, "to_thread", counted)
-    monkeypatch.setattr(search.engine.Snapshot, "run", recorded)
+    monkeypatch.setattr(search.read.engine.Snapshot, "run", recorded)
 
     async def burst() -> list[int]:
         async with client_for(app) as client:

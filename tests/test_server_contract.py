@@ -141,7 +141,7 @@ def test_a_server_fault_is_a_500_in_each_route_s_shape(index, monkeypatch):
         raise RuntimeError("a fault in the server")
 
     monkeypatch.setattr("search.server.encode.embeddings_answer", broken)
-    monkeypatch.setattr("search.similar.rank_vectors", broken)
+    monkeypatch.setattr("search.read.similar.rank_vectors", broken)
     with client_of(index) as client:
         for path, body in [("/v1/embeddings", GOOD["/v1/embeddings"]), ("/similar", GOOD["/similar"])]:
             response = client.post(path, json=body)

@@ -19,9 +19,9 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from indexer.embedding.strategy import Strategy  # noqa: E402
 from indexer.errors import BadInput  # noqa: E402
-from search.encoding import encode  # noqa: E402
-from search.engine import SearchEngine  # noqa: E402
-from search.loading import load_encoding  # noqa: E402
+from search.read.encoding import encode  # noqa: E402
+from search.read.engine import SearchEngine  # noqa: E402
+from search.read.loading import load_encoding  # noqa: E402
 from search.server import create_app  # noqa: E402
 from search.server.schema import MAX_INPUTS, MAX_TEXT  # noqa: E402
 from tests.helpers import assert_clean_failure, build_faq, run, serving  # noqa: E402

@@ -169,7 +169,7 @@ def test_an_index_on_disk_is_its_live_version_once_no_reader_holds_an_older_one(
     lets go."""
     import gc
 
-    from search.engine import SearchEngine
+    from search.read.engine import SearchEngine
 
     index = tmp_path / "idx"
     build_index(faq(tmp_path), index, Strategy(model=tiny_model))

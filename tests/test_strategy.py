@@ -12,7 +12,7 @@ from indexer.embedding.models import model_fingerprint
 from indexer.embedding.strategy import DEFAULT_CHUNK_OVERLAP, DEFAULT_MODEL, Strategy
 from indexer.encoders.factory import encoder_for
 from indexer.errors import SemsearchError, StrategyConflict
-from search.engine import check_strategy
+from search.read.engine import check_strategy
 from tests.helpers import random_bert
 
 MODEL = {"num_layers": 12, "model_limit": 512}

@@ -8,8 +8,8 @@ import pytest
 from indexer.embedding.strategy import SWEPT, Strategy
 from indexer.errors import BadInput
 from search.cli.printing import report_modes
-from search.evaluate import Pairs
-from search.sweep import Cell, Modes, SweepPlan, plan_sweep, sweep_sts
+from search.studies.evaluate import Pairs
+from search.studies.sweep import Cell, Modes, SweepPlan, plan_sweep, sweep_sts
 
 PAIRS = Pairs(
     ["a cat", "a dog", "a car"], ["one cat", "one dog", "one bus"], __import__("numpy").array([5.0, 4, 3])
@@ -68,7 +68,7 @@ def test_a_good_plan(tiny_model):
 def test_sweep_outputs_go_into_a_directory_that_does_not_exist_yet(tmp_path):
     # before: `sweep ... --csv out/sweep.csv` computed the whole grid, then ended in an unexpected
     # FileNotFoundError for the missing `out/`
-    from search.sweep import Cell, write_csv
+    from search.studies.sweep import Cell, write_csv
 
     cells = [Cell("layer 1", Strategy(layers=(1,), pooling="mean"), {"mrr@10": 0.5})]
     write_csv(cells, tmp_path / "out" / "sweep.csv")

@@ -17,7 +17,7 @@ from indexer.embedding.fields import FieldScoring
 from indexer.embedding.head import Head, NetworkOutput, pad_batch
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from search.tuning import hold_back, read_labels, training_examples, tune
+from search.studies.tuning import hold_back, read_labels, training_examples, tune
 from tests.helpers import DATA, assert_clean_failure, positive_pairs, run, sentence, torch_reference
 
 
@@ -175,11 +175,11 @@ def test_the_head_on_torch_tensors_is_the_head_on_numpy(strategy, tiny_model):
 
 def scripted_metric(monkeypatch, values: list[float]) -> None:
     """The held-back metric replaced by ``values``, one per evaluation (then the last again)."""
-    import search.tuning
+    import search.studies.tuning
 
     calls = iter(values)
     monkeypatch.setattr(
-        search.tuning, "measure_for", lambda labels, held: lambda embed: next(calls, values[-1])
+        search.studies.tuning, "measure_for", lambda labels, held: lambda embed: next(calls, values[-1])
     )
 
 
@@ -262,8 +262,8 @@ def test_the_output_loads_in_index_query_evaluate_onnx_and_sentence_transformers
     from indexer.embedding.models import identified
     from indexer.encoders.factory import encoder_for
     from indexer.writing.build import build_index
-    from search.engine import SearchEngine
-    from search.evaluate import evaluate_sts, read_pairs
+    from search.read.engine import SearchEngine
+    from search.studies.evaluate import evaluate_sts, read_pairs
 
     monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))
     files = retrieval_files(tmp_path)
@@ -299,13 +299,14 @@ def test_the_read_path_and_a_plain_index_never_import_the_tuning_code(tiny_model
     files = retrieval_files(tmp_path)
     code = (
         "import sys\n"
-        "import search.cli, search.server, search.engine, search.evaluate\n"
+        "import search.cli, search.server, search.read.engine, search.studies.evaluate\n"
         "from indexer.writing.build import build_index\n"
         "from indexer.embedding.strategy import Strategy\n"
-        "from search.engine import SearchEngine\n"
+        "from search.read.engine import SearchEngine\n"
         f"build_index({str(files['corpus'])!r}, {str(tmp_path / 'idx')!r}, Strategy(model={tiny_model!r}))\n"
         f"SearchEngine({str(tmp_path / 'idx')!r}).search('a bike', k=2)\n"
-        "print(sorted(m for m in sys.modules if m in ('search.tuning', 'indexer.encoders.training')))\n"
+        "print(sorted(m for m in sys.modules if m in ('search.studies.tuning',"
+        " 'indexer.encoders.training')))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -358,7 +359,7 @@ def test_bad_input_on_the_command_line_is_one_line(tmp_path):
 def test_tune_trains_through_an_index_strategy(tiny_model, tmp_path):
     from indexer.embedding.models import resolve_strategy
     from indexer.writing.build import build_index
-    from search.tuning import index_strategy
+    from search.studies.tuning import index_strategy
 
     files = retrieval_files(tmp_path)
     asked = Strategy(model=tiny_model, layers=(1,), pooling="cls", backend="torch")

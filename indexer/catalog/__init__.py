@@ -268,7 +268,7 @@ class Catalog(KeywordTable, FieldFacets):
 
     def matching(self, condition: str, params: Sequence[Any]) -> list[tuple[int, int]]:
         """(row id, vectors held) of each entry a filter admits. ``condition`` is SQL that
-        ``search.filters`` built from a parsed filter, its values bound as ``params``."""
+        ``search.read.filters`` built from a parsed filter, its values bound as ``params``."""
         try:
             found = self.db.execute(f"select _rowid, _chunks from entries where {condition}", params)
             return found.fetchall()

@@ -1,6 +1,6 @@
 """The catalog's keyword table: an FTS5 table over ``entries._text`` and the ``--also`` fields
 (external content, kept exact by triggers in the writer's own transaction), what keyword and
-hybrid search read (``search.hybrid``). ``Catalog`` takes its operations from ``KeywordTable``.
+hybrid search read (``search.read.hybrid``). ``Catalog`` takes its operations from ``KeywordTable``.
 
 An index written before the keyword table, or before it read the also fields, gets it with its
 next version (the first ``put`` or ``delete`` of a writer makes and fills it, in that writer's
@@ -141,7 +141,7 @@ class KeywordTable:
         weights: Sequence[float] = (),
     ) -> list[tuple[int, float]]:
         """(row id, the summed ``weights`` of the ``phrases`` it holds) of the k best entries by
-        BM25 for an FTS5 ``match`` expression (``search.hybrid`` builds both from the user's
+        BM25 for an FTS5 ``match`` expression (``search.read.hybrid`` builds both from the user's
         words), among ``allowed`` row ids when given; equal BM25 in row id (file) order. An
         entry's weight is summed in the phrases' order from which of them it holds, so entries
         holding the same ones get the very same number."""
@@ -172,7 +172,7 @@ class KeywordTable:
 
     def keyword_frequencies(self, phrases: Sequence[str]) -> tuple[int, list[int]]:
         """The entries the keyword table holds and how many of them match each FTS5 phrase: what
-        a word's weight reads (``search.hybrid.word_weight``)."""
+        a word's weight reads (``search.read.hybrid.word_weight``)."""
         total = self.db.execute("select count(*) from entries").fetchone()[0]
         count = "select count(*) from keywords where keywords match ?"
         return int(total), [int(self.db.execute(count, [p]).fetchone()[0]) for p in phrases]

@@ -15,7 +15,7 @@ that adds the column), so a filter compares numbers as numbers in any corpus for
 - every non-empty value a number -> ``integer`` (all whole) or ``number`` (SQLite NUMERIC);
 - more numbers than other text (``"9.5"``, ``"n/a"``, ``"12"``) -> ``number``: the numbers are
   stored and compared as numbers, the text stays text (a filter treats it as unknown in ``<``,
-  ``<=``, ``>``, ``>=`` with a number: see ``search.filters``);
+  ``<=``, ``>``, ``>=`` with a number: see ``search.read.filters``);
 - otherwise (or any JSON list/object, stored as JSON text) -> ``text``.
 
 The id field's column is ``text`` whatever its values (``indexer.writing.build.survey_corpus``): ids are

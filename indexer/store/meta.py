@@ -56,7 +56,7 @@ class IndexMeta(Mapping[str, Any]):
     source: dict[str, Any] | None = None
     manifest: Manifest | None = None  # segments, generation, hidden: written by updates
     files: dict[str, list[int]] | None = None  # {file name: [size, crc32]}, written at commit
-    calibration: dict[str, Any] | None = None  # the "no answer" rule (search.calibration); {}: removed
+    calibration: dict[str, Any] | None = None  # the "no answer" rule (studies.calibration); {}: removed
     previous: str | None = None
     records_previous: bool = False  # whether ``previous`` is on disk (null: there was none)
     extra: dict[str, Any] = field(default_factory=dict)

@@ -99,7 +99,7 @@ class StoredIndex:
 
     def info(self, encoder: str | None = None) -> dict[str, Any]:
         """What the CLI's ``info`` and the server's ``/info`` show. ``encoder``: how its queries
-        embed, told by the caller (``search.info``: the store decides no encoder)."""
+        embed, told by the caller (``search.read.info``: the store decides no encoder)."""
         meta, source = self.meta, self.meta.source or {}
         if self.vectors is None and meta.vector_kind is None:  # written before meta kept the kind
             self.vectors = self.read_vectors()

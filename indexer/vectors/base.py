@@ -5,7 +5,7 @@ are unit length and every score is an inner product, i.e. a cosine. ``VectorInde
 search needs (a ``Segments`` view of a version is one); ``WritableIndex`` adds what a new version
 needs (``merged`` gives one); ``PartIndex`` is one read from a file, what ``Segments`` is made of;
 ``Storage`` is the class of a storage kind, what the factory builds and reads with;
-``RangeIndex`` is the range search ``search.duplicates`` runs on vectors held in memory.
+``RangeIndex`` is the range search ``search.read.duplicates`` runs on vectors held in memory.
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def write_segment(path: Path, vectors: np.ndarray, ids: np.ndarray) -> None:
 
 def range_index(vectors: np.ndarray, probes: int) -> RangeIndex:
     """An IVF index over unit vectors held in memory for range searches, ``probes`` lists searched
-    around each query; hits are positions in ``vectors`` (``search.duplicates``)."""
+    around each query; hits are positions in ``vectors`` (``search.read.duplicates``)."""
     from indexer.vectors.faiss_index import PairIndex
 
     return PairIndex(vectors, probes)

@@ -201,14 +201,14 @@ def unit_length(vectors: np.ndarray) -> None:
 
 
 def single_threaded() -> None:
-    """One FAISS (OpenMP) thread for this process (``search.engine.configure_threads`` says why)."""
+    """One FAISS (OpenMP) thread for this process (``search.read.engine.configure_threads`` says why)."""
     import faiss
 
     faiss.omp_set_num_threads(1)
 
 
 class PairIndex:
-    """An IVF index over unit vectors held in memory, for range searches (``search.duplicates``):
+    """An IVF index over unit vectors held in memory, for range searches (``search.read.duplicates``):
     ``probes`` lists searched around each query; hits are positions in ``vectors``."""
 
     def __init__(self, vectors: np.ndarray, probes: int):

@@ -23,7 +23,7 @@ from indexer.embedding.strategy import (
 from indexer.reading.formats import FORMATS
 from indexer.reading.tsv import QUOTING, QUOTINGS
 from indexer.vectors.factory import KIND, KINDS, STORAGE, STORAGES
-from search.hybrid import MODES
+from search.read.hybrid import MODES
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -288,7 +288,7 @@ pair_columns_options = stacked(
     ),
     click.option("--score", default="score", show_default=True, help="Column of the gold score."),
 )
-"""The columns of a scored sentence-pairs file (``search.evaluate.read_pairs``)."""
+"""The columns of a scored sentence-pairs file (``search.studies.evaluate.read_pairs``)."""
 
 pair_options = stacked(
     click.argument("pairs", type=click.Path(dir_okay=False, path_type=Path)),
@@ -315,7 +315,7 @@ SCORES = (
 
 
 def mode_option(help: str) -> Decorator:
-    """``--mode``: the search modes, named in one place (``search.hybrid.MODES``)."""
+    """``--mode``: the search modes, named in one place (``search.read.hybrid.MODES``)."""
     return click.option("--mode", type=click.Choice(MODES), help=help)
 
 

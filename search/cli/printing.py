@@ -110,7 +110,7 @@ def report_sweep(
     title: str,
     reproduce_prefix: str,
 ) -> None:
-    from search.sweep import reproduce, write_csv, write_heatmap
+    from search.studies.sweep import reproduce, write_csv, write_heatmap
 
     metrics = [m for m in cells[0].scores if m not in ("pairs", "queries")]
     click.echo(f"{'#':>3}  {'layers':<26} {'pooling':<9} {'post':<7} " + " ".join(f"{m:>9}" for m in metrics))
@@ -189,7 +189,7 @@ def print_info(info: dict[str, Any], rules: dict[str, Any]) -> None:
         else "none (written before keyword search): its next version (add, delete or compact) keeps them"
     )
     if info["keywords"]:
-        from search.hybrid import DEFAULT_WEIGHT
+        from search.read.hybrid import DEFAULT_WEIGHT
 
         weight = info["hybrid_weight"]
         shown["hybrid_weight"] = (

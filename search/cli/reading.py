@@ -79,9 +79,9 @@ def query_command(
     Example:
         semsearch query faq-index "how do I reset my password" -k 5
     """
-    from search.engine import SearchEngine, configure_threads
-    from search.queries import Query, read_queries
-    from search.requests import check_queries
+    from search.read.engine import SearchEngine, configure_threads
+    from search.read.queries import Query, read_queries
+    from search.read.requests import check_queries
 
     if (question is None) == (queries_file is None):
         raise click.UsageError("give a QUESTION or --queries FILE (one of them)")
@@ -122,8 +122,8 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
         semsearch info faq-index --check
     """
     from indexer.store import verify
-    from search.confidence import stored_form, stored_rules
-    from search.info import index_info
+    from search.read.confidence import stored_form, stored_rules
+    from search.read.info import index_info
 
     checked = verify(index_dir) if check else None
     info = index_info(index_dir)
@@ -154,7 +154,7 @@ def duplicates_command(
         semsearch duplicates faq-index --min-score 0.95 --limit 20
     """
     from indexer.store import open_index
-    from search.duplicates import find_duplicates
+    from search.read.duplicates import find_duplicates
 
     found = find_duplicates(open_index(index_dir), min_score, limit, exact=exact or None, progress=progress)
     if as_json:
@@ -240,7 +240,7 @@ def serve_command(
     Example:
         semsearch serve faq-index --port 8000
     """
-    from search.loading import load_encoding, load_engine
+    from search.read.loading import load_encoding, load_engine
 
     if index_dir is not None and asked:
         raise click.UsageError("an index is served with its stored strategy: drop the strategy options")
@@ -315,8 +315,8 @@ def similar_command(
     Example:
         semsearch similar "a cat sits on the mat" sentences.txt -k 3
     """
-    from search.queries import read_lines
-    from search.similar import rank_similar, rank_similar_with_index
+    from search.read.queries import read_lines
+    from search.read.similar import rank_similar, rank_similar_with_index
 
     lines = read_lines(file, encoding)
     if index_dir is not None:
@@ -385,7 +385,7 @@ def encode_command(
     Example:
         semsearch encode questions.csv --text-field question -o vectors.npy
     """
-    from search.encoding import Encoding, encode_file, output_format
+    from search.read.encoding import Encoding, encode_file, output_format
 
     if index_dir is not None and asked:
         raise click.UsageError("--index encodes with its stored strategy: drop the strategy options")

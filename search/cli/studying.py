@@ -64,7 +64,7 @@ def evaluate_sts_command(
     Example:
         semsearch evaluate sts sts-dev.csv --pooling mean --layers -2
     """
-    from search.evaluate import evaluate_sts, read_pairs
+    from search.studies.evaluate import evaluate_sts, read_pairs
 
     data = read_pairs(pairs, sentence1, sentence2, score, encoding=encoding)
     echo_pair_rejections(data.rejected)
@@ -102,7 +102,7 @@ def evaluate_retrieval_command(
     Example:
         semsearch evaluate retrieval --corpus faq.csv --queries questions.jsonl --qrels qrels.tsv
     """
-    from search.evaluate import evaluate_retrieval, read_retrieval_set
+    from search.studies.evaluate import evaluate_retrieval, read_retrieval_set
 
     if (corpus is None) == (index_dir is None):
         raise click.UsageError("give --corpus (to build an index) or --index (one of them)")
@@ -171,8 +171,8 @@ def evaluate_abstention_command(
     Example:
         semsearch evaluate abstention --corpus faq.csv --queries questions.jsonl --qrels qrels.tsv
     """
-    from search.abstention import evaluate_abstention
-    from search.evaluate import read_retrieval_set
+    from search.studies.abstention import evaluate_abstention
+    from search.studies.evaluate import read_retrieval_set
 
     report = evaluate_abstention(
         corpus,
@@ -231,7 +231,7 @@ what it writes."""
 
 def plan(asked: dict[str, Any], poolings: str, postprocesses: str) -> Any:
     """The sweep grid, checked by the library before any model loads."""
-    from search.sweep import plan_sweep
+    from search.studies.sweep import plan_sweep
 
     return plan_sweep(poolings=split(poolings), postprocesses=split(postprocesses), **asked)
 
@@ -267,8 +267,8 @@ def sweep_sts_command(
     Example:
         semsearch sweep sts sts-dev.csv --postprocess none,whiten --csv sweep.csv
     """
-    from search.evaluate import read_pairs
-    from search.sweep import sweep_sts
+    from search.studies.evaluate import read_pairs
+    from search.studies.sweep import sweep_sts
 
     grid = plan(asked, poolings, postprocesses)
     data = read_pairs(pairs, sentence1, sentence2, score, encoding=encoding)
@@ -315,8 +315,8 @@ def sweep_retrieval_command(
     Example:
         semsearch sweep retrieval --corpus faq.csv --queries questions.jsonl --qrels qrels.tsv
     """
-    from search.evaluate import read_retrieval_set
-    from search.sweep import retrieval_sweep
+    from search.studies.evaluate import read_retrieval_set
+    from search.studies.sweep import retrieval_sweep
 
     if corpus is None:
         raise click.UsageError("give --corpus")

@@ -1,4 +1,4 @@
-"""``semsearch tune``: fine-tune a model on labels through a strategy (``search.tuning``)."""
+"""``semsearch tune``: fine-tune a model on labels through a strategy (``search.studies.tuning``)."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def tune_command(
     Example:
         semsearch tune --pairs pairs.csv --index faq-index -o tuned-model
     """
-    from search.tuning import index_strategy, read_labels, tune
+    from search.studies.tuning import index_strategy, read_labels, tune
 
     if index_dir is not None and asked:
         raise click.UsageError("--index trains through the index's strategy: drop the strategy options")

@@ -272,7 +272,7 @@ def export_encoder_command(index_dir: Path, target: Path) -> None:
 def _under_half(rule: Any) -> str | None:
     """What answers more than a promise that answers under half: a looser target (with the
     features it was measured with, so that calibrating as said gives what was said), more labels."""
-    from search.promise import HALF
+    from search.studies.promise import HALF
 
     if rule.coverage >= HALF:
         return None
@@ -295,7 +295,7 @@ def _under_half(rule: Any) -> str | None:
 def _labels_share(rule: Any) -> str | None:
     """The labels' share of questions with no answer in the index beside the share the promise
     assumes, and ``--unanswerable`` where they differ beyond sampling noise (None: no labels)."""
-    from search.promise import share_differs
+    from search.studies.promise import share_differs
 
     if not rule.asked:
         return None
@@ -365,9 +365,9 @@ def calibrate_command(
     Example:
         semsearch calibrate faq-index --queries questions.jsonl --qrels qrels.tsv --precision 0.9
     """
-    from search.calibration import calibrate_index, remove_calibration
-    from search.evaluate import read_retrieval_set
-    from search.hybrid import store_hybrid_weight
+    from search.read.hybrid import store_hybrid_weight
+    from search.studies.calibration import calibrate_index, remove_calibration
+    from search.studies.evaluate import read_retrieval_set
 
     if hybrid_weight is not None:
         if remove or from_corpus or queries_file or qrels:

@@ -19,8 +19,10 @@ from starlette.exceptions import HTTPException
 
 from indexer.catalog import DatabaseError
 from indexer.errors import SemsearchError
-from search.engine import SearchEngine, configure_threads
-from search.loading import load_engine
+from search.read.engine import SearchEngine, configure_threads
+from search.read.loading import load_engine
+from search.read.similar import rank_similar
+from search.read.snapshot import Snapshot
 from search.server.batching import MicroBatcher
 from search.server.connections import BodyLimit, ClientGone, while_connected
 from search.server.encode import add_encode_routes, encode_only
@@ -36,12 +38,10 @@ from search.server.schema import (
     answers,
     install_openapi,
 )
-from search.similar import rank_similar
-from search.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from search.encoding import Encoding, Roles
-    from search.requests import Hit
+    from search.read.encoding import Encoding, Roles
+    from search.read.requests import Hit
 
 
 def _field_error(error: dict[str, Any]) -> str:
@@ -69,8 +69,8 @@ def create_app(
     """Load the index and model now (so a bad index fails before the server binds), and set up the
     serving process (``configure_threads``). The engine loads in a thread while the routes are set
     up; ``loading``: an engine already loading (``semsearch serve`` starts it before importing
-    anything heavy, to overlap those imports too: ``search.loading``). ``index_dir`` None: serve
-    vectors alone, with the ``encoding`` loading (``search.loading.load_encoding``)."""
+    anything heavy, to overlap those imports too: ``search.read.loading``). ``index_dir`` None: serve
+    vectors alone, with the ``encoding`` loading (``search.read.loading.load_encoding``)."""
     configure_threads()
     if loading is None and index_dir is not None:
         loading = load_engine(index_dir)

@@ -21,7 +21,7 @@ from indexer.errors import BadInput
 
 if TYPE_CHECKING:  # queries are embedded without torch (indexer.encoders.onnx_encoder)
     from indexer.encoders.base import NetworkEncoder
-    from search.encoding import Encoding, Roles
+    from search.read.encoding import Encoding, Roles
 
 MAX_REQUEST_TOKENS = 64 * 256
 """Model work one request may cause, in the tokens the model reads (prefixes and special tokens
@@ -109,7 +109,7 @@ class MicroBatcher:
     a failed or cancelled job never stops the worker, and a worker task that ended is restarted.
     Jobs are grouped by encoding, so each request embeds with its own snapshot's model and
     post-processing, each text read as its role (its prefix). ``run`` is the embedding step of the
-    query pipeline (``search.requests.Embedding``).
+    query pipeline (``search.read.requests.Embedding``).
     """
 
     def __init__(self, max_batch: int):

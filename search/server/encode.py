@@ -20,8 +20,8 @@ from fastapi.responses import Response
 
 from indexer.embedding.strategy import DEFAULT_MODEL, Strategy
 from indexer.errors import BadInput
-from search.encoding import Encoding, check_texts
-from search.loading import load_encoding
+from search.read.encoding import Encoding, check_texts
+from search.read.loading import load_encoding
 from search.server.batching import MicroBatcher
 from search.server.connections import while_connected
 from search.server.errors import error_answer

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from indexer.catalog import DatabaseError
 from indexer.errors import IndexDamaged, SemsearchError
-from search.engine import SearchEngine
-from search.snapshot import Snapshot
+from search.read.engine import SearchEngine
+from search.read.snapshot import Snapshot
 
 
 class LiveEngine:

@@ -8,8 +8,8 @@ import contextlib
 import threading
 from typing import Any
 
-from search.duplicates import find_duplicates
-from search.snapshot import Snapshot
+from search.read.duplicates import find_duplicates
+from search.read.snapshot import Snapshot
 
 MAX_DUPLICATE_PAIRS = 1000  # pairs one /duplicates response lists (the groups hold them all)
 MAX_SCANS = 16  # /duplicates answers kept for the live version

@@ -12,9 +12,9 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
 from indexer.errors import BadInput
-from search.filters import MAX_FILTER_LENGTH
-from search.hybrid import MODES
-from search.queries import check_text
+from search.read.filters import MAX_FILTER_LENGTH
+from search.read.hybrid import MODES
+from search.read.queries import check_text
 from search.server.connections import MAX_BODY
 
 MAX_QUERY = 2000  # characters in one query or sentence
@@ -82,7 +82,7 @@ ERRORS = {
 }
 
 
-Mode = Literal[MODES] | None  # the names in one place: search.hybrid.MODES
+Mode = Literal[MODES] | None  # the names in one place: search.read.hybrid.MODES
 
 
 def _finite(value: object) -> object:
@@ -102,7 +102,7 @@ def _finite(value: object) -> object:
 
 
 MinScore = Annotated[float | None, Field(ge=-1, le=1), BeforeValidator(_finite)]
-"""answered = score >= it (one scale in every mode: search.hybrid), over the stored rule."""
+"""answered = score >= it (one scale in every mode: search.read.hybrid), over the stored rule."""
 
 
 class SearchRequest(BaseModel):
@@ -111,7 +111,7 @@ class SearchRequest(BaseModel):
     where: Where | None = None
     min_score: MinScore = None
     group_by: GroupBy = None
-    mode: Mode = None  # dense, keyword or hybrid (search.hybrid); None: the index's default
+    mode: Mode = None  # dense, keyword or hybrid (search.read.hybrid); None: the index's default
 
 
 class BatchRequest(BaseModel):

@@ -28,11 +28,11 @@ from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Rejection, rejection_summary
 from indexer.reading.decoding import lines_of
-from search.hybrid import MODES
-from search.queries import Query, read_queries
+from search.read.hybrid import MODES
+from search.read.queries import Query, read_queries
 
 if TYPE_CHECKING:
-    from search.snapshot import Snapshot
+    from search.read.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,7 @@ class RetrievalSet:
 
 
 def read_retrieval_set(queries: str | Path, qrels: str | Path, encoding: str = "utf-8") -> RetrievalSet:
-    """Queries (``search.queries.read_queries``: BEIR's queries.jsonl too) and their judgements,
+    """Queries (``search.read.queries.read_queries``: BEIR's queries.jsonl too) and their judgements,
     both in ``encoding``."""
     judged = read_qrels(qrels, encoding)
     return RetrievalSet(read_queries(str(queries), encoding), judged)
@@ -262,7 +262,7 @@ def evaluate_retrieval(
 ) -> dict[str, Any]:
     """Query an existing index, or build a temporary one from ``corpus`` (in ``encoding``) with
     ``strategy`` (and ``also`` fields) embedded as ``options`` say; metrics at cutoff ``k``."""
-    from search.calibration import embedded
+    from search.studies.calibration import embedded
 
     built = {"text_fields": text_fields, "also": also, "options": options}
     with opened(index_dir, corpus, strategy, progress=progress, encoding=encoding, **built) as snapshot:
@@ -294,7 +294,7 @@ def opened(
     ``corpus`` (in ``encoding``) with ``strategy`` and the ``build_index`` options ``build``
     (text fields, also fields, embedding options...), removed when the study is done."""
     from indexer.writing.build import build_index
-    from search.engine import SearchEngine
+    from search.read.engine import SearchEngine
 
     with tempfile.TemporaryDirectory(prefix="semsearch-study-") as tmp:
         if index_dir is None:
@@ -313,7 +313,7 @@ def opened(
 
 
 def modes_served(snapshot: Snapshot) -> list[str]:
-    """The search modes (``search.hybrid.MODES``) this index answers in, side by side in a report."""
+    """The search modes (``search.read.hybrid.MODES``) this index answers in, side by side in a report."""
     served = []
     for mode in MODES:
         with contextlib.suppress(BadInput):

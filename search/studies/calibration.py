@@ -1,4 +1,4 @@
-"""Know when the index has no answer: fit the confidence rule (``search.confidence``) on labelled
+"""Know when the index has no answer: fit the confidence rule (``search.read.confidence``) on labelled
 questions and store it in the index (``calibrate``), so every query marks its hits ``answered``.
 A tool above the engine: it searches through a ``Snapshot`` and writes through the store, under
 the writer lock like any write.
@@ -9,7 +9,7 @@ from what the user has (``observe``). A question with no relevant entry in the i
 
 The rule is a logistic regression (scikit-learn) on some of the features, standardised, fitted to
 say whether the top hit is right; its probability is the ``confidence``. The threshold keeps a
-promise, not an average (``search.promise.Curve.guaranteed``): precision >= the target with a stated
+promise, not an average (``search.studies.promise.Curve.guaranteed``): precision >= the target with a stated
 probability, on questions of which an assumed share has no answer, resampling whole threads.
 The plain cosine (``PLAIN``) is the rule unless the learned ``text,gap`` beats it on held-out
 threads of the user's own labels (``choose_rule``): a rule that won on one data set need not win
@@ -33,8 +33,8 @@ import numpy as np
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.store import Change, apply_change, live_meta, writer_lock
-from search.components import groups
-from search.confidence import (
+from search.read.components import groups
+from search.read.confidence import (
     FEATURES,
     KEYWORD_FEATURES,
     NEIGHBOURS,
@@ -43,9 +43,11 @@ from search.confidence import (
     stored_form,
     stored_rules,
 )
-from search.engine import SearchEngine
-from search.hybrid import DENSE, HYBRID
-from search.promise import (
+from search.read.engine import SearchEngine
+from search.read.hybrid import DENSE, HYBRID
+from search.read.queries import Query
+from search.read.snapshot import Snapshot
+from search.studies.promise import (
     GUARANTEE,
     HALF,
     MIN_THREADS,
@@ -55,8 +57,6 @@ from search.promise import (
     check_share,
     weighted_precision,
 )
-from search.queries import Query
-from search.snapshot import Snapshot
 
 PLAIN = ("text",)
 """A cosine alone, each entry's own text's (its score unless the index scores a second text: for

@@ -17,9 +17,9 @@ from indexer.embedding.strategy import Strategy
 from indexer.embedding.transform import Transform
 from indexer.errors import BadInput
 from indexer.reading.corpus import blank
-from search.encoding import Encoding
-from search.queries import check_text
-from search.requests import Embedding, Hit, check_queries, here
+from search.read.encoding import Encoding
+from search.read.queries import check_text
+from search.read.requests import Embedding, Hit, check_queries, here
 
 R = TypeVar("R")
 
@@ -35,7 +35,7 @@ def rank_similar_with_index(
     """``rank_similar`` with an index's strategy and its fitted post-processing (the sentences
     are embedded exactly as the index's entries were). ``strategy``: a request checked against
     the index's, as ``SearchEngine`` does."""
-    from search.engine import SearchEngine
+    from search.read.engine import SearchEngine
 
     snapshot = SearchEngine(index_dir, strategy=strategy).snapshot
     return rank_similar(sentence, candidates, k=k, encoding=snapshot.encoding)
@@ -55,7 +55,7 @@ def rank_similar(
 
     ``encoding``: what embeds them (an index's, with its post-processing fitted on its corpus),
     else the encoder of ``strategy``, which may then have no post-processing. ``embed``: the
-    embedding step (``search.requests.Embedding``; the server's micro-batcher).
+    embedding step (``search.read.requests.Embedding``; the server's micro-batcher).
     """
     kept = rankable(sentence, candidates)
     if encoding is not None:

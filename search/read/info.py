@@ -1,6 +1,6 @@
 """What ``semsearch info`` shows of an index without loading it: the store's facts, and how its
 queries will embed (the encoder decision, ``indexer.encoders.factory.encoder_status``, made
-without loading anything). A served index tells its own (``search.snapshot.Snapshot.info``)."""
+without loading anything). A served index tells its own (``search.read.snapshot.Snapshot.info``)."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ DEFAULT_WEIGHT = 0.15
 WEIGHT_KEY = "hybrid_weight"
 """The meta key of an index's own keyword share (``store_hybrid_weight``)."""
 WEIGHTS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
-"""The keyword shares a sweep measures on the user's labels (``search.sweep``)."""
+"""The keyword shares a sweep measures on the user's labels (``search.studies.sweep``)."""
 POOL = 100
 """Entries taken from each ranking before fusing (at least k)."""
 

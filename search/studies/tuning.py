@@ -27,7 +27,7 @@ from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.files import staged_dir
 from indexer.reading.corpus import Rejection
-from search.components import connected
+from search.read.components import connected
 
 if TYPE_CHECKING:
     from indexer.encoders.training import Examples
@@ -53,7 +53,7 @@ class Labels:
     relevant: dict[str, set[int]] | None = None
     mine_negatives: bool = False
     rejected: tuple[Rejection, ...] = ()
-    """Rows of the labels file that gave no pair (``search.evaluate.read_pairs``)."""
+    """Rows of the labels file that gave no pair (``search.studies.evaluate.read_pairs``)."""
 
     def __post_init__(self) -> None:
         pieces = len(set(self.groups.tolist()))
@@ -91,7 +91,7 @@ def pair_labels(
     encoding: str = "utf-8",
 ) -> Labels:
     """Every file ``evaluate sts`` reads (scored pairs), or two text columns (positive pairs)."""
-    from search.evaluate import read_pairs
+    from search.studies.evaluate import read_pairs
 
     pairs = read_pairs(path, s1, s2, score, need_score=False, encoding=encoding)
     groups = components(list(zip(pairs.first, pairs.second, strict=True)))
@@ -113,7 +113,7 @@ def retrieval_labels(
     questions and entries the judgements link), ranked against the whole corpus; hard negatives
     are mined when training."""
     from indexer.reading.corpus import read_corpus
-    from search.evaluate import read_retrieval_set
+    from search.studies.evaluate import read_retrieval_set
 
     data = read_retrieval_set(queries, qrels, encoding)
     entries = read_corpus(corpus, text_fields=text_fields, encoding=encoding).entries
@@ -208,7 +208,7 @@ def measure_for(labels: Labels, held: np.ndarray) -> Callable[[Callable[..., np.
     """The held-back metric of an ``Encoder.embed``: Spearman x100 of scored pairs (both sides
     queries, as STS is compared), else MRR@10 x100 of held-back anchors (queries) ranked among
     ``candidates`` (passages)."""
-    from search.evaluate import retrieval_metrics, sts_scores
+    from search.studies.evaluate import retrieval_metrics, sts_scores
 
     rows = np.flatnonzero(held)
     if labels.scores is not None:
@@ -380,7 +380,7 @@ def options_for(stored: Strategy) -> str:
     when ``--model DIR`` alone does (a single layer, no special-token rule: the directory's
     sentence-transformers config states the rest)."""
     from indexer.embedding.models import resolve_strategy
-    from search.sweep import reproduce
+    from search.studies.sweep import reproduce
 
     plain = resolve_strategy(Strategy(model=stored.model, backend=stored.backend))
     return reproduce(stored) if resolve_strategy(stored).differences(plain) else ""

@@ -1,6 +1,6 @@
 """What a search is asked and what it answers: the checks of a request (its queries, the strategy
 it asks for), the embedding step it is given, the entries its filter admits and a ``Hit``. Shared
-by the engine, ``search.similar`` and the server."""
+by the engine, ``search.read.similar`` and the server."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput, StrategyConflict
 from indexer.reading.corpus import blank
-from search.encoding import Encoding, Roles
-from search.queries import check_text
+from search.read.encoding import Encoding, Roles
+from search.read.queries import check_text
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -28,7 +28,7 @@ runs it in the caller's thread (the CLI, Python); the server's is its micro-batc
 
 @dataclass(frozen=True)
 class Hit:
-    """One result: its rank (from 1), the entry's id, score (one scale in every mode, ``search.hybrid``:
+    """One result: its rank (from 1), the entry's id, score (one scale in every mode, ``search.read.hybrid``:
     dense, the cosine; keyword, the share of the query's words it holds, by rarity, in [0, 1];
     hybrid, (1 - w) * cosine + w * share), embedded text and stored fields."""
 

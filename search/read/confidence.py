@@ -1,6 +1,6 @@
 """The per-query confidence rule (the read side): a hit's features from the query's
 neighbourhood and the stored ``Rule`` that turns them into a ``confidence`` and ``answered``. The
-engine imports this; fitting and storing a rule is ``search.calibration``, which sits above the
+engine imports this; fitting and storing a rule is ``search.studies.calibration``, which sits above the
 engine.
 
 A hit's features come from the query's neighbourhood (the nearest ``NEIGHBOURS`` entries):
@@ -16,7 +16,7 @@ A hit's features come from the query's neighbourhood (the nearest ``NEIGHBOURS``
   scores a second text per entry (``--also``): there the score mixes in the answer, which makes a
   near-duplicate FAQ question look as right as the right one, and the question's own cosine tells
   them apart better (docs/abstention-guarantee.md);
-- ``keyword``: its keyword evidence (``search.hybrid``: the share of the query's words, by
+- ``keyword``: its keyword evidence (``search.read.hybrid``: the share of the query's words, by
   rarity, it holds), in a keyword or hybrid neighbourhood (0 in a dense one);
 - ``agree``: its keyword evidence minus the best of an entry with another text: whether the
   keywords agree with the ranking's choice.
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from indexer.errors import BadInput
-from search.hybrid import DENSE
+from search.read.hybrid import DENSE
 
 FEATURES = ("score", "margin", "zscore", "gap", "text", "keyword", "agree")
 COSINES = frozenset({"score", "text", "keyword"})
@@ -136,7 +136,7 @@ def unruled(rules: Mapping[str, Rule], mode: str) -> str | None:
 
 
 def check_min_score(min_score: float | None) -> None:
-    """A plain threshold is on the score's scale in every mode (``search.hybrid``): in [-1, 1]."""
+    """A plain threshold is on the score's scale in every mode (``search.read.hybrid``): in [-1, 1]."""
     if min_score is not None and not -1 <= min_score <= 1:
         raise BadInput(f"min score must be in [-1, 1] (the scale of every mode's score), not {min_score}")
 
@@ -174,7 +174,7 @@ class Rule:
     why: str = ""  # why these features: the learned rule against the plain one on held-out threads
     costs: tuple[tuple[float, float], ...] = ()  # (precision target, coverage) with the same guarantee
     labels_needed: int | None = None  # about how many labelled questions the target needs to answer half
-    mode: str = DENSE  # the search mode whose ranking it was fitted on (``search.hybrid.MODES``)
+    mode: str = DENSE  # the search mode whose ranking it was fitted on (``search.read.hybrid.MODES``)
     asked: int = 0  # labelled questions as asked (hidden copies aside); 0: made from the corpus
     asked_unanswerable: int = 0  # of them, those with no relevant entry in the index
 

@@ -13,7 +13,7 @@ import numpy as np
 from indexer.embedding.fields import FieldScoring
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from search.evaluate import RetrievalSet, described, opened
+from search.studies.evaluate import RetrievalSet, described, opened
 
 
 def evaluate_abstention(
@@ -45,7 +45,8 @@ def evaluate_abstention(
     without it finds (exact search; a post-processing would be fitted with it)."""
     import random
 
-    from search.calibration import (
+    from search.read.confidence import NEIGHBOURS
+    from search.studies.calibration import (
         LEARNED,
         PLAIN,
         check_features,
@@ -56,8 +57,7 @@ def evaluate_abstention(
         observe,
         threads,
     )
-    from search.confidence import NEIGHBOURS
-    from search.promise import GUARANTEE, UNANSWERABLE, auroc, check_share, measure
+    from search.studies.promise import GUARANTEE, UNANSWERABLE, auroc, check_share, measure
 
     if not 0 < holdout < 1:
         raise BadInput(f"holdout must be a fraction in (0, 1), not {holdout}")

@@ -16,7 +16,7 @@ from indexer.progress import Progress, Share
 from indexer.store import StoredIndex
 from indexer.vectors.entries import entry_texts
 from indexer.vectors.factory import EXACT_LIMIT, range_index
-from search.components import groups
+from search.read.components import groups
 
 BLOCK = 4096  # most query vectors per IVF range search
 # Candidates one step of a scan may yield: an exact tile of TILE x TILE vectors, an IVF block of

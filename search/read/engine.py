@@ -16,10 +16,10 @@ from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import IndexMoved
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.vectors import single_threaded
-from search.confidence import unruled
-from search.encoding import Encoding
-from search.requests import Embedding, Hit, check_strategy, here
-from search.snapshot import Snapshot
+from search.read.confidence import unruled
+from search.read.encoding import Encoding
+from search.read.requests import Embedding, Hit, check_strategy, here
+from search.read.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
@@ -109,17 +109,17 @@ class SearchEngine:
     ) -> list[Hit]:
         """The k best hits for ``query``, best first, embedded with the index's own strategy.
 
-        ``where``: a filter on stored fields (``search.filters``), applied before the vectors are
+        ``where``: a filter on stored fields (``search.read.filters``), applied before the vectors are
         compared. ``min_score``: hits scoring below this are marked not answered, in any mode
-        (one scale: ``search.hybrid``; over the calibrated rule). ``group_by``: a stored field;
+        (one scale: ``search.read.hybrid``; over the calibrated rule). ``group_by``: a stored field;
         the best hit per value of it (k groups, each hit's ``others`` counting the rest of its
         group), e.g. one FAQ question with several answers shown once. ``mode``: dense, keyword
-        or hybrid (``search.hybrid``; None: the index's default, ``Snapshot.mode``)."""
+        or hybrid (``search.read.hybrid``; None: the index's default, ``Snapshot.mode``)."""
         return self.search_many([query], k, where, min_score, group_by, mode)[0]
 
     def no_rule_note(self, mode: str | None, min_score: float | None = None) -> str | None:
         """One line where a search in ``mode`` (None: the default) leaves its hits unmarked
-        though the index has no-answer rules for other modes (``search.confidence.unruled``);
+        though the index has no-answer rules for other modes (``search.read.confidence.unruled``);
         None where its rule or ``min_score`` marks them, or the index has no rule."""
         if min_score is not None:
             return None

@@ -2,7 +2,7 @@
 searches from start to end (``SearchEngine`` hands one out and renews it when a new version is
 live). Every search, a study's included, is a ``Plan`` (``Snapshot.plan``: its checks and its one
 mode rule) run on it (``Snapshot.run``, ``Snapshot.neighbourhoods``; the ranking itself:
-``search.lookup``)."""
+``search.read.lookup``)."""
 
 from __future__ import annotations
 
@@ -21,18 +21,18 @@ from indexer.errors import BadInput, IndexMoved
 from indexer.progress import Share
 from indexer.reading.corpus import spelled
 from indexer.store import StoredIndex
-from search.confidence import Neighbourhood, Rule, check_min_score, stored_form, stored_rules
-from search.encoding import Encoding
-from search.filters import parse_filter
-from search.hybrid import DEFAULT_MODE, DENSE, MODES, Words, check_mode, stored_weight
-from search.lookup import Lookup
-from search.requests import Allowed, Hit, check_k, check_queries
+from search.read.confidence import Neighbourhood, Rule, check_min_score, stored_form, stored_rules
+from search.read.encoding import Encoding
+from search.read.filters import parse_filter
+from search.read.hybrid import DEFAULT_MODE, DENSE, MODES, Words, check_mode, stored_weight
+from search.read.lookup import Lookup
+from search.read.requests import Allowed, Hit, check_k, check_queries
 
 
 @dataclass(frozen=True)
 class Plan:
     """One search call, resolved once (``Snapshot.plan``): its queries, how many hits, the mode
-    (``search.hybrid.MODES``) it runs in, its filter, minimum score and grouping."""
+    (``search.read.hybrid.MODES``) it runs in, its filter, minimum score and grouping."""
 
     queries: tuple[str, ...]
     k: int
@@ -114,7 +114,7 @@ class Snapshot:
         fitting: bool = False,
     ) -> Plan:
         """One search call checked and its mode resolved (``mode``), before anything is embedded.
-        ``fitting``: the questions a no-answer rule is fitted on (``search.calibration``)."""
+        ``fitting``: the questions a no-answer rule is fitted on (``search.studies.calibration``)."""
         check_queries(queries)
         check_k(k)
         check_min_score(min_score)
@@ -123,7 +123,7 @@ class Snapshot:
     def run(self, plan: Plan, vectors: np.ndarray) -> list[list[Hit]]:
         """``plan`` on this version, its queries embedded as ``vectors``: among the entries its
         filter allows, the best per value of its grouping, in its mode, marked by the rule of that
-        mode or its minimum score (``search.lookup``). What every search runs
+        mode or its minimum score (``search.read.lookup``). What every search runs
         (``SearchEngine.search_many``, ``evaluate``)."""
         allowed, grouping = self.allowed(plan.where), self.grouping(plan.group_by)
         said = self.said(plan.queries, plan.mode)
@@ -132,7 +132,7 @@ class Snapshot:
     def neighbourhoods(self, plan: Plan, vectors: np.ndarray) -> list[Neighbourhood]:
         """Each of ``plan``'s queries (embedded as ``vectors``): its nearest ``plan.k`` entries
         its filter allows, ranked in its mode, with what a confidence is computed from
-        (``search.confidence``): what a no-answer rule is fitted on."""
+        (``search.read.confidence``): what a no-answer rule is fitted on."""
         said = self.said(plan.queries, plan.mode)
         return self._lookup().neighbourhoods(vectors, self.allowed(plan.where), plan.k, said)
 
@@ -169,7 +169,7 @@ class Snapshot:
         """The mode a search runs in: the one asked for, else ``searched``; a rule being fitted
         (``fitting``) serves ``default_mode`` when none is asked. A mode the index cannot serve
         is refused in one line; one a calibrated index has no rule for answers, its hits
-        unmarked (``search.confidence.unruled`` says so)."""
+        unmarked (``search.read.confidence.unruled`` says so)."""
         if asked:
             return self.serves(asked)
         return self.default_mode if fitting else self.searched
@@ -220,7 +220,7 @@ class Snapshot:
         return FieldScoring.from_source(self.meta.get("source", {}))
 
     def _lookup(self) -> Lookup:
-        """The ranking of this version's entries (``search.lookup``), its rows read at its generation."""
+        """The ranking of this version's entries (``search.read.lookup``), its rows read at its generation."""
         return Lookup(self.index, self.reading, self.scoring, self.rules)
 
     def holding(self, ids: Sequence[str]) -> dict[str, int]:

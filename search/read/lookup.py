@@ -1,5 +1,5 @@
 """How one snapshot ranks its entries for a query vector: dense (exact where the index scores
-also-fields), keyword or hybrid (the two rankings fused: ``search.hybrid``), filtered, grouped,
+also-fields), keyword or hybrid (the two rankings fused: ``search.read.hybrid``), filtered, grouped,
 and each hit marked by the no-answer rule of its mode or a minimum score. ``Snapshot.run`` and
 ``Snapshot.neighbourhoods`` are the way in; this module has no entry of its own."""
 
@@ -15,8 +15,8 @@ from indexer.catalog import RESERVED, Catalog
 from indexer.embedding.fields import FieldScoring
 from indexer.store import StoredIndex
 from indexer.vectors.entries import EntryVectors
-from search.confidence import NEIGHBOURS, Neighbourhood, Rule
-from search.hybrid import (
+from search.read.confidence import NEIGHBOURS, Neighbourhood, Rule
+from search.read.hybrid import (
     DENSE,
     KEYWORD,
     Ranking,
@@ -28,7 +28,7 @@ from search.hybrid import (
     missing,
     reachable,
 )
-from search.requests import Allowed, Hit
+from search.read.requests import Allowed, Hit
 
 CANDIDATES = 64
 """Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
@@ -92,7 +92,7 @@ class Lookup:
         return found
 
     def keyword_ranking(self, words: Words, k: int, allowed: Allowed | None) -> Ranking:
-        """Row id -> keyword evidence of the k best keyword matches (``search.hybrid.keyword_scores``;
+        """Row id -> keyword evidence of the k best keyword matches (``search.read.hybrid.keyword_scores``;
         none when no word can match)."""
         if words.match is None or (allowed is not None and not len(allowed.ids)):
             return {}
@@ -121,7 +121,7 @@ class Lookup:
     ) -> Ranking:
         """Row id -> score of the k best entries, best first. With a ``scoring``, candidates
         come from both vector sets and each is scored exactly with both (``_scored``). ``words``:
-        ranked by keywords, or the dense and keyword rankings fused (``search.hybrid.fused``).
+        ranked by keywords, or the dense and keyword rankings fused (``search.read.hybrid.fused``).
         ``signals``, when given, gets each entry's own text's cosine where the score is not that
         alone, and its keyword evidence."""
         if words is None:
@@ -155,7 +155,7 @@ class Lookup:
         return found
 
     def _codes(self, words: Words, rowids: list[int]) -> dict[int, int]:
-        """``search.hybrid.code_counts`` of ``rowids``, read at this version."""
+        """``search.read.hybrid.code_counts`` of ``rowids``, read at this version."""
         with self.reading() as catalog:
             return code_counts(catalog, words, rowids)
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from indexer.errors import BadInput, FilterError
 from indexer.reading.corpus import nearest, spelled
-from search.queries import check_text
+from search.read.queries import check_text
 
 MAX_FILTER_LENGTH = 8000
 MAX_DEPTH = 32

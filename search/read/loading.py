@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from indexer.embedding.strategy import Strategy
     from indexer.encoders.options import EmbeddingOptions
-    from search.encoding import Encoding
-    from search.engine import SearchEngine
+    from search.read.encoding import Encoding
+    from search.read.engine import SearchEngine
 
 
 def load_engine(index_dir: str | Path, options: EmbeddingOptions | None = None) -> Future[SearchEngine]:
@@ -26,7 +26,7 @@ def load_engine(index_dir: str | Path, options: EmbeddingOptions | None = None) 
 
 
 def _open(index_dir: str | Path, options: EmbeddingOptions | None) -> SearchEngine:
-    from search.engine import SearchEngine
+    from search.read.engine import SearchEngine
 
     engine = SearchEngine(index_dir, options=options)
     engine.embedder.embed(["semsearch"])  # warm, and a model that yields NaN fails before serving
@@ -43,7 +43,7 @@ def load_encoding(strategy: Strategy, options: EmbeddingOptions | None = None) -
 
 
 def _encoding(strategy: Strategy, options: EmbeddingOptions | None) -> Encoding:
-    from search.encoding import Encoding
+    from search.read.encoding import Encoding
 
     encoding = Encoding.load(strategy, serving=True, options=options)
     encoding.dimension  # noqa: B018 (embeds one text: the first request pays no warm-up)

@@ -6,7 +6,7 @@ average, times cls / mean / max / mean-max, plus the pooler output; optionally t
 post-processing (none / center / whiten).
 
 A retrieval sweep also searches its best cell by keywords and hybrid at each keyword share of
-``search.hybrid.WEIGHTS``, ranked as an index of that strategy ranks (``Modes``): the weight to
+``search.read.hybrid.WEIGHTS``, ranked as an index of that strategy ranks (``Modes``): the weight to
 store on the index (``calibrate --hybrid-weight``) measured on the user's own labels.
 """
 
@@ -28,8 +28,7 @@ from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Entry, read_corpus
-from search.evaluate import Pairs, RetrievalSet, metric_names, pair_vectors, retrieval_metrics, sts_scores
-from search.hybrid import (
+from search.read.hybrid import (
     DEFAULT_WEIGHT,
     HYBRID,
     WEIGHTS,
@@ -40,6 +39,14 @@ from search.hybrid import (
     fused,
     keyword_scores,
     missing,
+)
+from search.studies.evaluate import (
+    Pairs,
+    RetrievalSet,
+    metric_names,
+    pair_vectors,
+    retrieval_metrics,
+    sts_scores,
 )
 
 

@@ -3,7 +3,7 @@ least a target, with a stated probability, on questions of which an assumed shar
 
 ``Curve`` holds the calibration questions' precision at every candidate threshold, weighting the
 unanswerable ones to the assumed share, and resamples whole threads (a cluster bootstrap) for the
-lower bound; ``search.calibration`` fits rules with it and ``evaluate abstention`` scores them with
+lower bound; ``search.studies.calibration`` fits rules with it and ``evaluate abstention`` scores them with
 ``measure`` and ``auroc``.
 """
 

@@ -34,7 +34,7 @@ from indexer.progress import Progress, Share
 from indexer.reading.corpus import CorpusReader, Entry, blank
 from indexer.reading.decoding import line_text, read_lines
 from indexer.reading.tsv import QUOTING
-from search.queries import check_text
+from search.read.queries import check_text
 
 if TYPE_CHECKING:  # an index's encoder runs its exported graph: no torch
     from indexer.encoders.base import Encoder, NetworkEncoder
@@ -67,7 +67,7 @@ def check_texts(texts: Iterable[object], first: int = 1) -> list[str]:
 class Encoding:
     """An encoder kept loaded with the post-processing its vectors get: ``encode`` many times.
     ``Encoding.load(strategy)`` or ``Encoding.load(index=IDX)``; an index's snapshot holds one
-    (``search.engine.Snapshot.encoding``), which its queries embed with."""
+    (``search.read.engine.Snapshot.encoding``), which its queries embed with."""
 
     embedder: Encoder
     transform: Transform | None = None
