@@ -1,7 +1,7 @@
-"""Everything above the index: query it (SearchEngine), rank sentences (rank_similar), hand vectors
-to other programs (encode, Encoding); study and fit a strategy on labels, which writes too
-(evaluate and sweep build temporary indexes, calibrate stores its rule in the index's meta, tune
-saves a model); the CLI and the HTTP server over all of it.
+"""Everything above the index, in three floors: ``read/`` queries it (SearchEngine), ranks sentences
+(rank_similar) and hands vectors to other programs (encode, Encoding); ``studies/`` measures and
+fits a strategy on labels, which writes too (evaluate and sweep build temporary indexes, calibrate
+stores its rule in the index's meta, tune saves a model); ``server/`` and ``cli/`` serve all of it.
 
 Names load on first use so ``semsearch --help`` and ``info`` do not pay for importing torch.
 """
