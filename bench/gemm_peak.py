@@ -23,6 +23,7 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -107,20 +108,26 @@ def torch_matmul(rows: int, k: int, n: int, threads: int, repeats: int) -> float
     return 2 * rows * k * n / seconds / 1e9
 
 
+def weighted(rate: Callable[[int, int], float]) -> float:
+    """GFLOP/s over the model's three projection shapes, ``rate(k, n)`` each: their FLOP-weighted
+    mean (each layer runs 384x1536 (up) once, 1536x384 (down) once, 384x384 four times)."""
+    flops = [2 * k * n * w for (k, n), w in zip(SHAPES, [1, 1, 4], strict=True)]
+    rates = [rate(k, n) for k, n in SHAPES]
+    return sum(flops) / sum(f / r for f, r in zip(flops, rates, strict=True))
+
+
 def peaks(rows: int, threads: int, repeats: int) -> dict[str, float]:
-    """GFLOP/s over the model's three projection shapes at ``rows`` tokens (their FLOP-weighted
-    mean: each layer runs 4 of 384x384-sized work, 2 of the inner ones)."""
-    weights = [2, 1, 4]  # multiply-adds per token: 384x1536 (up) once, 1536x384 (down) once, 384x384 x4
-    flops = [2 * k * n * w for (k, n), w in zip(SHAPES, weights, strict=True)]
-    found = {}
-    for name, rate in {
-        "onnxruntime fp32": lambda k, n: ort_matmul(rows, k, n, threads, False, repeats),
-        "onnxruntime int8": lambda k, n: ort_matmul(rows, k, n, threads, True, repeats),
-        "torch fp32": lambda k, n: torch_matmul(rows, k, n, threads, repeats),
-    }.items():
-        rates = [rate(k, n) for k, n in SHAPES]
-        found[name] = sum(flops) / sum(f / r for f, r in zip(flops, rates, strict=True))
-    return found
+    """GFLOP/s of each kernel over the model's projection shapes at ``rows`` tokens."""
+    return {
+        "onnxruntime fp32": weighted(lambda k, n: ort_matmul(rows, k, n, threads, False, repeats)),
+        "onnxruntime int8": weighted(lambda k, n: ort_matmul(rows, k, n, threads, True, repeats)),
+        "torch fp32": weighted(lambda k, n: torch_matmul(rows, k, n, threads, repeats)),
+    }
+
+
+def token_flop(length: float) -> float:
+    """FLOP a token costs in a text of ``length`` tokens: projections plus attention products."""
+    return PROJECTION_FLOP + 4 * HIDDEN * LAYERS * length
 
 
 def text_sets(shared: Path) -> dict[str, list[str]]:
@@ -162,8 +169,7 @@ def main() -> None:
     for label, texts in text_sets(args.shared).items():
         for backend in ("onnx", "onnx-int8", "torch"):
             rate, length = encoder_rate(backend, texts, args.repeats)
-            flop = PROJECTION_FLOP + 4 * HIDDEN * LAYERS * length
-            gflops = rate * flop / 1e9
+            gflops = rate * token_flop(length) / 1e9
             print(
                 f"| {backend} | {label} | {length:.1f} | {rate:,.0f} | {gflops:.0f} | "
                 f"{gflops / roof:.0%} |"

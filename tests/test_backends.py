@@ -111,3 +111,30 @@ def test_an_exported_onnx_backend_indexes_without_torch(tmp_path, monkeypatch):
     vectors, ids = second.vectors.stored()
     reference = torch_reference(Strategy(backend="torch")).embed([line.strip() for line in sentences])
     assert np.abs(vectors[np.argsort(ids)] - reference).max() < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
+def test_layer_norms_run_on_the_layer_norm_kernel_not_the_skip_one(backend, monkeypatch, tmp_path):
+    """The residual adds and layer norms run as ``Add`` + ``LayerNormalization``: ONNX Runtime's CPU
+    ``SkipLayerNormalization`` kernel (a scalar loop) took 3x their time, 13% of a pass
+    (docs/profile-embed.md). What the session runs is read from ONNX Runtime's own profile, so a
+    graph exported with the fusion, or a session that fuses them again, both fail."""
+    import json
+    from pathlib import Path
+
+    import onnxruntime
+
+    plain = onnxruntime.InferenceSession
+
+    def profiling(path, options, *args, **kwargs):
+        options.enable_profiling = True
+        options.profile_file_prefix = str(tmp_path / "ort")
+        return plain(path, options, *args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", profiling)
+    encoder = encoder_for(Strategy(backend=backend))
+    encoder.embed(real_sentences()[:4])
+    events = json.loads(Path(encoder.network.session.end_profiling()).read_text(encoding="utf-8"))
+    ran = {e["args"]["op_name"] for e in events if e.get("cat") == "Node" and "op_name" in e.get("args", {})}
+    assert "LayerNormalization" in ran and "SkipLayerNormalization" not in ran, sorted(ran)

@@ -24,9 +24,10 @@ HELD_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special
 """The model files that run a graph without the model (its sizes, its tokenizer and special tokens):
 an index holds them beside its graph."""
 
-EXPORT_RECIPE = 3
+EXPORT_RECIPE = 4
 """Bumped when ``indexer.encoders.onnx_export`` exports differently (2: eager attention, fused; int8 per
-channel; 3: weights in a file of their own), so a cache never serves a graph an older recipe made."""
+channel; 3: weights in a file of their own; 4: layer norms not fused with their residual add), so a
+cache never serves a graph an older recipe made."""
 
 
 def model_identity(location: str) -> str:

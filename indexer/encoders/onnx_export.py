@@ -62,6 +62,20 @@ def _eager_attention(network: torch.nn.Module) -> Iterator[None]:
         switch(previous)
 
 
+def _fusions():  # noqa: ANN202 - onnxruntime.transformers' FusionOptions, imported lazily
+    """ONNX Runtime's BERT fusions (``Attention``, ``EmbedLayerNormalization``, ``BiasGelu``) less
+    ``SkipLayerNormalization``: its CPU kernel is a scalar loop that took 3x the time of the
+    ``Add`` + ``LayerNormalization`` it replaces (13% of a pass on an AVX-512 CPU, where the
+    matrix products are fast; docs/profile-embed.md). ``indexer.encoders.onnx_graph`` keeps ONNX
+    Runtime from fusing them again when it loads the graph."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
+
+    options = FusionOptions("bert")
+    options.enable_skip_layer_norm = False
+    options.enable_bias_skip_layer_norm = False
+    return options
+
+
 def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
     try:
         import onnx
@@ -101,6 +115,7 @@ def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
             num_heads=config.num_attention_heads,
             hidden_size=config.hidden_size,
             opt_level=1,
+            optimization_options=_fusions(),
         )
         model.save_model_to_file(str(fused))
         result = Path(tmp) / "final.onnx"

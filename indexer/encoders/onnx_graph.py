@@ -33,6 +33,11 @@ from indexer.errors import BadInput
 CPU = "CPUExecutionProvider"
 """The execution provider ONNX Runtime runs a graph on unless the caller names another."""
 
+UNFUSED = ("SkipLayerNormFusion",)
+"""ONNX Runtime's graph optimisations left off: the residual ``Add`` and ``LayerNormalization``
+the exporter leaves apart stay apart (ONNX Runtime's fused CPU kernel for them is a scalar loop,
+3x slower; ``indexer.encoders.onnx_export``). A graph exported with the fusion runs as it is."""
+
 class OnnxGraph:
     """A ``Network`` on ONNX Runtime: ``hidden_states[i]`` for the exported layers and the pooler
     output, on ``threads`` threads (``usable_cores``, or ``bulk_sessions``' share; 0 leaves it to
@@ -64,7 +69,9 @@ class OnnxGraph:
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         options.intra_op_num_threads = threads
         providers = [provider] if provider == CPU else [provider, CPU]
-        self.session = onnxruntime.InferenceSession(str(spec.path), options, providers=providers)
+        self.session = onnxruntime.InferenceSession(
+            str(spec.path), options, providers=providers, disabled_optimizers=list(UNFUSED)
+        )
         # a graph reading only the embedding output (layer 0) has no attention_mask input
         self.inputs = {i.name for i in self.session.get_inputs()}
 
