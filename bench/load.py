@@ -10,7 +10,7 @@ The clients speak HTTP/1.1 over keep-alive connections with asyncio streams, not
 generator shares the machine's cores with the server, and httpx spent 1.6-4.3 ms of CPU per
 request (as much as the server's whole work), so the bench measured its own client.
 
-    .venv/bin/python bench/load.py [--seconds 10] [--repeats 1]
+    .venv/bin/python bench/load.py [--seconds 10] [--repeats 1] [--only-32]
 """
 
 from __future__ import annotations
