@@ -10,7 +10,7 @@ The clients speak HTTP/1.1 over keep-alive connections with asyncio streams, not
 generator shares the machine's cores with the server, and httpx spent 1.6-4.3 ms of CPU per
 request (as much as the server's whole work), so the bench measured its own client.
 
-    .venv/bin/python bench/load.py [--seconds 10] [--repeats 1]
+    .venv/bin/python bench/load.py [--seconds 10] [--repeats 1] [--only-32]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import socket
 import statistics
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -145,6 +147,21 @@ def serve(index_dir: Path, max_batch: int) -> tuple[subprocess.Popen, str]:
     raise SystemExit("server did not start")
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, all threads) process ``pid`` has used (Linux: /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(process: subprocess.Popen, url: str, *load: Any) -> dict[str, float]:
+    """``drive``'s row of ``url`` under ``load``, with the server's CPU milliseconds per answered
+    request beside it."""
+    before = cpu_seconds(process.pid)
+    row = asyncio.run(drive(url, *load))
+    row["cpu"] = (cpu_seconds(process.pid) - before) * 1000 / max(row["requests"], 1)
+    return row
+
+
 def median_run(rows: list[dict[str, float]]) -> dict[str, float]:
     """The run of median requests/s among a row's repeats."""
     return sorted(rows, key=lambda row: row["rps"])[len(rows) // 2]
@@ -154,6 +171,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=1, help="Runs of each row (the median run is shown).")
+    parser.add_argument("--only-32", action="store_true", help="Only the 32-client rows, on and off.")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))  # build with this checkout's code, as the server runs it
     from indexer import build_index
@@ -169,11 +187,11 @@ def main() -> None:
             runs: dict[tuple[int, int, int], list[dict[str, float]]] = {}
             dense: dict[int, list[dict[str, float]]] = {}
             for _ in range(args.repeats):  # on and off alternate row by row: the same load around both
-                for clients, quitting in ((1, 0), (8, 0), (32, 0), (29, 3)):
-                    for max_batch, (_, url) in servers.items():
-                        row = asyncio.run(drive(url, clients, args.seconds, questions, quitting))
+                for clients, quitting in ((32, 0),) if args.only_32 else ((1, 0), (8, 0), (32, 0), (29, 3)):
+                    for max_batch, (process, url) in servers.items():
+                        row = measured(process, url, clients, args.seconds, questions, quitting)
                         runs.setdefault((max_batch, clients, quitting), []).append(row)
-                    if not quitting:  # the batching server again, every query in dense mode
+                    if not quitting and not args.only_32:  # the batching server, every query in dense mode
                         row = asyncio.run(drive(servers[64][1], clients, args.seconds, questions, 0, "dense"))
                         dense.setdefault(clients, []).append(row)
         finally:
@@ -185,8 +203,11 @@ def main() -> None:
         f"POST /search k=5 on the demo FAQ (211 entries), {args.seconds:.0f}s per row, loopback, on and off "
         f"alternating row by row, median of {args.repeats} run(s)\n"
     )
-    print("| micro-batching | clients | requests/s | p50 ms | p99 ms | p99/p50 | errors | req/s vs off |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| micro-batching | clients | requests/s | p50 ms | p99 ms | p99/p50 | errors "
+        "| server CPU ms/request | req/s vs off |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for (max_batch, clients, quitting), r in results.items():
         ratio = r["rps"] / results[1, clients, quitting]["rps"]
         label = "on (64)" if max_batch > 1 else "off (1)"
@@ -199,8 +220,10 @@ def main() -> None:
             f"{r['p99']:.1f}",
             f"{r['p99'] / r['p50']:.1f}",
         ]
-        cells.append(r["errors"])
+        cells += [r["errors"], f"{r['cpu']:.1f}"]
         print("| " + " | ".join(map(str, cells)) + f" | {ratio:.2f}x |")
+    if not dense:
+        return
     print("\nThe default mode (hybrid) against dense on the same batching server, the same run:\n")
     print("| clients | hybrid req/s | dense req/s | hybrid / dense |")
     print("|---|---|---|---|")

@@ -319,3 +319,18 @@ def test_token_ids_embed_as_their_texts_through_each_runtime_s_own_loop(tiny_mod
     vectors = encoding.embed_tokens(encoding.tokenize(texts, "passage"))
     assert bool(passes) == (backend == "torch")
     np.testing.assert_allclose(vectors, encoding.embed(texts, role="passage"), atol=1e-5)
+
+
+def test_lookups_search_faiss_with_the_one_thread_the_server_configures():
+    """``configure_threads`` gives FAISS one OpenMP thread; OpenMP counts its threads per calling
+    thread, so the lookup thread that searches must hold the setting too (else each search wakes
+    a second OpenMP thread that spins on the cores the model needs)."""
+    import faiss
+
+    from search.engine import configure_threads
+
+    configure_threads()
+    batcher = MicroBatcher(64)
+    embedder = Recorder("a", [], threading.Event())
+    threads = asyncio.run(batcher.run(embedder, ["q"], lambda vectors: faiss.omp_get_max_threads()))
+    assert faiss.omp_get_max_threads() == 1 and threads == 1

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from indexer.errors import BadInput
+from indexer.vectors import single_threaded
 
 if TYPE_CHECKING:  # queries are embedded without torch (indexer.encoders.onnx_encoder)
     from indexer.encoders.base import NetworkEncoder
@@ -115,7 +116,11 @@ class MicroBatcher:
     def __init__(self, max_batch: int):
         self.max_batch = max_batch
         self.model_thread = ThreadPoolExecutor(1, thread_name_prefix="semsearch-model")
-        self.lookup_thread = ThreadPoolExecutor(1, thread_name_prefix="semsearch-lookup")
+        # OpenMP counts its threads per calling thread: the one FAISS thread of a serving process
+        # (search.engine.configure_threads) is set where the searches run
+        self.lookup_thread = ThreadPoolExecutor(
+            1, thread_name_prefix="semsearch-lookup", initializer=single_threaded
+        )
         self.queue: asyncio.Queue[_Job] | None = None
         self.task: asyncio.Task | None = None
         self.finishing: set[asyncio.Task] = set()
@@ -158,7 +163,9 @@ class MicroBatcher:
         if len(parts) == 1:
             return await self._embed_part(encoding, parts[0], after)
         vectors = np.concatenate([await self._embed_part(encoding, part, None) for part in parts])
-        return vectors if after is None else await asyncio.to_thread(after, vectors)
+        if after is None:
+            return vectors
+        return await asyncio.get_running_loop().run_in_executor(self.lookup_thread, after, vectors)
 
     async def _embed_part(
         self, encoding: Encoding, ids: Tokens, after: Callable[[np.ndarray], Any] | None
