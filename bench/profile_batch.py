@@ -40,8 +40,8 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from indexer import build_index
-    from search.engine import SearchEngine, configure_threads
-    from search.hybrid import depth
+    from search.read.engine import SearchEngine, configure_threads
+    from search.read.hybrid import depth
 
     configure_threads()
     questions = [json.loads(line)["text"] for line in (ROOT / "data" / "demo_questions.jsonl").open()]

@@ -327,7 +327,7 @@ def test_lookups_search_faiss_with_the_one_thread_the_server_configures():
     a second OpenMP thread that spins on the cores the model needs)."""
     import faiss
 
-    from search.engine import configure_threads
+    from search.read.engine import configure_threads
 
     configure_threads()
     batcher = MicroBatcher(64)

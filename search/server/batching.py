@@ -117,7 +117,7 @@ class MicroBatcher:
         self.max_batch = max_batch
         self.model_thread = ThreadPoolExecutor(1, thread_name_prefix="semsearch-model")
         # OpenMP counts its threads per calling thread: the one FAISS thread of a serving process
-        # (search.engine.configure_threads) is set where the searches run
+        # (search.read.engine.configure_threads) is set where the searches run
         self.lookup_thread = ThreadPoolExecutor(
             1, thread_name_prefix="semsearch-lookup", initializer=single_threaded
         )
