@@ -32,6 +32,7 @@ plain words, and a query with no word in it matches nothing (an empty keyword ra
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -161,7 +162,7 @@ def keyword_scores(catalog: Catalog, words: Words, k: int, allowed: Sequence[int
     total, holding = catalog.keyword_frequencies(phrases)
     weights = [word_weight(total, n) for n in holding]
     whole = sum(weights)
-    found = catalog.keyword_search(words.match, k, allowed, phrases, weights)
+    found = catalog.keyword_ranking(phrases, k, allowed, weights)
     return {rowid: held / whole if whole > 0 else 0.0 for rowid, held in found}
 
 
@@ -171,7 +172,7 @@ def code_counts(catalog: Catalog, words: Words, rowids: Sequence[int]) -> dict[i
     codes = words.codes
     if not codes or not rowids:
         return {}
-    found = catalog.keyword_search(" OR ".join(codes), len(rowids), rowids, codes, [1.0] * len(codes))
+    found = catalog.keyword_ranking(codes, len(rowids), rowids, [1.0] * len(codes))
     return {rowid: round(held) for rowid, held in found}
 
 
@@ -180,7 +181,9 @@ def fuse(dense: Ranking, keyword: Ranking, weight: float = DEFAULT_WEIGHT) -> Ra
     cosine of every entry of either ranking, an entry missing from ``keyword`` has share 0.
     Ties in row id order (file order)."""
     fused = {rowid: (1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items()}
-    return dict(sorted(fused.items(), key=lambda item: (-item[1], item[0])))
+    order = sorted(fused)  # row id order, kept among equal scores by the stable sort below
+    order.sort(key=fused.__getitem__, reverse=True)
+    return {rowid: fused[rowid] for rowid in order}
 
 
 def depth(k: int) -> int:
@@ -231,18 +234,23 @@ class Words:
     mode: str
     weight: float = DEFAULT_WEIGHT
 
-    @property
-    def match(self) -> str | None:
-        return match_expression(self.text)
+    @functools.cached_property
+    def terms(self) -> list[str]:
+        """``query_terms`` of the text, split once however often a search reads them."""
+        return query_terms(self.text)
 
     @property
+    def match(self) -> str | None:
+        return " OR ".join(self.phrases) if self.terms else None
+
+    @functools.cached_property
     def phrases(self) -> list[str]:
         """Each term of the query's match as the FTS5 string it is matched with (what its weight
         is counted with, ``word_weight``): the same terms, so the share is of the words searched."""
-        return [_phrase(term) for term in query_terms(self.text)]
+        return [_phrase(term) for term in self.terms]
 
-    @property
+    @functools.cached_property
     def codes(self) -> list[str]:
         """The ``phrases`` of the query's codes: words of letters and digits (an error code, a
         SKU, a version), where the exact word decides and a sentence model sees near-misses."""
-        return [_phrase(term) for term in query_terms(self.text) if _IDENTIFIER.search(term)]
+        return [_phrase(term) for term in self.terms if _IDENTIFIER.search(term)]
