@@ -140,6 +140,7 @@ def _idf(total: int, holding: float) -> float:
     return math.log(1 + (total - holding + 0.5) / (holding + 0.5))
 
 
+@functools.lru_cache(maxsize=4096)  # a few words' counts recur in every query of an index
 def word_weight(total: int, holding: int) -> float:
     """A word's weight in a question, among ``total`` entries of which ``holding`` hold it: BM25's
     IDF (``_idf``) above that of a word ``COMMON_SHARE`` of the entries hold, floored at 0. A word
@@ -208,7 +209,8 @@ def reachable(
     if not candidates or len(dense) < max(fetched, k):
         return candidates
     floor = min(dense.values())
-    known = sorted((1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items())
+    known = [(1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items()]
+    known.sort()
     kth = known[-k]
     return [rowid for rowid in candidates if (1 - weight) * floor + weight * keyword[rowid] >= kth]
 
@@ -221,9 +223,10 @@ def fused(
     scores them. ``codes`` (where the query holds a code): how many of the query's codes each
     entry holds; an entry holding more of them ranks first, each by its fused score."""
     ranking = fuse(dense, keyword, weight)
+    order = list(ranking)
     if codes:  # a stable sort: by score within each count
-        ranking = dict(sorted(ranking.items(), key=lambda item: -codes.get(item[0], 0)))
-    return dict(list(ranking.items())[:k])
+        order.sort(key=lambda rowid: -codes.get(rowid, 0))
+    return {rowid: ranking[rowid] for rowid in order[:k]}
 
 
 @dataclass(frozen=True)

@@ -206,9 +206,10 @@ class Lookup:
             for rowid, score in zip(found[0].tolist(), scores[0].tolist(), strict=True):
                 if rowid >= 0 and rowid not in best:
                     best[rowid] = score
-            ordered = sorted(best.items(), key=lambda item: (-item[1], item[0]))
-            if fetch >= total or (len(ordered) >= wanted and scores[0][-1] < ordered[wanted - 1][1]):
-                return dict(ordered[:wanted])
+            ordered = sorted(best)  # row id order, kept among equal scores by the stable sort below
+            ordered.sort(key=best.__getitem__, reverse=True)
+            if fetch >= total or (len(ordered) >= wanted and scores[0][-1] < best[ordered[wanted - 1]]):
+                return {rowid: best[rowid] for rowid in ordered[:wanted]}
             fetch = min(2 * fetch, total)
 
     def _scored(

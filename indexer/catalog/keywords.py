@@ -185,16 +185,9 @@ class KeywordTable:
             return []
         kept = self._postings()
         postings = [kept.posting(self.db, phrase) for phrase in phrases] if kept is not None else []
-        if kept is None or any(found.terms is None for found in postings):
+        if kept is None or any(found.rows is None for found in postings):
             return self.keyword_search(" OR ".join(phrases), k, allowed, phrases, weights)
-        terms = [found.terms for found in postings if found.terms is not None]
-        counted = [i for i, weight in enumerate(weights) if weight > 0]  # a word of no weight adds nothing
-        found = dict.fromkeys(ranked(terms, k, allowed), 0.0)
-        for i in counted:  # summed as ``_held`` sums, in the phrases' order (a word not held adds 0.0)
-            weight = float(weights[i])
-            for rowid in terms[i].keys() & found.keys():
-                found[rowid] += weight
-        return list(found.items())
+        return ranked(postings, k, allowed, list(weights) or [0.0] * len(phrases))
 
     def keyword_frequencies(self, phrases: Sequence[str]) -> tuple[int, list[int]]:
         """The entries the keyword table holds and how many of them match each FTS5 phrase: what

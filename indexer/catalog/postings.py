@@ -20,6 +20,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 ROWS = 5_000
 """Entries a phrase may match and still have its terms kept."""
 KEPT = 100_000
@@ -28,10 +30,12 @@ KEPT = 100_000
 
 @dataclass(frozen=True)
 class Posting:
-    """How many entries match a phrase, and (where at most ``ROWS`` do) row id -> its BM25 term."""
+    """How many entries match a phrase and, where at most ``ROWS`` do, their row ids (ascending)
+    and the phrase's BM25 term for each."""
 
     count: int
-    terms: dict[int, float] | None
+    rows: np.ndarray | None = None
+    terms: np.ndarray | None = None
 
 
 class Postings:
@@ -68,30 +72,44 @@ class Postings:
         rows = db.execute(scored, (phrase, self.rows + 1)).fetchall()
         if len(rows) > self.rows:
             count = "select count(*) from keywords where keywords match ?"
-            found = Posting(int(db.execute(count, (phrase,)).fetchone()[0]), None)
+            found = Posting(int(db.execute(count, (phrase,)).fetchone()[0]))
         else:
-            found = Posting(len(rows), {rowid: -bm25 for rowid, bm25 in rows})
+            rows.sort()
+            found = Posting(
+                len(rows),
+                np.array([rowid for rowid, _ in rows], dtype=np.int64),
+                np.array([-bm25 for _, bm25 in rows], dtype=np.float64),
+            )
         self._found[phrase] = found
-        self._held += found.count if found.terms is not None else 0
+        self._held += found.count if found.rows is not None else 0
         while self._held > self.kept and len(self._found) > 1:
             _, dropped = self._found.popitem(last=False)
-            self._held -= dropped.count if dropped.terms is not None else 0
+            self._held -= dropped.count if dropped.rows is not None else 0
         return found
 
 
-def ranked(terms: Sequence[dict[int, float]], k: int, allowed: Sequence[int] | None = None) -> list[int]:
-    """The row ids of the k best entries by the BM25 of the OR of the phrases whose ``terms`` are
-    given (in the phrases' order), among ``allowed`` when given: FTS5's ``order by bm25, rowid``.
-    Each entry's score is summed as FTS5 sums it, from 0.0 in the phrases' order (a term is
-    positive, so an entry's first is its sum so far)."""
-    score = dict(terms[0]) if terms else {}
-    for phrase in terms[1:]:
-        get = score.get
-        for rowid, term in phrase.items():
-            score[rowid] = get(rowid, 0.0) + term
+def ranked(
+    postings: Sequence[Posting], k: int, allowed: Sequence[int] | None, weights: Sequence[float]
+) -> list[tuple[int, float]]:
+    """(row id, the summed ``weights`` of the phrases it holds) of the k best entries by the BM25
+    of the OR of the phrases whose ``postings`` are given (in the phrases' order, each with its
+    ``rows``), among ``allowed`` when given: FTS5's ``order by bm25, rowid``, and
+    ``KeywordTable.keyword_search``'s sums. Both sums run from 0.0 in the phrases' order, one
+    addition per phrase an entry holds, as FTS5 and ``keyword_search`` add (a phrase it does not
+    hold adds exactly 0.0)."""
+    parts = [
+        (found.rows, found.terms) for found in postings if found.rows is not None and found.terms is not None
+    ]
+    rows, inverse = np.unique(np.concatenate([part[0] for part in parts]), return_inverse=True)
+    score = np.bincount(inverse, weights=np.concatenate([part[1] for part in parts]), minlength=len(rows))
+    held = np.zeros(len(rows))
+    start = 0
+    for (found, _), weight in zip(parts, weights, strict=True):
+        if weight > 0:  # a word of no weight adds nothing
+            held[inverse[start : start + len(found)]] += float(weight)
+        start += len(found)
+    order = np.lexsort((rows, -score))  # BM25 (FTS5's bm25() is minus the score), then row id
     if allowed is not None:
-        within = set(allowed)
-        score = {rowid: value for rowid, value in score.items() if rowid in within}
-    order = sorted(score)  # row id order, kept among equal scores by the stable sort below
-    order.sort(key=score.__getitem__, reverse=True)
-    return order[:k]
+        order = order[np.isin(rows[order], np.asarray(allowed, dtype=np.int64))]
+    best = order[:k]
+    return list(zip(rows[best].tolist(), held[best].tolist(), strict=True))
