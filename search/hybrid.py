@@ -181,10 +181,20 @@ def fuse(dense: Ranking, keyword: Ranking, weight: float = DEFAULT_WEIGHT) -> Ra
     """``(1 - weight) * cosine + weight * share`` of each entry, best first; ``dense`` holds the
     cosine of every entry of either ranking, an entry missing from ``keyword`` has share 0.
     Ties in row id order (file order)."""
-    fused = {rowid: (1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items()}
-    order = sorted(fused)  # row id order, kept among equal scores by the stable sort below
-    order.sort(key=fused.__getitem__, reverse=True)
-    return {rowid: fused[rowid] for rowid in order}
+    fused = _fused_scores(dense, keyword, weight)
+    return {rowid: fused[rowid] for rowid in _best_first(fused)}
+
+
+def _fused_scores(dense: Ranking, keyword: Ranking, weight: float) -> dict[int, float]:
+    """``(1 - weight) * cosine + weight * share`` of each entry of ``dense``."""
+    return {rowid: (1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items()}
+
+
+def _best_first(scores: dict[int, float]) -> list[int]:
+    """The row ids of ``scores``, best first, equal scores in row id (file) order."""
+    order = sorted(scores)  # row id order, kept among equal scores by the stable sort below
+    order.sort(key=scores.__getitem__, reverse=True)
+    return order
 
 
 def depth(k: int) -> int:
@@ -222,11 +232,11 @@ def fused(
     ``dense`` holds the cosine of every entry of either (completed with ``missing``), ``fuse``
     scores them. ``codes`` (where the query holds a code): how many of the query's codes each
     entry holds; an entry holding more of them ranks first, each by its fused score."""
-    ranking = fuse(dense, keyword, weight)
-    order = list(ranking)
+    scores = _fused_scores(dense, keyword, weight)
+    order = _best_first(scores)
     if codes:  # a stable sort: by score within each count
         order.sort(key=lambda rowid: -codes.get(rowid, 0))
-    return {rowid: ranking[rowid] for rowid in order[:k]}
+    return {rowid: scores[rowid] for rowid in order[:k]}
 
 
 @dataclass(frozen=True)

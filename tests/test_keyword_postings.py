@@ -57,7 +57,11 @@ def plain(catalog: Catalog, words: Words, k: int, allowed: list[int] | None):
     return holding, catalog.keyword_search(words.match, k, allowed, words.phrases, weights), weights
 
 
-def test_random_queries_rank_as_fts5_ranks_them(table):
+@pytest.mark.parametrize("span", [8, 0])  # 0: summed by position, as row ids spread far apart are
+def test_random_queries_rank_as_fts5_ranks_them(table, monkeypatch, span):
+    import indexer.catalog.postings as postings
+
+    monkeypatch.setattr(postings, "SPAN", span)
     rng = random.Random(3)
     fast_used = 0
     for _ in range(400):

@@ -19,6 +19,7 @@ import sqlite3
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -98,18 +99,45 @@ def ranked(
     addition per phrase an entry holds, as FTS5 and ``keyword_search`` add (a phrase it does not
     hold adds exactly 0.0)."""
     parts = [
-        (found.rows, found.terms) for found in postings if found.rows is not None and found.terms is not None
+        (found.rows, found.terms, float(weight)) for found, weight in zip(postings, weights, strict=True)
     ]
-    rows, inverse = np.unique(np.concatenate([part[0] for part in parts]), return_inverse=True)
-    score = np.bincount(inverse, weights=np.concatenate([part[1] for part in parts]), minlength=len(rows))
-    held = np.zeros(len(rows))
-    start = 0
-    for (found, _), weight in zip(parts, weights, strict=True):
-        if weight > 0:  # a word of no weight adds nothing
-            held[inverse[start : start + len(found)]] += float(weight)
-        start += len(found)
+    span = 1 + max((int(rows[-1]) for rows, _, _ in parts if len(rows)), default=-1)
+    if span <= SPAN * (sum(len(rows) for rows, _, _ in parts) + 128):
+        rows, score, held = _by_row_id(parts, span)
+    else:
+        rows, score, held = _by_position(parts)
     order = np.lexsort((rows, -score))  # BM25 (FTS5's bm25() is minus the score), then row id
     if allowed is not None:
         order = order[np.isin(rows[order], np.asarray(allowed, dtype=np.int64))]
     best = order[:k]
     return list(zip(rows[best].tolist(), held[best].tolist(), strict=True))
+
+
+SPAN = 8
+"""Row ids per matched entry up to which ``ranked`` sums in arrays indexed by row id."""
+
+
+def _by_row_id(parts: list[tuple[Any, Any, float]], span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The matched row ids (ascending), their BM25 scores and held weights, summed in arrays of
+    ``span`` row ids (each phrase's rows are distinct: one addition per row and phrase)."""
+    score, held = np.zeros(span), np.zeros(span)
+    for rows, terms, weight in parts:
+        score[rows] += terms
+        if weight > 0:  # a word of no weight adds nothing
+            held[rows] += weight
+    rows = np.flatnonzero(score)  # every term is positive
+    return rows, score[rows], held[rows]
+
+
+def _by_position(parts: list[tuple[Any, Any, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_by_row_id`` for row ids spread too far for arrays indexed by them: summed by each
+    matched row's position among them."""
+    rows, inverse = np.unique(np.concatenate([part[0] for part in parts]), return_inverse=True)
+    score = np.bincount(inverse, weights=np.concatenate([part[1] for part in parts]), minlength=len(rows))
+    held = np.zeros(len(rows))
+    start = 0
+    for found, _, weight in parts:
+        if weight > 0:
+            held[inverse[start : start + len(found)]] += weight
+        start += len(found)
+    return rows, score, held
