@@ -134,3 +134,15 @@ def test_hybrid_hits_and_scores_are_those_of_fts5s_own_ranking(tmp_path, tiny_mo
     monkeypatch.setattr(Catalog, "_postings", lambda self: None)
     whole = [SearchEngine(tmp_path / "idx").search_many(queries, **how) for how in searches]
     assert kept == whole
+
+
+def test_the_kept_postings_stay_bounded_whatever_words_are_asked(table):
+    """Words no entry holds, or too many do, are kept too (their counts): they count against the
+    bound like every other, so a stream of made-up words cannot grow the store without end."""
+    from indexer.catalog.postings import Postings
+
+    kept = Postings(rows=20, kept=50)
+    for i in range(500):
+        kept.posting(table.db, f'"madeup{i}"')
+        kept.posting(table.db, '"how"' if i % 2 else '"filler"')
+        assert len(kept) <= 50

@@ -26,7 +26,7 @@ import numpy as np
 ROWS = 5_000
 """Entries a phrase may match and still have its terms kept."""
 KEPT = 100_000
-"""Terms kept over all phrases (the least recently used phrases go first)."""
+"""Matches kept over all phrases, one more for each phrase (the least recently used go first)."""
 
 
 @dataclass(frozen=True)
@@ -82,11 +82,21 @@ class Postings:
                 np.array([-bm25 for _, bm25 in rows], dtype=np.float64),
             )
         self._found[phrase] = found
-        self._held += found.count if found.rows is not None else 0
+        self._held += _size(found)
         while self._held > self.kept and len(self._found) > 1:
             _, dropped = self._found.popitem(last=False)
-            self._held -= dropped.count if dropped.rows is not None else 0
+            self._held -= _size(dropped)
         return found
+
+    def __len__(self) -> int:
+        """The phrases kept."""
+        return len(self._found)
+
+
+def _size(found: Posting) -> int:
+    """What a kept posting counts against ``KEPT``: its matches, and one for the phrase (a word no
+    entry holds, or too many do, is kept too)."""
+    return 1 + (len(found.rows) if found.rows is not None else 0)
 
 
 def ranked(
