@@ -10,7 +10,7 @@ The clients speak HTTP/1.1 over keep-alive connections with asyncio streams, not
 generator shares the machine's cores with the server, and httpx spent 1.6-4.3 ms of CPU per
 request (as much as the server's whole work), so the bench measured its own client.
 
-    .venv/bin/python bench/load.py [--seconds 10] [--repeats 1] [--only-32]
+    .venv/bin/python bench/load.py [--seconds 10] [--repeats 1] [--rows all|batching|modes]
 """
 
 from __future__ import annotations
@@ -167,11 +167,25 @@ def median_run(rows: list[dict[str, float]]) -> dict[str, float]:
     return sorted(rows, key=lambda row: row["rps"])[len(rows) // 2]
 
 
+LOADS = {
+    "all": ((1, 0), (8, 0), (32, 0), (29, 3)),
+    "batching": ((32, 0),),
+    "modes": ((1, 0), (8, 0), (32, 0)),
+}
+"""(clients, of which hanging up) per row set."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=1, help="Runs of each row (the median run is shown).")
-    parser.add_argument("--only-32", action="store_true", help="Only the 32-client rows, on and off.")
+    parser.add_argument(
+        "--rows",
+        choices=("all", "batching", "modes"),
+        default="all",
+        help="batching: only the 32-client rows, on and off; modes: only the default mode against dense "
+        "on the batching server (no server without batching).",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))  # build with this checkout's code, as the server runs it
     from indexer import build_index
@@ -180,18 +194,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         index_dir = Path(tmp) / "index"
         build_index(ROOT / "data" / "demo_faq.csv", index_dir, text_fields=["question", "answer"])
-        servers = {max_batch: serve(index_dir, max_batch) for max_batch in (64, 1)}
+        servers = {
+            max_batch: serve(index_dir, max_batch)
+            for max_batch in ((64,) if args.rows == "modes" else (64, 1))
+        }
         try:
             for _, url in servers.values():
                 asyncio.run(drive(url, 4, 2.0, questions))  # warm up
             runs: dict[tuple[int, int, int], list[dict[str, float]]] = {}
             dense: dict[int, list[dict[str, float]]] = {}
             for _ in range(args.repeats):  # on and off alternate row by row: the same load around both
-                for clients, quitting in ((32, 0),) if args.only_32 else ((1, 0), (8, 0), (32, 0), (29, 3)):
+                for clients, quitting in LOADS[args.rows]:
                     for max_batch, (process, url) in servers.items():
                         row = measured(process, url, clients, args.seconds, questions, quitting)
                         runs.setdefault((max_batch, clients, quitting), []).append(row)
-                    if not quitting and not args.only_32:  # the batching server, every query in dense mode
+                    if not quitting and args.rows != "batching":  # the batching server, every query dense
                         row = asyncio.run(drive(servers[64][1], clients, args.seconds, questions, 0, "dense"))
                         dense.setdefault(clients, []).append(row)
         finally:
@@ -199,6 +216,23 @@ def main() -> None:
                 process.terminate()
                 process.wait()
     results = {key: median_run(rows) for key, rows in sorted(runs.items(), key=lambda item: -item[0][0])}
+    if args.rows == "modes":
+        rows = f"{args.seconds:.0f}s per row, median of {args.repeats} run(s)"
+        print(f"POST /search k=5 on the demo FAQ (211 entries), loopback, the batching server, {rows}")
+    else:
+        report(results, args)
+    if not dense:
+        return
+    print("\nThe default mode (hybrid) against dense on the same batching server, the same run:\n")
+    print("| clients | hybrid req/s | dense req/s | hybrid / dense |")
+    print("|---|---|---|---|")
+    for clients, rows in dense.items():
+        hybrid, alone = results[64, clients, 0]["rps"], median_run(rows)["rps"]
+        print(f"| {clients} | {hybrid:.0f} | {alone:.0f} | {hybrid / alone:.2f}x |")
+
+
+def report(results: dict[tuple[int, int, int], dict[str, float]], args: argparse.Namespace) -> None:
+    """The table of micro-batching on and off."""
     print(
         f"POST /search k=5 on the demo FAQ (211 entries), {args.seconds:.0f}s per row, loopback, on and off "
         f"alternating row by row, median of {args.repeats} run(s)\n"
@@ -222,14 +256,6 @@ def main() -> None:
         ]
         cells += [r["errors"], f"{r['cpu']:.1f}"]
         print("| " + " | ".join(map(str, cells)) + f" | {ratio:.2f}x |")
-    if not dense:
-        return
-    print("\nThe default mode (hybrid) against dense on the same batching server, the same run:\n")
-    print("| clients | hybrid req/s | dense req/s | hybrid / dense |")
-    print("|---|---|---|---|")
-    for clients, rows in dense.items():
-        hybrid, alone = results[64, clients, 0]["rps"], median_run(rows)["rps"]
-        print(f"| {clients} | {hybrid:.0f} | {alone:.0f} | {hybrid / alone:.2f}x |")
 
 
 if __name__ == "__main__":

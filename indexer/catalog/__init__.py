@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from indexer.catalog.facets import Facet, FieldFacets
 from indexer.catalog.identifiers import quote
 from indexer.catalog.keywords import KeywordTable, keyword_fields
+from indexer.catalog.postings import Postings
 from indexer.columns import RESERVED
 from indexer.errors import FilterError, IndexMoved
 from indexer.reading.field_types import comparable, detect_types, stored_value
@@ -102,6 +103,8 @@ class Catalog(KeywordTable, FieldFacets):
     def __init__(self, path: Path, *, readonly: bool = True):
         self.path = path
         self._copy: Path | None = None  # the private folder of ``_committed_copy``, if reading one
+        self._read_at: int | None = None  # the generation the read in progress is checked at
+        self._kept = Postings()
         mode = "rw" if readonly else "rwc"
         self.db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False)
         if not readonly:  # ``insert or replace`` runs the delete trigger that keeps ``keywords`` exact
@@ -284,9 +287,16 @@ class Catalog(KeywordTable, FieldFacets):
         try:
             if self.generation() != generation:
                 raise IndexMoved("the index changed while it was being read: ask again")
+            self._read_at = generation
             yield
         finally:
+            self._read_at = None
             self.db.commit()
+
+    def _postings(self) -> Postings | None:
+        """The keyword postings kept for the generation this read is checked at (``reading_at``);
+        None outside such a read."""
+        return None if self._read_at is None else self._kept.at(self._read_at)
 
     def generation(self) -> int:
         """The update generation committed into this version (0 before any update)."""

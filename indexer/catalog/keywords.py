@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from indexer.catalog.identifiers import quote
+from indexer.catalog.postings import Postings, ranked
 from indexer.columns import RESERVED
 
 if TYPE_CHECKING:
@@ -170,12 +171,38 @@ class KeywordTable:
                     masks[rowid] |= 1 << i
         return [(rowid, _held(masks[rowid], counted, weights)) for rowid in found]
 
+    def keyword_ranking(
+        self,
+        phrases: Sequence[str],
+        k: int,
+        allowed: Sequence[int] | None = None,
+        weights: Sequence[float] = (),
+    ) -> list[tuple[int, float]]:
+        """``keyword_search`` of the OR of ``phrases``: the same entries, order and sums. Inside a
+        read checked at a generation (``Catalog.reading_at``) it is summed from the phrases' kept
+        postings (``indexer.catalog.postings``) where each is held by few enough entries."""
+        if not phrases:
+            return []
+        kept = self._postings()
+        postings = [kept.posting(self.db, phrase) for phrase in phrases] if kept is not None else []
+        if kept is None or any(found.rows is None for found in postings):
+            return self.keyword_search(" OR ".join(phrases), k, allowed, phrases, weights)
+        return ranked(postings, k, allowed, list(weights) or [0.0] * len(phrases))
+
     def keyword_frequencies(self, phrases: Sequence[str]) -> tuple[int, list[int]]:
         """The entries the keyword table holds and how many of them match each FTS5 phrase: what
-        a word's weight reads (``search.read.hybrid.word_weight``)."""
+        a word's weight reads (``search.read.hybrid.word_weight``); kept between the reads at one
+        generation."""
+        kept = self._postings()
+        if kept is not None:
+            return kept.total(self.db), [kept.posting(self.db, phrase).count for phrase in phrases]
         total = self.db.execute("select count(*) from entries").fetchone()[0]
         count = "select count(*) from keywords where keywords match ?"
         return int(total), [int(self.db.execute(count, [p]).fetchone()[0]) for p in phrases]
+
+    def _postings(self) -> Postings | None:
+        """The kept postings of the generation this read is checked at; None outside such a read."""
+        raise NotImplementedError
 
 
 def _held(mask: int, counted: Sequence[int], weights: Sequence[float]) -> float:

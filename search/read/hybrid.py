@@ -32,6 +32,7 @@ plain words, and a query with no word in it matches nothing (an empty keyword ra
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -139,6 +140,7 @@ def _idf(total: int, holding: float) -> float:
     return math.log(1 + (total - holding + 0.5) / (holding + 0.5))
 
 
+@functools.lru_cache(maxsize=4096)  # a few words' counts recur in every query of an index
 def word_weight(total: int, holding: int) -> float:
     """A word's weight in a question, among ``total`` entries of which ``holding`` hold it: BM25's
     IDF (``_idf``) above that of a word ``COMMON_SHARE`` of the entries hold, floored at 0. A word
@@ -161,7 +163,7 @@ def keyword_scores(catalog: Catalog, words: Words, k: int, allowed: Sequence[int
     total, holding = catalog.keyword_frequencies(phrases)
     weights = [word_weight(total, n) for n in holding]
     whole = sum(weights)
-    found = catalog.keyword_search(words.match, k, allowed, phrases, weights)
+    found = catalog.keyword_ranking(phrases, k, allowed, weights)
     return {rowid: held / whole if whole > 0 else 0.0 for rowid, held in found}
 
 
@@ -171,7 +173,7 @@ def code_counts(catalog: Catalog, words: Words, rowids: Sequence[int]) -> dict[i
     codes = words.codes
     if not codes or not rowids:
         return {}
-    found = catalog.keyword_search(" OR ".join(codes), len(rowids), rowids, codes, [1.0] * len(codes))
+    found = catalog.keyword_ranking(codes, len(rowids), rowids, [1.0] * len(codes))
     return {rowid: round(held) for rowid, held in found}
 
 
@@ -179,8 +181,20 @@ def fuse(dense: Ranking, keyword: Ranking, weight: float = DEFAULT_WEIGHT) -> Ra
     """``(1 - weight) * cosine + weight * share`` of each entry, best first; ``dense`` holds the
     cosine of every entry of either ranking, an entry missing from ``keyword`` has share 0.
     Ties in row id order (file order)."""
-    fused = {rowid: (1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items()}
-    return dict(sorted(fused.items(), key=lambda item: (-item[1], item[0])))
+    fused = _fused_scores(dense, keyword, weight)
+    return {rowid: fused[rowid] for rowid in _best_first(fused)}
+
+
+def _fused_scores(dense: Ranking, keyword: Ranking, weight: float) -> dict[int, float]:
+    """``(1 - weight) * cosine + weight * share`` of each entry of ``dense``."""
+    return {rowid: (1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items()}
+
+
+def _best_first(scores: dict[int, float]) -> list[int]:
+    """The row ids of ``scores``, best first, equal scores in row id (file) order."""
+    order = sorted(scores)  # row id order, kept among equal scores by the stable sort below
+    order.sort(key=scores.__getitem__, reverse=True)
+    return order
 
 
 def depth(k: int) -> int:
@@ -205,7 +219,8 @@ def reachable(
     if not candidates or len(dense) < max(fetched, k):
         return candidates
     floor = min(dense.values())
-    known = sorted((1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items())
+    known = [(1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items()]
+    known.sort()
     kth = known[-k]
     return [rowid for rowid in candidates if (1 - weight) * floor + weight * keyword[rowid] >= kth]
 
@@ -217,10 +232,11 @@ def fused(
     ``dense`` holds the cosine of every entry of either (completed with ``missing``), ``fuse``
     scores them. ``codes`` (where the query holds a code): how many of the query's codes each
     entry holds; an entry holding more of them ranks first, each by its fused score."""
-    ranking = fuse(dense, keyword, weight)
+    scores = _fused_scores(dense, keyword, weight)
+    order = _best_first(scores)
     if codes:  # a stable sort: by score within each count
-        ranking = dict(sorted(ranking.items(), key=lambda item: -codes.get(item[0], 0)))
-    return dict(list(ranking.items())[:k])
+        order.sort(key=lambda rowid: -codes.get(rowid, 0))
+    return {rowid: scores[rowid] for rowid in order[:k]}
 
 
 @dataclass(frozen=True)
@@ -231,18 +247,23 @@ class Words:
     mode: str
     weight: float = DEFAULT_WEIGHT
 
-    @property
-    def match(self) -> str | None:
-        return match_expression(self.text)
+    @functools.cached_property
+    def terms(self) -> list[str]:
+        """``query_terms`` of the text, split once however often a search reads them."""
+        return query_terms(self.text)
 
     @property
+    def match(self) -> str | None:
+        return " OR ".join(self.phrases) if self.terms else None
+
+    @functools.cached_property
     def phrases(self) -> list[str]:
         """Each term of the query's match as the FTS5 string it is matched with (what its weight
         is counted with, ``word_weight``): the same terms, so the share is of the words searched."""
-        return [_phrase(term) for term in query_terms(self.text)]
+        return [_phrase(term) for term in self.terms]
 
-    @property
+    @functools.cached_property
     def codes(self) -> list[str]:
         """The ``phrases`` of the query's codes: words of letters and digits (an error code, a
         SKU, a version), where the exact word decides and a sentence model sees near-misses."""
-        return [_phrase(term) for term in query_terms(self.text) if _IDENTIFIER.search(term)]
+        return [_phrase(term) for term in self.terms if _IDENTIFIER.search(term)]

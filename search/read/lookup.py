@@ -202,13 +202,10 @@ class Lookup:
         fetch = min(k + 1 if total == entries else 2 * k, total)  # one more: whether the k-th ties
         while True:
             scores, found = self.entries.search(vector[None, :], fetch, ids)
-            best: dict[int, float] = {}
-            for rowid, score in zip(found[0].tolist(), scores[0].tolist(), strict=True):
-                if rowid >= 0 and rowid not in best:
-                    best[rowid] = score
-            ordered = sorted(best.items(), key=lambda item: (-item[1], item[0]))
-            if fetch >= total or (len(ordered) >= wanted and scores[0][-1] < ordered[wanted - 1][1]):
-                return dict(ordered[:wanted])
+            best = _best_per_entry(found[0], scores[0], total == entries)
+            ordered = list(best)
+            if fetch >= total or (len(ordered) >= wanted and scores[0][-1] < best[ordered[wanted - 1]]):
+                return {rowid: best[rowid] for rowid in ordered[:wanted]}
             fetch = min(2 * fetch, total)
 
     def _scored(
@@ -317,3 +314,20 @@ class Lookup:
         with self.reading() as catalog:
             sizes = catalog.group_sizes(group_by, [v for v in named if v is not None], within)
         return found, heads, [0 if value is None else sizes.get(value, 1) - 1 for value in named]
+
+
+def _best_per_entry(rowids: np.ndarray, scores: np.ndarray, single: bool) -> dict[int, float]:
+    """Row id -> best score of each entry among a search's results, best first, equal scores in
+    row id order. ``single``: each entry has one vector, so none comes twice."""
+    if single:
+        kept = rowids >= 0
+        rowids, scores = rowids[kept], scores[kept]
+        order = np.lexsort((rowids, -scores))
+        return dict(zip(rowids[order].tolist(), scores[order].tolist(), strict=True))
+    best: dict[int, float] = {}
+    for rowid, score in zip(rowids.tolist(), scores.tolist(), strict=True):
+        if rowid >= 0 and rowid not in best:
+            best[rowid] = score
+    ordered = sorted(best)  # row id order, kept among equal scores by the stable sort below
+    ordered.sort(key=best.__getitem__, reverse=True)
+    return {rowid: best[rowid] for rowid in ordered}

@@ -1,0 +1,153 @@
+"""The keyword table's rankings summed from each phrase's matches, kept between queries.
+
+FTS5's ``bm25()`` of an entry for an OR of phrases is the sum, in the phrases' order, of one term
+per phrase the entry holds (the phrase's IDF times its saturated frequency in the entry; a phrase
+it does not hold adds exactly 0.0), and each term is what ``bm25()`` gives the entry for that
+phrase alone. So a phrase's matches and their terms, read once per generation of the catalog,
+give every later query holding that phrase FTS5's own numbers, bit for bit, and its own order
+(BM25, then row id), without FTS5 scoring every entry that holds a common word again
+(``tests/test_keyword_share.py`` compares the two on random queries).
+
+Kept only inside a read transaction checked at a generation (``Catalog.reading_at``): an update
+that commits a new generation empties the store. A phrase more than ``ROWS`` entries hold keeps
+its count alone, and its queries are ranked by FTS5 itself.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+ROWS = 5_000
+"""Entries a phrase may match and still have its terms kept."""
+KEPT = 100_000
+"""Matches kept over all phrases, one more for each phrase (the least recently used go first)."""
+
+
+@dataclass(frozen=True)
+class Posting:
+    """How many entries match a phrase and, where at most ``ROWS`` do, their row ids (ascending)
+    and the phrase's BM25 term for each."""
+
+    count: int
+    rows: np.ndarray | None = None
+    terms: np.ndarray | None = None
+
+
+class Postings:
+    """The phrases' postings of one catalog connection, for the one generation they were read at."""
+
+    def __init__(self, rows: int = ROWS, kept: int = KEPT) -> None:
+        self.rows, self.kept = rows, kept
+        self.generation: int | None = None
+        self.entries: int | None = None
+        self._found: OrderedDict[str, Posting] = OrderedDict()
+        self._held = 0
+
+    def at(self, generation: int) -> Postings:
+        """This store for a read at ``generation``: emptied if it was filled at another."""
+        if generation != self.generation:
+            self.generation, self.entries = generation, None
+            self._found.clear()
+            self._held = 0
+        return self
+
+    def total(self, db: sqlite3.Connection) -> int:
+        """The entries the catalog holds."""
+        if self.entries is None:
+            self.entries = int(db.execute("select count(*) from entries").fetchone()[0])
+        return self.entries
+
+    def posting(self, db: sqlite3.Connection, phrase: str) -> Posting:
+        """``phrase``'s posting, read from the keyword table the first time it is asked for."""
+        found = self._found.get(phrase)
+        if found is not None:
+            self._found.move_to_end(phrase)
+            return found
+        scored = "select rowid, bm25(keywords) from keywords where keywords match ? limit ?"
+        rows = db.execute(scored, (phrase, self.rows + 1)).fetchall()
+        if len(rows) > self.rows:
+            count = "select count(*) from keywords where keywords match ?"
+            found = Posting(int(db.execute(count, (phrase,)).fetchone()[0]))
+        else:
+            rows.sort()
+            found = Posting(
+                len(rows),
+                np.array([rowid for rowid, _ in rows], dtype=np.int64),
+                np.array([-bm25 for _, bm25 in rows], dtype=np.float64),
+            )
+        self._found[phrase] = found
+        self._held += _size(found)
+        while self._held > self.kept and len(self._found) > 1:
+            _, dropped = self._found.popitem(last=False)
+            self._held -= _size(dropped)
+        return found
+
+    def __len__(self) -> int:
+        """The phrases kept."""
+        return len(self._found)
+
+
+def _size(found: Posting) -> int:
+    """What a kept posting counts against ``KEPT``: its matches, and one for the phrase (a word no
+    entry holds, or too many do, is kept too)."""
+    return 1 + (len(found.rows) if found.rows is not None else 0)
+
+
+def ranked(
+    postings: Sequence[Posting], k: int, allowed: Sequence[int] | None, weights: Sequence[float]
+) -> list[tuple[int, float]]:
+    """(row id, the summed ``weights`` of the phrases it holds) of the k best entries by the BM25
+    of the OR of the phrases whose ``postings`` are given (in the phrases' order, each with its
+    ``rows``), among ``allowed`` when given: FTS5's ``order by bm25, rowid``, and
+    ``KeywordTable.keyword_search``'s sums. Both sums run from 0.0 in the phrases' order, one
+    addition per phrase an entry holds, as FTS5 and ``keyword_search`` add (a phrase it does not
+    hold adds exactly 0.0)."""
+    parts = [
+        (found.rows, found.terms, float(weight)) for found, weight in zip(postings, weights, strict=True)
+    ]
+    span = 1 + max((int(rows[-1]) for rows, _, _ in parts if len(rows)), default=-1)
+    if span <= SPAN * (sum(len(rows) for rows, _, _ in parts) + 128):
+        rows, score, held = _by_row_id(parts, span)
+    else:
+        rows, score, held = _by_position(parts)
+    order = np.lexsort((rows, -score))  # BM25 (FTS5's bm25() is minus the score), then row id
+    if allowed is not None:
+        order = order[np.isin(rows[order], np.asarray(allowed, dtype=np.int64))]
+    best = order[:k]
+    return list(zip(rows[best].tolist(), held[best].tolist(), strict=True))
+
+
+SPAN = 8
+"""Row ids per matched entry up to which ``ranked`` sums in arrays indexed by row id."""
+
+
+def _by_row_id(parts: list[tuple[Any, Any, float]], span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The matched row ids (ascending), their BM25 scores and held weights, summed in arrays of
+    ``span`` row ids (each phrase's rows are distinct: one addition per row and phrase)."""
+    score, held = np.zeros(span), np.zeros(span)
+    for rows, terms, weight in parts:
+        score[rows] += terms
+        if weight > 0:  # a word of no weight adds nothing
+            held[rows] += weight
+    rows = np.flatnonzero(score)  # every term is positive
+    return rows, score[rows], held[rows]
+
+
+def _by_position(parts: list[tuple[Any, Any, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_by_row_id`` for row ids spread too far for arrays indexed by them: summed by each
+    matched row's position among them."""
+    rows, inverse = np.unique(np.concatenate([part[0] for part in parts]), return_inverse=True)
+    score = np.bincount(inverse, weights=np.concatenate([part[1] for part in parts]), minlength=len(rows))
+    held = np.zeros(len(rows))
+    start = 0
+    for found, _, weight in parts:
+        if weight > 0:
+            held[inverse[start : start + len(found)]] += weight
+        start += len(found)
+    return rows, score, held
