@@ -28,7 +28,7 @@ from search.read.hybrid import (
     MAX_TERMS,
     WEIGHTS,
     Words,
-    fuse,
+    fused,
     match_expression,
     store_hybrid_weight,
 )
@@ -296,10 +296,11 @@ def test_the_hybrid_score_is_the_cosine_plus_bounded_keyword_evidence(index):
     assert nonsense.score == pytest.approx((1 - DEFAULT_WEIGHT) * cosine)
 
 
-def test_fuse_adds_the_weighted_keyword_evidence_to_the_cosine():
-    fused = fuse({1: 0.9, 2: 0.8, 3: 0.1}, {3: 1.0, 2: 0.5}, weight=0.6)
-    assert list(fused) == [3, 2, 1] and fused == pytest.approx({3: 0.64, 1: 0.36, 2: 0.62})
-    assert fuse({1: 0.9, 2: 0.8}, {}, weight=0.15) == pytest.approx({1: 0.765, 2: 0.68})
+def test_fusion_adds_the_weighted_keyword_evidence_to_the_cosine():
+    best = fused({1: 0.9, 2: 0.8, 3: 0.1}, {3: 1.0, 2: 0.5}, weight=0.6, k=3)
+    assert list(best) == [3, 2, 1] and best == pytest.approx({3: 0.64, 1: 0.36, 2: 0.62})
+    assert fused({1: 0.9, 2: 0.8}, {}, weight=0.15, k=2) == pytest.approx({1: 0.765, 2: 0.68})
+    assert list(fused({1: 0.5, 2: 0.5, 3: 0.4}, {}, weight=0.15, k=2)) == [1, 2]  # ties in file order
 
 
 TROUBLES = [
@@ -360,7 +361,7 @@ def fused_ids(engine: SearchEngine, query: str, weight: float, k: int = 5) -> li
     """The top k of the fusion at ``weight``, computed from the dense and keyword rankings."""
     dense = {h.id: h.score for h in engine.search(query, k=100, mode="dense")}
     keyword = {h.id: h.score for h in engine.search(query, k=100, mode="keyword")}
-    return list(fuse(dense, keyword, weight))[:k]
+    return list(fused(dense, keyword, weight, k))
 
 
 def test_a_stored_weight_decides_the_fusion_and_outlives_updates(index, tmp_path):

@@ -177,14 +177,6 @@ def code_counts(catalog: Catalog, words: Words, rowids: Sequence[int]) -> dict[i
     return {rowid: round(held) for rowid, held in found}
 
 
-def fuse(dense: Ranking, keyword: Ranking, weight: float = DEFAULT_WEIGHT) -> Ranking:
-    """``(1 - weight) * cosine + weight * share`` of each entry, best first; ``dense`` holds the
-    cosine of every entry of either ranking, an entry missing from ``keyword`` has share 0.
-    Ties in row id order (file order)."""
-    fused = _fused_scores(dense, keyword, weight)
-    return {rowid: fused[rowid] for rowid in _best_first(fused)}
-
-
 def _fused_scores(dense: Ranking, keyword: Ranking, weight: float) -> dict[int, float]:
     """``(1 - weight) * cosine + weight * share`` of each entry of ``dense``."""
     return {rowid: (1 - weight) * score + weight * keyword.get(rowid, 0.0) for rowid, score in dense.items()}
@@ -229,8 +221,9 @@ def fused(
     dense: Ranking, keyword: Ranking, weight: float, k: int, codes: Mapping[int, int] | None = None
 ) -> Ranking:
     """The k best hybrid entries from the two rankings, each fetched ``depth(k)`` deep:
-    ``dense`` holds the cosine of every entry of either (completed with ``missing``), ``fuse``
-    scores them. ``codes`` (where the query holds a code): how many of the query's codes each
+    ``dense`` holds the cosine of every entry of either (completed with ``missing``), each scored
+    ``(1 - weight) * cosine + weight * share`` (share 0 where ``keyword`` lacks it), ties in row
+    id (file) order. ``codes`` (where the query holds a code): how many of the query's codes each
     entry holds; an entry holding more of them ranks first, each by its fused score."""
     scores = _fused_scores(dense, keyword, weight)
     order = _best_first(scores)

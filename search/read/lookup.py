@@ -202,7 +202,7 @@ class Lookup:
         fetch = min(k + 1 if total == entries else 2 * k, total)  # one more: whether the k-th ties
         while True:
             scores, found = self.entries.search(vector[None, :], fetch, ids)
-            best = _best_per_entry(found[0], scores[0], total == entries)
+            best = _best_per_entry(found[0], scores[0])
             ordered = list(best)
             if fetch >= total or (len(ordered) >= wanted and scores[0][-1] < best[ordered[wanted - 1]]):
                 return {rowid: best[rowid] for rowid in ordered[:wanted]}
@@ -316,18 +316,12 @@ class Lookup:
         return found, heads, [0 if value is None else sizes.get(value, 1) - 1 for value in named]
 
 
-def _best_per_entry(rowids: np.ndarray, scores: np.ndarray, single: bool) -> dict[int, float]:
-    """Row id -> best score of each entry among a search's results, best first, equal scores in
-    row id order. ``single``: each entry has one vector, so none comes twice."""
-    if single:
-        kept = rowids >= 0
-        rowids, scores = rowids[kept], scores[kept]
-        order = np.lexsort((rowids, -scores))
-        return dict(zip(rowids[order].tolist(), scores[order].tolist(), strict=True))
-    best: dict[int, float] = {}
-    for rowid, score in zip(rowids.tolist(), scores.tolist(), strict=True):
-        if rowid >= 0 and rowid not in best:
-            best[rowid] = score
-    ordered = sorted(best)  # row id order, kept among equal scores by the stable sort below
-    ordered.sort(key=best.__getitem__, reverse=True)
-    return {rowid: best[rowid] for rowid in ordered}
+def _best_per_entry(rowids: np.ndarray, scores: np.ndarray) -> dict[int, float]:
+    """Row id -> best score of each entry among a search's results (FAISS's order, best first:
+    an entry's first vector is its best), best first, equal scores in row id order."""
+    kept = rowids >= 0
+    rowids, scores = rowids[kept], scores[kept]
+    _, first = np.unique(rowids, return_index=True)
+    rowids, scores = rowids[first], scores[first]
+    order = np.lexsort((rowids, -scores))
+    return dict(zip(rowids[order].tolist(), scores[order].tolist(), strict=True))
