@@ -192,6 +192,8 @@ def test_every_embedding_command_refuses_a_missing_gpu_before_it_writes(tmp_path
         ("tune", "-o", tmp_path / "tuned", "--pairs", pairs, *model),
         ("evaluate", "sts", pairs, *model),
         ("sweep", "sts", pairs, *model),
+        ("similar", "a text", pairs, *model),
+        ("words", "a text of words", *model),
     ):
         result = run(*command, "--device", "cuda")
         assert_clean_failure(result, "torch sees no CUDA GPU")
@@ -216,7 +218,7 @@ def test_the_onnx_loop_runs_the_passes_the_rule_plans():
     assert sorted(widths) == [(4, 7), (4, 204)]
 
 
-@pytest.mark.parametrize("command", ["encode", "index"])
+@pytest.mark.parametrize("command", ["encode", "index", "similar", "words"])
 def test_every_misnamed_device_is_the_same_usage_error(command):
     """An empty ``--device`` (a shell variable left unset) and a misspelt one are both a usage error,
     exit 2, naming the choices; refused before the model is loaded."""

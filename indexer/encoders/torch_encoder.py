@@ -179,6 +179,19 @@ class TorchEncoder(NetworkEncoder):
             on_share=progress,
         )
 
+    def token_vectors(self, input_ids: np.ndarray, attention: np.ndarray) -> np.ndarray:
+        """The head's per-token vectors (its layers combined) of one padded batch, float32 NumPy,
+        computed on this encoder's placement (word vectors read them)."""
+        if self.decision.placement.on_cpu and self.decision.placement.precision == "fp32":
+            return self.head.tokens(self.network(input_ids, attention))
+        if self._on_device is None:
+            self._on_device = DeviceNetwork(self.model, self.decision.placement)
+        device = self._on_device.device
+        with torch.inference_mode():
+            ids, mask = (torch.from_numpy(a).to(device) for a in (input_ids, attention))
+            output = self._on_device(ids, mask)
+            return self.head.tokens(output).float().cpu().numpy()
+
     def make_head(self, strategy: Strategy) -> Head:
         """Resolve a strategy against this model ('auto' -> concrete, ranges checked)."""
         resolved = resolve_strategy(strategy, self.facts)

@@ -18,6 +18,7 @@ from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
 
 if TYPE_CHECKING:
+    from indexer.encoders.options import EmbeddingOptions
     from indexer.encoders.torch_encoder import TorchEncoder
 
 WORD_STRATEGY = Strategy(layers=(-4, -3, -2, -1), combine="sum", pooling="mean", backend="torch")
@@ -48,13 +49,14 @@ class Word:
         return f"Word(text={self.text!r}, start={self.start}, end={self.end}, dims={self.vector.shape[-1]})"
 
 
-def word_encoder(strategy: Strategy | None = None) -> TorchEncoder:
+def word_encoder(strategy: Strategy | None = None, options: EmbeddingOptions | None = None) -> TorchEncoder:
     """The torch encoder word vectors read (``strategy`` None: ``WORD_STRATEGY``), from the factory,
-    on the CPU (its hidden states are read as NumPy arrays, ``TorchNetwork``)."""
+    where ``options`` place it (default: the CPU)."""
     from indexer.encoders.factory import torch_encoder
     from indexer.encoders.options import EmbeddingOptions
 
-    return torch_encoder(replace(strategy or WORD_STRATEGY, backend="torch"), EmbeddingOptions(device="cpu"))
+    options = options or EmbeddingOptions(device="cpu")
+    return torch_encoder(replace(strategy or WORD_STRATEGY, backend="torch"), options.checked())
 
 
 def word_vectors(
@@ -95,7 +97,7 @@ def _words(embedder: TorchEncoder, text: str, merge: str) -> list[Word]:
         return_tensors="np",
     )
     ids, attention = (encoded[k].astype(np.int64) for k in ("input_ids", "attention_mask"))
-    tokens = embedder.head.tokens(embedder.network(ids, attention))[0]
+    tokens = embedder.token_vectors(ids, attention)[0]
     words: dict[int, list[int]] = {}
     for position, word in enumerate(encoded.word_ids(0)):
         if word is not None:

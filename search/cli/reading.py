@@ -290,6 +290,7 @@ def serve_command(
     help="Embed as this index's entries were: its strategy and fitted post-processing (centering, "
     "whitening); the strategy options must then match it.",
 )
+@embedding_options("device")
 @strategy_options_for(
     "model",
     "layers",
@@ -307,6 +308,7 @@ def similar_command(
     as_json: bool,
     encoding: str,
     index_dir: Path | None,
+    options: EmbeddingOptions,
     asked: dict[str, Any],
 ) -> None:
     """Rank the lines of FILE (default: stdin) by similarity to SENTENCE; no index needed.
@@ -320,9 +322,9 @@ def similar_command(
 
     lines = read_lines(file, encoding)
     if index_dir is not None:
-        hits = rank_similar_with_index(index_dir, sentence, lines, k=k, strategy=asked)
+        hits = rank_similar_with_index(index_dir, sentence, lines, k=k, strategy=asked, options=options)
     else:
-        hits = rank_similar(sentence, lines, strategy_from(asked), k=k)
+        hits = rank_similar(sentence, lines, strategy_from(asked), k=k, options=options)
     if as_json:
         click.echo(json.dumps({"query": sentence, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
     else:

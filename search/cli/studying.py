@@ -360,8 +360,11 @@ def sweep_retrieval_command(
     help="How word pieces merge into a word vector.",
 )
 @json_option("the strategy, the words and their cosines")
+@embedding_options("device")
 @strategy_options_for("model", "layers", "combine", "max_length", layers="-4,-3,-2,-1", combine="sum")
-def words_command(text: str, word: str | None, merge: str, as_json: bool, asked: dict[str, Any]) -> None:
+def words_command(
+    text: str, word: str | None, merge: str, as_json: bool, options: EmbeddingOptions, asked: dict[str, Any]
+) -> None:
     """Contextual word vectors of TEXT, read from the model's hidden states (on torch).
 
     \b
@@ -372,7 +375,7 @@ def words_command(text: str, word: str | None, merge: str, as_json: bool, asked:
 
     from indexer.encoders.words import WORD_STRATEGY, context, cosine_matrix, word_encoder, word_vectors
 
-    embedder = word_encoder(replace(WORD_STRATEGY, **asked))
+    embedder = word_encoder(replace(WORD_STRATEGY, **asked), options)
     words = word_vectors(text, word, merge=merge, embedder=embedder)
     matrix = cosine_matrix([w.vector for w in words])
     if as_json:

@@ -15,6 +15,7 @@ import numpy as np
 
 from indexer.embedding.strategy import Strategy
 from indexer.embedding.transform import Transform
+from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.reading.corpus import blank
 from search.read.encoding import Encoding
@@ -31,13 +32,14 @@ def rank_similar_with_index(
     *,
     k: int | None = None,
     strategy: dict[str, Any] | None = None,
+    options: EmbeddingOptions | None = None,
 ) -> list[Hit]:
     """``rank_similar`` with an index's strategy and its fitted post-processing (the sentences
     are embedded exactly as the index's entries were). ``strategy``: a request checked against
-    the index's, as ``SearchEngine`` does."""
+    the index's, as ``SearchEngine`` does; ``options``: where the network runs."""
     from search.read.engine import SearchEngine
 
-    snapshot = SearchEngine(index_dir, strategy=strategy).snapshot
+    snapshot = SearchEngine(index_dir, strategy=strategy, options=options).snapshot
     return rank_similar(sentence, candidates, k=k, encoding=snapshot.encoding)
 
 
@@ -49,22 +51,22 @@ def rank_similar(
     k: int | None = None,
     encoding: Encoding | None = None,
     embed: Embedding[list[Hit], R] = here,
+    options: EmbeddingOptions | None = None,
 ) -> R:
     """Candidates by cosine to ``sentence``, best first; ids are 1-based candidate positions.
     The sentence gets the strategy's query prefix, the candidates its passage prefix.
 
     ``encoding``: what embeds them (an index's, with its post-processing fitted on its corpus),
     else the encoder of ``strategy``, which may then have no post-processing. ``embed``: the
-    embedding step (``search.read.requests.Embedding``; the server's micro-batcher).
+    embedding step (``search.read.requests.Embedding``; the server's micro-batcher). ``options``:
+    where and how the network runs (``--device``...) when no ``encoding`` is given.
     """
     kept = rankable(sentence, candidates)
     if encoding is not None:
         check_transform(encoding.strategy, encoding.transform)
     else:  # as an index of this strategy would embed (no torch once exported)
         check_transform(strategy or Strategy(), None)
-        from indexer.encoders.factory import encoder_for
-
-        encoding = Encoding(encoder_for(strategy))
+        encoding = Encoding.load(strategy, options=options)
     # the sentence is asked (a query), the candidates are ranked as an index's entries (passages)
     texts = [sentence] + [text for _, text in kept]
     roles = ["query"] + ["passage"] * len(kept)
