@@ -481,3 +481,27 @@ def test_junk_scores_on_the_command_line_are_counted_or_refused(tmp_path):
     assert_clean_failure(run("evaluate", "sts", constant), "a correlation needs two different scores")
     assert_clean_failure(run("tune", "-o", tmp_path / "out", "--pairs", constant), "all 40 pairs score 2")
     assert not (tmp_path / "out").exists()
+
+
+def test_pairs_per_step_has_its_own_name_and_the_old_one_still_works_with_a_note(tmp_path, monkeypatch):
+    """``--batch-size`` counts texts in every other command; tune's pairs per step is
+    ``--pairs-per-step``, and the old spelling still reaches training, with a note."""
+    from click.testing import CliRunner
+
+    import search.studies.tuning
+    from search.cli import cli
+
+    asked: list[int] = []
+
+    def fake_tune(labels, output, strategy, *, batch_size, **rest):  # noqa: ANN001, ANN003
+        asked.append(batch_size)
+        raise BadInput("stopped before training")
+
+    monkeypatch.setattr(search.studies.tuning, "tune", fake_tune)
+    pairs = scored_pairs(tmp_path)
+    for flag in ("--pairs-per-step", "--batch-size"):
+        command = ["tune", "-o", str(tmp_path / "out"), "--pairs", str(pairs), flag, "5"]
+        result = CliRunner().invoke(cli, command)
+        assert "stopped before training" in result.output, result.output
+        assert ("now --pairs-per-step" in result.output) == (flag == "--batch-size"), result.output
+    assert asked == [5, 5]

@@ -69,7 +69,18 @@ if TYPE_CHECKING:
     "--seed", default=0, show_default=True, type=int, help="Seed of the held-back share and the batches."
 )
 @click.option(
-    "--batch-size", default=16, show_default=True, type=click.IntRange(min=2), help="Pairs per training step."
+    "--pairs-per-step",
+    default=16,
+    show_default=True,
+    type=click.IntRange(min=2),
+    help="Labelled pairs per training step.",
+)
+@click.option(
+    "--batch-size",
+    "old_pairs_per_step",
+    type=click.IntRange(min=2),
+    hidden=True,
+    help="The former name of --pairs-per-step (--batch-size counts texts elsewhere).",
 )
 @click.option(
     "--learning-rate", default=2e-5, show_default=True, type=float, help="Peak learning rate (AdamW)."
@@ -95,7 +106,8 @@ def tune_command(
     epochs: int,
     max_minutes: float | None,
     seed: int,
-    batch_size: int,
+    pairs_per_step: int,
+    old_pairs_per_step: int | None,
     learning_rate: float,
     as_json: bool,
     options: EmbeddingOptions,
@@ -114,6 +126,13 @@ def tune_command(
     """
     from search.studies.tuning import index_strategy, read_labels, tune
 
+    if old_pairs_per_step is not None:
+        click.echo(
+            "note: tune's --batch-size is now --pairs-per-step (--batch-size counts texts in every "
+            "other command); the old name will be removed",
+            err=True,
+        )
+        pairs_per_step = old_pairs_per_step
     if index_dir is not None and asked:
         raise click.UsageError("--index trains through the index's strategy: drop the strategy options")
     labels = read_labels(
@@ -135,7 +154,7 @@ def tune_command(
         epochs=epochs,
         max_minutes=max_minutes,
         seed=seed,
-        batch_size=batch_size,
+        batch_size=pairs_per_step,
         learning_rate=learning_rate,
         progress=progress,
         report=lambda line: click.echo(line, err=True),
