@@ -148,7 +148,8 @@ def test_a_typed_quote_in_a_csv_never_joins_its_rows(tmp_path):
     written = 'id,text\n1,"Hi there\nThanks, Bob"\n2,"Step 1\nStep 2\nStep 3"\n3,plain\n'
     entries, _, notes = read_all(write(tmp_path / "ok.csv", written))
     assert [e.text for e in entries] == ["Hi there\nThanks, Bob", "Step 1\nStep 2\nStep 3", "plain"]
-    assert notes == []
+    said = "2 quoted fields span lines (lines 2-3 as row 1, lines 4-6 as row 2)"
+    assert len(notes) == 1 and said in notes[0]
 
 
 @pytest.mark.slow
@@ -177,3 +178,95 @@ def test_a_quoted_field_whose_two_lines_are_each_a_row_is_not_joined_on_a_guess(
     assert [e.fields["text"] for e in entries] == ['"x', 'w"', "e"]
     assert len(notes) == 1 and "lines 2-3" in notes[0] and "--quoting csv" in notes[0]
     assert [e.fields["text"] for e in read_all(path, quoting="csv")[0]] == ["x\ny\tz\tw", "e"]
+
+
+SAID = 'He said "stop"\tthen left\nNext day\tshe "came" back'
+"""A text with a tab, a line end and quotes: each of its lines split at tabs makes a row of
+three fields, as a typed file's rows do; only its doubled quotes show that a writer quoted it."""
+
+
+def test_a_tsv_a_csv_writer_wrote_reads_as_its_rows_though_each_line_is_a_row(tmp_path):
+    """A field that opens with a quote, doubles the quotes in its text and closes right before a
+    tab is a writer's quoting, read as written even where its lines split at tabs look like rows."""
+    import csv
+
+    import pandas as pd
+
+    rows = [("a", "plain one", "x"), ("b", SAID, "y"), ("c", "plain three", "z")]
+    with (tmp_path / "w.tsv").open("w", newline="", encoding="utf-8") as out:
+        csv.writer(out, delimiter="\t").writerows([("id", "text", "cat"), *rows])
+    pd.DataFrame(rows, columns=["id", "text", "cat"]).to_csv(tmp_path / "p.tsv", sep="\t", index=False)
+    for name in ("w.tsv", "p.tsv"):
+        entries, rejected, notes = read_all(tmp_path / name)
+        assert [(e.id, e.text, e.fields["cat"]) for e in entries] == rows, name
+        assert not rejected
+        assert len(notes) == 1 and "lines 3-4 as row 2" in notes[0] and "read 3 rows from 5 lines" in notes[0]
+
+
+def test_doubled_quotes_typed_by_hand_between_an_opened_quote_and_an_inch_mark_join_nothing(tmp_path):
+    """Ditto marks (``""``) and a field of three quotes typed between a quote opened on one row
+    and an inch mark rows later are quotes beside tabs, not a writer's doubling inside a text."""
+    texts = [f"plain row {i}" for i in range(1, 41)]
+    texts[4], texts[9], texts[14], texts[29] = '"Gone with the Wind', '""', '"""', 'the monitor is 27"'
+    path = write(tmp_path / "hand.tsv", "id\ttext\n" + "".join(f"{i}\t{t}\n" for i, t in enumerate(texts, 1)))
+    entries, rejected, notes = read_all(path)
+    assert [(e.id, e.text) for e in entries] == [(str(i), t) for i, t in enumerate(texts, 1)]
+    assert not rejected and len(notes) == 1 and "lines 6-16" in notes[0] and "--quoting csv" in notes[0]
+
+
+def test_a_tsv_refused_for_quoted_fields_read_as_their_lines_names_quoting_csv(tmp_path):
+    """A writer's fields of many lines whose first and last lines are each a row are read as
+    their lines' rows; when that rejects most rows, the refusal names the option that reads the
+    file as written."""
+    import pandas as pd
+
+    texts = [f"first {i}\tpart\nsecond\nthird\nfourth\nfifth\nsixth\tend" for i in range(20)]
+    path = tmp_path / "m.tsv"
+    pd.DataFrame({"id": range(20), "text": texts, "cat": ["x"] * 20}).to_csv(path, sep="\t", index=False)
+    with pytest.raises(SemsearchError, match="--quoting csv") as refused:
+        read_all(path)
+    assert "\n" not in str(refused.value) and "lines 2-7" in str(refused.value)
+    assert [e.text for e in read_all(path, quoting="csv")[0]] == texts
+
+
+def test_a_csv_field_that_spans_lines_is_said(tmp_path):
+    """A CSV's quoted field of several lines is read as one field, and which lines made which row
+    is said, as for a TSV: with many, their count and the first few."""
+    path = write(tmp_path / "q.csv", 'id,text,note\n1,plain,n1\n2,"quoted start,n2\n3,27",n3\n4,last,n4\n')
+    entries, rejected, notes = read_all(path)
+    assert [e.id for e in entries] == ["1", "2", "4"] and not rejected
+    assert entries[1].text == "quoted start,n2\n3,27"
+    assert notes == [
+        f"{path}: 1 quoted field spans lines (lines 3-4 as row 2); read 3 rows from 5 lines "
+        "(--quoting none reads every quote as text)"
+    ]
+    import pandas as pd
+
+    texts = [f"answer {i}\nsecond line" if i % 3 == 0 else f"answer {i}" for i in range(258)]
+    frame = pd.DataFrame({"id": [f"q{i}" for i in range(258)], "text": texts})
+    frame.to_csv(tmp_path / "p.csv", index=False)
+    entries, rejected, notes = read_all(tmp_path / "p.csv")
+    assert [e.text for e in entries] == texts and not rejected
+    assert len(notes) == 1 and "86 quoted fields span lines" in notes[0]
+    assert "(lines 2-3 as row 1, lines 6-7 as row 4, lines 10-11 as row 7, ...)" in notes[0]
+    assert "read 258 rows from 345 lines" in notes[0]
+
+
+@pytest.mark.slow
+def test_index_reads_a_writers_tsv_as_its_rows_and_says_a_csvs_field_of_two_lines(tmp_path, tiny_model):
+    import csv
+
+    from tests.helpers import run
+
+    tsv = tmp_path / "w.tsv"
+    with tsv.open("w", newline="", encoding="utf-8") as out:
+        rows = [("id", "text", "cat"), ("a", "one", "x"), ("b", SAID, "y")]
+        csv.writer(out, delimiter="\t").writerows(rows)
+    result = run("index", tsv, "-o", tmp_path / "tsv-idx", "--model", tiny_model)
+    assert result.returncode == 0, result.stderr
+    assert "indexed 2 entries" in result.stderr and "lines 3-4 as row 2" in result.stderr
+    quoted = write(tmp_path / "q.csv", 'id,text,note\n1,plain,n1\n2,"quoted start,n2\n3,27",n3\n')
+    result = run("index", quoted, "-o", tmp_path / "csv-idx", "--model", tiny_model)
+    assert result.returncode == 0, result.stderr
+    assert "indexed 2 entries" in result.stderr
+    assert "1 quoted field spans lines (lines 3-4 as row 2); read 2 rows from 4 lines" in result.stderr

@@ -336,6 +336,7 @@ class CorpusReader:
             encoding=self.encoding,
             width=len(header),
             undecodable=bytes(ord(char) - 0xDC00 for char in undecodable),  # surrogateescape's bytes
+            spans=spans,
         )
         wanted, id_field = [spelled(n, names) for n in wanted], spelled(id_field, names)
         if self.columns:

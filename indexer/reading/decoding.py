@@ -5,9 +5,11 @@ line that names the encoding to try. Shared by every reader of text: corpora, st
 from __future__ import annotations
 
 import codecs
+import gzip
 import re
 import stat
 import sys
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -17,12 +19,16 @@ from indexer.errors import BadInput
 SURROGATE = re.compile("[\udc80-\udcff]")
 """What bytes that are not UTF-8 decode to (``surrogateescape``)."""
 _BLOCK = 1 << 20
+GZIP_SUFFIX = ".gz"
+"""A file named so is gzip (so is one that starts with gzip's magic bytes): read as the text it holds."""
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def open_file(path: Path, once: bool = False) -> BinaryIO:
-    """The file opened for reading in binary, or why it cannot be, as one ``BadInput`` line.
-    ``once``: it is read once (ids, queries), so a pipe (``<(...)``, a FIFO) will do; a corpus is
-    read more than once, so it must be a file."""
+    """The file opened for reading in binary, or why it cannot be, as one ``BadInput`` line; a
+    gzip file (``GZIP_SUFFIX`` or gzip's magic bytes) gives the bytes it holds, so every reader of
+    text reads it. ``once``: it is read once (ids, queries), so a pipe (``<(...)``, a FIFO) will
+    do; a corpus is read more than once, so it must be a file."""
     if not path.exists():
         raise BadInput(f"no such file: {path}")
     if path.is_dir() or not (path.is_file() or once):
@@ -30,9 +36,35 @@ def open_file(path: Path, once: bool = False) -> BinaryIO:
             raise BadInput(f"{path} is a pipe: a corpus is read more than once, so write it to a file first")
         raise BadInput(f"not a file: {path}")
     try:
-        return path.open("rb")
+        handle = path.open("rb")
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    if path.suffix.lower() == GZIP_SUFFIX or handle.peek(len(_GZIP_MAGIC)).startswith(_GZIP_MAGIC):
+        return _Gunzipped(path, handle)
+    return handle
+
+
+class _Gunzipped(gzip.GzipFile):
+    """A gzip file's text, read from ``handle`` (peeked at, never reopened: a pipe is read once),
+    which it closes with itself; gzip that does not decompress is one ``BadInput`` naming it."""
+
+    def __init__(self, path: Path, handle: BinaryIO):
+        super().__init__(fileobj=handle, mode="rb")
+        self.path, self.source = path, handle
+
+    def read(self, size: int | None = -1) -> bytes:
+        try:
+            return super().read(size)
+        except EOFError:
+            raise BadInput(f"cannot read {self.path}: its gzip data is cut short") from None
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise BadInput(f"cannot read {self.path}: not valid gzip data ({exc})") from None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.source.close()
 
 
 def check_encoding(encoding: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 
 from indexer.errors import BadInput
 from indexer.reading.decoding import (
+    GZIP_SUFFIX,
     SURROGATE,
     Decoding,
     blocks,
@@ -26,7 +27,7 @@ from indexer.reading.decoding import (
     open_file,
     read_lines,
 )
-from indexer.reading.tsv import QUOTING, Spans, tsv_records
+from indexer.reading.tsv import QUOTING, Spans, doubled_in_text, tsv_records
 
 FORMATS = ("csv", "tsv", "jsonl", "json", "text")
 _SUFFIXES = {
@@ -47,11 +48,13 @@ csv.field_size_limit(1 << 30)
 
 
 def detect_format(path: Path, fmt: str | None, encoding: str = "utf-8") -> str:
-    """The format asked for, else the one the file's extension names; neither: one clear error.
-    JSON that starts with ``{`` rather than ``[`` is JSON Lines (many ``.json`` exports are)."""
+    """The format asked for, else the one the file's extension names (``corpus.tsv.gz``: the one
+    before ``.gz``); neither: one clear error. JSON that starts with ``{`` rather than ``[`` is
+    JSON Lines (many ``.json`` exports are)."""
     if fmt and fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
-    found = fmt or _SUFFIXES.get(path.suffix.lower())
+    named = Path(path.stem) if path.suffix.lower() == GZIP_SUFFIX else path
+    found = fmt or _SUFFIXES.get(named.suffix.lower())
     if found is None:
         raise BadInput(
             f"cannot tell the format of {path.name!r} from its extension: use --format {'|'.join(FORMATS)}"
@@ -190,8 +193,10 @@ def _csv_records(
     after it: that record is rejected and parsing resumes on the line after the one it started on
     (the lines the failed record took are read again; only they are held). In ``auto`` quoting, a
     quoted field of three lines or more whose every line is on its own a row of the header's width
-    is a typed quote closed by another, not a writer's: its first line is read as typed
-    (``typed_fields``) and the others again, counted in ``spans``. ``none``: quotes are text."""
+    is a typed quote closed by another, not a writer's (unless its text holds words in quotes
+    doubled as a writer doubles them: ``doubled_in_text``): its first line is read as typed
+    (``typed_fields``) and the others again. ``spans`` counts the quoted fields of several lines,
+    read or not."""
     again: deque[tuple[int, str]] = deque()  # lines to read again before the rest of the file
     taken: list[tuple[int, str]] = []  # lines of the record being read
     spans = spans if spans is not None else Spans()
@@ -202,6 +207,7 @@ def _csv_records(
             numbered = again.popleft() if again else next(lines, None)
             if numbered is None:
                 return
+            spans.lines = max(spans.lines, numbered[0])
             taken.append(numbered)
             yield numbered[1]
 
@@ -212,14 +218,18 @@ def _csv_records(
             for values in reader:
                 first, record = taken[0][0], list(taken)
                 taken.clear()
+                last = record[-1][0]
                 if width is None:
                     width = len(values)
-                elif quoting == QUOTING and len(record) > 2:
+                elif quoting == QUOTING and len(record) > 2 and not doubled_in_text(values):
                     typed = [typed_fields(line, delimiter) for _, line in record]
                     if all(len(fields) == width for fields in typed):
-                        spans.add((first, record[-1][0]), read=False)
+                        spans.add((first, last), read=False)
                         again.extendleft(reversed(record[1:]))
-                        values = typed[0]
+                        values, last = typed[0], first
+                if last > first:
+                    spans.add((first, last), read=True)
+                spans.records += 1
                 yield first, values
             return
         except csv.Error as exc:

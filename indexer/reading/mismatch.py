@@ -15,13 +15,16 @@ from pathlib import Path
 from indexer.errors import BadInput
 from indexer.reading.decoding import UNDECODABLE_SHARE, guess_encoding
 from indexer.reading.formats import DELIMITERS
+from indexer.reading.tsv import Spans
 
 MISMATCH_SHARE = 0.5
 """More than this share of a file's rows rejected for one format reason: the file is refused."""
 
 
-def _causes(fmt: str, delimiter: str | None, width: int) -> dict[str, str]:
-    """Each rejection kind that a wrong way of reading makes, with its likely cause and fix."""
+def _causes(fmt: str, delimiter: str | None, width: int, spans: Spans) -> dict[str, str]:
+    """Each rejection kind that a wrong way of reading makes, with its likely cause and fix.
+    ``spans``: quoted fields of several lines read as their lines' rows make rows of another
+    width, which ``--quoting csv`` reads as written."""
     split = "tabs" if fmt == "tsv" else f"{DELIMITERS.get(delimiter or ',', repr(delimiter))}s"
     fields = f"{width} field" + ("s" if width != 1 else "")
     fix = (
@@ -30,6 +33,12 @@ def _causes(fmt: str, delimiter: str | None, width: int) -> dict[str, str]:
         else f"its fields are separated by something else, or hold {split} unquoted: --delimiter "
         "names the separator (--format the format)"
     )
+    if spans.declined:
+        quotes = "a quoted field" if spans.declined == 1 else f"{spans.declined} quoted fields"
+        fix = (
+            f"{quotes} of several lines ({spans.declined_lines()}) read as their lines' rows, quotes "
+            f"as text: --quoting csv reads each as one field; {fix}"
+        )
     as_tsv = "; if it is tab-separated, --format tsv reads such quotes as text" if fmt == "csv" else ""
     return {
         "wrong field count": f"do not have the header's {fields} when split at {split}: {fix}",
@@ -61,15 +70,17 @@ def check_mismatch(
     encoding: str,
     width: int,
     undecodable: bytes,
+    spans: Spans,
 ) -> None:
     """Refuse a file whose rejections (``kinds``: count by kind, of ``rows`` rows) say it was
     read the wrong way; ``width``: a CSV or TSV header's field count; ``undecodable``: bytes of
-    rows ``encoding`` could not decode (what to guess the encoding from)."""
+    rows ``encoding`` could not decode (what to guess the encoding from); ``spans``: its quoted
+    fields of several lines."""
     bad = kinds.get(f"invalid {encoding.upper()}", 0)
     if bad > rows * UNDECODABLE_SHARE:
         hint = guess_encoding(undecodable, encoding)
         raise BadInput(f"{path}: {bad} of {rows} rows are not valid {encoding.upper()}; {hint}")
-    causes = _causes(fmt, delimiter, width)
+    causes = _causes(fmt, delimiter, width, spans)
     for kind, count in kinds.most_common():
         if kind in causes and count > rows * MISMATCH_SHARE:
             raise BadInput(f"{path}: {count} of {rows} rows {causes[kind]}")

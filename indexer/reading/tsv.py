@@ -8,15 +8,17 @@ never merged with the next on a guess: in ``auto`` quoting, a quoted field is re
 when a writer would have written it so (it closes right before a tab or the line's end, it
 needed its quotes, its record has the header's width), and one that spans lines only when the
 line end it holds breaks a row (its first and last lines, split at tabs, are not both rows of
-the header's width, as every line of a typed file is). What spanned lines, or would have, is
+the header's width, as every line of a typed file is) or its text holds words in quotes doubled
+as a writer doubles them (``""stop""``; a typed file has none). What spanned lines, or would have, is
 said in ``notes``; ``csv`` and ``none`` decide for a file.
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 from indexer.errors import BadInput
 from indexer.reading.decoding import line_text
@@ -27,6 +29,11 @@ QUOTINGS = (QUOTING, "csv", "none")
 """How a TSV's quotes are read: as the file shows (``auto``), always as CSV quoting, never."""
 
 _LINE_END = ("", "\n", "\r\n", "\r")
+_SHOWN = 3
+"""Quoted fields of several lines a note names; it counts the rest."""
+_QUOTED_TEXT = re.compile('"[^"\t\r\n]+"')
+"""Text in quotes, within a line and a field (``"stop"``)."""
+_LINE_BREAK = re.compile("[\r\n]")
 
 
 def check_quoting(quoting: str) -> str:
@@ -39,36 +46,43 @@ def check_quoting(quoting: str) -> str:
 @dataclass
 class Spans:
     """The quoted fields that spanned lines (read as one field) and those that would have (read
-    as their lines' rows): their counts and the first of each, as (first line, last line)."""
+    as their lines' rows): their counts and the first few of each, as (first line, last line,
+    row read from them). Both readers of quoted fields count here (TSV and CSV), so one note says
+    what either read."""
 
     read: int = 0
-    first_read: tuple[int, int] | None = None
+    first_read: list[tuple[int, int, int]] = field(default_factory=list)
     declined: int = 0
-    first_declined: tuple[int, int] | None = None
+    first_declined: list[tuple[int, int]] = field(default_factory=list)
     lines: int = 0
     """The lines read so far."""
+    records: int = 0
+    """The records read so far, the header first: the one being read is row ``records``."""
 
     def add(self, lines: tuple[int, int], read: bool) -> None:
+        """Count a quoted field on ``lines`` of the row being read."""
         if read:
             self.read += 1
-            self.first_read = self.first_read or lines
+            if len(self.first_read) < _SHOWN:
+                self.first_read.append((*lines, self.records))
         else:
             self.declined += 1
-            self.first_declined = self.first_declined or lines
+            if len(self.first_declined) < _SHOWN:
+                self.first_declined.append(lines)
 
     def describe(self, name: str, rows: int) -> list[str]:
         """What a reader says about the file once read: the rows read from how many lines, which
-        lines a quoted field covers, and the option that decides otherwise."""
+        lines a quoted field covers (which row they made), and the option that decides otherwise."""
         said = []
         if self.read:
-            first, last = self.first_read
             fields = "1 quoted field spans" if self.read == 1 else f"{self.read} quoted fields span"
+            shown = ", ".join(f"lines {first}-{last} as row {row}" for first, last, row in self.first_read)
             said.append(
-                f"{name}: {fields} lines (the first: lines {first}-{last}); read {rows} rows from "
-                f"{self.lines} lines (--quoting none reads every quote as text)"
+                f"{name}: {fields} lines ({shown}{', ...' if self.read > _SHOWN else ''}); read {rows} rows "
+                f"from {self.lines} lines (--quoting none reads every quote as text)"
             )
         if self.declined:
-            first, last = self.first_declined
+            first, last = self.first_declined[0]
             if self.declined == 1:
                 said.append(
                     f"{name}: a quote opening a field on line {first} would close on line {last}, "
@@ -78,10 +92,15 @@ class Spans:
             else:
                 said.append(
                     f"{name}: {self.declined} quotes opening a field would close on a later line, "
-                    f"joining rows (the first: lines {first}-{last}); read as the rows of their lines, "
+                    f"joining rows ({self.declined_lines()}); read as the rows of their lines, "
                     "quotes as text (--quoting csv joins them)"
                 )
         return said
+
+    def declined_lines(self) -> str:
+        """``lines 6-901, 950-953, ...``: the lines the first few declined quoted fields would join."""
+        shown = ", ".join(f"{first}-{last}" for first, last in self.first_declined)
+        return f"lines {shown}{', ...' if self.declined > _SHOWN else ''}"
 
 
 def tsv_records(
@@ -119,6 +138,7 @@ def tsv_records(
             values = line_text(line).split("\t")
         if width is None and not isinstance(values, str):
             width = len(values)
+        spans.records += 1
         yield number, values
 
 
@@ -144,11 +164,20 @@ def _as_written(
         return None
     if len(taken) > 1:
         typed = all(len(line_text(line).split("\t")) == width for _, line in (taken[0], taken[-1]))
-        if typed and not quote_all:
+        written = doubled_in_text(v for v, q in zip(values, quoted, strict=True) if q)
+        if typed and not quote_all and not written:
             spans.add(lines, read=False)
             return None
         spans.add(lines, read=True)
     return values
+
+
+def doubled_in_text(values: Iterable[str]) -> bool:
+    """Whether a field of several lines among ``values`` holds text in quotes (``He said "stop"``,
+    written ``He said ""stop""``): a writer's doubling, which a typed file has none of. Between a
+    quote typed on one row and one typed rows later, doubled quotes are typed ones (a ditto mark
+    ``""``, ``x""``), never around text, and leave those lines rows of their own."""
+    return any(_LINE_BREAK.search(value) and _QUOTED_TEXT.search(value) for value in values)
 
 
 def _needs_quotes(value: str) -> bool:
