@@ -157,7 +157,7 @@ def test_beir_corpus_builds_with_its_ids(tmp_path, tiny_model):
     build_index(path, tmp_path / "idx", Strategy(model=tiny_model), text_fields=["title", "text"])
     top = SearchEngine(tmp_path / "idx").search("We accept all major cards.", k=1)[0]
     assert (top.id, top.text, top.fields["title"]) == ("doc2", "We accept all major cards.", "")
-    assert json.loads(top.fields["metadata"]) == {"src": "faq"} and "_id" not in top.fields
+    assert top.fields["metadata"] == {"src": "faq"} and "_id" not in top.fields
     assert open_index(tmp_path / "idx").info()["id_field"] == "_id"
     more = tmp_path / "more.jsonl"
     more.write_text(json.dumps({"_id": "doc2", "title": "Cards", "text": "Visa only."}) + "\n")
@@ -218,3 +218,46 @@ def test_catalog_reads_texts_groups_and_filter_matches(tmp_path):
     assert catalog.largest_text_group() == 2
     assert sorted(catalog.matching('"price" > ?', [2])) == [(0, 1), (1, 2)]
 
+
+NESTED = [
+    {"id": "a", "text": "item a", "metadata": {}, "tags": ["x", {"k": 1}], "note": "{}", "raw": "[1, 2]"},
+    {"id": "b", "text": "item b", "metadata": {"k": [1, 2.5, None, True]}, "tags": [], "note": "plain"},
+]
+
+
+def test_nested_json_fields_come_back_as_json(tmp_path, tiny_model):
+    """A JSON object or array comes back as one from every search (CLI and HTTP hits are these),
+    a string that reads as JSON as the string; filters and groups see the JSON text."""
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in NESTED), encoding="utf-8")
+    build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    engine = SearchEngine(tmp_path / "idx")
+    fields = {h.id: h.fields for h in engine.search("item", k=5)}
+    shown = [fields["a"][k] for k in ("metadata", "tags", "note", "raw")]
+    assert shown == [{}, ["x", {"k": 1}], "{}", "[1, 2]"]
+    assert fields["b"]["metadata"] == {"k": [1, 2.5, None, True]} and fields["b"]["tags"] == []
+    assert (type(fields["a"]["note"]), type(fields["a"]["raw"]), fields["b"]["raw"]) == (str, str, None)
+    assert ids(engine, "metadata = '{}'") == {"a"} and ids(engine, "tags LIKE '%\"k\"%'") == {"a"}
+    assert len(engine.search("item", k=5, group_by="metadata")) == 2
+
+    update = tmp_path / "u.jsonl"
+    swapped = [{**NESTED[0], "metadata": "{}", "note": {}}, NESTED[1]]  # the same JSON text, other kinds
+    update.write_text("".join(json.dumps(r) + "\n" for r in swapped), encoding="utf-8")
+    report = add_to_index(tmp_path / "idx", update)
+    assert (report.updated, report.unchanged) == (1, 1)
+    rows = {r["_id"]: r for r in open_index(tmp_path / "idx").rows([1, 2]).values()}
+    assert (rows["a"]["metadata"], rows["a"]["note"], rows["b"]["tags"]) == ("{}", {}, [])
+
+
+def test_a_nested_value_json_answers_cannot_carry_stays_its_text(tmp_path):
+    """NaN inside a list (JSON Lines reads it) would make an HTTP answer fail: it comes back as
+    its text; an update still sees it unchanged."""
+    from indexer.catalog import Catalog
+    from indexer.reading.field_types import comparable
+
+    catalog = Catalog.create(tmp_path / "meta.db", {"m": "text"})
+    fields = {"m": [float("nan"), 1]}
+    catalog.put([Entry("a", "t", fields), Entry("b", "t", {"m": [1]})], [1, 2], [1, 1])
+    rows = catalog.rows([1, 2])
+    assert (rows[1]["m"], rows[2]["m"]) == ("[NaN, 1]", [1])
+    assert catalog.fingerprints(["a"])["a"][1] == comparable(fields, {"m": "text"})

@@ -136,13 +136,26 @@ def test_hybrid_hits_and_scores_are_those_of_fts5s_own_ranking(tmp_path, tiny_mo
     assert kept == whole
 
 
-def test_the_kept_postings_stay_bounded_whatever_words_are_asked(table):
-    """Words no entry holds, or too many do, are kept too (their counts): they count against the
-    bound like every other, so a stream of made-up words cannot grow the store without end."""
+def test_the_kept_postings_stay_within_their_bytes_whatever_words_are_asked(table):
+    """Each kept posting counts its bytes against the bound, its word's included, and words no
+    entry holds, or too many do, are kept too (their counts): a stream of long made-up words
+    cannot grow the store past the bound, measured by what Python allocates."""
+    import tracemalloc
+
     from indexer.catalog.postings import Postings
 
-    kept = Postings(rows=20, kept=50)
-    for i in range(500):
-        kept.posting(table.db, f'"madeup{i}"')
-        kept.posting(table.db, '"how"' if i % 2 else '"filler"')
-        assert len(kept) <= 50
+    bound = 1 << 20
+    kept = Postings(rows=20, kept=bound)
+    tracemalloc.start()
+    try:
+        kept.posting(table.db, '"how"')
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(2_000):
+            kept.posting(table.db, '"' + f"{i:04d}" + "madeup" * 333 + '"')  # 2,004 characters, made now
+            kept.posting(table.db, '"phones"' if i % 2 else '"filler"')
+            assert kept.held <= bound
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 100 < len(kept) < 2_000
+    assert grown <= bound * 1.25, grown

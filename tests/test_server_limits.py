@@ -1,7 +1,8 @@
 """The real `semsearch serve` against connections that hold it without asking anything: idle
-ones, slowloris heads, trickled bodies (each closed past its deadline), and more connections than
-its limit (refused at once with a 503 in the error shape). Timeouts are set short here, the
-connection counts are small and all on loopback."""
+ones, slowloris heads, trickled bodies (each closed past its deadline), more connections than
+its limit (refused at once with a 503 in the error shape), and one client holding more than its
+share (refused past it, so another client still gets in). Timeouts are set short here, the
+connection counts are small and all on loopback (a second client is a second loopback address)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,12 @@ LIMIT = 24  # --max-connections
 
 
 @pytest.fixture(scope="module")
-def port(tmp_path_factory, tiny_model):
-    index = build_faq(tmp_path_factory.mktemp("faq"), tiny_model)
+def index(tmp_path_factory, tiny_model):
+    return build_faq(tmp_path_factory.mktemp("faq"), tiny_model)
+
+
+@pytest.fixture(scope="module")
+def port(index):
     options = [
         "--request-timeout",
         str(TIMEOUT),
@@ -66,9 +71,9 @@ def hold(port: int, count: int, first: bytes = b"") -> list[socket.socket]:
     return connections
 
 
-def answered(port: int) -> socket.socket:
+def answered(port: int, source: str = "127.0.0.1") -> socket.socket:
     """A connection the server has taken and answered once (kept open, as HTTP/1.1 keeps it)."""
-    connection = socket.create_connection(("127.0.0.1", port))
+    connection = socket.create_connection(("127.0.0.1", port), source_address=(source, 0))
     connection.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
     answer = b""
     while not (b"\r\n\r\n" in answer and answer.endswith(b"}")):
@@ -136,3 +141,33 @@ def test_http_that_cannot_be_read_is_a_400_in_the_error_shape(port):
         closed, answer = closed_by_server(connection, 5)
     assert closed and answer.startswith(b"HTTP/1.1 400"), answer
     assert list(json.loads(answer.split(b"\r\n\r\n", 1)[1])) == ["error"]
+
+
+def second_client() -> str:
+    """A second loopback address to connect from (Linux has all of 127.0.0.0/8)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.2", 0))
+        except OSError as exc:
+            pytest.skip(f"no second loopback address here: {exc}")
+    return "127.0.0.2"
+
+
+def test_one_client_holding_slow_connections_does_not_keep_another_out(index):
+    """One address opens every slot the server has with slow requests (heads never finished) and
+    keeps reconnecting: past its share it is refused, and a second address is still answered."""
+    other = second_client()
+    total = 80  # over the default share of one client (64), the whole --max-connections here
+    with serving(index, "--max-connections", str(total), "--request-timeout", "60") as port:
+        held = hold(port, total, b"POST /search HTTP/1.1\r\nHost: x\r\n")
+        try:
+            extra = hold(port, 5, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # it reconnects
+            for connection in extra:
+                closed, answer = closed_by_server(connection, 5)
+                assert closed and answer.startswith(b"HTTP/1.1 503"), answer
+                assert "one client" in json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+            held.extend(extra)
+            held.append(answered(port, other))  # the second client gets in, and is answered
+        finally:
+            for connection in held:
+                connection.close()

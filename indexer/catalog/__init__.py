@@ -12,6 +12,9 @@ Tables::
                                          content, kept by triggers in the writer's own transaction):
                                          keyword search
     keyword_texts                        the view it reads those columns through (with also fields)
+    structured(_rowid, field)            the fields of each row that hold a JSON list or object (kept
+                                         as JSON text, given back as the list or object); made by the
+                                         first write that stores one (``indexer.catalog.structured``)
 
 The keyword table's schema and operations are ``indexer.catalog.keywords``; the fields' facets
 (what a search page filters by) ``indexer.catalog.facets``.
@@ -32,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from indexer.catalog import structured
 from indexer.catalog.facets import Facet, FieldFacets
 from indexer.catalog.identifiers import quote
 from indexer.catalog.keywords import KeywordTable, keyword_fields
@@ -105,6 +109,7 @@ class Catalog(KeywordTable, FieldFacets):
         self._copy: Path | None = None  # the private folder of ``_committed_copy``, if reading one
         self._read_at: int | None = None  # the generation the read in progress is checked at
         self._kept = Postings()
+        self._structured = False  # whether the catalog is known to mark lists and objects (``structured``)
         mode = "rw" if readonly else "rwc"
         self.db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False)
         if not readonly:  # ``insert or replace`` runs the delete trigger that keeps ``keywords`` exact
@@ -259,15 +264,18 @@ class Catalog(KeywordTable, FieldFacets):
                 known.add(name.casefold())
         self._keep_keywords()
         by_columns: dict[tuple[str, ...], list[tuple]] = {}  # one statement per set of fields
+        nested: dict[int, list[str]] = {}  # row id -> its fields that hold a list or an object
         for entry, rowid, n in zip(entries, rowids, chunks, strict=True):
             names = tuple(entry.fields)
             values = (int(rowid), entry.id, entry.text, content_hash(entry.text), int(n))
             values += tuple(stored_value(entry.fields[name], types[name.casefold()]) for name in names)
             by_columns.setdefault(names, []).append(values)
+            nested[int(rowid)] = [name for name in names if structured.is_structured(entry.fields[name])]
         for names, rows in by_columns.items():
             columns = ", ".join(map(quote, [*RESERVED, *names]))  # _rowid, _id, _text, _hash, _chunks
             marks = ", ".join("?" * (len(RESERVED) + len(names)))
             self.db.executemany(f"insert or replace into entries ({columns}) values ({marks})", rows)
+        structured.mark(self.db, nested)
 
     def matching(self, condition: str, params: Sequence[Any]) -> list[tuple[int, int]]:
         """(row id, vectors held) of each entry a filter admits. ``condition`` is SQL that
@@ -325,12 +333,14 @@ class Catalog(KeywordTable, FieldFacets):
         ``comparable`` gives them). By id, so an update reads what it changes, not the index."""
         types = self.field_types()
         folded = {name.casefold(): t for name, t in types.items()}
-        select = ", ".join(map(quote, ["_id", "_hash", *types]))
+        select = ", ".join(map(quote, ["_rowid", "_id", "_hash", *types]))
         found = self.db.execute(
             f"select {select} from entries where _id in (select value from json_each(?))",
             (json.dumps(list(ids)),),
         )
-        return {row[0]: (row[1], comparable(dict(zip(types, row[2:], strict=True)), folded)) for row in found}
+        rows = {row[0]: (row[1], row[2], dict(zip(types, row[3:], strict=True))) for row in found}
+        self._decode({rowid: fields for rowid, (_, _, fields) in rows.items()}, answered=False)
+        return {i: (hashed, comparable(fields, folded)) for i, hashed, fields in rows.values()}
 
     def rowids(self, ids: Sequence[str]) -> dict[str, int]:
         """External id -> row id, for the ids that exist."""
@@ -349,7 +359,16 @@ class Catalog(KeywordTable, FieldFacets):
             (json.dumps([int(r) for r in rowids]),),
         )
         names = [c[0] for c in cursor.description]
-        return {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
+        rows = {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
+        self._decode(rows)
+        return rows
+
+    def _decode(self, rows: dict[int, dict[str, Any]], answered: bool = True) -> None:
+        """Lists and objects back as such in ``rows`` (row id -> column -> value), in place
+        (``structured.decode``)."""
+        self._structured = self._structured or structured.exists(self.db)
+        if self._structured:
+            structured.decode(self.db, rows, answered)
 
     def values(self, rowids: Sequence[int], name: str) -> dict[int, Any]:
         """Row id -> one column, for the row ids that exist: a reserved one (``_id``; ``_hash``:

@@ -10,12 +10,15 @@ give every later query holding that phrase FTS5's own numbers, bit for bit, and 
 
 Kept only inside a read transaction checked at a generation (``Catalog.reading_at``): an update
 that commits a new generation empties the store. A phrase more than ``ROWS`` entries hold keeps
-its count alone, and its queries are ranked by FTS5 itself.
+its count alone, and its queries are ranked by FTS5 itself. The store is bounded in bytes
+(``KEPT``), each phrase's own counted: phrases come from users' queries, and a stream of long
+made-up words must cost no more than a stream of common ones.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,11 +28,15 @@ import numpy as np
 
 ROWS = 5_000
 """Entries a phrase may match and still have its terms kept."""
-KEPT = 100_000
-"""Matches kept over all phrases, one more for each phrase (the least recently used go first)."""
+KEPT = 16 << 20
+"""Bytes the kept postings may hold over all phrases (the least recently used go first): about a
+million matches (16 bytes each), or some 38,000 short words no entry holds."""
+ENTRY = 100
+"""Bytes a kept phrase costs besides its text, its posting and its arrays: its slot and link in
+the store's ordered dict (about 70, measured with ``tracemalloc``)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Posting:
     """How many entries match a phrase and, where at most ``ROWS`` do, their row ids (ascending)
     and the phrase's BM25 term for each."""
@@ -43,18 +50,19 @@ class Postings:
     """The phrases' postings of one catalog connection, for the one generation they were read at."""
 
     def __init__(self, rows: int = ROWS, kept: int = KEPT) -> None:
+        """``kept``: the bytes the postings may hold (``KEPT``)."""
         self.rows, self.kept = rows, kept
         self.generation: int | None = None
         self.entries: int | None = None
         self._found: OrderedDict[str, Posting] = OrderedDict()
-        self._held = 0
+        self.held = 0  # the bytes the kept postings hold, as ``_size`` counts them
 
     def at(self, generation: int) -> Postings:
         """This store for a read at ``generation``: emptied if it was filled at another."""
         if generation != self.generation:
             self.generation, self.entries = generation, None
             self._found.clear()
-            self._held = 0
+            self.held = 0
         return self
 
     def total(self, db: sqlite3.Connection) -> int:
@@ -82,10 +90,9 @@ class Postings:
                 np.array([-bm25 for _, bm25 in rows], dtype=np.float64),
             )
         self._found[phrase] = found
-        self._held += _size(found)
-        while self._held > self.kept and len(self._found) > 1:
-            _, dropped = self._found.popitem(last=False)
-            self._held -= _size(dropped)
+        self.held += _size(phrase, found)
+        while self.held > self.kept and len(self._found) > 1:
+            self.held -= _size(*self._found.popitem(last=False))
         return found
 
     def __len__(self) -> int:
@@ -93,10 +100,11 @@ class Postings:
         return len(self._found)
 
 
-def _size(found: Posting) -> int:
-    """What a kept posting counts against ``KEPT``: its matches, and one for the phrase (a word no
-    entry holds, or too many do, is kept too)."""
-    return 1 + (len(found.rows) if found.rows is not None else 0)
+def _size(phrase: str, found: Posting) -> int:
+    """The bytes a kept posting holds against ``KEPT``: its phrase (a word no entry holds, or too
+    many do, is kept too), the posting, its arrays and its place in the store."""
+    arrays = sum(sys.getsizeof(a) for a in (found.rows, found.terms) if a is not None)
+    return sys.getsizeof(phrase) + sys.getsizeof(found) + arrays + ENTRY
 
 
 def ranked(

@@ -16,7 +16,8 @@ that adds the column), so a filter compares numbers as numbers in any corpus for
 - more numbers than other text (``"9.5"``, ``"n/a"``, ``"12"``) -> ``number``: the numbers are
   stored and compared as numbers, the text stays text (a filter treats it as unknown in ``<``,
   ``<=``, ``>``, ``>=`` with a number: see ``search.read.filters``);
-- otherwise (or any JSON list/object, stored as JSON text) -> ``text``.
+- otherwise (or any JSON list/object, stored as JSON text, which the catalog gives back as the
+  list or object: ``indexer.catalog.structured``) -> ``text``.
 
 The id field's column is ``text`` whatever its values (``indexer.writing.build.survey_corpus``): ids are
 text, ``"01"`` and ``"1"`` two of them.
@@ -37,6 +38,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
@@ -143,12 +145,20 @@ def stored_value(value: Any, field_type: str) -> Any:
     return number
 
 
+@dataclass(frozen=True)
+class Structured:
+    """A list or object as ``comparable`` gives it: its JSON text, unequal to a string of that text
+    (the catalog gives each back as it came)."""
+
+    text: str
+
+
 def comparable(fields: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:
     """Fields as stored (casefolded names, NULLs left out): equal means nothing to update.
     ``types``: casefolded name -> type (``Catalog.types_for``)."""
-    out = {}
+    out: dict[str, Any] = {}
     for name, value in fields.items():
         kept = stored_value(value, types[name.casefold()])
         if kept is not None:
-            out[name.casefold()] = kept
+            out[name.casefold()] = Structured(kept) if isinstance(value, (dict, list)) else kept
     return out

@@ -207,6 +207,13 @@ def duplicates_command(
     type=click.IntRange(min=1),
     help="Open connections at most; past that a new one gets a 503.",
 )
+@click.option(
+    "--max-client-connections",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Open connections of one client (IP address, IPv6 /64) at most; past that a new one gets a 503.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No access log (by default a line a request on stderr).")
 @click.option(
     "--forwarded-allow-ips",
@@ -224,6 +231,7 @@ def serve_command(
     request_timeout: float,
     keep_alive: float,
     max_connections: int,
+    max_client_connections: int,
     quiet: bool,
     forwarded_allow_ips: str | None,
     options: EmbeddingOptions,
@@ -272,6 +280,7 @@ def serve_command(
         request_timeout=request_timeout,
         keep_alive=keep_alive,
         max_connections=max_connections,
+        max_client_connections=max_client_connections,
         access_log=not quiet,
         forwarded_allow_ips=forwarded_allow_ips,
     )

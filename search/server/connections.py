@@ -1,10 +1,12 @@
 """What guards the server's connections and bodies: the body limit (``BodyLimit``), the request
-deadline and connection cap of ``GuardedH11`` (uvicorn's h11 protocol), and ``while_connected``,
+deadline and connection caps of ``GuardedH11`` (uvicorn's h11 protocol), and ``while_connected``,
 which cancels a request's work when its client hangs up."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -18,10 +20,14 @@ from search.server.errors import error_answer, error_body
 MAX_BODY = 1 << 20  # bytes in a request body, counted as they arrive
 # Connections (``serve``): a client has REQUEST_TIMEOUT s from connecting or from its previous
 # answer to send a whole request (a 1 MiB body at 100 kB/s fits), an idle keep-alive connection is
-# closed after KEEP_ALIVE s, and past MAX_CONNECTIONS open at once a new one is refused (503).
+# closed after KEEP_ALIVE s, and past MAX_CONNECTIONS open at once, or MAX_CLIENT_CONNECTIONS of
+# one client's, a new one is refused (503): one client cannot take every slot.
 REQUEST_TIMEOUT = 10.0
 KEEP_ALIVE = 5.0
 MAX_CONNECTIONS = 256
+MAX_CLIENT_CONNECTIONS = 64
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 T = TypeVar("T")
 
@@ -67,30 +73,82 @@ class BodyLimit:
         await answer(scope, None, send)
 
 
+def _address(peer: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address of a peer name (an IPv4-mapped IPv6 one as IPv4); None for a Unix socket."""
+    try:
+        address = ipaddress.ip_address(peer[0]) if isinstance(peer, tuple) and peer else None
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def client_of(peer: Any) -> str | None:
+    """Whose a connection from ``peer`` (its peer name) is, for the per-client cap: its IP address,
+    an IPv6 one by its /64 network (what one host is given); None for a Unix socket."""
+    address = _address(peer)
+    if isinstance(address, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
+    return None if address is None else str(address)
+
+
+def proxy_networks(allowed: str | None) -> tuple[Network, ...]:
+    """The networks ``--forwarded-allow-ips`` names (uvicorn's list: addresses, networks or ``*``);
+    an item that is neither (a Unix socket's path) names none."""
+    networks: list[Network] = []
+    for item in (allowed or "").split(","):
+        if item.strip() == "*":
+            return (ipaddress.IPv4Network("0.0.0.0/0"), ipaddress.IPv6Network("::/0"))
+        with contextlib.suppress(ValueError):
+            networks.append(ipaddress.ip_network(item.strip(), strict=False))
+    return tuple(networks)
+
+
 class GuardedH11(H11Protocol):
-    """uvicorn's h11 protocol with the bounds it lacks: a connection past ``max_connections`` is
-    answered 503 and closed before anything is read, and a client has ``request_timeout`` seconds
-    from connecting (or from its previous answer) to send a whole request, head and body: past
-    that the connection is closed, with a 408 if a request was begun. (uvicorn's keep-alive
-    timeout starts only after a first answer and stops at the first byte of the next request, so
-    an idle or slowloris connection was held forever.)"""
+    """uvicorn's h11 protocol with the bounds it lacks: a connection past ``max_connections``, or
+    past ``max_client_connections`` of its client's (``client_of``; a proxy in ``proxies`` speaks
+    for many clients and counts toward the total alone), is answered 503 and closed before
+    anything is read, and a client has ``request_timeout`` seconds from connecting (or from its
+    previous answer) to send a whole request, head and body: past that the connection is closed,
+    with a 408 if a request was begun. (uvicorn's keep-alive timeout starts only after a first
+    answer and stops at the first byte of the next request, so an idle or slowloris connection
+    was held forever.)"""
 
     request_timeout = REQUEST_TIMEOUT
     max_connections = MAX_CONNECTIONS
+    max_client_connections = MAX_CLIENT_CONNECTIONS
+    proxies: tuple[Network, ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.deadline: asyncio.TimerHandle | None = None
         self.refused = False
+        self.held_for: str | None = None  # the client this connection counts for; None: no one's
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        peer = transport.get_extra_info("peername")
+        address = _address(peer)
+        proxy = address is not None and any(address in network for network in self.proxies)
+        client = None if proxy else client_of(peer)
         if len(self.connections) >= self.max_connections:
-            self.refused = True
-            transport.write(_raw_error(503, f"too many connections: at most {self.max_connections} at once"))
-            transport.close()
-            return
-        super().connection_made(transport)
-        self._rearm()
+            self._refuse(transport, f"too many connections: at most {self.max_connections} at once")
+        elif client is not None and self._held_by(client) >= self.max_client_connections:
+            limit = self.max_client_connections
+            self._refuse(transport, f"too many connections from one client: at most {limit} at once")
+        else:
+            self.held_for = client
+            super().connection_made(transport)
+            self._rearm()
+
+    def _held_by(self, client: str) -> int:
+        """The open connections of ``client`` (one pass over at most ``max_connections``)."""
+        return sum(1 for other in self.connections if getattr(other, "held_for", None) == client)
+
+    def _refuse(self, transport: asyncio.Transport, message: str) -> None:
+        self.refused = True
+        transport.write(_raw_error(503, message))
+        transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.refused:

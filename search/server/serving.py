@@ -14,7 +14,14 @@ from fastapi import FastAPI
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from indexer.errors import BadInput
-from search.server.connections import KEEP_ALIVE, MAX_CONNECTIONS, REQUEST_TIMEOUT, GuardedH11
+from search.server.connections import (
+    KEEP_ALIVE,
+    MAX_CLIENT_CONNECTIONS,
+    MAX_CONNECTIONS,
+    REQUEST_TIMEOUT,
+    GuardedH11,
+    proxy_networks,
+)
 
 ACCESS = logging.getLogger("semsearch.access")
 
@@ -99,18 +106,25 @@ def serve(
     request_timeout: float = REQUEST_TIMEOUT,
     keep_alive: float = KEEP_ALIVE,
     max_connections: int = MAX_CONNECTIONS,
+    max_client_connections: int = MAX_CLIENT_CONNECTIONS,
     access_log: bool = True,
     forwarded_allow_ips: str | None = None,
 ) -> None:
     """Run ``app`` on the ``listen`` socket until interrupted, with the connection bounds of
     GuardedH11 and uvicorn's keep-alive timeout; ``access_log``: a line a request on stderr.
     ``forwarded_allow_ips``: the proxies (uvicorn's list: addresses, networks, ``*``) whose
-    ``X-Forwarded-For``/``-Proto`` are believed; None: no one's (uvicorn would believe 127.0.0.1's)."""
+    ``X-Forwarded-For``/``-Proto`` are believed; None: no one's (uvicorn would believe 127.0.0.1's).
+    A proxy's connections count toward ``max_connections`` alone, not as one client's."""
     import uvicorn
 
     if access_log:
         _log_to_stderr()
-    bounds = {"request_timeout": request_timeout, "max_connections": max_connections}
+    bounds = {
+        "request_timeout": request_timeout,
+        "max_connections": max_connections,
+        "max_client_connections": max_client_connections,
+        "proxies": proxy_networks(forwarded_allow_ips),
+    }
     config = uvicorn.Config(
         AccessLog(app) if access_log else app,
         http=type("Guarded", (GuardedH11,), bounds),
