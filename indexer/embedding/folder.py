@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from indexer.embedding.model_files import model_file, read_json
+from indexer.embedding.model_files import inside, model_file, model_json
 from indexer.embedding.pooling import namespace
+from indexer.embedding.weights import read_tensors, tensor_shapes
 from indexer.errors import BadInput
 
 POOLING_MODES = {
@@ -84,8 +85,9 @@ def _pooling(config: dict[str, Any]) -> str | None:
 
 
 def read_folder(location: str) -> FolderSays:
-    """What the sentence-transformers files at ``location`` (a folder, or a cached hub model) say."""
-    modules = read_json(model_file(location, "modules.json"))
+    """What the sentence-transformers files at ``location`` (a folder, or a cached hub model) say.
+    A module said to lie outside the folder is refused: nothing outside it is read."""
+    modules = model_json(model_file(location, "modules.json"))
     if not isinstance(modules, list):
         return FolderSays()
     pooling: str | None = None
@@ -100,9 +102,12 @@ def read_folder(location: str) -> FolderSays:
         name = kind.rsplit(".", 1)[-1]
         path = str(module.get("path", ""))
         where = f"module {path or module.get('name', '?')} ({kind})"
+        if path and not inside(path):
+            named = f"module {module.get('name', '?')} ({kind})"
+            raise BadInput(f"{location}: its modules.json puts {named} at {path!r}, outside the model folder")
         if not kind.startswith("sentence_transformers."):
             return FolderSays(refused=f"{where} is code of its own, which semsearch does not run")
-        config = read_json(model_file(location, f"{path}/config.json")) or {}
+        config = _object(model_json(model_file(location, f"{path}/config.json"))) if path else {}
         if name == "Transformer" and pooling is None and not after:
             if path:
                 return FolderSays(refused=f"{where} lies in {path}/: give --model with that folder")
@@ -119,8 +124,12 @@ def read_folder(location: str) -> FolderSays:
                 "sentence_embedding"
             )
             sized = isinstance(config.get("in_features"), int) and isinstance(config.get("out_features"), int)
-            if activation is None or unusual or not sized or _weights(location, path) is None:
+            weights = _weights(location, path)
+            if activation is None or unusual or not sized or weights is None:
                 return FolderSays(refused=f"{where} is a Dense module semsearch cannot reproduce")
+            mismatch = _dense_mismatch(weights, config["in_features"], config["out_features"])
+            if mismatch:
+                return FolderSays(refused=f"{where}: {mismatch}")
             width = int(config["out_features"])
             after.append(path)
             said.append(f"dense {config['in_features']}->{width} {activation}")
@@ -131,12 +140,12 @@ def read_folder(location: str) -> FolderSays:
             return FolderSays(refused=f"{where} is a module semsearch cannot reproduce")
     while after and after[-1] == NORMALIZE:  # every vector is normalised at the end anyway
         after.pop()
-    bert = read_json(model_file(location, "sentence_bert_config.json")) or {}
+    bert = _object(model_json(model_file(location, "sentence_bert_config.json")))
     max_length = bert.get("max_seq_length")
     lowercase = bool(bert.get("do_lower_case"))
     if lowercase:
         said.append("lowercase")
-    prompts = _prompts(read_json(model_file(location, "config_sentence_transformers.json")) or {})
+    prompts = _prompts(_object(model_json(model_file(location, "config_sentence_transformers.json"))))
     if any(prompts):
         said.append(f"prompts query {prompts[0]!r} passage {prompts[1]!r}")
     if prompt_left_out and any(prompts):
@@ -144,6 +153,25 @@ def read_folder(location: str) -> FolderSays:
     return FolderSays(
         pooling, int(max_length) if max_length else None, tuple(after), width, lowercase, prompts, tuple(said)
     )
+
+
+def _object(read: Any) -> dict[str, Any]:
+    """A settings file's JSON object; an absent file, or one holding no object, says nothing."""
+    return read if isinstance(read, dict) else {}
+
+
+def _dense_mismatch(weights: Path, in_features: int, out_features: int) -> str | None:
+    """How a Dense module's weights differ from the sizes its config.json gives, or None: read
+    from the file's header or tensor records, before any tensor."""
+    shapes = tensor_shapes(weights)
+    if "linear.weight" not in shapes:
+        return f"{weights} holds no linear.weight"
+    said = {"linear.weight": (out_features, in_features), "linear.bias": (out_features,)}
+    for name, shape in said.items():
+        if name in shapes and shapes[name] != shape:
+            held = "x".join(map(str, shapes[name]))
+            return f"{weights} holds {name} {held}, not the {'x'.join(map(str, shape))} its config.json says"
+    return None
 
 
 def _prompts(config: dict[str, Any]) -> tuple[str, str]:
@@ -226,8 +254,11 @@ class Projection:
             if path == NORMALIZE:
                 self.steps.append(None)
                 continue
-            config = read_json(module_file(location, path, "config.json")) or {}
-            tensors = _load(_weights(location, path), path)
+            config = _object(model_json(module_file(location, path, "config.json")))
+            weights = _weights(location, path)
+            if weights is None:
+                raise BadInput(f"the model's Dense module {path} has no weights here")
+            tensors = read_tensors(weights)
             activation = ACTIVATIONS[str(config.get("activation_function", "")).rsplit(".", 1)[-1]]
             if "linear.weight" not in tensors:
                 raise BadInput(f"the model's Dense module {path} holds no linear.weight")
@@ -240,62 +271,3 @@ class Projection:
             else:
                 vectors = step(vectors)
         return vectors
-
-
-def _load(weights: Path | None, path: str) -> dict[str, np.ndarray]:
-    """A Dense module's tensors as float32 NumPy arrays (safetensors, or torch's zip pickle read
-    without torch)."""
-    if weights is None:
-        raise BadInput(f"the model's Dense module {path} has no weights here")
-    if weights.suffix == ".safetensors":
-        from safetensors.numpy import load_file
-
-        return {k: np.asarray(v, dtype=np.float32) for k, v in load_file(str(weights)).items()}
-    return read_torch_pickle(weights)
-
-
-STORAGES = {"FloatStorage": np.float32, "HalfStorage": np.float16, "DoubleStorage": np.float64}
-"""The dtypes of the tensors a torch pickle of Dense weights may hold (bfloat16 apart)."""
-
-
-def read_torch_pickle(file: Path) -> dict[str, np.ndarray]:
-    """The tensors of a ``torch.save`` zip file as float32 arrays, read without torch: its pickle
-    may name nothing but tensors, their storages and an ordered dict (anything else is refused,
-    so no code of the file runs)."""
-    import collections
-    import pickle
-    import zipfile
-
-    with zipfile.ZipFile(file) as archive:
-        names = archive.namelist()
-        root = next(n for n in names if n.endswith("data.pkl")).rsplit("/", 1)[0]
-
-        def storage(pid: tuple) -> np.ndarray:
-            _, kind, key, _, _ = pid
-            raw = archive.read(f"{root}/data/{key}")
-            if kind == "BFloat16Storage":
-                return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
-            return np.frombuffer(raw, STORAGES[kind]).astype(np.float32)
-
-        def rebuild(store: np.ndarray, offset: int, size: tuple, stride: tuple, *_: object) -> np.ndarray:
-            item = store.itemsize
-            view = np.lib.stride_tricks.as_strided(
-                store[offset:], shape=size, strides=tuple(s * item for s in stride)
-            )
-            return np.array(view, dtype=np.float32)
-
-        class Reader(pickle.Unpickler):
-            def find_class(self, module: str, name: str) -> object:
-                if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
-                    return rebuild
-                if (module, name) == ("collections", "OrderedDict"):
-                    return collections.OrderedDict
-                if module == "torch" and (name in STORAGES or name == "BFloat16Storage"):
-                    return name
-                raise BadInput(f"{file} holds more than tensors ({module}.{name}): not read")
-
-            def persistent_load(self, pid: tuple) -> np.ndarray:
-                return storage(pid)
-
-        with archive.open(f"{root}/data.pkl") as pickled:
-            return dict(Reader(pickled).load())

@@ -13,6 +13,8 @@ import hashlib
 import json
 import logging
 import os
+import pickle
+import re
 import tempfile
 import warnings
 from collections.abc import Mapping
@@ -21,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from indexer.embedding.folder import FolderSays, read_folder
-from indexer.embedding.model_files import model_file, read_json
+from indexer.embedding.model_files import check_link, model_file, model_json, read_json
 from indexer.embedding.strategy import AUTO, DEFAULT_MODEL, Strategy
+from indexer.embedding.weights import tensor_shapes, torch_alone_reads
 from indexer.errors import BadInput, StrategyConflict
 
 FINGERPRINTED = (
@@ -49,9 +52,32 @@ SHAPE_KEYS = {"num_hidden_layers": ("num_hidden_layers", "n_layers"), "hidden_si
 
 
 def config_shape(config: Mapping[str, Any]) -> tuple[int, int] | None:
-    """A ``config.json``'s transformer block count and hidden width, or None where it says neither."""
+    """A ``config.json``'s transformer block count and hidden width, or None where it does not
+    say both as counts (``check_model`` refuses a model whose config says another thing)."""
     found = [next((config[k] for k in keys if k in config), None) for keys in SHAPE_KEYS.values()]
-    return None if None in found else (int(found[0]), int(found[1]))
+    return (found[0], found[1]) if all(_count(value) for value in found) else None
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+SIZES = (*SHAPE_KEYS["num_hidden_layers"], *SHAPE_KEYS["hidden_size"], "max_position_embeddings")
+"""The sizes of a ``config.json`` that ``check_model`` holds against its weights."""
+WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+"""The files transformers loads a model's weights from, in the order it prefers them (an
+``.index.json`` maps the weights to the files, shards, that hold them)."""
+BLOCK = re.compile(r"(?:^|\.)layers?\.(\d+)\.")
+"""A weight of transformer block N: ``encoder.layer.N.`` (BERT's family), ``transformer.layer.N.``
+(DistilBERT), ``layers.N.`` (ModernBERT). ALBERT's one shared block is numbered otherwise."""
+SHARED_BLOCK_MOST = 128
+"""The most layers a config.json may say where its weights hold one block run again and again
+(ALBERT): they cannot contradict the count, and a million runs of it would not end."""
 
 
 ENCODERS = (
@@ -195,13 +221,12 @@ def model_facts(model: str) -> ModelFacts:
 
     _quiet_transformers()
     location = model_location(model)
-    plain_encoder(model, location)
+    check_model(model, location)
     try:
         config = AutoConfig.from_pretrained(location, local_files_only=True)
     except (OSError, ValueError, KeyError) as exc:
         raise unloadable(model, location, exc) from None
-    tokenizer_config = read_json(model_file(location, "tokenizer_config.json")) or {}
-    return ModelFacts.of(config, tokenizer_config.get("model_max_length") or float("inf"), location)
+    return ModelFacts.of(config, tokenizer_limit(location), location)
 
 
 def model_facts_from_files(model: str) -> ModelFacts | None:
@@ -210,18 +235,20 @@ def model_facts_from_files(model: str) -> ModelFacts | None:
     from types import SimpleNamespace
 
     location = model_location(model)
-    config = read_json(model_file(location, "config.json"))
+    config = check_model(model, location)
     shape = config_shape(config or {})
     if config is None or shape is None:
         return None
-    check_encoder(model, config)
-    tokenizer_config = read_json(model_file(location, "tokenizer_config.json")) or {}
     sizes = dict(zip(SHAPE_KEYS, shape, strict=True))
-    return ModelFacts.of(
-        SimpleNamespace(**{**config, **sizes}),
-        tokenizer_config.get("model_max_length") or float("inf"),
-        location,
-    )
+    return ModelFacts.of(SimpleNamespace(**{**config, **sizes}), tokenizer_limit(location), location)
+
+
+def tokenizer_limit(location: str) -> int | float:
+    """The longest input the tokenizer's ``tokenizer_config.json`` allows (``model_max_length``),
+    or no limit where it says none."""
+    said = model_json(model_file(location, "tokenizer_config.json"))
+    limit = said.get("model_max_length") if isinstance(said, dict) else None
+    return limit if _count(limit) else float("inf")
 
 
 def resolve_strategy(request: Strategy, facts: ModelFacts | None = None) -> Strategy:
@@ -284,9 +311,12 @@ def _saved_strategy(model: str) -> tuple[Strategy, int] | None:
     """A local model directory's saved strategy and its count of transformer blocks, or None."""
     if not is_local(model):
         return None
-    saved = read_json(Path(model) / SAVED_STRATEGY)
-    shape = config_shape(read_json(Path(model) / "config.json") or {})
-    if not saved or "strategy" not in saved or shape is None:
+    saved = model_json(model_file(model, SAVED_STRATEGY))
+    if not isinstance(saved, dict) or not isinstance(saved.get("strategy"), dict):
+        return None
+    config = model_json(model_file(model, "config.json"))
+    shape = config_shape(config) if isinstance(config, dict) else None
+    if shape is None:
         return None
     return Strategy.from_dict({**saved["strategy"], "model": model}), shape[0]
 
@@ -325,13 +355,73 @@ def _quiet_transformers() -> None:
     warnings.filterwarnings("ignore", module="transformers")
 
 
-def plain_encoder(model: str, location: str) -> None:
-    """``check_encoder`` on the model's ``config.json``, before transformers reads it (which would
-    ask on the terminal whether to run a model's own code); a model not on disk is left to the
-    loader's message (``unloadable``)."""
-    config = read_json(model_file(location, "config.json"))
-    if config is not None:
-        check_encoder(model, config)
+def check_model(model: str, location: str) -> dict[str, Any] | None:
+    """The model's ``config.json``, checked before transformers or the ONNX path read anything:
+    ``check_encoder`` (transformers would ask on the terminal whether to run a model's own code),
+    its sizes against its weights (``check_sizes``). A folder that is a link leading nowhere, or
+    a config.json that is no JSON object, is refused naming it; a model not on disk (None) is left
+    to the loader's message (``unloadable``)."""
+    check_link(Path(location))
+    config = model_json(model_file(location, "config.json"))
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise BadInput(f"cannot load model {model!r}: its config.json holds no JSON object")
+    check_encoder(model, config)
+    check_sizes(model, location, config)
+    return config
+
+
+def weight_files(location: str) -> list[Path]:
+    """The files the model's weights lie in, as transformers chooses them (``WEIGHTS``)."""
+    for name in WEIGHTS:
+        found = model_file(location, name)
+        if found is None:
+            continue
+        if not name.endswith(".index.json"):
+            return [found]
+        index = model_json(found)
+        shards = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(shards, dict):
+            raise BadInput(f"{found} maps no weights to the files that hold them (weight_map)")
+        held = [model_file(location, shard) for shard in sorted(set(map(str, shards.values())))]
+        return [shard for shard in held if shard is not None]
+    return []
+
+
+def check_sizes(model: str, location: str, config: Mapping[str, Any]) -> None:
+    """Refuse a ``config.json`` whose sizes its weights contradict, from the weights' headers
+    (``tensor_shapes``, no tensor read) before anything is built: a network of a million layers
+    would be built for minutes before transformers finds no weights for it. Its block count is
+    the blocks the weights number, its width that of a square matrix among them, its position
+    count the rows of their position table."""
+
+    def contradicted(key: str, why: str) -> BadInput:
+        return BadInput(f"cannot load model {model!r}: config.json says {key} {config[key]!r}, {why}")
+
+    for key in SIZES:
+        if key in config and not _count(config[key]):
+            raise contradicted(key, "not a count")
+    files = [file for file in weight_files(location) if not torch_alone_reads(file)]
+    shapes = {name: shape for file in files for name, shape in tensor_shapes(file).items()}
+    shape = config_shape(config)
+    if not shapes or shape is None:
+        return
+    layers_key, hidden_key = (next(k for k in keys if k in config) for keys in SHAPE_KEYS.values())
+    (layers, hidden), held = shape, files[0].name if len(files) == 1 else f"its {len(files)} weight files"
+    blocks = {int(found[1]) for name in shapes if (found := BLOCK.search(name))}
+    if blocks and blocks != set(range(layers)):
+        numbered = f"numbered {min(blocks)} to {max(blocks)}"
+        raise contradicted(layers_key, f"but {held} holds {len(blocks)} ({numbered})")
+    if not blocks and layers > SHARED_BLOCK_MOST:
+        raise contradicted(layers_key, f"runs of one shared block: more than {SHARED_BLOCK_MOST}")
+    if (hidden, hidden) not in shapes.values():
+        raise contradicted(hidden_key, f"but {held} holds no {hidden}x{hidden} matrix")
+    positions = config.get("max_position_embeddings")
+    tables = {name: t[0] for name, t in shapes.items() if name.endswith("position_embeddings.weight") and t}
+    for name, rows in tables.items():
+        if positions is not None and rows != positions:
+            raise contradicted("max_position_embeddings", f"but {held} holds {rows} ({name})")
 
 
 def unloadable(model: str, location: str, error: BaseException) -> BadInput:
@@ -353,18 +443,33 @@ def unloadable(model: str, location: str, error: BaseException) -> BadInput:
     return BadInput(f"cannot load model {model!r} offline: {first}")
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+"""The JSON files transformers reads a tokenizer from."""
+
+
 def load_model(model: str, *, need_pooler: bool = False) -> tuple[Any, Any]:
     """Tokenizer and eval-mode model, from disk only; a clear error when that is impossible."""
     from transformers import AutoModel, AutoTokenizer
 
     _quiet_transformers()
     location = model_location(model)
-    plain_encoder(model, location)
+    check_model(model, location)
+    for name in TOKENIZER_FILES:  # transformers reads them with json.load, unguarded
+        model_json(model_file(location, name))
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise unloadable(model, location, exc) from None
+    held = ", ".join(file.name for file in weight_files(location))
+    try:
         network, info = AutoModel.from_pretrained(location, local_files_only=True, output_loading_info=True)
     except (OSError, ValueError, KeyError) as exc:
         raise unloadable(model, location, exc) from None
+    except RuntimeError:  # a size at odds with config.json that check_sizes does not compare
+        said = f"its weights ({held}) do not fit the network its config.json describes"
+        raise BadInput(f"cannot load model {model!r}: {said}") from None
+    except pickle.UnpicklingError:  # torch's weights_only refusal, whose advice is to run the file
+        raise BadInput(f"cannot load model {model!r}: {held} holds more than tensors: not loaded") from None
     if not getattr(tokenizer, "is_fast", False):
         raise BadInput(f"model {model!r} has no fast tokenizer (tokenizer.json); not supported")
     if need_pooler and any("pooler" in key for key in info.get("missing_keys", [])):

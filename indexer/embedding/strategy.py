@@ -50,6 +50,8 @@ def check_role(role: str) -> str:
     if role not in ROLES:
         raise BadInput(f"a text is encoded as one of {', '.join(ROLES)}, not {role!r}")
     return role
+
+
 DEFAULT_BACKEND = "onnx"
 """ONNX Runtime: the torch fp32 vectors (to 1e-5, batch-independent, same STS-B dev Spearman) and
 3.0x / 2.2x sentence-transformers' indexing speed on short / long texts, whole process
