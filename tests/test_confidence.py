@@ -974,3 +974,67 @@ def test_the_default_rule_leaves_the_keyword_signals_to_features(faq):
     rule = calibrate(index, queries, qrels, precision=0.5)
     assert rule.mode == "hybrid" and rule.features in (("text",), ("text", "gap"))
     assert "learned vs plain" in rule.why and "keywords" not in rule.why
+
+
+def calibrate_cli(index: Path, queries: Path, qrels: Path, *options: str) -> tuple[str, Rule]:
+    """``semsearch calibrate`` in this process: what it printed, and the rule it stored."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    args = ["calibrate", str(index), "--queries", str(queries), "--qrels", str(qrels), "--mode", "dense"]
+    said = CliRunner().invoke(cli, [*args, "--precision", "0.5", *options])
+    assert said.exit_code == 0, said.output
+    return said.stdout, SearchEngine(index).snapshot.rules["dense"]
+
+
+def test_trec_qrels_leave_unjudged_questions_out_of_calibration_as_evaluate_does(faq):
+    """TREC's qrels judge a pool: a question they never name is unjudged, not one without an
+    answer. Calibrate reads the questions evaluate scores (and those judged with no relevant
+    entry, which have none), and says how it read the rest."""
+    from search.studies.evaluate import evaluate_retrieval
+
+    index, _, queries, _ = faq
+    trec = queries.parent / "qrels.trec"
+    judged = [f"in{i} 0 e{i}{a} {1 + i % 3}" for i in range(10) for a in "ab"]
+    judged += [f"in{i} 0 e{(i + 1) % 10}a 0" for i in range(10)]  # judged, not relevant
+    judged += [f"out{j} 0 e{j}a 0" for j in range(5)]  # judged: no relevant entry
+    trec.write_text("\n".join(judged) + "\n")  # out5..out9: never judged
+    said, rule = calibrate_cli(index, queries, trec)
+    assert (rule.asked, rule.asked_unanswerable, rule.left_out) == (15, 5, 5)
+    scored = evaluate_retrieval(read_retrieval_set(queries, trec), index_dir=index)["queries"]
+    assert rule.asked - rule.asked_unanswerable == scored == 10
+    line = next(x for x in said.splitlines() if x.startswith("unjudged:"))
+    assert "10 of the 20 questions have no relevant judgement" in line
+    assert "5 judged with none relevant read as ones with no answer in the index" in line
+    assert "5 never judged left out, as evaluate leaves them out" in line
+    assert "--unanswerable-ids" in line
+    assert "33% of the 15 labelled questions have no answer in the index" in said
+    assert "5 unjudged left out" in rule.measured_on
+
+
+def test_the_mixed_file_convention_still_reads_unjudged_questions_as_unanswerable_and_says_so(faq):
+    """Qrels of relevant judgements alone, beside a questions file holding questions none of
+    them names (the off-topic ones): those have no answer, and calibrate says it read them so."""
+    index, _, queries, qrels = faq
+    said, rule = calibrate_cli(index, queries, qrels)
+    assert (rule.asked, rule.asked_unanswerable, rule.left_out) == (20, 10, 0)
+    line = next(x for x in said.splitlines() if x.startswith("unjudged:"))
+    assert "10 of the 20 questions have no relevant judgement: read as ones with no answer" in line
+    assert "qrels of relevant judgements alone" in line and "--unanswerable-ids" in line
+
+
+def test_unanswerable_ids_name_the_questions_without_an_answer_and_leave_the_other_unjudged_out(faq):
+    index, _, queries, qrels = faq
+    named = queries.parent / "none.txt"
+    named.write_text("out0\nout1\nout2\n")
+    said, rule = calibrate_cli(index, queries, qrels, "--unanswerable-ids", str(named))
+    assert (rule.asked, rule.asked_unanswerable, rule.left_out) == (13, 3, 7)
+    line = next(x for x in said.splitlines() if x.startswith("unjudged:"))
+    assert "3 named by --unanswerable-ids read as ones with no answer in the index" in line
+    assert "7 never judged left out, as evaluate leaves them out" in line
+    for wrong, message in (("in3\n", "in3 is named unanswerable"), ("nobody\n", "no question asked")):
+        named.write_text(wrong)
+        with pytest.raises(BadInput, match=message):
+            data = read_retrieval_set(queries, qrels)
+            calibrate_index(index, data.queries, data.qrels, no_answer=data.without_answer([wrong.strip()]))

@@ -4,6 +4,7 @@ entries that tie rank in file order in every mode."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -112,6 +113,34 @@ def test_a_question_of_words_most_entries_hold_is_no_keyword_evidence(tmp_path, 
     # an entry holding one of two rare words holds half their weight, not all of it
     one = engine.search("7 11", k=3, mode="keyword")
     assert {h.id for h in one[:2]} == {"e7", "e11"} and all(h.score == pytest.approx(0.5) for h in one[:2])
+
+
+def test_where_no_word_of_a_question_weighs_anything_the_hits_say_so(tmp_path, tiny_model):
+    """Every keyword score 0 is no ranking by the share: the note printed with the hits says every
+    word weighs 0 (in a quarter of the entries or more) and the hits stand in BM25's order; a
+    question with a word that weighs something, or searched in another mode, has no such note."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
+    engine = SearchEngine(tmp_path / "idx")
+    notes = engine.keyword_notes(["entry about", "entry 7", "?!"], "keyword")
+    assert notes[0] is not None and notes[1:] == [None, None]
+    assert "every word of this question is in a quarter of the entries or more" in notes[0]
+    assert "every keyword score is 0" in notes[0] and "BM25" in notes[0]
+    assert engine.keyword_notes(["entry about"], "hybrid") == [None]
+    assert engine.keyword_notes(["entry about"], "dense") == [None]
+
+    def query(*args: str) -> str:
+        said = CliRunner().invoke(cli, ["query", str(tmp_path / "idx"), *args, "--mode", "keyword"])
+        assert said.exit_code == 0, said.output
+        return said.stdout
+
+    lines = query("entry about").splitlines()
+    assert lines[lines.index("query: entry about") + 1] == notes[0]
+    assert json.loads(query("entry about", "--json"))["note"] == notes[0]
+    assert "note" not in json.loads(query("entry 7", "--json"))
 
 
 def test_a_query_holding_a_code_is_fused_with_the_index_weight(tmp_path, tiny_model):

@@ -30,3 +30,10 @@ def test_a_wrapped_text_is_whole_before_its_notes(capsys, monkeypatch, answered)
     assert text_lines == list(range(text_lines[0], text_lines[-1] + 1)), "the text is one block"
     assert note == text_lines[-1] + 1
     assert "word39" in lines[text_lines[-1]]
+
+
+def test_a_nested_field_prints_as_json(capsys):
+    hit = Hit(rank=1, id="a", score=0.5, text="t", fields={"metadata": {"k": [1, None]}, "tags": ["x"]})
+    print_hits("q", [hit])
+    out = capsys.readouterr().out
+    assert 'metadata: {"k": [1, null]}' in out and 'tags: ["x"]' in out

@@ -7,9 +7,9 @@ import pytest
 
 from indexer.embedding.strategy import SWEPT, Strategy
 from indexer.errors import BadInput
-from search.cli.printing import report_modes
+from search.cli.printing import report_modes, report_sweep
 from search.studies.evaluate import Pairs
-from search.studies.sweep import Cell, Modes, SweepPlan, plan_sweep, sweep_sts
+from search.studies.sweep import Cell, Modes, SweepPlan, best_first, plan_sweep, sweep_sts
 
 PAIRS = Pairs(
     ["a cat", "a dog", "a car"], ["one cat", "one dog", "one bus"], __import__("numpy").array([5.0, 4, 3])
@@ -104,3 +104,58 @@ def test_where_a_keyword_weight_beats_dense_the_sweep_says_how_to_store_it(capsy
     said = capsys.readouterr().out
     assert "best keyword weight by mrr@10: 0.05 (hybrid 0.600, dense 0.550)" in said
     assert "store it: semsearch calibrate INDEX --hybrid-weight 0.05" in said and "dense wins" not in said
+
+
+def graded(ndcg: float, mrr: float = 1.0) -> dict[str, float]:
+    """A graded passage set's retrieval metrics where every query's first hit is relevant (MRR@10
+    saturated at 1) and nDCG@10 still tells the rankings apart."""
+    return {
+        "mrr@10": mrr,
+        "ndcg@10": ndcg,
+        "recall@1": 0.1,
+        "recall@10": 0.6,
+        "success@1": mrr,
+        "success@3": 1.0,
+        "queries": 43,
+    }
+
+
+def test_cells_that_tie_on_the_metric_are_ranked_by_the_next_and_a_saturated_metric_is_said(capsys):
+    cells = [
+        Cell("layer 2", Strategy(layers=(2,), pooling="mean"), graded(0.85)),
+        Cell("layer 5", Strategy(layers=(5,), pooling="mean"), graded(0.897)),
+        Cell("layer 6 (last)", Strategy(pooling="mean"), graded(0.904)),
+    ]
+    ordered = best_first(cells, "mrr@10")
+    assert [c.scores["ndcg@10"] for c in ordered] == [0.904, 0.897, 0.85]
+    report_sweep(ordered, "mrr@10", None, None, 15, "passages", "semsearch index C -o INDEX")
+    said = capsys.readouterr().out
+    assert "mrr@10 is 1.000 in every cell (saturated: it tells no cell from another)" in said
+    assert "best by mrr@10, then ndcg@10: layer 6 (last), mean, none: 1.000, ndcg@10 0.904" in said
+    # a metric that tells the cells apart ranks alone, and says nothing more
+    mean = Strategy(pooling="mean")
+    told = [Cell("a", mean, graded(0.8, 0.9)), Cell("b", mean, graded(0.7, 0.95))]
+    assert [c.row for c in best_first(told, "mrr@10")] == ["b", "a"]
+    report_sweep(best_first(told, "mrr@10"), "mrr@10", None, None, 15, "p", "semsearch index C -o INDEX")
+    said = capsys.readouterr().out
+    assert "saturated" not in said and "best by mrr@10: b, mean, none: 0.950" in said
+
+
+def test_where_the_metric_ties_in_every_mode_the_sweep_advises_from_the_next(capsys):
+    """MRR@10 1.000 for dense and every weight: the weight that ranks best by nDCG@10 is the advice,
+    not dense (hybrid scored 0.93 against dense's 0.897 in the same table)."""
+    modes = Modes(
+        Cell("last", Strategy(), graded(0.897)),
+        graded(0.6),
+        {0.05: graded(0.93), 0.15: graded(0.923), 0.5: graded(0.88)},
+    )
+    assert modes.best_weight("mrr@10") == 0.05 and not modes.dense_wins("mrr@10")
+    report_modes(modes, "mrr@10")
+    said = capsys.readouterr().out
+    assert "dense wins" not in said and "--mode dense" not in said
+    assert "mrr@10 is 1.000 for dense and at every keyword weight (saturated: it tells none" in said
+    assert "best keyword weight by mrr@10, then ndcg@10: 0.05 (hybrid ndcg@10 0.930, dense 0.897)" in said
+    assert "store it: semsearch calibrate INDEX --hybrid-weight 0.05" in said
+    # and where the next metric ties too, dense still wins
+    level = Modes(Cell("last", Strategy(), graded(0.9)), graded(0.6), {0.05: graded(0.9), 0.5: graded(0.8)})
+    assert level.dense_wins("mrr@10")

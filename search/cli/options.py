@@ -242,6 +242,33 @@ def text_field_option(default: str | None = "text") -> Decorator:
     )
 
 
+def corpus_options(*, text_default: str | None = "text", id_help: str) -> Decorator:
+    """How a corpus file is read (``--text-field``, ``--id-field``, ``--format``, ``--encoding``,
+    ``--delimiter``, ``--quoting``), given to the command as one ``reading``
+    (``indexer.reading.corpus.CorpusOptions``), as ``embedding_options`` gives ``options``."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            from indexer.reading.corpus import CorpusOptions
+
+            text_field = kwargs.pop("text_field")
+            fields = ("id_field", "fmt", "encoding", "delimiter", "quoting")
+            reading = CorpusOptions(
+                text_fields=split(text_field) if text_field else None, **{f: kwargs.pop(f) for f in fields}
+            )
+            return command(reading=reading, **kwargs)
+
+        return stacked(
+            text_field_option(text_default),
+            click.option("--id-field", help=id_help),
+            format_option,
+            reading_options,
+        )(wrapper)
+
+    return decorate
+
+
 output_option = click.option(
     "-o",
     "--output",

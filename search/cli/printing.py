@@ -8,15 +8,19 @@ import shutil
 import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+if TYPE_CHECKING:
+    from indexer.reading.corpus import CorpusOptions
 
-def note_delimiter(path: Path | str, fmt: str | None, delimiter: str | None, encoding: str) -> None:
+
+def note_delimiter(path: Path | str, reading: CorpusOptions) -> None:
     from indexer.reading.formats import delimiter_note
 
-    if str(path) != "-" and (note := delimiter_note(Path(path), fmt, delimiter, encoding)):
+    note = str(path) != "-" and delimiter_note(Path(path), reading.fmt, reading.delimiter, reading.encoding)
+    if note:
         click.echo(note, err=True)
 
 
@@ -49,7 +53,9 @@ def count(number: int, noun: str) -> str:
 
 
 def short(value: Any, limit: int = 400) -> str:
-    text = " ".join(str(value).split())
+    """``value`` on one line of at most ``limit`` characters; a list or object as its JSON."""
+    shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else str(value)
+    text = " ".join(shown.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -59,12 +65,16 @@ def print_hits(
     lead_field: str | None = None,
     hidden: Iterable[str] = (),
     group_by: str | None = None,
+    note: str | None = None,
 ) -> None:
     """A ranked table: rank, score, id, then the lead text (e.g. the FAQ question) and other fields;
-    grouped, how many more entries each hit's group holds."""
+    grouped, how many more entries each hit's group holds. ``note``: one line on how to read the
+    scores of this query's hits, under it."""
     indent = " " * 25
     width = max(40, shutil.get_terminal_size((100, 20)).columns - len(indent))
     click.echo(f"\nquery: {query}")
+    if note:
+        click.echo(note)
     if not hits:
         click.echo("no match")
         return
@@ -110,7 +120,7 @@ def report_sweep(
     title: str,
     reproduce_prefix: str,
 ) -> None:
-    from search.studies.sweep import reproduce, write_csv, write_heatmap
+    from search.studies.sweep import deciding, reproduce, saturated, write_csv, write_heatmap
 
     metrics = [m for m in cells[0].scores if m not in ("pairs", "queries")]
     click.echo(f"{'#':>3}  {'layers':<26} {'pooling':<9} {'post':<7} " + " ".join(f"{m:>9}" for m in metrics))
@@ -122,9 +132,16 @@ def report_sweep(
             f"{rank:>3}  {cell.row:<26} {cell.strategy.pooling:<9} {cell.strategy.postprocess:<7} {values}"
         )
     best = cells[0]
+    if saturated([cell.scores for cell in cells], metric):
+        click.echo(
+            f"\n{metric} is {best.scores[metric]:.3f} in every cell (saturated: it tells no cell from "
+            f"another); {broken_by(best.scores, metric)}"
+        )
+    by = deciding(best.scores, cells[1].scores, metric) if len(cells) > 1 else metric
+    then = "" if by == metric else f", then {by}"
     click.echo(
-        f"\nbest by {metric}: {best.row}, {best.strategy.pooling}, {best.strategy.postprocess}: "
-        f"{best.scores[metric]:.3f}"
+        f"\nbest by {metric}{then}: {best.row}, {best.strategy.pooling}, {best.strategy.postprocess}: "
+        f"{best.scores[metric]:.3f}" + ("" if by == metric else f", {by} {best.scores[by]:.3f}")
     )
     click.echo(f"reproduce: {reproduce_prefix} {reproduce(best.strategy)}")
     if csv_path:
@@ -138,8 +155,19 @@ def report_sweep(
             click.echo("no heatmap: matplotlib is not installed (pip install 'semsearch[plot]')", err=True)
 
 
+def broken_by(scores: dict[str, float], metric: str) -> str:
+    """What ranks where ``metric`` ties: the other metrics, in the table's order."""
+    from search.studies.sweep import tie_breakers
+
+    first, *rest = tie_breakers(scores, metric)
+    return f"ties broken by {first}" + (f" (then {', '.join(rest)})" if rest else "")
+
+
 def report_modes(modes: Any, metric: str) -> None:
-    """The best cell searched dense, by keywords and hybrid at each keyword share, and the best share."""
+    """The best cell searched dense, by keywords and hybrid at each keyword share, and the best
+    share: by ``metric``, ties broken by the next metrics (said where ``metric`` is saturated)."""
+    from search.studies.sweep import deciding
+
     metrics = [m for m in modes.cell.scores if m != "queries"]
     click.echo("\nthe best cell in every mode (query --mode; docs/hybrid.md):")
     click.echo(f"{'mode':<12} " + " ".join(f"{m:>9}" for m in metrics))
@@ -148,10 +176,17 @@ def report_modes(modes: Any, metric: str) -> None:
     for name, scores in rows.items():
         click.echo(f"{name:<12} " + " ".join(f"{scores[m]:9.3f}" for m in metrics))
     best = modes.best_weight(metric)
-    hybrid, dense = modes.hybrid[best][metric], modes.cell.scores[metric]
+    if modes.saturated(metric):
+        click.echo(
+            f"\n{metric} is {modes.cell.scores[metric]:.3f} for dense and at every keyword weight "
+            f"(saturated: it tells none of them apart); {broken_by(modes.cell.scores, metric)}"
+        )
+    by = deciding(modes.hybrid[best], modes.cell.scores, metric)
+    named, shown = (metric, "") if by == metric else (f"{metric}, then {by}", f" {by}")
+    hybrid, dense = modes.hybrid[best][by], modes.cell.scores[by]
     if modes.dense_wins(metric):
         click.echo(
-            f"\ndense wins by {metric}: dense {dense:.3f}, the best keyword weight {best:g} {hybrid:.3f} "
+            f"\ndense wins by {named}: dense {dense:.3f}, the best keyword weight {best:g} {hybrid:.3f} "
             "(no weight scores above dense on these labels)"
         )
         click.echo(
@@ -160,7 +195,7 @@ def report_modes(modes: Any, metric: str) -> None:
             "--queries ... --qrels ... (or --self)"
         )
         return
-    click.echo(f"\nbest keyword weight by {metric}: {best:g} (hybrid {hybrid:.3f}, dense {dense:.3f})")
+    click.echo(f"\nbest keyword weight by {named}: {best:g} (hybrid{shown} {hybrid:.3f}, dense {dense:.3f})")
     click.echo(f"store it: semsearch calibrate INDEX --hybrid-weight {best:g}")
 
 

@@ -15,22 +15,20 @@ from search.cli.embedding import embedding_options
 from search.cli.options import (
     PREFIXES,
     SCORES,
+    corpus_options,
     encoding_option,
-    format_option,
     json_option,
     mode_option,
     progress_options,
-    reading_options,
-    split,
     strategy_from,
     strategy_options,
     strategy_options_for,
-    text_field_option,
 )
 from search.cli.printing import count, note_delimiter, print_hits, print_info, short
 
 if TYPE_CHECKING:
     from indexer.encoders.options import EmbeddingOptions
+    from indexer.reading.corpus import CorpusOptions
 
 
 @click.command("query")
@@ -90,6 +88,7 @@ def query_command(
     configure_threads()
     engine = SearchEngine(index_dir, options=options)
     results = engine.search_many([q.text for q in queries], k, where, min_score, group_by, mode)
+    keyword_notes = engine.keyword_notes([q.text for q in queries], mode)
     note = engine.no_rule_note(mode, min_score)
     if note:
         click.echo(note, err=True)
@@ -97,12 +96,12 @@ def query_command(
     text_fields = source.get("text_fields") or []
     lead_field = text_fields[0] if text_fields else None
     hidden = {source.get("id_field") or "id"} | ({lead_field} if len(text_fields) == 1 else set())
-    for query, hits in zip(queries, results, strict=True):
+    for query, hits, said in zip(queries, results, keyword_notes, strict=True):
         if as_json:
             record = {"query_id": query.id, "query": query.text, "hits": [h.to_dict() for h in hits]}
-            click.echo(json.dumps(record, ensure_ascii=False))
+            click.echo(json.dumps({**record, **({"note": said} if said else {})}, ensure_ascii=False))
         else:
-            print_hits(query.text, hits, lead_field, hidden, group_by)
+            print_hits(query.text, hits, lead_field, hidden, group_by, said)
 
 
 @click.command("info")
@@ -350,11 +349,7 @@ def similar_command(
 @click.option(
     "--to", type=click.Choice(("npy", "jsonl")), help="Output format (default: from the -o extension)."
 )
-@text_field_option()
-@click.option(
-    "--id-field", help="Field giving each row's id in JSON lines output (default: id, else row number)."
-)
-@format_option
+@corpus_options(id_help="Field giving each row's id in JSON lines output (default: id, else row number).")
 @click.option(
     "--index",
     "index_dir",
@@ -369,7 +364,6 @@ def similar_command(
     show_default=True,
     help="Encode the texts as queries or as passages (entries): each gets its prefix.",
 )
-@reading_options
 @progress_options
 @embedding_options("device")
 @strategy_options
@@ -377,14 +371,9 @@ def encode_command(
     source: str,
     output: str | None,
     to: str | None,
-    text_field: str,
-    id_field: str | None,
-    fmt: str | None,
+    reading: CorpusOptions,
     index_dir: Path | None,
     as_: str,
-    encoding: str,
-    delimiter: str | None,
-    quoting: str,
     progress: bool,
     options: EmbeddingOptions,
     asked: dict[str, Any],
@@ -408,16 +397,11 @@ def encode_command(
         output,
         model,
         to=to,
-        text_fields=split(text_field),
-        id_field=id_field,
-        fmt=fmt,
-        source_encoding=encoding,
-        delimiter=delimiter,
-        quoting=quoting,
+        reading=reading,
         progress=progress,
         as_=as_,
     )
-    note_delimiter(source, fmt, delimiter, encoding)
+    note_delimiter(source, reading)
     click.echo(
         f"encoded {report.texts} texts (dim {report.dimension}) into {report.output} "
         f"in {report.seconds:.1f}s",

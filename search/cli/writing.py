@@ -13,36 +13,32 @@ from indexer.embedding.strategy import DEFAULT_CHUNK_OVERLAP
 from search.cli.embedding import embedding_options
 from search.cli.options import (
     also_options,
+    corpus_options,
     encoding_option,
-    format_option,
     index_kind_option,
     json_option,
     judged_options,
     mode_option,
     output_option,
     progress_options,
-    reading_options,
     rule_options,
     split,
     storage_option,
     strategy_from,
     strategy_options,
-    text_field_option,
     wait_option,
 )
 from search.cli.printing import echo_notes, echo_rejections, note_delimiter
 
 if TYPE_CHECKING:
     from indexer.encoders.options import EmbeddingOptions
+    from indexer.reading.corpus import CorpusOptions
 
 
 @click.command("index")
 @click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
 @output_option
-@text_field_option()
-@click.option("--id-field", help="Field with the entry id (default: 'id' if present, else row number).")
-@format_option
-@reading_options
+@corpus_options(id_help="Field with the entry id (default: 'id' if present, else row number).")
 @click.option("--chunk", is_flag=True, help="Split long documents into overlapping windows.")
 @click.option(
     "--chunk-overlap",
@@ -59,12 +55,7 @@ if TYPE_CHECKING:
 def index_command(
     corpus: Path,
     index_dir: Path,
-    text_field: str,
-    id_field: str | None,
-    fmt: str | None,
-    encoding: str,
-    delimiter: str | None,
-    quoting: str,
+    reading: CorpusOptions,
     chunk: bool,
     chunk_overlap: int | None,
     index_kind: str,
@@ -86,17 +77,11 @@ def index_command(
     strategy = strategy_from(asked)
     if chunk or chunk_overlap is not None:
         strategy = strategy.chunked(chunk_overlap)
-    fields = split(text_field)
     report = build_index(
         corpus,
         index_dir,
         strategy,
-        text_fields=fields,
-        id_field=id_field,
-        fmt=fmt,
-        encoding=encoding,
-        delimiter=delimiter,
-        quoting=quoting,
+        corpus_options=reading,
         options=options,
         progress=progress,
         index_kind=index_kind,
@@ -104,7 +89,7 @@ def index_command(
         wait=wait,
         also=also,
     )
-    note_delimiter(corpus, fmt, delimiter, encoding)
+    note_delimiter(corpus, reading)
     echo_notes(report.notes)
     rate = report.entries / report.embed_seconds if report.embed_seconds else 0.0
     click.echo(
@@ -125,26 +110,18 @@ def index_command(
 @click.command("add")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
-@text_field_option(default=None)
-@click.option(
-    "--id-field",
-    help="Field with the entry id to upsert by (default: the index's own; an index built on row "
+@corpus_options(
+    text_default=None,
+    id_help="Field with the entry id to upsert by (default: the index's own; an index built on row "
     "numbers appends the rows with new ids).",
 )
-@format_option
-@reading_options
 @wait_option
 @embedding_options("batch", "ray", "device")
 @progress_options
 def add_command(
     index_dir: Path,
     corpus: Path,
-    text_field: str | None,
-    id_field: str | None,
-    fmt: str | None,
-    encoding: str,
-    delimiter: str | None,
-    quoting: str,
+    reading: CorpusOptions,
     wait: float,
     options: EmbeddingOptions,
     progress: bool,
@@ -157,21 +134,10 @@ def add_command(
     """
     from indexer.writing.update import add_to_index
 
-    fields = split(text_field) if text_field else None
     report = add_to_index(
-        index_dir,
-        corpus,
-        text_fields=fields,
-        id_field=id_field,
-        fmt=fmt,
-        encoding=encoding,
-        delimiter=delimiter,
-        quoting=quoting,
-        options=options,
-        progress=progress,
-        wait=wait,
+        index_dir, corpus, corpus_options=reading, options=options, progress=progress, wait=wait
     )
-    note_delimiter(corpus, fmt, delimiter, encoding)
+    note_delimiter(corpus, reading)
     echo_notes(report.notes)
     click.echo(
         f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "
@@ -320,6 +286,14 @@ def _labels_share(rule: Any) -> str | None:
     "--self", "from_corpus", is_flag=True, help="No labelled questions: make them from the index's own texts."
 )
 @click.option(
+    "--unanswerable-ids",
+    metavar="FILE",
+    help="File of the ids of questions with no answer in the index, one per line ('-' = stdin); the other "
+    "questions without a relevant judgement are left out, as evaluate leaves them out. Default: those the "
+    "qrels judge with none relevant; with qrels of relevant judgements alone (not TREC's layout, no 0), "
+    "every question they do not name.",
+)
+@click.option(
     "--remove", is_flag=True, help="Remove the index's calibration, or with --mode that mode's rule only."
 )
 @click.option(
@@ -343,6 +317,7 @@ def calibrate_command(
     queries_file: Path | None,
     qrels: Path | None,
     from_corpus: bool,
+    unanswerable_ids: str | None,
     remove: bool,
     hybrid_weight: float | None,
     encoding: str,
@@ -357,26 +332,29 @@ def calibrate_command(
 ) -> None:
     """Fit and store the rule that marks hits answered, with its promise: precision >= --precision
     with --guarantee confidence. Each answerable question is also asked with its answers hidden,
-    so labels that are all answerable still teach it to abstain; unjudged questions are
-    unanswerable ones. With --self, the questions are the index's own texts with words dropped.
+    so labels that are all answerable still teach it to abstain; questions without a relevant
+    judgement count as unanswerable where you say so (--unanswerable-ids, judgements of 0, or
+    qrels of relevant judgements alone), else they are left out, and it says how it read them.
+    With --self, the questions are the index's own texts with words dropped.
     With --hybrid-weight, store the keyword share hybrid search fuses with instead.
 
     \b
     Example:
         semsearch calibrate faq-index --queries questions.jsonl --qrels qrels.tsv --precision 0.9
     """
+    from indexer.writing.update import read_ids
     from search.read.hybrid import store_hybrid_weight
     from search.studies.calibration import calibrate_index, remove_calibration
     from search.studies.evaluate import read_retrieval_set
 
     if hybrid_weight is not None:
-        if remove or from_corpus or queries_file or qrels:
+        if remove or from_corpus or queries_file or qrels or unanswerable_ids:
             raise click.UsageError("--hybrid-weight takes no questions and no --remove")
         stored = store_hybrid_weight(index_dir, hybrid_weight, wait)
         click.echo(f"hybrid weight {stored:g} stored: hybrid fuses {1 - stored:g} dense + {stored:g} keyword")
         return
     if remove:
-        if from_corpus or queries_file or qrels:
+        if from_corpus or queries_file or qrels or unanswerable_ids:
             raise click.UsageError("--remove takes no questions")
         removed = remove_calibration(index_dir, wait, mode)
         which = "calibration" if mode is None else f"calibration for {mode} search"
@@ -384,7 +362,10 @@ def calibrate_command(
         return
     if from_corpus == bool(queries_file or qrels) or not from_corpus and not (queries_file and qrels):
         raise click.UsageError("give --queries and --qrels (labelled questions), or --self")
+    if unanswerable_ids and from_corpus:
+        raise click.UsageError("--unanswerable-ids names labelled questions: give --queries and --qrels")
     data = None if from_corpus else read_retrieval_set(queries_file, qrels, encoding)
+    named = read_ids(unanswerable_ids, encoding) if unanswerable_ids else None
     rule = calibrate_index(
         index_dir,
         data.queries if data else None,
@@ -396,6 +377,7 @@ def calibrate_command(
         mode=mode,
         wait=wait,
         progress=progress,
+        no_answer=data.without_answer(named) if data else None,
     )
     if as_json:
         click.echo(json.dumps(rule.to_dict()))
@@ -417,6 +399,9 @@ def calibrate_command(
     advice = _under_half(rule)
     if advice:
         click.echo(f"under half: {advice}")
+    unjudged = data.unjudged(named) if data else None
+    if unjudged:
+        click.echo(f"unjudged:   {unjudged}")
     share = _labels_share(rule)
     if share:
         click.echo(f"labels:     {share}")

@@ -177,6 +177,7 @@ class Rule:
     mode: str = DENSE  # the search mode whose ranking it was fitted on (``search.read.hybrid.MODES``)
     asked: int = 0  # labelled questions as asked (hidden copies aside); 0: made from the corpus
     asked_unanswerable: int = 0  # of them, those with no relevant entry in the index
+    left_out: int = 0  # labelled questions left out: no relevant judgement, and none said they have no answer
 
     @property
     def reads_neighbours(self) -> bool:

@@ -31,9 +31,8 @@ from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import BadInput
 from indexer.files import staged_file
 from indexer.progress import Progress, Share
-from indexer.reading.corpus import CorpusReader, Entry, blank
+from indexer.reading.corpus import CorpusOptions, CorpusReader, Entry, blank
 from indexer.reading.decoding import line_text, read_lines
-from indexer.reading.tsv import QUOTING
 from search.read.queries import check_text
 
 if TYPE_CHECKING:  # an index's encoder runs its exported graph: no torch
@@ -250,35 +249,27 @@ class EncodeReport:
 
 
 def read_texts(
-    source: str,
-    *,
-    text_fields: Sequence[str] | None = None,
-    id_field: str | None = None,
-    fmt: str | None = None,
-    encoding: str = "utf-8",
-    delimiter: str | None = None,
-    quoting: str = QUOTING,
+    source: str, reading: CorpusOptions | None = None, **given: Any
 ) -> Iterator[tuple[str, str]]:
     """``(id, text)`` of each row of a corpus file (CSV/TSV/JSONL/text lines, read as ``index``
-    reads one), or of each line of stdin for ``-`` (its line number as id), in order and as read.
+    reads one, with ``reading`` or its fields as keywords: ``CorpusOptions``), or of each line of
+    stdin for ``-`` (its line number as id), in order and as read.
     A row that cannot be encoded is an error naming it (or, if the file's rejections say it was
     read the wrong way, naming that: ``indexer.reading.mismatch``): a row is never skipped."""
+    reading = CorpusOptions.of(reading, **given)
     if source == "-":
         if sys.stdin is None:
             raise BadInput("stdin is closed: give a file of texts to encode")
-        if fmt not in (None, "text"):
-            raise BadInput("stdin is read as text lines, one text each: give a file for --format " + fmt)
-        for number, line in enumerate(read_lines("stdin", sys.stdin.buffer, encoding), 1):
+        if reading.fmt not in (None, "text"):
+            raise BadInput(
+                f"stdin is read as text lines, one text each: give a file for --format {reading.fmt}"
+            )
+        for number, line in enumerate(read_lines("stdin", sys.stdin.buffer, reading.encoding), 1):
             yield str(number), line_text(line)
         return
     reader = CorpusReader(
         source,
-        text_fields=text_fields,
-        id_field=id_field,
-        fmt=fmt,
-        encoding=encoding,
-        delimiter=delimiter,
-        quoting=quoting,
+        reading,
         columns=False,  # nothing is stored: any field names will do
     )
     items = iter(reader)
@@ -353,12 +344,7 @@ def encode_file(
     encoding: Encoding,
     *,
     to: str | None = None,
-    text_fields: Sequence[str] | None = None,
-    id_field: str | None = None,
-    fmt: str | None = None,
-    source_encoding: str = "utf-8",
-    delimiter: str | None = None,
-    quoting: str = QUOTING,
+    reading: CorpusOptions | None = None,
     progress: bool = False,
     as_: str = "query",
 ) -> EncodeReport:
@@ -366,19 +352,12 @@ def encode_file(
     (row i = text i) or JSON lines (``output_format``), streamed a part at a time. A file is
     written beside its place and renamed into it when complete (``indexer.files``): a failure
     or a stop leaves no half file. ``output`` None or ``-``: JSON lines on stdout.
-    ``source_encoding``: the source's encoding. ``as_``: the texts are queries or passages."""
+    ``reading``: how the source is read (``CorpusOptions``). ``as_``: the texts are queries or
+    passages."""
     check_role(as_)
     started = time.perf_counter()
     kind = output_format(output, to)
-    rows = read_texts(
-        source,
-        text_fields=text_fields,
-        id_field=id_field,
-        fmt=fmt,
-        encoding=source_encoding,
-        delimiter=delimiter,
-        quoting=quoting,
-    )
+    rows = read_texts(source, reading)
     if output in (None, "-"):
         writer = _JsonLinesWriter(sys.stdout.buffer)
         dimension = _stream(rows, encoding, writer, progress, as_)

@@ -125,6 +125,12 @@ class SearchEngine:
             return None
         return self.retrying(lambda snapshot: unruled(snapshot.rules, snapshot.mode(mode)))
 
+    def keyword_notes(self, queries: Sequence[str], mode: str | None = None) -> list[str | None]:
+        """One line per query whose keyword scores are all 0 in ``mode`` (None: the default)
+        because none of its words weighs anything (``Snapshot.keyword_notes``); None for the
+        others. What the CLI prints with the hits."""
+        return self.retrying(lambda snapshot: snapshot.keyword_notes(queries, mode))
+
     def search_many(
         self,
         queries: Sequence[str],

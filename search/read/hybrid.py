@@ -152,18 +152,34 @@ def word_weight(total: int, holding: int) -> float:
     return max(_idf(total, holding) - _idf(total, common), 0.0)
 
 
+def word_weights(catalog: Catalog, words: Words) -> list[float]:
+    """The weight (``word_weight``) of each of the query's terms (``Words.phrases``) in ``catalog``."""
+    total, holding = catalog.keyword_frequencies(words.phrases)
+    return [word_weight(total, n) for n in holding]
+
+
+WEIGHTLESS = (
+    "no keyword evidence: every word of this question is in a quarter of the entries or more, so each "
+    "weighs 0 and every keyword score is 0 (the hits stand in BM25's order)"
+)
+"""What a keyword search says where the query has words but none weighs anything."""
+
+
+def weightless(catalog: Catalog, words: Words) -> bool:
+    """Whether the query has words to match but none weighs anything: every share is 0."""
+    return words.match is not None and not any(word_weights(catalog, words))
+
+
 def keyword_scores(catalog: Catalog, words: Words, k: int, allowed: Sequence[int] | None = None) -> Ranking:
     """Row id -> keyword share of the k best keyword matches (BM25 order, then file order; among
     ``allowed`` row ids when given): the weights (``word_weight``) of the query's words an entry
     holds over the weights of all of them, in [0, 1]; 0 for every entry when no word of the
-    query weighs anything."""
+    query weighs anything (``weightless``)."""
     if words.match is None:
         return {}
-    phrases = words.phrases
-    total, holding = catalog.keyword_frequencies(phrases)
-    weights = [word_weight(total, n) for n in holding]
+    weights = word_weights(catalog, words)
     whole = sum(weights)
-    found = catalog.keyword_ranking(phrases, k, allowed, weights)
+    found = catalog.keyword_ranking(words.phrases, k, allowed, weights)
     return {rowid: held / whole if whole > 0 else 0.0 for rowid, held in found}
 
 

@@ -24,7 +24,17 @@ from indexer.store import StoredIndex
 from search.read.confidence import Neighbourhood, Rule, check_min_score, stored_form, stored_rules
 from search.read.encoding import Encoding
 from search.read.filters import parse_filter
-from search.read.hybrid import DEFAULT_MODE, DENSE, MODES, Words, check_mode, stored_weight
+from search.read.hybrid import (
+    DEFAULT_MODE,
+    DENSE,
+    KEYWORD,
+    MODES,
+    WEIGHTLESS,
+    Words,
+    check_mode,
+    stored_weight,
+    weightless,
+)
 from search.read.lookup import Lookup
 from search.read.requests import Allowed, Hit, check_k, check_queries
 
@@ -173,6 +183,15 @@ class Snapshot:
         if asked:
             return self.serves(asked)
         return self.default_mode if fitting else self.searched
+
+    def keyword_notes(self, queries: Sequence[str], mode: str | None) -> list[str | None]:
+        """One line per query where a search in ``mode`` (None: ``searched``) shows keyword scores
+        that are all 0 because no word of the query weighs anything (``WEIGHTLESS``); None for
+        the others, and in every mode but keyword."""
+        if self.mode(mode) != KEYWORD:
+            return [None] * len(queries)
+        with self.reading() as catalog:
+            return [WEIGHTLESS if weightless(catalog, Words(query, KEYWORD)) else None for query in queries]
 
     def said(self, queries: Sequence[str], mode: str) -> list[Words] | None:
         """Each query's keyword side in ``mode``, a mode already resolved (None: dense)."""

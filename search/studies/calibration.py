@@ -329,14 +329,35 @@ def observations(
     return observe([q.id for q in questions], near, ids, qrels, indexed)
 
 
-def described_labels(seen: Sequence[Observation]) -> str:
+def labelled(
+    questions: Sequence[Query], qrels: Mapping[str, Mapping[str, int]], no_answer: Collection[str] | None
+) -> tuple[list[Query], int]:
+    """The questions a calibration reads, and how many it leaves out. Every question with a
+    relevant judgement is read; one without is read as having no answer in the index where the
+    user says so: in ``no_answer``, or, where that is None, every one (the mixed-file convention:
+    qrels of relevant judgements alone, beside the questions without an answer). The others are
+    unjudged and left out, as ``evaluate`` leaves them out."""
+    if no_answer is None:
+        return list(questions), 0
+    unknown = sorted(set(no_answer) - {q.id for q in questions})
+    if unknown:
+        raise BadInput(f"{len(unknown)} unanswerable ids name no question asked: {', '.join(unknown[:3])}")
+    relevant = sorted(set(no_answer) & set(qrels))
+    if relevant:
+        raise BadInput(f"{relevant[0]} is named unanswerable, but the qrels judge an entry relevant to it")
+    kept = [q for q in questions if q.id in qrels or q.id in no_answer]
+    return kept, len(questions) - len(kept)
+
+
+def described_labels(seen: Sequence[Observation], left_out: int = 0) -> str:
     """What a rule fitted on labelled questions was measured on, for ``info``."""
     asked = [o for o in seen if not o.hidden]
     unanswerable = sum(not o.answerable for o in asked)
+    unjudged = f"; {left_out} unjudged left out" if left_out else ""
     return (
         f"{len(asked)} labelled questions on {len({o.cluster for o in asked})} threads "
-        f"({unanswerable} without an answer in the index), each answerable one also asked with its "
-        "answers hidden"
+        f"({unanswerable} without an answer in the index{unjudged}), each answerable one also asked "
+        "with its answers hidden"
     )
 
 
@@ -394,20 +415,24 @@ def calibrate_index(
     mode: str | None = None,
     wait: float = 0,
     progress: bool = False,
+    no_answer: Collection[str] | None = None,
 ) -> Rule:
     """Fit the rule on labelled questions and store it in the index as a new version (under the
-    writer lock, like any write). A question with no relevant entry in the index (unjudged, or
-    judged against ids the index lacks) is an example of one it cannot answer; each answerable
-    one is also asked with its answers hidden (``observe``). No questions (None): made from the
-    corpus itself (``self_observations``). ``mode``: the search mode the rule serves (None: the
-    index's default, ``Snapshot.default_mode``): fitted on that mode's ranking and signals, and
-    kept beside the rules of the other modes (a rule of the same mode is replaced)."""
+    writer lock, like any write). A question judged against ids the index lacks, or one the user
+    says has no answer (``no_answer``; None: every question without a relevant judgement,
+    ``labelled``), is an example of one it cannot answer; an unjudged one is left out (the
+    rule's ``left_out``); each answerable one is also asked with its answers hidden
+    (``observe``). No questions (None): made from the corpus itself (``self_observations``).
+    ``mode``: the search mode the rule serves (None: the index's default,
+    ``Snapshot.default_mode``): fitted on that mode's ranking and signals, and kept beside the
+    rules of the other modes (a rule of the same mode is replaced)."""
     check_precision(precision)
     check_features(features, mode or HYBRID)
     guarantee = check_share("the guarantee", GUARANTEE if guarantee is None else guarantee)
     unanswerable = check_share(
         "the unanswerable share", UNANSWERABLE if unanswerable is None else unanswerable
     )
+    asked, left_out = labelled(questions, qrels or {}, no_answer) if questions is not None else ([], 0)
     with writer_lock(Path(index_dir), wait):
         snapshot = SearchEngine(index_dir).snapshot
         mode = snapshot.mode(mode, fitting=True)
@@ -418,10 +443,14 @@ def calibrate_index(
                 f"{len(seen) // 2} questions made from the index's own texts (not questions users asked)"
             )
         else:
-            seen = observations(snapshot, questions, qrels or {}, mode=mode, progress=progress)
-            source, measured = "labels", described_labels(seen)
-            asked = [o for o in seen if not o.hidden]
-            counts = {"asked": len(asked), "asked_unanswerable": sum(not o.answerable for o in asked)}
+            seen = observations(snapshot, asked, qrels or {}, mode=mode, progress=progress)
+            source, measured = "labels", described_labels(seen, left_out)
+            read = [o for o in seen if not o.hidden]
+            counts = {
+                "asked": len(read),
+                "asked_unanswerable": sum(not o.answerable for o in read),
+                "left_out": left_out,
+            }
         if features is None:
             rule = choose_rule(seen, precision, guarantee, unanswerable)
         else:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import shlex
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -189,7 +189,7 @@ def sweep_sts(
             )
             processed = Transform.apply_optional(Transform.for_strategy(cell, raw), raw)
             results.append(Cell(row, cell, sts_scores(*pair_vectors(pairs, processed), pairs.gold)))
-    return _best_first(results, "spearman")
+    return best_first(results, "spearman")
 
 
 @dataclass(frozen=True)
@@ -204,13 +204,19 @@ class Modes:
     hybrid: dict[float, dict[str, float]]  # keyword share -> metrics
 
     def best_weight(self, metric: str) -> float:
-        """The share with the highest ``metric``; a tie goes to the one nearest the default."""
-        return max(self.hybrid, key=lambda w: (self.hybrid[w][metric], -abs(w - DEFAULT_WEIGHT)))
+        """The share with the highest ``metric``, ties broken by the next metrics (``ranked_by``);
+        a tie on every metric goes to the one nearest the default."""
+        return max(self.hybrid, key=lambda w: (ranked_by(self.hybrid[w], metric), -abs(w - DEFAULT_WEIGHT)))
 
     def dense_wins(self, metric: str) -> bool:
-        """No keyword share scores above dense on these labels: storing one would make the
-        default search (hybrid) worse than ``--mode dense``."""
-        return self.hybrid[self.best_weight(metric)][metric] <= self.cell.scores[metric]
+        """No keyword share scores above dense on these labels (``metric``, ties broken by the
+        next metrics): storing one would make the default search (hybrid) worse than
+        ``--mode dense``."""
+        return ranked_by(self.hybrid[self.best_weight(metric)], metric) <= ranked_by(self.cell.scores, metric)
+
+    def saturated(self, metric: str) -> bool:
+        """Whether ``metric`` scores the same in dense and at every weight: it cannot choose."""
+        return saturated([self.cell.scores, *self.hybrid.values()], metric)
 
 
 @dataclass(frozen=True)
@@ -262,7 +268,7 @@ def retrieval_sweep(
             found = {q.id: doc_ids[top[i]].tolist() for i, q in enumerate(data.queries)}
             results.append(Cell(row, cell, retrieval_metrics(found, data.qrels, k)))
             raw.append((doc_raw, query_raw))
-    ordered = _best_first(results, metric)
+    ordered = best_first(results, metric)
     best = ordered[0]
     cosines = _cosines(best.strategy, *raw[results.index(best)])  # again: keeping every cell's costs memory
     return RetrievalSweep(ordered, _modes(best, cosines, entries, data, k))
@@ -316,9 +322,47 @@ def _modes(best: Cell, cosines: np.ndarray, entries: Sequence[Entry], data: Retr
     return Modes(best, by_keyword, by_weight)
 
 
-def _best_first(cells: list[Cell], metric: str) -> list[Cell]:
-    """Highest score first; a cell with no score (constant vectors give NaN correlations) last."""
-    return sorted(cells, key=lambda c: -c.scores[metric] if np.isfinite(c.scores[metric]) else np.inf)
+COUNTS = ("queries", "pairs")
+"""The entries of a cell's scores that count what was measured rather than score it."""
+
+
+def tie_breakers(scores: Mapping[str, float], metric: str) -> list[str]:
+    """The other metrics, which break ``metric``'s ties in the order a report lists them (after
+    MRR@k, nDCG@k: graded qrels tell apart what a saturated MRR cannot)."""
+    return [name for name in scores if name != metric and name not in COUNTS]
+
+
+def _value(scores: Mapping[str, float], name: str) -> float:
+    """One score as it ranks: one that is not a number (constant vectors give NaN correlations)
+    below any other."""
+    value = float(scores[name])
+    return value if np.isfinite(value) else -np.inf
+
+
+def ranked_by(scores: Mapping[str, float], metric: str) -> tuple[float, ...]:
+    """``scores`` as a sort key, higher better: ``metric``, then each of its ``tie_breakers``."""
+    return tuple(_value(scores, name) for name in (metric, *tie_breakers(scores, metric)))
+
+
+def deciding(first: Mapping[str, float], second: Mapping[str, float], metric: str) -> str:
+    """The metric that ranks ``first`` against ``second``: ``metric``, or where they tie on it,
+    the first of its ``tie_breakers`` on which they differ (``metric`` where they tie on all)."""
+    differing = (n for n in tie_breakers(first, metric) if _value(first, n) != _value(second, n))
+    return metric if _value(first, metric) != _value(second, metric) else next(differing, metric)
+
+
+def saturated(measured: Sequence[Mapping[str, float]], metric: str) -> bool:
+    """Whether ``metric`` scores the same everywhere in ``measured`` (more than one): then it tells
+    nothing apart (an MRR of 1 where every query's first hit is relevant), and its ties are
+    broken by the next metrics."""
+    values = {_value(scores, metric) for scores in measured}
+    return len(measured) > 1 and len(values) == 1 and np.isfinite(values.pop())
+
+
+def best_first(cells: list[Cell], metric: str) -> list[Cell]:
+    """Highest ``metric`` first, ties broken by the next metrics (``ranked_by``); a cell with no
+    score last."""
+    return sorted(cells, key=lambda c: tuple(-value for value in ranked_by(c.scores, metric)))
 
 
 def reproduce(strategy: Strategy) -> str:
@@ -380,7 +424,7 @@ def write_heatmap(cells: Sequence[Cell], metric: str, path: Path, title: str) ->
     rows = list(dict.fromkeys(c.row for c in sorted(cells, key=lambda c: _row_order(c.row))))
     cols = [p for p in POOLINGS if any(c.strategy.pooling == p for c in cells)]
     posts = list(dict.fromkeys(c.strategy.postprocess for c in cells))
-    best = _best_first(list(cells), metric)[0]
+    best = best_first(list(cells), metric)[0]
     fig, axes = plt.subplots(
         1, len(posts), figsize=(2.2 + 1.3 * len(cols) * len(posts), 1.2 + 0.38 * len(rows)), squeeze=False
     )
