@@ -35,7 +35,8 @@ import numpy as np
 
 from indexer.writing.build import build_index
 from search.read.engine import SearchEngine
-from search.read.hybrid import DEFAULT_WEIGHT, HYBRID, MODES, WEIGHTS, store_hybrid_weight
+from search.read.hybrid import DEFAULT_WEIGHT, HYBRID, MODES, WEIGHTS
+from search.studies.calibration import store_hybrid_weight
 from search.studies.evaluate import read_qrels, retrieval_metrics
 from search.studies.promise import auroc
 

@@ -220,6 +220,34 @@ def test_threads_are_connected_components():
     assert sorted((sorted(q), sorted(d)) for q, d in found) == [(["q1", "q2"], ["a", "b"]), (["q3"], ["c"])]
 
 
+ABSTENTION_KEYS = [
+    "threads",
+    "seeds",
+    "calibration threads",
+    "test threads",
+    "removed threads",
+    "mode",
+    "target",
+    "default chose",
+    *(
+        f"{name} {key}"
+        for name in ("rule", "plain", "default")
+        for key in (
+            "features",
+            "promise kept",
+            "precision mean",
+            "precision worst",
+            "coverage mean",
+            "coverage worst",
+            "auroc mean",
+            "refused",
+        )
+    ),
+]
+"""The keys of ``evaluate abstention --json``, in order, before what it ran on and "per seed":
+scripts read them."""
+
+
 def test_abstention_evaluation_removes_whole_threads(tmp_path, tiny_model):
     corpus, queries, qrels = write_faq(tmp_path)
     report = evaluate_abstention(
@@ -230,17 +258,22 @@ def test_abstention_evaluation_removes_whole_threads(tmp_path, tiny_model):
         seeds=range(3),
         precision=0.5,
     )
-    assert (report["threads"], report["calibration threads"], report["removed threads"]) == (10, 5, 2)
-    assert [split["seed"] for split in report["per seed"]] == [0, 1, 2]
-    for split in report["per seed"]:
-        assert split["test unanswerable"] == pytest.approx(2 / 5)  # one question per thread
+    assert (report.threads, report.calibration_threads, report.removed_threads) == (10, 5, 2)
+    assert [split.seed for split in report.per_seed] == [0, 1, 2]
+    for split in report.per_seed:
+        assert split.test_unanswerable == pytest.approx(2 / 5)  # one question per thread
     for name in ("rule", "plain"):
-        precisions = [run[name]["precision"] for run in report["per seed"]]
+        precisions = [getattr(run, name).precision for run in report.per_seed]
         kept = sum(p >= 0.5 for p in precisions)
-        assert report[f"{name} promise kept"] == f"{kept}/3 seeds"
-        assert report[f"{name} precision worst"] == min(precisions)
-        assert 0 <= report[f"{name} coverage mean"] <= 1
-    assert (report["plain features"], report["rule features"]) == ("text", "text,gap")
+        summary = getattr(report, name)
+        assert summary.promise_kept == f"{kept}/3 seeds"
+        assert summary.precision_worst == min(precisions)
+        assert 0 <= summary.coverage_mean <= 1
+    assert (report.plain.features, report.rule.features) == ("text", "text,gap")
+    assert list(json.loads(json.dumps(report.to_dict()))) == ABSTENTION_KEYS + ["strategy", "per seed"]
+    seed = report.to_dict()["per seed"][0]
+    assert list(seed) == ["seed", "test unanswerable", "rule", "plain", "default"]  # the default refused
+    assert list(seed["rule"]) == ["precision", "coverage", "auroc", "refused"]
     with pytest.raises(BadInput, match="holdout"):
         evaluate_abstention(corpus, read_retrieval_set(queries, qrels), holdout=1.0)
     with pytest.raises(BadInput, match="guarantee"):
@@ -262,7 +295,7 @@ def test_cli_calibrate_then_query(faq):
     assert "no answer" in table.stdout and "answered: no" in table.stdout
     assert_clean_failure(run("query", index, "x", "--min-score", "3"), "min score must be in [-1, 1]")
     assert_clean_failure(
-        run("calibrate", index, "--queries", queries, "--qrels", qrels, "--precision", "0"), "precision"
+        run("calibrate", index, "--queries", queries, "--qrels", qrels, "--min-precision", "0"), "precision"
     )
     assert_clean_failure(
         run("calibrate", index, "--queries", queries, "--qrels", qrels, "--guarantee", "1"), "guarantee"
@@ -301,12 +334,11 @@ def test_stackfaq_abstention_keeps_its_promise_on_held_out_threads():
     corpus = shared_file("stackfaq", "corpus.jsonl")
     data = read_retrieval_set(shared_file("stackfaq", "queries.jsonl"), shared_file("stackfaq", "qrels.tsv"))
     report = evaluate_abstention(corpus, data, text_fields=["text"], also=FieldScoring(("text", "answer")))
-    for name in ("plain", "rule"):
-        kept = int(report[f"{name} promise kept"].split("/")[0])
-        assert kept >= 10, report
-        assert report[f"{name} precision mean"] >= 0.94
-        assert report[f"{name} coverage mean"] >= 0.4
-        assert report[f"{name} auroc mean"] >= 0.9
+    for summary in (report.plain, report.rule):
+        assert summary.kept >= 10, report
+        assert summary.precision_mean >= 0.94
+        assert summary.coverage_mean >= 0.4
+        assert summary.auroc_mean >= 0.9
 
 
 def test_http_search_marks_hits(faq):
@@ -365,8 +397,8 @@ def test_cli_evaluate_abstention(tmp_path, tiny_model):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["removed threads"] == 2 and len(report["per seed"]) == 3
-    assert {"rule promise kept", "plain promise kept", "plain coverage mean"} <= set(report)
-    table = run("evaluate", "abstention", *common, "--seeds", "2", "--precision", "0.5")
+    assert list(report) == ABSTENTION_KEYS + ["strategy", "per seed"]
+    table = run("evaluate", "abstention", *common, "--seeds", "2", "--min-precision", "0.5")
     assert "plain promise kept" in table.stdout and "seed  rule precision" in table.stdout
     assert_clean_failure(run("evaluate", "abstention", *common, "--holdout", "1.5"), "holdout")
 
@@ -424,7 +456,7 @@ def test_cli_calibrate_self_and_its_misuse(faq):
     assert_clean_failure(run("calibrate", index), "give --queries and --qrels")
     assert_clean_failure(run("calibrate", index, "--self", "--queries", queries), "or --self")
     assert_clean_failure(run("calibrate", index, "--queries", queries), "or --self")
-    result = run("calibrate", index, "--self", "--precision", "0.5", "--json")
+    result = run("calibrate", index, "--self", "--min-precision", "0.5", "--json")
     if result.returncode == 0:  # the tiny random model may reach no threshold: then one clean line
         assert json.loads(result.stdout)["questions"] == 2 * len(TOPICS)
     else:
@@ -840,12 +872,12 @@ def test_a_promise_that_answers_under_half_says_what_would_answer_more(demo_labe
     assert len(advice) == 1, said.stdout
     features = ",".join(rule.features)
     promised = dict(rule.costs)[looser]
-    assert f"--precision {looser:g} --features {features} answers {promised:.2f}" in advice[0]
+    assert f"--min-precision {looser:g} --features {features} answers {promised:.2f}" in advice[0]
     assert f"lift 0.95 to at most {rule.unguarded_coverage:.2f}" in advice[0]
     # the advice, run as said, answers what it said
     again = run(
         "calibrate", index, "--queries", queries, "--qrels", qrels, "--mode", "dense",
-        "--precision", f"{looser:g}", "--features", features, "--json",
+        "--min-precision", f"{looser:g}", "--features", features, "--json",
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["coverage"] == promised
@@ -868,7 +900,7 @@ def test_calibrate_says_the_labels_share_of_unanswerable_questions_and_when_to_c
     rule = calibrate(index, queries, qrels, precision=0.5)
     assert (rule.asked, rule.asked_unanswerable) == (50, 40)
     said = CliRunner().invoke(cli, ["calibrate", str(index), "--queries", str(queries), "--qrels", str(qrels),
-                                    "--precision", "0.5"])  # fmt: skip
+                                    "--min-precision", "0.5"])  # fmt: skip
     assert said.exit_code == 0, said.output
     line = next(x for x in said.stdout.splitlines() if x.startswith("labels:"))
     assert "80% of the 50 labelled questions have no answer in the index" in line
@@ -876,10 +908,10 @@ def test_calibrate_says_the_labels_share_of_unanswerable_questions_and_when_to_c
     answerable = queries.parent / "answerable.jsonl"
     answerable.write_text("".join(x + "\n" for x in queries.read_text().splitlines()[:10]))
     said = CliRunner().invoke(cli, ["calibrate", str(index), "--queries", str(answerable), "--qrels",
-                                    str(qrels), "--precision", "0.5"])  # fmt: skip
+                                    str(qrels), "--min-precision", "0.5"])  # fmt: skip
     line = next(x for x in said.stdout.splitlines() if x.startswith("labels:"))
     assert "all 10 labelled questions have an answer in the index" in line and "--unanswerable" in line
-    said = CliRunner().invoke(cli, ["calibrate", str(index), "--self", "--precision", "0.5"])
+    said = CliRunner().invoke(cli, ["calibrate", str(index), "--self", "--min-precision", "0.5"])
     assert said.exit_code == 0 and "labels:" not in said.stdout
 
 
@@ -983,7 +1015,7 @@ def calibrate_cli(index: Path, queries: Path, qrels: Path, *options: str) -> tup
     from search.cli import cli
 
     args = ["calibrate", str(index), "--queries", str(queries), "--qrels", str(qrels), "--mode", "dense"]
-    said = CliRunner().invoke(cli, [*args, "--precision", "0.5", *options])
+    said = CliRunner().invoke(cli, [*args, "--min-precision", "0.5", *options])
     assert said.exit_code == 0, said.output
     return said.stdout, SearchEngine(index).snapshot.rules["dense"]
 

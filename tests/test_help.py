@@ -153,3 +153,41 @@ def test_a_model_not_on_disk_says_how_to_bring_one(monkeypatch, tmp_path):
         assert "huggingface-cli" not in message  # huggingface_hub ships `hf` now, not that command
         assert "local directory" in message and "huggingface.co" not in message
     assert model_facts(DEFAULT_MODEL).num_layers == 6  # the bundled model needs none of this: found offline
+
+
+def test_one_option_name_means_one_thing_in_every_command():
+    """``--precision`` is the network's fp32/fp16/bf16 and ``--batch-size`` counts texts wherever
+    they are shown; a rule's promised precision and tune's pairs per step have names of their own."""
+    for name, command in commands().items():
+        for param in command.params:
+            if not isinstance(param, click.Option) or param.hidden:
+                continue
+            if "--precision" in param.opts:
+                assert isinstance(param.type, click.Choice) and "fp16" in param.type.choices, name
+            if "--batch-size" in param.opts:
+                assert param.help.startswith("Texts per"), name
+    assert "--min-precision" in options("calibrate") and "--min-precision" in options("evaluate abstention")
+    assert "--pairs-per-step" in options("tune")
+
+
+@pytest.mark.parametrize(
+    ("given", "precision", "noted"),
+    [
+        ([], 0.95, False),
+        (["--min-precision", "0.5"], 0.5, False),
+        (["--precision", "0.6"], 0.6, True),
+        (["--guarantee", "0.8", "--precision", "0.7"], 0.7, True),
+    ],
+)
+def test_the_old_spelling_of_min_precision_still_reaches_the_rule_with_a_note(given, precision, noted):
+    from search.cli.options import rule_options
+
+    @click.command()
+    @rule_options
+    def show(precision: float, **rest: object) -> None:
+        click.echo(f"precision={precision}")
+
+    result = CliRunner().invoke(show, given)
+    assert result.exit_code == 0, result.output
+    assert f"precision={precision}" in result.output
+    assert ("now --min-precision" in result.output) == noted

@@ -30,8 +30,8 @@ from search.read.hybrid import (
     Words,
     fused,
     match_expression,
-    store_hybrid_weight,
 )
+from search.studies.calibration import store_hybrid_weight
 from search.studies.evaluate import evaluate_retrieval, read_retrieval_set
 from search.studies.sweep import retrieval_sweep
 from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, run, write_csv

@@ -86,6 +86,39 @@ def test_sqlite3_is_imported_only_by_the_catalog():
     assert heavy_imports(ROOT / "indexer" / "catalog" / "__init__.py", ("sqlite3",))  # the scan sees it
 
 
+STORE_WRITERS = (
+    "indexer.store.changes",
+    "indexer.store.writer",
+    *(
+        f"indexer.store.{name}"
+        for name in (
+            "Change",
+            "VersionWriter",
+            "append_change",
+            "apply_change",
+            "commit_change",
+            "new_version",
+            "write_index",
+            "writer_lock",
+        )
+    ),
+    *(f"indexer.store.versions.{name}" for name in ("building", "committing", "writer_lock")),
+)
+"""What writes a version of an index: the store's writing modules and the names of its API that
+write (the writer lock with them: only a writer takes it)."""
+
+
+def test_the_read_path_writes_nothing():
+    """``search/read`` opens and reads versions, never writes one, so a search never changes an
+    index nor waits on its writer lock: a setting stored for it (a rule, the hybrid weight) is
+    written above it (``search.studies.calibration``). The writers themselves are a floor it
+    never reaches (``FLOORS``)."""
+    paths = sorted((ROOT / "search" / "read").rglob("*.py"))
+    assert len(paths) > 5
+    assert [hit for p in paths for hit in heavy_imports(p, STORE_WRITERS)] == []
+    assert heavy_imports(ROOT / "search" / "studies" / "calibration.py", STORE_WRITERS)  # the scan sees them
+
+
 FLOORS: list[dict[str, tuple[str, ...]]] = [
     {"base": ("indexer.errors", "indexer.progress", "indexer.lazy", "indexer.columns")},
     {"reading": ("indexer.reading",)},

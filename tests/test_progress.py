@@ -128,7 +128,7 @@ COMMANDS: dict[str, tuple[list[str], dict[str, int | None]]] = {  # arguments, b
         {"embedding": ENTRIES + 40},
     ),
     "evaluate abstention": (
-        ["evaluate", "abstention", *JUDGED, "--precision", "0.05"],
+        ["evaluate", "abstention", *JUDGED, "--min-precision", "0.05"],
         {"embedding": ENTRIES, "questions": None},  # the whole corpus once; its judged questions
     ),
     "calibrate": (["calibrate", "{index}", "--self"], {"paraphrases": ENTRIES}),

@@ -190,18 +190,19 @@ def evaluate_abstention_command(
         progress=progress,
         encoding=encoding,
     )
+    shown = report.to_dict()
     if as_json:
-        click.echo(json.dumps(report))
+        click.echo(json.dumps(shown))
         return
-    runs = report.pop("per seed")
-    echo_scores(report, False)
+    del shown["per seed"]  # a table below
+    echo_scores(shown, False)
     click.echo("seed  rule precision  coverage  plain precision  coverage  default precision  coverage")
-    for run in runs:
-        rule, plain, chosen = run["rule"], run["plain"], run["default"]
+    for run in report.per_seed:
+        rule, plain, chosen = run.rule, run.plain, run.default
         click.echo(
-            f"{run['seed']:>4}  {rule['precision']:>14.3f}  {rule['coverage']:>8.3f}"
-            f"  {plain['precision']:>15.3f}  {plain['coverage']:>8.3f}"
-            f"  {chosen['precision']:>17.3f}  {chosen['coverage']:>8.3f}"
+            f"{run.seed:>4}  {rule.precision:>14.3f}  {rule.coverage:>8.3f}"
+            f"  {plain.precision:>15.3f}  {plain.coverage:>8.3f}"
+            f"  {chosen.precision:>17.3f}  {chosen.coverage:>8.3f}"
         )
 
 

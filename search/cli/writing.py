@@ -244,7 +244,7 @@ def _under_half(rule: Any) -> str | None:
         return None
     looser = max(((t, c) for t, c in rule.costs if c >= HALF), default=None)
     more = (
-        f"--precision {looser[0]:g} --features {','.join(rule.features)} answers {looser[1]:.2f} "
+        f"--min-precision {looser[0]:g} --features {','.join(rule.features)} answers {looser[1]:.2f} "
         "with the same guarantee"
         if looser
         else "no target from 0.5 answers half with the same guarantee"
@@ -330,7 +330,7 @@ def calibrate_command(
     wait: float,
     progress: bool,
 ) -> None:
-    """Fit and store the rule that marks hits answered, with its promise: precision >= --precision
+    """Fit and store the rule that marks hits answered, with its promise: precision >= --min-precision
     with --guarantee confidence. Each answerable question is also asked with its answers hidden,
     so labels that are all answerable still teach it to abstain; questions without a relevant
     judgement count as unanswerable where you say so (--unanswerable-ids, judgements of 0, or
@@ -340,11 +340,10 @@ def calibrate_command(
 
     \b
     Example:
-        semsearch calibrate faq-index --queries questions.jsonl --qrels qrels.tsv --precision 0.9
+        semsearch calibrate faq-index --queries questions.jsonl --qrels qrels.tsv --min-precision 0.9
     """
     from indexer.writing.update import read_ids
-    from search.read.hybrid import store_hybrid_weight
-    from search.studies.calibration import calibrate_index, remove_calibration
+    from search.studies.calibration import calibrate_index, remove_calibration, store_hybrid_weight
     from search.studies.evaluate import read_retrieval_set
 
     if hybrid_weight is not None:

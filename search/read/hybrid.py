@@ -37,7 +37,6 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from indexer.errors import BadInput
@@ -53,7 +52,7 @@ DEFAULT_MODE = HYBRID
 DEFAULT_WEIGHT = 0.15
 """The keyword ranking's share in a hybrid score unless the index stores one (``WEIGHT_KEY``)."""
 WEIGHT_KEY = "hybrid_weight"
-"""The meta key of an index's own keyword share (``store_hybrid_weight``)."""
+"""The meta key of an index's own keyword share (``search.studies.calibration.store_hybrid_weight``)."""
 WEIGHTS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
 """The keyword shares a sweep measures on the user's labels (``search.studies.sweep``)."""
 POOL = 100
@@ -92,17 +91,6 @@ def stored_weight(meta: Mapping[str, Any]) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise BadInput(f"the index's {WEIGHT_KEY} {value!r} is not a number: store one with --hybrid-weight")
     return check_weight(value)
-
-
-def store_hybrid_weight(index_dir: str | Path, weight: float, wait: float = 0) -> float:
-    """Store ``weight`` as the index's keyword share (a new version, under the writer lock like
-    any write), checked first so a bad one writes nothing."""
-    from indexer.store import Change, apply_change, writer_lock
-
-    weight = check_weight(weight)
-    with writer_lock(Path(index_dir), wait):
-        apply_change(index_dir, Change(meta={WEIGHT_KEY: weight}))
-    return weight
 
 
 def query_terms(query: str) -> list[str]:

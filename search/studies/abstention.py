@@ -5,6 +5,7 @@ calibrates on half of a labelled FAQ's threads and tests on the other half, over
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,146 @@ from indexer.embedding.fields import FieldScoring
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
 from search.studies.evaluate import RetrievalSet, described, opened
+
+RULES = ("rule", "plain", "default")
+"""The rules side by side, in the report's order: the learned one, the plain cosine threshold and
+the one ``calibrate`` picks on each calibration half."""
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One rule on one split's test half; a rule no promise was possible for answers nothing
+    (``refused``), so its precision is 1 and its coverage 0."""
+
+    precision: float
+    coverage: float
+    auroc: float | None
+    refused: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+REFUSED = Scores(precision=1.0, coverage=0.0, auroc=None, refused=True)
+
+
+@dataclass(frozen=True)
+class Split:
+    """One seed's split: the test half's share of unanswerable questions and each rule's scores."""
+
+    seed: int
+    test_unanswerable: float
+    rule: Scores
+    plain: Scores
+    default: Scores
+    default_chose: str | None
+    """The features ``calibrate`` picked on the calibration half; None where it refused."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of ``evaluate abstention --json``'s "per seed": no "default chose" where the
+        default refused."""
+        chose = {} if self.default_chose is None else {"default chose": self.default_chose}
+        return {
+            "seed": self.seed,
+            "test unanswerable": self.test_unanswerable,
+            "rule": self.rule.to_dict(),
+            "plain": self.plain.to_dict(),
+            **chose,
+            "default": self.default.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One rule over every split: how many kept the promise, precision and coverage (mean, worst),
+    the mean AUROC of the splits that have one, and how many refused."""
+
+    features: str
+    kept: int
+    runs: int
+    precision_mean: float
+    precision_worst: float
+    coverage_mean: float
+    coverage_worst: float
+    auroc_mean: float | None
+    refused: int
+
+    @classmethod
+    def of(cls, features: str, runs: Sequence[Scores], precision: float) -> Summary:
+        got = np.array([r.precision for r in runs])
+        covered = np.array([r.coverage for r in runs])
+        areas = [r.auroc for r in runs if r.auroc is not None]
+        return cls(
+            features=features,
+            kept=int((got >= precision - 1e-12).sum()),
+            runs=len(runs),
+            precision_mean=float(got.mean()),
+            precision_worst=float(got.min()),
+            coverage_mean=float(covered.mean()),
+            coverage_worst=float(covered.min()),
+            auroc_mean=float(np.mean(areas)) if areas else None,
+            refused=sum(r.refused for r in runs),
+        )
+
+    @property
+    def promise_kept(self) -> str:
+        return f"{self.kept}/{self.runs} seeds"
+
+    def to_dict(self, name: str) -> dict[str, Any]:
+        """The flat keys of the report's JSON, each prefixed with the rule's ``name``."""
+        return {
+            f"{name} features": self.features,
+            f"{name} promise kept": self.promise_kept,
+            f"{name} precision mean": self.precision_mean,
+            f"{name} precision worst": self.precision_worst,
+            f"{name} coverage mean": self.coverage_mean,
+            f"{name} coverage worst": self.coverage_worst,
+            f"{name} auroc mean": self.auroc_mean,
+            f"{name} refused": self.refused,
+        }
+
+
+@dataclass(frozen=True)
+class AbstentionReport:
+    """What ``evaluate abstention`` found: the split's sizes, the promise asked for, each rule's
+    summary and every split's scores. ``to_dict`` is the JSON ``--json`` prints (flat keys, as
+    ``evaluate``'s other reports)."""
+
+    threads: int
+    calibration_threads: int
+    test_threads: int
+    removed_threads: int
+    mode: str
+    target: str
+    default_chose: str
+    """How often ``calibrate`` picked each rule over the splits ("text 3/4, text,gap 1/4")."""
+    rule: Summary
+    plain: Summary
+    default: Summary
+    described: dict[str, str]
+    """What it ran on (``evaluate.described``): the strategy, the also fields."""
+    per_seed: tuple[Split, ...]
+
+    @property
+    def seeds(self) -> int:
+        return len(self.per_seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "threads": self.threads,
+            "seeds": self.seeds,
+            "calibration threads": self.calibration_threads,
+            "test threads": self.test_threads,
+            "removed threads": self.removed_threads,
+            "mode": self.mode,
+            "target": self.target,
+            "default chose": self.default_chose,
+            **self.rule.to_dict("rule"),
+            **self.plain.to_dict("plain"),
+            **self.default.to_dict("default"),
+            **self.described,
+            "per seed": [split.to_dict() for split in self.per_seed],
+        }
 
 
 def evaluate_abstention(
@@ -32,7 +173,7 @@ def evaluate_abstention(
     also: FieldScoring | None = None,
     progress: bool = False,
     encoding: str = "utf-8",
-) -> dict[str, Any]:
+) -> AbstentionReport:
     """Whether the promise holds on questions the rule never saw, over many splits. Each seed
     splits the threads in half: the first half's questions calibrate (all answerable, as a FAQ
     owner's labels are), the second half's are the test, with ``holdout`` of its threads removed
@@ -111,44 +252,50 @@ def evaluate_abstention(
         ]
         correct = np.array([o.correct for o in test])
         answerable = np.array([o.answerable for o in test])
-        result: dict[str, Any] = {"seed": seed, "test unanswerable": float((~answerable).mean())}
-        for name, chosen in (("rule", learned), ("plain", PLAIN), ("default", None)):
+        scores: dict[str, Scores] = {}
+        chose: str | None = None
+        for name, chosen in zip(RULES, (learned, PLAIN, None), strict=True):
             try:
                 if chosen is None:
                     rule = choose_rule(calibration, precision, guarantee, unanswerable)
-                    result["default chose"] = ",".join(rule.features)
+                    chose = ",".join(rule.features)
                 else:
                     rule = fit_rule(calibration, precision, chosen, guarantee, unanswerable)
             except BadInput:  # no promise possible on this split: nothing is answered
-                result[name] = {"precision": 1.0, "coverage": 0.0, "auroc": None, "refused": True}
+                scores[name] = REFUSED
                 continue
             confidence = rule.confidence(np.array([o.features for o in test]))
             scored = measure(confidence >= rule.threshold, correct, answerable)
-            result[name] = {**scored, "auroc": auroc(confidence, answerable), "refused": False}
-        per_seed.append(result)
-    report: dict[str, Any] = {
-        "threads": len(found),
-        "seeds": len(per_seed),
-        "calibration threads": half,
-        "test threads": len(found) - half,
-        "removed threads": removed_count,
-        "mode": mode,
-        "target": f"precision >= {precision:g} with {guarantee:.0%} confidence, "
-        f"up to {unanswerable:.0%} unanswerable",
+            scores[name] = Scores(
+                scored["precision"], scored["coverage"], auroc(confidence, answerable), refused=False
+            )
+        per_seed.append(
+            Split(
+                seed,
+                float((~answerable).mean()),
+                rule=scores["rule"],
+                plain=scores["plain"],
+                default=scores["default"],
+                default_chose=chose,
+            )
+        )
+    picks = [split.default_chose for split in per_seed]
+    summaries = {
+        name: Summary.of(",".join(chosen), [getattr(split, name) for split in per_seed], precision)
+        for name, chosen in zip(RULES, (learned, PLAIN, ("chosen per split",)), strict=True)
     }
-    chose = [r.get("default chose") for r in per_seed]
-    report["default chose"] = ", ".join(f"{c} {chose.count(c)}/{len(chose)}" for c in dict.fromkeys(chose))
-    for name, chosen in (("rule", learned), ("plain", PLAIN), ("default", ("chosen per split",))):
-        runs = [r[name] for r in per_seed]
-        got = np.array([r["precision"] for r in runs])
-        covered = np.array([r["coverage"] for r in runs])
-        areas = [r["auroc"] for r in runs if r["auroc"] is not None]
-        report[f"{name} features"] = ",".join(chosen)
-        report[f"{name} promise kept"] = f"{int((got >= precision - 1e-12).sum())}/{len(runs)} seeds"
-        report[f"{name} precision mean"] = float(got.mean())
-        report[f"{name} precision worst"] = float(got.min())
-        report[f"{name} coverage mean"] = float(covered.mean())
-        report[f"{name} coverage worst"] = float(covered.min())
-        report[f"{name} auroc mean"] = float(np.mean(areas)) if areas else None
-        report[f"{name} refused"] = sum(r["refused"] for r in runs)
-    return {**report, **described_index, "per seed": per_seed}
+    return AbstentionReport(
+        threads=len(found),
+        calibration_threads=half,
+        test_threads=len(found) - half,
+        removed_threads=removed_count,
+        mode=mode,
+        target=f"precision >= {precision:g} with {guarantee:.0%} confidence, "
+        f"up to {unanswerable:.0%} unanswerable",
+        default_chose=", ".join(f"{c} {picks.count(c)}/{len(picks)}" for c in dict.fromkeys(picks)),
+        rule=summaries["rule"],
+        plain=summaries["plain"],
+        default=summaries["default"],
+        described=described_index,
+        per_seed=tuple(per_seed),
+    )

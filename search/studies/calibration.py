@@ -44,7 +44,7 @@ from search.read.confidence import (
     stored_rules,
 )
 from search.read.engine import SearchEngine
-from search.read.hybrid import DENSE, HYBRID
+from search.read.hybrid import DENSE, HYBRID, WEIGHT_KEY, check_weight
 from search.read.queries import Query
 from search.read.snapshot import Snapshot
 from search.studies.promise import (
@@ -210,7 +210,7 @@ def fit_rule(
         raise BadInput(
             f"these {len(seen)} questions ({clusters.max() + 1} threads) cannot promise precision "
             f"{precision:g} with {guarantee:.0%} confidence (at best {bound:.3f}): give more labelled "
-            "questions, on more entries, or ask for a lower --precision or --guarantee"
+            "questions, on more entries, or ask for a lower --min-precision or --guarantee"
         )
     unguarded = curve.unguarded(precision)
     answered = confidence >= threshold
@@ -474,3 +474,13 @@ def remove_calibration(index_dir: str | Path, wait: float = 0, mode: str | None 
         # a version's meta keys are only ever set: {} is no rule
         apply_change(index_dir, Change(meta={"calibration": stored_form(kept)}))
     return True
+
+
+def store_hybrid_weight(index_dir: str | Path, weight: float, wait: float = 0) -> float:
+    """Store ``weight`` as the index's keyword share (``calibrate --hybrid-weight``: a new version,
+    under the writer lock like any write, here beside the rule's writers so the read path writes
+    nothing), checked first so a bad one writes nothing."""
+    weight = check_weight(weight)
+    with writer_lock(Path(index_dir), wait):
+        apply_change(index_dir, Change(meta={WEIGHT_KEY: weight}))
+    return weight
