@@ -142,6 +142,18 @@ def test_where_no_word_of_a_question_weighs_anything_the_hits_say_so(tmp_path, t
     assert json.loads(query("entry about", "--json"))["note"] == notes[0]
     assert "note" not in json.loads(query("entry 7", "--json"))
 
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from search.server import create_app
+
+    with TestClient(create_app(tmp_path / "idx")) as client:
+        one = client.post("/search", json={"query": "entry about", "mode": "keyword"}).json()
+        other = client.post("/search", json={"query": "entry 7", "mode": "keyword"}).json()
+        batch = client.post("/search/batch", json={"queries": ["entry about", "entry 7"], "mode": "keyword"})
+    assert one["note"] == notes[0] and "note" not in other
+    assert [r.get("note") for r in batch.json()["results"]] == [notes[0], None]
+
 
 def test_a_query_holding_a_code_is_fused_with_the_index_weight(tmp_path, tiny_model):
     build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))

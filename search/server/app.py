@@ -51,11 +51,16 @@ def _field_error(error: dict[str, Any]) -> str:
     return f"{where}: {error.get('msg', 'invalid')}"
 
 
-def no_rule(engine: SearchEngine, mode: str | None, min_score: float | None) -> dict[str, str]:
-    """``{"note": ...}`` where the search's mode has no no-answer rule though the index has rules
-    for other modes (its hits unmarked: ``SearchEngine.no_rule_note``), else nothing."""
-    note = engine.no_rule_note(mode, min_score)
-    return {"note": note} if note else {}
+def noted(*notes: str | None) -> dict[str, str]:
+    """``{"note": ...}`` holding the notes there are (joined by "; "), else nothing."""
+    said = [note for note in notes if note]
+    return {"note": "; ".join(said)} if said else {}
+
+
+def no_rule(engine: SearchEngine, mode: str | None, min_score: float | None) -> str | None:
+    """Where the search's mode has no no-answer rule though the index has rules for other modes
+    (its hits unmarked: ``SearchEngine.no_rule_note``), the line that says so."""
+    return engine.no_rule_note(mode, min_score)
 
 
 def create_app(
@@ -150,7 +155,8 @@ def create_app(
             [body.query], body.k, body.where, body.min_score, body.group_by, body.mode, embed=each_to_dicts
         )
         answer = {"query": body.query, "hits": (await while_connected(request, found))[0]}
-        return {**answer, **no_rule(engine, body.mode, body.min_score)}
+        (keyword,) = engine.keyword_notes([body.query], body.mode)
+        return {**answer, **noted(no_rule(engine, body.mode, body.min_score), keyword)}
 
     @app.post("/search/batch", responses=answers(400, 413, 503))
     async def search_batch(body: BatchRequest, request: Request) -> dict[str, Any]:
@@ -160,8 +166,14 @@ def create_app(
             body.queries, body.k, body.where, body.min_score, body.group_by, body.mode, embed=each_to_dicts
         )
         results = await while_connected(request, found)
-        answer = {"results": [{"query": q, "hits": h} for q, h in zip(body.queries, results, strict=True)]}
-        return {**answer, **no_rule(engine, body.mode, body.min_score)}
+        keyword = engine.keyword_notes(body.queries, body.mode)
+        answer = {
+            "results": [
+                {"query": q, "hits": h, **noted(n)}
+                for q, h, n in zip(body.queries, results, keyword, strict=True)
+            ]
+        }
+        return {**answer, **noted(no_rule(engine, body.mode, body.min_score))}
 
     @app.post("/similar", responses=answers(400, 413, 503))
     async def similar_one(body: SimilarRequest, request: Request) -> dict[str, Any]:
