@@ -13,7 +13,7 @@ import pytest
 from indexer.errors import BadInput
 from indexer.reading.corpus import read_corpus
 from search.read.queries import read_queries
-from search.studies.evaluate import read_qrels
+from search.studies.evaluate import read_pairs, read_qrels
 from tests.helpers import assert_clean_failure, run
 
 QRELS = "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n"
@@ -41,6 +41,18 @@ def test_gzipped_queries_and_qrels_are_read(tmp_path):
     assert read_qrels(gzipped(tmp_path / "qrels.tsv.gz", QRELS)) == {"q1": {"d1": 1}, "q2": {"d2": 1}}
     queries = gzipped(tmp_path / "queries.jsonl.gz", '{"_id": "q1", "text": "where is it"}\n')
     assert [(q.id, q.text) for q in read_queries(str(queries))] == [("q1", "where is it")]
+
+
+def test_gzipped_sentence_pairs_are_read_in_the_format_their_name_gives(tmp_path):
+    """``pairs.jsonl.gz`` holds JSON Lines, ``pairs.tsv.gz`` a table: ``evaluate sts`` reads both."""
+    import json
+
+    pairs = [("a", "b", 1.0), ("c", "d", 4.0), ("e", "f", 2.0)]
+    lines = "".join(json.dumps({"sentence1": a, "sentence2": b, "score": g}) + "\n" for a, b, g in pairs)
+    table = "sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{g}\n" for a, b, g in pairs)
+    for name, text in (("pairs.jsonl.gz", lines), ("pairs.tsv.gz", table)):
+        read = read_pairs(gzipped(tmp_path / name, text))
+        assert list(zip(read.first, read.second, read.gold.tolist(), strict=True)) == pairs
 
 
 def test_a_gzipped_file_without_the_suffix_is_told_by_its_magic_bytes(tmp_path):

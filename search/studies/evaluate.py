@@ -27,7 +27,7 @@ from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Rejection, rejection_summary
-from indexer.reading.decoding import lines_of
+from indexer.reading.decoding import GZIP_SUFFIX, lines_of
 from search.read.hybrid import MODES
 from search.read.queries import Query, read_queries
 
@@ -73,7 +73,8 @@ def read_pairs(
     one ``encoding`` cannot decode is an error naming the encoding to try."""
     path = Path(path)
     lines = lines_of(path, encoding)
-    if path.suffix.lower() in (".jsonl", ".ndjson"):
+    named = Path(path.stem) if path.suffix.lower() == GZIP_SUFFIX else path  # pairs.jsonl.gz: JSON Lines
+    if named.suffix.lower() in (".jsonl", ".ndjson"):
         rows = [json.loads(line) for line in lines if line.strip()]
         keys = list(rows[0]) if rows and isinstance(rows[0], dict) else []
         if not need_score and {s1, s2} - set(keys) and len(keys) == 2:
