@@ -471,3 +471,16 @@ def unwritable(folder: Path) -> Iterator[None]:
     finally:
         for p in reversed(paths):
             p.chmod(modes[p])
+
+
+def keyword_shares(engine: object, query: str, k: int = 100) -> dict[str, float]:
+    """Entry id -> the keyword share (``search.read.hybrid.keyword_scores``: what hybrid fuses) of
+    the k best keyword matches of ``query`` in ``engine``'s index; keyword mode shows another
+    score (BM25 over its bound)."""
+    from search.read.hybrid import Words, keyword_scores
+
+    snapshot = engine.snapshot  # type: ignore[attr-defined]
+    with snapshot.reading() as catalog:
+        found = keyword_scores(catalog, Words(query, "hybrid"), k)
+    ids = snapshot.ids(list(found))
+    return {ids[rowid]: share for rowid, share in found.items()}

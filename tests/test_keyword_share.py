@@ -1,5 +1,6 @@
-"""The keyword score is the rarity-weighted share of the question's words an entry holds, in
-[0, 1] with no cap; hybrid mixes it with the cosine by the index's one weight for every query;
+"""The keyword share is the rarity-weighted share of the question's words an entry holds, in
+[0, 1] with no cap (keyword mode shows BM25 over its bound instead, in BM25's order); hybrid mixes
+the share with the cosine by the index's one weight for every query;
 entries that tie rank in file order in every mode."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from indexer.errors import BadInput
 from indexer.reading.corpus import Entry
 from search import SearchEngine
 from search.read.hybrid import DEFAULT_WEIGHT, Words, keyword_scores
-from tests.helpers import BASE, assert_clean_failure, run, write_csv
+from tests.helpers import BASE, assert_clean_failure, keyword_shares, run, write_csv
 
 COMMON = ["zorb", "plim"]
 """Words most entries hold: they weigh nothing."""
@@ -105,14 +106,17 @@ def test_a_question_of_words_most_entries_hold_is_no_keyword_evidence(tmp_path, 
     engine = SearchEngine(tmp_path / "idx")
     for query in ("entry", "about the number", "Entry about"):
         hits = engine.search(query, k=5, mode="keyword")
-        assert hits and all(h.score == 0 for h in hits)
+        assert hits and all(h.score < 1e-5 for h in hits)  # FTS5's IDF of a word every entry holds: 1e-6
+        assert all(share == 0 for share in keyword_shares(engine, query).values())
         dense = {h.id: h.score for h in engine.search(query, k=30, mode="dense")}
         for hit in engine.search(query, k=5, mode="hybrid"):
             assert hit.score == pytest.approx((1 - DEFAULT_WEIGHT) * dense[hit.id])
         assert all(not h.answered for h in engine.search(query, k=5, mode="keyword", min_score=0.4))
     # an entry holding one of two rare words holds half their weight, not all of it
     one = engine.search("7 11", k=3, mode="keyword")
-    assert {h.id for h in one[:2]} == {"e7", "e11"} and all(h.score == pytest.approx(0.5) for h in one[:2])
+    assert {h.id for h in one[:2]} == {"e7", "e11"}
+    shares = keyword_shares(engine, "7 11")
+    assert shares["e7"] == pytest.approx(0.5) and shares["e11"] == pytest.approx(0.5)
 
 
 def test_where_no_word_of_a_question_weighs_anything_the_hits_say_so(tmp_path, tiny_model):
@@ -160,7 +164,7 @@ def test_a_query_holding_a_code_is_fused_with_the_index_weight(tmp_path, tiny_mo
     engine = SearchEngine(tmp_path / "idx")
     for query in ("billing v2", "E3453C bikes", "parking 7b"):
         dense = {h.id: h.score for h in engine.search(query, k=30, mode="dense")}
-        keyword = {h.id: h.score for h in engine.search(query, k=30, mode="keyword")}
+        keyword = keyword_shares(engine, query, 30)
         for hit in engine.search(query, k=10, mode="hybrid"):
             fused = (1 - DEFAULT_WEIGHT) * dense[hit.id] + DEFAULT_WEIGHT * keyword.get(hit.id, 0.0)
             assert hit.score == pytest.approx(fused), query
@@ -258,3 +262,120 @@ def test_hybrid_leaves_unscored_only_entries_that_could_not_be_among_the_best(
         [(h.id, h.score) for h in hits] for hits in whole
     ]
     assert sum(left_out) > 0
+
+
+FTS5_K1 = 1.2
+"""FTS5's bm25() k1."""
+SHOWN = [
+    *("7", "7 billing", "billing", "bikes", "parking app", "bikes bikes", "7 7 billing", "Bikes bikes BIKES"),
+    *("entry", "entry entry number", "entry 7", "about 12 bikes", "zebra 7", "zebra", "app 3 23 13"),
+    *("number about parking 2 8 14 20 26", "billing billing 1 3 9", "the entry about app", "29 bikes app"),
+]
+"""Questions on BASE: repeated words, words every entry holds, words no entry holds."""
+
+
+def fts5_ranking(catalog: Catalog, words: Words, k: int) -> tuple[list[int], list[float], float]:
+    """FTS5's own order (bm25, then row id) of the OR of the question's phrases, each entry's BM25
+    and the most BM25 the phrases could give: each one's IDF (FTS5's, 1e-6 where it is not
+    positive) times k1 + 1."""
+    found = catalog.db.execute(
+        "select rowid, -bm25(keywords) from keywords where keywords match ? order by bm25(keywords), rowid"
+        " limit ?",
+        (words.match, k),
+    ).fetchall()
+    total = catalog.db.execute("select count(*) from entries").fetchone()[0]
+    count = "select count(*) from keywords where keywords match ?"
+    most = 0.0
+    for phrase in words.phrases:
+        n = catalog.db.execute(count, (phrase,)).fetchone()[0]
+        idf = math.log((total - n + 0.5) / (n + 0.5))
+        most += (idf if idf > 0 else 1e-6) * (FTS5_K1 + 1)
+    return [r for r, _ in found], [s for _, s in found], most
+
+
+@pytest.fixture(scope="module")
+def base_index(tmp_path_factory, tiny_model):
+    where = tmp_path_factory.mktemp("shown")
+    build_index(write_csv(where / "base.csv", BASE), where / "idx", Strategy(model=tiny_model))
+    return where / "idx"
+
+
+def test_keyword_hits_show_scores_in_their_order_in_0_1(base_index):
+    """A keyword hit's score is its BM25 over the most the question's words could give: hits are
+    listed by the score they show (never one above the hit before it), each in [0, 1)."""
+    engine = SearchEngine(base_index)
+    rng = random.Random(17)
+    vocabulary = sorted({w for _, text, _ in BASE for w in text.split()} | {"zebra"})
+    questions = SHOWN + [" ".join(rng.choices(vocabulary, k=rng.randint(1, 6))) for _ in range(60)]
+    for query in questions:
+        scores = [h.score for h in engine.search(query, k=len(BASE), mode="keyword")]
+        assert all(0 <= s < 1 for s in scores), (query, scores)
+        assert all(b <= a for a, b in zip(scores, scores[1:], strict=False)), (query, scores)
+
+
+def test_keyword_hits_stand_in_fts5s_order_scored_by_bm25_over_its_bound(base_index):
+    """The order is FTS5's bm25() order, as it was; the score is that BM25 over the sum, over the
+    question's phrases, of FTS5's IDF times k1 + 1 (0 where no word of the question weighs
+    anything: no keyword evidence)."""
+    from indexer.store import open_index
+
+    engine = SearchEngine(base_index)
+    index = open_index(base_index, vectors=False)
+    catalog = index.catalog
+    rng = random.Random(4)
+    vocabulary = sorted({w for _, text, _ in BASE for w in text.split()} | {"zebra"})
+    questions = SHOWN + [" ".join(rng.choices(vocabulary, k=rng.randint(1, 6))) for _ in range(60)]
+    for query in questions:
+        words = Words(query, "keyword")
+        for k in (1, 3, len(BASE)):
+            hits = engine.search(query, k=k, mode="keyword")
+            rowids, bm25, most = fts5_ranking(catalog, words, k)
+            ids = engine.snapshot.ids(rowids)
+            assert [h.id for h in hits] == [ids[r] for r in rowids], (query, k)
+            weighs = any(keyword_scores(catalog, Words(query, "hybrid"), len(BASE)).values())
+            expected = [s / most if weighs else 0.0 for s in bm25]
+            assert [h.score for h in hits] == pytest.approx(expected, rel=1e-12, abs=1e-15), (query, k)
+
+
+def test_hybrid_still_fuses_the_share(base_index):
+    """Hybrid scores are the cosine mixed with the share of the question's words an entry holds
+    (computed from the texts here), not with the keyword mode's BM25 score."""
+    engine = SearchEngine(base_index)
+    texts = [text for _, text, _ in BASE]
+    position = {row[0]: i for i, row in enumerate(BASE)}
+    for query in SHOWN:
+        dense = {h.id: h.score for h in engine.search(query, k=len(BASE), mode="dense")}
+        hits = engine.search(query, k=10, mode="hybrid")
+        assert hits, query
+        for hit in hits:
+            share = held_share(texts, texts[position[hit.id]], query.split())
+            fused = (1 - DEFAULT_WEIGHT) * dense[hit.id] + DEFAULT_WEIGHT * share
+            assert hit.score == pytest.approx(fused, abs=1e-6), (query, hit.id)
+
+
+def test_a_keyword_rule_fitted_on_the_share_is_not_applied(base_index, tmp_path):
+    """A keyword-mode rule stored before the keyword score was BM25 over its bound was fitted on
+    the share: it is not applied (the hits are unmarked, and the note says to refit it); one
+    fitted on the score it reads is."""
+    import shutil
+
+    from indexer.store import Change, apply_change
+    from search.read.confidence import Rule
+
+    index = tmp_path / "idx"
+    shutil.copytree(base_index, index)
+    rule = Rule(("score",), (0.5,), (0.1,), (10.0,), 0.0, 0.5, 0.95, 1.0, 1.0, 10, mode="keyword")
+    old = rule.to_dict()
+    old.pop("keyword_score", None)
+    apply_change(index, Change(meta={"calibration": {"keyword": old}}))
+    engine = SearchEngine(index)
+    hits = engine.search("7 billing", k=3, mode="keyword")
+    assert hits and all(h.answered is None and h.confidence is None for h in hits)
+    note = engine.no_rule_note("keyword")
+    assert note is not None and "semsearch calibrate INDEX --mode keyword" in note
+    assert engine.snapshot.rules == {}
+    apply_change(index, Change(meta={"calibration": {"keyword": rule.to_dict()}}))
+    engine = SearchEngine(index)
+    hits = engine.search("7 billing", k=3, mode="keyword")
+    assert hits and all(h.answered is not None and h.confidence is not None for h in hits)
+    assert engine.no_rule_note("keyword") is None

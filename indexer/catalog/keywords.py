@@ -140,25 +140,25 @@ class KeywordTable:
         allowed: Sequence[int] | None = None,
         phrases: Sequence[str] = (),
         weights: Sequence[float] = (),
-    ) -> list[tuple[int, float]]:
-        """(row id, the summed ``weights`` of the ``phrases`` it holds) of the k best entries by
-        BM25 for an FTS5 ``match`` expression (``search.read.hybrid`` builds both from the user's
-        words), among ``allowed`` row ids when given; equal BM25 in row id (file) order. An
-        entry's weight is summed in the phrases' order from which of them it holds, so entries
-        holding the same ones get the very same number."""
+    ) -> list[tuple[int, float, float]]:
+        """(row id, the summed ``weights`` of the ``phrases`` it holds, its BM25: ``-bm25()``) of
+        the k best entries by BM25 for an FTS5 ``match`` expression (``search.read.hybrid`` builds
+        both from the user's words), among ``allowed`` row ids when given; equal BM25 in row id
+        (file) order. An entry's weight is summed in the phrases' order from which of them it
+        holds, so entries holding the same ones get the very same number."""
         params: dict[str, Any] = {"match": match, "k": int(k)}
         within = ""
         if allowed is not None:
             params["allowed"] = json.dumps([int(r) for r in allowed])
             within = " and rowid in (select value from json_each(:allowed))"
-        found = [
-            rowid
-            for (rowid,) in self.db.execute(
-                f"select rowid from keywords where keywords match :match{within}"
+        scored = dict(
+            self.db.execute(
+                f"select rowid, -bm25(keywords) from keywords where keywords match :match{within}"
                 " order by bm25(keywords), rowid limit :k",
                 params,
-            )
-        ]
+            ).fetchall()
+        )
+        found = list(scored)
         # Which weighted phrase each found entry holds: one pass over each phrase's matches (a
         # word that weighs something is held by under a quarter of the entries), not one look-up
         # per entry and phrase, which costs FTS5 a seek each.
@@ -169,7 +169,7 @@ class KeywordTable:
             for (rowid,) in holding:
                 if rowid in masks:
                     masks[rowid] |= 1 << i
-        return [(rowid, _held(masks[rowid], counted, weights)) for rowid in found]
+        return [(rowid, _held(masks[rowid], counted, weights), scored[rowid]) for rowid in found]
 
     def keyword_ranking(
         self,
@@ -177,8 +177,8 @@ class KeywordTable:
         k: int,
         allowed: Sequence[int] | None = None,
         weights: Sequence[float] = (),
-    ) -> list[tuple[int, float]]:
-        """``keyword_search`` of the OR of ``phrases``: the same entries, order and sums. Inside a
+    ) -> list[tuple[int, float, float]]:
+        """``keyword_search`` of the OR of ``phrases``: the same entries, order, sums and BM25. Inside a
         read checked at a generation (``Catalog.reading_at``) it is summed from the phrases' kept
         postings (``indexer.catalog.postings``) where each is held by few enough entries."""
         if not phrases:

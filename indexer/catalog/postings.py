@@ -17,6 +17,7 @@ made-up words must cost no more than a stream of common ones.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import sys
 from collections import OrderedDict
@@ -34,6 +35,26 @@ million matches (16 bytes each), or some 38,000 short words no entry holds."""
 ENTRY = 100
 """Bytes a kept phrase costs besides its text, its posting and its arrays: its slot and link in
 the store's ordered dict (about 70, measured with ``tracemalloc``)."""
+
+
+K1 = 1.2
+"""FTS5's ``bm25()`` k1: a phrase's term is its IDF times ``tf * (K1 + 1) / (tf + K1 * (1 - b + b *
+dl / avgdl))``, below its IDF times ``K1 + 1`` whatever the entry."""
+
+
+def idf(total: int, holding: int) -> float:
+    """FTS5's IDF of a phrase ``holding`` of ``total`` entries match: ln((N - n + 0.5) / (n + 0.5)),
+    1e-6 where that is not positive (a phrase half the entries or more hold)."""
+    value = math.log((total - holding + 0.5) / (holding + 0.5))
+    return value if value > 0.0 else 1e-6
+
+
+def most(total: int, holding: Sequence[int]) -> float:
+    """The most BM25 (FTS5's ``bm25()``, negated) an entry can get for the OR of phrases that
+    ``holding`` of ``total`` entries match (one count per phrase, as ``bm25()`` sums one term per
+    phrase): the sum of each one's IDF times ``K1 + 1``, which no entry reaches. An entry's BM25
+    over it is in [0, 1) and in BM25's order."""
+    return sum(idf(total, n) * (K1 + 1.0) for n in holding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +130,10 @@ def _size(phrase: str, found: Posting) -> int:
 
 def ranked(
     postings: Sequence[Posting], k: int, allowed: Sequence[int] | None, weights: Sequence[float]
-) -> list[tuple[int, float]]:
-    """(row id, the summed ``weights`` of the phrases it holds) of the k best entries by the BM25
+) -> list[tuple[int, float, float]]:
+    """(row id, the summed ``weights`` of the phrases it holds, its BM25) of the k best entries by the BM25
     of the OR of the phrases whose ``postings`` are given (in the phrases' order, each with its
-    ``rows``), among ``allowed`` when given: FTS5's ``order by bm25, rowid``, and
+    ``rows``), among ``allowed`` when given: FTS5's ``order by bm25, rowid``, its ``-bm25()``, and
     ``KeywordTable.keyword_search``'s sums. Both sums run from 0.0 in the phrases' order, one
     addition per phrase an entry holds, as FTS5 and ``keyword_search`` add (a phrase it does not
     hold adds exactly 0.0)."""
@@ -128,7 +149,7 @@ def ranked(
     if allowed is not None:
         order = order[np.isin(rows[order], np.asarray(allowed, dtype=np.int64))]
     best = order[:k]
-    return list(zip(rows[best].tolist(), held[best].tolist(), strict=True))
+    return list(zip(rows[best].tolist(), held[best].tolist(), score[best].tolist(), strict=True))
 
 
 SPAN = 8

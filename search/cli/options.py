@@ -335,9 +335,9 @@ retrieval_options = stacked(
 """A retrieval set to score on: the corpus, the judged queries, the fields embedded, the cutoff."""
 
 SCORES = (
-    "A score is on one scale in every mode: dense, the cosine; keyword, the share of the query's words "
-    "(weighted by rarity) an entry holds, 0..1; hybrid, (1 - w) * cosine + w * that share (w: the "
-    "index's keyword weight, 0.15 by default; docs/hybrid.md)."
+    "A score is on one scale in every mode: dense, the cosine; keyword, the entry's BM25 over the most "
+    "the query's words could give, 0..1; hybrid, (1 - w) * cosine + w * the share of the query's words "
+    "(weighted by rarity) an entry holds (w: the index's keyword weight, 0.15 by default; docs/hybrid.md)."
 )
 """What a hit's score is, said by every option that takes one."""
 

@@ -17,7 +17,9 @@ A hit's features come from the query's neighbourhood (the nearest ``NEIGHBOURS``
   near-duplicate FAQ question look as right as the right one, and the question's own cosine tells
   them apart better (docs/abstention-guarantee.md);
 - ``keyword``: its keyword evidence (``search.read.hybrid``: the share of the query's words, by
-  rarity, it holds), in a keyword or hybrid neighbourhood (0 in a dense one);
+  rarity, it holds), in a keyword or hybrid neighbourhood (0 in a dense one). In keyword mode
+  ``score`` is the keyword score (BM25 over the most the query's words could give), which a rule
+  stored before it was (``KEYWORD_SCORE``) was not fitted on: such a rule is not applied;
 - ``agree``: its keyword evidence minus the best of an entry with another text: whether the
   keywords agree with the ranking's choice.
 
@@ -37,13 +39,17 @@ from typing import Any
 import numpy as np
 
 from indexer.errors import BadInput
-from search.read.hybrid import DENSE
+from search.read.hybrid import DENSE, KEYWORD
 
 FEATURES = ("score", "margin", "zscore", "gap", "text", "keyword", "agree")
 COSINES = frozenset({"score", "text", "keyword"})
 """Features a hit has by itself; the others need the query's neighbourhood."""
 KEYWORD_FEATURES = frozenset({"keyword", "agree"})
 """Features only a keyword or hybrid neighbourhood has."""
+KEYWORD_SCORE = "bm25-bound"
+"""What a keyword-mode hit's score is (``search.read.hybrid``: its BM25 over the most the query's
+words could give), marked on every rule fitted since (``Rule.keyword_score``). A keyword-mode rule
+without it was fitted on the share, which keyword mode showed before: not applied (``in_force``)."""
 GAP_TEXTS = 9
 """Distinct texts below a hit that ``gap`` compares it with."""
 NEIGHBOURS = 64
@@ -122,16 +128,23 @@ class Neighbourhood:
         return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES))
 
 
-def unruled(rules: Mapping[str, Rule], mode: str) -> str | None:
+def unruled(rules: Mapping[str, Rule], mode: str, stale: Collection[str] = ()) -> str | None:
     """One line where a search in ``mode`` leaves its hits unmarked though the index keeps
-    no-answer rules for other modes (each mode answers by its own rule: ``stored_rules``); None
-    where ``mode`` has a rule, or the index has none at all."""
-    if not rules or mode in rules:
+    no-answer rules for other modes (each mode answers by its own rule: ``stored_rules``), or
+    keeps one for ``mode`` that is not applied (``stale``: fitted on a score the mode no longer
+    shows, ``in_force``); None where ``mode`` has a rule, or the index has none at all."""
+    if mode in rules or not rules and mode not in stale:
         return None
+    fit = f"fit one with `semsearch calibrate INDEX --mode {mode}` and your labelled questions (or --self)"
+    if mode in stale:
+        return (
+            f"{mode} search has no no-answer rule in force (this index's {mode} rule was fitted on the "
+            f"score {mode} search showed before, the share of the question's words, not on the one it "
+            f"shows now): its hits are not marked answered; {fit}"
+        )
     return (
         f"{mode} search has no no-answer rule (this index has one for {', '.join(rules)} search): its hits "
-        f"are not marked answered; fit one with `semsearch calibrate INDEX --mode {mode}` and your "
-        "labelled questions (or --self)"
+        f"are not marked answered; {fit}"
     )
 
 
@@ -178,6 +191,12 @@ class Rule:
     asked: int = 0  # labelled questions as asked (hidden copies aside); 0: made from the corpus
     asked_unanswerable: int = 0  # of them, those with no relevant entry in the index
     left_out: int = 0  # labelled questions left out: no relevant judgement, and none said they have no answer
+    keyword_score: str = KEYWORD_SCORE  # the keyword-mode score it was fitted with; "": stored before
+
+    @property
+    def stale(self) -> bool:
+        """Whether it is a keyword-mode rule fitted on the share (``KEYWORD_SCORE``): not applied."""
+        return self.mode == KEYWORD and self.keyword_score != KEYWORD_SCORE
 
     @property
     def reads_neighbours(self) -> bool:
@@ -196,7 +215,10 @@ class Rule:
         )
         on = f" on {self.measured_on}" if self.measured_on else f" on {self.questions} questions"
         when = f", {self.created}" if self.created else ""
-        return f"{self.source}, {self.mode} search: {rule}; {promise}; coverage {self.coverage:.2f}{on}{when}"
+        refit = f"refit with `semsearch calibrate INDEX --mode {KEYWORD}`"
+        stale = f"; not applied: fitted on the keyword share, {refit}" if self.stale else ""
+        described = f"{self.source}, {self.mode} search: {rule}; {promise}; coverage {self.coverage:.2f}"
+        return f"{described}{on}{when}{stale}"
 
     def confidence(self, rows: np.ndarray) -> np.ndarray:
         """Confidence of each row of ``FEATURES`` (as ``Neighbourhood.features`` gives them)."""
@@ -213,6 +235,7 @@ class Rule:
         for name in ("features", "mean", "scale", "weights"):
             fields[name] = tuple(fields[name])
         fields["costs"] = tuple(tuple(pair) for pair in fields.get("costs", ()))
+        fields.setdefault("keyword_score", "")  # stored before the mark: fitted on the share
         return cls(**fields)
 
 
@@ -226,6 +249,12 @@ def stored_rules(stored: Mapping[str, Any] | None) -> dict[str, Rule]:
         rule = Rule.from_dict(stored)
         return {rule.mode: rule}
     return {mode: Rule.from_dict(rule) for mode, rule in stored.items()}
+
+
+def in_force(rules: Mapping[str, Rule]) -> dict[str, Rule]:
+    """The ``rules`` a search applies: all but a keyword-mode rule fitted on the share
+    (``Rule.stale``), which is as absent (``unruled`` says to refit it)."""
+    return {mode: rule for mode, rule in rules.items() if not rule.stale}
 
 
 def stored_form(rules: Mapping[str, Rule]) -> dict[str, Any]:

@@ -119,11 +119,12 @@ class SearchEngine:
 
     def no_rule_note(self, mode: str | None, min_score: float | None = None) -> str | None:
         """One line where a search in ``mode`` (None: the default) leaves its hits unmarked
-        though the index has no-answer rules for other modes (``search.read.confidence.unruled``);
+        though the index has no-answer rules for other modes, or one fitted on a score the mode no
+        longer shows (``search.read.confidence.unruled``);
         None where its rule or ``min_score`` marks them, or the index has no rule."""
         if min_score is not None:
             return None
-        return self.retrying(lambda snapshot: unruled(snapshot.rules, snapshot.mode(mode)))
+        return self.retrying(lambda snapshot: unruled(snapshot.rules, snapshot.mode(mode), snapshot.stale))
 
     def keyword_notes(self, queries: Sequence[str], mode: str | None = None) -> list[str | None]:
         """One line per query whose keyword scores are all 0 in ``mode`` (None: the default)

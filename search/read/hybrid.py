@@ -7,12 +7,16 @@ sentence model splits a code such as ``E3453C`` into word pieces and ranks its n
 Every mode scores on a scale that means the same for every query and every index (docs/hybrid.md):
 
 - dense: the cosine of the query and the entry (with ``--also``, the index's mix of its fields');
-- keyword: the share of the query's words the entry holds, each word weighted by its rarity
-  (``word_weight``: BM25's IDF above a common word's, floored at 0, so a word a quarter of the
-  entries or more hold weighs nothing): the weights of the words it holds over the weights of
-  all of them, in [0, 1]. Ranked by BM25
-  (which also weighs how often, and in how short an entry, the words appear: the better ranker,
-  ``docs/hybrid.md``), so a hit below may score more than one above it;
+- keyword: ranked by BM25 (which weighs how rare the words are, and how often and in how short an
+  entry they appear: the better ranker, ``docs/hybrid.md``), scored by the entry's BM25 over the
+  most BM25 the query's words could give (``indexer.catalog.postings.most``: each word's IDF times
+  k1 + 1, FTS5's), in [0, 1): the share of the most keyword evidence the words could give, so the
+  hits stand in the order of their scores. 0 for every entry where no word of the query weighs
+  anything (``weightless``);
+- the share (hybrid's keyword evidence, and what a no-answer rule reads as ``keyword``): of the
+  query's words the entry holds, each word weighted by its rarity (``word_weight``: BM25's IDF
+  above a common word's, floored at 0, so a word a quarter of the entries or more hold weighs
+  nothing): the weights of the words it holds over the weights of all of them, in [0, 1];
 - hybrid: ``(1 - w) * cosine + w * share`` over the ``POOL`` best of each ranking (an entry
   only the keywords found gets its exact cosine), ``w`` the index's one weight for every
   query. Nothing is normalised per query, so an off-topic query scores about as low as its
@@ -39,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from indexer.catalog.postings import most
 from indexer.errors import BadInput
 
 if TYPE_CHECKING:
@@ -158,17 +163,31 @@ def weightless(catalog: Catalog, words: Words) -> bool:
     return words.match is not None and not any(word_weights(catalog, words))
 
 
-def keyword_scores(catalog: Catalog, words: Words, k: int, allowed: Sequence[int] | None = None) -> Ranking:
-    """Row id -> keyword share of the k best keyword matches (BM25 order, then file order; among
-    ``allowed`` row ids when given): the weights (``word_weight``) of the query's words an entry
-    holds over the weights of all of them, in [0, 1]; 0 for every entry when no word of the
-    query weighs anything (``weightless``)."""
+def keyword_matches(
+    catalog: Catalog, words: Words, k: int, allowed: Sequence[int] | None = None
+) -> tuple[Ranking, Ranking]:
+    """The k best keyword matches (BM25 order, then file order; among ``allowed`` row ids when
+    given): row id -> keyword share (the weights, ``word_weight``, of the query's words an entry
+    holds over the weights of all of them, in [0, 1]: hybrid's keyword evidence), and row id ->
+    keyword score (its BM25 over the most the query's words could give, ``most``, in [0, 1): what
+    keyword mode shows, in the same order). Both 0 for every entry when no word of the query
+    weighs anything (``weightless``)."""
     if words.match is None:
-        return {}
-    weights = word_weights(catalog, words)
-    whole = sum(weights)
+        return {}, {}
+    total, holding = catalog.keyword_frequencies(words.phrases)
+    weights = [word_weight(total, n) for n in holding]
+    whole, bound = sum(weights), most(total, holding)
     found = catalog.keyword_ranking(words.phrases, k, allowed, weights)
-    return {rowid: held / whole if whole > 0 else 0.0 for rowid, held in found}
+    if whole <= 0:  # no keyword evidence: every entry scores 0, in BM25's order
+        nothing = {rowid: 0.0 for rowid, _, _ in found}
+        return nothing, dict(nothing)
+    shares = {rowid: held / whole for rowid, held, _ in found}
+    return shares, {rowid: bm25 / bound for rowid, _, bm25 in found}
+
+
+def keyword_scores(catalog: Catalog, words: Words, k: int, allowed: Sequence[int] | None = None) -> Ranking:
+    """Row id -> keyword share of the k best keyword matches (``keyword_matches``)."""
+    return keyword_matches(catalog, words, k, allowed)[0]
 
 
 def code_counts(catalog: Catalog, words: Words, rowids: Sequence[int]) -> dict[int, int]:
@@ -178,7 +197,7 @@ def code_counts(catalog: Catalog, words: Words, rowids: Sequence[int]) -> dict[i
     if not codes or not rowids:
         return {}
     found = catalog.keyword_ranking(codes, len(rowids), rowids, [1.0] * len(codes))
-    return {rowid: round(held) for rowid, held in found}
+    return {rowid: round(held) for rowid, held, _ in found}
 
 
 def _fused_scores(dense: Ranking, keyword: Ranking, weight: float) -> dict[int, float]:

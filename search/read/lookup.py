@@ -24,7 +24,7 @@ from search.read.hybrid import (
     code_counts,
     depth,
     fused,
-    keyword_scores,
+    keyword_matches,
     missing,
     reachable,
 )
@@ -91,13 +91,13 @@ class Lookup:
             found.append(self._neighbourhood(self._nearest(vector, count, allowed, signals, said), signals))
         return found
 
-    def keyword_ranking(self, words: Words, k: int, allowed: Allowed | None) -> Ranking:
-        """Row id -> keyword evidence of the k best keyword matches (``search.read.hybrid.keyword_scores``;
-        none when no word can match)."""
+    def keyword_ranking(self, words: Words, k: int, allowed: Allowed | None) -> tuple[Ranking, Ranking]:
+        """Row id -> keyword share, and row id -> keyword score, of the k best keyword matches
+        (``search.read.hybrid.keyword_matches``; none when no word can match)."""
         if words.match is None or (allowed is not None and not len(allowed.ids)):
-            return {}
+            return {}, {}
         with self.reading() as catalog:
-            return keyword_scores(catalog, words, k, None if allowed is None else allowed.ids.tolist())
+            return keyword_matches(catalog, words, k, None if allowed is None else allowed.ids.tolist())
 
     def _neighbourhood(self, best: dict[int, float], signals: Signals) -> Neighbourhood:
         """``best`` (row id -> score) with each entry's text hash, its own text's cosine where the
@@ -147,12 +147,14 @@ class Lookup:
     def _keywords(
         self, words: Words, k: int, allowed: Allowed | None, signals: Signals | None
     ) -> dict[int, float]:
-        """``keyword_ranking``, noted in ``signals`` when given."""
-        found = self.keyword_ranking(words, k, allowed)
+        """``keyword_ranking``: row id -> the keyword score in keyword mode (BM25 over its bound),
+        the share in hybrid (what it fuses); the share (the keyword evidence a rule reads) noted in
+        ``signals`` when given."""
+        shares, scores = self.keyword_ranking(words, k, allowed)
         if signals is not None:
             signals.read = True
-            signals.keywords.update(found)
-        return found
+            signals.keywords.update(shares)
+        return scores if words.mode == KEYWORD else shares
 
     def _codes(self, words: Words, rowids: list[int]) -> dict[int, int]:
         """``search.read.hybrid.code_counts`` of ``rowids``, read at this version."""

@@ -29,8 +29,9 @@ runs it in the caller's thread (the CLI, Python); the server's is its micro-batc
 @dataclass(frozen=True)
 class Hit:
     """One result: its rank (from 1), the entry's id, score (one scale in every mode, ``search.read.hybrid``:
-    dense, the cosine; keyword, the share of the query's words it holds, by rarity, in [0, 1];
-    hybrid, (1 - w) * cosine + w * share), embedded text and stored fields."""
+    dense, the cosine; keyword, its BM25 over the most the query's words could give, in [0, 1);
+    hybrid, (1 - w) * cosine + w * the share of the query's words it holds, by rarity), embedded
+    text and stored fields."""
 
     rank: int
     id: str

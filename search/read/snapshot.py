@@ -21,7 +21,14 @@ from indexer.errors import BadInput, IndexMoved
 from indexer.progress import Share
 from indexer.reading.corpus import spelled
 from indexer.store import StoredIndex
-from search.read.confidence import Neighbourhood, Rule, check_min_score, stored_form, stored_rules
+from search.read.confidence import (
+    Neighbourhood,
+    Rule,
+    check_min_score,
+    in_force,
+    stored_form,
+    stored_rules,
+)
 from search.read.encoding import Encoding
 from search.read.filters import parse_filter
 from search.read.hybrid import (
@@ -80,7 +87,7 @@ class Snapshot:
         its rules by mode and the mode a search runs in when none is asked (``searched``)."""
         with self.catalog():
             facts = self.index.info(self.encoding.embedder.decision.status)
-        return {**facts, "calibration": stored_form(self.rules) or None, "default_mode": self.searched}
+        return {**facts, "calibration": stored_form(self.stored) or None, "default_mode": self.searched}
 
     @contextlib.contextmanager
     def catalog(self) -> Iterator[Catalog]:
@@ -230,8 +237,19 @@ class Snapshot:
 
     @functools.cached_property
     def rules(self) -> dict[str, Rule]:
-        """The no-answer rules ``calibrate`` stored in this version, by the mode each answers in."""
+        """The no-answer rules ``calibrate`` stored in this version that a search applies, by the
+        mode each answers in (``search.read.confidence.in_force``)."""
+        return in_force(self.stored)
+
+    @functools.cached_property
+    def stored(self) -> dict[str, Rule]:
+        """Every no-answer rule ``calibrate`` stored in this version, by mode, those not applied too."""
         return stored_rules(self.meta.get("calibration"))
+
+    @property
+    def stale(self) -> list[str]:
+        """The modes whose stored rule is not applied (``search.read.confidence.Rule.stale``)."""
+        return [mode for mode in self.stored if mode not in self.rules]
 
     @functools.cached_property
     def scoring(self) -> FieldScoring | None:

@@ -167,7 +167,7 @@ async function search() {
 // What a score is in each search mode: one scale for every question (docs/hybrid.md).
 const SCORE_MEANING = {
   dense: "cosine similarity of the question and the entry",
-  keyword: "share of the question's words (weighted by rarity) the entry holds, 0 to 1",
+  keyword: "the entry's BM25 over the most BM25 the question's words could give, 0 to 1",
   hybrid: "(1 − w) × cosine similarity + w × share of the question's words the entry holds (w: the index's keyword weight, 0.15 by default)",
 };
 

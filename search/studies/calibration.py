@@ -457,7 +457,7 @@ def calibrate_index(
             rule = fit_rule(seen, precision, features, guarantee, unanswerable)
         created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         rule = replace(rule, source=source, measured_on=measured, created=created, mode=mode, **counts)
-        kept = {**snapshot.rules, mode: rule}  # the other modes' rules stay beside it
+        kept = {**snapshot.stored, mode: rule}  # the other modes' rules stay beside it
         snapshot.close()
         apply_change(index_dir, Change(meta={"calibration": stored_form(kept)}))
     return rule
