@@ -233,8 +233,11 @@ class Catalog(KeywordTable, FieldFacets):
         """Casefolded field name -> type, for the stored fields and any new ones ``rows`` bring
         (typed from those rows). Names match case-insensitively, as SQLite's do."""
         types = {name.casefold(): t for name, t in self.field_types().items()}
-        for name, field_type in detect_types(rows).items():
-            types.setdefault(name.casefold(), field_type)
+        new = {name for name in {n for row in rows for n in row} if name.casefold() not in types}
+        if new:  # only new names are typed: a build's parts bring none (its survey typed them all)
+            fresh = ({name: row[name] for name in row if name in new} for row in rows)
+            for name, field_type in detect_types(fresh).items():
+                types.setdefault(name.casefold(), field_type)
         return types
 
     # entries
@@ -256,21 +259,27 @@ class Catalog(KeywordTable, FieldFacets):
         become NULL); the keyword table follows (its triggers)."""
         types = self.types_for([e.fields for e in entries])
         known = {name.casefold() for name in self.columns()}
+        typed: dict[str, str] = {}  # each name as the rows spell it -> its column's type
         for name in dict.fromkeys(n for e in entries for n in e.fields):
+            typed[name] = types[name.casefold()]
             if name.casefold() not in known:
-                self.db.execute(
-                    f"alter table entries add column {quote(name)} {SQL_TYPES[types[name.casefold()]]}"
-                )
+                self.db.execute(f"alter table entries add column {quote(name)} {SQL_TYPES[typed[name]]}")
                 known.add(name.casefold())
         self._keep_keywords()
         by_columns: dict[tuple[str, ...], list[tuple]] = {}  # one statement per set of fields
         nested: dict[int, list[str]] = {}  # row id -> its fields that hold a list or an object
         for entry, rowid, n in zip(entries, rowids, chunks, strict=True):
-            names = tuple(entry.fields)
-            values = (int(rowid), entry.id, entry.text, content_hash(entry.text), int(n))
-            values += tuple(stored_value(entry.fields[name], types[name.casefold()]) for name in names)
-            by_columns.setdefault(names, []).append(values)
-            nested[int(rowid)] = [name for name in names if structured.is_structured(entry.fields[name])]
+            fields = entry.fields
+            names = tuple(fields)
+            values = [int(rowid), entry.id, entry.text, content_hash(entry.text), int(n)]
+            for name in names:
+                value, kind = fields[name], typed[name]
+                # a string in a text column is stored as it is (``stored_value``'s common case)
+                values.append(value if kind == "text" and type(value) is str else stored_value(value, kind))
+            by_columns.setdefault(names, []).append(tuple(values))
+            marked = [name for name in names if structured.is_structured(fields[name])]
+            if marked:
+                nested[int(rowid)] = marked
         for names, rows in by_columns.items():
             columns = ", ".join(map(quote, [*RESERVED, *names]))  # _rowid, _id, _text, _hash, _chunks
             marks = ", ".join("?" * (len(RESERVED) + len(names)))

@@ -185,6 +185,8 @@ UNREAD = frozenset({"Cc", "Cf", "Co", "Cn", "Mn", "Me"})
 def blank(text: str) -> bool:
     """A text with nothing a model reads: only whitespace and ``UNREAD`` characters (it would
     tokenise to the special tokens alone, the same vector for all of them). Such a text is empty."""
+    if text[:1].isalnum():  # the common text: a letter or digit first is read
+        return False
     return all(c.isspace() or c == "\ufffd" or unicodedata.category(c) in UNREAD for c in text)
 
 
@@ -295,19 +297,20 @@ class CorpusReader:
                 id_field = _default_id(header)
             if header:
                 wanted, id_field = [spelled(n, header) for n in wanted], spelled(id_field, header)
-            asked = [*wanted, *([id_field] if id_field else [])]
+            asked = {*wanted, *([id_field] if id_field else [])}
+            check, lines = self.check, not self.name  # rows given in Python have no lines
             for number, line, row in rows:
                 row_wanted, row_id = wanted, id_field
-                line = None if self.name else line
+                line = line if lines else None
                 if isinstance(row, str):
                     reason = row
                 else:
                     reason = unstorable(row)
                     if not reason:  # the names of a row with a NUL or a surrogate are not names
                         names.update(dict.fromkeys(row))
-                        if not all(name in row for name in asked):  # JSON Lines: names as this row has them
+                        if not row.keys() >= asked:  # JSON Lines: names as this row has them
                             row_wanted, row_id = [spelled(n, row) for n in wanted], spelled(id_field, row)
-                        reason = _check_row(row, row_wanted, row_id) or (self.check and self.check(row))
+                        reason = _check_row(row, row_wanted, row_id) or (check and check(row))
                 if not reason:
                     key = entry_id(row[row_id]) if row_id else str(number + (first or 1) - 1)
                     if key in seen:
@@ -374,6 +377,9 @@ def nearest(name: str, present: Collection[str]) -> str:
 
 def field_text(row: dict[str, Any], names: Sequence[str]) -> str:
     """The named fields' text values, stripped and joined by a space (absent or non-text: skipped)."""
+    if len(names) == 1:  # the common case, without a join
+        value = _text_value(row.get(names[0]))
+        return "" if value is None else value.strip()
     values = (_text_value(row.get(name)) for name in names)
     return " ".join(part for part in (v.strip() for v in values if v is not None) if part)
 
@@ -416,6 +422,7 @@ def _default_id(names: Collection[str]) -> str | None:
 
 def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None) -> str | None:
     """Why a parsed row (storable: ``unstorable``) cannot be indexed, or None."""
+    read = False  # whether a text so far has something a model reads (one pass over the fields)
     for name in wanted:
         if name not in row:
             return f"missing text: no field {name!r}{nearest(name, row)}"
@@ -424,7 +431,8 @@ def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None)
         value = _text_value(row[name])
         if value is None:
             return f"text not a string: field {name!r}"
-    if all(blank(_text_value(row[name])) for name in wanted):
+        read = read or not blank(value)
+    if not read:
         return "empty text"
     if id_field:
         value = row.get(id_field)

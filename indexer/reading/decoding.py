@@ -89,7 +89,7 @@ def read_lines(path: Path | str, handle: BinaryIO, encoding: str = "utf-8") -> I
     for text in blocks(path, handle, encoding, check):
         *ended, rest = text.split("\n")
         for piece in ended:
-            line = "".join([*parts, piece, "\n"])
+            line = "".join([*parts, piece, "\n"]) if parts else piece + "\n"
             parts = []
             number += 1
             check.line(line, number)

@@ -41,12 +41,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+"""A number as text; a group matched (a fraction, an exponent): a float."""
 SPACE = r"[ \t\n\v\f\r]*"
 SQLITE_NUMBER = re.compile(SPACE + r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?" + SPACE)
 """Text that SQLite's INTEGER, NUMERIC and REAL affinities store as a number (tests/test_corpus_fuzz.py
 holds it to SQLite's own behaviour)."""
 INT64 = 1 << 63
+_NUMERIC_START = frozenset("0123456789+-.")
+"""How a stripped text that ``NUMBER_TEXT`` or ``SQLITE_NUMBER`` matches can begin."""
 
 
 def as_number(value: Any) -> int | float | None:
@@ -55,9 +58,10 @@ def as_number(value: Any) -> int | float | None:
         return int(value)
     if isinstance(value, str):
         text = value.strip()
-        if not NUMBER_TEXT.fullmatch(text):
+        found = NUMBER_TEXT.fullmatch(text)
+        if not found:
             return None
-        value = float(text) if any(c in text for c in ".eE") else int(text)
+        value = float(text) if found.lastindex else int(text)
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             return None
@@ -70,7 +74,13 @@ def as_number(value: Any) -> int | float | None:
 def value_kind(value: Any) -> str | None:
     """How a value counts towards its column's type: ``integer``, ``float``, ``code`` (see the
     module docstring), ``text``, ``structured`` (a list or object); None if empty."""
-    if value is None or (isinstance(value, str) and not value.strip()):
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        if text[0] not in _NUMERIC_START:  # the common text: neither a number nor a code
+            return "text"
+    elif value is None:
         return None
     if isinstance(value, (dict, list)):
         return "structured"
@@ -100,9 +110,12 @@ class TypeCounter:
         self.counts: dict[str, Counter] = {}
 
     def add(self, row: dict[str, Any]) -> None:
+        counts = self.counts
         for name, value in row.items():
-            seen = self.counts.setdefault(name, Counter())
             kind = value_kind(value)
+            seen = counts.get(name)
+            if seen is None:  # not ``setdefault``: it would make a Counter per value
+                seen = counts[name] = Counter()
             if kind:
                 seen[kind] += 1
 

@@ -40,6 +40,13 @@ def undecodable_chars(row: dict[str, Any]) -> str:
 def unstorable(row: dict[str, Any]) -> str | None:
     """Why a row's names or values cannot be stored as text (a NUL, a surrogate, nesting deeper
     than ``MAX_DEPTH``), looking at every level without recursing; or None."""
+    try:  # the common row, names and values all strings: one search over them all
+        flat = "".join(row) + "".join(row.values())
+    except TypeError:  # a number, a null, a list or an object: every level, below
+        pass
+    else:
+        if not UNSTORABLE.search(flat):
+            return None
     pending: list[tuple[Any, int]] = [(row, 0)]
     while pending:
         value, depth = pending.pop()
