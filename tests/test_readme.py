@@ -113,3 +113,12 @@ def test_make_readme_rewrites_a_stale_output_once(tmp_path):
     assert len(regenerate(readme)) == 1
     assert readme.read_text(encoding="utf-8") == stale.replace("\n7\n", "\n2\n")
     assert regenerate(readme) == []
+
+
+def test_the_readme_stays_a_users_page_under_300_lines():
+    """Benchmarks, profiles and decisions live in docs/: the README says what to run and what to
+    expect, and links the rest. Its first block is the two commands that work on a fresh machine."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) < 300
+    first = readme_blocks(text)[0] if readme_blocks(text) else None
+    assert first is not None and "make demo" in first.code and "make test" in first.code

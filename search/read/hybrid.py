@@ -43,7 +43,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from indexer.catalog.postings import most
 from indexer.errors import BadInput
 
 if TYPE_CHECKING:
@@ -172,6 +171,8 @@ def keyword_matches(
     keyword score (its BM25 over the most the query's words could give, ``most``, in [0, 1): what
     keyword mode shows, in the same order). Both 0 for every entry when no word of the query
     weighs anything (``weightless``)."""
+    from indexer.catalog.postings import most  # with NumPy: a query's CLI help imports neither
+
     if words.match is None:
         return {}, {}
     total, holding = catalog.keyword_frequencies(words.phrases)
