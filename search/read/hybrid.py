@@ -171,7 +171,7 @@ def keyword_matches(
     keyword score (its BM25 over the most the query's words could give, ``most``, in [0, 1): what
     keyword mode shows, in the same order). Both 0 for every entry when no word of the query
     weighs anything (``weightless``)."""
-    from indexer.catalog.postings import most  # with NumPy: a query's CLI help imports neither
+    from indexer.catalog.postings import most  # it imports NumPy, which the CLI never loads to start
 
     if words.match is None:
         return {}, {}
