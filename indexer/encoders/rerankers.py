@@ -1,0 +1,327 @@
+"""Rerankers (cross-encoders): a question and a text read together by a classifier, one score per
+pair, equal to sentence-transformers' ``CrossEncoder(path).predict(pairs)`` (after its activation)
+to float error. The folder is read by ``indexer.embedding.cross_folder``; this module runs it.
+
+``reranker_for(model, options, runtime=)`` is the one factory; every caller types the result as
+``Reranker``:
+
+- ``onnx`` (the default on the CPU): the classifier exported once into the graph cache
+  (``indexer.encoders.cross_export``), then run on ONNX Runtime and ``tokenizers`` alone: once the
+  graph is cached, no torch is imported. A model the exporter fails on is run on torch, and
+  ``why`` says so (the failure is noted beside the graph, so it is not retried each time).
+- ``torch``: ``AutoModelForSequenceClassification`` on torch, on the device the options place
+  (a GPU's default).
+
+Pairs are tokenised as ``CrossEncoder`` does, by the model's own ``tokenizer.json``: the folder's
+prompt before the question, truncated to ``max_length`` longest text first (on the tokenizer's
+truncation side), type ids where the network reads them; and scored in the passes
+``indexer.embedding.batching.Batching.plan`` cuts from the pairs' token counts.
+
+What a micro-batcher needs (the server batches pairs by token budget as it batches texts):
+``pair_tokens(question, texts)`` tokenises a request as it arrives (a list of ``PairTokens``, whose
+``len`` is its token count), ``score_tokens(tokens)`` scores any such list (a batch several
+requests' pairs make, in the passes the batching rule plans), and ``batching.tokens`` is the
+reranker's token budget for one batch. ``score`` and ``score_pairs`` are both of them in one call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from indexer.embedding.batching import Batching
+from indexer.embedding.cross_folder import CrossFolder, cross_graph, read_cross_folder
+from indexer.embedding.graphs import GraphSpec
+from indexer.embedding.head import pad_batch
+from indexer.embedding.model_files import model_file, read_json
+from indexer.embedding.models import _quiet_transformers, unloadable, weight_files
+from indexer.encoders.devices import Placement
+from indexer.encoders.onnx_graph import CPU, UNFUSED, usable_cores
+from indexer.encoders.options import EmbeddingOptions, given
+from indexer.encoders.tokens import CHARS_PER_TOKEN, _cut, token_text
+from indexer.errors import BadInput, ModelFailed
+
+RUNTIMES = ("onnx", "torch")
+"""What runs a reranker: ONNX Runtime (the default on the CPU) or torch."""
+ASKED = "torch asked for"
+CACHED = "its graph is cached"
+EXPORTED = "its graph was exported now (cached for the next time)"
+SAMPLE = (("how do I reset my password", "open the settings page"), ("a", "b"))
+"""Two pairs of different lengths: the padded batch the classifier is traced with."""
+
+
+@dataclass(frozen=True)
+class PairTokens:
+    """One pair as the network reads it: token ids and type ids (0 the question's, 1 the text's,
+    as the tokenizer gives them). ``len``: its tokens, what a batch's budget counts."""
+
+    ids: tuple[int, ...]
+    types: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+Logits = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+"""``(input_ids, attention_mask, token_type_ids)`` (int64 ``[batch, tokens]``) -> logits ``[batch]``."""
+
+
+class Reranker(Protocol):
+    """What scores pairs: every caller types a reranker as this (``reranker_for`` makes one)."""
+
+    folder: CrossFolder
+    runtime: str
+    """``torch`` or ``onnx``."""
+    why: str
+    """One line: why this runtime (asked for, graph cached, exported now, export failed...)."""
+    batching: Batching
+
+    def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
+        """float32, one per text, after the activation: ``CrossEncoder.predict`` of the pairs."""
+        ...
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray: ...
+
+    def pair_tokens(self, question: str, texts: Sequence[str]) -> list[PairTokens]: ...
+
+    def score_tokens(self, tokens: Sequence[PairTokens]) -> np.ndarray: ...
+
+
+class PairTokenizer:
+    """The folder's ``tokenizer.json`` set up as ``CrossEncoder`` calls it for pairs (no
+    transformers): truncation ``longest_first`` at ``max_length`` on the tokenizer's side, no padding."""
+
+    def __init__(self, folder: CrossFolder):
+        from tokenizers import Tokenizer
+
+        location = folder.path
+        self.tokenizer = Tokenizer.from_file(str(Path(location) / "tokenizer.json"))
+        padding = self.tokenizer.padding or {}
+        said = {
+            **(read_json(model_file(location, "tokenizer_config.json")) or {}),
+            **(read_json(model_file(location, "special_tokens_map.json")) or {}),
+        }
+        pad = token_text(said.get("pad_token"))
+        found = self.tokenizer.token_to_id(pad) if pad else None
+        self.pad = found if found is not None else int(padding.get("pad_id", 0))
+        self.tokenizer.no_padding()
+        self.max_length = folder.max_length
+        self.left = said.get("truncation_side") == "left"
+        if self.max_length is None:
+            self.tokenizer.no_truncation()
+        else:
+            side = "left" if self.left else "right"
+            self.tokenizer.enable_truncation(self.max_length, strategy="longest_first", direction=side)
+        self.prompt, self.lowercase = folder.prompt, folder.lowercase
+
+    def pairs(self, pairs: Sequence[tuple[str, str]]) -> list[PairTokens]:
+        """Each pair's tokens. A text longer than ``max_length * CHARS_PER_TOKEN`` characters is cut
+        (at a space) before tokenising where its cut still fills the window, so a line of any length
+        costs the tokenizer the same and truncates to the same tokens."""
+        cased = [(self.prompt + q, t) for q, t in pairs]
+        if self.lowercase:
+            cased = [(q.lower(), t.lower()) for q, t in cased]
+        cut = [(self._cut(q), self._cut(t)) for q, t in cased]
+        found = self.tokenizer.encode_batch(cut)
+        return [PairTokens(tuple(e.ids), tuple(e.type_ids)) for e in found]
+
+    def _cut(self, text: str) -> str:
+        if self.max_length is None or self.left:
+            return text
+        bound = self.max_length * CHARS_PER_TOKEN
+        if len(text) <= bound:
+            return text
+        cut = _cut(text, bound)
+        kept = len(self.tokenizer.encode(cut, add_special_tokens=False).ids)
+        return cut if kept >= self.max_length else text
+
+
+class _Scoring:
+    """Pairs -> tokens -> planned passes -> logits -> the activation: what both runtimes share."""
+
+    def __init__(self, folder: CrossFolder, runtime: str, why: str, batching: Batching, logits: Logits):
+        self.folder, self.runtime, self.why, self.batching = folder, runtime, why, batching
+        self.tokenizer = PairTokenizer(folder)
+        self.logits = logits
+
+    def pair_tokens(self, question: str, texts: Sequence[str]) -> list[PairTokens]:
+        return self.tokenizer.pairs([(question, text) for text in texts])
+
+    def score_tokens(self, tokens: Sequence[PairTokens]) -> np.ndarray:
+        out = np.zeros(len(tokens), dtype=np.float32)
+        for rows in self.batching.plan([len(t) for t in tokens]):
+            chosen = [tokens[i] for i in rows.tolist()]
+            ids, mask = pad_batch([t.ids for t in chosen], self.tokenizer.pad)
+            types, _ = pad_batch([t.types for t in chosen], 0)
+            out[rows] = self.logits(ids, mask, types)
+        if not np.isfinite(out).all():
+            raise ModelFailed(
+                f"the reranker {self.folder.path} gave non-finite scores: its weights are damaged"
+            )
+        return activated(out, self.folder.activation)
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        return self.score_tokens(self.tokenizer.pairs(pairs))
+
+    def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
+        return self.score_tokens(self.pair_tokens(question, texts))
+
+
+def activated(logits: np.ndarray, activation: str) -> np.ndarray:
+    """The folder's activation of float32 logits, as ``CrossEncoder.predict`` applies it."""
+    if activation == "sigmoid":
+        return (1.0 / (1.0 + np.exp(-logits.astype(np.float64)))).astype(np.float32)
+    if activation == "tanh":
+        return np.tanh(logits).astype(np.float32)
+    return logits
+
+
+class _TorchClassifier:
+    """The network on torch at a placement: its logits as NumPy."""
+
+    def __init__(self, folder: CrossFolder, on: Placement):
+        import torch
+
+        from indexer.encoders.pipeline import DTYPES
+
+        self.network, self.types = load_classifier(folder)
+        self.device = torch.device(on.device)
+        self.network = self.network.to(device=self.device, dtype=DTYPES[on.precision]).eval()
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
+        import torch
+
+        given = {
+            "input_ids": ids,
+            "attention_mask": mask,
+            **({"token_type_ids": types} if self.types else {}),
+        }
+        with torch.inference_mode():
+            tensors = {k: torch.from_numpy(v).to(self.device) for k, v in given.items()}
+            return self.network(**tensors).logits[:, 0].float().cpu().numpy()
+
+
+def load_classifier(folder: CrossFolder) -> tuple[Any, bool]:
+    """The folder's classifier on torch (eval mode, CPU) from disk only, and whether it reads type
+    ids (its forward takes them and its tokenizer gives them, as ``CrossEncoder`` passes them)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    _quiet_transformers()
+    location = folder.path
+    held = ", ".join(file.name for file in weight_files(location))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True)
+        network = AutoModelForSequenceClassification.from_pretrained(location, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise unloadable(location, location, exc) from None
+    except RuntimeError:  # a size at odds with config.json that check_sizes does not compare
+        said = f"its weights ({held}) do not fit the network its config.json describes"
+        raise BadInput(f"cannot load reranker {location!r}: {said}") from None
+    except pickle.UnpicklingError:  # torch's weights_only refusal, whose advice is to run the file
+        raise BadInput(
+            f"cannot load reranker {location!r}: {held} holds more than tensors: not loaded"
+        ) from None
+    reads = "token_type_ids" in inspect.signature(network.forward).parameters
+    return network.eval(), reads and "token_type_ids" in tokenizer.model_input_names
+
+
+class _OnnxClassifier:
+    """The exported classifier on ONNX Runtime (no torch): it is fed the inputs it names."""
+
+    def __init__(self, spec: GraphSpec, provider: str = CPU, spin: bool = False):
+        import onnxruntime
+
+        available = onnxruntime.get_available_providers()
+        if provider not in available:
+            raise BadInput(
+                f"ONNX Runtime has no execution provider {provider!r} here (it has {', '.join(available)})"
+            )
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        options.intra_op_num_threads = usable_cores()
+        providers = [provider] if provider == CPU else [provider, CPU]
+        unfused = list(UNFUSED) if provider == CPU else []
+        self.session = onnxruntime.InferenceSession(
+            str(spec.path), options, providers=providers, disabled_optimizers=unfused
+        )
+        self.inputs = {i.name for i in self.session.get_inputs()}
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        (logits,) = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})
+        return logits[:, 0].astype(np.float32)
+
+
+def reranker_for(
+    model: str | Path, options: EmbeddingOptions | None = None, *, runtime: str | None = None
+) -> Reranker:
+    """The reranker of the folder at ``model`` (``read_cross_folder``), on ``runtime`` (``onnx``
+    or ``torch``; None: ONNX Runtime on the CPU, torch on a GPU the options place it on), as the
+    module doc says; ``options``: the device, batch size and execution provider."""
+    options = given(options)
+    if runtime is not None and runtime not in RUNTIMES:
+        raise BadInput(f"a reranker runs on {' or '.join(RUNTIMES)}, not {runtime!r}")
+    folder = read_cross_folder(model)
+    on = options.placement
+    if runtime == "onnx" and not on.on_cpu and options.provider is None:
+        raise BadInput(
+            f"ONNX Runtime runs rerankers on the CPU here, not {on.device}: give --device cpu or torch"
+        )
+    if runtime == "torch" or (runtime is None and not on.on_cpu):
+        why = ASKED if runtime == "torch" else f"{on.describe()} asked for"
+        return _torch(folder, options, why)
+    spec = cross_graph(folder)
+    batching = Batching.on(True, options.batch_size)
+    provider = options.provider or CPU
+    if spec.exported:
+        return _Scoring(
+            folder, "onnx", CACHED, batching, _OnnxClassifier(spec, provider, not options.serving)
+        )
+    failure = spec.failed()
+    if failure is not None:
+        return _torch(folder, options, f"its graph cannot be exported ({failure})")
+    failure = export(folder, spec)
+    if failure is not None:
+        return _torch(folder, options, f"its graph cannot be exported ({failure})")
+    return _Scoring(folder, "onnx", EXPORTED, batching, _OnnxClassifier(spec, provider, not options.serving))
+
+
+def _torch(folder: CrossFolder, options: EmbeddingOptions, why: str) -> _Scoring:
+    on = options.placement
+    batching = Batching.on(on.on_cpu, options.batch_size, runtime="torch")
+    return _Scoring(folder, "torch", why, batching, _TorchClassifier(folder, on))
+
+
+def export(folder: CrossFolder, spec: GraphSpec) -> str | None:
+    """Export the folder's classifier into ``spec``'s place; on failure note why beside it (the
+    reranker then runs on torch, and nothing retries) and return the reason."""
+    from indexer.encoders.cross_export import export_classifier
+    from indexer.encoders.onnx_export import export_failure
+
+    network, types = load_classifier(folder)
+    tokens = PairTokenizer(folder).pairs(SAMPLE)
+    ids, mask = pad_batch([t.ids for t in tokens], 0)
+    type_ids, _ = pad_batch([t.types for t in tokens], 0)
+    import torch
+
+    sample = [torch.from_numpy(a) for a in (ids, mask, type_ids)]
+    try:
+        export_classifier(network, spec, sample, types)
+    except Exception as exc:  # noqa: BLE001 - any exporter failure means: run on torch
+        reason = export_failure(exc)
+        try:
+            spec.failure.parent.mkdir(parents=True, exist_ok=True)
+            spec.failure.write_text(reason + "\n", encoding="utf-8")
+        except OSError:
+            pass
+        return reason
+    spec.failure.unlink(missing_ok=True)
+    return None
