@@ -239,7 +239,7 @@ def test_hybrid_leaves_unscored_only_entries_that_could_not_be_among_the_best(
     """Keyword-only candidates whose share cannot lift the dense ranking's last cosine to the k-th
     fused score are never scored: the hits are those of scoring every candidate, and some are
     left out."""
-    import search.read.lookup
+    import search.read.hybrid  # the hybrid ranker prunes with it
 
     rng = random.Random(5)
     words = sorted({"".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(5)) for _ in range(60)})
@@ -247,16 +247,16 @@ def test_hybrid_leaves_unscored_only_entries_that_could_not_be_among_the_best(
     build_index(write_csv(tmp_path / "many.csv", rows), tmp_path / "idx", Strategy(model=tiny_model))
     queries = [" ".join(rng.sample(words, rng.choice([1, 2, 3]))) for _ in range(40)]
     left_out = []
-    real = search.read.lookup.reachable
+    real = search.read.hybrid.reachable
 
     def counted(dense, keyword, candidates, *args):
         kept = real(dense, keyword, candidates, *args)
         left_out.append(len(candidates) - len(kept))
         return kept
 
-    monkeypatch.setattr(search.read.lookup, "reachable", counted)
+    monkeypatch.setattr(search.read.hybrid, "reachable", counted)
     pruned = SearchEngine(tmp_path / "idx").search_many(queries, k=5, mode="hybrid")
-    monkeypatch.setattr(search.read.lookup, "reachable", lambda dense, keyword, candidates, *args: candidates)
+    monkeypatch.setattr(search.read.hybrid, "reachable", lambda dense, keyword, candidates, *args: candidates)
     whole = SearchEngine(tmp_path / "idx").search_many(queries, k=5, mode="hybrid")
     assert [[(h.id, h.score) for h in hits] for hits in pruned] == [
         [(h.id, h.score) for h in hits] for hits in whole

@@ -137,6 +137,7 @@ class StoredIndex:
             "keyword_fields": keyword_fields,  # the fields besides the text it reads
             "keyword_fields_pending": keyword_fields_pending,  # those it reads from the next version on
             "hybrid_weight": meta.get("hybrid_weight"),  # its keyword share in hybrid search (None: default)
+            "reranker": meta.reranker,  # the cross-encoder its searches rerank with (index --rerank)
         }
 
 

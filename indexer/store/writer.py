@@ -93,11 +93,13 @@ class VersionWriter:
         transform: Transform | None = None,
         index_kind: str = KIND,
         storage: str = STORAGE,
+        reranker: dict[str, str] | None = None,
     ) -> IndexMeta:
         """Write the version: fit the strategy's transform on the spooled vectors (unless
         ``transform`` is given: then they were transformed already), build and write the vector
         index, and hold the graph its queries run (``indexer.store.held``); returns the meta the
-        version is committed with."""
+        version is committed with. ``reranker``: the default reranker its searches use
+        (``{"path", "fingerprint"}`` of a cross-encoder's folder)."""
         self._spool.close()
         self._spool_ids.close()
         if not self.entries:
@@ -130,6 +132,7 @@ class VersionWriter:
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             source=source,
             graph=hold_graph(self.path, strategy),
+            reranker=reranker,
         )
         self.catalog.commit()
         self.catalog.close()

@@ -103,6 +103,7 @@ def build_index(
     storage: str = STORAGE,
     wait: float = 0,
     also: FieldScoring | str | Sequence[str] | None = None,
+    reranker: str | Path | None = None,
     **given: Any,
 ) -> BuildReport:
     """Index a corpus into ``index_dir``, replacing any index there only once complete.
@@ -116,7 +117,9 @@ def build_index(
     (``indexer.embedding.fields``): its field names (``["question", "answer"]``) or a ``FieldScoring`` with
     a weight. ``options``: how the texts are embedded (``EmbeddingOptions``: device, precision,
     batch size, Ray; None: the defaults, ``auto`` taking a GPU torch sees); they decide the encoder
-    (``indexer.encoders.factory``). A failed first build leaves no directory behind."""
+    (``indexer.encoders.factory``). ``reranker``: a cross-encoder's folder stored as the index's
+    default reranker (its path and fingerprint; its files read, not loaded, before anything is
+    built). A failed first build leaves no directory behind."""
     from indexer.encoders.factory import encoder_for
     from indexer.encoders.on_ray import RayEncoder
     from indexer.store import new_version
@@ -124,6 +127,12 @@ def build_index(
     started = time.perf_counter()
     options = given_options(options).checked()  # a GPU asked for and missing: said before anything
     also = FieldScoring.given(also)
+    stored_reranker = None
+    if reranker is not None:  # a folder that is no reranker: said before anything is built
+        from indexer.embedding.cross_folder import read_cross_folder
+
+        folder = read_cross_folder(reranker)
+        stored_reranker = {"path": folder.path, "fingerprint": folder.fingerprint}
     reader = CorpusReader(corpus, corpus_options, **given)
     survey = survey_corpus(reader)
     embed_seconds = 0.0
@@ -156,7 +165,9 @@ def build_index(
             **({"also": also.to_dict()} if also else {}),
             "embedded": encoder.decision.record(),
         }
-        meta = version.write(encoder.strategy, source=source, index_kind=index_kind, storage=storage)
+        meta = version.write(
+            encoder.strategy, source=source, index_kind=index_kind, storage=storage, reranker=stored_reranker
+        )
     return BuildReport(
         index_dir=Path(index_dir),
         strategy=encoder.strategy,

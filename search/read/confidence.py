@@ -24,7 +24,16 @@ A hit's features come from the query's neighbourhood (the nearest ``NEIGHBOURS``
   keywords agree with the ranking's choice.
 
 A neighbourhood is the ranking of the mode the rule serves (``Rule.mode``): in hybrid mode its
-scores are the fused scores, its texts' cosines and keyword evidence ride along.
+scores are the fused scores, its texts' cosines and keyword evidence ride along. A reranked search's
+neighbourhood is its reranked candidates (the first stage's best ``rerank_depth``), scored by the
+reranker (``text`` is that score too).
+
+A rule is stored and applied under its key (``rule_key``): the mode it answers in and the score it
+was fitted on (``Rule.score``): ``"dense"``, ``"keyword"``, ``"hybrid"`` for the first stage's
+score, ``"<mode>+rerank:<fingerprint>"`` (``score_kind``) for a cross-encoder's re-ordering that
+mode's candidates, the fingerprint its folder's (``indexer.embedding.cross_folder.CrossFolder``).
+A search applies the rule of its own key alone: a rule fitted on another score (the first stage's
+when reranked, another reranker's) is never applied, and ``unruled`` says so.
 
 The rule is a logistic regression on some of these features, standardised: confidence =
 sigmoid(weights . standardised features + bias), answered when it reaches the threshold.
@@ -52,6 +61,8 @@ words could give), marked on every rule fitted since (``Rule.keyword_score``). A
 without it was fitted on the share, which keyword mode showed before: not applied (``in_force``)."""
 GAP_TEXTS = 9
 """Distinct texts below a hit that ``gap`` compares it with."""
+RERANKED = "rerank:"
+"""How a rule key's score kind starts when a reranker's scores were fitted (``score_kind``)."""
 NEIGHBOURS = 64
 """Entries looked at around each query to compute the features (a FAQ question may have two dozen
 answers with one text: the margin needs an entry past them)."""
@@ -128,14 +139,33 @@ class Neighbourhood:
         return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES))
 
 
-def unruled(rules: Mapping[str, Rule], mode: str, stale: Collection[str] = ()) -> str | None:
-    """One line where a search in ``mode`` leaves its hits unmarked though the index keeps
-    no-answer rules for other modes (each mode answers by its own rule: ``stored_rules``), or
-    keeps one for ``mode`` that is not applied (``stale``: fitted on a score the mode no longer
-    shows, ``in_force``); None where ``mode`` has a rule, or the index has none at all."""
-    if mode in rules or not rules and mode not in stale:
+def score_kind(fingerprint: str | None) -> str:
+    """The score a search shows: "" for the first stage's, ``rerank:<fingerprint>`` for the
+    reranker's of that fingerprint."""
+    return "" if fingerprint is None else RERANKED + fingerprint
+
+
+def rule_key(mode: str, score: str = "") -> str:
+    """The key a rule is stored and applied under: its mode, and its score kind (``score_kind``)
+    where it is not the first stage's."""
+    return f"{mode}+{score}" if score else mode
+
+
+def unruled(rules: Mapping[str, Rule], mode: str, stale: Collection[str] = (), score: str = "") -> str | None:
+    """One line where a search in ``mode`` showing ``score`` (``score_kind``) leaves its hits
+    unmarked though the index keeps no-answer rules for other modes or scores (each answers by its
+    own rule: ``rule_key``), or keeps one for it that is not applied (``stale``: fitted on a score
+    the mode no longer shows, ``in_force``); None where it has a rule, or the index has none."""
+    key = rule_key(mode, score)
+    if key in rules or not rules and key not in stale:
         return None
     fit = f"fit one with `semsearch calibrate INDEX --mode {mode}` and your labelled questions (or --self)"
+    if score:
+        return (
+            f"{mode} search reranked has no no-answer rule fitted on this reranker's scores (this index "
+            f"has one for {', '.join(rules) or 'none'}, not applied to another score): its hits are not "
+            "marked answered; fit one with the same reranker, or give --min-score on its scale"
+        )
     if mode in stale:
         return (
             f"{mode} search has no no-answer rule in force (this index's {mode} rule was fitted on the "
@@ -148,9 +178,11 @@ def unruled(rules: Mapping[str, Rule], mode: str, stale: Collection[str] = ()) -
     )
 
 
-def check_min_score(min_score: float | None) -> None:
-    """A plain threshold is on the score's scale in every mode (``search.read.hybrid``): in [-1, 1]."""
-    if min_score is not None and not -1 <= min_score <= 1:
+def check_min_score(min_score: float | None, reranked: bool = False) -> None:
+    """A plain threshold is on the score's scale in every mode (``search.read.hybrid``): in [-1, 1];
+    a reranked search's on the reranker's own (any finite number: a logit where it applies no
+    activation)."""
+    if min_score is not None and not reranked and not -1 <= min_score <= 1:
         raise BadInput(f"min score must be in [-1, 1] (the scale of every mode's score), not {min_score}")
 
 
@@ -192,11 +224,17 @@ class Rule:
     asked_unanswerable: int = 0  # of them, those with no relevant entry in the index
     left_out: int = 0  # labelled questions left out: no relevant judgement, and none said they have no answer
     keyword_score: str = KEYWORD_SCORE  # the keyword-mode score it was fitted with; "": stored before
+    score: str = ""  # the score it was fitted on (``score_kind``): "" the first stage's, else a reranker's
+
+    @property
+    def key(self) -> str:
+        """Its key among an index's rules (``rule_key``)."""
+        return rule_key(self.mode, self.score)
 
     @property
     def stale(self) -> bool:
         """Whether it is a keyword-mode rule fitted on the share (``KEYWORD_SCORE``): not applied."""
-        return self.mode == KEYWORD and self.keyword_score != KEYWORD_SCORE
+        return self.mode == KEYWORD and not self.score and self.keyword_score != KEYWORD_SCORE
 
     @property
     def reads_neighbours(self) -> bool:
@@ -217,7 +255,8 @@ class Rule:
         when = f", {self.created}" if self.created else ""
         refit = f"refit with `semsearch calibrate INDEX --mode {KEYWORD}`"
         stale = f"; not applied: fitted on the keyword share, {refit}" if self.stale else ""
-        described = f"{self.source}, {self.mode} search: {rule}; {promise}; coverage {self.coverage:.2f}"
+        searched = f"{self.mode} search reranked ({self.score})" if self.score else f"{self.mode} search"
+        described = f"{self.source}, {searched}: {rule}; {promise}; coverage {self.coverage:.2f}"
         return f"{described}{on}{when}{stale}"
 
     def confidence(self, rows: np.ndarray) -> np.ndarray:
@@ -240,14 +279,14 @@ class Rule:
 
 
 def stored_rules(stored: Mapping[str, Any] | None) -> dict[str, Rule]:
-    """The rules an index keeps, by the mode each answers in (``calibrate`` stores {mode: rule},
-    one per mode, side by side). An index calibrated before that holds one rule: read as the rule
-    of the mode it names (dense if it names none)."""
+    """The rules an index keeps, by key (``rule_key``: ``calibrate`` stores {key: rule}, one per
+    mode and score, side by side). An index calibrated before that holds one rule: read as the
+    rule of the mode it names (dense if it names none)."""
     if not stored:
         return {}
     if "features" in stored:
         rule = Rule.from_dict(stored)
-        return {rule.mode: rule}
+        return {rule.key: rule}
     return {mode: Rule.from_dict(rule) for mode, rule in stored.items()}
 
 
@@ -258,5 +297,5 @@ def in_force(rules: Mapping[str, Rule]) -> dict[str, Rule]:
 
 
 def stored_form(rules: Mapping[str, Rule]) -> dict[str, Any]:
-    """``rules`` as the index's meta (and ``info``) holds them: {mode: the rule's fields}."""
-    return {mode: rule.to_dict() for mode, rule in rules.items()}
+    """``rules`` as the index's meta (and ``info``) holds them: {key: the rule's fields}."""
+    return {key: rule.to_dict() for key, rule in rules.items()}

@@ -13,22 +13,25 @@ import numpy as np
 from indexer.embedding.strategy import Strategy
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.options import EmbeddingOptions, given
-from indexer.errors import IndexMoved
+from indexer.errors import BadInput, IndexMoved
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.vectors import single_threaded
-from search.read.confidence import unruled
+from search.read.confidence import score_kind, unruled
 from search.read.encoding import Encoding
-from search.read.requests import Embedding, Hit, check_strategy, here
-from search.read.snapshot import Snapshot
+from search.read.requests import Again, Embedding, Hit, SearchRequest, check_strategy, here
+from search.read.snapshot import Plan, Snapshot
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
+    from indexer.encoders.rerankers import Reranker
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 RETRIES = 3
 """Times a search is redone on a reopened snapshot when updates commit under it."""
+RERANKER_KEY = "reranker"
+"""The meta key of an index's default reranker (``semsearch index --rerank``): {"path", "fingerprint"}."""
 
 
 def configure_threads() -> None:
@@ -43,7 +46,7 @@ def configure_threads() -> None:
 
 
 class SearchEngine:
-    """Opens an index once and keeps the model warm; ``search`` is the hot path.
+    """Opens an index once and keeps the model (and its reranker) warm; ``search`` is the hot path.
 
     ``snapshot`` is the current version; ``reload_if_changed`` publishes a new one when
     ``add``/``delete``/``index`` wrote a new version (the model is reloaded only if the strategy
@@ -57,19 +60,70 @@ class SearchEngine:
         *,
         strategy: dict[str, Any] | None = None,
         options: EmbeddingOptions | None = None,
+        rerank: str | Path | bool | Reranker = True,
     ):
         """``strategy``: what the caller asks for, checked against the stored one (never applied);
         ``options``: how queries embed, for a server (``EmbeddingOptions.for_serving``: by default
         the index's graph on the CPU; ``device="cuda"``: torch on the GPU, for a server of many
         requests; ``provider``: the ONNX Runtime execution provider queries run on,
-        ``CUDAExecutionProvider``...)."""
+        ``CUDAExecutionProvider``...). ``rerank``: a cross-encoder's folder that re-orders every
+        search's first stage (``SearchRequest.rerank``), loaded once here, or a reranker already
+        loaded (``reranker_for``); True: the index's default reranker if it stores one
+        (``semsearch index --rerank``); False: none."""
         self.path = Path(index_dir)
         self.options = given(options).for_serving().checked()
         self.reloads = 0
         self.reloading = threading.Lock()  # the server reloads from its request threads too
+        self.rerankers: dict[str, Reranker] = {}
+        self.loading_rerankers = threading.Lock()
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
+        self.rerank = self._default_reranker(index, rerank)
         self.snapshot = Snapshot(index, Encoding(self._encoder(index), index.transform))
+
+    def _default_reranker(self, index: StoredIndex, rerank: str | Path | bool | Reranker) -> str | None:
+        """The folder of the reranker every search reranks with (loaded now, so a bad one fails
+        before any search): ``rerank``'s, or the index's stored one (True), whose files must
+        still be those it was stored with."""
+        if rerank is False:
+            return None
+        if not isinstance(rerank, str | Path | bool):  # loaded already: kept as its folder's
+            self.rerankers[_folder_key(rerank.folder.path)] = rerank
+            return rerank.folder.path
+        if rerank is not True:
+            self.reranker(str(rerank))
+            return str(rerank)
+        stored = index.meta.get(RERANKER_KEY)
+        if not stored:
+            return None
+        if not isinstance(stored, dict) or not isinstance(stored.get("path"), str):
+            raise BadInput(
+                f"the index's {RERANKER_KEY} {stored!r} is not a folder: rebuild with --rerank MODEL"
+            )
+        folder = stored["path"]
+        if not Path(folder).is_dir():
+            raise BadInput(
+                f"this index reranks with {folder}, which is not on this machine: give --rerank MODEL "
+                "or --no-rerank"
+            )
+        loaded = self.reranker(folder)
+        if loaded.folder.fingerprint != stored.get("fingerprint"):
+            raise BadInput(
+                f"the reranker at {folder} is not the one this index stored (its files changed): give "
+                f"--rerank {folder} to rerank with it as it is now, or --no-rerank"
+            )
+        return folder
+
+    def reranker(self, folder: str | Path) -> Reranker:
+        """The reranker of ``folder``, loaded once per engine
+        (``indexer.encoders.rerankers.reranker_for`` with the engine's options)."""
+        key = _folder_key(folder)
+        with self.loading_rerankers:
+            if key not in self.rerankers:
+                from indexer.encoders.rerankers import reranker_for
+
+                self.rerankers[key] = reranker_for(folder, self.options)
+            return self.rerankers[key]
 
     def _encoder(self, index: StoredIndex) -> Encoder:
         return encoder_for(index.strategy, self.options, queries=True, held=index.graph)
@@ -107,24 +161,46 @@ class SearchEngine:
         group_by: str | None = None,
         mode: str | None = None,
     ) -> list[Hit]:
-        """The k best hits for ``query``, best first, embedded with the index's own strategy.
+        """The k best hits for ``query``, best first, embedded with the index's own strategy
+        (``SearchRequest`` says what each parameter does), reranked by the engine's reranker."""
+        asked = self.request([query], k=k, where=where, min_score=min_score, group_by=group_by, mode=mode)
+        return self.answer(asked)[0]
 
-        ``where``: a filter on stored fields (``search.read.filters``), applied before the vectors are
-        compared. ``min_score``: hits scoring below this are marked not answered, in any mode
-        (one scale: ``search.read.hybrid``; over the calibrated rule). ``group_by``: a stored field;
-        the best hit per value of it (k groups, each hit's ``others`` counting the rest of its
-        group), e.g. one FAQ question with several answers shown once. ``mode``: dense, keyword
-        or hybrid (``search.read.hybrid``; None: the index's default, ``Snapshot.mode``)."""
-        return self.search_many([query], k, where, min_score, group_by, mode)[0]
+    def request(self, queries: Sequence[str], **fields: Any) -> SearchRequest:
+        """``SearchRequest(queries, **fields)``, reranked by the engine's reranker unless the
+        fields name one (``rerank``; None: not reranked)."""
+        return SearchRequest(tuple(queries), **{"rerank": self.rerank, **fields})
 
-    def no_rule_note(self, mode: str | None, min_score: float | None = None) -> str | None:
-        """One line where a search in ``mode`` (None: the default) leaves its hits unmarked
-        though the index has no-answer rules for other modes, or one fitted on a score the mode no
-        longer shows (``search.read.confidence.unruled``);
-        None where its rule or ``min_score`` marks them, or the index has no rule."""
+    def search_many(
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        *,
+        embed: Embedding[list[list[Hit]], R] = here,
+        **fields: Any,
+    ) -> R:
+        """``search`` for each query (embedded in one pass; ``fields``: the rest of their
+        ``SearchRequest``): ``answer`` of their request."""
+        return self.answer(self.request(queries, k=k, **fields), embed=embed)
+
+    def no_rule_note(
+        self, mode: str | None, min_score: float | None = None, rerank: str | None = None
+    ) -> str | None:
+        """One line where a search in ``mode`` (None: the default) reranked by ``rerank`` (a
+        folder; None: not reranked) leaves its hits unmarked though the index has no-answer rules
+        for other modes or scores, or one fitted on a score the mode no longer shows
+        (``search.read.confidence.unruled``); None where its rule or ``min_score`` marks them, or
+        the index has no rule."""
         if min_score is not None:
             return None
-        return self.retrying(lambda snapshot: unruled(snapshot.rules, snapshot.mode(mode), snapshot.stale))
+        score = score_kind(None if rerank is None else self.reranker(rerank).folder.fingerprint)
+        return self.retrying(
+            lambda snapshot: unruled(snapshot.rules, snapshot.mode(mode, score=score), snapshot.stale, score)
+        )
+
+    def note(self, request: SearchRequest) -> str | None:
+        """``no_rule_note`` of ``request``."""
+        return self.no_rule_note(request.mode, request.min_score, request.rerank)
 
     def keyword_notes(self, queries: Sequence[str], mode: str | None = None) -> list[str | None]:
         """One line per query whose keyword scores are all 0 in ``mode`` (None: the default)
@@ -132,31 +208,53 @@ class SearchEngine:
         others. What the CLI prints with the hits."""
         return self.retrying(lambda snapshot: snapshot.keyword_notes(queries, mode))
 
-    def search_many(
+    def plan(self, request: SearchRequest, reranker: Reranker | None = None) -> tuple[Snapshot, Plan]:
+        """The current snapshot and ``request`` planned on it (checked, its mode resolved, its
+        reranker ``reranker`` or the engine's), on a snapshot that may reopen (a killed writer's
+        journal)."""
+        if request.rerank is None:
+            reranker = None
+        elif reranker is None or _folder_key(reranker.folder.path) != _folder_key(request.rerank):
+            reranker = self.reranker(request.rerank)
+        return self.retrying(lambda snapshot: (snapshot, snapshot.plan(request, reranker=reranker)))
+
+    def answer(
         self,
-        queries: Sequence[str],
-        k: int = 10,
-        where: str | None = None,
-        min_score: float | None = None,
-        group_by: str | None = None,
-        mode: str | None = None,
+        request: SearchRequest,
         *,
         embed: Embedding[list[list[Hit]], R] = here,
+        reranker: Reranker | None = None,
     ) -> R:
-        """``search`` for each query: the one query pipeline (the CLI, Python and the server run
-        it). The queries are embedded in one pass by ``embed`` with the current snapshot's
-        encoding, then looked up on that snapshot (``retrying``); what ``embed`` returns is the
-        answer (the server's step returns it awaitable)."""
-        # checked before embedding, on a snapshot that may reopen (a killed writer's journal)
-        first, plan = self.retrying(lambda s: (s, s.plan(queries, k, where, min_score, group_by, mode)))
+        """The one query pipeline (the CLI, Python and the server run it), in stages: the plan
+        (``Snapshot.plan``: checks, mode, reranker), the queries embedded in one pass by ``embed``
+        with the snapshot's encoding, then on that snapshot the first stage, the rerank and the
+        confidence (``Snapshot.run``). What ``embed`` returns is the answer (the server's step
+        returns it awaitable). Where an update commits under the snapshot, the lookup is redone
+        on the reopened one (``retrying``), its queries embedded again by ``embed`` where that
+        one embeds them otherwise (``Again``). ``reranker``: what scores the pairs of the request's
+        reranker (its folder's), where not the engine's own: the server's, through its batcher."""
+        first, plan = self.plan(request, reranker)
+        return embed(first.encoding, list(request.queries), self._look_up(first, plan, RETRIES))
 
-        def look_up(vectors: np.ndarray) -> list[list[Hit]]:
-            def attempt(snapshot: Snapshot) -> list[list[Hit]]:
-                return snapshot.run(plan, vectors if snapshot is first else snapshot.embed(queries))
+    def _look_up(self, snapshot: Snapshot, plan: Plan, tries: int) -> Callable[[np.ndarray], Any]:
+        """``then`` of the embedding step: ``plan`` run on ``snapshot`` with the vectors, on a
+        reopened one (at most ``tries`` times) when an update committed under it: with the same
+        vectors where it embeds alike, else ``Again`` with its encoding."""
 
-            return self.retrying(attempt, first)
+        def then(vectors: np.ndarray) -> list[list[Hit]] | Again:
+            current = snapshot
+            for left in range(tries, 0, -1):
+                try:
+                    return current.run(plan, vectors)
+                except IndexMoved:
+                    self.reload_if_changed()
+                    fresh = self.snapshot
+                    if not _embeds_alike(fresh.encoding, current.encoding):
+                        return Again(fresh.encoding, self._look_up(fresh, plan, left - 1))
+                    current = fresh
+            return current.run(plan, vectors)
 
-        return embed(first.encoding, list(queries), look_up)
+        return then
 
     def retrying(self, work: Callable[[Snapshot], T], snapshot: Snapshot | None = None) -> T:
         """``work`` on ``snapshot`` (default the current one), redone on a reopened one when an
@@ -169,3 +267,21 @@ class SearchEngine:
                 self.reload_if_changed()
                 snapshot = self.snapshot
         return work(snapshot)
+
+
+def _folder_key(folder: str | Path) -> str:
+    """A reranker folder as the engine keeps its reranker: resolved where it is on this machine."""
+    return str(Path(folder).resolve()) if Path(folder).exists() else str(folder)
+
+
+def _embeds_alike(one: Encoding, other: Encoding) -> bool:
+    """Whether two snapshots' encodings give the same query vectors: one encoder, equal transforms."""
+    if one.embedder is not other.embedder:
+        return False
+    a, b = one.transform, other.transform
+    if a is None or b is None:
+        return a is b
+    same_matrix = (a.matrix is None) == (b.matrix is None) and (
+        a.matrix is None or np.array_equal(a.matrix, b.matrix)
+    )
+    return same_matrix and np.array_equal(a.mean, b.mean)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,13 @@ WEIGHTS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
 """The keyword shares a sweep measures on the user's labels (``search.studies.sweep``)."""
 POOL = 100
 """Entries taken from each ranking before fusing (at least k)."""
+RERANK_DEPTH = 50
+"""The first stage's best entries a reranker re-orders unless a request says (at least k:
+``search.read.requests.SearchRequest``). A cross-encoder reads each pair whole, so a query's cost
+grows with the depth (50 pairs: about one batch's tokens on the CPU); deeper only pays where the
+first stage leaves right answers past its 50 best."""
+MAX_RERANK_DEPTH = 1000
+"""The most candidates one query may have reranked: a bound on the model work one search causes."""
 
 MAX_TERMS = 32
 """Distinct words a query's keyword side ORs at most. FTS5's cost on a long entry grows with the
@@ -254,6 +261,33 @@ def fused(
     if codes:  # a stable sort: by score within each count
         order.sort(key=lambda rowid: -codes.get(rowid, 0))
     return {rowid: scores[rowid] for rowid in order[:k]}
+
+
+def hybrid_ranking(
+    near: Ranking,
+    keyword: Ranking,
+    words: Words,
+    k: int,
+    cosines: Callable[[list[int]], Ranking],
+    codes: Callable[[list[int]], Mapping[int, int]],
+    *,
+    exact: bool = False,
+    weight: float | None = None,
+) -> Ranking:
+    """The hybrid ranker: the k best entries from the dense ranking ``near`` and the keyword
+    ranking ``keyword`` (shares), each fetched ``depth(k)`` deep. The entries only the keywords
+    found get their exact cosine (``cosines`` of their row ids), those that cannot reach the k best
+    left out (``reachable``) where ``near`` is the exact nearest (``exact``) and the query holds no
+    code; ``codes`` counts the query's codes each entry holds (read only where it has codes);
+    then ``fused`` at ``weight`` (None: the query's own, ``Words.weight``). A search
+    (``search.read.lookup``) and a sweep (``search.studies.sweep``) rank with it alike."""
+    weight = words.weight if weight is None else weight
+    wanted = missing(near, keyword)
+    if exact and not words.codes:
+        wanted = reachable(near, keyword, wanted, weight, k, depth(k))
+    near = {**near, **cosines(wanted)}
+    held = codes(list(near)) if words.codes else None
+    return fused(near, keyword, weight, k, held)
 
 
 @dataclass(frozen=True)

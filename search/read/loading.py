@@ -12,25 +12,48 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from indexer.embedding.strategy import Strategy
     from indexer.encoders.options import EmbeddingOptions
+    from indexer.encoders.rerankers import Reranker
     from search.read.encoding import Encoding
     from search.read.engine import SearchEngine
 
 
-def load_engine(index_dir: str | Path, options: EmbeddingOptions | None = None) -> Future[SearchEngine]:
-    """``SearchEngine(index_dir, options=...)``, its imports included, in a thread of its own; the
-    future holds the engine or the error opening the index raised."""
+def load_engine(
+    index_dir: str | Path,
+    options: EmbeddingOptions | None = None,
+    rerank: str | Path | bool | Reranker = True,
+) -> Future[SearchEngine]:
+    """``SearchEngine(index_dir, options=..., rerank=...)``, its imports included, in a thread of
+    its own; the future holds the engine or the error opening the index raised."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
-    loading = pool.submit(_open, index_dir, options)
+    loading = pool.submit(_open, index_dir, options, rerank)
     pool.shutdown(wait=False)  # the thread ends when the engine is loaded
     return loading
 
 
-def _open(index_dir: str | Path, options: EmbeddingOptions | None) -> SearchEngine:
+def _open(
+    index_dir: str | Path, options: EmbeddingOptions | None, rerank: str | Path | bool | Reranker
+) -> SearchEngine:
     from search.read.engine import SearchEngine
 
-    engine = SearchEngine(index_dir, options=options)
+    engine = SearchEngine(index_dir, options=options, rerank=rerank)
     engine.embedder.embed(["semsearch"])  # warm, and a model that yields NaN fails before serving
     return engine
+
+
+def load_reranker(folder: str | Path, options: EmbeddingOptions | None = None) -> Future[Reranker]:
+    """The reranker of ``folder`` (``indexer.encoders.rerankers.reranker_for``) for a server with
+    no index, loading in a thread of its own."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
+    loading = pool.submit(_reranker, folder, options)
+    pool.shutdown(wait=False)
+    return loading
+
+
+def _reranker(folder: str | Path, options: EmbeddingOptions | None) -> Reranker:
+    from indexer.encoders.options import given
+    from indexer.encoders.rerankers import reranker_for
+
+    return reranker_for(folder, given(options).for_serving())
 
 
 def load_encoding(strategy: Strategy, options: EmbeddingOptions | None = None) -> Future[Encoding]:

@@ -1,13 +1,16 @@
-"""How one snapshot ranks its entries for a query vector: dense (exact where the index scores
-also-fields), keyword or hybrid (the two rankings fused: ``search.read.hybrid``), filtered, grouped,
-and each hit marked by the no-answer rule of its mode or a minimum score. ``Snapshot.run`` and
-``Snapshot.neighbourhoods`` are the way in; this module has no entry of its own."""
+"""How one snapshot ranks its entries for a query, in stages: the first stage, one ranker per mode
+(dense, exact where the index scores also-fields; keyword; hybrid, the two rankings fused:
+``search.read.hybrid``), filtered and grouped; the rerank (a cross-encoder re-orders the first
+stage's best ``depth``, before grouping); then each hit marked by the no-answer rule of its mode and
+score or a minimum score. ``Snapshot.run`` and ``Snapshot.neighbourhoods`` are the way in; this
+module has no entry of its own."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,20 +21,34 @@ from indexer.vectors.entries import EntryVectors
 from search.read.confidence import NEIGHBOURS, Neighbourhood, Rule
 from search.read.hybrid import (
     DENSE,
+    HYBRID,
     KEYWORD,
     Ranking,
     Words,
     code_counts,
     depth,
-    fused,
+    hybrid_ranking,
     keyword_matches,
-    missing,
-    reachable,
 )
 from search.read.requests import Allowed, Hit
 
+if TYPE_CHECKING:
+    from indexer.encoders.rerankers import Reranker
+
+Ranker = Callable[..., Ranking]
+"""A mode's first stage: (query vector, k, allowed, signals, the query's words) -> the k best."""
+
 CANDIDATES = 64
 """Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
+
+
+@dataclass(frozen=True)
+class Reranking:
+    """The rerank stage of a search: the cross-encoder and how many of the first stage's best it
+    re-orders (``depth``, at least k)."""
+
+    reranker: Reranker
+    depth: int
 
 
 @dataclass
@@ -59,36 +76,58 @@ class Lookup:
     ) -> None:
         self.index, self.reading, self.scoring, self.rules = index, reading, scoring, rules
         self.entries = EntryVectors(index.vectors, also=scoring is not None)
+        self.rankers: dict[str, Ranker] = {DENSE: self._dense, KEYWORD: self._keyword, HYBRID: self._hybrid}
 
     def hits(
         self,
         vectors: np.ndarray,
+        queries: Sequence[str],
         k: int,
         allowed: Allowed | None,
         min_score: float | None,
         group_by: str | None,
         words: Sequence[Words] | None,
+        reranking: Reranking | None = None,
+        key: str = DENSE,
     ) -> list[list[Hit]]:
-        """Top-k hits of each vector (a plan ``Snapshot.plan`` checked). Each hit is marked
-        ``answered`` by the stored rule (with its ``confidence``) or, given ``min_score``, by
-        its cosine; neither: ``answered`` is None. ``group_by`` (a field ``Snapshot.grouping``
-        checked): the best hit of each of the k best groups. ``words``: each query's keyword
-        side (``Snapshot.said``); None: dense."""
+        """Top-k hits of each query (its text and its vector: a plan ``Snapshot.plan`` checked).
+        ``reranking``: the first stage's best ``depth`` re-ordered by the cross-encoder, each hit
+        scored by it (the first stage's score kept as ``first_score``). Each hit is marked
+        ``answered`` by the stored rule of ``key`` (``search.read.confidence.rule_key``; with its
+        ``confidence``) or, given ``min_score``, by its score; neither: ``answered`` is None.
+        ``group_by`` (a field ``Snapshot.grouping`` checked): the best hit of each of the k best
+        groups. ``words``: each query's keyword side (``Snapshot.said``); None: dense."""
         asked = [None] * len(vectors) if words is None else words
         return [
-            self._lookup(vector, k, allowed, min_score, group_by, said)
-            for vector, said in zip(vectors, asked, strict=True)
+            self._lookup(vector, query, k, allowed, min_score, group_by, said, reranking, key)
+            for vector, query, said in zip(vectors, queries, asked, strict=True)
         ]
 
     def neighbourhoods(
-        self, vectors: np.ndarray, allowed: Allowed | None, count: int, words: Sequence[Words] | None
+        self,
+        vectors: np.ndarray,
+        allowed: Allowed | None,
+        count: int,
+        words: Sequence[Words] | None,
+        queries: Sequence[str] = (),
+        reranking: Reranking | None = None,
     ) -> list[Neighbourhood]:
         """Each vector's nearest ``count`` entries, ranked by the mode of its ``words`` (None:
-        dense): what a confidence is computed from."""
+        dense), or (``reranking``) the first stage's best ``max(count, depth)`` re-ordered by the
+        cross-encoder for its query (``queries``) and the first ``count`` of them: what a
+        confidence is computed from."""
         found = []
-        for vector, said in zip(vectors, [None] * len(vectors) if words is None else words, strict=True):
+        asked = [None] * len(vectors) if words is None else words
+        for i, (vector, said) in enumerate(zip(vectors, asked, strict=True)):
             signals = Signals()
-            found.append(self._neighbourhood(self._nearest(vector, count, allowed, signals, said), signals))
+            if reranking is None:
+                found.append(
+                    self._neighbourhood(self._nearest(vector, count, allowed, signals, said), signals)
+                )
+                continue
+            pool = list(self._nearest(vector, max(count, reranking.depth), allowed, signals, said))
+            best = dict(list(self._reranked(queries[i], pool, reranking.reranker).items())[:count])
+            found.append(self._neighbourhood(best, Signals(keywords=signals.keywords, read=signals.read)))
         return found
 
     def keyword_ranking(self, words: Words, k: int, allowed: Allowed | None) -> tuple[Ranking, Ranking]:
@@ -119,30 +158,57 @@ class Lookup:
         signals: Signals | None = None,
         words: Words | None = None,
     ) -> Ranking:
-        """Row id -> score of the k best entries, best first. With a ``scoring``, candidates
-        come from both vector sets and each is scored exactly with both (``_scored``). ``words``:
-        ranked by keywords, or the dense and keyword rankings fused (``search.read.hybrid.fused``).
-        ``signals``, when given, gets each entry's own text's cosine where the score is not that
-        alone, and its keyword evidence."""
-        if words is None:
-            if self.scoring is None:
-                return self._search(vector, k, allowed)
-            pool = self._search(vector, max(2 * k, CANDIDATES), allowed)
-            texts = None if signals is None else signals.texts
-            return dict(list(self._scored(vector, list(pool), texts).items())[:k])
-        if words.mode == KEYWORD:
-            found = self._keywords(words, k, allowed, signals)
-            if signals is not None:  # their cosines: what a rule reads beside
-                self._cosines(vector, [r for r in found if r not in signals.texts], signals)
-            return found
+        """Row id -> score of the k best entries, best first, by the ranker of the mode of
+        ``words`` (None: dense). ``signals``, when given, gets each entry's own text's cosine where
+        the score is not that alone, and its keyword evidence."""
+        return self.rankers[DENSE if words is None else words.mode](vector, k, allowed, signals, words)
+
+    def _dense(
+        self, vector: np.ndarray, k: int, allowed: Allowed | None, signals: Signals | None, _: Words | None
+    ) -> Ranking:
+        """The k nearest by cosine. With a ``scoring``, candidates come from both vector sets and
+        each is scored exactly with both (``_scored``)."""
+        if self.scoring is None:
+            return self._search(vector, k, allowed)
+        pool = self._search(vector, max(2 * k, CANDIDATES), allowed)
+        texts = None if signals is None else signals.texts
+        return dict(list(self._scored(vector, list(pool), texts).items())[:k])
+
+    def _keyword(
+        self, vector: np.ndarray, k: int, allowed: Allowed | None, signals: Signals | None, words: Words
+    ) -> Ranking:
+        """The k best by keywords (``keyword_ranking``), their cosines noted in ``signals``."""
+        found = self._keywords(words, k, allowed, signals)
+        if signals is not None:  # their cosines: what a rule reads beside
+            self._cosines(vector, [r for r in found if r not in signals.texts], signals)
+        return found
+
+    def _hybrid(
+        self, vector: np.ndarray, k: int, allowed: Allowed | None, signals: Signals | None, words: Words
+    ) -> Ranking:
+        """The k best of the dense and keyword rankings fused (``search.read.hybrid.hybrid_ranking``)."""
         near = self._cosines(vector, None, signals, depth(k), allowed)
         keyword = self._keywords(words, depth(k), allowed, signals)
-        wanted = missing(near, keyword)
-        if signals is None and self.scoring is None and not words.codes:  # near: the exact nearest
-            wanted = reachable(near, keyword, wanted, words.weight, k, depth(k))
-        near = {**near, **self._cosines(vector, wanted, signals)}
-        codes = self._codes(words, list(near)) if words.codes else None
-        return fused(near, keyword, words.weight, k, codes)
+        return hybrid_ranking(
+            near,
+            keyword,
+            words,
+            k,
+            lambda rowids: self._cosines(vector, rowids, signals),
+            lambda rowids: self._codes(words, rowids),
+            exact=signals is None and self.scoring is None,  # near: the exact nearest
+        )
+
+    def _reranked(self, query: str, pool: list[int], reranker: Reranker) -> Ranking:
+        """Row id -> the reranker's score of ``query`` and each entry's text of ``pool``, best
+        first, equal scores in the first stage's order."""
+        if not pool:
+            return {}
+        with self.reading() as catalog:
+            texts = catalog.values(pool, "_text")
+        scores = np.asarray(reranker.score(query, [texts[rowid] for rowid in pool]), dtype=np.float64)
+        order = np.argsort(-scores, kind="stable")
+        return {pool[i]: float(scores[i]) for i in order}
 
     def _keywords(
         self, words: Words, k: int, allowed: Allowed | None, signals: Signals | None
@@ -232,38 +298,46 @@ class Lookup:
     def _lookup(
         self,
         vector: np.ndarray,
+        query: str,
         k: int,
         allowed: Allowed | None,
         min_score: float | None,
         group_by: str | None,
         words: Words | None = None,
+        reranking: Reranking | None = None,
+        key: str = DENSE,
     ) -> list[Hit]:
-        rule = self.rules.get(DENSE if words is None else words.mode)  # None: ``Snapshot.mode`` let it by
+        """One query's hits, stage by stage: the first stage (grouped where asked), the rerank,
+        the confidence, the rows."""
+        rule = self.rules.get(key)  # None: ``Snapshot.mode`` let it by, or its score has no rule
         wide = max(k, NEIGHBOURS) if rule and rule.reads_neighbours else k
+        if reranking is not None:
+            wide = max(wide, reranking.depth)
         signals = None if rule is None else Signals()  # what the rule reads beside the scores
         if group_by is None:
             best = self._nearest(vector, wide, allowed, signals, words)
-            with self.reading() as catalog:
-                rows = catalog.rows(list(best))
             heads, others = list(range(min(k, len(best)))), None
         else:
             best, heads, others = self._grouped(vector, k, wide, allowed, group_by, signals, words)
-            with self.reading() as catalog:
-                rows = catalog.rows([list(best)[i] for i in heads])
+        first: Ranking | None = None
+        if reranking is not None:
+            # the candidates: the first stage's best ``wide`` and each of its k groups' best
+            order = list(best)
+            pool = order[:wide] + [order[i] for i in heads if i >= wide]
+            first = {rowid: best[rowid] for rowid in pool}
+            best = self._reranked(query, pool, reranking.reranker)
+            if group_by is None:
+                heads = list(range(min(k, len(best))))
+            else:  # grouped after the rerank: each group's best by the reranker
+                heads, others = self._heads(list(best), k, allowed, group_by)
+            if signals is not None:  # the score is the reranker's: no text cosine beside it
+                signals = Signals(keywords=signals.keywords, read=signals.read)
+            wide = len(best)
         ranked = list(best.items())
         top = [ranked[i] for i in heads]
-        confidence: list[float | None] = [None] * len(top)
-        if rule is not None and signals is not None and top:
-            near = self._neighbourhood(dict(ranked[: max(wide, heads[-1] + 1)]), signals)
-            # a hit is measured against the query's whole neighbourhood: a filter never changes it
-            whole = near
-            if allowed is not None and rule.reads_neighbours:
-                unfiltered = Signals()
-                whole = self._neighbourhood(self._nearest(vector, wide, None, unfiltered, words), unfiltered)
-            features = whole.features_of(
-                near.scores[heads], [near.groups[i] for i in heads], near.own[heads], near.evidence[heads]
-            )
-            confidence = rule.confidence(features).tolist()
+        with self.reading() as catalog:
+            rows = catalog.rows([rowid for rowid, _ in top])
+        confidence = self._confidence(vector, ranked, heads, wide, allowed, signals, words, rule, reranking)
         hits: list[Hit] = []
         for place, ((rowid, score), sure) in enumerate(zip(top, confidence, strict=True)):
             row = rows[rowid]
@@ -273,9 +347,40 @@ class Lookup:
             else:
                 answered = None if sure is None else sure >= rule.threshold
             more = None if others is None else others[place]
-            hit = Hit(len(hits) + 1, row["_id"], float(score), row["_text"], fields, answered, sure, more)
+            before = None if first is None else first[rowid]
+            hit = Hit(
+                len(hits) + 1, row["_id"], float(score), row["_text"], fields, answered, sure, more, before
+            )
             hits.append(hit)
         return hits
+
+    def _confidence(
+        self,
+        vector: np.ndarray,
+        ranked: list[tuple[int, float]],
+        heads: list[int],
+        wide: int,
+        allowed: Allowed | None,
+        signals: Signals | None,
+        words: Words | None,
+        rule: Rule | None,
+        reranking: Reranking | None,
+    ) -> list[float | None]:
+        """The rule's confidence in each head of ``ranked`` (None each without a rule), measured
+        against the query's neighbourhood: its first ``wide`` entries (reranked: the candidates)."""
+        if rule is None or signals is None or not heads:
+            return [None] * len(heads)
+        near = self._neighbourhood(dict(ranked[: max(wide, heads[-1] + 1)]), signals)
+        # a hit is measured against the query's whole neighbourhood: a filter never changes it
+        # (reranked: against its candidates, which the filter chose)
+        whole = near
+        if allowed is not None and rule.reads_neighbours and reranking is None:
+            unfiltered = Signals()
+            whole = self._neighbourhood(self._nearest(vector, wide, None, unfiltered, words), unfiltered)
+        features = whole.features_of(
+            near.scores[heads], [near.groups[i] for i in heads], near.own[heads], near.evidence[heads]
+        )
+        return rule.confidence(features).tolist()
 
     def _grouped(
         self,
@@ -300,22 +405,43 @@ class Lookup:
             found = self._nearest(vector, fetch, allowed, signals, words)
             with self.reading() as catalog:
                 values = catalog.values(list(found), group_by)
-            heads, seen = [], set()
-            for position, rowid in enumerate(found):
-                value = values[rowid]
-                if value is None or value not in seen:
-                    seen.add(value)
-                    heads.append(position)
-                    if len(heads) == k:
-                        break
+            heads = _group_heads(list(found), values, k)
             if len(heads) >= min(k, available) or len(found) < fetch:
                 break
             fetch *= 2
-        rowids = list(found)
-        named = [values[rowids[i]] for i in heads]
+        return found, heads, self._others(group_by, [values[list(found)[i]] for i in heads], within)
+
+    def _heads(
+        self, order: list[int], k: int, allowed: Allowed | None, group_by: str
+    ) -> tuple[list[int], list[int]]:
+        """The positions in ``order`` (row ids, best first) of the best entry of each of its k best
+        groups, and how many other entries (the filter admits) each of those groups holds."""
+        with self.reading() as catalog:
+            values = catalog.values(order, group_by)
+        heads = _group_heads(order, values, k)
+        within = None if allowed is None else allowed.ids.tolist()
+        return heads, self._others(group_by, [values[order[i]] for i in heads], within)
+
+    def _others(self, group_by: str, named: list, within: list[int] | None) -> list[int]:
+        """How many other entries (of ``within``) each group of ``named`` (its value) holds."""
         with self.reading() as catalog:
             sizes = catalog.group_sizes(group_by, [v for v in named if v is not None], within)
-        return found, heads, [0 if value is None else sizes.get(value, 1) - 1 for value in named]
+        return [0 if value is None else sizes.get(value, 1) - 1 for value in named]
+
+
+def _group_heads(order: list[int], values: Mapping[int, object], k: int) -> list[int]:
+    """The positions in ``order`` of the first entry of each of its first k groups (a value; an
+    entry without one a group of its own)."""
+    heads: list[int] = []
+    seen: set[object] = set()
+    for position, rowid in enumerate(order):
+        value = values[rowid]
+        if value is None or value not in seen:
+            seen.add(value)
+            heads.append(position)
+            if len(heads) == k:
+                break
+    return heads
 
 
 def _best_per_entry(rowids: np.ndarray, scores: np.ndarray) -> dict[int, float]:

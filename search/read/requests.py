@@ -1,9 +1,11 @@
-"""What a search is asked and what it answers: the checks of a request (its queries, the strategy
-it asks for), the embedding step it is given, the entries its filter admits and a ``Hit``. Shared
-by the engine, ``search.read.similar`` and the server."""
+"""What a search is asked and what it answers: the request (``SearchRequest``, the one object every
+surface asks a search with) and its checks (its queries, the strategy it asks for), the embedding
+step it is given, the entries its filter admits and a ``Hit``. Shared by the engine,
+``search.read.similar`` and the server."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
@@ -14,6 +16,7 @@ from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput, StrategyConflict
 from indexer.reading.corpus import blank
 from search.read.encoding import Encoding, Roles
+from search.read.hybrid import MAX_RERANK_DEPTH, RERANK_DEPTH
 from search.read.queries import check_text
 
 T = TypeVar("T")
@@ -21,17 +24,29 @@ R = TypeVar("R")
 
 Embedding = Callable[[Encoding, list[str], Callable[[np.ndarray], T], Roles], R]
 """The embedding step of a search: ``step(encoding, texts, then, roles)`` gives ``then(vectors)``,
-the vectors being ``encoding.embed(texts, role=roles)`` (a search's texts are queries). ``here``
-runs it in the caller's thread (the CLI, Python); the server's is its micro-batcher
-(``search.server.batching.MicroBatcher.run``)."""
+the vectors being ``encoding.embed(texts, role=roles)`` (a search's texts are queries); where
+``then`` answers ``Again``, the step embeds the texts again with its encoding and hands them to
+its ``then`` (``again``). ``here`` runs it in the caller's thread (the CLI, Python); the server's
+is its micro-batcher (``search.server.batching.MicroBatcher.run``)."""
+
+
+@dataclass(frozen=True)
+class Again:
+    """What a search's ``then`` answers where the snapshot its vectors were meant for moved under
+    it and the new one embeds its queries otherwise (a new strategy or transform): the embedding
+    step embeds the same texts with ``encoding`` and hands the vectors to ``then``, so the model
+    work stays the step's (the server's model thread), never the lookup's."""
+
+    encoding: Encoding
+    then: Callable[[np.ndarray], Any]
 
 
 @dataclass(frozen=True)
 class Hit:
     """One result: its rank (from 1), the entry's id, score (one scale in every mode, ``search.read.hybrid``:
     dense, the cosine; keyword, its BM25 over the most the query's words could give, in [0, 1);
-    hybrid, (1 - w) * cosine + w * the share of the query's words it holds, by rarity), embedded
-    text and stored fields."""
+    hybrid, (1 - w) * cosine + w * the share of the query's words it holds, by rarity; reranked,
+    the cross-encoder's, the first stage's kept in ``first_score``), embedded text and stored fields."""
 
     rank: int
     id: str
@@ -41,6 +56,7 @@ class Hit:
     answered: bool | None = None  # by the index's calibrated rule or a --min-score; None: neither
     confidence: float | None = None  # the calibrated rule's probability that this hit is right
     others: int | None = None  # grouped: entries of its group (the filter admits) below it; else None
+    first_score: float | None = None  # reranked: the first stage's score (``score``: the reranker's)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +73,59 @@ def check_k(k: int) -> int:
     if k > MOST_HITS:
         raise BadInput(f"k must be at most {MOST_HITS}, not {k}")
     return k
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search call, as the CLI, Python and the server ask it: its queries, how many hits
+    (``k``), a filter on stored fields (``where``, ``search.read.filters``), a threshold on the
+    score under which a hit is not answered (``min_score``, over the calibrated rule), a stored
+    field to show the best hit per value of (``group_by``), the mode (dense, keyword or hybrid,
+    ``search.read.hybrid``; None: the index's, ``Snapshot.mode``), and a cross-encoder
+    (``rerank``, its folder; None: the first stage's order) re-ordering the first stage's best
+    ``rerank_depth`` (None: ``RERANK_DEPTH``, at least k). Checked by ``checked``; resolved on a
+    snapshot by ``Snapshot.plan``."""
+
+    queries: tuple[str, ...]
+    k: int = 10
+    where: str | None = None
+    min_score: float | None = None
+    group_by: str | None = None
+    mode: str | None = None
+    rerank: str | None = None
+    rerank_depth: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.queries, str):  # one query given as itself
+            object.__setattr__(self, "queries", (self.queries,))
+        elif not isinstance(self.queries, tuple):
+            object.__setattr__(self, "queries", tuple(self.queries))
+        if self.rerank is not None:
+            object.__setattr__(self, "rerank", str(self.rerank))
+
+    @property
+    def depth(self) -> int:
+        """The first stage's entries a reranker re-orders: ``rerank_depth``, else ``RERANK_DEPTH``
+        (at least k)."""
+        return max(self.k, RERANK_DEPTH) if self.rerank_depth is None else self.rerank_depth
+
+    def checked(self) -> SearchRequest:
+        """This request if it can be searched, else one line: its queries, k, the depth (at
+        least k, at most ``MAX_RERANK_DEPTH``), and a minimum score that is a number (its range is
+        the score's: ``search.read.confidence.check_min_score``)."""
+        check_queries(self.queries)
+        check_k(self.k)
+        if self.rerank_depth is not None:
+            if self.rerank is None:
+                raise BadInput("rerank depth: give a reranker to rerank with (--rerank MODEL)")
+            if not self.k <= self.rerank_depth <= MAX_RERANK_DEPTH:
+                raise BadInput(
+                    f"rerank depth must be at least k ({self.k}) and at most {MAX_RERANK_DEPTH}, "
+                    f"not {self.rerank_depth}: the reranker re-orders the first stage's best of that many"
+                )
+        if self.min_score is not None and not math.isfinite(self.min_score):
+            raise BadInput(f"min score must be a finite number, not {self.min_score}")
+        return self
 
 
 def check_queries(queries: Sequence[str]) -> None:
@@ -88,9 +157,7 @@ def check_strategy(stored: Strategy, asked: dict[str, Any]) -> None:
         )
 
 
-def here(
-    encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], T], roles: Roles = "query"
-) -> T:
+def here(encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], T], roles: Roles = "query") -> T:
     """The embedding step run in the caller's thread."""
     return then(encoding.embed(texts, role=roles))
 

@@ -10,8 +10,8 @@ import contextlib
 import functools
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,8 @@ from search.read.confidence import (
     Rule,
     check_min_score,
     in_force,
+    rule_key,
+    score_kind,
     stored_form,
     stored_rules,
 )
@@ -42,21 +44,57 @@ from search.read.hybrid import (
     stored_weight,
     weightless,
 )
-from search.read.lookup import Lookup
-from search.read.requests import Allowed, Hit, check_k, check_queries
+from search.read.lookup import Lookup, Reranking
+from search.read.requests import Allowed, Hit, SearchRequest, check_queries
+
+if TYPE_CHECKING:
+    from indexer.encoders.rerankers import Reranker
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One search call, resolved once (``Snapshot.plan``): its queries, how many hits, the mode
-    (``search.read.hybrid.MODES``) it runs in, its filter, minimum score and grouping."""
+    """One search request, resolved once (``Snapshot.plan``): the request, the mode
+    (``search.read.hybrid.MODES``) it runs in and its reranker (loaded, or None)."""
 
-    queries: tuple[str, ...]
-    k: int
+    request: SearchRequest
     mode: str
-    where: str | None = None
-    min_score: float | None = None
-    group_by: str | None = None
+    reranker: Reranker | None = field(default=None, compare=False)
+
+    @property
+    def queries(self) -> tuple[str, ...]:
+        return self.request.queries
+
+    @property
+    def k(self) -> int:
+        return self.request.k
+
+    @property
+    def where(self) -> str | None:
+        return self.request.where
+
+    @property
+    def min_score(self) -> float | None:
+        return self.request.min_score
+
+    @property
+    def group_by(self) -> str | None:
+        return self.request.group_by
+
+    @property
+    def score(self) -> str:
+        """The score its hits show (``search.read.confidence.score_kind``): the first stage's or
+        its reranker's."""
+        return score_kind(None if self.reranker is None else self.reranker.folder.fingerprint)
+
+    @property
+    def key(self) -> str:
+        """The key of the no-answer rule that marks its hits (``search.read.confidence.rule_key``)."""
+        return rule_key(self.mode, self.score)
+
+    @property
+    def reranking(self) -> Reranking | None:
+        """Its rerank stage (``search.read.lookup``), or None."""
+        return None if self.reranker is None else Reranking(self.reranker, self.request.depth)
 
 
 @dataclass(frozen=True)
@@ -121,37 +159,55 @@ class Snapshot:
 
     def plan(
         self,
-        queries: Sequence[str],
-        k: int = 10,
-        where: str | None = None,
-        min_score: float | None = None,
-        group_by: str | None = None,
-        mode: str | None = None,
+        asked: SearchRequest | Sequence[str],
+        k: int | None = None,
         *,
         fitting: bool = False,
+        reranker: Reranker | None = None,
+        **fields: Any,
     ) -> Plan:
-        """One search call checked and its mode resolved (``mode``), before anything is embedded.
-        ``fitting``: the questions a no-answer rule is fitted on (``search.studies.calibration``)."""
-        check_queries(queries)
-        check_k(k)
-        check_min_score(min_score)
-        return Plan(tuple(queries), k, self.mode(mode, fitting=fitting), where, min_score, group_by)
+        """One search request checked and its mode resolved (``mode``), before anything is
+        embedded: ``asked`` a ``SearchRequest``, or its queries with ``k`` and its other fields
+        as keywords. A request naming a reranker (``rerank``) runs with ``reranker`` where given
+        (the engine's, loaded once), else one loaded here
+        (``indexer.encoders.rerankers.reranker_for``). ``fitting``: the questions a no-answer rule
+        is fitted on (``search.studies.calibration``)."""
+        if isinstance(asked, SearchRequest):
+            request = (
+                asked if k is None and not fields else replace(asked, **fields, k=asked.k if k is None else k)
+            )
+        else:
+            request = SearchRequest(tuple(asked), 10 if k is None else k, **fields)
+        request.checked()
+        if request.rerank is not None and reranker is None:
+            from indexer.encoders.rerankers import reranker_for
+
+            reranker = reranker_for(request.rerank)
+        elif request.rerank is None:
+            reranker = None
+        check_min_score(request.min_score, reranked=reranker is not None)
+        score = score_kind(None if reranker is None else reranker.folder.fingerprint)
+        return Plan(request, self.mode(request.mode, fitting=fitting, score=score), reranker)
 
     def run(self, plan: Plan, vectors: np.ndarray) -> list[list[Hit]]:
         """``plan`` on this version, its queries embedded as ``vectors``: among the entries its
-        filter allows, the best per value of its grouping, in its mode, marked by the rule of that
-        mode or its minimum score (``search.read.lookup``). What every search runs
-        (``SearchEngine.search_many``, ``evaluate``)."""
+        filter allows, the best per value of its grouping, in its mode, reranked by its
+        reranker, marked by the rule of that mode and score or its minimum score
+        (``search.read.lookup``). What every search runs (``SearchEngine.answer``, ``evaluate``)."""
         allowed, grouping = self.allowed(plan.where), self.grouping(plan.group_by)
         said = self.said(plan.queries, plan.mode)
-        return self._lookup().hits(vectors, plan.k, allowed, plan.min_score, grouping, said)
+        return self._lookup().hits(
+            vectors, plan.queries, plan.k, allowed, plan.min_score, grouping, said, plan.reranking, plan.key
+        )
 
     def neighbourhoods(self, plan: Plan, vectors: np.ndarray) -> list[Neighbourhood]:
         """Each of ``plan``'s queries (embedded as ``vectors``): its nearest ``plan.k`` entries
-        its filter allows, ranked in its mode, with what a confidence is computed from
+        its filter allows, ranked in its mode (and by its reranker: the first stage's best
+        ``max(k, depth)`` reranked, the first k of them), with what a confidence is computed from
         (``search.read.confidence``): what a no-answer rule is fitted on."""
         said = self.said(plan.queries, plan.mode)
-        return self._lookup().neighbourhoods(vectors, self.allowed(plan.where), plan.k, said)
+        allowed = self.allowed(plan.where)
+        return self._lookup().neighbourhoods(vectors, allowed, plan.k, said, plan.queries, plan.reranking)
 
     @functools.cached_property
     def keywords(self) -> bool:
@@ -175,21 +231,26 @@ class Snapshot:
 
     @property
     def searched(self) -> str:
-        """The mode a search runs in when none is asked: ``default_mode``, unless the index has
-        no-answer rules and none for it: then the first mode (``MODES``) it has one for."""
-        rules = self.rules
-        if not rules or self.default_mode in rules:
-            return self.default_mode
-        return next(mode for mode in MODES if mode in rules)
+        """The mode a search runs in when none is asked (``steered``, its score the first stage's)."""
+        return self.steered()
 
-    def mode(self, asked: str | None, *, fitting: bool = False) -> str:
-        """The mode a search runs in: the one asked for, else ``searched``; a rule being fitted
-        (``fitting``) serves ``default_mode`` when none is asked. A mode the index cannot serve
-        is refused in one line; one a calibrated index has no rule for answers, its hits
-        unmarked (``search.read.confidence.unruled`` says so)."""
+    def steered(self, score: str = "") -> str:
+        """The mode a search showing ``score`` (``search.read.confidence.score_kind``) runs in when
+        none is asked: ``default_mode``, unless the index has no-answer rules for that score and
+        none for it: then the first mode (``MODES``) it has one for."""
+        ruled = [mode for mode in MODES if rule_key(mode, score) in self.rules]
+        if not ruled or self.default_mode in ruled:
+            return self.default_mode
+        return ruled[0]
+
+    def mode(self, asked: str | None, *, fitting: bool = False, score: str = "") -> str:
+        """The mode a search runs in: the one asked for, else ``steered`` for its ``score``; a rule
+        being fitted (``fitting``) serves ``default_mode`` when none is asked. A mode the index
+        cannot serve is refused in one line; one a calibrated index has no rule for answers, its
+        hits unmarked (``search.read.confidence.unruled`` says so)."""
         if asked:
             return self.serves(asked)
-        return self.default_mode if fitting else self.searched
+        return self.default_mode if fitting else self.steered(score)
 
     def keyword_notes(self, queries: Sequence[str], mode: str | None) -> list[str | None]:
         """One line per query where a search in ``mode`` (None: ``searched``) shows keyword scores

@@ -18,9 +18,11 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 from indexer.catalog import DatabaseError
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput, SemsearchError
 from search.read.engine import SearchEngine, configure_threads
 from search.read.loading import load_engine
+from search.read.requests import Again
+from search.read.requests import SearchRequest as Asked
 from search.read.similar import rank_similar
 from search.read.snapshot import Snapshot
 from search.server.batching import MicroBatcher
@@ -29,17 +31,22 @@ from search.server.encode import add_encode_routes, encode_only
 from search.server.errors import error_answer
 from search.server.live import LiveEngine
 from search.server.page import add_page
+from search.server.rerank import NO_RERANKER, Served, cohere_rerank, tei_rerank
 from search.server.scans import MAX_DUPLICATE_PAIRS, Scans
 from search.server.schema import (
     MAX_BATCH,
     BatchRequest,
+    RerankAnswer,
     SearchRequest,
     SimilarRequest,
+    TeiRank,
+    answered,
     answers,
     install_openapi,
 )
 
 if TYPE_CHECKING:
+    from indexer.encoders.rerankers import Reranker
     from search.read.encoding import Encoding, Roles
     from search.read.requests import Hit
 
@@ -57,10 +64,26 @@ def noted(*notes: str | None) -> dict[str, str]:
     return {"note": "; ".join(said)} if said else {}
 
 
-def no_rule(engine: SearchEngine, mode: str | None, min_score: float | None) -> str | None:
-    """Where the search's mode has no no-answer rule though the index has rules for other modes
-    (its hits unmarked: ``SearchEngine.no_rule_note``), the line that says so."""
-    return engine.no_rule_note(mode, min_score)
+def asked(engine: SearchEngine, queries: list[str], body: SearchRequest | BatchRequest) -> Asked:
+    """The search a body asks of ``engine``: reranked by the engine's reranker unless it says
+    ``rerank: false``; ``rerank: true`` where the engine has none is one line."""
+    if body.rerank and engine.rerank is None:
+        raise BadInput(f"rerank: {NO_RERANKER}")
+    return engine.request(
+        queries,
+        k=body.k,
+        where=body.where,
+        min_score=body.min_score,
+        group_by=body.group_by,
+        mode=body.mode,
+        rerank=None if body.rerank is False else engine.rerank,
+        rerank_depth=body.rerank_depth,
+    )
+
+
+def reranker_of(engine: SearchEngine) -> Reranker | None:
+    """The reranker ``engine`` reranks with, or None."""
+    return None if engine.rerank is None else engine.reranker(engine.rerank)
 
 
 def create_app(
@@ -70,12 +93,15 @@ def create_app(
     reload_every: float = 1.0,
     loading: Future[SearchEngine] | None = None,
     encoding: Future[Encoding] | None = None,
+    reranking: Future[Reranker] | None = None,
 ) -> FastAPI:
     """Load the index and model now (so a bad index fails before the server binds), and set up the
     serving process (``configure_threads``). The engine loads in a thread while the routes are set
     up; ``loading``: an engine already loading (``semsearch serve`` starts it before importing
-    anything heavy, to overlap those imports too: ``search.read.loading``). ``index_dir`` None: serve
-    vectors alone, with the ``encoding`` loading (``search.read.loading.load_encoding``)."""
+    anything heavy, to overlap those imports too: ``search.read.loading``), whose reranker reranks
+    its searches and answers the rerank endpoints. ``index_dir`` None: serve vectors alone, with
+    the ``encoding`` loading (``search.read.loading.load_encoding``), and pairs scored by the
+    ``reranking`` one if given."""
     configure_threads()
     if loading is None and index_dir is not None:
         loading = load_engine(index_dir)
@@ -119,11 +145,29 @@ def create_app(
         return {"status": "ok"}
 
     app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+    app.add_api_route(
+        "/v1/rerank", cohere_rerank, methods=["POST"], responses=answered(RerankAnswer, 400, 404, 413, 503)
+    )
+    app.add_api_route(
+        "/rerank", tei_rerank, methods=["POST"], responses=answered(list[TeiRank], 400, 404, 413, 503)
+    )
     if index_dir is None:
+
+        async def served_alone() -> Reranker | None:
+            return None if reranking is None else reranking.result()
+
+        app.state.reranking = Served(batcher, served_alone)
+        if reranking is not None:
+            reranking.result()  # a reranker that cannot load fails here, before the server binds
         install_openapi(app)
         return encode_only(app, batcher, encoding)
     live = LiveEngine(loading, index_dir, reload_every)
     scans = Scans()
+
+    async def served_reranker() -> Reranker | None:
+        return reranker_of(await live.engine())
+
+    app.state.reranking = Served(batcher, served_reranker)
 
     async def current_encoding() -> Encoding:
         return (await live.current()).encoding
@@ -134,10 +178,19 @@ def create_app(
         """The pipeline's embedding step through the micro-batcher, ``answer`` shaping the result
         on the lookup thread (JSON-ready dicts, off the event loop)."""
 
+        def shaped(then: Callable[[np.ndarray], Any]) -> Callable[[np.ndarray], Any]:
+            def after(vectors: np.ndarray) -> Any:
+                found = then(vectors)  # ``Again``: embedded again by the batcher, then shaped
+                return (
+                    Again(found.encoding, shaped(found.then)) if isinstance(found, Again) else answer(found)
+                )
+
+            return after
+
         def step(
             encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], Any], roles: Roles = "query"
         ) -> Any:
-            return batcher.run(encoding, texts, lambda vectors: answer(then(vectors)), roles)
+            return batcher.run(encoding, texts, shaped(then), roles)
 
         return step
 
@@ -151,21 +204,21 @@ def create_app(
         """Top-k entries for one query, optionally filtered on stored fields first and grouped by
         one (the best entry per value)."""
         engine = await live.engine()
-        found = engine.search_many(
-            [body.query], body.k, body.where, body.min_score, body.group_by, body.mode, embed=each_to_dicts
-        )
+        search = asked(engine, [body.query], body)
+        found = engine.answer(search, embed=each_to_dicts, reranker=await app.state.reranking.batched())
         answer = {"query": body.query, "hits": (await while_connected(request, found))[0]}
         (keyword,) = engine.keyword_notes([body.query], body.mode)
-        return {**answer, **noted(no_rule(engine, body.mode, body.min_score), keyword)}
+        return {**answer, **noted(engine.note(search), keyword)}
 
     @app.post("/search/batch", responses=answers(400, 413, 503))
     async def search_batch(body: BatchRequest, request: Request) -> dict[str, Any]:
         """Top-k entries for each of up to 64 queries, embedded in one pass."""
         engine = await live.engine()
-        found = engine.search_many(
-            body.queries, body.k, body.where, body.min_score, body.group_by, body.mode, embed=each_to_dicts
+        search = asked(engine, body.queries, body)
+        reranker = await app.state.reranking.batched()
+        results = await while_connected(
+            request, engine.answer(search, embed=each_to_dicts, reranker=reranker)
         )
-        results = await while_connected(request, found)
         keyword = engine.keyword_notes(body.queries, body.mode)
         answer = {
             "results": [
@@ -173,7 +226,7 @@ def create_app(
                 for q, h, n in zip(body.queries, results, keyword, strict=True)
             ]
         }
-        return {**answer, **noted(no_rule(engine, body.mode, body.min_score))}
+        return {**answer, **noted(engine.note(search))}
 
     @app.post("/similar", responses=answers(400, 413, 503))
     async def similar_one(body: SimilarRequest, request: Request) -> dict[str, Any]:
@@ -200,6 +253,7 @@ def create_app(
         engine = await live.engine()
         return {
             **await asyncio.to_thread(engine.retrying, Snapshot.info),
+            "reranking": engine.rerank,  # the reranker its searches rerank with (None: none)
             "reloads": live.reloads,
             "largest_batch": batcher.largest,
             "dropped": batcher.dropped,

@@ -1,5 +1,6 @@
-"""The micro-batcher: every text the server embeds goes through it to the one model thread, in
-batches of whatever is waiting, and each batch's lookups run together on one lookup thread.
+"""The micro-batcher: every text the server embeds (and every pair a reranker scores: ``Pairs``)
+goes through it to the one model thread, in batches of whatever is waiting, and each batch's
+lookups run together on one lookup thread.
 
 A request's texts are tokenised as it arrives (``tokenize``), so every bound is counted in the
 tokens the model will read, as text-embeddings-inference counts them: the model work one request
@@ -19,9 +20,11 @@ import numpy as np
 
 from indexer.errors import BadInput
 from indexer.vectors import single_threaded
+from search.read.requests import Again
 
 if TYPE_CHECKING:  # queries are embedded without torch (indexer.encoders.onnx_encoder)
     from indexer.encoders.base import NetworkEncoder
+    from indexer.encoders.rerankers import PairTokens, Reranker
     from search.read.encoding import Encoding, Roles
 
 MAX_REQUEST_TOKENS = 64 * 256
@@ -63,18 +66,56 @@ def split(ids: Tokens, budget: int = PART_TOKENS) -> list[Tokens]:
     return parts
 
 
-def batch_tokens(encoding: Encoding) -> int:
-    """The tokens one batch may take from the queue: the encoder's budget for a batch of passes."""
+class Pairs:
+    """A reranker as the batcher runs it (one per reranker, so concurrent requests share batches):
+    its pairs' tokens (``PairTokens``, each counted by its length) are the texts, and their scores
+    (one per pair, ``Reranker.score_tokens``) the vectors."""
+
+    def __init__(self, reranker: Reranker):
+        self.reranker = reranker
+
+    @property
+    def budget(self) -> int:
+        """The tokens of one batch of passes: the reranker's batching rule."""
+        return self.reranker.batching.tokens
+
+    def tokenize(self, question: str, texts: Sequence[str]) -> list[PairTokens]:
+        return self.reranker.pair_tokens(question, texts)
+
+    def embed_tokens(self, ids: Sequence[PairTokens]) -> np.ndarray:
+        return self.reranker.score_tokens(ids)
+
+
+class Batched:
+    """A reranker whose pairs a search's rerank stage (run on the lookup thread,
+    ``search.read.lookup``) scores through the micro-batcher: on the model thread, in batches
+    shared with other requests, while the lookup waits. Jobs with nothing to run after are answered
+    without the lookup thread (``MicroBatcher._run``), so the wait cannot block its own answer."""
+
+    def __init__(self, pairs: Pairs, batcher: MicroBatcher, loop: asyncio.AbstractEventLoop):
+        self.pairs, self.batcher, self.loop = pairs, batcher, loop
+        self.folder = pairs.reranker.folder
+
+    def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
+        ids = self.pairs.tokenize(question, texts)
+        scoring = self.batcher.run_tokens(self.pairs, ids, None)
+        return asyncio.run_coroutine_threadsafe(scoring, self.loop).result()
+
+
+def batch_tokens(encoding: Encoding | Pairs) -> int:
+    """The tokens one batch may take from the queue: the model's budget for a batch of passes."""
+    if isinstance(encoding, Pairs):
+        return encoding.budget
     return cast("NetworkEncoder", encoding.embedder).decision.batching.tokens
 
 
-def _embed(encoding: Encoding, ids: Tokens) -> np.ndarray:
+def _embed(encoding: Encoding | Pairs, ids: Tokens) -> np.ndarray:
     return encoding.embed_tokens(ids)
 
 
 @dataclass
 class _Job:
-    encoding: Encoding
+    encoding: Encoding | Pairs
     ids: Tokens  # each text's token ids, its role's prefix included
     future: asyncio.Future
     after: Callable[[np.ndarray], Any] | None = None  # run on the lookup thread with the vectors
@@ -132,6 +173,18 @@ class MicroBatcher:
         """Vectors of ``texts``, queued in parts of at most ``PART_TOKENS`` one after the other."""
         return await self.run(encoding, texts, None)
 
+    async def score(self, pairs: Pairs, question: str, texts: Sequence[str]) -> tuple[np.ndarray, int]:
+        """The reranker's score of ``question`` and each of ``texts`` (as ``Reranker.score``), and
+        the tokens it read: the pairs tokenised as they arrive (on a worker thread when large),
+        checked against the request's budget, scored on the model thread in the batches the
+        reranker's budget allows, shared with other requests."""
+        if len(question) * len(texts) + sum(map(len, texts)) <= INLINE_CHARACTERS:
+            ids = pairs.tokenize(question, texts)
+        else:
+            ids = await asyncio.get_running_loop().run_in_executor(None, pairs.tokenize, question, texts)
+        check_budget(ids)
+        return await self.run_tokens(pairs, ids, None), sum(map(len, ids))
+
     async def tokenize(self, encoding: Encoding, texts: Sequence[str], role: Roles = "query") -> Tokens:
         """The token ids of ``texts`` as ``role`` texts (one role for all, or one per text), checked
         against the request's budget (``check_budget``): tokenised on the event loop when the
@@ -151,11 +204,17 @@ class MicroBatcher:
         role: Roles = "query",
     ) -> Any:
         """``after(encoding.embed(texts, role=role))`` computed off the event loop (the vectors if
-        ``after`` is None): ``tokenize``, then ``run_tokens``."""
-        return await self.run_tokens(encoding, await self.tokenize(encoding, texts, role), after)
+        ``after`` is None): ``tokenize``, then ``run_tokens``. Where ``after`` answers ``Again``
+        (``search.read.requests``: its snapshot moved), the texts are embedded again, here, with
+        its encoding."""
+        answer = await self.run_tokens(encoding, await self.tokenize(encoding, texts, role), after)
+        while isinstance(answer, Again):
+            again = await self.tokenize(answer.encoding, texts, role)
+            answer = await self.run_tokens(answer.encoding, again, answer.then)
+        return answer
 
     async def run_tokens(
-        self, encoding: Encoding, ids: Tokens, after: Callable[[np.ndarray], T] | None
+        self, encoding: Encoding | Pairs, ids: Tokens, after: Callable[[np.ndarray], T] | None
     ) -> Any:
         """``after`` of the vectors of texts tokenised by ``tokenize``: with the rest of its batch on
         the lookup thread when the texts fit in one part, else once every part is embedded."""
@@ -168,7 +227,7 @@ class MicroBatcher:
         return await asyncio.get_running_loop().run_in_executor(self.lookup_thread, after, vectors)
 
     async def _embed_part(
-        self, encoding: Encoding, ids: Tokens, after: Callable[[np.ndarray], Any] | None
+        self, encoding: Encoding | Pairs, ids: Tokens, after: Callable[[np.ndarray], Any] | None
     ) -> Any:
         loop = asyncio.get_running_loop()
         if self.task is None or self.task.get_loop() is not loop:
@@ -217,6 +276,13 @@ class MicroBatcher:
             return
         bounds = np.cumsum([0] + [len(job.ids) for job in live])
         mine = [vectors[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+        for job, found in zip(live, mine, strict=True):  # nothing to run after: answered here
+            if job.after is None and not job.future.done():
+                job.future.set_result(found)
+        after = [i for i, job in enumerate(live) if job.after is not None]
+        if not after:
+            return
+        live, mine = [live[i] for i in after], [mine[i] for i in after]
         finishing = loop.create_task(self._finish(live, mine))  # the model takes the next batch
         self.finishing.add(finishing)
         finishing.add_done_callback(self.finishing.discard)

@@ -72,6 +72,17 @@ def embeddings_answer(
     }
 
 
+def shortened(vectors: np.ndarray, dimensions: int) -> np.ndarray:
+    """OpenAI's ``dimensions``: each vector's first ``dimensions``, unit length again (a Matryoshka
+    model's vectors cut as sentence-transformers' ``truncate_dim`` cuts them); more than the
+    vectors have is refused."""
+    if dimensions > vectors.shape[1]:
+        width = vectors.shape[1]
+        raise BadInput(f"dimensions: these vectors have {width}, not {dimensions}: ask for at most {width}")
+    cut = vectors[:, :dimensions]
+    return cut / np.maximum(np.linalg.norm(cut, axis=1, keepdims=True), 1e-12)
+
+
 def add_encode_routes(
     app: FastAPI, batcher: MicroBatcher, current: Callable[[], Awaitable[Encoding]]
 ) -> None:
@@ -100,15 +111,16 @@ def add_encode_routes(
         """OpenAI-compatible embeddings of ``input`` (a string or a list of strings): ``data[i]
         .embedding`` for input i, floats or (``encoding_format: base64``) little-endian float32;
         ``input_type``: the texts are queries (default) or passages, each with its prefix; ``model``
-        names the served model (or is left out), else a 404 ``model_not_found``."""
+        names the served model (or is left out), else a 404 ``model_not_found``; ``dimensions``:
+        each vector's first N, unit length again (``shortened``)."""
         served = (await current()).strategy.model
         if body.model and body.model not in served_names(served):
             message = f"model {body.model!r} is not served here: this server runs {Path(served).name!r}"
             return error_answer(request.url.path, 404, message, code="model_not_found")
 
         def answer(encoding: Encoding, vectors: np.ndarray, tokens: int) -> dict[str, Any]:
-            if body.dimensions is not None and body.dimensions != vectors.shape[1]:
-                raise BadInput(f"dimensions: these vectors have {vectors.shape[1]}, not {body.dimensions}")
+            if body.dimensions is not None:
+                vectors = shortened(vectors, body.dimensions)
             return embeddings_answer(vectors, encoding.strategy.model, tokens, body.encoding_format)
 
         return await encoded(request, body.input, answer, body.input_type)

@@ -13,7 +13,7 @@ from pydantic_core import PydanticCustomError
 
 from indexer.errors import BadInput
 from search.read.filters import MAX_FILTER_LENGTH
-from search.read.hybrid import MODES
+from search.read.hybrid import MAX_RERANK_DEPTH, MODES
 from search.read.queries import check_text
 from search.server.connections import MAX_BODY
 
@@ -95,14 +95,33 @@ def _finite(value: object) -> object:
     if not math.isfinite(number):
         raise PydanticCustomError(
             "finite_number",
-            "must be a number in [-1, 1] (the scale of every mode's score), not {value}",
+            "must be a number in [-1, 1] (the scale of every mode's score; reranked, the reranker's), "
+            "not {value}",
             {"value": value},
         )
     return value
 
 
-MinScore = Annotated[float | None, Field(ge=-1, le=1), BeforeValidator(_finite)]
-"""answered = score >= it (one scale in every mode: search.read.hybrid), over the stored rule."""
+MinScore = Annotated[float | None, BeforeValidator(_finite)]
+"""answered = score >= it (one scale in every mode: search.read.hybrid, in [-1, 1]; reranked, the
+reranker's own), over the stored rule; its range is checked with the request
+(``search.read.confidence.check_min_score``)."""
+Rerank = Annotated[
+    bool | None,
+    Field(
+        description="Rerank with the server's reranker (serve --rerank, or the index's default): "
+        "null, where it has one; false, the first stage alone; true, refused where it has none."
+    ),
+]
+RerankDepth = Annotated[
+    int | None,
+    Field(
+        ge=1,
+        le=MAX_RERANK_DEPTH,
+        description="How many of the first stage's best the reranker re-orders (at least k; null: "
+        "search.read.hybrid.RERANK_DEPTH, k if more).",
+    ),
+]
 
 
 class SearchRequest(BaseModel):
@@ -112,6 +131,8 @@ class SearchRequest(BaseModel):
     min_score: MinScore = None
     group_by: GroupBy = None
     mode: Mode = None  # dense, keyword or hybrid (search.read.hybrid); None: the index's default
+    rerank: Rerank = None
+    rerank_depth: RerankDepth = None
 
 
 class BatchRequest(BaseModel):
@@ -121,6 +142,8 @@ class BatchRequest(BaseModel):
     min_score: MinScore = None
     group_by: GroupBy = None
     mode: Mode = None
+    rerank: Rerank = None
+    rerank_depth: RerankDepth = None
 
 
 class SimilarRequest(BaseModel):
@@ -153,9 +176,7 @@ class EmbeddingsRequest(BaseModel):
     """OpenAI's embeddings request. ``model``, required by OpenAI clients, must name the served model
     (its name, folder or path) or be left out; the answer's ``model`` names what this server runs."""
 
-    input: Annotated[
-        list[EncodeText], BeforeValidator(_inputs), Field(min_length=1, max_length=MAX_INPUTS)
-    ]
+    input: Annotated[list[EncodeText], BeforeValidator(_inputs), Field(min_length=1, max_length=MAX_INPUTS)]
     model: str = ""
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
@@ -194,14 +215,65 @@ class EncodeAnswer(BaseModel):
     vectors: list[list[float]]
 
 
+class RerankDocument(BaseModel):
+    text: EncodeText
+
+
+class RerankRequest(BaseModel):
+    """Cohere's, Jina's and Infinity's rerank request: ``documents`` strings or ``{"text": ...}``;
+    ``model`` names the served reranker (its folder's name or path) or is left out."""
+
+    query: Query
+    documents: list[EncodeText | RerankDocument] = Field(min_length=1, max_length=MAX_CANDIDATES)
+    top_n: int | None = Field(None, ge=1)
+    return_documents: bool = False
+    model: str = ""
+
+
+class RerankResult(BaseModel):
+    index: int
+    relevance_score: float  # the reranker's score, as CrossEncoder.predict gives it
+    document: RerankDocument | None = None
+
+
+class RerankUsage(BaseModel):
+    total_tokens: int
+
+
+class RerankAnswer(BaseModel):
+    """Best first; ``index``: the document's position in the request."""
+
+    results: list[RerankResult]
+    model: str
+    usage: RerankUsage
+
+
+class TeiRerankRequest(BaseModel):
+    """text-embeddings-inference's ``/rerank`` request. Pairs are always cut at the reranker's
+    max_length, as CrossEncoder cuts them (``truncate`` is taken and changes nothing)."""
+
+    query: Query
+    texts: list[EncodeText] = Field(min_length=1, max_length=MAX_CANDIDATES)
+    raw_scores: bool = False
+    return_text: bool = False
+    truncate: bool | None = None
+
+
+class TeiRank(BaseModel):
+    """One text of a TEI rerank answer (a list of them, best first): ``score`` the sigmoid of the
+    logit, or the logit itself with ``raw_scores``."""
+
+    index: int
+    score: float
+    text: str | None = None
+
+
 def answered(
     model: type[BaseModel], *codes: int, shape: type[BaseModel] = Error
 ) -> dict[int | str, dict[str, Any]]:
     """``answers(*codes, shape=shape)`` and the 200 answer's model, for a route that returns a
     ready response."""
     return {200: {"model": model, "description": "Successful Response"}, **answers(*codes, shape=shape)}
-
-
 
 
 def install_openapi(app: FastAPI) -> None:

@@ -1,0 +1,147 @@
+"""The rerank endpoints: ``POST /v1/rerank`` (the shape Cohere, Jina and Infinity use) and
+``POST /rerank`` (text-embeddings-inference's), over the server's reranker (``serve --rerank``, or
+the index's default). Each is a top-level handler, routed in ``search.server.app`` by one line; it
+finds the reranker and the micro-batcher on ``app.state`` (``served``). The pairs are tokenised
+as they arrive, held to the request budget in the tokens the reranker reads, and scored on the
+model thread in the batches its token budget allows, shared with other requests
+(``search.server.batching.MicroBatcher.score``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from fastapi import Request
+from fastapi.responses import Response
+
+from indexer.errors import SemsearchError
+from search.server.batching import Batched, MicroBatcher, Pairs
+from search.server.connections import while_connected
+from search.server.encode import served_names
+from search.server.errors import error_answer
+from search.server.schema import RerankRequest, TeiRerankRequest
+
+if TYPE_CHECKING:
+    from indexer.encoders.rerankers import Reranker
+
+NO_RERANKER = "this server has no reranker: start it with serve --rerank MODEL (a cross-encoder's folder)"
+
+
+class NoReranker(SemsearchError):
+    """A rerank asked of a server that has no reranker: no such model here."""
+
+    http_status = 404
+
+
+class Served:
+    """What the rerank handlers work with (``app.state.reranking``): the micro-batcher, and the
+    reranker a request uses (``current()``: None where the server has none), each run through one
+    ``Pairs`` so that concurrent requests share batches."""
+
+    def __init__(self, batcher: MicroBatcher, current: Callable[[], Awaitable[Reranker | None]]):
+        self.batcher, self.current = batcher, current
+        self.pairs: dict[int, Pairs] = {}
+
+    async def reranker(self) -> Pairs:
+        """The reranker of this request, as the batcher runs it; ``NoReranker`` where there is none."""
+        reranker = await self.current()
+        if reranker is None:
+            raise NoReranker(NO_RERANKER)
+        return self.pairs.setdefault(id(reranker), Pairs(reranker))
+
+    async def batched(self) -> Batched | None:
+        """The reranker a search reranks with through the micro-batcher (``Batched``), or None."""
+        reranker = await self.current()
+        if reranker is None:
+            return None
+        pairs = self.pairs.setdefault(id(reranker), Pairs(reranker))
+        return Batched(pairs, self.batcher, asyncio.get_running_loop())
+
+    async def scores(
+        self, request: Request, question: str, texts: Sequence[str]
+    ) -> tuple[Pairs, np.ndarray, int]:
+        """The reranker, its score of each of ``texts`` for ``question`` and the tokens it read."""
+        pairs = await self.reranker()
+        scores, tokens = await while_connected(request, self.batcher.score(pairs, question, texts))
+        return pairs, scores, tokens
+
+
+def served(request: Request) -> Served:
+    return request.app.state.reranking
+
+
+def _json(answer: Any) -> Response:
+    return Response(json.dumps(answer, ensure_ascii=False).encode("utf-8"), media_type="application/json")
+
+
+def _best_first(scores: np.ndarray, top: int | None = None) -> list[int]:
+    """Positions of ``scores``, best first, equal scores in the request's order, the first ``top``."""
+    return np.argsort(-scores, kind="stable")[:top].tolist()
+
+
+def _model_name(reranker: Reranker) -> str:
+    return Path(reranker.folder.path).name
+
+
+async def cohere_rerank(body: RerankRequest, request: Request) -> Response:
+    """Rerank ``documents`` (strings or ``{"text": ...}``) for ``query``, Cohere's, Jina's and
+    Infinity's shape: ``{"results": [{"index", "relevance_score", "document"?}], "model", "usage"}``,
+    best first, the first ``top_n``; ``relevance_score`` is the reranker's score (as
+    CrossEncoder.predict gives it), ``document`` (``return_documents``) ``{"text": ...}``."""
+    pairs = await served(request).reranker()
+    if body.model and body.model not in served_names(pairs.reranker.folder.path):
+        name = _model_name(pairs.reranker)
+        return error_answer(
+            request.url.path,
+            404,
+            f"model {body.model!r} is not served here: this server reranks with {name!r}",
+        )
+    texts = [d if isinstance(d, str) else d.text for d in body.documents]
+    pairs, scores, tokens = await served(request).scores(request, body.query, texts)
+    results = [
+        {
+            "index": i,
+            "relevance_score": float(scores[i]),
+            **({"document": {"text": texts[i]}} if body.return_documents else {}),
+        }
+        for i in _best_first(scores, body.top_n)
+    ]
+    return _json(
+        {"results": results, "model": _model_name(pairs.reranker), "usage": {"total_tokens": tokens}}
+    )
+
+
+EDGE = 2.0**-24
+"""The float32 step below 1: a sigmoid's or tanh's score is held this far inside its bounds before
+its logit is recovered (so a saturated score gives a finite logit, about 16.6 at most)."""
+
+
+def tei_scores(scores: np.ndarray, activation: str, raw: bool) -> np.ndarray:
+    """text-embeddings-inference's scores from the reranker's (after its folder's ``activation``):
+    the logit (``raw``) or its sigmoid. A sigmoid's or tanh's logit is recovered from the float32
+    score (exact to float32 while the score is not saturated)."""
+    values = scores.astype(np.float64)
+    if activation == "sigmoid":
+        if not raw:
+            return values
+        held = np.clip(values, EDGE, 1 - EDGE)
+        return np.log(held) - np.log1p(-held)
+    logits = np.arctanh(np.clip(values, EDGE - 1, 1 - EDGE)) if activation == "tanh" else values
+    return logits if raw else 1.0 / (1.0 + np.exp(-logits))
+
+
+async def tei_rerank(body: TeiRerankRequest, request: Request) -> Response:
+    """Rerank ``texts`` for ``query``, text-embeddings-inference's shape: ``[{"index", "score",
+    "text"?}]``, best first; ``score`` the sigmoid of the reranker's logit (``raw_scores``: the
+    logit), ``text`` with ``return_text``."""
+    pairs, scores, _ = await served(request).scores(request, body.query, body.texts)
+    shown = tei_scores(scores, pairs.reranker.folder.activation, body.raw_scores)
+    ranks = [
+        {"index": i, "score": float(shown[i]), **({"text": body.texts[i]} if body.return_text else {})}
+        for i in _best_first(scores)
+    ]
+    return _json(ranks)

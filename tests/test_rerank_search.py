@@ -1,0 +1,297 @@
+"""The query path's rerank stage: a cross-encoder re-orders the first stage's best ``rerank_depth``
+entries, in the query, Python and HTTP surfaces, and serves ``/v1/rerank`` and ``/rerank``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+
+from indexer.errors import BadInput
+from search.cli import cli
+from search.read.engine import SearchEngine
+from search.read.requests import SearchRequest
+from tests.helpers import random_cross_encoder, write_csv
+
+QUESTIONS = [
+    "How do I pay for a ride?",
+    "Where can I park the bike?",
+    "Can I get a refund?",
+    "Is there an app?",
+    "How do I reset my password?",
+    "Which cards do you take?",
+    "Can I bring a child seat?",
+    "What if the bike breaks down?",
+    "How long can I keep a bike?",
+    "Do you rent electric bikes?",
+    "Can I cancel a trip?",
+    "Where do I see my receipts?",
+]
+CATEGORIES = ["billing", "stations", "billing", "app", "app", "billing"] * 2
+QUERY = "how do I pay with a card"
+
+
+@pytest.fixture(scope="module")
+def cross(tmp_path_factory) -> str:
+    return random_cross_encoder(tmp_path_factory.mktemp("cross"), seed=3)
+
+
+@pytest.fixture(scope="module")
+def reranker(cross):
+    from indexer.encoders.rerankers import reranker_for
+
+    return reranker_for(cross, runtime="torch")  # the ONNX export is the slow tests'
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory, tiny_model):
+    from indexer import Strategy, build_index
+
+    directory = tmp_path_factory.mktemp("faq")
+    rows = [(f"q{i}", text, CATEGORIES[i]) for i, text in enumerate(QUESTIONS)]
+    corpus = write_csv(directory / "faq.csv", rows, ("id", "text", "category"))
+    build_index(corpus, directory / "idx", Strategy(model=tiny_model))
+    return directory / "idx"
+
+
+def predicted(cross: str, question: str, texts: list[str]) -> np.ndarray:
+    """What sentence-transformers' CrossEncoder says of the pairs: the reference."""
+    from sentence_transformers import CrossEncoder
+
+    return CrossEncoder(cross, device="cpu").predict([(question, t) for t in texts])
+
+
+def test_reranked_order_is_the_first_stages_best_depth_sorted_by_cross_encoder_predict(
+    index, reranker, cross
+):
+    engine = SearchEngine(index, rerank=reranker)
+    first = engine.answer(SearchRequest(QUERY, k=6, mode="dense"))[0]
+    hits = engine.answer(SearchRequest(QUERY, k=4, mode="dense", rerank=cross, rerank_depth=6))[0]
+    scores = predicted(cross, QUERY, [h.text for h in first])
+    order = np.argsort(-scores, kind="stable")[:4]
+    assert [h.id for h in hits] == [first[i].id for i in order]
+    assert [h.score for h in hits] == pytest.approx(scores[order].tolist(), abs=1e-4)
+    assert [h.first_score for h in hits] == pytest.approx([first[i].score for i in order])
+    assert all(h.first_score is None for h in first)
+    assert [h.rank for h in hits] == [1, 2, 3, 4]
+
+
+def test_search_reranks_with_the_engines_reranker_and_false_turns_it_off(index, reranker):
+    engine = SearchEngine(index, rerank=reranker)
+    assert engine.search(QUERY, k=3)[0].first_score is not None
+    assert engine.search_many([QUERY], k=3, rerank=None)[0][0].first_score is None
+    assert all(h.first_score is None for h in SearchEngine(index).search(QUERY, k=3))
+
+
+def test_min_score_applies_to_the_rerankers_score(index, reranker, cross):
+    engine = SearchEngine(index, rerank=reranker)
+    hits = engine.search(QUERY, k=5)
+    middle = sorted(h.score for h in hits)[2]
+    marked = engine.search(QUERY, k=5, min_score=middle)
+    assert [h.answered for h in marked] == [h.score >= middle for h in hits]
+    assert any(h.answered for h in marked) and not all(h.answered for h in marked)
+
+
+def test_grouping_picks_each_groups_best_by_the_reranker(index, reranker, cross):
+    engine = SearchEngine(index, rerank=reranker)
+    pool = engine.answer(SearchRequest(QUERY, k=12, mode="dense", rerank=cross, rerank_depth=12))[0]
+    grouped = engine.answer(
+        SearchRequest(QUERY, k=3, mode="dense", group_by="category", rerank=cross, rerank_depth=12)
+    )[0]
+    best: dict[str, str] = {}
+    for hit in pool:  # best first by the reranker
+        best.setdefault(hit.fields["category"], hit.id)
+    assert [h.id for h in grouped] == list(best.values())[:3]
+    assert [h.others for h in grouped] == [CATEGORIES.count(h.fields["category"]) - 1 for h in grouped]
+
+
+def test_a_rule_fitted_on_the_first_stages_score_is_not_applied_to_the_rerankers(
+    index, reranker, monkeypatch
+):
+    from search.read.confidence import Rule
+    from search.read.snapshot import Snapshot
+
+    rule = Rule(("score",), (0.0,), (1.0,), (1.0,), 0.0, 0.5, 0.9, 0.9, 0.5, 10, mode="dense")
+    monkeypatch.setattr(Snapshot, "rules", {"dense": rule})
+    engine = SearchEngine(index, rerank=reranker)
+    reranked = engine.search(QUERY, k=3, mode="dense")
+    assert all(h.answered is None for h in reranked)
+    assert "reranked" in engine.no_rule_note("dense", rerank=engine.rerank)
+    assert all(h.answered is not None for h in engine.search_many([QUERY], k=3, mode="dense", rerank=None)[0])
+
+
+@pytest.fixture(scope="module")
+def client(index, reranker):
+    from search.read.loading import load_engine
+    from search.server import create_app
+
+    with TestClient(create_app(index, loading=load_engine(index, rerank=reranker))) as client:
+        yield client
+
+
+def test_the_server_reranks_searches_and_keeps_the_first_stages_score(client, cross):
+    hits = client.post("/search", json={"query": QUERY, "k": 3, "mode": "dense", "rerank_depth": 6}).json()[
+        "hits"
+    ]
+    first = client.post("/search", json={"query": QUERY, "k": 6, "mode": "dense", "rerank": False}).json()[
+        "hits"
+    ]
+    scores = predicted(cross, QUERY, [h["text"] for h in first])
+    assert [h["id"] for h in hits] == [first[i]["id"] for i in np.argsort(-scores, kind="stable")[:3]]
+    assert all(h["first_score"] is not None for h in hits)
+    assert all(h["first_score"] is None for h in first)
+    bad = client.post("/search", json={"query": QUERY, "k": 5, "rerank_depth": 3})
+    assert bad.status_code == 400 and "rerank depth" in bad.json()["error"]
+
+
+def test_v1_rerank_answers_in_cohere_shape(client, cross):
+    docs = ["Pay with any card.", {"text": "Park at a station."}, "Refunds take a week."]
+    answer = client.post(
+        "/v1/rerank", json={"query": QUERY, "documents": docs, "top_n": 2, "return_documents": True}
+    ).json()
+    texts = [d if isinstance(d, str) else d["text"] for d in docs]
+    scores = predicted(cross, QUERY, texts)
+    order = np.argsort(-scores, kind="stable")[:2].tolist()
+    assert [r["index"] for r in answer["results"]] == order
+    assert [r["relevance_score"] for r in answer["results"]] == pytest.approx(
+        scores[order].tolist(), abs=1e-4
+    )
+    assert [r["document"] for r in answer["results"]] == [{"text": texts[i]} for i in order]
+    assert answer["usage"]["total_tokens"] > 0 and answer["model"]
+
+
+def test_tei_rerank_answers_in_its_shape_with_sigmoid_and_raw_scores(client, cross):
+    texts = ["Pay with any card.", "Park at a station.", "Refunds take a week."]
+    ranks = client.post("/rerank", json={"query": QUERY, "texts": texts, "return_text": True}).json()
+    raw = client.post("/rerank", json={"query": QUERY, "texts": texts, "raw_scores": True}).json()
+    scores = predicted(cross, QUERY, texts)  # the folder's sigmoid: TEI's own score
+    order = np.argsort(-scores, kind="stable").tolist()
+    assert [r["index"] for r in ranks] == order and [r["text"] for r in ranks] == [texts[i] for i in order]
+    assert [r["score"] for r in ranks] == pytest.approx(scores[order].tolist(), abs=1e-4)
+    logits = np.log(scores[order]) - np.log1p(-scores[order])
+    assert [r["score"] for r in raw] == pytest.approx(logits.tolist(), abs=1e-3)
+    assert "text" not in raw[0]
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/rerank", {"query": QUERY, "documents": []}),
+        ("/v1/rerank", {"query": QUERY, "documents": [3]}),
+        ("/v1/rerank", {"query": "", "documents": ["a"]}),
+        ("/v1/rerank", {"query": QUERY, "documents": ["a"], "top_n": 0}),
+        ("/v1/rerank", {"query": QUERY, "documents": [" ".join(QUESTIONS * 10)] * 200}),  # too many tokens
+        ("/rerank", {"query": QUERY}),
+        ("/rerank", {"query": QUERY, "texts": ["\ud800"]}),
+        ("/rerank", {"query": QUERY, "texts": ["a"] * 1001}),
+    ],
+)
+def test_bad_rerank_input_is_a_400_in_one_line(client, path, body):
+    sent = json.dumps(body)  # a lone surrogate escaped, as JSON can carry it
+    answer = client.post(path, content=sent, headers={"content-type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    message = answer.json()["error"]
+    assert isinstance(message, str) and "\n" not in message and "internal" not in message
+
+
+def test_a_model_not_served_is_a_404_and_a_server_without_a_reranker_says_so(client, index):
+    from search.server import create_app
+
+    other = client.post("/v1/rerank", json={"query": QUERY, "documents": ["a"], "model": "another"})
+    assert other.status_code == 404 and "not served here" in other.json()["error"]
+    with TestClient(create_app(index)) as bare:
+        assert bare.post("/rerank", json={"query": QUERY, "texts": ["a"]}).status_code == 404
+        refused = bare.post("/search", json={"query": QUERY, "rerank": True})
+        assert refused.status_code == 400 and "serve --rerank" in refused.json()["error"]
+
+
+@pytest.mark.slow  # the reranker's graph is exported to ONNX once
+def test_query_reranks_and_shows_both_scores_and_info_shows_the_default_reranker(tmp_path, tiny_model, cross):
+    corpus = write_csv(tmp_path / "faq.csv", [(f"q{i}", t) for i, t in enumerate(QUESTIONS)], ("id", "text"))
+    built = CliRunner().invoke(
+        cli, ["index", str(corpus), "-o", str(tmp_path / "idx"), "--model", tiny_model, "--rerank", cross]
+    )
+    assert built.exit_code == 0, built.output
+    info = json.loads(CliRunner().invoke(cli, ["info", str(tmp_path / "idx"), "--json"]).output)
+    assert info["reranker"]["path"] == cross and info["reranker"]["fingerprint"].startswith("sha256:")
+    assert cross in CliRunner().invoke(cli, ["info", str(tmp_path / "idx")]).output
+    asked = ["query", str(tmp_path / "idx"), QUERY, "-k", "3", "--mode", "dense"]
+    shown = CliRunner().invoke(cli, [*asked, "--json"])
+    hits = json.loads(shown.output)["hits"]
+    scores = predicted(cross, QUERY, [h["text"] for h in hits])
+    assert [h["score"] for h in hits] == pytest.approx(scores.tolist(), abs=1e-4)
+    assert all(h["first_score"] is not None for h in hits)
+    assert "first stage:" in CliRunner().invoke(cli, asked).output
+    plain = json.loads(CliRunner().invoke(cli, [*asked, "--json", "--no-rerank"]).output)["hits"]
+    assert all(h["first_score"] is None for h in plain)
+    under = CliRunner().invoke(cli, [*asked, "--rerank-depth", "2"])
+    assert under.exit_code == 2 and "must be k or more" in under.output
+
+
+def test_a_server_of_vectors_alone_answers_the_rerank_apis(tiny_model, reranker):
+    from concurrent.futures import Future
+
+    from indexer import Strategy
+    from search.read.loading import load_encoding
+    from search.server import create_app
+
+    loaded: Future = Future()
+    loaded.set_result(reranker)
+    app = create_app(None, encoding=load_encoding(Strategy(model=tiny_model)), reranking=loaded)
+    with TestClient(app) as alone:
+        ranks = alone.post("/rerank", json={"query": QUERY, "texts": ["Pay by card.", "Park here."]}).json()
+        assert sorted(r["index"] for r in ranks) == [0, 1]
+
+
+def test_index_refuses_a_folder_that_is_no_reranker_before_building(tmp_path, tiny_model):
+    corpus = write_csv(tmp_path / "faq.csv", [("q1", QUESTIONS[0])], ("id", "text"))
+    asked = [
+        "index",
+        str(corpus),
+        "-o",
+        str(tmp_path / "idx"),
+        "--model",
+        tiny_model,
+        "--rerank",
+        str(tmp_path),
+    ]
+    refused = CliRunner().invoke(cli, asked)
+    assert refused.exit_code == 1 and len(refused.output.strip().splitlines()) == 1, refused.output
+    assert not (tmp_path / "idx").exists()
+
+
+def test_an_index_whose_default_reranker_is_gone_says_so_in_one_line(tmp_path, tiny_model, cross):
+    import shutil
+
+    from indexer import Strategy, build_index
+
+    moved = shutil.copytree(cross, tmp_path / "cross")
+    corpus = write_csv(tmp_path / "faq.csv", [(f"q{i}", t) for i, t in enumerate(QUESTIONS)], ("id", "text"))
+    build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model), reranker=moved)
+    shutil.rmtree(moved)
+    with pytest.raises(BadInput, match="not on this machine: give --rerank MODEL or --no-rerank"):
+        SearchEngine(tmp_path / "idx")
+    assert SearchEngine(tmp_path / "idx", rerank=False).search(QUERY, k=1)[0].first_score is None
+
+
+def test_the_servers_searches_score_their_pairs_on_the_model_thread(client, monkeypatch):
+    import threading
+
+    from search.server.batching import Pairs
+
+    threads = []
+    real = Pairs.embed_tokens
+
+    def recorded(pairs, ids):
+        threads.append(threading.current_thread().name)
+        return real(pairs, ids)
+
+    monkeypatch.setattr(Pairs, "embed_tokens", recorded)
+    answer = client.post("/search/batch", json={"queries": [QUERY, "bike"], "k": 3})
+    assert answer.status_code == 200 and all(
+        h["first_score"] is not None for r in answer.json()["results"] for h in r["hits"]
+    )
+    assert threads and all(name.startswith("semsearch-model") for name in threads)

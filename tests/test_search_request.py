@@ -1,0 +1,72 @@
+"""A search is one ``SearchRequest`` answered in stages; a search whose snapshot moved under it is
+embedded again by its own embedding step (the server's batcher), never on the lookup."""
+
+from __future__ import annotations
+
+import pytest
+
+from indexer.errors import BadInput, IndexMoved
+from search.read.engine import SearchEngine
+from search.read.requests import Again, SearchRequest
+from search.read.snapshot import Snapshot
+from tests.helpers import ROWS, build_faq
+
+
+@pytest.mark.parametrize(
+    "request_, said",
+    [
+        (SearchRequest("bike", k=5, rerank="x", rerank_depth=4), r"at least k \(5\)"),
+        (SearchRequest("bike", k=5, rerank_depth=8), "give a reranker"),
+        (SearchRequest("bike", k=0), "k must be at least 1"),
+        (SearchRequest(" ", k=3), "empty query"),
+        (SearchRequest("bike", min_score=float("nan")), "finite"),
+    ],
+)
+def test_a_request_that_cannot_be_searched_is_one_line(request_, said):
+    with pytest.raises(BadInput, match=said):
+        request_.checked()
+
+
+def test_the_default_depth_is_at_least_k():
+    assert SearchRequest("bike", k=5).depth == 50 and SearchRequest("bike", k=80).depth == 80
+    assert SearchRequest("bike", k=5, rerank="x", rerank_depth=7).depth == 7
+    assert SearchRequest(["a", "b"]).queries == ("a", "b") and SearchRequest("a").queries == ("a",)
+
+
+def test_the_public_search_and_the_request_give_the_same_hits(tmp_path, tiny_model):
+    engine = SearchEngine(build_faq(tmp_path, tiny_model))
+    asked = dict(k=2, where="category = 'billing'", min_score=0.1, mode="dense")
+    assert engine.search(ROWS[0][1], **asked) == engine.answer(SearchRequest(ROWS[0][1], **asked))[0]
+    assert (
+        engine.search(ROWS[0][1], 2, "category = 'billing'", 0.1, None, "dense")
+        == engine.search_many([ROWS[0][1]], **asked)[0]
+    )
+
+
+def test_a_search_whose_snapshot_moved_is_embedded_again_by_its_own_step(tmp_path, tiny_model, monkeypatch):
+    engine = SearchEngine(build_faq(tmp_path, tiny_model))
+    first = engine.snapshot
+    build_faq(tmp_path, tiny_model, postprocess="center")  # the live version embeds otherwise now
+    moved = [IndexMoved("an update committed under the search")]
+    run = Snapshot.run
+
+    def moving(snapshot: Snapshot, plan, vectors):
+        if snapshot is first and moved:
+            raise moved.pop()
+        return run(snapshot, plan, vectors)
+
+    monkeypatch.setattr(Snapshot, "run", moving)
+    monkeypatch.setattr(Snapshot, "embed", lambda *_, **__: pytest.fail("embedded on the lookup"))
+    embedded = []
+
+    def step(encoding, texts, then, roles="query"):
+        embedded.append(encoding)
+        answer = then(encoding.embed(texts, role=roles))
+        while isinstance(answer, Again):
+            embedded.append(answer.encoding)
+            answer = answer.then(answer.encoding.embed(texts, role=roles))
+        return answer
+
+    hits = engine.search_many([ROWS[1][1]], k=2, embed=step)
+    assert engine.snapshot is not first and embedded == [first.encoding, engine.snapshot.encoding]
+    assert hits == engine.search_many([ROWS[1][1]], k=2)
