@@ -27,6 +27,9 @@ from search.cli.printing import echo_pair_rejections
 if TYPE_CHECKING:
     from indexer.encoders.options import EmbeddingOptions
 
+CROSS_OPTIONS = {"model", "max_length"}
+"""The strategy options that mean something to a cross-encoder: where it starts, its pair length."""
+
 
 @click.command("tune")
 @click.option(
@@ -51,6 +54,13 @@ if TYPE_CHECKING:
     "index_dir",
     type=click.Path(file_okay=False, path_type=Path),
     help="Train through this index's strategy (its model, layers, pooling...).",
+)
+@click.option(
+    "--cross-encoder",
+    "cross",
+    is_flag=True,
+    help="Train a cross-encoder (a reranker) from --model (default: the bundled model, a new head) "
+    "instead of the bi-encoder; --index then names the first stage that mines hard negatives.",
 )
 @click.option(
     "--held-back",
@@ -102,6 +112,7 @@ def tune_command(
     text_field: str,
     also: Any,
     index_dir: Path | None,
+    cross: bool,
     held_back: float,
     epochs: int,
     max_minutes: float | None,
@@ -124,7 +135,7 @@ def tune_command(
     Example:
         semsearch tune --pairs pairs.csv --index faq-index -o tuned-model
     """
-    from search.studies.tuning import index_strategy, read_labels, tune
+    from search.studies.tuning import cross_tune, index_strategy, read_labels, tune
 
     if old_pairs_per_step is not None:
         click.echo(
@@ -133,7 +144,14 @@ def tune_command(
             err=True,
         )
         pairs_per_step = old_pairs_per_step
-    if index_dir is not None and asked:
+    shaping = sorted(set(asked) - CROSS_OPTIONS)
+    if cross and shaping:
+        flag = "--" + shaping[0].replace("_", "-")
+        raise click.UsageError(
+            f"--cross-encoder trains a reranker from --model: {flag} shapes a bi-encoder's vectors; "
+            "drop it (--index names the first stage)"
+        )
+    if index_dir is not None and asked and not cross:
         raise click.UsageError("--index trains through the index's strategy: drop the strategy options")
     labels = read_labels(
         pairs=pairs,
@@ -146,28 +164,42 @@ def tune_command(
         encoding=encoding,
     )
     echo_pair_rejections(labels.rejected)
-    done = tune(
-        labels,
-        output,
-        index_strategy(index_dir) if index_dir is not None else strategy_from(asked),
-        held_back=held_back,
-        epochs=epochs,
-        max_minutes=max_minutes,
-        seed=seed,
-        batch_size=pairs_per_step,
-        learning_rate=learning_rate,
-        progress=progress,
-        report=lambda line: click.echo(line, err=True),
-        options=options,
-    )
+    schedule = {
+        "held_back": held_back,
+        "epochs": epochs,
+        "max_minutes": max_minutes,
+        "seed": seed,
+        "batch_size": pairs_per_step,
+        "learning_rate": learning_rate,
+        "progress": progress,
+        "report": lambda line: click.echo(line, err=True),
+        "options": options,
+    }
+    if cross:
+        if index_dir is not None and labels.scores is not None:
+            raise click.UsageError("scored pairs train a reranker without a first stage: drop --index")
+        first = index_strategy(index_dir) if index_dir is not None else None
+        done = cross_tune(
+            labels, output, asked.get("model"), first, max_length=asked.get("max_length"), **schedule
+        )
+    else:
+        strategy = index_strategy(index_dir) if index_dir is not None else strategy_from(asked)
+        done = tune(labels, output, strategy, **schedule)
     if as_json:
         click.echo(json.dumps(done.to_dict()))
         return
+    alone = "" if done.first_stage is None else f"first stage alone {done.first_stage:.2f}; "
     click.echo(
-        f"held-back {done.metric} x100 on {done.held_back_pairs} {done.kind}: "
+        f"held-back {done.metric} x100 on {done.held_back_pairs} {done.kind}: {alone}"
         f"{done.before:.2f} before, {done.after:.2f} after ({done.stopped}; best at step {done.best_step} "
         f"of {done.steps}, {done.epochs:.2f} epochs, {done.minutes:.1f} min)"
     )
+    if done.reranker:
+        click.echo(
+            f"saved {done.output}: a reranker ({done.strategy}): "
+            f"semsearch rerank QUESTION FILE --model {done.output}"
+        )
+        return
     click.echo(
         f"saved {done.output}: semsearch index CORPUS -o INDEX {done.options or '--model ' + done.output}"
     )

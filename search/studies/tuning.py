@@ -30,12 +30,17 @@ from indexer.reading.corpus import Rejection
 from search.read.components import connected
 
 if TYPE_CHECKING:
+    from indexer.encoders.cross_training import CrossMeasure, PairRows, PairScorer
     from indexer.encoders.training import Examples
 
 MIN_LABELS = 10
 """Fewer labelled pairs than this leave nothing to hold back and learn from at once."""
 HELD_BACK = 0.1
 K = 10
+DEPTH = 50
+"""A reranker's held-back questions: the first stage's best this many candidates are reordered."""
+NEGATIVES = 4
+"""Hard negatives mined per question to train a reranker (each a pair of target 0)."""
 
 
 @dataclass(frozen=True)
@@ -234,9 +239,12 @@ def measure_for(labels: Labels, held: np.ndarray) -> Callable[[Callable[..., np.
     return measure
 
 
-def hard_negatives(labels: Labels, held: np.ndarray, embed: Callable[..., np.ndarray]) -> list[str | None]:
-    """For each training pair, the candidate the untuned model ranks highest among those that are
-    neither relevant to its anchor, nor the same text as a relevant one, nor a held-back text."""
+def wrong_nearest(
+    labels: Labels, held: np.ndarray, embed: Callable[..., np.ndarray], count: int = 1
+) -> dict[str, list[str]]:
+    """For each training anchor, the ``count`` candidate texts the untuned model ranks highest
+    among those that are neither relevant to it, nor the same text as a relevant one, nor a
+    held-back text: its hard negatives."""
     assert labels.candidates is not None and labels.relevant is not None
     rows = np.flatnonzero(~held)
     banned = {labels.second[i] for i in np.flatnonzero(held)} | {
@@ -244,12 +252,18 @@ def hard_negatives(labels: Labels, held: np.ndarray, embed: Callable[..., np.nda
     }
     anchors = list(dict.fromkeys(labels.first[i] for i in rows))
     distinct = list(dict.fromkeys(labels.candidates))
-    order = np.argsort(-(embed(anchors) @ embed(distinct, role="passage").T), axis=1)[:, : 4 * K]
-    best: dict[str, str | None] = {}
+    order = np.argsort(-(embed(anchors) @ embed(distinct, role="passage").T), axis=1)[:, : 4 * K + count]
+    nearest: dict[str, list[str]] = {}
     for anchor, ranked in zip(anchors, order, strict=True):
         taken = banned | {labels.candidates[c] for c in labels.relevant[anchor]}
-        best[anchor] = next((distinct[c] for c in ranked if distinct[c] not in taken), None)
-    return [best[labels.first[i]] for i in rows]
+        nearest[anchor] = [distinct[c] for c in ranked if distinct[c] not in taken][:count]
+    return nearest
+
+
+def hard_negatives(labels: Labels, held: np.ndarray, embed: Callable[..., np.ndarray]) -> list[str | None]:
+    """For each training pair, its anchor's hardest negative (``wrong_nearest``), or None."""
+    nearest = wrong_nearest(labels, held, embed)
+    return [next(iter(nearest[labels.first[i]]), None) for i in np.flatnonzero(~held)]
 
 
 def training_examples(labels: Labels, held: np.ndarray, embed: Callable[..., np.ndarray]) -> Examples:
@@ -286,6 +300,10 @@ class TuneReport:
     losses: list[float]
     strategy: str
     options: str
+    reranker: bool = False
+    """A cross-encoder was trained (``cross_tune``): ``output`` is a reranker's folder."""
+    first_stage: float | None = None
+    """A reranker of ranking labels: the held-back MRR@10 of the first stage alone, before reranking."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -391,3 +409,167 @@ def index_strategy(index_dir: str | Path) -> Strategy:
     from indexer.store import open_index
 
     return open_index(index_dir, vectors=False).strategy
+
+
+def reranked_mrr(
+    anchors: Sequence[str],
+    top: np.ndarray,
+    candidates: Sequence[str],
+    qrels: dict[str, dict[str, int]],
+    score: PairScorer | None,
+) -> float:
+    """MRR@10 x100 of ``anchors`` whose first stage gave candidate indices ``top`` (best first),
+    reordered by ``score`` (a cross-encoder's pair scores; ties keep the first stage's order), or
+    as the first stage left them when ``score`` is None. Each distinct pair is scored once."""
+    from search.studies.evaluate import retrieval_metrics
+
+    scored: dict[tuple[str, str], float] = {}
+    if score is not None:
+        pairs = list(
+            dict.fromkeys((a, candidates[c]) for a, row in zip(anchors, top, strict=True) for c in row)
+        )
+        scored = dict(zip(pairs, score(pairs).tolist(), strict=True))
+    ranked = {
+        a: [str(c) for c in sorted(row.tolist(), key=lambda c: -scored.get((a, candidates[c]), 0.0))]
+        for a, row in zip(anchors, top, strict=True)
+    }
+    return retrieval_metrics(ranked, qrels, K)[f"mrr@{K}"] * 100
+
+
+def cross_measure_for(
+    labels: Labels, held: np.ndarray, embed: Callable[..., np.ndarray] | None, depth: int = DEPTH
+) -> tuple[CrossMeasure, float | None]:
+    """The held-back metric of a reranker's pair scores: Spearman x100 of scored pairs, else
+    MRR@10 x100 of held-back anchors after reranking the first stage's (``embed``, a bi-encoder's
+    ``Encoder.embed``) best ``depth`` candidates, as a reranker serves; with that first stage's
+    own MRR@10 x100."""
+    from search.studies.evaluate import correlations
+
+    rows = np.flatnonzero(held)
+    if labels.scores is not None:
+        pairs = [(labels.first[i], labels.second[i]) for i in rows]
+        gold = labels.scores[rows]
+        return lambda score: correlations(score(pairs), gold)["spearman"], None
+    assert labels.candidates is not None and labels.relevant is not None and embed is not None
+    anchors = list(dict.fromkeys(labels.first[i] for i in rows))
+    qrels = {a: {str(c): 1 for c in labels.relevant[a]} for a in anchors}
+    distinct = list(dict.fromkeys(labels.candidates))
+    lookup = {t: i for i, t in enumerate(distinct)}
+    where = np.array([lookup[t] for t in labels.candidates])
+    first = embed(anchors) @ embed(distinct, role="passage")[where].T
+    top = np.argsort(-first, axis=1, kind="stable")[:, :depth]
+    candidates = labels.candidates
+    return (
+        lambda score: reranked_mrr(anchors, top, candidates, qrels, score),
+        reranked_mrr(anchors, top, candidates, qrels, None),
+    )
+
+
+def cross_rows(labels: Labels, held: np.ndarray, embed: Callable[..., np.ndarray] | None) -> PairRows:
+    """The pairs not held back as a reranker's training rows: scored pairs with their score
+    scaled to [0, 1] (the labels' lowest to highest); otherwise each anchor -> its entry (1) and
+    its ``NEGATIVES`` hardest wrong candidates by the first stage ``embed`` (0, once per anchor),
+    the positives weighed by the negatives per positive."""
+    from indexer.encoders.cross_training import PairRows
+
+    rows = np.flatnonzero(~held)
+    first, second = [labels.first[i] for i in rows], [labels.second[i] for i in rows]
+    if labels.scores is not None:
+        low, high = float(labels.scores.min()), float(labels.scores.max())
+        return PairRows(first, second, ((labels.scores[rows] - low) / (high - low)).tolist())
+    assert embed is not None
+    nearest = wrong_nearest(labels, held, embed, NEGATIVES)
+    negatives = [(anchor, text) for anchor in dict.fromkeys(first) for text in nearest[anchor]]
+    weight = len(negatives) / len(first) if negatives else 1.0
+    return PairRows(
+        first + [a for a, _ in negatives],
+        second + [t for _, t in negatives],
+        [1.0] * len(first) + [0.0] * len(negatives),
+        positive_weight=weight,
+    )
+
+
+def cross_tune(
+    labels: Labels,
+    output: str | Path,
+    model: str | None = None,
+    first_stage: Strategy | None = None,
+    *,
+    held_back: float = HELD_BACK,
+    epochs: int = 4,
+    max_minutes: float | None = None,
+    seed: int = 0,
+    batch_size: int = 16,
+    learning_rate: float = 2e-5,
+    max_length: int | None = None,
+    progress: bool = False,
+    report: Callable[[str], object] = lambda line: None,
+    options: EmbeddingOptions | None = None,
+) -> TuneReport:
+    """Train a cross-encoder (a reranker) from ``model`` (default: the bundled encoder, given a
+    new one-label head; a cross-encoder folder trains on) on ``labels``, holding back
+    ``held_back`` of them by group as ``tune`` does, and save the best checkpoint to ``output`` as
+    a sentence-transformers CrossEncoder folder. Ranking labels get their hard negatives from, and
+    are measured by reranking, ``first_stage`` (a bi-encoder strategy, default the index's
+    default); scored pairs need no first stage."""
+    from indexer.encoders.cross_training import fine_tune_cross, load_cross, save_cross
+    from indexer.encoders.devices import AUTO
+    from indexer.encoders.factory import encoder_for
+    from indexer.encoders.options import given
+    from indexer.encoders.training import Budget
+
+    output = Path(output)
+    options = given(options).checked()
+    on = options.placement
+    mixed = "bf16" if options.precision.strip().lower() == AUTO and not on.on_cpu else on.precision
+    if labels.scores is not None and first_stage is not None:
+        raise BadInput("scored pairs train a reranker without a first stage: drop --index")
+    with staged_dir(output, _new_or_empty) as staging:  # claimed now: a second tune to it stops here
+        budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
+        held = hold_back(labels, held_back, seed)
+        cross = load_cross(model, max_length, on.device, mixed, seed)  # a model that cannot load stops here
+        embed = None if labels.scores is not None else encoder_for(first_stage, options).embed
+        rows = cross_rows(labels, held, embed)
+        measure, alone = cross_measure_for(labels, held, embed)
+        metric = "spearman" if labels.scores is not None else f"mrr@{K}"
+        trained = int((~held).sum())
+        report(
+            f"{labels.kind}: {trained} trained on ({len(rows)} training pairs), "
+            f"{int(held.sum())} held back ({metric} x100)"
+        )
+        if alone is not None:
+            report(
+                f"held-back {metric} of the first stage alone (its top {DEPTH} not reordered): {alone:.4f}"
+            )
+        outcome = fine_tune_cross(cross, rows, measure, budget, progress=progress, report=report)
+        head = "its head trained on" if cross.continued else "a new one-label head"
+        facts = {
+            "tuned_from": cross.source,
+            "labels": labels.kind,
+            "held_back": {
+                "pairs": int(held.sum()),
+                "metric": metric,
+                "before": outcome.before,
+                "after": outcome.best,
+            },
+        }
+        save_cross(cross, staging, facts)
+    return TuneReport(
+        str(output),
+        labels.kind,
+        metric,
+        trained,
+        int(held.sum()),
+        outcome.before,
+        outcome.best,
+        outcome.best_step,
+        outcome.steps,
+        outcome.epochs,
+        outcome.minutes,
+        outcome.stopped,
+        outcome.losses,
+        f"cross-encoder from {cross.source} ({head}), pairs of at most {cross.max_length} tokens",
+        "",
+        reranker=True,
+        first_stage=alone,
+    )
