@@ -21,6 +21,8 @@ from search.cli.options import (
     mode_option,
     pair_options,
     progress_options,
+    rerank_depth_option,
+    rerank_option,
     retrieval_options,
     rule_options,
     split,
@@ -44,6 +46,13 @@ def evaluate_group() -> None:
 @evaluate_group.command("sts")
 @pair_options
 @json_option("the scores and the strategy")
+@click.option(
+    "--rerank",
+    "reranker",
+    metavar="MODEL",
+    help="Score each pair with this cross-encoder (a folder as sentence-transformers saves one) "
+    "instead of the cosine of two embeddings.",
+)
 @strategy_options
 @embedding_options("device")
 @progress_options
@@ -54,21 +63,30 @@ def evaluate_sts_command(
     score: str,
     encoding: str,
     as_json: bool,
+    reranker: str | None,
     asked: dict[str, Any],
     options: EmbeddingOptions,
     progress: bool,
 ) -> None:
-    """Spearman and Pearson (x100) of cosine vs gold score on PAIRS (STS Benchmark format accepted).
+    """Spearman and Pearson (x100) of cosine vs gold score on PAIRS (STS Benchmark format accepted),
+    or of a cross-encoder's score with --rerank.
 
     \b
     Example:
         semsearch evaluate sts sts-dev.csv --pooling mean --layers -2
     """
-    from search.studies.evaluate import evaluate_sts, read_pairs
+    from search.studies.evaluate import evaluate_sts, evaluate_sts_reranked, read_pairs
 
+    if reranker and asked:
+        raise click.UsageError(
+            "--rerank scores pairs with the cross-encoder alone: drop the strategy options"
+        )
     data = read_pairs(pairs, sentence1, sentence2, score, encoding=encoding)
     echo_pair_rejections(data.rejected)
-    scores = evaluate_sts(data, strategy_from(asked), progress=progress, options=options)
+    if reranker:
+        scores = evaluate_sts_reranked(data, reranker, progress=progress, options=options)
+    else:
+        scores = evaluate_sts(data, strategy_from(asked), progress=progress, options=options)
     echo_scores(scores, as_json)
 
 
@@ -78,6 +96,8 @@ def evaluate_sts_command(
     "--index", "index_dir", type=click.Path(path_type=Path), help="Use this index instead of building one."
 )
 @json_option("the metrics and the strategy")
+@rerank_option
+@rerank_depth_option
 @also_options()
 @strategy_options
 @embedding_options("device")
@@ -91,12 +111,15 @@ def evaluate_retrieval_command(
     encoding: str,
     index_dir: Path | None,
     as_json: bool,
+    rerank: str | None,
+    rerank_depth: int | None,
     also: Any,
     asked: dict[str, Any],
     options: EmbeddingOptions,
     progress: bool,
 ) -> None:
-    """MRR@k, nDCG@k, Recall@1/@k and Success@1/@3 of the queries against the qrels.
+    """MRR@k, nDCG@k, Recall@1/@k and Success@1/@3 of the queries against the qrels, in each mode;
+    with --rerank, the default mode reranked first, each mode's first stage beside it.
 
     \b
     Example:
@@ -108,6 +131,7 @@ def evaluate_retrieval_command(
         raise click.UsageError("give --corpus (to build an index) or --index (one of them)")
     if index_dir is not None and (asked or also):
         raise click.UsageError("--index is queried with its stored strategy: drop the strategy options")
+    check_depth(rerank, rerank_depth, k)
     data = read_retrieval_set(queries_file, qrels, encoding)
     fields = split(text_field)
     scores = evaluate_retrieval(
@@ -121,8 +145,18 @@ def evaluate_retrieval_command(
         progress=progress,
         options=options,
         encoding=encoding,
+        rerank=rerank,
+        rerank_depth=rerank_depth,
     )
     echo_scores(scores, as_json)
+
+
+def check_depth(rerank: str | None, depth: int | None, k: int) -> None:
+    """--rerank-depth needs --rerank, and reranks at least the -k hits measured."""
+    if depth is not None and rerank is None:
+        raise click.UsageError("--rerank-depth needs --rerank MODEL")
+    if depth is not None and depth < k:
+        raise click.UsageError(f"--rerank-depth {depth} is under -k {k}: it must be k or more")
 
 
 @evaluate_group.command("abstention")
@@ -139,6 +173,8 @@ def evaluate_retrieval_command(
 @rule_options
 @mode_option("The search mode the rules answer in (default: hybrid).")
 @json_option("the scores of each rule")
+@rerank_option
+@rerank_depth_option
 @also_options()
 @strategy_options
 @encoding_option
@@ -157,6 +193,8 @@ def evaluate_abstention_command(
     features: str | None,
     mode: str | None,
     as_json: bool,
+    rerank: str | None,
+    rerank_depth: int | None,
     also: Any,
     asked: dict[str, Any],
     encoding: str,
@@ -165,15 +203,18 @@ def evaluate_abstention_command(
     """How often the promise held on threads the rule never saw, over many splits: half the
     threads calibrate (answerable labels only), the other half test, with --holdout of them
     removed from the index. The learned rule (--features, default text,gap), the plain cosine
-    threshold, and the default (the one calibrate picks on each calibration half).
+    threshold, and the default (the one calibrate picks on each calibration half). With --rerank,
+    every rule is fitted and tested on the reranker's scores, as calibrate --rerank fits it.
 
     \b
     Example:
         semsearch evaluate abstention --corpus faq.csv --queries questions.jsonl --qrels qrels.tsv
     """
     from search.studies.abstention import evaluate_abstention
+    from search.studies.calibration import reranking_of
     from search.studies.evaluate import read_retrieval_set
 
+    check_depth(rerank, rerank_depth, 1)
     report = evaluate_abstention(
         corpus,
         read_retrieval_set(queries_file, qrels, encoding=encoding),
@@ -189,6 +230,7 @@ def evaluate_abstention_command(
         also=also,
         progress=progress,
         encoding=encoding,
+        reranking=reranking_of(rerank, rerank_depth) if rerank else None,
     )
     shown = report.to_dict()
     if as_json:
@@ -291,6 +333,8 @@ def sweep_sts_command(
     "--metric", help="Metric to rank by: mrr@K (default), ndcg@K, recall@1, recall@K, success@1, success@3."
 )
 @sweep_options
+@rerank_option
+@rerank_depth_option
 @embedding_options("device")
 @progress_options
 def sweep_retrieval_command(
@@ -307,10 +351,13 @@ def sweep_retrieval_command(
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
+    rerank: str | None,
+    rerank_depth: int | None,
     options: EmbeddingOptions,
     progress: bool,
 ) -> None:
-    """Every strategy of the grid on a retrieval set, ranked by --metric.
+    """Every strategy of the grid on a retrieval set, ranked by --metric; with --rerank, the best
+    cell's index searched and reranked too.
 
     \b
     Example:
@@ -321,6 +368,7 @@ def sweep_retrieval_command(
 
     if corpus is None:
         raise click.UsageError("give --corpus")
+    check_depth(rerank, rerank_depth, k)
     grid = plan(asked, poolings, postprocesses)
     data = read_retrieval_set(queries_file, qrels, encoding)
     fields = split(text_field)
@@ -337,6 +385,8 @@ def sweep_retrieval_command(
         metric=metric,
         options=options,
         encoding=encoding,
+        rerank=rerank,
+        rerank_depth=rerank_depth,
     )
     report_sweep(
         sweep.cells,
@@ -348,6 +398,13 @@ def sweep_retrieval_command(
         f"semsearch index {corpus} -o INDEX --text-field {text_field}",
     )
     report_modes(sweep.modes, metric)
+    if sweep.reranked is not None:
+        done = sweep.reranked
+        mode = done["mode"].split()[0]
+        click.echo(
+            f"reranked:   the best cell's index in {mode} mode, its best {done['rerank depth']} reranked by "
+            f"{done['reranker']}: {metric} {done[metric]:.4f} (first stage {done[f'{mode} {metric}']:.4f})"
+        )
 
 
 @click.command("words")

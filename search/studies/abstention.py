@@ -14,7 +14,8 @@ import numpy as np
 from indexer.embedding.fields import FieldScoring
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from search.studies.evaluate import RetrievalSet, described, opened
+from search.read.lookup import Reranking
+from search.studies.evaluate import RetrievalSet, described, opened, reranked
 
 RULES = ("rule", "plain", "default")
 """The rules side by side, in the report's order: the learned one, the plain cosine threshold and
@@ -173,6 +174,7 @@ def evaluate_abstention(
     also: FieldScoring | None = None,
     progress: bool = False,
     encoding: str = "utf-8",
+    reranking: Reranking | None = None,
 ) -> AbstentionReport:
     """Whether the promise holds on questions the rule never saw, over many splits. Each seed
     splits the threads in half: the first half's questions calibrate (all answerable, as a FAQ
@@ -183,7 +185,9 @@ def evaluate_abstention(
 
     One index of the whole corpus is built and searched once; a removed thread is left out of
     each question's neighbourhood (``Neighbourhood.first``), which is what searching an index
-    without it finds (exact search; a post-processing would be fitted with it)."""
+    without it finds (exact search; a post-processing would be fitted with it). ``reranking``:
+    every rule is fitted and tested on the reranker's scores of the reranked candidates
+    (``calibration.fitting_plan``), the score a reranked search is marked on."""
     import random
 
     from search.read.confidence import NEIGHBOURS
@@ -195,6 +199,8 @@ def evaluate_abstention(
         choose_rule,
         embedded,
         fit_rule,
+        fitting_plan,
+        neighbourhoods_of,
         observe,
         threads,
     )
@@ -231,8 +237,8 @@ def evaluate_abstention(
         mode = snapshot.mode(mode, fitting=True)
         check_features(features, mode)
         texts = [q.text for q in questions]
-        plan = snapshot.plan(texts, count, mode=mode, fitting=True)
-        found_near = snapshot.neighbourhoods(plan, embedded(snapshot, texts, progress))
+        plan = fitting_plan(snapshot, texts, count, mode, reranking)
+        found_near = neighbourhoods_of(snapshot, plan, embedded(snapshot, texts, progress), progress)
         near = dict(zip([q.id for q in questions], found_near, strict=True))
         ids = snapshot.ids(sorted({r for n in near.values() for r in n.rowids}))
         described_index = described(snapshot)
@@ -296,6 +302,6 @@ def evaluate_abstention(
         rule=summaries["rule"],
         plain=summaries["plain"],
         default=summaries["default"],
-        described=described_index,
+        described={**described_index, **reranked(plan)},
         per_seed=tuple(per_seed),
     )

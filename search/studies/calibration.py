@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.store import Change, apply_change, live_meta, writer_lock
@@ -40,13 +41,15 @@ from search.read.confidence import (
     NEIGHBOURS,
     Neighbourhood,
     Rule,
+    score_kind,
     stored_form,
     stored_rules,
 )
-from search.read.engine import SearchEngine
-from search.read.hybrid import DENSE, HYBRID, WEIGHT_KEY, check_weight
+from search.read.engine import RERANKER_KEY, SearchEngine
+from search.read.hybrid import DENSE, HYBRID, RERANK_DEPTH, WEIGHT_KEY, check_weight
+from search.read.lookup import Reranking
 from search.read.queries import Query
-from search.read.snapshot import Snapshot
+from search.read.snapshot import Plan, Snapshot
 from search.studies.promise import (
     GUARANTEE,
     HALF,
@@ -308,6 +311,50 @@ def embedded(
         return snapshot.embed(questions, progress=bar.step(len(questions)))
 
 
+def fitting_plan(
+    snapshot: Snapshot, texts: Sequence[str], count: int, mode: str, reranking: Reranking | None = None
+) -> Plan:
+    """The search a rule is fitted on: each question's ``count`` nearest in ``mode``, or
+    (``reranking``) the first stage's best ``max(count, depth)`` re-ordered by the reranker, as a
+    reranked search orders them (``Snapshot.neighbourhoods``): the score the rule then reads is
+    the reranker's."""
+    if reranking is None:
+        return snapshot.plan(texts, count, mode=mode, fitting=True)
+    deeper = reranking.depth if reranking.depth > count else None  # the request's depth: at least k
+    return snapshot.plan(
+        texts,
+        count,
+        mode=mode,
+        fitting=True,
+        rerank=reranking.reranker.folder.path,
+        rerank_depth=deeper,
+        reranker=reranking.reranker,
+    )
+
+
+RERANKED_AT_ONCE = 16
+"""Questions a study's reranked search runs in one call, between moves of its progress bar."""
+
+
+def neighbourhoods_of(
+    snapshot: Snapshot, plan: Plan, vectors: np.ndarray, progress: bool
+) -> list[Neighbourhood]:
+    """``Snapshot.neighbourhoods`` of ``plan``, a reranked one a few questions at a time under a
+    bar of its own (the reranker's work is most of a reranked study's)."""
+    if plan.reranker is None:
+        return snapshot.neighbourhoods(plan, vectors)
+    found: list[Neighbourhood] = []
+    queries = plan.request.queries
+    with Progress(len(queries), "reranking", enabled=progress) as bar:
+        for start in range(0, len(queries), RERANKED_AT_ONCE):
+            part = replace(
+                plan, request=replace(plan.request, queries=queries[start : start + RERANKED_AT_ONCE])
+            )
+            found += snapshot.neighbourhoods(part, vectors[start : start + len(part.queries)])
+            bar.step(len(part.queries))(1.0)
+    return found
+
+
 def observations(
     snapshot: Snapshot,
     questions: Sequence[Query],
@@ -315,16 +362,18 @@ def observations(
     *,
     mode: str = DENSE,
     progress: bool = False,
+    reranking: Reranking | None = None,
 ) -> list[Observation]:
-    """Every question searched in ``snapshot`` in ``mode`` and labelled by ``qrels`` (``observe``)."""
+    """Every question searched in ``snapshot`` in ``mode`` (reranked by ``reranking``) and labelled
+    by ``qrels`` (``observe``)."""
     if not questions:
         raise BadInput("no calibration questions")
     judged = list(dict.fromkeys(doc for docs in qrels.values() for doc in docs))
     indexed = snapshot.holding(judged)
     most = max(sum(doc in indexed for doc in qrels.get(q.id, {})) for q in questions)
     texts = [q.text for q in questions]
-    plan = snapshot.plan(texts, NEIGHBOURS + snapshot.largest_group() + most, mode=mode, fitting=True)
-    near = snapshot.neighbourhoods(plan, embedded(snapshot, texts, progress))
+    plan = fitting_plan(snapshot, texts, NEIGHBOURS + snapshot.largest_group() + most, mode, reranking)
+    near = neighbourhoods_of(snapshot, plan, embedded(snapshot, texts, progress), progress)
     ids = snapshot.ids(sorted({r for n in near for r in n.rowids}))
     return observe([q.id for q in questions], near, ids, qrels, indexed)
 
@@ -381,9 +430,11 @@ def self_observations(
     *,
     mode: str = DENSE,
     progress: bool = False,
+    reranking: Reranking | None = None,
 ) -> list[Observation]:
     """Labelled questions made from the index's own texts (see the module doc): two observations
-    per distinct text, one answerable, one not (each text its own cluster)."""
+    per distinct text, one answerable, one not (each text its own cluster); searched in ``mode``,
+    reranked by ``reranking``."""
     texts = snapshot.texts()
     if len(texts) < 2:
         raise BadInput("calibrating on the corpus itself needs at least 2 distinct texts")
@@ -392,8 +443,8 @@ def self_observations(
     if len(groups) > limit:
         groups = sorted(rng.choice(groups, size=limit, replace=False).tolist())
     questions = [paraphrase(texts[g], rng) for g in groups]
-    plan = snapshot.plan(questions, NEIGHBOURS + snapshot.largest_group(), mode=mode, fitting=True)
-    near = snapshot.neighbourhoods(plan, embedded(snapshot, questions, progress, "paraphrases"))
+    plan = fitting_plan(snapshot, questions, NEIGHBOURS + snapshot.largest_group(), mode, reranking)
+    near = neighbourhoods_of(snapshot, plan, embedded(snapshot, questions, progress, "paraphrases"), progress)
     seen = []
     for unit, (group, full) in enumerate(zip(groups, near, strict=True)):
         for answerable, row in ((True, full.first(NEIGHBOURS)), (False, full.first(NEIGHBOURS, group))):
@@ -416,6 +467,7 @@ def calibrate_index(
     wait: float = 0,
     progress: bool = False,
     no_answer: Collection[str] | None = None,
+    reranking: Reranking | None = None,
 ) -> Rule:
     """Fit the rule on labelled questions and store it in the index as a new version (under the
     writer lock, like any write). A question judged against ids the index lacks, or one the user
@@ -425,7 +477,11 @@ def calibrate_index(
     (``observe``). No questions (None): made from the corpus itself (``self_observations``).
     ``mode``: the search mode the rule serves (None: the index's default,
     ``Snapshot.default_mode``): fitted on that mode's ranking and signals, and kept beside the
-    rules of the other modes (a rule of the same mode is replaced)."""
+    rules of the other modes (a rule of the same mode is replaced). ``reranking``: fitted on
+    the reranker's scores of that mode's candidates, stored under that score's key
+    (``search.read.confidence.rule_key``) beside the first stage's rules, and the reranker stored
+    as the index's default (``search.read.engine.RERANKER_KEY``), so a search reranks with it
+    and its promise applies."""
     check_precision(precision)
     check_features(features, mode or HYBRID)
     guarantee = check_share("the guarantee", GUARANTEE if guarantee is None else guarantee)
@@ -434,16 +490,19 @@ def calibrate_index(
     )
     asked, left_out = labelled(questions, qrels or {}, no_answer) if questions is not None else ([], 0)
     with writer_lock(Path(index_dir), wait):
-        snapshot = SearchEngine(index_dir).snapshot
+        snapshot = SearchEngine(index_dir, rerank=False).snapshot  # a study reranks as it says
         mode = snapshot.mode(mode, fitting=True)
         check_features(features, mode)
         if questions is None:
-            seen, source, counts = self_observations(snapshot, mode=mode, progress=progress), "self", {}
+            seen = self_observations(snapshot, mode=mode, progress=progress, reranking=reranking)
+            source, counts = "self", {}
             measured = (
                 f"{len(seen) // 2} questions made from the index's own texts (not questions users asked)"
             )
         else:
-            seen = observations(snapshot, asked, qrels or {}, mode=mode, progress=progress)
+            seen = observations(
+                snapshot, asked, qrels or {}, mode=mode, progress=progress, reranking=reranking
+            )
             source, measured = "labels", described_labels(seen, left_out)
             read = [o for o in seen if not o.hidden]
             counts = {
@@ -456,21 +515,56 @@ def calibrate_index(
         else:
             rule = fit_rule(seen, precision, features, guarantee, unanswerable)
         created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        rule = replace(rule, source=source, measured_on=measured, created=created, mode=mode, **counts)
-        kept = {**snapshot.stored, mode: rule}  # the other modes' rules stay beside it
+        score = score_kind(None if reranking is None else reranking.reranker.folder.fingerprint)
+        rule = replace(
+            rule, source=source, measured_on=measured, created=created, mode=mode, score=score, **counts
+        )
+        kept = {**snapshot.stored, rule.key: rule}  # the other modes' and scores' rules stay beside it
         snapshot.close()
-        apply_change(index_dir, Change(meta={"calibration": stored_form(kept)}))
+        meta: dict[str, object] = {"calibration": stored_form(kept)}
+        if reranking is not None:
+            folder = reranking.reranker.folder
+            meta[RERANKER_KEY] = {"path": folder.path, "fingerprint": folder.fingerprint}
+        apply_change(index_dir, Change(meta=meta))
     return rule
 
 
-def remove_calibration(index_dir: str | Path, wait: float = 0, mode: str | None = None) -> bool:
-    """Drop the stored rules, or only ``mode``'s (a new version, under the writer lock); False if
-    there was none to drop."""
+def reranking_of(
+    model: str | Path, depth: int | None = None, options: EmbeddingOptions | None = None
+) -> Reranking:
+    """The rerank stage a rule is fitted on: the reranker of ``model`` (loaded once, as
+    ``indexer.encoders.rerankers.reranker_for`` runs it) and how deep it reranks (None:
+    ``RERANK_DEPTH``)."""
+    from indexer.encoders.rerankers import reranker_for
+
+    return Reranking(reranker_for(model, options), RERANK_DEPTH if depth is None else depth)
+
+
+def reranker_score(model: str | Path) -> str:
+    """The score kind a reranker's rules are stored under (``score_kind``), read from its folder
+    alone (nothing loaded)."""
+    from indexer.embedding.cross_folder import read_cross_folder
+
+    return score_kind(read_cross_folder(model).fingerprint)
+
+
+def remove_calibration(
+    index_dir: str | Path, wait: float = 0, mode: str | None = None, score: str = ""
+) -> bool:
+    """Drop the stored rules, or only ``mode``'s fitted on ``score`` (``score_kind``: the first
+    stage's by default), or with ``score`` alone every mode's fitted on it (a new version, under the
+    writer lock); False if there was none to drop."""
     with writer_lock(Path(index_dir), wait):
         rules = stored_rules(live_meta(Path(index_dir)).calibration)
-        if not rules or mode is not None and mode not in rules:
+        everything = mode is None and not score
+        dropped = {
+            key
+            for key, rule in rules.items()
+            if everything or (mode is None or rule.mode == mode) and rule.score == score
+        }
+        if not dropped:
             return False
-        kept = {} if mode is None else {m: rule for m, rule in rules.items() if m != mode}
+        kept = {key: rule for key, rule in rules.items() if key not in dropped}
         # a version's meta keys are only ever set: {} is no rule
         apply_change(index_dir, Change(meta={"calibration": stored_form(kept)}))
     return True

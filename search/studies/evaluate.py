@@ -32,7 +32,9 @@ from search.read.hybrid import MODES
 from search.read.queries import Query, read_queries
 
 if TYPE_CHECKING:
-    from search.read.snapshot import Snapshot
+    from indexer.encoders.rerankers import Reranker
+    from search.read.requests import Hit
+    from search.read.snapshot import Plan, Snapshot
 
 
 @dataclass(frozen=True)
@@ -141,16 +143,20 @@ def _unusable(row: object, texts: tuple[str, str], score: str | None) -> str | N
 
 def sts_scores(first: np.ndarray, second: np.ndarray, gold: np.ndarray) -> dict[str, float]:
     """Spearman and Pearson x100 between pair cosines and gold scores."""
-    from scipy.stats import pearsonr, spearmanr
-
     a = first / np.linalg.norm(first, axis=1, keepdims=True).clip(min=1e-12)
     b = second / np.linalg.norm(second, axis=1, keepdims=True).clip(min=1e-12)
-    cosines = (a * b).sum(axis=1)
-    with warnings.catch_warnings():  # constant cosines (e.g. layer-0 [CLS]) give NaN, said in the table
+    return correlations((a * b).sum(axis=1), gold)
+
+
+def correlations(scores: np.ndarray, gold: np.ndarray) -> dict[str, float]:
+    """Spearman and Pearson x100 between one score per pair (a cosine, a cross-encoder's) and gold."""
+    from scipy.stats import pearsonr, spearmanr
+
+    with warnings.catch_warnings():  # constant scores (e.g. layer-0 [CLS]) give NaN, said in the table
         warnings.simplefilter("ignore")
         return {
-            "spearman": float(spearmanr(cosines, gold).statistic * 100),
-            "pearson": float(pearsonr(cosines, gold).statistic * 100),
+            "spearman": float(spearmanr(scores, gold).statistic * 100),
+            "pearson": float(pearsonr(scores, gold).statistic * 100),
             "pairs": len(gold),
         }
 
@@ -180,6 +186,37 @@ def evaluate_sts(
         vectors = embedder.embed(sentences, progress=bar.step(len(sentences)))
     vectors = Transform.apply_optional(Transform.for_strategy(embedder.strategy, vectors), vectors)
     return {**sts_scores(*pair_vectors(pairs, vectors), pairs.gold), "strategy": embedder.strategy.describe()}
+
+
+PAIRS_AT_ONCE = 512
+"""Pairs a reranker scores in one call of a study, between moves of its progress bar."""
+
+
+def evaluate_sts_reranked(
+    pairs: Pairs,
+    model: str | Path,
+    *,
+    progress: bool = False,
+    options: EmbeddingOptions | None = None,
+) -> dict[str, float | str]:
+    """Spearman and Pearson of a cross-encoder's score of each pair (after its activation, as
+    ``CrossEncoder.predict`` gives it) against gold: the reranker read as the STS model it is,
+    on the runtime ``reranker_for`` decides (``indexer.encoders.rerankers``)."""
+    reranker = reranker_of(model, options)
+    asked = list(zip(pairs.first, pairs.second, strict=True))
+    parts = []
+    with Progress(len(asked), "scoring pairs", enabled=progress) as bar:
+        for start in range(0, len(asked), PAIRS_AT_ONCE):  # a pair's score is its own: the bar moves
+            parts.append(reranker.score_pairs(asked[start : start + PAIRS_AT_ONCE]))
+            bar.step(len(parts[-1]))(1.0)
+    scores = np.concatenate(parts)
+    return {**correlations(scores, pairs.gold), "reranker": described_reranker(reranker)}
+
+
+def described_reranker(reranker: Reranker) -> str:
+    """What a report says a reranker is: its folder, runtime and activation."""
+    folder = reranker.folder
+    return f"{folder.path} ({folder.architecture}, {folder.activation} activation, on {reranker.runtime})"
 
 
 @dataclass(frozen=True)
@@ -330,25 +367,60 @@ def evaluate_retrieval(
     progress: bool = False,
     options: EmbeddingOptions | None = None,
     encoding: str = "utf-8",
+    rerank: str | Path | None = None,
+    rerank_depth: int | None = None,
 ) -> dict[str, Any]:
     """Query an existing index, or build a temporary one from ``corpus`` (in ``encoding``) with
-    ``strategy`` (and ``also`` fields) embedded as ``options`` say; metrics at cutoff ``k``."""
-    from search.studies.calibration import embedded
+    ``strategy`` (and ``also`` fields) embedded as ``options`` say; metrics at cutoff ``k`` in
+    every mode the index serves. ``rerank``: a cross-encoder's folder re-ordering the default
+    mode's best ``rerank_depth`` (``search.read.requests.SearchRequest``) through the search's own
+    rerank stage: its metrics first, each mode's first stage beside them."""
+    from search.studies.calibration import RERANKED_AT_ONCE, embedded
 
     built = {"text_fields": text_fields, "also": also, "options": options}
     with opened(index_dir, corpus, strategy, progress=progress, encoding=encoding, **built) as snapshot:
         texts = [q.text for q in data.queries]
         vectors = embedded(snapshot, texts, progress)
         default = snapshot.mode(None)
-        report: dict[str, Any] = {}
-        for mode in modes_served(snapshot):
-            results = snapshot.run(snapshot.plan(texts, k, mode=mode), vectors)
+
+        def measured(results: Sequence[Sequence[Hit]]) -> dict[str, float]:
             ranked = {q.id: [h.id for h in hits] for q, hits in zip(data.queries, results, strict=True)}
-            scores = retrieval_metrics(ranked, data.qrels, k)
-            if mode == default:
+            return retrieval_metrics(ranked, data.qrels, k)
+
+        report: dict[str, Any] = {}
+        if rerank is not None:
+            fields = {"mode": default, "rerank": str(rerank), "rerank_depth": rerank_depth}
+            whole = snapshot.plan(texts, k, reranker=reranker_of(rerank, options), **fields)
+            found: list[list[Hit]] = []
+            with Progress(len(texts), "reranking", enabled=progress) as bar:
+                for start in range(0, len(texts), RERANKED_AT_ONCE):  # the bar moves as they are reranked
+                    part = texts[start : start + RERANKED_AT_ONCE]
+                    plan = snapshot.plan(part, k, reranker=whole.reranker, **fields)
+                    found += snapshot.run(plan, vectors[start : start + len(part)])
+                    bar.step(len(part))(1.0)
+            report = {**measured(found), "mode": f"{default} reranked", **reranked(whole)}
+        for mode in modes_served(snapshot):
+            scores = measured(snapshot.run(snapshot.plan(texts, k, mode=mode), vectors))
+            if mode == default and rerank is None:
                 report = {**scores, "mode": mode, **report}
             report.update({f"{mode} {name}": value for name, value in scores.items() if name != "queries"})
         return {**report, **described(snapshot)}
+
+
+def reranker_of(model: str | Path, options: EmbeddingOptions | None = None) -> Reranker:
+    """The reranker of ``model`` (``indexer.encoders.rerankers.reranker_for``), loaded once for a
+    whole study."""
+    from indexer.encoders.rerankers import reranker_for
+
+    return reranker_for(model, options)
+
+
+def reranked(plan: Plan) -> dict[str, str]:
+    """What a report of a reranked search adds (nothing where it is not reranked): the reranker
+    and how deep it reranked."""
+    if plan.reranker is None:
+        return {}
+    return {"reranker": described_reranker(plan.reranker), "rerank depth": str(plan.request.depth)}
 
 
 @contextlib.contextmanager
@@ -380,7 +452,7 @@ def opened(
                 encoding=encoding,
                 **build,
             )
-        yield SearchEngine(index_dir).snapshot
+        yield SearchEngine(index_dir, rerank=False).snapshot  # a study reranks as it says, never by default
 
 
 def modes_served(snapshot: Snapshot) -> list[str]:

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,13 +37,14 @@ from search.read.hybrid import (
     Words,
     code_counts,
     depth,
-    fused,
+    hybrid_ranking,
     keyword_scores,
-    missing,
 )
+from search.read.requests import SearchRequest
 from search.studies.evaluate import (
     Pairs,
     RetrievalSet,
+    evaluate_retrieval,
     metric_names,
     pair_vectors,
     retrieval_metrics,
@@ -178,9 +180,7 @@ def sweep_sts(
     """Every cell's Spearman/Pearson on the pairs, best first (embedded as ``options`` say)."""
     plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses)
     base, postprocesses = plan.base, plan.postprocesses
-    cells, (vectors,) = _embed_grid(
-        base, [(pairs.sentences(), "query")], plan.poolings, progress, options
-    )
+    cells, (vectors,) = _embed_grid(base, [(pairs.sentences(), "query")], plan.poolings, progress, options)
     results = []
     for (row, strategy), raw in zip(cells, vectors, strict=True):
         for post in postprocesses:
@@ -223,6 +223,9 @@ class Modes:
 class RetrievalSweep:
     cells: list[Cell]  # best first
     modes: Modes
+    reranked: dict[str, Any] | None = None
+    """The best cell's index searched in its default mode and reranked (``evaluate_retrieval``'s
+    report with a reranker), where the sweep was given one."""
 
 
 def retrieval_sweep(
@@ -238,15 +241,24 @@ def retrieval_sweep(
     metric: str | None = None,
     options: EmbeddingOptions | None = None,
     encoding: str = "utf-8",
+    rerank: str | Path | None = None,
+    rerank_depth: int | None = None,
 ) -> RetrievalSweep:
     """Every cell's retrieval metrics at cutoff ``k`` (exact cosine search, as the index does),
     best first by ``metric`` (default ``mrr@k``), and the best cell's ``Modes``; ``encoding``:
-    the corpus file's."""
+    the corpus file's. ``rerank``: a cross-encoder re-ordering the best cell's first stage
+    (``rerank_depth`` deep): an index of that cell is built and searched, reranked by the
+    search's own rerank stage (``evaluate.evaluate_retrieval``)."""
     metric = metric or f"mrr@{k}"
     if metric not in metric_names(k):
         raise BadInput(f"metric must be one of {', '.join(metric_names(k))}, not {metric!r}")
     plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses)
     base, postprocesses = plan.base, plan.postprocesses
+    if rerank is not None:  # a reranker that cannot rerank is said before the grid is embedded
+        from indexer.embedding.cross_folder import read_cross_folder
+
+        read_cross_folder(rerank)
+        SearchRequest(("a question",), k, rerank=str(rerank), rerank_depth=rerank_depth).checked()
     entries = read_corpus(corpus, text_fields=text_fields, encoding=encoding).entries
     doc_ids = np.array([e.id for e in entries])
     cells, (docs, queries) = _embed_grid(
@@ -271,7 +283,22 @@ def retrieval_sweep(
     ordered = best_first(results, metric)
     best = ordered[0]
     cosines = _cosines(best.strategy, *raw[results.index(best)])  # again: keeping every cell's costs memory
-    return RetrievalSweep(ordered, _modes(best, cosines, entries, data, k))
+    modes = _modes(best, cosines, entries, data, k)
+    if rerank is None:
+        return RetrievalSweep(ordered, modes)
+    reranked = evaluate_retrieval(
+        data,
+        corpus=corpus,
+        strategy=best.strategy,
+        text_fields=text_fields,
+        k=k,
+        progress=progress,
+        options=options,
+        encoding=encoding,
+        rerank=rerank,
+        rerank_depth=rerank_depth,
+    )
+    return RetrievalSweep(ordered, modes, reranked)
 
 
 def _cosines(cell: Strategy, doc_raw: np.ndarray, query_raw: np.ndarray) -> np.ndarray:
@@ -310,8 +337,8 @@ def _modes(best: Cell, cosines: np.ndarray, entries: Sequence[Entry], data: Retr
     def hybrid(i: int, weight: float) -> Ranking:
         words, holders = keyword[i]
         near = {int(j): float(cosines[i, j]) for j in top[i]}
-        near = {**near, **{j: float(cosines[i, j]) for j in missing(near, words)}}
-        return fused(near, words, weight, k, holders)
+        exact = lambda rows: {j: float(cosines[i, j]) for j in rows}  # noqa: E731 (row i's cosines)
+        return hybrid_ranking(near, words, said[i], k, exact, lambda _: holders, weight=weight)
 
     def measured(rankings: Sequence[Ranking]) -> dict[str, float]:
         found = {q.id: doc_ids[list(hits)].tolist() for q, hits in zip(data.queries, rankings, strict=True)}
