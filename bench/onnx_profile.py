@@ -1,7 +1,8 @@
 """Where the default encoder's time goes on this CPU: ONNX Runtime's own profile
 (``SessionOptions.enable_profiling``) of the session the bulk encoder builds, summed per operator
 type, beside what the process does around the runs (tokenising, padding, pooling, normalising),
-and its share of this CPU's fp32 MatMul peak (``bench/gemm_peak.py``), measured in the same run.
+and its share of this CPU's MatMul peak at the backend's precision (``bench/gemm_peak.py``: fp32, or
+ONNX Runtime's dynamic int8 product for ``onnx-int8``), measured in the same run.
 
     .venv/bin/python bench/onnx_profile.py [--shared ../shared/data] [--backend onnx] [--repeats 3]
         [--against GRAPH.onnx] [--limit N] [--no-peak]
@@ -176,14 +177,16 @@ def measure(found: list[Profiled], texts: list[str], repeats: int) -> int:
     return sum(map(len, found[0].encoder.tokens.ids(texts, "passage")))
 
 
-def report(found: list[Profiled], tokens: int, count: int, repeats: int, peak: float | None) -> None:
+def report(
+    found: list[Profiled], tokens: int, count: int, repeats: int, peak: float | None, precision: str
+) -> None:
     length = tokens / count
     for each in found:
         total = each.wall  # the embed calls, which tokenise once too
         kernels = sum(each.per_op.values()) / 1e6
         rate = repeats * tokens / total
         gflops = rate * token_flop(length) / 1e9
-        share = f", {gflops / peak:.0%} of the fp32 MatMul peak" if peak else ""
+        share = f", {gflops / peak:.0%} of the {precision} MatMul peak" if peak else ""
         outside = each.wall - each.timed.seconds - each.tokenising
         print(
             f"- {each.label}: **{rate:,.0f} tokens/s**, {gflops:.0f} GFLOP/s{share}; of the wall time: "
@@ -217,7 +220,9 @@ def main() -> None:
     parser.add_argument("--no-peak", action="store_true", help="skip measuring the MatMul peak")
     args = parser.parse_args()
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, flags: {cpu_flags()}")
-    peak = None
+    from indexer.embedding.strategy import BACKEND_PRECISION
+
+    peak, precision = None, BACKEND_PRECISION[args.backend]
     with tempfile.TemporaryDirectory() as tmp:
         for number, (label, texts) in enumerate(text_sets(args.shared).items()):
             texts = texts[: args.limit]
@@ -229,13 +234,14 @@ def main() -> None:
                     print(describe(each))
                 if not args.no_peak:
                     threads = found[0].timed.network.session.get_session_options().intra_op_num_threads
-                    peak = weighted(lambda k, n: ort_matmul(2048, k, n, threads, False, 5))  # noqa: B023
-                    print(f"ONNX Runtime fp32 MatMul peak (projection shapes): {peak:.0f} GFLOP/s")
+                    int8 = precision == "int8"
+                    peak = weighted(lambda k, n: ort_matmul(2048, k, n, threads, int8, 5))  # noqa: B023
+                    print(f"ONNX Runtime {precision} MatMul peak (projection shapes): {peak:.0f} GFLOP/s")
             tokens = measure(found, texts, args.repeats)
             ids = found[0].encoder.tokens.ids(texts, "passage")
             print(f"\n### {label}: {len(texts)} texts, {tokens / len(texts):.1f} tokens a text")
             print(passes(found[0].encoder, ids))
-            report(found, tokens, len(texts), args.repeats, peak)
+            report(found, tokens, len(texts), args.repeats, peak, precision)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def test_int8_is_close_and_stored_with_the_index(tmp_path, bundled):
     engine = SearchEngine(tmp_path / "idx")
     assert engine.strategy.backend == "onnx-int8"
     top = engine.search(sentences[5], k=1, mode="dense")[0]
-    # each text runs alone through the int8 graph: the query is its own indexed vector (cosine 1)
+    # int8 vectors do not depend on the batch: the query is its own indexed vector (cosine 1)
     assert top.text == sentences[5].strip() and top.score > 0.9999
 
 

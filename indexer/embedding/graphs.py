@@ -6,7 +6,9 @@ cache's layout.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,6 +30,64 @@ EXPORT_RECIPE = 4
 """Bumped when ``indexer.encoders.onnx_export`` exports differently (2: eager attention, fused; int8 per
 channel; 3: weights in a file of their own; 4: layer norms not fused with their residual add), so a
 cache never serves a graph an older recipe made."""
+
+
+INT8_RECIPE = 1
+"""Bumped when the int8 rewrite changes (``indexer.encoders.int8_graph``; 1: an activation scale
+per token, batched). Part of an int8 graph's key only, so fp32 graphs stay cached."""
+
+
+@dataclass(frozen=True)
+class Int8Format:
+    """How an ``onnx-int8`` graph is quantised for one family of CPUs (part of the graph's key: a
+    graph made for another family is exported again, never reused)."""
+
+    name: str
+    weight_max: int
+    """Weights within +-weight_max: 127 (all of int8) where the CPU's int8 product cannot
+    saturate, 63 (7 bits) where two products are added in 16 bits first."""
+
+
+INT8_FORMATS = {
+    "vnni": Int8Format("vnni", 127),  # vpdpbusd: u8 x s8 summed in 32 bits, nothing saturates
+    # vpmaddubsw: pairs summed in 16 bits, which full-range weights can saturate (ONNX Runtime's
+    # reduce_range): STS-B dev 86.59 with 7 bits against 86.45 with 8 (fp32 86.72), AVX2 EPYC
+    "avx2": Int8Format("avx2", 63),
+    "other": Int8Format("other", 127),  # ARM's dot products and the rest: 32-bit sums
+}
+
+
+PER_TOKEN = {"semsearch.activation_scales": "per-token"}
+"""The metadata of an int8 graph whose activation scales are per token, so its vectors do not
+depend on the batch (an int8 graph without it, an older export, runs one text a call)."""
+
+
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags as Linux lists them (none elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@functools.cache
+def int8_format() -> Int8Format:
+    """The int8 format for this CPU: VNNI (AVX-512 or AVX) multiplies int8 in 32-bit sums; an x86
+    CPU without it has AVX2's 16-bit pair sums; anything else (ARM) has 32-bit dot products."""
+    return format_for(cpu_flags(), platform.machine())
+
+
+def format_for(flags: frozenset[str], machine: str) -> Int8Format:
+    """The int8 format for a CPU with these ``flags`` on this ``machine`` (``platform.machine()``)."""
+    if flags & {"avx512_vnni", "avx_vnni"}:
+        return INT8_FORMATS["vnni"]
+    if machine.lower() in ("x86_64", "amd64", "i686", "i386") or "avx2" in flags:
+        return INT8_FORMATS["avx2"]
+    return INT8_FORMATS["other"]
 
 
 def model_identity(location: str) -> str:
@@ -52,13 +112,18 @@ class GraphSpec:
     ``location``); None: the cache."""
     held_key: str | None = None
     """The graph's key as the index recorded it (nothing of the model is read to find it)."""
+    int8: str | None = None
+    """An ``onnx-int8`` graph's ``Int8Format`` name (the CPU family it is quantised for)."""
 
     def key(self) -> str:
         """The model's fingerprint (its config, tokenizer and weights, wherever it lies) with the
         outputs and the backend: a copied model reuses its graph, a model changed in place does not."""
         if self.held_key is not None:
             return self.held_key
-        text = repr((EXPORT_RECIPE, model_identity(self.location), self.layers, self.pooler, self.backend))
+        parts = (EXPORT_RECIPE, model_identity(self.location), self.layers, self.pooler, self.backend)
+        if self.int8 is not None:
+            parts += (INT8_RECIPE, self.int8)
+        text = repr(parts)
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
     @property
@@ -105,5 +170,6 @@ def _spec(strategy: Strategy, location: str, num_layers: int | None) -> GraphSpe
         num_layers = (config_shape(read_json(model_file(location, "config.json")) or {}) or (0, 0))[0]
     pooler = strategy.pooling == "pooler"
     layers = () if pooler else tuple(sorted({i % (num_layers + 1) for i in strategy.layers or (-1,)}))
-    backend = "onnx-int8" if BACKEND_PRECISION[strategy.backend] == "int8" else "onnx"
-    return GraphSpec(location, layers, pooler, backend)
+    if BACKEND_PRECISION[strategy.backend] == "int8":
+        return GraphSpec(location, layers, pooler, "onnx-int8", int8=int8_format().name)
+    return GraphSpec(location, layers, pooler, "onnx")

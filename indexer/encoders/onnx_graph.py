@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from indexer.embedding.graphs import GraphSpec
+from indexer.embedding.graphs import PER_TOKEN, GraphSpec
 from indexer.embedding.head import NetworkOutput
 from indexer.embedding.strategy import BACKEND_PRECISION
 from indexer.errors import BadInput
@@ -48,9 +48,11 @@ class OnnxGraph:
     provider (ONNX Runtime's name, e.g. ``CUDAExecutionProvider``), with the CPU one for what it
     does not run.
 
-    An int8 graph runs each text alone, unpadded (its outputs padded back with zeros, which pooling
-    masks): what keeps a dynamically quantised graph's vectors independent of the batch, since
-    its int8 activation scales are taken over the whole input tensor (padding included)."""
+    An int8 graph quantises its activations with a scale per token (``indexer.encoders.int8_graph``)
+    and runs batches as fp32 does. One exported before that (no ``graphs.PER_TOKEN`` metadata: an older
+    index's held graph) took one scale over its whole input tensor, padding included, so it runs
+    each text alone, unpadded (its outputs padded back with zeros, which pooling masks): the vectors
+    its index holds were made so."""
 
     def __init__(self, spec: GraphSpec, *, spin: bool = False, provider: str = CPU, threads: int = 0):
         import onnxruntime
@@ -62,7 +64,6 @@ class OnnxGraph:
             )
         self.layers = sorted(set(spec.layers))
         self.pooler = spec.pooler
-        self.per_text = BACKEND_PRECISION[spec.backend] == "int8"
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
@@ -77,6 +78,9 @@ class OnnxGraph:
         )
         # a graph reading only the embedding output (layer 0) has no attention_mask input
         self.inputs = {i.name for i in self.session.get_inputs()}
+        metadata = self.session.get_modelmeta().custom_metadata_map
+        per_token = PER_TOKEN.items() <= metadata.items()
+        self.per_text = BACKEND_PRECISION[spec.backend] == "int8" and not per_token
 
     def run(self, input_ids: np.ndarray, attention: np.ndarray) -> list[np.ndarray]:
         feed = {"input_ids": input_ids, "attention_mask": attention}
