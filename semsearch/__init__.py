@@ -25,8 +25,12 @@ Tuning:
     tune            fine-tune the model on labels through a strategy -> a model directory
 
 Search:
-    SearchEngine    open an index once; ``search(query, k, where)`` -> list of ``Hit``
+    SearchEngine    open an index once; ``search(query, k, where)`` -> list of ``Hit``;
+                    ``SearchEngine(idx, rerank=FOLDER)`` reranks every search with a cross-encoder
+    SearchRequest   one search as an object (``engine.answer(request)``): k, filter, mode, rerank...
     rank_similar    rank a handful of sentences against one, without an index
+    rerank          rank texts against a question with a reranker (a cross-encoder folder)
+    reranker_for    a reranker loaded once, for many ``rerank`` calls (``model=``)
     find_duplicates pairs and groups of near-identical entries of an index
     calibrate       fit and store the rule that marks hits answered or not
     word_vectors    contextual vectors of each word of a text
@@ -53,7 +57,10 @@ _SOURCES = {
     "word_vectors": "indexer.encoders.words:word_vectors",
     "SearchEngine": "search.read.engine:SearchEngine",
     "Hit": "search.read.engine:Hit",
+    "SearchRequest": "search.read.requests:SearchRequest",
     "rank_similar": "search.read.similar:rank_similar",
+    "rerank": "search.read.reranking:rerank",
+    "reranker_for": "indexer.encoders.rerankers:reranker_for",
     "find_duplicates": "search.read.duplicates:find_duplicates",
     "calibrate": "search.studies.calibration:calibrate_index",
     "encode": "search.read.encoding:encode",

@@ -119,8 +119,8 @@ def test_what_cannot_be_reproduced_is_refused_naming_it(networks, tmp_path):
     [
         ({"auto_map": {"AutoModel": "modeling.MyModel"}}, "needs code of its own"),
         ({"model_type": "t5", "is_encoder_decoder": True}, "is an encoder-decoder"),
-        ({"model_type": "gpt2"}, "is a gpt2, not an encoder semsearch reads"),
-        ({"model_type": "my-own"}, "is a my-own, not an encoder"),
+        ({"model_type": "gpt2"}, "is a gpt2, not an architecture semsearch reads"),
+        ({"model_type": "my-own"}, "is a my-own, not an architecture"),
     ],
 )
 def test_a_model_that_is_not_a_plain_encoder_is_refused_before_loading(networks, tmp_path, change, said):
@@ -146,7 +146,8 @@ def test_a_custom_code_model_is_refused_in_one_line_and_nothing_is_written(netwo
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert [line for line in result.stderr.splitlines() if line.strip()] == [
         f"Error: model '{folder}' needs code of its own (auto_map in its config.json), and semsearch runs "
-        "no downloaded code: choose a model of a supported architecture (docs/models.md)"
+        "no downloaded code unless told: give --trust-remote-code if you trust it, or choose a model of "
+        "a supported architecture (docs/models.md)"
     ]
     assert "custom code" not in result.stdout and not (tmp_path / "index").exists()
 

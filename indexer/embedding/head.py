@@ -41,7 +41,8 @@ class Tokenized:
 
 class Head:
     """The strategy's part after the network: pick layers, combine them, pool, run the model
-    folder's modules after pooling (its Dense ones, read from ``location``), normalise."""
+    folder's modules after pooling (its Dense ones, read from ``location``), keep the first
+    ``dimensions``, normalise."""
 
     def __init__(
         self, strategy: Strategy, num_layers: int, special_ids: Sequence[int], location: str | None = None
@@ -76,6 +77,8 @@ class Head:
         vectors = self.pooling(tokens, input_ids, attention, pooler)
         if self.projection is not None:
             vectors = self.projection(vectors)
+        if self.strategy.dimensions is not None:  # Matryoshka: cut before normalising, as s-t does
+            vectors = vectors[:, : self.strategy.dimensions]
         if namespace(vectors) is np:
             vectors = np.asarray(vectors, dtype=np.float32)
         if self.strategy.normalize:

@@ -42,9 +42,10 @@ FINGERPRINTED = (
     "*_Dense/config.json",
     "*_Dense/*.safetensors",
     "*_Dense/*.bin",
+    "*.py",
 )
 """The files that decide a model's vectors: its config, its tokenizer and its weights, with a
-sentence-transformers folder's Dense modules."""
+sentence-transformers folder's Dense modules, and the code of a model that has its own."""
 
 SHAPE_KEYS = {"num_hidden_layers": ("num_hidden_layers", "n_layers"), "hidden_size": ("hidden_size", "dim")}
 """Where a ``config.json`` says its block count and width: DistilBERT writes ``n_layers`` and
@@ -92,8 +93,14 @@ ENCODERS = (
     "albert",
     "modernbert",
 )
-"""The architectures (``model_type``) semsearch reads, each checked against sentence-transformers
-(``tests/test_reference.py``); anything else is refused before anything is written."""
+"""The encoder architectures (``model_type``) semsearch reads, each checked against
+sentence-transformers (``tests/test_reference.py``)."""
+DECODERS = ("qwen2", "qwen3", "mistral", "llama", "gemma2", "gemma3_text")
+"""The decoder embedders semsearch reads (Qwen3-Embedding, e5-mistral, EmbeddingGemma's
+bidirectional Gemma 3...), each checked against sentence-transformers (``tests/test_decoders.py``):
+their rotary positions make a text's vectors the same whichever side it is padded on, so they run
+through the one right-padded loop. Anything neither here nor in ``ENCODERS`` is refused before
+anything is written."""
 
 
 def cache_root() -> Path:
@@ -115,22 +122,29 @@ def model_location(model: str) -> str:
     return model
 
 
-def check_encoder(model: str, config: Mapping[str, Any]) -> None:
-    """Refuse, in one line, a model that is not a plain encoder semsearch reads: one that needs
-    code of its own (semsearch runs none it downloads), an encoder-decoder or a decoder, or an
-    architecture it does not know."""
+TRUST_FLAG = "--trust-remote-code"
+"""The option that lets a model's own code run (``EmbeddingOptions.trust_remote_code``)."""
+
+
+def check_encoder(model: str, config: Mapping[str, Any], *, trusted: bool = False) -> None:
+    """Refuse, in one line, a model semsearch does not read: one that needs code of its own
+    unless ``trusted`` (semsearch runs none it downloads unless told), an encoder-decoder, or an
+    architecture it does not know (a model with its own code defines its own)."""
     kind = str(config.get("model_type", ""))
-    if config.get("auto_map"):
+    if config.get("auto_map") and not trusted:
         raise BadInput(
             f"model {model!r} needs code of its own (auto_map in its config.json), and semsearch runs "
-            "no downloaded code: choose a model of a supported architecture (docs/models.md)"
+            f"no downloaded code unless told: give {TRUST_FLAG} if you trust it, or choose a model of "
+            "a supported architecture (docs/models.md)"
         )
     if config.get("is_encoder_decoder"):
         raise BadInput(f"model {model!r} is an encoder-decoder ({kind}): semsearch reads encoders only")
-    if kind not in ENCODERS:
+    if config.get("auto_map"):
+        return
+    if kind not in ENCODERS + DECODERS:
         raise BadInput(
-            f"model {model!r} is a {kind or 'model of no model_type'}, not an encoder semsearch reads "
-            f"({', '.join(ENCODERS)})"
+            f"model {model!r} is a {kind or 'model of no model_type'}, not an architecture semsearch reads "
+            f"({', '.join(ENCODERS + DECODERS)})"
         )
 
 
@@ -204,6 +218,8 @@ class ModelFacts:
     hidden_size: int
     limit: int
     st: FolderSays
+    own_code: bool = False
+    """Its ``config.json`` names code of its own (``auto_map``)."""
 
     @classmethod
     def of(cls, config: Any, tokenizer_limit: int | float, location: str) -> ModelFacts:
@@ -212,30 +228,32 @@ class ModelFacts:
             int(config.hidden_size),
             int(min(int(getattr(config, "max_position_embeddings", 512) or 512), tokenizer_limit)),
             read_folder(location),
+            bool(getattr(config, "auto_map", None)),
         )
 
 
-def model_facts(model: str) -> ModelFacts:
-    """The facts from the model's config files alone (no weights loaded)."""
+def model_facts(model: str, *, trusted: bool = False) -> ModelFacts:
+    """The facts from the model's config files alone (no weights loaded). ``trusted``: a model's
+    own code may run (``check_encoder``)."""
     from transformers import AutoConfig
 
     _quiet_transformers()
     location = model_location(model)
-    check_model(model, location)
+    check_model(model, location, trusted=trusted)
     try:
-        config = AutoConfig.from_pretrained(location, local_files_only=True)
+        config = AutoConfig.from_pretrained(location, local_files_only=True, trust_remote_code=trusted)
     except (OSError, ValueError, KeyError) as exc:
         raise unloadable(model, location, exc) from None
     return ModelFacts.of(config, tokenizer_limit(location), location)
 
 
-def model_facts_from_files(model: str) -> ModelFacts | None:
+def model_facts_from_files(model: str, *, trusted: bool = False) -> ModelFacts | None:
     """``model_facts`` from the JSON files alone (no transformers import: the torch-free indexing
     path), or None when ``config.json`` does not say them plainly."""
     from types import SimpleNamespace
 
     location = model_location(model)
-    config = check_model(model, location)
+    config = check_model(model, location, trusted=trusted)
     shape = config_shape(config or {})
     if config is None or shape is None:
         return None
@@ -251,15 +269,17 @@ def tokenizer_limit(location: str) -> int | float:
     return limit if _count(limit) else float("inf")
 
 
-def resolve_strategy(request: Strategy, facts: ModelFacts | None = None) -> Strategy:
+def resolve_strategy(
+    request: Strategy, facts: ModelFacts | None = None, *, trusted: bool = False
+) -> Strategy:
     """The strategy a request means on its model: ``auto`` filled in, ranges checked, the model
-    located and identified. Two requests ask for the same strategy when their resolutions show no
-    ``Strategy.differences``."""
+    located and identified, whether it runs code of its own recorded (``remote_code``). Two
+    requests ask for the same strategy when their resolutions show no ``Strategy.differences``."""
     located = identified(request)
-    facts = facts or model_facts(located.model)
+    facts = facts or model_facts(located.model, trusted=trusted)
     if facts.st.refused and not located.resolved:
         raise BadInput(f"model {located.model!r} cannot be read as its authors saved it: {facts.st.refused}")
-    return located.resolve(
+    resolved = located.resolve(
         num_layers=facts.num_layers,
         model_limit=facts.limit,
         st_pooling=facts.st.pooling,
@@ -269,6 +289,10 @@ def resolve_strategy(request: Strategy, facts: ModelFacts | None = None) -> Stra
         st_width=facts.st.width,
         st_lowercase=facts.st.lowercase,
     )
+    full = resolved.full_dimension(facts.hidden_size)
+    if resolved.dimensions is not None and resolved.dimensions > full:
+        raise BadInput(f"dimensions {resolved.dimensions} exceeds this model's {full}: give at most {full}")
+    return replace(resolved, remote_code=facts.own_code)
 
 
 SAVED_STRATEGY = "semsearch.json"
@@ -355,7 +379,7 @@ def _quiet_transformers() -> None:
     warnings.filterwarnings("ignore", module="transformers")
 
 
-def check_model(model: str, location: str) -> dict[str, Any] | None:
+def check_model(model: str, location: str, *, trusted: bool = False) -> dict[str, Any] | None:
     """The model's ``config.json``, checked before transformers or the ONNX path read anything:
     ``check_encoder`` (transformers would ask on the terminal whether to run a model's own code),
     its sizes against its weights (``check_sizes``). A folder that is a link leading nowhere, or
@@ -367,7 +391,7 @@ def check_model(model: str, location: str) -> dict[str, Any] | None:
         return None
     if not isinstance(config, dict):
         raise BadInput(f"cannot load model {model!r}: its config.json holds no JSON object")
-    check_encoder(model, config)
+    check_encoder(model, config, trusted=trusted)
     check_sizes(model, location, config)
     return config
 
@@ -415,7 +439,8 @@ def check_sizes(model: str, location: str, config: Mapping[str, Any]) -> None:
         raise contradicted(layers_key, f"but {held} holds {len(blocks)} ({numbered})")
     if not blocks and layers > SHARED_BLOCK_MOST:
         raise contradicted(layers_key, f"runs of one shared block: more than {SHARED_BLOCK_MOST}")
-    if (hidden, hidden) not in shapes.values():
+    table = any(name.endswith("embed_tokens.weight") and t[1:] == (hidden,) for name, t in shapes.items())
+    if (hidden, hidden) not in shapes.values() and not table:  # a decoder's token table says its width
         raise contradicted(hidden_key, f"but {held} holds no {hidden}x{hidden} matrix")
     positions = config.get("max_position_embeddings")
     tables = {name: t[0] for name, t in shapes.items() if name.endswith("position_embeddings.weight") and t}
@@ -447,22 +472,29 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 """The JSON files transformers reads a tokenizer from."""
 
 
-def load_model(model: str, *, need_pooler: bool = False) -> tuple[Any, Any]:
-    """Tokenizer and eval-mode model, from disk only; a clear error when that is impossible."""
+def load_model(model: str, *, need_pooler: bool = False, trusted: bool = False) -> tuple[Any, Any]:
+    """Tokenizer and eval-mode model, from disk only; a clear error when that is impossible.
+    ``trusted``: the model's own code runs, as transformers' ``trust_remote_code`` runs it."""
     from transformers import AutoModel, AutoTokenizer
 
     _quiet_transformers()
     location = model_location(model)
-    check_model(model, location)
+    check_model(model, location, trusted=trusted)
     for name in TOKENIZER_FILES:  # transformers reads them with json.load, unguarded
         model_json(model_file(location, name))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True, trust_remote_code=trusted)
     except (OSError, ValueError, KeyError) as exc:
         raise unloadable(model, location, exc) from None
     held = ", ".join(file.name for file in weight_files(location))
     try:
-        network, info = AutoModel.from_pretrained(location, local_files_only=True, output_loading_info=True)
+        network, info = AutoModel.from_pretrained(
+            location,
+            local_files_only=True,
+            output_loading_info=True,
+            trust_remote_code=trusted,
+            dtype="float32",  # the fp32 reference (transformers 5 keeps a decoder's bf16 weights as they are)
+        )
     except (OSError, ValueError, KeyError) as exc:
         raise unloadable(model, location, exc) from None
     except RuntimeError:  # a size at odds with config.json that check_sizes does not compare

@@ -85,6 +85,12 @@ class Strategy:
     modules: what a sentence-transformers folder applies after pooling, in its order: a Dense
         module's folder (a linear projection and its activation) or ``normalize``; set on
         resolving from the folder's ``modules.json``. ``width``: the last Dense module's output.
+    dimensions: keep the first N dimensions of each vector (Matryoshka), cut after pooling and the
+        folder's modules and before normalising, as sentence-transformers' ``truncate_dim`` with
+        ``normalize_embeddings``; ``None``: all of them. At most the model's own width.
+    remote_code: the model runs code of its own (``auto_map`` in its ``config.json``), set on
+        resolving where it was allowed to (``EmbeddingOptions.trust_remote_code``); every command
+        that embeds with the strategy must be allowed again (``indexer.encoders.factory``).
     lowercase: texts are lowercased before tokenising (a folder's ``do_lower_case``).
     model_fingerprint: set on resolving for a local model directory (``indexer.embedding.models``): what
         identifies the model wherever it lies. ``None`` for a named model (the bundled default).
@@ -107,6 +113,8 @@ class Strategy:
     modules: tuple[str, ...] = ()
     width: int | None = None
     lowercase: bool = False
+    dimensions: int | None = None
+    remote_code: bool = False
 
     def __post_init__(self) -> None:
         if self.layers is not None:
@@ -127,6 +135,9 @@ class Strategy:
             raise BadInput("whiten_dims needs postprocess 'whiten' and a positive number")
         if self.backend not in BACKENDS:
             raise BadInput(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
+        count = self.dimensions
+        if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
+            raise BadInput(f"dimensions must be a positive number, not {self.dimensions!r}")
         if self.chunk_overlap is not None and self.chunk_overlap < 0:
             raise BadInput(f"chunk overlap must be >= 0, not {self.chunk_overlap}")
         object.__setattr__(self, "modules", tuple(str(m) for m in self.modules))
@@ -210,8 +221,12 @@ class Strategy:
         )
 
     def dimension(self, hidden_size: int) -> int:
-        """Output width: the last Dense module's, else: concat widens by the layer count,
-        mean-max doubles."""
+        """Output width: ``dimensions`` where given, else the network's (``full_dimension``)."""
+        return self.dimensions or self.full_dimension(hidden_size)
+
+    def full_dimension(self, hidden_size: int) -> int:
+        """The width before any ``dimensions`` cut: the last Dense module's, else: concat widens by
+        the layer count, mean-max doubles."""
         if self.width is not None:
             return self.width
         width = hidden_size
@@ -233,6 +248,10 @@ class Strategy:
             parts.append("modules=" + ",".join(self.modules))
         if self.lowercase:
             parts.append("lowercase")
+        if self.remote_code:
+            parts.append("remote-code")
+        if self.dimensions is not None:
+            parts.append(f"dimensions={self.dimensions}")
         parts.append(f"max_length={self.max_length or AUTO}")
         if self.chunk_overlap is not None:
             parts.append(f"chunk_overlap={self.chunk_overlap}")
@@ -266,11 +285,20 @@ class Strategy:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        """The stored form. An empty prefix, and the folder's modules, width and casing where it
-        says none, are left out: a strategy without them is stored exactly as before they existed
-        (older semsearch reads it; ``from_dict`` reads it back: a stored strategy, resolved, has
-        no prefix where none is stored)."""
-        unsaid = {"query_prefix": "", "passage_prefix": "", "modules": (), "width": None, "lowercase": False}
+        """The stored form. An empty prefix, the folder's modules, width and casing where it
+        says none, ``dimensions`` where none is cut and ``remote_code`` where it has none, are
+        left out: a strategy without them is stored exactly as before they existed (older
+        semsearch reads it; ``from_dict`` reads it back: a stored strategy, resolved, has no
+        prefix where none is stored)."""
+        unsaid = {
+            "query_prefix": "",
+            "passage_prefix": "",
+            "modules": (),
+            "width": None,
+            "lowercase": False,
+            "dimensions": None,
+            "remote_code": False,
+        }
         return {
             name: list(value) if name == "modules" else value
             for name, value in asdict(self).items()

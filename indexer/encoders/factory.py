@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from indexer.embedding.batching import Batching
 from indexer.embedding.graphs import GraphSpec, graph_spec
-from indexer.embedding.models import identified, model_facts_from_files, resolve_strategy
+from indexer.embedding.models import TRUST_FLAG, identified, model_facts_from_files, resolve_strategy
 from indexer.embedding.strategy import BACKEND_PRECISION, Strategy
 from indexer.encoders.base import Decision, Encoder
 from indexer.encoders.devices import Placement
@@ -96,7 +96,7 @@ def decide(
         return Decision("onnx", on, batching, HELD, provider=provider, graph=held)
     if strategy.backend == "torch" and not queries:
         return Decision("torch", on, on_torch, ASKED)
-    resolved, spec = _graph(strategy, queries)
+    resolved, spec = _graph(strategy, queries, options.trust_remote_code)
     graph_on = Placement("cpu", precision)
     if spec is not None and spec.exported:
         return Decision("onnx", graph_on, batching, CACHED, provider=provider, graph=spec, strategy=resolved)
@@ -106,11 +106,11 @@ def decide(
     return Decision("onnx", graph_on, batching, EXPORTED, provider=provider, export=True)
 
 
-def _graph(strategy: Strategy, queries: bool) -> tuple[Strategy, GraphSpec | None]:
+def _graph(strategy: Strategy, queries: bool, trusted: bool) -> tuple[Strategy, GraphSpec | None]:
     """The resolved strategy and its graph, where they can be known without loading the model."""
     if queries:
         return strategy, graph_spec(strategy)
-    facts = model_facts_from_files(strategy.model)
+    facts = model_facts_from_files(strategy.model, trusted=trusted)
     if facts is None:
         return strategy, None
     resolved = resolve_strategy(strategy, facts)
@@ -142,6 +142,11 @@ def encoder_for(
     exports its graph here first; the workers then embed as the decision says."""
     options = given(options)
     request = strategy or Strategy()
+    if request.remote_code and not options.trust_remote_code:
+        raise BadInput(
+            f"the model {request.model} runs code of its own: give {TRUST_FLAG} again to embed with it "
+            "(this index was built with it)"
+        )
     if not queries:
         request = identified(request)
     decision = decide(request, options, held=held, queries=queries)
@@ -156,7 +161,8 @@ def encoder_for(
         return RayEncoder(request, decision, build)
     spin = not queries  # bulk work keeps ONNX Runtime's threads spinning; a server wants them asleep
     if decision.runtime == "torch":  # what embeds the vectors is what the strategy records
-        encoder = runtime("torch")(replace(request, backend="torch"), decision=decision)
+        trusted = options.trust_remote_code
+        encoder = runtime("torch")(replace(request, backend="torch"), decision=decision, trusted=trusted)
         if export_queries and not queries and decision.export_failure is None:
             failure = encoder.export_for_queries()
             if failure:
@@ -166,7 +172,7 @@ def encoder_for(
     graph, resolved = decision.graph, decision.strategy or request
     if decision.export:
         exporting = replace(decision, runtime="torch", placement=options.placement)
-        torch = runtime("torch")(request, decision=exporting)
+        torch = runtime("torch")(request, decision=exporting, trusted=options.trust_remote_code)
         failure = torch.export_for_queries()  # an onnx strategy's graph is its queries' graph
         if failure is not None:
             torch.strategy = replace(torch.strategy, backend="torch")  # what embeds the vectors
@@ -193,7 +199,13 @@ def torch_encoder(
     on = options.placement
     why = SWEEP if all_layers else ASKED
     decision = Decision("torch", on, Batching.on(on.on_cpu, options.batch_size, runtime="torch"), why)
-    return runtime("torch")(strategy or Strategy(), decision=decision, all_layers=all_layers, loaded=loaded)
+    return runtime("torch")(
+        strategy or Strategy(),
+        decision=decision,
+        all_layers=all_layers,
+        loaded=loaded,
+        trusted=options.trust_remote_code,
+    )
 
 
 def encoder_status(strategy: Strategy, held: GraphSpec | None = None) -> str:

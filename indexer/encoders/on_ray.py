@@ -130,7 +130,9 @@ def worker_options(decision: Decision, options: EmbeddingOptions) -> EmbeddingOp
     if decision.placement.on_cpu:
         return here
     gpu = Placement("cuda:0", here.placement.precision)
-    return EmbeddingOptions.at(gpu, batch_size=here.batch_size, provider=here.provider)
+    return EmbeddingOptions.at(
+        gpu, batch_size=here.batch_size, provider=here.provider, trust_remote_code=here.trust_remote_code
+    )
 
 
 class _Worker:

@@ -2,11 +2,12 @@
 hidden states the strategy reads, optionally int8-quantised. ``indexer.encoders.onnx_graph`` runs it.
 
 ``onnx`` matches torch fp32 (same vectors to float error); both graphs have attention exported
-eagerly so ONNX Runtime fuses it. ``onnx-int8`` also quantises the weights (per output channel)
-and the activations dynamically (a scale per input tensor, which is why ``indexer.encoders.onnx_graph``
-runs its texts one at a time: the vectors then never depend on the batch). ``bench/embed.py``
-measures speed and quality; static quantisation (fixed activation scales) was measured and lost
-too much (STS-B dev 85.87 vs 86.72).
+eagerly so ONNX Runtime fuses it. ``onnx-int8`` is that graph rewritten by
+``indexer.encoders.int8_graph``: weights int8 per output channel, activations quantised with a
+scale per token as they run (so the vectors never depend on the batch), in the format of the CPU
+it is exported on (``indexer.embedding.graphs.int8_format``). ``bench/embed.py`` measures speed
+and quality; static quantisation (fixed activation scales) was measured and lost too much (STS-B
+dev 85.87 vs 86.72).
 
 Every index gets the fp32 graph of its strategy when it is built (``export_for_queries``), so its
 queries run on ONNX Runtime alone; exports are cached (``indexer.encoders.onnx_graph.GraphSpec``) and written
@@ -16,15 +17,15 @@ atomically: the weights file first, then the graph that names it.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
 
-from indexer.embedding.graphs import GraphSpec
+from indexer.embedding.graphs import INT8_FORMATS, GraphSpec, int8_format
 from indexer.embedding.strategy import BACKEND_PRECISION
+from indexer.encoders.bidirectional import bidirectional_masks
 from indexer.errors import BadInput
 
 
@@ -36,13 +37,17 @@ class _Outputs(torch.nn.Module):
         self.network, self.layers, self.pooler = network, list(layers), pooler
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = self.network(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        # a decoder's graph keeps no KV cache: an embedder reads each text once
+        cache = {"use_cache": False} if hasattr(self.network.config, "use_cache") else {}
+        masks = bidirectional_masks(self.network.config, input_ids, attention_mask)  # EmbeddingGemma's
+        out = self.network(
+            input_ids=input_ids,
+            attention_mask=attention_mask if masks is None else masks,
+            output_hidden_states=True,
+            **cache,
+        )
         states = tuple(out.hidden_states[i] for i in self.layers)
         return (*states, out.pooler_output) if self.pooler else states
-
-
-def _quiet(record: logging.LogRecord) -> bool:
-    return record.levelno >= logging.ERROR
 
 
 @contextlib.contextmanager
@@ -79,7 +84,6 @@ def _fusions():  # noqa: ANN202 - onnxruntime.transformers' FusionOptions, impor
 def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
     try:
         import onnx
-        from onnxruntime.quantization import QuantType, quantize_dynamic
         from onnxruntime.transformers import optimizer
     except ImportError:
         raise BadInput("exporting to ONNX needs onnx and onnxruntime: reinstall semsearch") from None
@@ -88,7 +92,7 @@ def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
 
     config, layers, pooler, target = network.config, spec.layers, spec.pooler, spec.path
     names = [f"h{i}" for i in layers] + (["pooler"] if pooler else [])
-    ids = torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]])
+    ids = torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]]) % config.vocab_size  # any vocabulary
     axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}}
     axes.update({n: {0: "batch", 1: "tokens"} for n in names if n != "pooler"})
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -120,17 +124,10 @@ def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
         model.save_model_to_file(str(fused))
         result = Path(tmp) / "final.onnx"
         if BACKEND_PRECISION[spec.backend] == "int8":
-            logging.getLogger().addFilter(_quiet)  # the quantiser logs advice to the root logger
-            try:
-                quantize_dynamic(
-                    str(fused),
-                    str(result),
-                    weight_type=QuantType.QInt8,
-                    per_channel=True,  # a scale per output column: STS-B dev 86.63 vs 86.37 per tensor
-                    extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-                )
-            finally:
-                logging.getLogger().removeFilter(_quiet)
+            from indexer.encoders.int8_graph import per_token_int8
+
+            weight_max = INT8_FORMATS[spec.int8 or int8_format().name].weight_max
+            onnx.save_model(per_token_int8(onnx.load(str(fused)), weight_max), str(result))
         else:
             fused.replace(result)
         _save_with_weights_apart(result, target, spec.weights)
@@ -175,12 +172,17 @@ def export_for_queries(network: torch.nn.Module, spec: GraphSpec) -> str | None:
     try:
         export_graph(network, spec)
     except Exception as exc:  # noqa: BLE001 - any exporter failure means: answer with torch
-        reason = export_failure(exc)
-        try:
-            spec.failure.parent.mkdir(parents=True, exist_ok=True)
-            spec.failure.write_text(reason + "\n", encoding="utf-8")
-        except OSError:
-            pass
-        return reason
+        return not_exported(spec, export_failure(exc))
     spec.failure.unlink(missing_ok=True)
     return None
+
+
+def not_exported(spec: GraphSpec, reason: str) -> str:
+    """Note beside where ``spec``'s graph would lie why it is not exported (so ``info`` can say it
+    and nobody retries each query), and return the reason."""
+    try:
+        spec.failure.parent.mkdir(parents=True, exist_ok=True)
+        spec.failure.write_text(reason + "\n", encoding="utf-8")
+    except OSError:
+        pass
+    return reason

@@ -31,7 +31,10 @@ class EmbeddingOptions:
     """Where and how texts are embedded, as asked: the device and precision (resolved on first use:
     ``placement``), the batch size, Ray (an address and a worker count) or not, ONNX Runtime's
     execution provider (``None``: the CPU's), and ``serving``: for a server's queries, where
-    ``auto`` is the CPU (one query at a time runs the index's graph)."""
+    ``auto`` is the CPU (one query at a time runs the index's graph). ``trust_remote_code``: run a
+    model's own code (``auto_map`` in its ``config.json``), as transformers does with that flag;
+    asked again by every command on an index whose strategy says its model has some
+    (``indexer.encoders.factory.encoder_for``)."""
 
     device: str = DEVICE
     precision: str = PRECISION
@@ -40,6 +43,7 @@ class EmbeddingOptions:
     ray_workers: int | None = None
     provider: str | None = None
     serving: bool = False
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         """What can be checked without looking at the machine, checked at once."""
@@ -78,7 +82,12 @@ class EmbeddingOptions:
 
     def here(self) -> EmbeddingOptions:
         """The same options, placed where they resolved, without Ray: what each Ray worker embeds with."""
-        return EmbeddingOptions.at(self.placement, batch_size=self.batch_size, provider=self.provider)
+        return EmbeddingOptions.at(
+            self.placement,
+            batch_size=self.batch_size,
+            provider=self.provider,
+            trust_remote_code=self.trust_remote_code,
+        )
 
 
 def given(options: EmbeddingOptions | None) -> EmbeddingOptions:

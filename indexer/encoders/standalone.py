@@ -213,6 +213,9 @@ def standalone(
         vectors = _pooled(ops, strategy.pooling, tokens, _pooling_mask(ops, strategy, special_ids))
     if strategy.modules:
         vectors = _projected(ops, strategy, spec.location, vectors)
+    if strategy.dimensions is not None:  # the first ones, before normalising (``Head``)
+        ends = [ops.const(np.array(v, dtype=np.int64)) for v in ([0], [strategy.dimensions], [1])]
+        vectors = ops.op("Slice", [vectors, *ends])
     if strategy.normalize:
         vectors = _unit(ops, vectors)
     dimension = strategy.dimension(hidden_size)

@@ -21,13 +21,29 @@ import torch
 
 from indexer.embedding.graphs import graph_spec
 from indexer.embedding.head import Head, NetworkOutput, Tokenized
-from indexer.embedding.models import ModelFacts, identified, load_model, model_location, resolve_strategy
-from indexer.embedding.strategy import BACKEND_PRECISION, Strategy
+from indexer.embedding.models import (
+    ModelFacts,
+    identified,
+    load_model,
+    model_file,
+    model_location,
+    resolve_strategy,
+)
+from indexer.embedding.strategy import BACKEND_PRECISION, ROLES, Strategy
 from indexer.encoders.base import Decision, NetworkEncoder
 from indexer.encoders.pipeline import DeviceNetwork, embed
 from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
 from indexer.progress import Share
+
+TOKENIZER_PROBES = (
+    "The bike station near the river",
+    "  spaces,  tabs\tand a new\nline",
+    "Numbers 42 and 3.14; punctuation! (brackets) 'quotes' \"double\"",
+    "naïve café, Straße, 東京, ñandú, emoji 🙂",
+)
+"""Texts a model's ``tokenizer.json`` alone must tokenise as transformers does before its graph is
+exported (the graph's queries are tokenised from the file, without transformers)."""
 
 
 def _layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
@@ -78,7 +94,8 @@ class TorchEncoder(NetworkEncoder):
 
     ``all_layers`` keeps every block (for sweeps over strategies, ``embed_grid``); otherwise the
     network is cut after the deepest layer the strategy reads. ``loaded``: the tokenizer and model
-    of another ``TorchEncoder`` of the same model, reused rather than loaded again. ``decision``:
+    of another ``TorchEncoder`` of the same model, reused rather than loaded again. ``trusted``:
+    the model's own code may run (``EmbeddingOptions.trust_remote_code``). ``decision``:
     the factory's (``indexer.encoders.factory``, which alone builds one): the device and precision
     it embeds on (the model moves there at its first embedding, so the query graph is exported
     from the fp32 CPU model before) and its batching.
@@ -91,12 +108,13 @@ class TorchEncoder(NetworkEncoder):
         decision: Decision,
         all_layers: bool = False,
         loaded: tuple[Any, Any] | None = None,
+        trusted: bool = False,
     ):
         request = identified(strategy or Strategy())  # located and fingerprinted, not cwd-relative
         if all_layers and BACKEND_PRECISION[request.backend] == "int8":
             raise BadInput(f"sweeps run in fp32 (backend onnx or torch), not {request.backend}")
         self.tokenizer, self.model = loaded or load_model(
-            request.model, need_pooler=request.pooling == "pooler"
+            request.model, need_pooler=request.pooling == "pooler", trusted=trusted
         )
         self.facts = ModelFacts.of(
             self.model.config, self.tokenizer.model_max_length, model_location(request.model)
@@ -128,10 +146,27 @@ class TorchEncoder(NetworkEncoder):
 
     def export_for_queries(self) -> str | None:
         """Export (once, cached) the graph an index of this strategy answers its queries with, from
-        this model; the reason it cannot be (noted beside the graph, so nobody retries), or None."""
-        from indexer.encoders.onnx_export import export_for_queries
+        this model; the reason it cannot be (noted beside the graph, so nobody retries), or None.
+        A graph runs with the model's ``tokenizer.json`` alone: where transformers tokenises
+        otherwise (a tokenizer class that rebuilds what the file says), it is not exported."""
+        from indexer.encoders.onnx_export import export_for_queries, not_exported
 
-        return export_for_queries(self.model, graph_spec(self.strategy, self.num_layers))
+        spec = graph_spec(self.strategy, self.num_layers)
+        differs = self._tokenizer_file_differs()
+        if differs is not None:
+            return not_exported(spec, differs)
+        return export_for_queries(self.model, spec)
+
+    def _tokenizer_file_differs(self) -> str | None:
+        """How the model's ``tokenizer.json``, read alone, tokenises ``TOKENIZER_PROBES`` otherwise
+        than transformers does (both roles, their prefixes included), or None."""
+        if model_file(self.location, "tokenizer.json") is None:
+            return None
+        alone = TextTokenizer.from_files(self.location, self.strategy)
+        for role in ROLES:
+            if alone.ids(TOKENIZER_PROBES, role) != self.tokens.ids(TOKENIZER_PROBES, role):
+                return "its tokenizer.json alone tokenises otherwise than transformers' tokenizer class"
+        return None
 
     def embed(
         self, texts: Sequence[str], *, progress: Share | None = None, role: str = "query"

@@ -63,6 +63,7 @@ for command in (
     reading.duplicates_command,
     reading.serve_command,
     reading.similar_command,
+    reading.rerank_command,
     reading.encode_command,
     studying.evaluate_group,
     studying.sweep_group,

@@ -18,6 +18,7 @@ DEVICE_FLAGS = "device"
 BATCH_FLAG = "batch"
 RAY_FLAGS = "ray"
 PROVIDER_FLAG = "provider"
+CODE_FLAG = "code"
 
 
 def _device(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -78,16 +79,23 @@ FLAGS: dict[str, Decorator] = {
         help="ONNX Runtime execution provider the queries run on, e.g. CUDAExecutionProvider "
         "(default: CPUExecutionProvider); the vectors are the same.",
     ),
+    CODE_FLAG: click.option(
+        "--trust-remote-code",
+        is_flag=True,
+        help="Run the model's own code (auto_map in its config.json), as transformers does with this "
+        "flag: only for a model whose code you trust. An index of such a model asks for it again.",
+    ),
 }
 """Each group of embedding flags: ``device`` (``--device``, ``--precision``: where the network
 runs, ``indexer.encoders.devices``), ``batch`` (``--batch-size``), ``ray`` (``--ray [ADDRESS]``,
 ``--ray-workers N``: ``indexer.encoders.on_ray``), ``provider`` (``--provider``: where an index's
-queries run on ONNX Runtime; the vectors are the same)."""
+queries run on ONNX Runtime; the vectors are the same), ``code`` (``--trust-remote-code``)."""
 NAMES = {
     DEVICE_FLAGS: ("device", "precision"),
     BATCH_FLAG: ("batch_size",),
     RAY_FLAGS: ("ray_address", "ray_workers"),
     PROVIDER_FLAG: ("provider",),
+    CODE_FLAG: ("trust_remote_code",),
 }
 """The parameters each group's flags give the command."""
 

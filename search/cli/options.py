@@ -24,7 +24,7 @@ from indexer.embedding.strategy import (
 from indexer.reading.formats import FORMATS
 from indexer.reading.tsv import QUOTING, QUOTINGS
 from indexer.vectors.factory import KIND, KINDS, STORAGE, STORAGES
-from search.read.hybrid import MODES
+from search.read.hybrid import MAX_RERANK_DEPTH, MODES, RERANK_DEPTH
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -82,6 +82,15 @@ STRATEGY_OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         ("--max-length",),
         {"type": click.IntRange(min=4), "help": "Tokens per text. Default: {default}."},
     ),
+    "dimensions": (
+        ("--dimensions",),
+        {
+            "type": click.IntRange(min=1),
+            "metavar": "N",
+            "help": "Keep each vector's first N dimensions (Matryoshka models), cut before normalising. "
+            "Default: {default}.",
+        },
+    ),
     "normalize": (("--normalize/--no-normalize",), {"default": None, "help": "L2-normalise vectors."}),
     "postprocess": (
         ("--postprocess",),
@@ -129,6 +138,7 @@ DEFAULTS = {
     "combine": "mean",
     "pooling": AUTO,
     "max_length": "the model's limit",
+    "dimensions": "all of them",
     "backend": "onnx",
 }
 """What the library picks when a strategy option is not given (``indexer.embedding.strategy.Strategy``)."""
@@ -340,6 +350,24 @@ SCORES = (
     "(weighted by rarity) an entry holds (w: the index's keyword weight, 0.15 by default; docs/hybrid.md)."
 )
 """What a hit's score is, said by every option that takes one."""
+
+
+rerank_option = click.option(
+    "--rerank",
+    metavar="MODEL",
+    help="A cross-encoder (a folder as sentence-transformers saves one) that re-orders the first "
+    "stage's best hits; each hit's score is then its score, the first stage's shown beside.",
+)
+rerank_depth_option = click.option(
+    "--rerank-depth",
+    type=click.IntRange(1, MAX_RERANK_DEPTH),
+    metavar="N",
+    help=f"How many of the first stage's best the reranker re-orders, at least k. Default: {RERANK_DEPTH} "
+    "(k if more).",
+)
+no_rerank_option = click.option(
+    "--no-rerank", is_flag=True, help="Do not rerank with the index's default reranker (index --rerank)."
+)
 
 
 def mode_option(help: str) -> Decorator:

