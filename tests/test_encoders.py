@@ -62,7 +62,8 @@ def test_the_factory_picks_by_strategy_and_says_why(tiny_model):
     int8 = encoder_for(Strategy(model=tiny_model, backend="onnx-int8"))
     assert isinstance(int8, OnnxEncoder) and int8.decision.why == EXPORTED
     assert int8.decision.placement == Placement("cpu", "int8")
-    assert int8.strategy.backend == "onnx-int8" and int8.network.per_text  # its own int8 graph
+    assert int8.strategy.backend == "onnx-int8"  # its own int8 graph, a scale per token:
+    assert not int8.network.per_text  # batched as fp32 is (the same vector alone or in a batch)
 
     texts = ["how do I pay?", "where do I park my bike?"]
     np.testing.assert_allclose(first.embed(texts), torch.embed(texts), atol=1e-5)
