@@ -21,8 +21,7 @@ from typing import Any
 import torch
 
 from indexer.embedding.graphs import GraphSpec
-from indexer.encoders.onnx_export import _eager_attention, _fusions, _save_with_weights_apart
-from indexer.errors import BadInput
+from indexer.encoders.onnx_export import _eager_attention, _save_with_weights_apart, export_fused
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -47,10 +46,6 @@ def export_classifier(network: Any, spec: GraphSpec, sample: Sequence[torch.Tens
     ``types``) to trace with."""
     if spec.exported:
         return spec.path
-    try:
-        from onnxruntime.transformers import optimizer
-    except ImportError:
-        raise BadInput("exporting to ONNX needs onnx and onnxruntime: reinstall semsearch") from None
     names = list(INPUTS[: 3 if types else 2])
     axes = {name: {0: "batch", 1: "tokens"} for name in names}
     axes["logits"] = {0: "batch"}
@@ -63,25 +58,15 @@ def export_classifier(network: Any, spec: GraphSpec, sample: Sequence[torch.Tens
     ):
         warnings.simplefilter("ignore")
         plain, fused = Path(tmp) / "plain.onnx", Path(tmp) / "fused.onnx"
-        torch.onnx.export(
+        export_fused(
             _Logits(network, types).eval(),
             tuple(sample[: len(names)]),
-            str(plain),
-            input_names=names,
-            output_names=["logits"],
-            dynamic_axes=axes,
-            opset_version=17,
-            dynamo=False,
+            names,
+            ["logits"],
+            axes,
+            network.config,
+            plain,
+            fused,
         )
-        config = network.config
-        model = optimizer.optimize_model(
-            str(plain),
-            model_type="bert",
-            num_heads=config.num_attention_heads,
-            hidden_size=config.hidden_size,
-            opt_level=1,
-            optimization_options=_fusions(),
-        )
-        model.save_model_to_file(str(fused))
         _save_with_weights_apart(fused, target, spec.weights)
     return spec.path

@@ -14,12 +14,8 @@ sentence-transformers stays a development dependency. Labels, hard negatives and
 
 from __future__ import annotations
 
-import copy
 import json
-import math
 import pickle
-import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +29,7 @@ from indexer.embedding.model_files import model_file, model_json
 from indexer.embedding.models import _quiet_transformers, check_model, model_location, unloadable
 from indexer.embedding.strategy import DEFAULT_MODEL
 from indexer.encoders.pipeline import DTYPES
-from indexer.encoders.training import Budget, Outcome, Schedule, _batches
+from indexer.encoders.training import Budget, Outcome, train_loop
 from indexer.errors import BadInput
 
 SIGMOID = "torch.nn.modules.activation.Sigmoid"
@@ -179,91 +175,24 @@ def fine_tune_cross(
     progress: bool = False,
     report: Callable[[str], object] = lambda line: None,
 ) -> Outcome:
-    """Train ``cross`` in place on ``rows`` as ``training.fine_tune`` trains a bi-encoder: AdamW
-    with warm-up and linear decay (``Schedule``, shrunk to a time budget), gradient norm clipped
-    at 1, the held-back share measured before, ``budget.evaluations`` times an epoch and at the
-    end, stopping after ``budget.patience`` measurements without a better one; the best weights
-    (possibly the untouched ones) are left loaded."""
-    from tqdm import tqdm
+    """Train ``cross`` in place on ``rows`` through ``tune``'s one loop (``training.train_loop``):
+    binary cross-entropy of each pair's logit against its target, the best weights left loaded."""
 
-    torch.manual_seed(budget.seed)
-    rng = random.Random(budget.seed)
-    started = time.monotonic()
-    deadline = None if budget.max_minutes is None else started + budget.max_minutes * 60
-    network = cross.network
-    per_epoch = max(1, len(_batches(len(rows), budget.batch_size, random.Random(0))))
-    total = per_epoch * budget.epochs
-    every = max(1, math.ceil(per_epoch / budget.evaluations))
-    optimizer = torch.optim.AdamW(network.parameters(), lr=budget.learning_rate, weight_decay=0.01)
-    plan = Schedule(total)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, plan.rate)
-    scaler = torch.amp.GradScaler("cuda", enabled=cross.mixed == "fp16" and cross.device.type == "cuda")
+    def loss_of(batch: Sequence[int]) -> torch.Tensor:
+        logits = cross.logits([rows.first[i] for i in batch], [rows.second[i] for i in batch])
+        targets = torch.tensor([rows.targets[i] for i in batch], device=logits.device)
+        return bce_loss(logits, targets, rows.positive_weight)
 
-    before = measure(cross.scores)
-    evaluation = time.monotonic() - started
-    report(f"held-back metric before tuning: {before:.4f}")
-    training_started = time.monotonic()
-    outcome = Outcome(before, before, 0, 0, 0.0, 0.0, "epochs done")
-    best_state = copy.deepcopy(network.state_dict())
-    since_best, interval, longest_step = 0, [], 0.0
-
-    def evaluate() -> None:
-        """Measure the held-back share now; keep these weights if they are the best yet."""
-        nonlocal best_state, since_best, interval, evaluation
-        began = time.monotonic()
-        metric = measure(cross.scores)
-        evaluation = max(evaluation, time.monotonic() - began)
-        outcome.losses.append(float(np.mean(interval)))
-        interval = []
-        report(
-            f"step {outcome.steps} (epoch {outcome.steps / per_epoch:.2f}): "
-            f"loss {outcome.losses[-1]:.4f}, held-back {metric:.4f}"
-        )
-        if metric > outcome.best:
-            outcome.best, outcome.best_step, since_best = metric, outcome.steps, 0
-            best_state = copy.deepcopy(network.state_dict())
-        else:
-            since_best += 1
-
-    epochs = (batch for _ in range(budget.epochs) for batch in _batches(len(rows), budget.batch_size, rng))
-    with tqdm(total=total, unit="batch", desc="tuning", disable=not progress) as bar:
-        for batch in epochs:
-            step = longest_step or evaluation  # a step and the measurement after it must fit
-            if deadline is not None and time.monotonic() + step + evaluation > deadline:
-                outcome.stopped = "time budget spent"
-                break
-            began = time.monotonic()
-            network.train()
-            logits = cross.logits([rows.first[i] for i in batch], [rows.second[i] for i in batch])
-            targets = torch.tensor([rows.targets[i] for i in batch], device=logits.device)
-            loss = bce_loss(logits, targets, rows.positive_weight)
-            optimizer.zero_grad()
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(network.parameters(), 1.0)
-            scaler.step(optimizer)
-            scaler.update()
-            outcome.steps += 1
-            now = time.monotonic()
-            longest_step = max(longest_step, now - began)
-            if deadline is not None:
-                plan.fit(outcome.steps, (now - training_started) / outcome.steps, deadline - now)
-            schedule.step()
-            interval.append(loss.item())
-            bar.update(1)
-            bar.set_postfix(loss=f"{interval[-1]:.4f}")
-            if outcome.steps % every == 0 or outcome.steps == total:
-                evaluate()
-                if since_best >= budget.patience:
-                    outcome.stopped = "held-back metric stopped improving"
-                    break
-        if interval:  # steps the budget stopped before their evaluation: measured in the time kept
-            evaluate()
-    network.load_state_dict(best_state)
-    network.eval()
-    outcome.epochs = outcome.steps / per_epoch
-    outcome.minutes = (time.monotonic() - started) / 60
-    return outcome
+    return train_loop(
+        cross.network,
+        len(rows),
+        loss_of,
+        lambda: measure(cross.scores),
+        budget,
+        scaled=cross.mixed == "fp16" and cross.device.type == "cuda",
+        progress=progress,
+        report=report,
+    )
 
 
 def save_cross(cross: CrossModel, staging: Path, facts: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -84,7 +85,6 @@ def _fusions():  # noqa: ANN202 - onnxruntime.transformers' FusionOptions, impor
 def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
     try:
         import onnx
-        from onnxruntime.transformers import optimizer
     except ImportError:
         raise BadInput("exporting to ONNX needs onnx and onnxruntime: reinstall semsearch") from None
     import tempfile
@@ -103,25 +103,16 @@ def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
     ):
         warnings.simplefilter("ignore")
         plain, fused = Path(tmp) / "plain.onnx", Path(tmp) / "fused.onnx"
-        torch.onnx.export(
+        export_fused(
             _Outputs(network, layers, pooler).eval(),
             (ids, (ids > 0).long()),
-            str(plain),
-            input_names=["input_ids", "attention_mask"],
-            output_names=names,
-            dynamic_axes=axes,
-            opset_version=17,
-            dynamo=False,
+            ["input_ids", "attention_mask"],
+            names,
+            axes,
+            config,
+            plain,
+            fused,
         )
-        model = optimizer.optimize_model(
-            str(plain),
-            model_type="bert",
-            num_heads=config.num_attention_heads,
-            hidden_size=config.hidden_size,
-            opt_level=1,
-            optimization_options=_fusions(),
-        )
-        model.save_model_to_file(str(fused))
         result = Path(tmp) / "final.onnx"
         if BACKEND_PRECISION[spec.backend] == "int8":
             from indexer.encoders.int8_graph import per_token_int8
@@ -131,6 +122,45 @@ def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
         else:
             fused.replace(result)
         _save_with_weights_apart(result, target, spec.weights)
+
+
+def export_fused(
+    module: torch.nn.Module,
+    sample: tuple[torch.Tensor, ...],
+    input_names: list[str],
+    output_names: list[str],
+    axes: dict[str, dict[int, str]],
+    config: Any,
+    plain: Path,
+    fused: Path,
+) -> None:
+    """``module`` traced to ``plain`` and written to ``fused`` with ONNX Runtime's transformer
+    fusions (one ``Attention`` op per layer where attention was exported eagerly): the one export
+    step of every graph (sentence vectors and rerankers' logits)."""
+    try:
+        from onnxruntime.transformers import optimizer
+    except ImportError:
+        raise BadInput("exporting to ONNX needs onnx and onnxruntime: reinstall semsearch") from None
+
+    torch.onnx.export(
+        module,
+        sample,
+        str(plain),
+        input_names=input_names,
+        output_names=output_names,
+        dynamic_axes=axes,
+        opset_version=17,
+        dynamo=False,
+    )
+    model = optimizer.optimize_model(
+        str(plain),
+        model_type="bert",
+        num_heads=config.num_attention_heads,
+        hidden_size=config.hidden_size,
+        opt_level=1,
+        optimization_options=_fusions(),
+    )
+    model.save_model_to_file(str(fused))
 
 
 def _save_with_weights_apart(graph: Path, target: Path, weights: Path) -> None:

@@ -237,39 +237,66 @@ def fine_tune(
     report: Callable[[str], object] = lambda line: None,
     mixed: str = "fp32",
 ) -> Outcome:
-    """Train ``encoder``'s model in place on ``examples``; measure the held-back share before,
-    ``budget.evaluations`` times an epoch and at the end, and leave the best weights loaded.
-    ``budget.max_minutes`` holds the whole run, its measurements included: a step starts only when
-    it and one more measurement fit in what is left. Memory stays bounded: one batch's activations
-    and one copy of the best weights. ``mixed``:
-    ``bf16`` or ``fp16`` autocasts the forward pass on a GPU (fp32 weights and optimiser; fp16
-    with a loss scaler)."""
+    """Train ``encoder``'s model in place on ``examples`` (``train_loop``). ``mixed``: ``bf16`` or
+    ``fp16`` autocasts the forward pass on a GPU (fp32 weights and optimiser; fp16 with a loss
+    scaler)."""
+    device = torch.device(encoder.decision.placement.device)
+    half = mixed in ("bf16", "fp16") and device.type == "cuda"
+
+    def loss_of(rows: Sequence[int]) -> torch.Tensor:
+        if not half:
+            return _batch_loss(encoder, examples, rows)
+        with torch.autocast("cuda", dtype=DTYPES[mixed]):
+            return _batch_loss(encoder, examples, rows)
+
+    return train_loop(
+        encoder.model,
+        len(examples),
+        loss_of,
+        lambda: measure(encoder.embed),
+        budget,
+        scaled=half and mixed == "fp16",
+        progress=progress,
+        report=report,
+    )
+
+
+def train_loop(
+    model: torch.nn.Module,
+    count: int,
+    loss_of: Callable[[Sequence[int]], torch.Tensor],
+    measure: Callable[[], float],
+    budget: Budget,
+    *,
+    scaled: bool = False,
+    progress: bool = False,
+    report: Callable[[str], object] = lambda line: None,
+) -> Outcome:
+    """The one training loop of ``tune`` (bi-encoders and cross-encoders): ``model`` trained in
+    place on batches of ``count`` rows (``loss_of(rows)``), AdamW with warm-up and linear decay
+    (``Schedule``, shrunk to a time budget), gradient norm clipped at 1; the held-back share
+    measured (``measure``, the model in eval mode) before, ``budget.evaluations`` times an epoch
+    and at the end, stopping after ``budget.patience`` measurements without a better one; the
+    best weights (possibly the untouched ones) left loaded. ``budget.max_minutes`` holds the whole
+    run, its measurements included: a step starts only when it and one more measurement fit in
+    what is left. Memory stays bounded: one batch's activations and one copy of the best weights.
+    ``scaled``: fp16 on a GPU, with a loss scaler."""
     from tqdm import tqdm
 
     torch.manual_seed(budget.seed)
     rng = random.Random(budget.seed)
     started = time.monotonic()
     deadline = None if budget.max_minutes is None else started + budget.max_minutes * 60
-    model = encoder.model
-    per_epoch = max(1, len(_batches(len(examples), budget.batch_size, random.Random(0))))
+    per_epoch = max(1, len(_batches(count, budget.batch_size, random.Random(0))))
     total = per_epoch * budget.epochs
     every = max(1, math.ceil(per_epoch / budget.evaluations))
     optimizer = torch.optim.AdamW(model.parameters(), lr=budget.learning_rate, weight_decay=0.01)
     plan = Schedule(total)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, plan.rate)
-
-    device = torch.device(encoder.decision.placement.device)
-    half = mixed in ("bf16", "fp16") and device.type == "cuda"
-    scaler = torch.amp.GradScaler("cuda", enabled=half and mixed == "fp16")
-
-    def forward(rows: Sequence[int]) -> torch.Tensor:
-        if not half:
-            return _batch_loss(encoder, examples, rows)
-        with torch.autocast("cuda", dtype=DTYPES[mixed]):
-            return _batch_loss(encoder, examples, rows)
+    scaler = torch.amp.GradScaler("cuda", enabled=scaled)
 
     model.eval()
-    before = measure(encoder.embed)
+    before = measure()
     evaluation = time.monotonic() - started  # what one measurement costs: the last one is kept time for
     report(f"held-back metric before tuning: {before:.4f}")
     training_started = time.monotonic()
@@ -282,7 +309,7 @@ def fine_tune(
         nonlocal best_state, since_best, interval, evaluation
         began = time.monotonic()
         model.eval()
-        metric = measure(encoder.embed)
+        metric = measure()
         evaluation = max(evaluation, time.monotonic() - began)
         outcome.losses.append(float(np.mean(interval)))
         interval = []
@@ -296,7 +323,7 @@ def fine_tune(
         else:
             since_best += 1
 
-    epochs = (rows for _ in range(budget.epochs) for rows in _batches(len(examples), budget.batch_size, rng))
+    epochs = (rows for _ in range(budget.epochs) for rows in _batches(count, budget.batch_size, rng))
     with tqdm(total=total, unit="batch", desc="tuning", disable=not progress) as bar:
         for rows in epochs:
             # a step starts only if it and the evaluation after it fit in the time left (a first
@@ -307,7 +334,7 @@ def fine_tune(
                 break
             began = time.monotonic()
             model.train()
-            loss = forward(rows).float()
+            loss = loss_of(rows).float()
             optimizer.zero_grad()
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)
