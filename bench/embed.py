@@ -4,7 +4,8 @@ FAISS index, on each of its backends (torch; ONNX fp32; its dynamic int8 export 
 same model, same texts, in the same run. Fresh processes; the table shows medians.
 
     .venv/bin/python bench/embed.py [--repeats 3] [--shared ../shared/data] [--backends torch,onnx]
-        [--limit N] [--peers torch,onnx,onnx-int8] [--peer-site .venv/peer-site]
+        [--limit N] [--peers torch,onnx,onnx-int8] [--peer-site .venv/peer-site] [--sets short,long]
+        [--no-quality]
 
 Text sets: 2,000 short sentences (STS-B dev + StackFAQ queries/titles) and the 719 StackFAQ answers
 (longer documents, ~93 tokens). Columns: whole-process seconds (what a user waits for), embed-only
@@ -329,6 +330,10 @@ def main() -> None:
     )
     parser.add_argument("--peer-site", type=Path, default=PEER_SITE, help="where the peer's optimum lies")
     parser.add_argument("--limit", type=int, default=None, help="first N texts of each set")
+    parser.add_argument("--sets", default="short,long", help="the text sets to time: short, long")
+    parser.add_argument(
+        "--no-quality", action="store_true", help="time only (quality does not depend on the text set)"
+    )
     args = parser.parse_args()
     from indexer.embedding.strategy import BACKENDS
 
@@ -336,14 +341,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         found_peers = peers(args.peers.split(","), args.peer_site, Path(tmp))
         pipelines: list[str | Peer] = [DEFAULT, *[f"semsearch {b}" for b in backends], *found_peers]
-        quality_of = quality(args.shared, pipelines, Path(tmp))
+        unmeasured = {"spearman": float("nan"), "mrr": float("nan"), "drift": float("nan")}
+        quality_of = (
+            {label(p): unmeasured for p in pipelines}
+            if args.no_quality
+            else quality(args.shared, pipelines, Path(tmp))
+        )
         print(f"load before: {os.getloadavg()[0]:.1f}; peer int8 export: {peer_config()}")
         print(
             "| texts | pipeline | whole process s | embed texts/s | embed tokens/s | STS-B dev Spearman "
             "| StackFAQ dev MRR@10 | alone vs in a long batch (max abs diff) | speed ratio (whole process) |"
         )
         print("|---|---|---|---|---|---|---|---|---|", flush=True)
-        for name, texts in read_sets(args.shared).items():
+        chosen = args.sets.split(",")
+        for (name, texts), key in zip(read_sets(args.shared).items(), ("short", "long"), strict=True):
+            if key not in chosen:
+                continue
             texts = texts[: args.limit]
             corpus = Path(tmp) / "corpus.jsonl"
             with corpus.open("w", encoding="utf-8") as f:

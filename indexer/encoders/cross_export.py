@@ -12,8 +12,6 @@ file of their own moved in before the graph).
 
 from __future__ import annotations
 
-import tempfile
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from typing import Any
 import torch
 
 from indexer.embedding.graphs import GraphSpec
-from indexer.encoders.onnx_export import _eager_attention, _save_with_weights_apart, export_fused
+from indexer.encoders.onnx_export import export_into
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -49,24 +47,6 @@ def export_classifier(network: Any, spec: GraphSpec, sample: Sequence[torch.Tens
     names = list(INPUTS[: 3 if types else 2])
     axes = {name: {0: "batch", 1: "tokens"} for name in names}
     axes["logits"] = {0: "batch"}
-    target = spec.path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory(dir=target.parent) as tmp,
-        warnings.catch_warnings(),
-        _eager_attention(network),
-    ):
-        warnings.simplefilter("ignore")
-        plain, fused = Path(tmp) / "plain.onnx", Path(tmp) / "fused.onnx"
-        export_fused(
-            _Logits(network, types).eval(),
-            tuple(sample[: len(names)]),
-            names,
-            ["logits"],
-            axes,
-            network.config,
-            plain,
-            fused,
-        )
-        _save_with_weights_apart(fused, target, spec.weights)
+    module = _Logits(network, types).eval()
+    export_into(network, module, tuple(sample[: len(names)]), (names, ["logits"]), axes, spec)
     return spec.path

@@ -17,8 +17,9 @@ atomically: the weights file first, then the graph that names it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,84 +84,80 @@ def _fusions():  # noqa: ANN202 - onnxruntime.transformers' FusionOptions, impor
 
 
 def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
+    config, layers, pooler = network.config, spec.layers, spec.pooler
+    names = [f"h{i}" for i in layers] + (["pooler"] if pooler else [])
+    ids = torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]]) % config.vocab_size  # any vocabulary
+    axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}}
+    axes.update({n: {0: "batch", 1: "tokens"} for n in names if n != "pooler"})
+    rewrite = None
+    if BACKEND_PRECISION[spec.backend] == "int8":
+        from indexer.encoders.int8_graph import per_token_int8
+
+        weight_max = INT8_FORMATS[spec.int8 or int8_format().name].weight_max
+        rewrite = functools.partial(per_token_int8, weight_max=weight_max)
+    export_into(
+        network,
+        _Outputs(network, layers, pooler).eval(),
+        (ids, (ids > 0).long()),
+        (["input_ids", "attention_mask"], names),
+        axes,
+        spec,
+        rewrite,
+    )
+
+
+def export_into(
+    network: torch.nn.Module,
+    module: torch.nn.Module,
+    sample: tuple[torch.Tensor, ...],
+    names: tuple[list[str], list[str]],
+    axes: dict[str, dict[int, str]],
+    spec: GraphSpec,
+    rewrite: Callable[[Any], Any] | None = None,
+) -> None:
+    """``module`` (the outputs wanted of ``network``) traced with attention eager, given ONNX
+    Runtime's transformer fusions (one ``Attention`` op per layer), rewritten by ``rewrite`` when
+    given (int8), and moved into ``spec``'s place with its weights apart: the one export path of
+    every graph (sentence vectors and rerankers' logits). ``names``: the inputs and the outputs."""
     try:
         import onnx
+        from onnxruntime.transformers import optimizer
     except ImportError:
         raise BadInput("exporting to ONNX needs onnx and onnxruntime: reinstall semsearch") from None
     import tempfile
     import warnings
 
-    config, layers, pooler, target = network.config, spec.layers, spec.pooler, spec.path
-    names = [f"h{i}" for i in layers] + (["pooler"] if pooler else [])
-    ids = torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]]) % config.vocab_size  # any vocabulary
-    axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}}
-    axes.update({n: {0: "batch", 1: "tokens"} for n in names if n != "pooler"})
-    target.parent.mkdir(parents=True, exist_ok=True)
+    spec.path.parent.mkdir(parents=True, exist_ok=True)
     with (
-        tempfile.TemporaryDirectory(dir=target.parent) as tmp,
+        tempfile.TemporaryDirectory(dir=spec.path.parent) as tmp,
         warnings.catch_warnings(),
         _eager_attention(network),
     ):
         warnings.simplefilter("ignore")
         plain, fused = Path(tmp) / "plain.onnx", Path(tmp) / "fused.onnx"
-        export_fused(
-            _Outputs(network, layers, pooler).eval(),
-            (ids, (ids > 0).long()),
-            ["input_ids", "attention_mask"],
-            names,
-            axes,
-            config,
-            plain,
-            fused,
+        torch.onnx.export(
+            module,
+            sample,
+            str(plain),
+            input_names=names[0],
+            output_names=names[1],
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,
         )
-        result = Path(tmp) / "final.onnx"
-        if BACKEND_PRECISION[spec.backend] == "int8":
-            from indexer.encoders.int8_graph import per_token_int8
-
-            weight_max = INT8_FORMATS[spec.int8 or int8_format().name].weight_max
-            onnx.save_model(per_token_int8(onnx.load(str(fused)), weight_max), str(result))
-        else:
-            fused.replace(result)
-        _save_with_weights_apart(result, target, spec.weights)
-
-
-def export_fused(
-    module: torch.nn.Module,
-    sample: tuple[torch.Tensor, ...],
-    input_names: list[str],
-    output_names: list[str],
-    axes: dict[str, dict[int, str]],
-    config: Any,
-    plain: Path,
-    fused: Path,
-) -> None:
-    """``module`` traced to ``plain`` and written to ``fused`` with ONNX Runtime's transformer
-    fusions (one ``Attention`` op per layer where attention was exported eagerly): the one export
-    step of every graph (sentence vectors and rerankers' logits)."""
-    try:
-        from onnxruntime.transformers import optimizer
-    except ImportError:
-        raise BadInput("exporting to ONNX needs onnx and onnxruntime: reinstall semsearch") from None
-
-    torch.onnx.export(
-        module,
-        sample,
-        str(plain),
-        input_names=input_names,
-        output_names=output_names,
-        dynamic_axes=axes,
-        opset_version=17,
-        dynamo=False,
-    )
-    model = optimizer.optimize_model(
-        str(plain),
-        model_type="bert",
-        num_heads=config.num_attention_heads,
-        hidden_size=config.hidden_size,
-        opt_level=1,
-        optimization_options=_fusions(),
-    )
-    model.save_model_to_file(str(fused))
+        config = network.config
+        model = optimizer.optimize_model(
+            str(plain),
+            model_type="bert",
+            num_heads=config.num_attention_heads,
+            hidden_size=config.hidden_size,
+            opt_level=1,
+            optimization_options=_fusions(),
+        )
+        model.save_model_to_file(str(fused))
+        if rewrite is not None:
+            onnx.save_model(rewrite(onnx.load(str(fused))), str(fused))
+        _save_with_weights_apart(fused, spec.path, spec.weights)
 
 
 def _save_with_weights_apart(graph: Path, target: Path, weights: Path) -> None:

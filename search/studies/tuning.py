@@ -305,6 +305,37 @@ class TuneReport:
     first_stage: float | None = None
     """A reranker of ranking labels: the held-back MRR@10 of the first stage alone, before reranking."""
 
+    @classmethod
+    def of(
+        cls,
+        output: Path,
+        labels: Labels,
+        counts: tuple[int, int],
+        outcome: Any,
+        strategy: str,
+        options: str,
+        **more: Any,
+    ) -> TuneReport:
+        """The report of a training ``outcome`` (``indexer.encoders.training.Outcome``) on
+        ``counts`` (labels trained on, held back)."""
+        return cls(
+            str(output),
+            labels.kind,
+            _metric(labels),
+            *counts,
+            outcome.before,
+            outcome.best,
+            outcome.best_step,
+            outcome.steps,
+            outcome.epochs,
+            outcome.minutes,
+            outcome.stopped,
+            outcome.losses,
+            strategy,
+            options,
+            **more,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
@@ -330,21 +361,17 @@ def tune(
     per training step. ``options``: where it trains (``device``; ``auto``: a GPU torch sees); their
     ``precision`` on a GPU: the forward pass autocast (``auto``: bf16, which needs no loss
     scaling), weights and optimiser in fp32."""
-    from indexer.encoders.devices import AUTO
-    from indexer.encoders.options import given
     from indexer.encoders.training import Budget, fine_tune, save_model, trainable
 
     output = Path(output)
-    options = given(options).checked()
-    on = options.placement
-    mixed = "bf16" if options.precision.strip().lower() == AUTO and not on.on_cpu else on.precision
+    options, mixed = _training_precision(options)
     with staged_dir(output, _new_or_empty) as staging:  # claimed now: a second tune to it stops here
         budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
         held = hold_back(labels, held_back, seed)
         rows = np.flatnonzero(~held)
         encoder = trainable(strategy, options)
         examples = training_examples(labels, held, encoder.embed)
-        metric = "spearman" if labels.scores is not None else f"mrr@{K}"
+        metric = _metric(labels)
         report(f"{labels.kind}: {len(rows)} trained on, {int(held.sum())} held back ({metric} x100)")
         outcome = fine_tune(
             encoder,
@@ -356,34 +383,32 @@ def tune(
             mixed=mixed,
         )
         encoder.model.to("cpu")  # saved from the CPU, whatever it trained on
-        facts = {
-            "tuned_from": encoder.strategy.model_id,
-            "labels": labels.kind,
-            "held_back": {
-                "pairs": int(held.sum()),
-                "metric": metric,
-                "before": outcome.before,
-                "after": outcome.best,
-            },
-        }
+        facts = _facts(encoder.strategy.model_id, labels, held, outcome)
         stored = save_model(encoder, staging, output, facts, (strategy or Strategy()).backend)
-    return TuneReport(
-        str(output),
-        labels.kind,
-        metric,
-        len(rows),
-        int(held.sum()),
-        outcome.before,
-        outcome.best,
-        outcome.best_step,
-        outcome.steps,
-        outcome.epochs,
-        outcome.minutes,
-        outcome.stopped,
-        outcome.losses,
-        stored.describe(),
-        options_for(stored),
-    )
+    counts = (len(rows), int(held.sum()))
+    return TuneReport.of(output, labels, counts, outcome, stored.describe(), options_for(stored))
+
+
+def _training_precision(options: EmbeddingOptions | None) -> tuple[EmbeddingOptions, str]:
+    """The options checked, and the forward pass's precision: on a GPU ``auto`` is bf16 (no loss
+    scaling needed), on the CPU fp32; weights and optimiser stay fp32 either way."""
+    from indexer.encoders.devices import AUTO
+    from indexer.encoders.options import given
+
+    options = given(options).checked()
+    on = options.placement
+    return options, "bf16" if options.precision.strip().lower() == AUTO and not on.on_cpu else on.precision
+
+
+def _metric(labels: Labels) -> str:
+    """What the held-back labels are measured by (x100 in reports)."""
+    return "spearman" if labels.scores is not None else f"mrr@{K}"
+
+
+def _facts(source: str, labels: Labels, held: np.ndarray, outcome: Any) -> dict[str, Any]:
+    """What a tuned model's folder records of its training (``semsearch.json``)."""
+    measured = {"pairs": int(held.sum()), "metric": _metric(labels), "before": outcome.before}
+    return {"tuned_from": source, "labels": labels.kind, "held_back": {**measured, "after": outcome.best}}
 
 
 def _new_or_empty(output: Path) -> None:
@@ -513,25 +538,22 @@ def cross_tune(
     are measured by reranking, ``first_stage`` (a bi-encoder strategy, default the index's
     default); scored pairs need no first stage."""
     from indexer.encoders.cross_training import fine_tune_cross, load_cross, save_cross
-    from indexer.encoders.devices import AUTO
     from indexer.encoders.factory import encoder_for
-    from indexer.encoders.options import given
     from indexer.encoders.training import Budget
 
     output = Path(output)
-    options = given(options).checked()
-    on = options.placement
-    mixed = "bf16" if options.precision.strip().lower() == AUTO and not on.on_cpu else on.precision
+    options, mixed = _training_precision(options)
     if labels.scores is not None and first_stage is not None:
         raise BadInput("scored pairs train a reranker without a first stage: drop --index")
     with staged_dir(output, _new_or_empty) as staging:  # claimed now: a second tune to it stops here
         budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
         held = hold_back(labels, held_back, seed)
-        cross = load_cross(model, max_length, on.device, mixed, seed)  # a model that cannot load stops here
+        # a model that cannot load stops here, before any training row is made
+        cross = load_cross(model, max_length, options.placement.device, mixed, seed)
         embed = None if labels.scores is not None else encoder_for(first_stage, options).embed
         rows = cross_rows(labels, held, embed)
         measure, alone = cross_measure_for(labels, held, embed)
-        metric = "spearman" if labels.scores is not None else f"mrr@{K}"
+        metric = _metric(labels)
         trained = int((~held).sum())
         report(
             f"{labels.kind}: {trained} trained on ({len(rows)} training pairs), "
@@ -543,33 +565,7 @@ def cross_tune(
             )
         outcome = fine_tune_cross(cross, rows, measure, budget, progress=progress, report=report)
         head = "its head trained on" if cross.continued else "a new one-label head"
-        facts = {
-            "tuned_from": cross.source,
-            "labels": labels.kind,
-            "held_back": {
-                "pairs": int(held.sum()),
-                "metric": metric,
-                "before": outcome.before,
-                "after": outcome.best,
-            },
-        }
-        save_cross(cross, staging, facts)
-    return TuneReport(
-        str(output),
-        labels.kind,
-        metric,
-        trained,
-        int(held.sum()),
-        outcome.before,
-        outcome.best,
-        outcome.best_step,
-        outcome.steps,
-        outcome.epochs,
-        outcome.minutes,
-        outcome.stopped,
-        outcome.losses,
-        f"cross-encoder from {cross.source} ({head}), pairs of at most {cross.max_length} tokens",
-        "",
-        reranker=True,
-        first_stage=alone,
-    )
+        save_cross(cross, staging, _facts(cross.source, labels, held, outcome))
+    said = f"cross-encoder from {cross.source} ({head}), pairs of at most {cross.max_length} tokens"
+    counts = (trained, int(held.sum()))
+    return TuneReport.of(output, labels, counts, outcome, said, "", reranker=True, first_stage=alone)
