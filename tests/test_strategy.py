@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from indexer.embedding.models import model_fingerprint
-from indexer.embedding.strategy import DEFAULT_CHUNK_OVERLAP, DEFAULT_MODEL, Strategy
+from indexer.embedding.strategy import DEFAULT_CHUNK_OVERLAP, DEFAULT_MODEL, FolderSays, Strategy
 from indexer.encoders.factory import encoder_for
 from indexer.errors import SemsearchError, StrategyConflict
 from search.read.engine import check_strategy
@@ -19,15 +19,36 @@ MODEL = {"num_layers": 12, "model_limit": 512}
 
 
 def test_auto_follows_sentence_transformers_config_else_bert_as_service():
-    st = Strategy().resolve(**MODEL, st_pooling="cls", st_max_length=128)
+    st = Strategy().resolve(**MODEL, folder=FolderSays("cls", 128))
     assert (st.layers, st.pooling, st.max_length) == ((-1,), "cls", 128)
-    plain = Strategy().resolve(**MODEL, st_pooling=None, st_max_length=None)
+    plain = Strategy().resolve(**MODEL, folder=FolderSays())
     assert (plain.layers, plain.pooling, plain.max_length) == ((-2,), "mean", 512)
+
+
+def test_a_folders_own_pooling_of_the_last_layer_takes_its_modules_prompts_and_casing():
+    folder = FolderSays("cls", 128, ("2_Dense", "normalize"), 64, True, ("query: ", "passage: "))
+    own = Strategy().resolve(**MODEL, folder=folder)
+    said = (own.layers, own.pooling, own.max_length, own.modules, own.width, own.lowercase)
+    assert said == ((-1,), "cls", 128, ("2_Dense", "normalize"), 64, True)
+    assert (own.query_prefix, own.passage_prefix) == ("query: ", "passage: ")
+    assert Strategy(layers=(12,)).resolve(**MODEL, folder=folder).modules == ("2_Dense", "normalize")
+    other = Strategy(pooling="mean", query_prefix="").resolve(**MODEL, folder=folder)
+    said = (
+        other.layers,
+        other.modules,
+        other.width,
+        other.lowercase,
+        other.query_prefix,
+        other.passage_prefix,
+    )
+    assert said == ((-1,), (), None, True, "", "passage: ")  # the network alone, the folder's casing
+    assert Strategy(layers=(-2,)).resolve(**MODEL, folder=folder).modules == ()
+    assert Strategy(max_length=600).resolve(num_layers=12, model_limit=1024, folder=folder).max_length == 600
 
 
 def test_explicit_choices_win_over_auto():
     s = Strategy(layers=(-4, -3, -2, -1), combine="concat", pooling="max", max_length=64)
-    resolved = s.resolve(**MODEL, st_pooling="mean", st_max_length=256)
+    resolved = s.resolve(**MODEL, folder=FolderSays("mean", 256))
     assert resolved == replace(s, query_prefix="", passage_prefix="")  # the model has no prompts
     assert resolved.dimension(384) == 4 * 384
     assert Strategy(layers=(-1,), pooling="mean-max").dimension(384) == 768
@@ -36,7 +57,7 @@ def test_explicit_choices_win_over_auto():
 @pytest.mark.parametrize("layers", [(13,), (-14,)])
 def test_layer_out_of_range(layers):
     with pytest.raises(SemsearchError, match="out of range"):
-        Strategy(layers=layers).resolve(**MODEL, st_pooling=None, st_max_length=None)
+        Strategy(layers=layers).resolve(**MODEL, folder=FolderSays())
 
 
 def test_invalid_values():
@@ -51,7 +72,7 @@ def test_invalid_values():
         with pytest.raises(SemsearchError):
             Strategy(**bad)
     with pytest.raises(SemsearchError, match="overlap"):
-        Strategy(max_length=32, chunk_overlap=30).resolve(**MODEL, st_pooling=None, st_max_length=None)
+        Strategy(max_length=32, chunk_overlap=30).resolve(**MODEL, folder=FolderSays())
 
 
 def test_round_trip_and_conflicts():

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from indexer.embedding.batching import Batching
-from indexer.embedding.pooling import Pooling, namespace
+from indexer.embedding.modules.base import after_pooling, namespace
+from indexer.embedding.modules.normalize import Normalize
+from indexer.embedding.modules.pooling import Pooling
 from indexer.embedding.strategy import Strategy
 from indexer.errors import ModelFailed
 
@@ -41,8 +43,8 @@ class Tokenized:
 
 class Head:
     """The strategy's part after the network: pick layers, combine them, pool, run the model
-    folder's modules after pooling (its Dense ones, read from ``location``), keep the first
-    ``dimensions``, normalise."""
+    folder's modules after pooling (``indexer.embedding.modules``: its Dense ones read from
+    ``location``), keep the first ``dimensions``, normalise."""
 
     def __init__(
         self, strategy: Strategy, num_layers: int, special_ids: Sequence[int], location: str | None = None
@@ -50,12 +52,7 @@ class Head:
         self.strategy = strategy
         self.layers = [i % (num_layers + 1) for i in strategy.layers or (-1,)]
         self.pooling = Pooling(strategy.pooling, skip_special=strategy.skip_special, special_ids=special_ids)
-        self.projection = None
-        if strategy.modules:
-            from indexer.embedding.folder import Projection
-
-            assert location is not None, "a strategy with modules after pooling reads them from its model"
-            self.projection = Projection(location, strategy.modules)
+        self.after = after_pooling(location, strategy.modules)
 
     def tokens(self, output: NetworkOutput) -> np.ndarray:
         """Per-token vectors of the chosen layers, combined: ``[batch, tokens, width]``."""
@@ -75,14 +72,14 @@ class Head:
         tokens = None if self.strategy.pooling == "pooler" else self.tokens(output)
         pooler = output.pooler_output
         vectors = self.pooling(tokens, input_ids, attention, pooler)
-        if self.projection is not None:
-            vectors = self.projection(vectors)
+        for step in self.after:
+            vectors = step(vectors)
         if self.strategy.dimensions is not None:  # Matryoshka: cut before normalising, as s-t does
             vectors = vectors[:, : self.strategy.dimensions]
         if namespace(vectors) is np:
             vectors = np.asarray(vectors, dtype=np.float32)
         if self.strategy.normalize:
-            vectors = vectors / ((vectors * vectors).sum(1) ** 0.5)[:, None].clip(min=1e-12)
+            vectors = Normalize()(vectors)
         return vectors
 
 

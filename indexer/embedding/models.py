@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from indexer.embedding.folder import FolderSays, read_folder
+from indexer.embedding.folder import read_folder
 from indexer.embedding.model_files import check_link, model_file, model_json, read_json
-from indexer.embedding.strategy import AUTO, DEFAULT_MODEL, Strategy
+from indexer.embedding.strategy import AUTO, DEFAULT_MODEL, FolderSays, Strategy
 from indexer.embedding.weights import tensor_shapes, torch_alone_reads
 from indexer.errors import BadInput, StrategyConflict
 
@@ -217,7 +217,8 @@ class ModelFacts:
     num_layers: int
     hidden_size: int
     limit: int
-    st: FolderSays
+    folder: FolderSays
+    """What its sentence-transformers folder says (``read_folder``)."""
     own_code: bool = False
     """Its ``config.json`` names code of its own (``auto_map``)."""
 
@@ -277,18 +278,11 @@ def resolve_strategy(
     requests ask for the same strategy when their resolutions show no ``Strategy.differences``."""
     located = identified(request)
     facts = facts or model_facts(located.model, trusted=trusted)
-    if facts.st.refused and not located.resolved:
-        raise BadInput(f"model {located.model!r} cannot be read as its authors saved it: {facts.st.refused}")
-    resolved = located.resolve(
-        num_layers=facts.num_layers,
-        model_limit=facts.limit,
-        st_pooling=facts.st.pooling,
-        st_max_length=facts.st.max_length,
-        st_prompts=facts.st.prompts,
-        st_modules=facts.st.modules,
-        st_width=facts.st.width,
-        st_lowercase=facts.st.lowercase,
-    )
+    if facts.folder.refused and not located.resolved:
+        raise BadInput(
+            f"model {located.model!r} cannot be read as its authors saved it: {facts.folder.refused}"
+        )
+    resolved = located.resolve(num_layers=facts.num_layers, model_limit=facts.limit, folder=facts.folder)
     full = resolved.full_dimension(facts.hidden_size)
     if resolved.dimensions is not None and resolved.dimensions > full:
         raise BadInput(f"dimensions {resolved.dimensions} exceeds this model's {full}: give at most {full}")

@@ -59,6 +59,27 @@ DEFAULT_BACKEND = "onnx"
 
 
 @dataclass(frozen=True)
+class FolderSays:
+    """What a sentence-transformers model folder says about how its authors embed with it
+    (``indexer.embedding.folder.read_folder``; all None/empty for a plain transformers folder):
+    what ``Strategy.resolve`` fills ``auto`` from. Defined beside the strategy that reads it: the
+    strategy, which the command line loads without NumPy, imports no folder reader."""
+
+    pooling: str | None = None
+    max_length: int | None = None
+    modules: tuple[str, ...] = ()
+    """After pooling, in order: a Dense module's folder, or ``normalize`` (``Strategy.modules``)."""
+    width: int | None = None
+    lowercase: bool = False
+    prompts: tuple[str, str] = ("", "")
+    """The query and the passage prompt."""
+    said: tuple[str, ...] = ()
+    """What the folder said, in words (``info``)."""
+    refused: str | None = None
+    """Why the folder cannot be reproduced, naming the module; None when it can."""
+
+
+@dataclass(frozen=True)
 class Strategy:
     """Everything that decides an embedding. ``None``/``"auto"`` fields are resolved per model.
 
@@ -164,18 +185,7 @@ class Strategy:
             and None not in (self.query_prefix, self.passage_prefix)
         )
 
-    def resolve(
-        self,
-        *,
-        num_layers: int,
-        model_limit: int,
-        st_pooling: str | None,
-        st_max_length: int | None,
-        st_prompts: tuple[str, str] = ("", ""),
-        st_modules: tuple[str, ...] = (),
-        st_width: int | None = None,
-        st_lowercase: bool = False,
-    ) -> Strategy:
+    def resolve(self, *, num_layers: int, model_limit: int, folder: FolderSays) -> Strategy:
         """Fill ``auto`` fields from what the model says about itself, and check ranges.
 
         A sentence-transformers model (one with a pooling config) was trained with its last layer
@@ -184,10 +194,10 @@ class Strategy:
         empty one) stands over the model's prompt. The folder's modules after pooling follow its
         own pooling of its last layer; another layer or pooling reads the network alone.
         """
-        pooling = self.pooling if self.pooling != AUTO else (st_pooling or "mean")
+        pooling = self.pooling if self.pooling != AUTO else (folder.pooling or "mean")
         if self.layers is not None:
             layers = self.layers
-        elif pooling == "pooler" or st_pooling is not None:
+        elif pooling == "pooler" or folder.pooling is not None:
             layers = (-1,)
         else:
             layers = (-2,) if num_layers >= 1 else (-1,)
@@ -197,7 +207,7 @@ class Strategy:
                     f"layer {i} is out of range: this model has hidden states 0..{num_layers} "
                     f"(or {-(num_layers + 1)}..-1)"
                 )
-        max_length = self.max_length or min(st_max_length or model_limit, model_limit)
+        max_length = self.max_length or min(folder.max_length or model_limit, model_limit)
         if max_length > model_limit:
             raise BadInput(f"max_length {max_length} exceeds the model's limit {model_limit}")
         if self.chunk_overlap is not None and self.chunk_overlap >= max_length - 2:
@@ -207,17 +217,17 @@ class Strategy:
         if self.resolved:  # a stored strategy keeps what it was made with
             return replace(self, max_length=max_length)
         last = tuple(i % (num_layers + 1) for i in layers) == (num_layers,)
-        own = st_pooling is not None and pooling == st_pooling and last
+        own = folder.pooling is not None and pooling == folder.pooling and last
         return replace(
             self,
             layers=layers,
             pooling=pooling,
             max_length=max_length,
-            query_prefix=st_prompts[0] if self.query_prefix is None else self.query_prefix,
-            passage_prefix=st_prompts[1] if self.passage_prefix is None else self.passage_prefix,
-            modules=st_modules if own else (),
-            width=st_width if own else None,
-            lowercase=st_lowercase or self.lowercase,
+            query_prefix=folder.prompts[0] if self.query_prefix is None else self.query_prefix,
+            passage_prefix=folder.prompts[1] if self.passage_prefix is None else self.passage_prefix,
+            modules=folder.modules if own else (),
+            width=folder.width if own else None,
+            lowercase=folder.lowercase or self.lowercase,
         )
 
     def dimension(self, hidden_size: int) -> int:

@@ -4,7 +4,7 @@ answers its first query on a machine with an empty cache and no torch, as fast a
 Each version directory holds the graph (``<key>.onnx`` and its weights ``<key>.onnx.data``, the
 names of the cache: content-addressed by the model's fingerprint, the layers and the backend) and
 the model's ``HELD_FILES`` (config and tokenizer) with the Dense modules the strategy runs after
-pooling (``indexer.embedding.folder.module_files``). They are hard links where the file system
+pooling (``indexer.embedding.modules.base.held_files``). They are hard links where the file system
 allows: of the cache's files when a build writes the first version, of the previous version's
 when a change writes the next, so every index of one model and strategy kind on one disk shares
 one copy of the weights. The meta records the key (``IndexMeta.graph``) and, like every file of
@@ -17,9 +17,9 @@ import os
 import shutil
 from pathlib import Path
 
-from indexer.embedding.folder import module_files
 from indexer.embedding.graphs import HELD_FILES, GraphSpec, graph_spec, held_graph
 from indexer.embedding.models import model_file
+from indexer.embedding.modules.base import held_files
 from indexer.embedding.strategy import Strategy
 
 
@@ -34,7 +34,7 @@ def hold_graph(version: Path, strategy: Strategy, live: GraphSpec | None = None)
         found = model_file(spec.location, name)
         if found is not None:
             _link(found, version / name)
-    for found, name in module_files(spec.location, strategy.modules):
+    for found, name in held_files(spec.location, strategy.modules):
         _link(found, version / name)
     _link(spec.weights, version / spec.weights.name)
     _link(spec.path, version / spec.path.name)
