@@ -46,6 +46,7 @@ STRATEGIES = {
         "query_prefix": "query: ",
         "passage_prefix": "passage: ",
     },
+    "int8": {"pooling": "mean", "layers": (-1,), "backend": "onnx-int8"},
 }
 
 OUTSIDE = """
@@ -186,18 +187,27 @@ def test_the_export_states_the_prefixes_the_graph_cannot_prepend(exported):
     assert "Prefixes" not in plain and "+ text for text" not in plain
 
 
-def test_an_int8_index_is_refused_with_the_reason(tiny_model, tmp_path, monkeypatch):
-    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))
-    index = tmp_path / "int8"
-    build_index(
-        DATA / "demo_faq.csv",
-        index,
-        Strategy(model=tiny_model, backend="onnx-int8"),
-        text_fields=["question"],
-    )
-    with pytest.raises(BadInput, match="only fp32 indexes"):
-        export_encoder(index, tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+def test_an_int8_index_exports_its_int8_graph_batched_as_the_index_embeds(exported):
+    """An int8 graph quantises each token with its own scale: one padded batch through the export
+    gives the index's own query vectors (not the fp32 ones)."""
+    import onnxruntime
+    from tokenizers import Tokenizer
+
+    made, texts, _ = exported
+    _, export, expected = made["int8"]
+    _, _, fp32 = made["mean"]
+    tokenizer = Tokenizer.from_file(str(export.directory / "tokenizer.json"))
+    tokenizer.enable_padding(pad_id=0)
+    batch = tokenizer.encode_batch(texts[:40])
+    feed = {
+        "input_ids": np.array([e.ids for e in batch], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in batch], dtype=np.int64),
+        "token_type_ids": np.zeros((len(batch), len(batch[0].ids)), dtype=np.int64),
+    }
+    session = onnxruntime.InferenceSession(str(export.directory / "model.onnx"))
+    got = session.run(["sentence_embedding"], {i.name: feed[i.name] for i in session.get_inputs()})[0]
+    np.testing.assert_allclose(got, expected[:40], atol=1e-5)
+    assert np.abs(expected - fp32).max() > 1e-3  # it is the int8 graph: other vectors than fp32
 
 
 @pytest.mark.slow

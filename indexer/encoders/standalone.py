@@ -26,7 +26,7 @@ from indexer.embedding.graphs import GraphSpec
 from indexer.embedding.modules.base import after_pooling
 from indexer.embedding.modules.normalize import Normalize
 from indexer.embedding.modules.pooling import Pooling
-from indexer.embedding.strategy import BACKEND_PRECISION, Strategy
+from indexer.embedding.strategy import Strategy
 from indexer.embedding.transform import Transform
 from indexer.errors import BadInput
 
@@ -36,15 +36,22 @@ SINGLE_FILE_LIMIT = 1 << 30
 model keeps them beside it in ``model.onnx.data``."""
 
 
+AXES_AS_INPUT = 18
+"""The opset from which ``ReduceMax``/``ReduceL2`` take their axes as an input, not an attribute
+(an int8 graph is opset 21: ``indexer.encoders.int8_graph``)."""
+
+
 class _Appender:
-    """Operators appended to a graph under names of their own (the modules' ``Graph``)."""
+    """Operators appended to a graph under names of their own (the modules' ``Graph``), in the
+    graph's own opset: a reduction's ``axes`` is written as the opset reads it."""
 
     FLOAT = TensorProto.FLOAT
     BOOL = TensorProto.BOOL
 
-    def __init__(self, graph: onnx.GraphProto):
-        self.graph = graph
+    def __init__(self, model: onnx.ModelProto):
+        self.graph = model.graph
         self.count = 0
+        self.opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=17)
 
     def _name(self, kind: str) -> str:
         self.count += 1
@@ -52,6 +59,9 @@ class _Appender:
 
     def op(self, kind: str, inputs: Sequence[str], *, first: bool = False, **attributes: object) -> str:
         out = self._name(kind)
+        if kind.startswith("Reduce") and "axes" in attributes and self.opset >= AXES_AS_INPUT:
+            axes = np.array(attributes.pop("axes"), dtype=np.int64)
+            inputs = [*inputs, self.const(axes)]
         tensors = {
             k: numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v for k, v in attributes.items()
         }
@@ -98,16 +108,6 @@ def _combined(ops: _Appender, strategy: Strategy, states: Sequence[str]) -> str:
     return total if strategy.combine == "sum" else ops.op("Div", [total, ops.const(np.float32(len(states)))])
 
 
-def exportable(strategy: Strategy) -> None:
-    """Refuse what one batched graph cannot reproduce: an onnx-int8 index's graph runs each text
-    alone (dynamic quantisation's scales are taken over the whole input, padding included)."""
-    if BACKEND_PRECISION[strategy.backend] == "int8":
-        raise BadInput(
-            "an onnx-int8 index runs each text alone (its vectors depend on the batch otherwise): "
-            "only fp32 indexes (backend onnx or torch) can be exported"
-        )
-
-
 def standalone(
     spec: GraphSpec,
     strategy: Strategy,
@@ -119,10 +119,9 @@ def standalone(
 ) -> tuple[onnx.ModelProto, int, list[str]]:
     """The graph of ``spec`` with ``strategy``'s head (and ``transform``) appended: the model,
     its output width and its input names."""
-    exportable(strategy)
     model = _with_weights(spec)
     graph = model.graph
-    ops = _Appender(graph)
+    ops = _Appender(model)
     if "attention_mask" not in {i.name for i in graph.input}:  # a graph of layer 0 alone
         graph.input.append(_tokens_in("attention_mask"))
     if _wire_token_types(graph, ops):

@@ -38,7 +38,7 @@ class EncoderExport:
 def export_encoder(index_dir: str | Path, target: str | Path) -> EncoderExport:
     """Export ``index_dir``'s query encoder into the directory ``target`` (created, or replaced
     if it holds an earlier export; anything else there is refused)."""
-    from indexer.encoders.standalone import exportable, save, standalone
+    from indexer.encoders.standalone import save, standalone
     from indexer.encoders.tokens import TextTokenizer
     from indexer.store import open_index
 
@@ -47,7 +47,6 @@ def export_encoder(index_dir: str | Path, target: str | Path) -> EncoderExport:
     index = open_index(index_dir, vectors=False)
     index.catalog.close()
     strategy = index.strategy
-    exportable(strategy)  # before any export of its graph
     spec = _graph(index)
     config = read_json(model_file(spec.location, "config.json")) or {}
     num_layers, hidden_size = config_shape(config) or (0, 0)
