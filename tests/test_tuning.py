@@ -395,6 +395,7 @@ def test_a_time_budget_is_kept_with_the_last_evaluation_in_it(
 
     clock = [0.0]
     monkeypatch.setattr(training, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(training, "MARGIN", 1.0)  # these costs never vary: no margin needed
     step = training._batch_loss
 
     def slow_step(*args):
@@ -414,6 +415,40 @@ def test_a_time_budget_is_kept_with_the_last_evaluation_in_it(
     outcome = training.fine_tune(encoder, examples, slow_measure, budget)
     assert outcome.minutes <= minutes and outcome.stopped == "time budget spent"
     assert outcome.steps == steps and outcome.best_step == steps  # the last steps were measured too
+
+
+def test_a_time_budget_holds_when_a_later_measurement_takes_longer(tiny_model, tmp_path, monkeypatch):
+    """A machine that gets busier: the first measurement takes 10 s, the next 14 s, a step 5 s,
+    one measurement an epoch (longer than the budget). The last measurement is the first slow
+    one, and the budget still holds: a step and its measurement are reckoned with a margin over
+    the longest yet."""
+    from types import SimpleNamespace
+
+    import indexer.encoders.training as training
+
+    clock = [0.0]
+    monkeypatch.setattr(training, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    step = training._batch_loss
+    measured = []
+
+    def slow_step(*args):
+        clock[0] += 5
+        return step(*args)
+
+    def slower_measure(embed) -> float:
+        clock[0] += 14 if measured else 10
+        measured.append(clock[0])
+        return clock[0]
+
+    monkeypatch.setattr(training, "_batch_loss", slow_step)
+    labels = labels_of("scored pairs", tmp_path)
+    held = hold_back(labels, 0.2, seed=0)
+    encoder = training.trainable(Strategy(model=tiny_model))
+    examples = training_examples(labels, held, encoder.embed)
+    budget = training.Budget(epochs=20, batch_size=2, max_minutes=1.0, evaluations=1)
+    outcome = training.fine_tune(encoder, examples, slower_measure, budget)
+    assert outcome.steps > 0 and outcome.stopped == "time budget spent" and len(measured) == 2
+    assert outcome.minutes <= 1.0
 
 
 def test_a_tuned_model_directory_gives_its_strategy_as_the_default(tiny_model, tmp_path):
