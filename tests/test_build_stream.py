@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import indexer.encoders.factory
+import indexer.reading.corpus
 import indexer.store.writer
 import indexer.writing.build
 from indexer import Strategy, build_index
@@ -21,6 +21,7 @@ from indexer.embedding.transform import Transform
 from indexer.encoders.factory import encoder_for
 from indexer.errors import BadInput, SemsearchError
 from indexer.store import CURRENT, DATABASE, TRANSFORM, open_index
+from indexer.writing.update import add_to_index
 from search import SearchEngine
 from tests.helpers import ROOT, write_csv
 
@@ -130,14 +131,15 @@ def test_corpus_changed_during_the_build_is_an_error(tmp_path, tiny_model, small
     path = corpus(tmp_path)
     build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
     before = (tmp_path / "idx" / CURRENT).read_text()
-    load = indexer.encoders.factory.encoder_for
+    survey = indexer.writing.build.survey_corpus
 
-    def append_a_row_then_load(*args, **kwargs):
+    def survey_then_append_a_row(*args, **kwargs):
+        found = survey(*args, **kwargs)
         with path.open("a", encoding="utf-8") as f:
             f.write("a9,a row written while indexing,1\n")
-        return load(*args, **kwargs)
+        return found
 
-    monkeypatch.setattr(indexer.encoders.factory, "encoder_for", append_a_row_then_load)
+    monkeypatch.setattr(indexer.writing.build, "survey_corpus", survey_then_append_a_row)
     with pytest.raises(BadInput, match="changed while it was being indexed"):
         build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
     assert (tmp_path / "idx" / CURRENT).read_text() == before
@@ -208,3 +210,46 @@ def test_info_detects_a_vector_file_that_does_not_match(tmp_path, tiny_model):
         db.execute("delete from meta where key = 'files'")
     with pytest.raises(SemsearchError, match="6 entries and 5 vectors"):  # the header's count
         open_index(tmp_path / "idx", vectors=False)
+
+
+def test_a_corpus_of_one_part_is_read_once(tmp_path, tiny_model, monkeypatch):
+    """The first pass keeps the entries of a corpus no larger than a part: the second reads nothing;
+    a larger one is read again, part by part."""
+    reads = []
+    parse = indexer.reading.corpus.parse_rows
+
+    def counted(*args, **kwargs):
+        reads.append(1)
+        return parse(*args, **kwargs)
+
+    monkeypatch.setattr(indexer.reading.corpus, "parse_rows", counted)
+    report = build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    assert len(reads) == 1 and report.entries == 6
+    rows = open_index(tmp_path / "idx").rows(range(1, 7))
+    assert [rows[r]["_id"] for r in range(1, 7)] == ["a1", "a2", "a4", "a5", "a6", "a7"]
+    reads.clear()
+    monkeypatch.setattr(indexer.writing.build, "PART_ENTRIES", 4)
+    assert build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model)).entries == 6
+    assert len(reads) == 2
+
+
+def test_a_build_fills_its_keyword_table_once_and_keeps_it_exact_after(tmp_path, tiny_model, monkeypatch):
+    """A new version's SQLite file is synced by the store, not by SQLite at every statement, and its
+    keyword table is filled from the rows at the commit: the same table and triggers as row by row."""
+    synchronous = []
+    create = Catalog.create
+
+    def spied(*args, **kwargs):
+        catalog = create(*args, **kwargs)
+        synchronous.append(catalog.db.execute("pragma synchronous").fetchone()[0])
+        return catalog
+
+    monkeypatch.setattr(Catalog, "create", spied)
+    build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    assert synchronous == [0]  # off
+    catalog = open_index(tmp_path / "idx").catalog
+    assert catalog.keyword_coverage() == ([], [])  # the schema of a table kept row by row
+    assert [rowid for rowid, *_ in catalog.keyword_search("bike", 5)] == [3, 5]
+    add_to_index(tmp_path / "idx", write_csv(tmp_path / "u.csv", [("n1", "a bike for rent", "1")]))
+    catalog = open_index(tmp_path / "idx").catalog
+    assert sorted(rowid for rowid, *_ in catalog.keyword_search("bike", 5)) == [3, 5, 7]  # the triggers'

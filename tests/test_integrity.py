@@ -128,6 +128,36 @@ def test_check_finds_a_changed_byte_that_sizes_cannot(index, tmp_path):
         compact_index(index)
 
 
+def test_the_held_graph_is_summed_beside_the_writing(tmp_path, tiny_model, monkeypatch):
+    """A build sums its held graph's files (the bulk of a version's bytes) in a thread while the
+    vector index and SQLite are written, and records the same sizes and checksums as at the commit:
+    ``info --check`` passes, and names a graph file changed after."""
+    import threading
+
+    import indexer.store.integrity
+
+    summed = []
+    records = indexer.store.integrity.records
+
+    def spied(version, names):
+        names = list(names)
+        summed.append((threading.current_thread() is threading.main_thread(), names))
+        return records(version, names)
+
+    monkeypatch.setattr(indexer.store.integrity, "records", spied)
+    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
+    stored = open_index(tmp_path / "idx")
+    graph = f"{stored.meta['graph']}.onnx.data"
+    assert [(main, graph in names) for main, names in summed] == [(False, True)]
+    assert stored.meta["files"] == records(stored.version, list(stored.meta["files"]))
+    assert info(tmp_path / "idx", "--check").exit_code == 0
+    data = bytearray((stored.version / graph).read_bytes())
+    data[-40] ^= 0xFF
+    (stored.version / graph).unlink()  # a hard link of the cache's: changed alone
+    (stored.version / graph).write_bytes(bytes(data))
+    assert_damaged(info(tmp_path / "idx", "--check"), graph)
+
+
 def test_check_covers_segments_and_the_database(index, tmp_path):
     add_to_index(index, more(tmp_path))
     result = info(index, "--check")
@@ -331,3 +361,17 @@ def test_a_real_full_disk(small_disk, tmp_path, tiny_model):
     assert {k: v for k, v in snapshot(index).items() if k != ".lock"}.keys() <= before.keys() | {".lock"}
     filler.unlink()
     assert add_to_index(index, big).added == 300
+
+
+def test_a_checksum_is_the_crc_of_the_bytes(tmp_path):
+    """A file's checksum (mapped and summed in one call) is the CRC-32 of its bytes; an empty
+    file's, which cannot be mapped, is 0."""
+    import zlib
+
+    from indexer.store.integrity import checksum
+
+    data = bytes(range(256)) * 5000
+    (tmp_path / "some").write_bytes(data)
+    (tmp_path / "empty").write_bytes(b"")
+    assert checksum(tmp_path / "some") == zlib.crc32(data)
+    assert checksum(tmp_path / "empty") == 0

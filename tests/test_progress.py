@@ -186,6 +186,26 @@ def test_steps_report_shares_in_the_task_unit():
     assert bar.bar.n == 10
 
 
+def test_a_quiet_build_makes_no_bar(tmp_path, tiny_model, monkeypatch):
+    """A build that shows no bar (``-q``, a pipe) makes none: nothing imports tqdm for it. One that
+    shows a bar counts every entry."""
+    import indexer.writing.build
+
+    made: list[Progress] = []
+
+    def spied(*args, **kwargs):
+        made.append(Progress(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(indexer.writing.build, "Progress", spied)
+    rows = [(f"e{i}", f"entry {i} about {TOPICS[i % 5]}") for i in range(12)]
+    corpus = write_csv(tmp_path / "faq.csv", rows, ("id", "text"))
+    build_index(corpus, tmp_path / "quiet", Strategy(model=tiny_model), progress=False)
+    assert made == []
+    build_index(corpus, tmp_path / "shown", Strategy(model=tiny_model), progress=True)
+    assert [(bar.bar.n, bar.bar.total) for bar in made] == [(12, 12)]
+
+
 @pytest.mark.parametrize("exact", [True, False])
 def test_a_duplicate_scan_reports_each_block(exact):
     vectors = clustered(600)

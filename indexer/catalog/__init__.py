@@ -9,8 +9,8 @@ Tables::
     tombstones(_rowid INTEGER PRIMARY KEY, generation INTEGER)   vectors hidden by an update
                                          (``indexer.segments``); made by the first update that needs it
     keywords                             FTS5 over ``entries._text`` and the also fields (external
-                                         content, kept by triggers in the writer's own transaction):
-                                         keyword search
+                                         content, kept by triggers in the writer's own transaction;
+                                         a new version's filled once at its commit): keyword search
     keyword_texts                        the view it reads those columns through (with also fields)
     structured(_rowid, field)            the fields of each row that hold a JSON list or object (kept
                                          as JSON text, given back as the list or object); made by the
@@ -104,14 +104,20 @@ class Catalog(KeywordTable, FieldFacets):
     kill rolls it back, in any process that reads. Where this process cannot write the file or
     its folder, it reads the last committed state from a private copy (``_committed_copy``)."""
 
-    def __init__(self, path: Path, *, readonly: bool = True):
+    def __init__(self, path: Path, *, readonly: bool = True, synced: bool = True):
+        """``synced`` False: SQLite's own fsyncs are skipped, for a file no one reads before its
+        writer has fsynced it (a version not yet live: ``indexer.store.versions`` fsyncs its every
+        file before the swap); each commit is then a write, not three syncs."""
         self.path = path
         self._copy: Path | None = None  # the private folder of ``_committed_copy``, if reading one
         self._read_at: int | None = None  # the generation the read in progress is checked at
         self._kept = Postings()
         self._structured = False  # whether the catalog is known to mark lists and objects (``structured``)
+        self._unfilled: Sequence[str] | None = None  # ``create(bulk=True)``: keyword fields not yet read
         mode = "rw" if readonly else "rwc"
         self.db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False)
+        if not synced:
+            self.db.execute("pragma synchronous = off")
         if not readonly:  # ``insert or replace`` runs the delete trigger that keeps ``keywords`` exact
             self.db.execute("pragma recursive_triggers = on")
             return
@@ -180,17 +186,30 @@ class Catalog(KeywordTable, FieldFacets):
         return self._copy is not None and not self.journal.exists()
 
     @classmethod
-    def create(cls, path: Path, field_types: dict[str, str], keyword_fields: Sequence[str] = ()) -> Catalog:
+    def create(
+        cls,
+        path: Path,
+        field_types: dict[str, str],
+        keyword_fields: Sequence[str] = (),
+        *,
+        bulk: bool = False,
+    ) -> Catalog:
         """A new catalog whose keyword table reads ``_text`` and the columns ``keyword_fields``
-        names (``keyword_fields()``: the also fields)."""
-        catalog = cls(path, readonly=False)
+        names (``keyword_fields()``: the also fields). ``bulk``: a new version's, written whole
+        before anyone reads it: SQLite does not sync it (``synced``), and its keyword table is
+        filled once from the rows at the first ``commit`` (FTS5's ``rebuild``, a fifth of the cost
+        of the triggers' row by row; they are made then, for the changes after it), so it answers
+        no keyword search before that commit."""
+        catalog = cls(path, readonly=False, synced=not bulk)
         columns = ", ".join(f"{quote(n)} {SQL_TYPES[t]}" for n, t in field_types.items())
         catalog.db.executescript(
             "create table meta (key text primary key, value text);"
             "create table entries (_rowid integer primary key, _id text not null unique, _text text,"
             f" _hash text, _chunks integer{', ' + columns if columns else ''});"
         )
-        catalog.create_keywords(keyword_fields)
+        catalog.create_keywords(keyword_fields, triggers=not bulk)
+        if bulk:
+            catalog._unfilled = keyword_fields
         return catalog
 
     def close(self) -> None:
@@ -199,6 +218,9 @@ class Catalog(KeywordTable, FieldFacets):
             shutil.rmtree(self._copy, ignore_errors=True)
 
     def commit(self) -> None:
+        if self._unfilled is not None:
+            self.fill_keywords(self._unfilled)
+            self._unfilled = None
         self.db.commit()
 
     def vacuum(self) -> None:
@@ -393,8 +415,7 @@ class Catalog(KeywordTable, FieldFacets):
         admits): one per distinct value, one per entry without a value."""
         column = quote(name)
         found = self.db.execute(
-            f"select count(distinct {column}) + count(*) - count({column}) from entries"
-            + _WITHIN,
+            f"select count(distinct {column}) + count(*) - count({column}) from entries" + _WITHIN,
             (None if within is None else json.dumps([int(r) for r in within]),),
         )
         return int(found.fetchone()[0])

@@ -27,7 +27,8 @@ _KEYWORD_TEXTS = "keyword_texts"
 """The view the keyword table reads when it covers also fields: their columns under names FTS5
 takes (a field may be called ``rank``)."""
 _TOKENIZE = "tokenize='porter unicode61 remove_diacritics 2'"
-_KEYWORD_OBJECTS = (KEYWORDS, _KEYWORD_TEXTS, "keywords_insert", "keywords_delete", "keywords_update")
+_TRIGGERS = ("keywords_insert", "keywords_delete", "keywords_update")
+_KEYWORD_OBJECTS = (KEYWORDS, _KEYWORD_TEXTS, *_TRIGGERS)
 
 
 def keyword_fields(text_fields: Sequence[str], also: Sequence[str], columns: Sequence[str]) -> list[str]:
@@ -79,10 +80,20 @@ class KeywordTable:
         """The table's column names (``Catalog.columns``)."""
         raise NotImplementedError
 
-    def create_keywords(self, fields: Sequence[str]) -> None:
-        """Make the keyword table of a new catalog over ``_text`` and ``fields``."""
-        for statement in _keyword_schema(fields).values():
-            self.db.execute(statement)
+    def create_keywords(self, fields: Sequence[str], *, triggers: bool = True) -> None:
+        """Make the keyword table of a new catalog over ``_text`` and ``fields``; without its
+        ``triggers`` it reads no row until ``fill_keywords``."""
+        for name, statement in _keyword_schema(fields).items():
+            if triggers or name not in _TRIGGERS:
+                self.db.execute(statement)
+
+    def fill_keywords(self, fields: Sequence[str]) -> None:
+        """Fill the keyword table ``create_keywords`` made without its triggers from the rows, in
+        one pass, and make the triggers that keep it exact from then on."""
+        self.db.execute("insert into keywords(keywords) values ('rebuild')")
+        for name, statement in _keyword_schema(fields).items():
+            if name in _TRIGGERS:
+                self.db.execute(statement)
 
     def has_keywords(self) -> bool:
         """Whether this version keeps the keyword table (one written before it does not)."""

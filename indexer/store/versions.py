@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from indexer.catalog import Catalog, DatabaseError
 from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
@@ -23,6 +23,9 @@ from indexer.files import out_of_space, remove_unheld
 from indexer.store.integrity import records
 from indexer.store.layout import CURRENT, DATABASE, LOCK, MAX_POINTER, VERSION_NAME
 from indexer.store.meta import IndexMeta
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 
 def fsync(path: Path) -> None:
@@ -187,6 +190,9 @@ class Pending:
 
     path: Path
     meta: IndexMeta | None = None
+    checked: Future[dict[str, list[int]]] | None = None
+    """The sizes and checksums of files final before the rest was written (a held graph's:
+    ``integrity.records_ahead``); the others' are made at the commit."""
 
 
 @contextlib.contextmanager
@@ -220,8 +226,11 @@ def _make_durable(index_dir: Path, pending: Pending) -> None:
         raise RuntimeError(f"a new version of {index_dir} was left without its meta")
     version, previous = pending.path, live_or_none(index_dir)
     names = [f.name for f in version.iterdir() if f.name != DATABASE]
-    meta = pending.meta.replace(files=records(version, names), previous=previous, records_previous=True)
-    catalog = Catalog(version / DATABASE, readonly=False)
+    known = pending.checked.result() if pending.checked is not None else {}
+    fresh = records(version, [name for name in names if name not in known])
+    files = {name: known[name] if name in known else fresh[name] for name in names}
+    meta = pending.meta.replace(files=files, previous=previous, records_previous=True)
+    catalog = Catalog(version / DATABASE, readonly=False, synced=False)  # fsynced below
     catalog.write_meta(meta.to_dict())
     catalog.commit()
     catalog.close()

@@ -20,6 +20,7 @@ from indexer.errors import BadInput
 from indexer.reading.corpus import Entry
 from indexer.reading.field_types import detect_types
 from indexer.store.held import hold_graph
+from indexer.store.integrity import records_ahead
 from indexer.store.layout import DATABASE, TRANSFORM, VECTORS
 from indexer.store.meta import IndexMeta
 from indexer.store.versions import Pending, building, committing
@@ -44,7 +45,7 @@ class VersionWriter:
     def __init__(self, pending: Pending, field_types: dict[str, str], keyword_fields: Sequence[str] = ()):
         self.pending = pending
         self.path = version = pending.path
-        self.catalog = Catalog.create(version / DATABASE, field_types, keyword_fields)
+        self.catalog = Catalog.create(version / DATABASE, field_types, keyword_fields, bulk=True)
         self.entries = 0
         self.vectors = 0
         self.dimension: int | None = None
@@ -104,6 +105,10 @@ class VersionWriter:
         self._spool_ids.close()
         if not self.entries:
             raise BadInput("nothing to index: no entries")
+        before = {f.name for f in self.path.iterdir()}
+        graph = hold_graph(self.path, strategy)
+        held = sorted({f.name for f in self.path.iterdir()} - before)
+        self.pending.checked = records_ahead(self.path, held)  # summed while the rest is written
         given = transform is not None
         if not given:
             transform = Transform.for_strategy(strategy, self.raw_parts())
@@ -131,7 +136,7 @@ class VersionWriter:
             **shape_of(index),
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             source=source,
-            graph=hold_graph(self.path, strategy),
+            graph=graph,
             reranker=reranker,
         )
         self.catalog.commit()

@@ -3,7 +3,8 @@
 The corpus is streamed: a first pass checks every row (rejections, duplicate ids across the whole
 file) and types the fields, before any model loads; a second pass embeds it in parts of
 ``PART_ENTRIES`` and hands each part to the new version (``store.new_version``), so peak memory
-is the model, one part and the vector index, however large the corpus.
+is the model, one part and the vector index, however large the corpus. A corpus of one part is
+read once: the first pass keeps its entries (no more than a part holds anyway).
 """
 
 from __future__ import annotations
@@ -59,35 +60,48 @@ class Survey:
     entries: int
     rejected: list[Rejection]
     field_types: dict[str, str]
+    kept: list[Entry] | None = None
+    """Every entry, where there are no more than the survey's ``keep``; None where there are more."""
 
 
-def survey_corpus(reader: CorpusReader) -> Survey:
-    """Check every row of the corpus and type its fields, keeping no entry. The id field's
-    column is text whatever its values: ids are text (``"01"`` is not ``"1"``)."""
+def survey_corpus(reader: CorpusReader, keep: int = 0) -> Survey:
+    """Check every row of the corpus and type its fields, keeping its entries only while there
+    are no more than ``keep`` (one part: the second pass then has nothing to read). The id
+    field's column is text whatever its values: ids are text (``"01"`` is not ``"1"``)."""
     entries, rejected, counter = 0, [], TypeCounter()
+    kept: list[Entry] | None = []
     for item in reader:
         if isinstance(item, Entry):
             entries += 1
             counter.add(item.fields)
+            if kept is not None and entries <= keep:
+                kept.append(item)
+            else:
+                kept = None
         else:
             rejected.append(item)
     types = counter.types()
     if reader.id_field in types:
         types[reader.id_field] = "text"
-    return Survey(entries, rejected, types)
+    return Survey(entries, rejected, types, kept)
 
 
 def corpus_parts(
-    reader: CorpusReader, expected: int, size: int = PART_ENTRIES
+    reader: CorpusReader, survey: Survey, size: int = PART_ENTRIES
 ) -> Iterator[tuple[Entry, ...]]:
-    """The corpus' entries again, ``PART_ENTRIES`` at a time; the file must not have changed
-    since the survey (same entry count), or the build stops with the live index untouched."""
+    """The corpus' entries, ``size`` at a time: those the survey kept, else the file read again,
+    which must not have changed since the survey (same entry count), or the build stops with the
+    live index untouched."""
+    if survey.kept is not None:
+        for start in range(0, len(survey.kept), size):
+            yield tuple(survey.kept[start : start + size])
+        return
     entries = (item for item in reader if isinstance(item, Entry))
     seen = 0
     while part := tuple(islice(entries, size)):
         seen += len(part)
         yield part
-    if seen != expected:
+    if seen != survey.entries:
         raise BadInput(f"{reader.path} changed while it was being indexed: index it again")
 
 
@@ -134,7 +148,7 @@ def build_index(
         folder = read_cross_folder(reranker)
         stored_reranker = {"path": folder.path, "fingerprint": folder.fingerprint}
     reader = CorpusReader(corpus, corpus_options, **given)
-    survey = survey_corpus(reader)
+    survey = survey_corpus(reader, keep=PART_ENTRIES)
     embed_seconds = 0.0
     searched = keyword_fields(reader.text_fields, also.also if also else (), list(survey.field_types))
     with new_version(index_dir, survey.field_types, wait=wait, keyword_fields=searched) as version:
@@ -142,17 +156,19 @@ def build_index(
         encoder = encoder_for(strategy, options, export_queries=True)
         on_ray = isinstance(encoder, RayEncoder)  # one Ray session for every part, parts its size
         size = encoder.part_entries if on_ray else PART_ENTRIES
-        bar = Progress(survey.entries, "embedding", enabled=progress)
-        with bar, encoder.session() if on_ray else contextlib.nullcontext():
+        # no bar, no tqdm imported (a twentieth of a second) where none shows: -q, a pipe
+        bar = Progress(survey.entries, "embedding", enabled=True) if progress else None
+        with bar or contextlib.nullcontext(), encoder.session() if on_ray else contextlib.nullcontext():
             done = 0
-            for part in corpus_parts(reader, survey.entries, size):
+            for part in corpus_parts(reader, survey, size):
                 embed_started = time.perf_counter()
-                step = bar.step(len(part))
+                step = bar.step(len(part)) if bar else None
                 vectors, owners, also_vectors = embed_entries(encoder, part, also, progress=step)
                 embed_seconds += time.perf_counter() - embed_started
                 version.add(part, vectors, owners, also_vectors if also else None)
                 done += len(part)
-                bar.reach(done)
+                if bar:
+                    bar.reach(done)
         rows = survey.entries + len(survey.rejected)
         source = {
             "path": source_name(corpus),

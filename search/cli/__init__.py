@@ -4,6 +4,7 @@ Every user mistake ends as one line on stderr and a non-zero exit."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Any
@@ -77,4 +78,10 @@ def main() -> None:
     from indexer.files import stop_on_sigterm
 
     stop_on_sigterm()  # a stopped run cleans up as after an error: no half-written output
-    cli(prog_name="semsearch")
+    try:
+        cli(prog_name="semsearch")
+    finally:
+        # the command is done: the interpreter's exit still runs every clean-up, but its
+        # collections need not trace the objects left (NumPy, FAISS, ONNX Runtime, the model's
+        # tokenizer), which took 0.1-0.2 s of an index's exit
+        gc.freeze()
