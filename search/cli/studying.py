@@ -54,7 +54,7 @@ def evaluate_group() -> None:
     "instead of the cosine of two embeddings.",
 )
 @strategy_options
-@embedding_options("device")
+@embedding_options("device", "code")
 @progress_options
 def evaluate_sts_command(
     pairs: Path,
@@ -100,7 +100,7 @@ def evaluate_sts_command(
 @rerank_depth_option
 @also_options()
 @strategy_options
-@embedding_options("device")
+@embedding_options("device", "code")
 @progress_options
 def evaluate_retrieval_command(
     corpus: Path | None,
@@ -272,11 +272,12 @@ sweep_options = stacked(
 what it writes."""
 
 
-def plan(asked: dict[str, Any], poolings: str, postprocesses: str) -> Any:
+def plan(asked: dict[str, Any], poolings: str, postprocesses: str, options: EmbeddingOptions) -> Any:
     """The sweep grid, checked by the library before any model loads."""
     from search.studies.sweep import plan_sweep
 
-    return plan_sweep(poolings=split(poolings), postprocesses=split(postprocesses), **asked)
+    trusted = options.trust_remote_code
+    return plan_sweep(poolings=split(poolings), postprocesses=split(postprocesses), trusted=trusted, **asked)
 
 
 @click.group("sweep")
@@ -287,7 +288,7 @@ def sweep_group() -> None:
 @sweep_group.command("sts")
 @pair_options
 @sweep_options
-@embedding_options("device")
+@embedding_options("device", "code")
 @progress_options
 def sweep_sts_command(
     pairs: Path,
@@ -313,7 +314,7 @@ def sweep_sts_command(
     from search.studies.evaluate import read_pairs
     from search.studies.sweep import sweep_sts
 
-    grid = plan(asked, poolings, postprocesses)
+    grid = plan(asked, poolings, postprocesses, options)
     data = read_pairs(pairs, sentence1, sentence2, score, encoding=encoding)
     echo_pair_rejections(data.rejected)
     cells = sweep_sts(
@@ -335,7 +336,7 @@ def sweep_sts_command(
 @sweep_options
 @rerank_option
 @rerank_depth_option
-@embedding_options("device")
+@embedding_options("device", "code")
 @progress_options
 def sweep_retrieval_command(
     corpus: Path | None,
@@ -369,7 +370,7 @@ def sweep_retrieval_command(
     if corpus is None:
         raise click.UsageError("give --corpus")
     check_depth(rerank, rerank_depth, k)
-    grid = plan(asked, poolings, postprocesses)
+    grid = plan(asked, poolings, postprocesses, options)
     data = read_retrieval_set(queries_file, qrels, encoding)
     fields = split(text_field)
     metric = metric or f"mrr@{k}"
@@ -418,7 +419,7 @@ def sweep_retrieval_command(
     help="How word pieces merge into a word vector.",
 )
 @json_option("the strategy, the words and their cosines")
-@embedding_options("device")
+@embedding_options("device", "code")
 @strategy_options_for("model", "layers", "combine", "max_length", layers="-4,-3,-2,-1", combine="sum")
 def words_command(
     text: str, word: str | None, merge: str, as_json: bool, options: EmbeddingOptions, asked: dict[str, Any]

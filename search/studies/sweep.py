@@ -25,7 +25,7 @@ import numpy as np
 from indexer.catalog import Catalog
 from indexer.embedding.strategy import POOLINGS, POSTPROCESSES, ROLES, SWEPT, Strategy
 from indexer.embedding.transform import Transform
-from indexer.encoders.options import EmbeddingOptions
+from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import BadInput
 from indexer.progress import Progress
 from indexer.reading.corpus import Entry, read_corpus
@@ -62,9 +62,12 @@ class SweepPlan:
     postprocesses: tuple[str, ...] = ("none",)
 
     @classmethod
-    def checked(cls, base: Strategy, poolings: Sequence[str], postprocesses: Sequence[str]) -> SweepPlan:
+    def checked(
+        cls, base: Strategy, poolings: Sequence[str], postprocesses: Sequence[str], *, trusted: bool = False
+    ) -> SweepPlan:
         """The plan, or ``BadInput`` naming what is wrong: checked against the model's config
-        files only, so a mistake costs no model load and no pass over the data."""
+        files only, so a mistake costs no model load and no pass over the data. ``trusted``: a
+        model's own code may run (``--trust-remote-code``)."""
         from indexer.embedding.models import resolve_strategy
 
         pools, posts = tuple(dict.fromkeys(poolings)), tuple(dict.fromkeys(postprocesses))
@@ -76,7 +79,7 @@ class SweepPlan:
                 raise BadInput(f"unknown {kind} {unknown[0]!r}: choose from {', '.join(known)}")
         if base.whiten_dims is not None and "whiten" not in posts:
             raise BadInput("whiten_dims needs 'whiten' among the post-processings")
-        resolve_strategy(base)  # the model is there, layer and length ranges fit it
+        resolve_strategy(base, trusted=trusted)  # the model is there, layer and length ranges fit it
         return cls(base, pools, posts)
 
 
@@ -90,6 +93,7 @@ def plan_sweep(
     whiten_dims: int | None = None,
     query_prefix: str | None = None,
     passage_prefix: str | None = None,
+    trusted: bool = False,
 ) -> SweepPlan:
     """A checked plan from plain values (what the ``sweep`` options give)."""
     if whiten_dims is not None and whiten_dims < 1:
@@ -103,7 +107,7 @@ def plan_sweep(
         query_prefix=query_prefix,
         passage_prefix=passage_prefix,
     )
-    return SweepPlan.checked(base, poolings, postprocesses)
+    return SweepPlan.checked(base, poolings, postprocesses, trusted=trusted)
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,8 @@ def sweep_sts(
     options: EmbeddingOptions | None = None,
 ) -> list[Cell]:
     """Every cell's Spearman/Pearson on the pairs, best first (embedded as ``options`` say)."""
-    plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses)
+    trusted = given(options).trust_remote_code
+    plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses, trusted=trusted)
     base, postprocesses = plan.base, plan.postprocesses
     cells, (vectors,) = _embed_grid(base, [(pairs.sentences(), "query")], plan.poolings, progress, options)
     results = []
@@ -252,7 +257,8 @@ def retrieval_sweep(
     metric = metric or f"mrr@{k}"
     if metric not in metric_names(k):
         raise BadInput(f"metric must be one of {', '.join(metric_names(k))}, not {metric!r}")
-    plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses)
+    trusted = given(options).trust_remote_code
+    plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses, trusted=trusted)
     base, postprocesses = plan.base, plan.postprocesses
     if rerank is not None:  # a reranker that cannot rerank is said before the grid is embedded
         from indexer.embedding.cross_folder import read_cross_folder
@@ -401,6 +407,8 @@ def reproduce(strategy: Strategy) -> str:
     parts.append(f"--pooling {strategy.pooling}")
     if strategy.skip_special:
         parts.append("--skip-special")
+    if strategy.remote_code:
+        parts.append("--trust-remote-code")
     if strategy.postprocess != "none":
         parts.append(f"--postprocess {strategy.postprocess}")
         if strategy.whiten_dims:
