@@ -156,19 +156,17 @@ def build_index(
         encoder = encoder_for(strategy, options, export_queries=True)
         on_ray = isinstance(encoder, RayEncoder)  # one Ray session for every part, parts its size
         size = encoder.part_entries if on_ray else PART_ENTRIES
-        # no bar, no tqdm imported (a twentieth of a second) where none shows: -q, a pipe
-        bar = Progress(survey.entries, "embedding", enabled=True) if progress else None
-        with bar or contextlib.nullcontext(), encoder.session() if on_ray else contextlib.nullcontext():
+        bar = Progress(survey.entries, "embedding", enabled=progress)
+        with bar, encoder.session() if on_ray else contextlib.nullcontext():
             done = 0
             for part in corpus_parts(reader, survey, size):
                 embed_started = time.perf_counter()
-                step = bar.step(len(part)) if bar else None
+                step = bar.step(len(part))
                 vectors, owners, also_vectors = embed_entries(encoder, part, also, progress=step)
                 embed_seconds += time.perf_counter() - embed_started
                 version.add(part, vectors, owners, also_vectors if also else None)
                 done += len(part)
-                if bar:
-                    bar.reach(done)
+                bar.reach(done)
         rows = survey.entries + len(survey.rejected)
         source = {
             "path": source_name(corpus),
