@@ -1,5 +1,6 @@
-"""The studies on a model with code of its own: ``sweep`` and ``evaluate`` read it under
-``--trust-remote-code`` as ``index`` does, and refuse it in one line naming the flag without."""
+"""The studies on a model with code of its own: ``sweep``, ``evaluate`` and ``tune`` read it
+under ``--trust-remote-code`` as ``index`` does, and refuse it in one line naming the flag
+without."""
 
 from __future__ import annotations
 
@@ -33,6 +34,24 @@ def test_a_sweep_reads_it_under_the_flag_and_refuses_it_without(folder):  # noqa
 
     expected = 100 * spearmanr((first * second).sum(1), PAIRS.gold)[0]
     assert own.scores["spearman"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_tune_trains_it_under_the_flag_and_its_tuned_folder_asks_for_it_again(folder, tmp_path):  # noqa: F811
+    from search.studies.tuning import tune
+    from tests.test_tuning import labels_of
+
+    labels = labels_of("scored pairs", tmp_path)
+    with pytest.raises(BadInput, match="--trust-remote-code"):
+        tune(labels, tmp_path / "refused", Strategy(model=folder), epochs=1)
+    tuned_dir = tmp_path / "tuned"
+    done = tune(labels, tuned_dir, Strategy(model=folder), epochs=1, learning_rate=0.1, options=TRUSTED)
+    assert done.steps > 0 and done.options.endswith("--trust-remote-code")
+    with pytest.raises(BadInput, match="--trust-remote-code"):
+        encoder_for(Strategy(model=str(tmp_path / "tuned")))
+    tuned = encoder_for(Strategy(model=str(tmp_path / "tuned")), TRUSTED)
+    assert tuned.strategy.remote_code
+    before = encoder_for(Strategy(model=folder), TRUSTED).embed(TEXTS, role="query")
+    assert np.abs(tuned.embed(TEXTS, role="query") - before).max() > 1e-3  # its own weights, trained
 
 
 @pytest.mark.slow

@@ -116,7 +116,8 @@ def trainable(strategy: Strategy | None, options: EmbeddingOptions | None = None
     ``options``' device (a GPU's half precision is autocast in the forward pass, ``fine_tune``)."""
     options = given(options)
     on = Placement(options.placement.device, "fp32")
-    placed = EmbeddingOptions.at(on, batch_size=options.batch_size)
+    trusted = options.trust_remote_code
+    placed = EmbeddingOptions.at(on, batch_size=options.batch_size, trust_remote_code=trusted)
     encoder = torch_encoder(replace(strategy or Strategy(), backend="torch"), placed)
     encoder.model.to(on.device)
     resolved = encoder.strategy

@@ -98,7 +98,7 @@ CROSS_OPTIONS = {"model", "max_length"}
 @json_option("the report (the metric before and after, the steps, the saved model)")
 @encoding_option
 @progress_options
-@embedding_options("device")
+@embedding_options("device", "code")
 @strategy_options
 def tune_command(
     output: Path,

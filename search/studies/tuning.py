@@ -421,12 +421,15 @@ def _new_or_empty(output: Path) -> None:
 def options_for(stored: Strategy) -> str:
     """The ``index`` options that embed with ``stored`` (its model: the tuned directory), or ''
     when ``--model DIR`` alone does (a single layer, no special-token rule: the directory's
-    sentence-transformers config states the rest)."""
+    sentence-transformers config states the rest; a model with its own code needs the flag)."""
     from indexer.embedding.models import resolve_strategy
     from search.studies.sweep import reproduce
 
-    plain = resolve_strategy(Strategy(model=stored.model, backend=stored.backend))
-    return reproduce(stored) if resolve_strategy(stored).differences(plain) else ""
+    trusted = stored.remote_code  # the tuned model runs the code it was tuned with
+    plain = resolve_strategy(Strategy(model=stored.model, backend=stored.backend), trusted=trusted)
+    if resolve_strategy(stored, trusted=trusted).differences(plain):
+        return reproduce(stored)
+    return f"--model {stored.model} --trust-remote-code" if trusted else ""
 
 
 def index_strategy(index_dir: str | Path) -> Strategy:
