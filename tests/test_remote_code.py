@@ -210,3 +210,18 @@ def test_the_cli_asks_for_the_flag_on_every_command(folder, tmp_path):
         assert said[-1].startswith("Error: ") and "--trust-remote-code again" in said[-1], without.stderr
     answered = run("query", index, "a broken lock", "--json", "--trust-remote-code")
     assert answered.returncode == 0 and "a broken lock" in answered.stdout, answered.stderr
+
+
+def test_a_shard_embeds_it_under_the_flag_and_merges_into_an_index_that_asks_for_it(folder, tmp_path):
+    from indexer.reading.corpus import Entry
+    from indexer.writing.shards import embed_shard, merge_shards
+    from search.read.engine import SearchEngine
+
+    entries = [Entry(f"e{i}", text, {}) for i, text in enumerate(TEXTS)]
+    with pytest.raises(BadInput, match="--trust-remote-code"):
+        embed_shard(entries, tmp_path / "refused", Strategy(model=folder))
+    shard = embed_shard(entries, tmp_path / "shard", Strategy(model=folder), options=TRUSTED)
+    merge_shards([shard], tmp_path / "index")
+    engine = SearchEngine(tmp_path / "index", options=TRUSTED)
+    assert engine.strategy.remote_code
+    assert engine.search(TEXTS[1], k=1)[0].id == "e1"

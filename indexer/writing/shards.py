@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput, SemsearchError, StrategyConflict
 from indexer.reading.corpus import Entry, check_field_names
 from indexer.vectors.factory import KIND, STORAGE
+
+if TYPE_CHECKING:
+    from indexer.encoders.options import EmbeddingOptions
 
 
 def embed_shard(
@@ -31,14 +34,16 @@ def embed_shard(
     *,
     text_fields: Sequence[str] | None = None,
     id_field: str | None = None,
+    options: EmbeddingOptions | None = None,
 ) -> Path:
     """Embed ``entries`` with ``strategy`` into a shard directory (a worker's whole job).
-    ``text_fields``/``id_field``: what ``read_corpus`` was given, kept for the merged index."""
+    ``text_fields``/``id_field``: what ``read_corpus`` was given, kept for the merged index;
+    ``options``: where and how the worker embeds (a model's own code runs only if they allow it)."""
     from indexer.encoders.factory import encoder_for
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    encoder = encoder_for(strategy)  # as a build embeds: no torch once the graph is cached
+    encoder = encoder_for(strategy, options)  # as a build embeds: no torch once the graph is cached
     vectors, owners = encoder.embed_documents([e.text for e in entries])
     np.save(out / "vectors.npy", vectors)
     np.save(out / "owners.npy", owners)
