@@ -127,10 +127,39 @@ def _writing(target: Path) -> Iterator[None]:
         raise
 
 
+STOPS = {signal.SIGTERM, signal.SIGINT}
+"""The signals that end a run through its clean-up (``stop_on_sigterm``, Ctrl-C)."""
+
+
 @contextlib.contextmanager
 def _claim(target: Path, *, directory: bool) -> Iterator[tuple[Path, int]]:
     """A new staging file or directory beside ``target`` and a descriptor holding its lock;
-    removed on an error. A killed run's staging there is removed, a running one's refused."""
+    removed on an error. A killed run's staging there is removed, a running one's refused. A stop
+    (``STOPS``) is held back from the staging's making until its clean-up is armed, so one that
+    lands in between still removes it."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        staging, fd = _new_staging(target, directory=directory)
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
+    try:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop held back is raised here
+            _remove_killed(target, staging)
+            yield staging, fd
+        except BaseException:
+            if directory:
+                shutil.rmtree(staging, ignore_errors=True)
+            else:
+                staging.unlink(missing_ok=True)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _new_staging(target: Path, *, directory: bool) -> tuple[Path, int]:
+    """A staging of ``target`` made under a new name, and a descriptor holding its flock."""
     while True:
         staging = _staging(target)
         try:
@@ -145,20 +174,8 @@ def _claim(target: Path, *, directory: bool) -> Iterator[tuple[Path, int]]:
             raise _cannot_write(target, exc) from None
         fcntl.flock(fd, fcntl.LOCK_EX)  # waits only on a run that is removing it as a killed one's
         if _same(staging, fd):
-            break
+            return staging, fd
         os.close(fd)  # it was removed before we held it: take another name
-    try:
-        try:
-            _remove_killed(target, staging)
-            yield staging, fd
-        except BaseException:
-            if directory:
-                shutil.rmtree(staging, ignore_errors=True)
-            else:
-                staging.unlink(missing_ok=True)
-            raise
-    finally:
-        os.close(fd)
 
 
 def _same(path: Path, fd: int) -> bool:

@@ -254,3 +254,29 @@ def test_export_and_tune_follow_the_umask(tmp_path, tiny_model, umask, monkeypat
         assert mode(made) == 0o750, made
         files = [p for p in made.rglob("*") if p.is_file()]
         assert files and {p.name: mode(p) for p in files} == {p.name: 0o640 for p in files}
+
+
+@pytest.mark.parametrize("directory", [False, True])
+def test_a_stop_the_moment_the_staging_exists_leaves_nothing(tmp_path, monkeypatch, directory):
+    """A SIGTERM that lands just after the staging file or directory is made, before its clean-up
+    is armed, still ends through the clean-up: nothing is left beside the output."""
+    import fcntl
+    import signal
+
+    from indexer.files import staged_dir, staged_file, stop_on_sigterm
+
+    plain = fcntl.flock
+
+    def stopped_at_once(fd: int, operation: int) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # the staging exists: the stop arrives now
+        plain(fd, operation)
+
+    before = signal.getsignal(signal.SIGTERM)
+    stop_on_sigterm()
+    monkeypatch.setattr(fcntl, "flock", stopped_at_once)
+    try:
+        with pytest.raises(SystemExit), (staged_dir if directory else staged_file)(tmp_path / "out"):
+            pass
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert list(tmp_path.iterdir()) == []
