@@ -1,5 +1,6 @@
 """``--trust-remote-code``: a model with code of its own (``auto_map`` in its ``config.json``) is
-refused in one line naming the flag unless it is given; with it, the model loads as transformers
+refused in one line naming the flag unless it is given (by ``index``, ``evaluate``, ``sweep``,
+``tune`` and a shard's worker alike); with it, the model loads as transformers
 loads it with ``trust_remote_code=True`` and its vectors equal sentence-transformers'
 ``SentenceTransformer(path, trust_remote_code=True)``. The index records it (its strategy's
 ``remote_code``, ``info``), and every later command on that index asks for the flag again. The
@@ -16,6 +17,8 @@ from indexer.embedding.strategy import Strategy
 from indexer.encoders.factory import encoder_for
 from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
+from search.studies.evaluate import Pairs
+from search.studies.sweep import sweep_sts
 from tests.helpers import run
 
 TEXTS = ["the bike station near the river", "a broken lock", "billing questions about the app and the map"]
@@ -225,3 +228,67 @@ def test_a_shard_embeds_it_under_the_flag_and_merges_into_an_index_that_asks_for
     engine = SearchEngine(tmp_path / "index", options=TRUSTED)
     assert engine.strategy.remote_code
     assert engine.search(TEXTS[1], k=1)[0].id == "e1"
+
+
+PAIRS = Pairs(
+    [TEXTS[0], TEXTS[1], TEXTS[2], "a lock that broke"],
+    ["the river bike station", "the app's map", "questions about billing", TEXTS[1]],
+    np.array([4.5, 0.5, 3.0, 4.8]),
+)
+
+
+def test_a_sweep_reads_it_under_the_flag_and_refuses_it_without(folder):
+    with pytest.raises(BadInput, match="--trust-remote-code"):
+        sweep_sts(PAIRS, Strategy(model=folder))
+    cells = sweep_sts(PAIRS, Strategy(model=folder), options=TRUSTED)
+    assert {c.strategy.layers for c in cells} >= {(0,), (1,), (2,)}  # every hidden state of its own code
+    own = next(c for c in cells if c.strategy.layers == (2,) and c.strategy.pooling == "mean")
+    encoder = encoder_for(Strategy(model=folder, backend="torch"), TRUSTED)
+    first = encoder.embed(PAIRS.first, role="query")
+    second = encoder.embed(PAIRS.second, role="query")
+    from scipy.stats import spearmanr
+
+    expected = 100 * spearmanr((first * second).sum(1), PAIRS.gold)[0]
+    assert own.scores["spearman"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_tune_trains_it_under_the_flag_and_its_tuned_folder_asks_for_it_again(folder, tmp_path):
+    from search.studies.tuning import read_labels, tune
+    from tests.helpers import sentence
+
+    scored = tmp_path / "scored.tsv"
+    rows = [f"{sentence(i)}\t{sentence(i, 1 + i % 2)}\t{i % 6}" for i in range(40)]
+    scored.write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    labels = read_labels(pairs=scored)
+    with pytest.raises(BadInput, match="--trust-remote-code"):
+        tune(labels, tmp_path / "refused", Strategy(model=folder), epochs=1)
+    tuned_dir = tmp_path / "tuned"
+    done = tune(labels, tuned_dir, Strategy(model=folder), epochs=1, learning_rate=0.1, options=TRUSTED)
+    assert done.steps > 0 and done.options.endswith("--trust-remote-code")
+    with pytest.raises(BadInput, match="--trust-remote-code"):
+        encoder_for(Strategy(model=str(tmp_path / "tuned")))
+    tuned = encoder_for(Strategy(model=str(tmp_path / "tuned")), TRUSTED)
+    assert tuned.strategy.remote_code
+    before = encoder_for(Strategy(model=folder), TRUSTED).embed(TEXTS, role="query")
+    assert np.abs(tuned.embed(TEXTS, role="query") - before).max() > 1e-3  # its own weights, trained
+
+
+@pytest.mark.slow
+def test_the_study_commands_take_the_flag(folder, tmp_path):
+    import csv
+
+    from tests.helpers import run
+
+    pairs = tmp_path / "pairs.csv"
+    with pairs.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["sentence1", "sentence2", "score"])
+        writer.writerows(zip(PAIRS.first, PAIRS.second, PAIRS.gold, strict=True))
+    refused = run("sweep", "sts", pairs, "--model", folder)
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode != 0 and len(lines) == 1 and "--trust-remote-code" in lines[0], refused.stderr
+    swept = run("sweep", "sts", pairs, "--model", folder, "--trust-remote-code")
+    assert swept.returncode == 0, swept.stderr
+    assert "--trust-remote-code" in swept.stdout  # the index options that reproduce the best cell
+    scored = run("evaluate", "sts", pairs, "--model", folder, "--trust-remote-code", "--json")
+    assert scored.returncode == 0 and '"spearman"' in scored.stdout, scored.stderr
