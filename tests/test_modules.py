@@ -12,30 +12,14 @@ import numpy as np
 
 from indexer.embedding.folder import read_folder
 from indexer.embedding.head import Head, NetworkOutput
-from indexer.embedding.modules.base import KINDS, Graph, Listed, Reading
+from indexer.embedding.modules.base import KINDS, Fileless, Graph
 from indexer.embedding.strategy import Strategy
 
 
-class Negate:
+class Negate(Fileless):
     """A kind of the test's own: after pooling, each vector turned round."""
 
     word: ClassVar[str | None] = "negate"
-
-    @classmethod
-    def read(cls, folder: Reading, listed: Listed) -> str | None:
-        if folder.pooling is None:
-            return listed.cannot()
-        folder.modules.append("negate")
-        folder.said.append("negate")
-        return None
-
-    @classmethod
-    def load(cls, location: str, entry: str) -> Negate:
-        return cls()
-
-    @classmethod
-    def held(cls, location: str, entry: str) -> list[tuple[Path, str]]:
-        return []
 
     def __call__(self, vectors: Any) -> Any:
         return -vectors

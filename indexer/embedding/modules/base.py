@@ -128,6 +128,31 @@ class Step(Module, Protocol):
         ...
 
 
+class Fileless:
+    """The reading, loading and holding of a kind after pooling that has no config and no files
+    (``Normalize``): stored by its ``word``; a kind subclasses it and adds ``__call__`` and
+    ``export``."""
+
+    word: ClassVar[str | None] = None
+
+    @classmethod
+    def read(cls, folder: Reading, listed: Listed) -> str | None:
+        """It stands after pooling; anywhere else it is refused."""
+        if folder.pooling is None or cls.word is None:
+            return listed.cannot()
+        folder.modules.append(cls.word)
+        folder.said.append(cls.word)
+        return None
+
+    @classmethod
+    def load(cls, location: str, entry: str) -> Fileless:
+        return cls()
+
+    @classmethod
+    def held(cls, location: str, entry: str) -> list[tuple[Path, str]]:
+        return []
+
+
 def kind(name: str) -> type[Module] | None:
     """The class registered for a sentence-transformers class name; None where there is none."""
     where = KINDS.get(name)

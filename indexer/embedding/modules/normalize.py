@@ -4,38 +4,20 @@ graph's (``indexer.encoders.standalone``) are this module too."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from indexer.embedding.modules.base import Graph, Listed, Reading
+from indexer.embedding.modules.base import Fileless, Graph
 
 NORMALIZE = "normalize"
 """Its entry in ``Strategy.modules`` (it has no files)."""
 
 
-class Normalize:
+class Normalize(Fileless):
     """Rows divided by their length, NumPy or torch."""
 
     word: ClassVar[str | None] = NORMALIZE
-
-    @classmethod
-    def read(cls, folder: Reading, listed: Listed) -> str | None:
-        """No config: it stands after pooling."""
-        if folder.pooling is None:
-            return listed.cannot()
-        folder.modules.append(NORMALIZE)
-        folder.said.append(NORMALIZE)
-        return None
-
-    @classmethod
-    def load(cls, location: str, entry: str) -> Normalize:
-        return cls()
-
-    @classmethod
-    def held(cls, location: str, entry: str) -> list[tuple[Path, str]]:
-        return []
 
     def __call__(self, vectors: Any) -> Any:
         return vectors / ((vectors * vectors).sum(1) ** 0.5)[:, None].clip(min=1e-12)
