@@ -283,7 +283,8 @@ def train_loop(
     and at the end, stopping after ``budget.patience`` measurements without a better one; the
     best weights (possibly the untouched ones) left loaded. ``budget.max_minutes`` holds the whole
     run, its measurements included: a step starts only when it and one more measurement fit in
-    what is left. Memory stays bounded: one batch's activations and one copy of the best weights.
+    what is left, each reckoned at ``MARGIN`` times the longest yet. Memory stays bounded: one
+    batch's activations and one copy of the best weights.
     ``scaled``: fp16 on a GPU, with a loss scaler."""
     from tqdm import tqdm
 
