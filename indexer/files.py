@@ -127,55 +127,47 @@ def _writing(target: Path) -> Iterator[None]:
         raise
 
 
-STOPS = {signal.SIGTERM, signal.SIGINT}
-"""The signals that end a run through its clean-up (``stop_on_sigterm``, Ctrl-C)."""
-
-
 @contextlib.contextmanager
 def _claim(target: Path, *, directory: bool) -> Iterator[tuple[Path, int]]:
     """A new staging file or directory beside ``target`` and a descriptor holding its lock;
-    removed on an error. A killed run's staging there is removed, a running one's refused. A stop
-    (``STOPS``) is held back from the staging's making until its clean-up is armed, so one that
-    lands in between still removes it."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    removed on an error. A killed run's staging there is removed, a running one's refused. The
+    clean-up is armed before the staging is made: a stop (SIGTERM, Ctrl-C) raised the moment it
+    exists, in whichever thread the signal landed, still removes it (its name is new, so what
+    stands there is this run's)."""
+    staging: Path | None = None
+    fd: int | None = None
     try:
-        staging, fd = _new_staging(target, directory=directory)
+        while True:
+            staging = _staging(target)
+            try:
+                if directory:
+                    os.mkdir(staging, 0o777)
+                    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+                else:
+                    fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:
+                staging = None  # another's: not ours to remove
+                continue
+            except OSError as exc:
+                if not (directory and staging.is_dir()):
+                    staging = None
+                raise _cannot_write(target, exc) from None
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits only on a run that is removing it as a killed one's
+            if _same(staging, fd):
+                break
+            os.close(fd)  # it was removed before we held it: take another name
+            fd, staging = None, None
+        _remove_killed(target, staging)
+        yield staging, fd
     except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        if staging is not None and directory:
+            shutil.rmtree(staging, ignore_errors=True)
+        elif staging is not None:
+            staging.unlink(missing_ok=True)
         raise
-    try:
-        try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop held back is raised here
-            _remove_killed(target, staging)
-            yield staging, fd
-        except BaseException:
-            if directory:
-                shutil.rmtree(staging, ignore_errors=True)
-            else:
-                staging.unlink(missing_ok=True)
-            raise
     finally:
-        os.close(fd)
-
-
-def _new_staging(target: Path, *, directory: bool) -> tuple[Path, int]:
-    """A staging of ``target`` made under a new name, and a descriptor holding its flock."""
-    while True:
-        staging = _staging(target)
-        try:
-            if directory:
-                os.mkdir(staging, 0o777)
-                fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
-            else:
-                fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise _cannot_write(target, exc) from None
-        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only on a run that is removing it as a killed one's
-        if _same(staging, fd):
-            return staging, fd
-        os.close(fd)  # it was removed before we held it: take another name
+        if fd is not None:
+            os.close(fd)
 
 
 def _same(path: Path, fd: int) -> bool:
