@@ -127,8 +127,11 @@ def export_into(
     import tempfile
     import warnings
 
+    from indexer.progress import exporting
+
     spec.path.parent.mkdir(parents=True, exist_ok=True)
     with (
+        exporting(spec.location, spec.path.parent),  # minutes for a large model: said on stderr
         tempfile.TemporaryDirectory(dir=spec.path.parent) as tmp,
         warnings.catch_warnings(),
         _eager_attention(network),
