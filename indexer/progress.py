@@ -49,10 +49,13 @@ class Progress:
     """A bar over ``total`` units of a task on a terminal, lines in a file or a pipe, or nothing
     when not ``enabled`` (then tqdm is not even imported: a twentieth of a second of every quiet
     command). ``total`` None: not known ahead (texts streamed from stdin), it counts and shows the
-    rate."""
+    rate. ``fills``: an end without an error completes the count (a task that can stop early,
+    as training does, does not)."""
 
-    def __init__(self, total: int | None, desc: str, *, enabled: bool, unit: str = "text"):
-        self.total, self.desc, self.unit = total, desc, unit
+    def __init__(
+        self, total: int | None, desc: str, *, enabled: bool, unit: str = "text", fills: bool = True
+    ):
+        self.total, self.desc, self.unit, self.fills = total, desc, unit, fills
         self.done = 0.0
         self.bar = None
         self.lines = enabled and not _on_terminal()
@@ -110,7 +113,8 @@ class Progress:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         if kind is None:  # done: whatever fractions the steps' shares left behind
-            self.reach(self.total or 0)
+            if self.fills:
+                self.reach(self.total or 0)
             if self.lines and self.said > self.started:  # a task long enough to have said lines
                 self._line(ended=True)
         if self.bar is not None:

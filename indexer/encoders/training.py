@@ -81,6 +81,9 @@ class Budget:
     seed: int = 0
     evaluations: int = 2
     patience: int = 3
+    started: float | None = None
+    """When the budget began (``time.monotonic``; None: when the loop starts): a command that reads,
+    mines and measures before training counts that against ``max_minutes`` too."""
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 2 or self.evaluations < 1 or self.patience < 1:
@@ -286,12 +289,13 @@ def train_loop(
     what is left, each reckoned at ``MARGIN`` times the longest yet. Memory stays bounded: one
     batch's activations and one copy of the best weights.
     ``scaled``: fp16 on a GPU, with a loss scaler."""
-    from tqdm import tqdm
+    from indexer.progress import Progress
 
     torch.manual_seed(budget.seed)
     rng = random.Random(budget.seed)
     started = time.monotonic()
-    deadline = None if budget.max_minutes is None else started + budget.max_minutes * 60
+    begun = started if budget.started is None else budget.started
+    deadline = None if budget.max_minutes is None else begun + budget.max_minutes * 60
     per_epoch = max(1, len(_batches(count, budget.batch_size, random.Random(0))))
     total = per_epoch * budget.epochs
     every = max(1, math.ceil(per_epoch / budget.evaluations))
@@ -329,7 +333,7 @@ def train_loop(
             since_best += 1
 
     epochs = (rows for _ in range(budget.epochs) for rows in _batches(count, budget.batch_size, rng))
-    with tqdm(total=total, unit="batch", desc="tuning", disable=not progress) as bar:
+    with Progress(total, "tuning", enabled=progress, unit="batch", fills=False) as bar:
         for rows in epochs:
             # a step starts only if it and the evaluation after it fit in the time left (a first
             # step is guessed to cost a measurement), each with half again as margin: on a shared
@@ -354,8 +358,8 @@ def train_loop(
                 plan.fit(outcome.steps, (now - training_started) / outcome.steps, deadline - now)
             schedule.step()
             interval.append(loss.item())
-            bar.update(1)
-            bar.set_postfix(loss=f"{interval[-1]:.4f}")
+            bar.show(f"loss={interval[-1]:.4f}")
+            bar.advance(1)
             if outcome.steps % every == 0 or outcome.steps == total:
                 evaluate()
                 if since_best >= budget.patience:

@@ -4,7 +4,6 @@ never a ``click.option`` of its own for a flag another command has."""
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -463,13 +462,17 @@ def also_options(*, weighted: bool = True) -> Decorator:
 
 def progress_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``-q/--quiet`` for a command that runs long, given to it as ``progress``: whether the
-    library shows its bars (``indexer.progress``): on a terminal, unless ``--quiet``; never in a
-    pipe. A new long command takes this decorator and passes ``progress`` on."""
+    library shows its progress (``indexer.progress``: a bar on a terminal, a line every 30 s in a
+    file or a pipe), unless ``--quiet``. A new long command takes this decorator and passes
+    ``progress`` on."""
 
     @functools.wraps(command)
     def wrapper(quiet: bool, **kwargs: Any) -> Any:
-        return command(progress=not quiet and sys.stderr.isatty(), **kwargs)
+        return command(progress=not quiet, **kwargs)
 
     return click.option(
-        "-q", "--quiet", is_flag=True, help="No progress bar (a pipe or a file never gets one)."
+        "-q",
+        "--quiet",
+        is_flag=True,
+        help="No progress (else a bar on a terminal, a line every 30 s in a file or a pipe).",
     )(wrapper)
