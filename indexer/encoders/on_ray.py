@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -82,6 +84,7 @@ def connected(address: str, workers: int | None = None) -> Iterator[Any]:
         yield ray
         return
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         if address == LOCAL:
             # workers at the driver's priority (Ray's default, nice 15, starves them on a busy machine)
@@ -93,6 +96,11 @@ def connected(address: str, workers: int | None = None) -> Iterator[Any]:
             ray.init(address=address, **options)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise BadInput(f"cannot start or join Ray at {address!r}: {exc}") from None
+    finally:
+        # Ray's driver swaps in a SIGTERM handler of its own (sys.exit(15)), which a test runner
+        # takes for one failing test and runs on; the process keeps the handler it had.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)
     try:
         yield ray
     finally:
