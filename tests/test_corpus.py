@@ -123,6 +123,40 @@ def test_beir_corpus_as_distributed(tmp_path):
         read_corpus(write(tmp_path / "clash.jsonl", '{"_id": "a", "text": "x", "_rowid": 3}\n'))
 
 
+def test_a_missing_or_empty_field_among_joined_fields_is_an_empty_part(tmp_path):
+    """BEIR corpora often have no title, or an empty or null one: the row keeps the text it has.
+    Only a row with none of the joined fields' text is rejected; one named field alone must be there."""
+    rows = [
+        {"_id": "d1", "title": "Bikes", "text": "How to park."},
+        {"_id": "d2", "text": "No title at all."},
+        {"_id": "d3", "title": None, "text": "A null title."},
+        {"_id": "d4", "title": "  ", "text": "A blank title."},
+        {"_id": "d5", "title": "Only a title"},
+        {"_id": "d6", "title": "", "text": ""},
+        {"_id": "d7"},
+    ]
+    path = write(tmp_path / "corpus.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    corpus = read_corpus(path, text_fields=["title", "text"])
+    assert [(e.id, e.text) for e in corpus.entries] == [
+        ("d1", "Bikes How to park."),
+        ("d2", "No title at all."),
+        ("d3", "A null title."),
+        ("d4", "A blank title."),
+        ("d5", "Only a title"),
+    ]
+    assert [(r.row, r.reason) for r in corpus.rejected] == [
+        (6, "empty text"),
+        (7, "missing text: no field 'title' or 'text'"),
+    ]
+    alone = read_corpus(path, text_fields=["title"])
+    assert [r.row for r in alone.rejected] == [2, 3, 4, 6, 7]
+    assert alone.rejected[0].reason == "missing text: no field 'title'"
+    table = write(tmp_path / "c.csv", "id,title,text\n1,,Body only\n2,Head,\n3,,\n")
+    corpus = read_corpus(table, text_fields=["title", "text"])
+    assert [(e.id, e.text) for e in corpus.entries] == [("1", "Body only"), ("2", "Head")]
+    assert [r.reason for r in corpus.rejected] == ["empty text"]
+
+
 def test_columns_differing_only_in_case_are_one_clear_error(tmp_path):
     with pytest.raises(SemsearchError, match="'text' and 'Text' differ only in case"):
         read_corpus(write(tmp_path / "c.csv", "id,text,Text\n1,a,b\n"))

@@ -253,3 +253,16 @@ def test_also_field_names_match_whatever_their_case_and_a_miss_names_the_nearest
     assert FieldScoring(("question", "ANSWER")).texts(entries) == ["how to pay by card"]
     with pytest.raises(BadInput, match="no entry has field 'answr' \\(did you mean 'Answer'\\?\\)"):
         FieldScoring(("answr",)).texts(entries)
+
+
+def test_also_fields_missing_or_null_in_an_entry_are_empty_parts():
+    """As with --text-field: a missing or null field among the joined ones is an empty part; an
+    entry with none of them uses its text."""
+    from indexer.reading.corpus import Entry
+
+    entries = [
+        Entry("1", "t1", {"question": "how to pay", "answer": None}),
+        Entry("2", "t2", {"answer": "by card"}),
+        Entry("3", "t3", {"question": " ", "other": "x"}),
+    ]
+    assert FieldScoring(("question", "answer")).texts(entries) == ["how to pay", "by card", "t3"]

@@ -423,15 +423,18 @@ def _default_id(names: Collection[str]) -> str | None:
 def _check_row(row: dict[str, Any], wanted: Sequence[str], id_field: str | None) -> str | None:
     """Why a parsed row (storable: ``unstorable``) cannot be indexed, or None."""
     read = False  # whether a text so far has something a model reads (one pass over the fields)
+    absent = []  # the wanted fields the row lacks (or holds null): empty parts of a joined text
     for name in wanted:
-        if name not in row:
-            return f"missing text: no field {name!r}{nearest(name, row)}"
-        if row[name] is None:
-            return f"missing text: no field {name!r}"
+        if row.get(name) is None:
+            absent.append(name)
+            continue
         value = _text_value(row[name])
         if value is None:
             return f"text not a string: field {name!r}"
         read = read or not blank(value)
+    if len(absent) == len(wanted):  # a field named alone, or none of the joined ones
+        near = nearest(absent[0], row) if len(absent) == 1 and absent[0] not in row else ""
+        return f"missing text: no field {' or '.join(map(repr, absent))}{near}"
     if not read:
         return "empty text"
     if id_field:
