@@ -171,7 +171,13 @@ def test_quiet_on_a_terminal_and_silent_in_a_pipe(files, command):
     assert not BAR.search(piped.stderr) and "%|" not in piped.stderr
 
 
-def test_steps_report_shares_in_the_task_unit():
+@pytest.fixture
+def terminal(monkeypatch) -> None:
+    """stderr taken for a terminal: progress is a bar."""
+    monkeypatch.setattr("indexer.progress._on_terminal", lambda: True)
+
+
+def test_steps_report_shares_in_the_task_unit(terminal):
     """A step done in pieces of another unit (token windows, also texts) moves the bar by whole
     units of the task, and the task ends complete."""
     with Progress(10, "embedding", enabled=True) as bar:
@@ -186,7 +192,7 @@ def test_steps_report_shares_in_the_task_unit():
     assert bar.bar.n == 10
 
 
-def test_a_quiet_build_imports_no_bar(tmp_path, tiny_model, monkeypatch):
+def test_a_quiet_build_imports_no_bar(tmp_path, tiny_model, monkeypatch, terminal):
     """Work that shows no bar (``-q``, a pipe) never imports tqdm (a twentieth of a second of
     every quiet command); one that shows a bar counts every entry."""
     import sys
@@ -235,3 +241,96 @@ def test_encode_counts_its_texts_on_a_terminal_and_is_silent_in_a_pipe(files, tm
     piped = run(*command, tmp_path / "c.npy")
     assert piped.returncode == 0, piped.stderr
     assert "encoding" not in piped.stderr
+
+
+class FakeClock:
+    """A clock a test moves by hand: progress lines are timed without sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    import indexer.progress
+
+    fake = FakeClock()
+    monkeypatch.setattr(indexer.progress, "clock", fake)
+    return fake
+
+
+def test_in_a_file_a_long_task_says_a_line_every_interval_and_a_short_one_nothing(clock, capsys):
+    """stderr here is not a terminal (a log file, a pipe): no bar, a line once ``INTERVAL`` has
+    passed since the last, with the count, the rate and the time left, and one at the end."""
+    import indexer.progress
+
+    with Progress(100, "embedding", enabled=True) as bar:
+        assert bar.bar is None  # no tqdm redraws in a file
+        clock.now += 10
+        bar.advance(20)
+        assert capsys.readouterr().err == ""  # under the interval: nothing yet
+        clock.now += indexer.progress.INTERVAL - 10
+        bar.advance(20)
+        assert capsys.readouterr().err == "embedding: 40/100 texts (40%), 1.3 texts/s, about 45s left\n"
+        clock.now += 5
+        bar.advance(30)
+        assert capsys.readouterr().err == ""
+        clock.now += indexer.progress.INTERVAL
+        bar.advance(10)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("embedding: 80/100 texts (80%)")
+    assert lines[-1].startswith("embedding: 100/100 texts (100%)") and lines[-1].endswith("done in 65s")
+    with Progress(100, "embedding", enabled=True) as quick:
+        clock.now += 1
+        quick.advance(100)
+    assert capsys.readouterr().err == ""  # a task shorter than the interval says nothing
+    with Progress(100, "embedding", enabled=False) as quiet:
+        clock.now += 100
+        quiet.advance(100)
+    assert capsys.readouterr().err == ""
+
+
+def test_long_commands_show_progress_lines_when_stderr_is_not_a_terminal(files, monkeypatch):
+    """`index`, `calibrate` and the studies in a log file print progress lines (here every
+    advance: the interval set to 0), not nothing because stderr is no terminal; -q silences them."""
+    from click.testing import CliRunner
+
+    import indexer.progress
+    from search.cli import cli
+
+    monkeypatch.setattr(indexer.progress, "INTERVAL", 0.0)
+    for command in ("index", "calibrate", "evaluate retrieval"):
+        given = [part.replace("/built", f"/logged-{len(part)}") for part in arguments(command, files)]
+        said = CliRunner().invoke(cli, given)
+        assert said.exit_code == 0, said.output
+        assert re.search(r"^(embedding|paraphrases): \d+/\d+ texts \(\d+%\)", said.stderr, re.M), said.stderr
+        quiet = CliRunner().invoke(cli, [*(p.replace("/built", "/quiet") for p in given), "--quiet"])
+        assert quiet.exit_code == 0 and "texts (" not in quiet.stderr, quiet.stderr
+
+
+LATER = "(a large model takes minutes; later runs reuse it)"
+
+
+def test_an_export_to_onnx_says_where_it_writes_how_long_it_took_and_the_cache_size(
+    tmp_path, tiny_model, monkeypatch, capsys
+):
+    """A model's first use exports it to ONNX into the cache: said when it starts (it can take
+    minutes) and when it ends; the second use reads the cache and says nothing."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(cache))
+    corpus = write_csv(
+        tmp_path / "faq.csv", [(f"e{i}", f"entry {i} on {TOPICS[i % 5]}") for i in range(6)], ("id", "text")
+    )
+    build_index(corpus, tmp_path / "first", Strategy(model=tiny_model))
+    said = capsys.readouterr().err.splitlines()
+    onnx = cache / "onnx"
+    assert said[0] == f"exporting {tiny_model} to ONNX once, into {onnx} " + LATER
+    assert re.fullmatch(
+        rf"exported {re.escape(tiny_model)} to ONNX in \d+s: {re.escape(str(onnx))} now holds [\d,]+ MB",
+        said[1],
+    )
+    build_index(corpus, tmp_path / "second", Strategy(model=tiny_model))
+    assert "export" not in capsys.readouterr().err
