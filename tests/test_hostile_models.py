@@ -141,6 +141,23 @@ def loop(folder: Path) -> None:
     folder.symlink_to(folder)
 
 
+def listed(folder: Path, change: Callable[[list], object]) -> None:
+    """``modules.json`` as ``change`` returns it from the list the folder holds."""
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps(change(modules)))
+
+
+def pooling_elsewhere(folder: Path, target: Path | None = None) -> None:
+    """The Pooling module's folder a link to ``target``: a max pooling in a folder beside the
+    model, or /etc when none is given."""
+    if target is None:
+        target = folder.parent / "other-model" / "1_Pooling"
+        target.mkdir(parents=True)
+        (target / "config.json").write_text(json.dumps({"pooling_mode": "max"}))
+    shutil.rmtree(folder / "1_Pooling")
+    (folder / "1_Pooling").symlink_to(target)
+
+
 DENSE = Path("2_Dense") / "pytorch_model.bin"
 CASES: dict[str, tuple[str, Callable[[Path], object], tuple[str, ...]]] = {
     "dense tensor beyond its storage": (
@@ -227,6 +244,29 @@ CASES: dict[str, tuple[str, Callable[[Path], object], tuple[str, ...]]] = {
         ("config.json", "symbolic link that leads nowhere"),
     ),
     "folder a link loop": ("network", loop, ("model", "symbolic link that leads nowhere")),
+    "modules.json an empty list": (
+        "st",
+        lambda f: listed(f, lambda m: []),
+        ("modules.json", "lists no modules"),
+    ),
+    "modules.json an object": (
+        "st",
+        lambda f: listed(f, lambda m: {"a": 1}),
+        ("modules.json", "no list of modules"),
+    ),
+    "two networks": ("st", lambda f: listed(f, lambda m: [m[0], m[0], *m[1:]]), ("Transformer", "second")),
+    "no network first": ("st", lambda f: listed(f, lambda m: m[1:]), ("Pooling", "cannot reproduce")),
+    "no pooling": ("st", lambda f: listed(f, lambda m: m[:1]), ("modules.json", "no Pooling")),
+    "pooling folder linked to /etc": (
+        "st",
+        lambda f: pooling_elsewhere(f, Path("/etc")),
+        ("1_Pooling", "outside the model folder"),
+    ),
+    "pooling folder linked to another model's": (
+        "st",
+        pooling_elsewhere,
+        ("1_Pooling", "outside the model folder"),
+    ),
 }
 
 

@@ -65,3 +65,14 @@ def test_a_kind_registered_in_one_line_is_read_from_the_folder_and_run_by_the_he
     plain = Head(replace(strategy, modules=()), 2, [])(output, ids, attention)
     assert np.abs(plain).max() > 0.1
     np.testing.assert_allclose(turned, -plain, rtol=1e-6)
+
+
+def test_a_normalize_module_listed_again_is_read_as_sentence_transformers_runs_it(tmp_path):
+    """sentence-transformers runs each Normalize listed; a unit vector normalised again is the
+    same vector, so three read as the one the strategy applies at the end."""
+    folder = Path(_folder(tmp_path / "model"))
+    listed = json.loads((folder / "modules.json").read_text())[:2]
+    normalize = {"name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+    (folder / "modules.json").write_text(json.dumps([*listed, normalize, normalize, normalize]))
+    says = read_folder(str(folder))
+    assert (says.refused, says.pooling, says.modules) == (None, "mean", ())

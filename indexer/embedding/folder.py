@@ -7,7 +7,9 @@ is refused rather than read as something else.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from indexer.embedding.model_files import inside, model_file, model_json
@@ -22,16 +24,23 @@ PASSAGE_PROMPTS = ("document", "passage", "corpus")
 
 def read_folder(location: str) -> FolderSays:
     """What the sentence-transformers files at ``location`` (a folder, or a cached hub model) say.
-    A module said to lie outside the folder is refused: nothing outside it is read."""
-    modules = model_json(model_file(location, "modules.json"))
-    if not isinstance(modules, list):
+    A ``modules.json`` that lists no modules is refused, as sentence-transformers cannot run it;
+    so is a module said to lie outside the folder, by its name or through a link: nothing
+    outside it is read."""
+    found = model_file(location, "modules.json")
+    modules = model_json(found)
+    if found is None:
         return FolderSays()
+    if not isinstance(modules, list):
+        return FolderSays(refused=f"its modules.json holds {json.dumps(modules)[:40]}, no list of modules")
+    if not modules:
+        return FolderSays(refused="its modules.json lists no modules")
     folder = Reading(location)
     for module in modules:
         if not isinstance(module, dict):
             return FolderSays(refused=f"its modules.json lists {str(module)[:40]!r}, not a module")
         name, path = str(module.get("type", "")), str(module.get("path", ""))
-        if path and not inside(path):
+        if path and not _within(found.parent, path):
             named = f"module {module.get('name', '?')} ({name})"
             raise BadInput(f"{location}: its modules.json puts {named} at {path!r}, outside the model folder")
         listed = Listed(name, str(module.get("name", "?")), path, {})
@@ -43,6 +52,8 @@ def read_folder(location: str) -> FolderSays:
         refused = listed.cannot() if reader is None else reader.read(folder, listed)
         if refused:
             return FolderSays(refused=refused)
+    if folder.pooling is None:
+        return FolderSays(refused="its modules.json lists no Pooling module: it makes no sentence vector")
     while folder.modules and folder.modules[-1] == NORMALIZE:  # every vector is normalised at the end anyway
         folder.modules.pop()
     prompts = _prompts(_object(model_json(model_file(location, "config_sentence_transformers.json"))))
@@ -60,6 +71,12 @@ def read_folder(location: str) -> FolderSays:
         prompts,
         tuple(said),
     )
+
+
+def _within(root: Path, path: str) -> bool:
+    """Whether a module's folder stays inside the model folder ``root``: by its name, and where
+    it is a link, by what the link leads to."""
+    return inside(path) and (root / path).resolve().is_relative_to(root.resolve())
 
 
 def _object(read: Any) -> dict[str, Any]:

@@ -65,6 +65,8 @@ class Reading:
     its part, in the folder's order."""
 
     location: str
+    network: bool = False
+    """The Transformer module has been read: a folder holds one network, first."""
     pooling: str | None = None
     prompt_left_out: bool = False
     """The Pooling module leaves the prompt's tokens out (``include_prompt``)."""

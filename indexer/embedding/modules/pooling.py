@@ -118,8 +118,9 @@ class Pooling:
     @classmethod
     def read(cls, folder: Reading, listed: Listed) -> str | None:
         """The folder's pooling (``pooling_mode`` or the flags), and whether it leaves the
-        prompt's tokens out (``include_prompt``); one Pooling, before the modules after it."""
-        if folder.pooling is not None:
+        prompt's tokens out (``include_prompt``); one Pooling, after the network, before the
+        modules after it."""
+        if folder.pooling is not None or not folder.network:
             return listed.cannot()
         folder.pooling = _mode(listed.config)
         if folder.pooling is None:

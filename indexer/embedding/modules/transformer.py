@@ -17,9 +17,12 @@ class Transformer:
 
     @classmethod
     def read(cls, folder: Reading, listed: Listed) -> str | None:
-        """First, at the folder's root (a network in a subfolder is another ``--model``)."""
+        """First and once, at the folder's root (a network in a subfolder is another ``--model``)."""
+        if folder.network:
+            return f"{listed.where} is a second network, which semsearch cannot reproduce"
         if folder.pooling is not None or folder.modules:
             return listed.cannot()
+        folder.network = True
         if listed.path:
             return f"{listed.where} lies in {listed.path}/: give --model with that folder"
         said = model_json(model_file(folder.location, CONFIG))
