@@ -292,3 +292,28 @@ def test_the_study_commands_take_the_flag(folder, tmp_path):
     assert "--trust-remote-code" in swept.stdout  # the index options that reproduce the best cell
     scored = run("evaluate", "sts", pairs, "--model", folder, "--trust-remote-code", "--json")
     assert scored.returncode == 0 and '"spearman"' in scored.stdout, scored.stderr
+
+
+def test_its_code_rewritten_to_the_same_size_and_time_is_refused_naming_the_file_before_it_runs(
+    folder, tmp_path
+):
+    """A model's code is hashed on every load: a file rewritten to the same length with its old
+    modification time set back is a changed model, named before any of its code runs."""
+    import os
+    import shutil
+
+    from indexer.errors import StrategyConflict
+
+    copy = tmp_path / "swapped"
+    shutil.copytree(folder, copy)
+    stored = encoder_for(Strategy(model=str(copy), backend="torch"), TRUSTED).strategy
+    code = copy / "modeling_tiny.py"
+    before = code.stat()
+    marker = tmp_path / "swapped-code-ran"
+    swapped = f"open({str(marker)!r}, 'w').write('ran')\nraise ImportError('swapped')\n"
+    code.write_text(swapped + "#" * (before.st_size - len(swapped) - 1) + "\n")
+    os.utime(code, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert code.stat().st_size == before.st_size and code.stat().st_mtime_ns == before.st_mtime_ns
+    with pytest.raises(StrategyConflict, match=r"has changed .*modeling_tiny\.py"):
+        encoder_for(stored, TRUSTED)
+    assert not marker.exists()

@@ -12,14 +12,9 @@ import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from indexer.embedding.models import (
-    cache_root,
-    config_shape,
-    model_file,
-    model_fingerprint,
-    model_location,
-    read_json,
-)
+from indexer.embedding.fingerprints import cache_root, model_fingerprint
+from indexer.embedding.model_files import model_file, read_json
+from indexer.embedding.models import config_shape, model_location
 from indexer.embedding.strategy import BACKEND_PRECISION, Strategy
 
 HELD_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")

@@ -8,44 +8,22 @@ not by where it lies, so the same model at another path (another cwd, another ma
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import logging
-import os
 import pickle
 import re
-import tempfile
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from indexer.embedding.fingerprints import changed_files, model_fingerprint
 from indexer.embedding.folder import read_folder
-from indexer.embedding.model_files import check_link, model_file, model_json, read_json
+from indexer.embedding.model_files import check_link, model_file, model_json
+from indexer.embedding.model_files import read_json as read_json  # the encoders read JSON files through here
 from indexer.embedding.strategy import AUTO, DEFAULT_MODEL, FolderSays, Strategy
 from indexer.embedding.weights import tensor_shapes, torch_alone_reads
 from indexer.errors import BadInput, StrategyConflict
-
-FINGERPRINTED = (
-    "config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "*.model",
-    "*.safetensors",
-    "*.bin",
-    "*_Dense/config.json",
-    "*_Dense/*.safetensors",
-    "*_Dense/*.bin",
-    "*.py",
-)
-"""The files that decide a model's vectors: its config, its tokenizer and its weights, with a
-sentence-transformers folder's Dense modules, and the code of a model that has its own."""
 
 SHAPE_KEYS = {"num_hidden_layers": ("num_hidden_layers", "n_layers"), "hidden_size": ("hidden_size", "dim")}
 """Where a ``config.json`` says its block count and width: DistilBERT writes ``n_layers`` and
@@ -103,11 +81,6 @@ through the one right-padded loop. Anything neither here nor in ``ENCODERS`` is 
 anything is written."""
 
 
-def cache_root() -> Path:
-    """Where derived files are kept (ONNX exports, file hashes): ``$SEMSEARCH_CACHE``."""
-    return Path(os.environ.get("SEMSEARCH_CACHE", Path.home() / ".cache" / "semsearch"))
-
-
 def is_local(model: str) -> bool:
     """A model given as a directory (not the bundled name, not a Hugging Face id)."""
     return model != DEFAULT_MODEL and Path(model).is_dir()
@@ -148,64 +121,19 @@ def check_encoder(model: str, config: Mapping[str, Any], *, trusted: bool = Fals
         )
 
 
-@functools.lru_cache(maxsize=256)
-def _file_hash(path: str, size: int, mtime_ns: int) -> str:
-    """sha256 of one file, cached on disk by (path, size, mtime) so a model is read once."""
-    key = f"{path}|{size}|{mtime_ns}"
-    store = cache_root() / "file-hashes.json"
-    known = read_json(store) or {}
-    if key in known:
-        return known[key]
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    known = {k: v for k, v in known.items() if Path(k.split("|")[0]).exists()}  # forget removed files
-    known[key] = digest.hexdigest()
-    _save_json(store, known)
-    return known[key]
-
-
-def _save_json(path: Path, data: dict[str, Any]) -> None:
-    """Write a cache file atomically; failing to costs time later, never correctness."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    except OSError:
-        return
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(temporary, path)
-    except OSError:
-        Path(temporary).unlink(missing_ok=True)
-
-
-def model_fingerprint(directory: str | Path) -> str:
-    """``sha256:...`` over the names and bytes of a local model's config, tokenizer and weights."""
-    root = Path(directory).resolve()
-    files = sorted({p for pattern in FINGERPRINTED for p in root.glob(pattern) if p.is_file()})
-    if not files:
-        raise BadInput(f"{directory} holds no model files (config.json, weights)")
-    digest = hashlib.sha256()
-    for path in files:
-        stat = path.stat()
-        name = path.relative_to(root).as_posix()
-        digest.update(f"{name}\0{_file_hash(str(path), stat.st_size, stat.st_mtime_ns)}\n".encode())
-    return "sha256:" + digest.hexdigest()
-
-
 def identified(strategy: Strategy) -> Strategy:
     """The strategy with a local model located absolutely and fingerprinted (others as they are).
-    A strategy that already names a fingerprint (a stored one) must still find that model there."""
+    A strategy that already names a fingerprint (a stored one) must still find that model there,
+    checked before anything loads it: a model whose code changed is refused before that code runs."""
     if not is_local(strategy.model):
         return strategy
     location = str(Path(strategy.model).resolve())
     found = model_fingerprint(location)
     if strategy.model_fingerprint not in (None, found):
+        changed = ", ".join(changed_files(strategy.model_fingerprint, location)) or "its files"
         raise StrategyConflict(
-            f"the model at {location} has changed since these vectors were made "
-            f"({strategy.model_fingerprint[:19]}, now {found[:19]}): rebuild the index with it"
+            f"the model at {location} has changed since these vectors were made ({changed}: "
+            f"{strategy.model_fingerprint[:19]}, now {found[:19]}): rebuild the index with it"
         )
     return replace(strategy, model=location, model_fingerprint=found)
 
