@@ -163,3 +163,59 @@ def test_an_index_of_a_decoder_answers_from_the_graph_it_holds(folders, tmp_path
     engine = SearchEngine(tmp_path / "index")
     np.testing.assert_allclose(engine.snapshot.embed(TEXTS), reference(folders["gemma3_text"])[0], atol=1e-4)
     assert sorted(hit.text for hit in engine.search(TEXTS[1], k=3)) == sorted(TEXTS)
+
+
+SPOILED = {
+    "gemma2 sliding_window 0": ("gemma2", {"sliding_window": 0}, "sliding_window 0"),
+    "gemma2 sliding_window -4": ("gemma2", {"sliding_window": -4}, "sliding_window -4"),
+    "gemma3 sliding_window 0": ("gemma3_text", {"sliding_window": 0}, "sliding_window 0"),
+    "mistral sliding_window 0": ("mistral", {"sliding_window": 0}, "sliding_window 0"),
+    "qwen3 sliding_window 0": (
+        "qwen3",
+        {"sliding_window": 0, "use_sliding_window": True},
+        "sliding_window 0",
+    ),
+    "qwen3 num_key_value_heads 0": ("qwen3", {"num_key_value_heads": 0}, "num_key_value_heads 0"),
+    "qwen2 num_attention_heads 0": ("qwen2", {"num_attention_heads": 0}, "num_attention_heads 0"),
+    "qwen3 head_dim 0": ("qwen3", {"head_dim": 0}, "head_dim 0"),
+    "mistral heads not shared evenly": ("mistral", {"num_key_value_heads": 3}, "num_key_value_heads 3"),
+    "llama width not split in heads": (
+        "llama",
+        {"num_attention_heads": 5, "num_key_value_heads": None, "head_dim": None},
+        "hidden_size 32",
+    ),
+    "gemma2 final_logit_softcapping 0": (
+        "gemma2",
+        {"final_logit_softcapping": 0},
+        "final_logit_softcapping 0",
+    ),
+    "gemma2 attn_logit_softcapping -1": (
+        "gemma2",
+        {"attn_logit_softcapping": -1},
+        "attn_logit_softcapping -1",
+    ),
+}
+"""A decoder's config.json saying a size or setting transformers cannot run, or runs otherwise
+than the exported graph: refused when the folder is read."""
+
+
+@pytest.mark.parametrize("case", list(SPOILED))
+def test_a_decoder_config_transformers_cannot_run_as_saved_is_refused_in_one_line(folders, case, tmp_path):
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    kind, change, said = SPOILED[case]
+    folder = tmp_path / "model"
+    shutil.copytree(folders[kind], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(
+        cli, ["index", str(corpus), "-o", str(tmp_path / "index"), "--model", str(folder)]
+    )
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert "config.json" in lines[0] and said in lines[0] and "unexpected" not in lines[0], lines[0]
+    assert not (tmp_path / "index").exists()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from indexer.embedding.config_checks import check_settings
 from indexer.embedding.fingerprints import changed_files, model_fingerprint
 from indexer.embedding.folder import read_folder
 from indexer.embedding.model_files import check_link, model_file, model_json
@@ -304,9 +305,10 @@ def _quiet_transformers() -> None:
 def check_model(model: str, location: str, *, trusted: bool = False) -> dict[str, Any] | None:
     """The model's ``config.json``, checked before transformers or the ONNX path read anything:
     ``check_encoder`` (transformers would ask on the terminal whether to run a model's own code),
-    its sizes against its weights (``check_sizes``). A folder that is a link leading nowhere, or
-    a config.json that is no JSON object, is refused naming it; a model not on disk (None) is left
-    to the loader's message (``unloadable``)."""
+    its attention heads, window and soft caps (``check_settings``), its sizes against its weights
+    (``check_sizes``). A folder that is a link leading nowhere, or a config.json that is no JSON
+    object, is refused naming it; a model not on disk (None) is left to the loader's message
+    (``unloadable``)."""
     check_link(Path(location))
     config = model_json(model_file(location, "config.json"))
     if config is None:
@@ -314,6 +316,7 @@ def check_model(model: str, location: str, *, trusted: bool = False) -> dict[str
     if not isinstance(config, dict):
         raise BadInput(f"cannot load model {model!r}: its config.json holds no JSON object")
     check_encoder(model, config, trusted=trusted)
+    check_settings(model, config)
     check_sizes(model, location, config)
     return config
 
