@@ -1,5 +1,5 @@
 """The documented error contract at its edges, route by route: every error answer is
-``{"error": "..."}`` (on ``/v1/embeddings`` OpenAI's ``{"error": {"message", "type", "param",
+``{"error": "..."}`` (on ``/v1/embeddings`` and ``/v1/models`` OpenAI's ``{"error": {"message", "type", "param",
 "code"}}``, so OpenAI's clients show the reason) with the status the README and the OpenAPI
 schema state (400 bad input, 404, 405, 413, 503 for an index that cannot serve), HEAD and the
 page's policy, and `serve` on a port already taken."""
@@ -19,6 +19,7 @@ from fastapi.routing import APIRoute  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from search.server import create_app  # noqa: E402
+from search.server.errors import OPENAI_PATHS  # noqa: E402
 from search.server.page import PAGE_POLICY  # noqa: E402
 from tests.helpers import assert_clean_failure, build_faq, run  # noqa: E402
 
@@ -54,7 +55,7 @@ def assert_error(response, status: int) -> None:
     answer = response.json()
     assert list(answer) == ["error"]
     message = answer["error"]
-    if response.request.url.path == "/v1/embeddings":
+    if response.request.url.path in OPENAI_PATHS:
         assert set(message) == {"message", "type", "param", "code"}, answer
         assert message["type"] == ("invalid_request_error" if status < 500 else "server_error")
         message = message["message"]
@@ -97,7 +98,7 @@ def test_the_openapi_schema_states_the_real_answers(index):
         for method, operation in operations.items():
             codes = documented(schema, path, method)
             assert 422 not in codes, (path, method)
-            shape = "OpenAIError" if path == "/v1/embeddings" else "Error"
+            shape = "OpenAIError" if path in OPENAI_PATHS else "Error"
             for code in codes - {200}:
                 content = operation["responses"][str(code)]["content"]["application/json"]
                 assert content["schema"] == {"$ref": f"#/components/schemas/{shape}"}, (path, method, code)

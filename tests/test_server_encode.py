@@ -79,7 +79,7 @@ def test_embeddings_answer_the_served_model_by_name_path_or_alias_and_404_any_ot
 
 
 def test_the_bundled_model_answers_to_its_hub_name():
-    from search.server.encode import served_names
+    from search.server.names import served_names
 
     assert {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"} <= served_names("all-MiniLM-L6-v2")
     assert "other/all-MiniLM-L6-v2" not in served_names("all-MiniLM-L6-v2")

@@ -65,6 +65,45 @@ def test_validation_errors_name_the_field(client):
     assert response.json()["error"].startswith("k: ")
 
 
+LOOSE = {
+    "k as true": ("/search", {"query": "bike", "k": True}, "k"),
+    "k as a numeral": ("/search", {"query": "bike", "k": "2"}, "k"),
+    "batch k as a numeral": ("/search/batch", {"queries": ["bike"], "k": "2"}, "k"),
+    "rerank_depth as a numeral": ("/search", {"query": "bike", "rerank_depth": "20"}, "rerank_depth"),
+    "rerank as 0": ("/search", {"query": "bike", "rerank": 0}, "rerank"),
+    "rerank as text": ("/search", {"query": "bike", "rerank": "false"}, "rerank"),
+    "min_score as a numeral": ("/search", {"query": "bike", "min_score": "0.5"}, "min_score"),
+    "similar k as true": ("/similar", {"sentence": "a", "candidates": ["b"], "k": True}, "k"),
+    "dimensions as true": ("/v1/embeddings", {"input": "bike", "dimensions": True}, "dimensions"),
+    "dimensions as a numeral": ("/v1/embeddings", {"input": "bike", "dimensions": "8"}, "dimensions"),
+    "top_n as true": ("/v1/rerank", {"query": "q", "documents": ["a", "b"], "top_n": True}, "top_n"),
+    "top_n as a numeral": ("/v1/rerank", {"query": "q", "documents": ["a", "b"], "top_n": "2"}, "top_n"),
+    "return_documents as 1": (
+        "/v1/rerank",
+        {"query": "q", "documents": ["a"], "return_documents": 1},
+        "return_documents",
+    ),
+    "v2 top_n as true": ("/v2/rerank", {"query": "q", "documents": ["a", "b"], "top_n": True}, "top_n"),
+    "v2 max_tokens_per_doc as a numeral": (
+        "/v2/rerank",
+        {"query": "q", "documents": ["a"], "max_tokens_per_doc": "64"},
+        "max_tokens_per_doc",
+    ),
+    "raw_scores as text": ("/rerank", {"query": "q", "texts": ["a"], "raw_scores": "yes"}, "raw_scores"),
+    "return_text as 1": ("/rerank", {"query": "q", "texts": ["a"], "return_text": 1}, "return_text"),
+}
+
+
+@pytest.mark.parametrize("path, body, field", LOOSE.values(), ids=LOOSE.keys())
+def test_numbers_and_flags_are_taken_only_as_their_json_types(client, path, body, field):
+    """``true`` is no count and ``"2"`` no number: the schema's types are held, not coerced."""
+    response = client.post(path, json=body)
+    assert response.status_code == 400, response.text
+    answer = response.json()["error"]
+    message = answer["message"] if path == "/v1/embeddings" else answer
+    assert message.startswith(f"{field}: ") and "\n" not in message, message
+
+
 @pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity", b'"nan"'])
 @pytest.mark.parametrize(
     "path, key", [("/search", b'"query": "bike"'), ("/search/batch", b'"queries": ["bike"]')]

@@ -30,13 +30,16 @@ from search.server.connections import BodyLimit, ClientGone, while_connected
 from search.server.encode import add_encode_routes, encode_only
 from search.server.errors import error_answer
 from search.server.live import LiveEngine
+from search.server.names import ServedNames, list_models, naming
 from search.server.page import add_page
-from search.server.rerank import NO_RERANKER, Served, cohere_rerank, tei_rerank
+from search.server.rerank import NO_RERANKER, Served, cohere_rerank, cohere_v2_rerank, tei_rerank
 from search.server.scans import MAX_DUPLICATE_PAIRS, Scans
 from search.server.schema import (
     MAX_BATCH,
     BatchRequest,
+    OpenAIError,
     RerankAnswer,
+    RerankV2Answer,
     SearchRequest,
     SimilarRequest,
     TeiRank,
@@ -86,6 +89,72 @@ def reranker_of(engine: SearchEngine) -> Reranker | None:
     return None if engine.rerank is None else engine.reranker(engine.rerank)
 
 
+async def user_error(request: Request, exc: SemsearchError) -> JSONResponse:
+    """The user's error: its status, its one line (and its OpenAI ``code``, where it has one)."""
+    return error_answer(request.url.path, exc.http_status, str(exc), code=getattr(exc, "code", None))
+
+
+async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return error_answer(request.url.path, 400, "; ".join(_field_error(e) for e in exc.errors()[:3]))
+
+
+async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """Starlette's own answers (404, 405, a body FastAPI cannot parse) in the one shape."""
+    return error_answer(request.url.path, exc.status_code, str(exc.detail), exc.headers)
+
+
+async def unreadable(request: Request, exc: Exception) -> JSONResponse:
+    """The index's files failed under the server (removed, garbled): it cannot serve."""
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    return error_answer(request.url.path, 503, f"the index cannot be read: {reason}")
+
+
+async def client_gone(request: Request, exc: ClientGone) -> Response:
+    return Response(status_code=499)  # nobody reads it: the connection is closed
+
+
+async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+    return error_answer(request.url.path, 500, f"internal error: {type(exc).__name__}")
+
+
+ERROR_HANDLERS: dict[type[Exception], Callable[..., Any]] = {
+    SemsearchError: user_error,
+    RequestValidationError: invalid_request,
+    HTTPException: http_error,
+    DatabaseError: unreadable,
+    OSError: unreadable,
+    ClientGone: client_gone,
+    Exception: internal_error,
+}
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every failure answered in its route's error shape (``search.server.errors``), never a trace."""
+    for kind, handler in ERROR_HANDLERS.items():
+        app.add_exception_handler(kind, handler)
+
+
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+RERANK_ROUTES = (
+    ("/v1/rerank", cohere_rerank, RerankAnswer),
+    ("/v2/rerank", cohere_v2_rerank, RerankV2Answer),
+    ("/rerank", tei_rerank, list[TeiRank]),
+)
+
+
+def add_shared_routes(app: FastAPI) -> None:
+    """The routes of every server, with an index or without: health, the models it runs, and the
+    rerank APIs (a 404 where it has no reranker)."""
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+    app.add_api_route("/v1/models", list_models, methods=["GET"], responses=answers(503, shape=OpenAIError))
+    for path, handler, answer in RERANK_ROUTES:
+        app.add_api_route(path, handler, methods=["POST"], responses=answered(answer, 400, 404, 413, 503))
+
+
 def create_app(
     index_dir: str | Path | None,
     *,
@@ -94,6 +163,7 @@ def create_app(
     loading: Future[SearchEngine] | None = None,
     encoding: Future[Encoding] | None = None,
     reranking: Future[Reranker] | None = None,
+    names: ServedNames | None = None,
 ) -> FastAPI:
     """Load the index and model now (so a bad index fails before the server binds), and set up the
     serving process (``configure_threads``). The engine loads in a thread while the routes are set
@@ -101,7 +171,7 @@ def create_app(
     anything heavy, to overlap those imports too: ``search.read.loading``), whose reranker reranks
     its searches and answers the rerank endpoints. ``index_dir`` None: serve vectors alone, with
     the ``encoding`` loading (``search.read.loading.load_encoding``), and pairs scored by the
-    ``reranking`` one if given."""
+    ``reranking`` one if given. ``names``: what its models are called (``serve --served-model-name``)."""
     configure_threads()
     if loading is None and index_dir is not None:
         loading = load_engine(index_dir)
@@ -111,46 +181,9 @@ def create_app(
     )
     app.add_middleware(BodyLimit)
 
-    @app.exception_handler(SemsearchError)
-    async def user_error(request: Request, exc: SemsearchError) -> JSONResponse:
-        return error_answer(request.url.path, exc.http_status, str(exc))
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_answer(request.url.path, 400, "; ".join(_field_error(e) for e in exc.errors()[:3]))
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        """Starlette's own answers (404, 405, a body FastAPI cannot parse) in the one shape."""
-        return error_answer(request.url.path, exc.status_code, str(exc.detail), exc.headers)
-
-    async def unreadable(request: Request, exc: Exception) -> JSONResponse:
-        """The index's files failed under the server (removed, garbled): it cannot serve."""
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        return error_answer(request.url.path, 503, f"the index cannot be read: {reason}")
-
-    app.add_exception_handler(DatabaseError, unreadable)
-    app.add_exception_handler(OSError, unreadable)
-
-    @app.exception_handler(ClientGone)
-    async def client_gone(request: Request, exc: ClientGone) -> Response:
-        return Response(status_code=499)  # nobody reads it: the connection is closed
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        return error_answer(request.url.path, 500, f"internal error: {type(exc).__name__}")
-
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
-    app.add_api_route(
-        "/v1/rerank", cohere_rerank, methods=["POST"], responses=answered(RerankAnswer, 400, 404, 413, 503)
-    )
-    app.add_api_route(
-        "/rerank", tei_rerank, methods=["POST"], responses=answered(list[TeiRank], 400, 404, 413, 503)
-    )
+    add_error_handlers(app)
+    add_shared_routes(app)
+    app.state.names = names or ServedNames()
     if index_dir is None:
 
         async def served_alone() -> Reranker | None:
@@ -249,10 +282,11 @@ def create_app(
         return await while_connected(request, scans.scan(snapshot, min_score, limit))
 
     @app.get("/info", responses=answers(503))
-    async def info() -> dict[str, Any]:
+    async def info(request: Request) -> dict[str, Any]:
         engine = await live.engine()
         return {
             **await asyncio.to_thread(engine.retrying, Snapshot.info),
+            **await naming(request),
             "reranking": engine.rerank,  # the reranker its searches rerank with (None: none)
             "reloads": live.reloads,
             "largest_batch": batcher.largest,

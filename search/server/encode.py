@@ -11,20 +11,19 @@ import base64
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from indexer.embedding.strategy import DEFAULT_MODEL, Strategy
+from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
 from search.read.encoding import Encoding, check_texts
 from search.read.loading import load_encoding
 from search.server.batching import MicroBatcher
 from search.server.connections import while_connected
-from search.server.errors import error_answer
+from search.server.names import check_model, model_name, naming
 from search.server.schema import (
     EmbeddingsAnswer,
     EmbeddingsRequest,
@@ -43,17 +42,6 @@ def _json(answer: dict[str, Any]) -> Response:
 def _base64(vector: np.ndarray) -> str:
     """OpenAI's ``encoding_format: base64``: the little-endian float32 bytes."""
     return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
-
-
-def served_names(model: str) -> frozenset[str]:
-    """The ``model`` names a request may give for the served ``model``: as the index stores it, its
-    folder's name and full path, and for the bundled model its Hugging Face id."""
-    names = {model, Path(model).name}
-    if model == DEFAULT_MODEL:
-        names.add(f"sentence-transformers/{DEFAULT_MODEL}")
-    elif Path(model).is_dir():
-        names.add(str(Path(model).resolve()))
-    return frozenset(names)
 
 
 def embeddings_answer(
@@ -87,7 +75,8 @@ def add_encode_routes(
     app: FastAPI, batcher: MicroBatcher, current: Callable[[], Awaitable[Encoding]]
 ) -> None:
     """``/v1/embeddings`` and ``/encode`` on ``app``; ``current()`` gives the ``Encoding`` a request
-    encodes with (an index snapshot's, or the one served alone)."""
+    encodes with (an index snapshot's, or the one served alone), ``app.state.encoding`` too."""
+    app.state.encoding = current
 
     async def encoded(
         request: Request,
@@ -111,17 +100,15 @@ def add_encode_routes(
         """OpenAI-compatible embeddings of ``input`` (a string or a list of strings): ``data[i]
         .embedding`` for input i, floats or (``encoding_format: base64``) little-endian float32;
         ``input_type``: the texts are queries (default) or passages, each with its prefix; ``model``
-        names the served model (or is left out), else a 404 ``model_not_found``; ``dimensions``:
+        names the served model (or is left out), else a 404 ``model_not_found`` (``names``); ``dimensions``:
         each vector's first N, unit length again (``shortened``)."""
-        served = (await current()).strategy.model
-        if body.model and body.model not in served_names(served):
-            message = f"model {body.model!r} is not served here: this server runs {Path(served).name!r}"
-            return error_answer(request.url.path, 404, message, code="model_not_found")
+        check_model(body.model, request.app.state.names.model, (await current()).strategy.model, "runs")
 
         def answer(encoding: Encoding, vectors: np.ndarray, tokens: int) -> dict[str, Any]:
             if body.dimensions is not None:
                 vectors = shortened(vectors, body.dimensions)
-            return embeddings_answer(vectors, encoding.strategy.model, tokens, body.encoding_format)
+            name = model_name(request, encoding.strategy.model)
+            return embeddings_answer(vectors, name, tokens, body.encoding_format)
 
         return await encoded(request, body.input, answer, body.input_type)
 
@@ -147,10 +134,11 @@ def encode_only(app: FastAPI, batcher: MicroBatcher, loading: Future[Encoding] |
     add_encode_routes(app, batcher, current)
 
     @app.get("/info", responses=answers(503))
-    async def info() -> dict[str, Any]:
+    async def info(request: Request) -> dict[str, Any]:
         """The strategy the vectors follow, their dimension and the encoder that runs them."""
         encoding = await current()
-        return {**encoding.info(), "largest_batch": batcher.largest, "dropped": batcher.dropped}
+        batches = {"largest_batch": batcher.largest, "dropped": batcher.dropped}
+        return {**encoding.info(), **await naming(request), **batches}
 
     loading.result()
     return app

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-OPENAI_PATHS = frozenset({"/v1/embeddings"})  # routes whose clients are OpenAI's
+OPENAI_PATHS = frozenset({"/v1/embeddings", "/v1/models"})  # routes whose clients are OpenAI's
 
 
 def error_body(path: str, status: int, message: str, code: str | None = None) -> dict[str, Any]:

@@ -1,17 +1,18 @@
-"""The rerank endpoints: ``POST /v1/rerank`` (the shape Cohere, Jina and Infinity use) and
-``POST /rerank`` (text-embeddings-inference's), over the server's reranker (``serve --rerank``, or
-the index's default). Each is a top-level handler, routed in ``search.server.app`` by one line; it
-finds the reranker and the micro-batcher on ``app.state`` (``served``). The pairs are tokenised
-as they arrive, held to the request budget in the tokens the reranker reads, and scored on the
-model thread in the batches its token budget allows, shared with other requests
-(``search.server.batching.MicroBatcher.score``)."""
+"""The rerank endpoints: ``POST /v1/rerank`` (the shape Cohere's v1 API, Jina and Infinity use),
+``POST /v2/rerank`` (Cohere's v2 API, ``cohere.ClientV2``) and ``POST /rerank``
+(text-embeddings-inference's), over the server's reranker (``serve --rerank``, or the index's
+default). Each is a top-level handler, routed in ``search.server.app``; it finds the reranker and
+the micro-batcher on ``app.state`` (``served``). The pairs are tokenised as they arrive, held to
+the request budget in the tokens the reranker reads, and scored on the model thread in the batches
+its token budget allows, shared with other requests (``search.server.batching.MicroBatcher.score``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,9 +22,8 @@ from fastapi.responses import Response
 from indexer.errors import SemsearchError
 from search.server.batching import Batched, MicroBatcher, Pairs
 from search.server.connections import while_connected
-from search.server.encode import served_names
-from search.server.errors import error_answer
-from search.server.schema import RerankRequest, TeiRerankRequest
+from search.server.names import check_model, reranker_name
+from search.server.schema import RerankRequest, RerankV2Request, TeiRerankRequest
 
 if TYPE_CHECKING:
     from indexer.encoders.rerankers import Reranker
@@ -83,36 +83,49 @@ def _best_first(scores: np.ndarray, top: int | None = None) -> list[int]:
     return np.argsort(-scores, kind="stable")[:top].tolist()
 
 
-def _model_name(reranker: Reranker) -> str:
-    return Path(reranker.folder.path).name
+async def _ranked(
+    request: Request, model: str, query: str, texts: Sequence[str], top: int | None
+) -> tuple[list[tuple[int, float]], str, int]:
+    """The first ``top`` of ``texts`` best first, as (position, the reranker's score), the name
+    of the reranker that scored them and the tokens it read; a ``model`` not served is a 404."""
+    reranker = (await served(request).reranker()).reranker
+    check_model(model, request.app.state.names.reranker, reranker.folder.path, "reranks with")
+    pairs, scores, tokens = await served(request).scores(request, query, texts)
+    ranked = [(i, float(scores[i])) for i in _best_first(scores, top)]
+    return ranked, reranker_name(request, pairs.reranker.folder.path), tokens
 
 
 async def cohere_rerank(body: RerankRequest, request: Request) -> Response:
-    """Rerank ``documents`` (strings or ``{"text": ...}``) for ``query``, Cohere's, Jina's and
+    """Rerank ``documents`` (strings or ``{"text": ...}``) for ``query``, Cohere's v1, Jina's and
     Infinity's shape: ``{"results": [{"index", "relevance_score", "document"?}], "model", "usage"}``,
     best first, the first ``top_n``; ``relevance_score`` is the reranker's score (as
     CrossEncoder.predict gives it), ``document`` (``return_documents``) ``{"text": ...}``."""
-    pairs = await served(request).reranker()
-    if body.model and body.model not in served_names(pairs.reranker.folder.path):
-        name = _model_name(pairs.reranker)
-        return error_answer(
-            request.url.path,
-            404,
-            f"model {body.model!r} is not served here: this server reranks with {name!r}",
-        )
     texts = [d if isinstance(d, str) else d.text for d in body.documents]
-    pairs, scores, tokens = await served(request).scores(request, body.query, texts)
+    ranked, name, tokens = await _ranked(request, body.model, body.query, texts, body.top_n)
     results = [
         {
             "index": i,
-            "relevance_score": float(scores[i]),
+            "relevance_score": score,
             **({"document": {"text": texts[i]}} if body.return_documents else {}),
         }
-        for i in _best_first(scores, body.top_n)
+        for i, score in ranked
     ]
-    return _json(
-        {"results": results, "model": _model_name(pairs.reranker), "usage": {"total_tokens": tokens}}
-    )
+    return _json({"results": results, "model": name, "usage": {"total_tokens": tokens}})
+
+
+async def cohere_v2_rerank(body: RerankV2Request, request: Request) -> Response:
+    """Rerank ``documents`` (strings) for ``query``, Cohere v2's shape (``cohere.ClientV2``):
+    ``{"id", "results": [{"index", "relevance_score"}], "meta"}``, best first, the first ``top_n``;
+    the scores /v1/rerank gives, ``meta`` the tokens read and Cohere's search units (one a 100
+    documents)."""
+    ranked, _, tokens = await _ranked(request, body.model, body.query, body.documents, body.top_n)
+    meta = {
+        "api_version": {"version": "2"},
+        "billed_units": {"search_units": math.ceil(len(body.documents) / 100)},
+        "tokens": {"input_tokens": tokens, "output_tokens": 0},
+    }
+    results = [{"index": i, "relevance_score": score} for i, score in ranked]
+    return _json({"id": str(uuid.uuid4()), "results": results, "meta": meta})
 
 
 EDGE = 2.0**-24

@@ -1,5 +1,6 @@
 """The API's shapes: the request models with their bounds, the ``Error`` every error answer has,
-and the OpenAPI schema that documents exactly those answers (no 422: bad input is a 400)."""
+and the OpenAPI schema that documents exactly those answers (no 422: bad input is a 400). Numbers
+and flags are strict: JSON's ``true`` is no count and ``"2"`` no number (a 400 naming the field)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, StrictBool, StrictFloat, StrictInt
 from pydantic_core import PydanticCustomError
 
 from indexer.errors import BadInput
@@ -102,19 +103,19 @@ def _finite(value: object) -> object:
     return value
 
 
-MinScore = Annotated[float | None, BeforeValidator(_finite)]
+MinScore = Annotated[StrictFloat | None, BeforeValidator(_finite)]
 """answered = score >= it (one scale in every mode: search.read.hybrid, in [-1, 1]; reranked, the
 reranker's own), over the stored rule; its range is checked with the request
 (``search.read.confidence.check_min_score``)."""
 Rerank = Annotated[
-    bool | None,
+    StrictBool | None,
     Field(
         description="Rerank with the server's reranker (serve --rerank, or the index's default): "
         "null, where it has one; false, the first stage alone; true, refused where it has none."
     ),
 ]
 RerankDepth = Annotated[
-    int | None,
+    StrictInt | None,
     Field(
         ge=1,
         le=MAX_RERANK_DEPTH,
@@ -126,7 +127,7 @@ RerankDepth = Annotated[
 
 class SearchRequest(BaseModel):
     query: Query
-    k: int = Field(10, ge=1, le=MAX_K)
+    k: StrictInt = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
     min_score: MinScore = None
     group_by: GroupBy = None
@@ -137,7 +138,7 @@ class SearchRequest(BaseModel):
 
 class BatchRequest(BaseModel):
     queries: list[Query] = Field(min_length=1, max_length=MAX_BATCH)
-    k: int = Field(10, ge=1, le=MAX_K)
+    k: StrictInt = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
     min_score: MinScore = None
     group_by: GroupBy = None
@@ -149,7 +150,7 @@ class BatchRequest(BaseModel):
 class SimilarRequest(BaseModel):
     sentence: Query
     candidates: list[Text] = Field(min_length=1, max_length=MAX_CANDIDATES)
-    k: int | None = Field(None, ge=1, le=MAX_CANDIDATES)
+    k: StrictInt | None = Field(None, ge=1, le=MAX_CANDIDATES)
 
 
 MAX_INPUTS = 2048  # texts in one /v1/embeddings or /encode request (OpenAI's own limit)
@@ -179,7 +180,7 @@ class EmbeddingsRequest(BaseModel):
     input: Annotated[list[EncodeText], BeforeValidator(_inputs), Field(min_length=1, max_length=MAX_INPUTS)]
     model: str = ""
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(None, ge=1)
+    dimensions: StrictInt | None = Field(None, ge=1)
     user: str | None = None
     input_type: InputType = "query"
 
@@ -225,8 +226,8 @@ class RerankRequest(BaseModel):
 
     query: Query
     documents: list[EncodeText | RerankDocument] = Field(min_length=1, max_length=MAX_CANDIDATES)
-    top_n: int | None = Field(None, ge=1)
-    return_documents: bool = False
+    top_n: StrictInt | None = Field(None, ge=1)
+    return_documents: StrictBool = False
     model: str = ""
 
 
@@ -248,15 +249,59 @@ class RerankAnswer(BaseModel):
     usage: RerankUsage
 
 
+class RerankV2Request(BaseModel):
+    """Cohere v2's rerank request (``cohere.ClientV2``): ``documents`` strings alone, ``model`` as
+    /v1/rerank's. ``max_tokens_per_doc`` is taken and cuts nothing: each pair is cut at the
+    reranker's max_length, as CrossEncoder cuts it."""
+
+    model: str = ""
+    query: Query
+    documents: list[EncodeText] = Field(min_length=1, max_length=MAX_CANDIDATES)
+    top_n: StrictInt | None = Field(None, ge=1)
+    max_tokens_per_doc: StrictInt | None = Field(None, ge=1)
+
+
+class RerankV2Result(BaseModel):
+    index: int
+    relevance_score: float
+
+
+class ApiVersion(BaseModel):
+    version: Literal["2"] = "2"
+
+
+class BilledUnits(BaseModel):
+    search_units: int  # as Cohere counts them: one a 100 documents
+
+
+class MetaTokens(BaseModel):
+    input_tokens: int  # the tokens the reranker read
+    output_tokens: int = 0
+
+
+class RerankV2Meta(BaseModel):
+    api_version: ApiVersion
+    billed_units: BilledUnits
+    tokens: MetaTokens
+
+
+class RerankV2Answer(BaseModel):
+    """Cohere v2's rerank answer: ``results`` best first, the first ``top_n``; ``id`` new per answer."""
+
+    id: str
+    results: list[RerankV2Result]
+    meta: RerankV2Meta
+
+
 class TeiRerankRequest(BaseModel):
     """text-embeddings-inference's ``/rerank`` request. Pairs are always cut at the reranker's
     max_length, as CrossEncoder cuts them (``truncate`` is taken and changes nothing)."""
 
     query: Query
     texts: list[EncodeText] = Field(min_length=1, max_length=MAX_CANDIDATES)
-    raw_scores: bool = False
-    return_text: bool = False
-    truncate: bool | None = None
+    raw_scores: StrictBool = False
+    return_text: StrictBool = False
+    truncate: StrictBool | None = None
 
 
 class TeiRank(BaseModel):

@@ -1,0 +1,188 @@
+"""The rerank routes as their clients call them: ``/v2/rerank`` in Cohere v2's shape (what
+``cohere.ClientV2`` sends and parses) beside ``/v1/rerank``, both read by the real ``cohere``
+clients in process; and the names a server gives its models (``serve --served-model-name``), in
+``/v1/models``, the answers' ``model``, ``/info``, and the 404 a request naming another gets."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from click.testing import CliRunner  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+from indexer.embedding.strategy import Strategy  # noqa: E402
+from search.cli import cli  # noqa: E402
+from search.read.loading import load_encoding  # noqa: E402
+from search.server import create_app  # noqa: E402
+from search.server.names import ServedNames  # noqa: E402
+from tests.helpers import build_faq, random_cross_encoder, serving  # noqa: E402
+
+QUERY = "how do I pay with a card"
+DOCS = ["Pay with any card.", "Park at a station.", "Refunds take a week.", "Cards are taken at the kiosk."]
+
+
+@pytest.fixture(scope="module")
+def cross(tmp_path_factory) -> str:
+    return random_cross_encoder(tmp_path_factory.mktemp("cross"), seed=3)
+
+
+@pytest.fixture(scope="module")
+def loaded(cross) -> Future:
+    from indexer.encoders.rerankers import reranker_for
+
+    done: Future = Future()
+    done.set_result(reranker_for(cross, runtime="torch"))
+    return done
+
+
+def alone(tiny_model: str, loaded: Future, names: ServedNames | None = None) -> TestClient:
+    """A server of vectors alone (the tiny model) with the reranker, named ``names``."""
+    encoding = load_encoding(Strategy(model=tiny_model))
+    return TestClient(create_app(None, encoding=encoding, reranking=loaded, names=names or ServedNames()))
+
+
+@pytest.fixture(scope="module")
+def client(tiny_model, loaded):
+    with alone(tiny_model, loaded) as client:
+        yield client
+
+
+def test_v2_rerank_answers_in_cohere_v2_shape_with_v1s_ranking(client, cross):
+    v1 = client.post("/v1/rerank", json={"query": QUERY, "documents": DOCS, "top_n": 3}).json()
+    body = {
+        "model": Path(cross).name,
+        "query": QUERY,
+        "documents": DOCS,
+        "top_n": 3,
+        "max_tokens_per_doc": 512,
+    }
+    v2 = client.post("/v2/rerank", json=body)
+    assert v2.status_code == 200, v2.text
+    answer = v2.json()
+    assert set(answer) == {"id", "results", "meta"} and isinstance(answer["id"], str) and answer["id"]
+    assert answer["results"] == [
+        {"index": r["index"], "relevance_score": r["relevance_score"]} for r in v1["results"]
+    ]
+    meta = answer["meta"]
+    assert meta["api_version"] == {"version": "2"} and meta["billed_units"] == {"search_units": 1}
+    assert meta["tokens"] == {"input_tokens": v1["usage"]["total_tokens"], "output_tokens": 0}
+    again = client.post("/v2/rerank", json={"query": QUERY, "documents": DOCS}).json()
+    assert len(again["results"]) == len(DOCS) and again["id"] != answer["id"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"query": QUERY, "documents": [{"text": "objects are v1's"}]},
+        {"query": QUERY, "documents": []},
+        {"query": QUERY, "documents": ["a"] * 1001},
+        {"query": "", "documents": ["a"]},
+        {"query": QUERY, "documents": ["a"], "top_n": 0},
+        {"query": QUERY, "documents": ["a"], "max_tokens_per_doc": 0},
+        {"query": QUERY, "documents": [" ".join(DOCS * 40)] * 200},  # past the request's token budget
+        {"documents": ["a"]},
+    ],
+)
+def test_bad_v2_rerank_input_is_a_400_in_one_line(client, body):
+    answer = client.post("/v2/rerank", json=body)
+    assert answer.status_code == 400, answer.text
+    message = answer.json()["error"]
+    assert isinstance(message, str) and "\n" not in message and "internal" not in message
+
+
+def test_v2_rerank_of_a_model_not_served_or_on_a_server_without_a_reranker_is_a_404(client, tiny_model):
+    other = client.post("/v2/rerank", json={"model": "rerank-v3.5", "query": QUERY, "documents": ["a"]})
+    assert other.status_code == 404 and "'rerank-v3.5' is not served here" in other.json()["error"]
+    with TestClient(create_app(None, encoding=load_encoding(Strategy(model=tiny_model)))) as bare:
+        refused = bare.post("/v2/rerank", json={"query": QUERY, "documents": ["a"]})
+        assert refused.status_code == 404 and "serve --rerank" in refused.json()["error"]
+
+
+@pytest.mark.filterwarnings("ignore:You should not use the .timeout. argument")  # the client always sets one
+def test_the_cohere_clients_reach_their_routes(client, cross):
+    """``cohere.ClientV2`` posts to /v2/rerank and ``cohere.Client`` to /v1/rerank; both parse
+    the answers into the ranking the server gave (the test client is their HTTP client)."""
+    cohere = pytest.importorskip("cohere")
+    v1 = client.post("/v1/rerank", json={"query": QUERY, "documents": DOCS, "top_n": 2}).json()
+    expected = [(r["index"], pytest.approx(r["relevance_score"])) for r in v1["results"]]
+    base = str(client.base_url)
+    v2 = cohere.ClientV2(api_key="unused", base_url=base, httpx_client=client)
+    ranked = v2.rerank(model=Path(cross).name, query=QUERY, documents=DOCS, top_n=2)
+    assert [(r.index, r.relevance_score) for r in ranked.results] == expected
+    assert ranked.id and ranked.meta.billed_units.search_units == 1
+    old = cohere.Client(api_key="unused", base_url=base, httpx_client=client)
+    shown = old.rerank(query=QUERY, documents=DOCS, top_n=2, return_documents=True)
+    assert [(r.index, r.relevance_score) for r in shown.results] == expected
+    assert [r.document.text for r in shown.results] == [DOCS[i] for i, _ in expected]
+    with pytest.raises(cohere.errors.NotFoundError):
+        v2.rerank(model="rerank-v3.5", query=QUERY, documents=DOCS)
+
+
+def test_served_names_are_what_the_server_answers_to_and_answers_with(tiny_model, loaded, cross):
+    names = ServedNames(model="my-embedder", reranker="my-reranker")
+    with alone(tiny_model, loaded, names) as named:
+        listed = named.get("/v1/models").json()
+        assert listed["object"] == "list"
+        assert [(m["id"], m["object"]) for m in listed["data"]] == [
+            ("my-embedder", "model"),
+            ("my-reranker", "model"),
+        ]
+        for asked in ("my-embedder", ""):
+            answer = named.post("/v1/embeddings", json={"input": "a bike", "model": asked})
+            assert answer.status_code == 200 and answer.json()["model"] == "my-embedder", answer.text
+        for other in (tiny_model, Path(tiny_model).name, "text-embedding-3-small"):
+            answer = named.post("/v1/embeddings", json={"input": "a bike", "model": other})
+            assert answer.status_code == 404, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "model_not_found" and "'my-embedder'" in error["message"]
+        ranked = named.post("/v1/rerank", json={"model": "my-reranker", "query": QUERY, "documents": DOCS})
+        assert ranked.status_code == 200 and ranked.json()["model"] == "my-reranker"
+        assert named.post(
+            "/v2/rerank", json={"model": "my-reranker", "query": QUERY, "documents": DOCS}
+        ).is_success
+        refused = named.post(
+            "/v1/rerank", json={"model": Path(cross).name, "query": QUERY, "documents": DOCS}
+        )
+        assert refused.status_code == 404 and "'my-reranker'" in refused.json()["error"]
+        info = named.get("/info").json()
+        assert (info["served_model_name"], info["served_reranker_name"]) == ("my-embedder", "my-reranker")
+
+
+def test_unnamed_models_are_listed_by_what_they_answer_to(tiny_model, loaded, cross):
+    with alone(tiny_model, loaded) as unnamed:
+        listed = [m["id"] for m in unnamed.get("/v1/models").json()["data"]]
+        model = unnamed.post("/v1/embeddings", json={"input": "a bike"}).json()["model"]
+        assert listed == [model, Path(cross).name] and model == tiny_model
+        info = unnamed.get("/info").json()
+        assert (info["served_model_name"], info["served_reranker_name"]) == (model, Path(cross).name)
+
+
+def test_an_index_server_names_its_model(tmp_path, tiny_model):
+    index = build_faq(tmp_path, tiny_model)
+    with TestClient(create_app(index, names=ServedNames(model="faq-embedder"))) as client:
+        assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["faq-embedder"]
+        answer = client.post("/v1/embeddings", json={"input": "a bike", "model": "faq-embedder"})
+        assert answer.json()["model"] == "faq-embedder"
+        info = client.get("/info").json()
+        assert info["served_model_name"] == "faq-embedder" and info["served_reranker_name"] is None
+
+
+def test_serve_refuses_an_empty_served_name():
+    for option in ("--served-model-name", "--served-reranker-name"):
+        refused = CliRunner().invoke(cli, ["serve", "--model", "m", option, " "])
+        assert refused.exit_code == 2 and "must not be empty" in refused.output, refused.output
+
+
+@pytest.mark.slow
+def test_serve_names_its_models_on_the_wire(tiny_model, cross):
+    options = ("--model", tiny_model, "--rerank", cross)
+    names = ("--served-model-name", "pedalo-embed", "--served-reranker-name", "pedalo-rerank")
+    with serving(None, *options, *names) as port:
+        listed = httpx.get(f"http://127.0.0.1:{port}/v1/models").json()
+        assert [m["id"] for m in listed["data"]] == ["pedalo-embed", "pedalo-rerank"]
