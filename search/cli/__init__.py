@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from indexer.errors import SemsearchError
-from search.cli import reading, studying, tuning, writing
+from search.cli import reading, serving, studying, tuning, writing
 
 
 class _UserError(click.ClickException):
@@ -62,7 +62,7 @@ for command in (
     reading.query_command,
     reading.info_command,
     reading.duplicates_command,
-    reading.serve_command,
+    serving.serve_command,
     reading.similar_command,
     reading.rerank_command,
     reading.encode_command,

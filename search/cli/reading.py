@@ -1,5 +1,5 @@
-"""The commands that read an index (query, info, duplicates, serve) or embed without one (similar,
-rerank, encode)."""
+"""The commands that read an index (query, info, duplicates) or embed without one (similar, rerank,
+encode); ``serve`` is ``search.cli.serving``'s."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from indexer.embedding.strategy import ROLES
-from indexer.errors import BadInput
 from search.cli.embedding import embedding_options
 from search.cli.options import (
     PREFIXES,
@@ -190,131 +189,6 @@ def duplicates_command(
         click.echo(f"{'':6}  {b}  {short(found.texts.get(b, ''), 60)}")
     if found.truncated:
         click.echo(f"... {count(found.total - len(found.pairs), 'more pair')} (--limit)")
-
-
-@click.command("serve")
-@click.argument("index_dir", required=False, type=click.Path(path_type=Path))
-@click.option(
-    "--host", default="127.0.0.1", show_default=True, help="Interface to bind (127.0.0.1: this machine only)."
-)
-@click.option(
-    "--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="TCP port to listen on."
-)
-@click.option(
-    "--max-batch",
-    default=64,
-    show_default=True,
-    type=click.IntRange(1, 256),
-    help="Most queries embedded in one micro-batch (1 turns batching off).",
-)
-@click.option(
-    "--request-timeout",
-    default=10.0,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds a client has to send a whole request (from connecting or its previous answer).",
-)
-@click.option(
-    "--keep-alive",
-    default=5.0,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds an idle connection is kept open after an answer.",
-)
-@click.option(
-    "--max-connections",
-    default=256,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Open connections at most; past that a new one gets a 503.",
-)
-@click.option(
-    "--max-client-connections",
-    default=64,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Open connections of one client (IP address, IPv6 /64) at most; past that a new one gets a 503.",
-)
-@click.option("-q", "--quiet", is_flag=True, help="No access log (by default a line a request on stderr).")
-@click.option(
-    "--forwarded-allow-ips",
-    metavar="IPS",
-    help="Believe X-Forwarded-For/-Proto from these proxies (comma-separated addresses or networks, "
-    "or *): the log then names the client a proxy forwards for. By default no one's is believed.",
-)
-@rerank_option
-@no_rerank_option
-@embedding_options("provider", "device", "code", serving=True)
-@strategy_options
-def serve_command(
-    index_dir: Path | None,
-    host: str,
-    port: int,
-    max_batch: int,
-    request_timeout: float,
-    keep_alive: float,
-    max_connections: int,
-    max_client_connections: int,
-    quiet: bool,
-    forwarded_allow_ips: str | None,
-    rerank: str | None,
-    no_rerank: bool,
-    options: EmbeddingOptions,
-    asked: dict[str, Any],
-) -> None:
-    """Serve INDEX_DIR over HTTP: a search page at /; POST /search, /search/batch, /similar,
-    /v1/embeddings (OpenAI's shape), /encode, /reload (pick up a new version now); GET /duplicates,
-    /info, /fields, /health; API docs at /docs. New versions written by index, add or delete are
-    picked up within a second. With no INDEX_DIR and --model (or other strategy options): vectors
-    alone (/v1/embeddings, /encode, /info). A reranker (--rerank MODEL, or the index's default
-    unless --no-rerank) reranks the searches and answers POST /v1/rerank (Cohere's shape) and
-    /rerank (text-embeddings-inference's). Each request is a line on stderr (client, method,
-    path, status, milliseconds) unless --quiet.
-
-    \b
-    Example:
-        semsearch serve faq-index --port 8000
-    """
-    from search.read.loading import load_encoding, load_engine, load_reranker
-
-    if index_dir is not None and asked:
-        raise click.UsageError("an index is served with its stored strategy: drop the strategy options")
-    if index_dir is None and not asked:
-        raise click.UsageError(
-            "give INDEX_DIR to search it, or --model (and strategy options) to serve vectors"
-        )
-    if no_rerank and rerank:
-        raise click.UsageError("--no-rerank takes no --rerank")
-    # the engine (or encoder) imports and loads while the web stack imports
-    # a GPU asked for and missing: said before the server starts
-    options.checked()
-    reranking = False if no_rerank else rerank or True
-    loading = load_engine(index_dir, options, reranking) if index_dir is not None else None
-    encoding = load_encoding(strategy_from(asked), options) if index_dir is None else None
-    scoring = load_reranker(rerank, options) if index_dir is None and rerank else None
-    try:
-        from search.server import create_app, listen, serve
-    except ImportError:
-        raise BadInput("serving needs the 'serve' extra: pip install 'semsearch[serve]'") from None
-    listening = listen(host, port)  # a port in use is told at once, not after the index loads
-    app = create_app(index_dir, max_batch=max_batch, loading=loading, encoding=encoding, reranking=scoring)
-    if index_dir is None:
-        served = encoding.result().strategy.describe()
-        click.echo(
-            f"serving vectors of {served} on http://{host}:{port}/v1/embeddings (docs: /docs)", err=True
-        )
-    else:
-        click.echo(f"serving {index_dir}: search page on http://{host}:{port}/ (API docs: /docs)", err=True)
-    serve(
-        app,
-        listening,
-        request_timeout=request_timeout,
-        keep_alive=keep_alive,
-        max_connections=max_connections,
-        max_client_connections=max_client_connections,
-        access_log=not quiet,
-        forwarded_allow_ips=forwarded_allow_ips,
-    )
 
 
 @click.command("similar")
