@@ -68,7 +68,8 @@ def test_a_good_plan(tiny_model):
 def test_sweep_outputs_go_into_a_directory_that_does_not_exist_yet(tmp_path):
     # before: `sweep ... --csv out/sweep.csv` computed the whole grid, then ended in an unexpected
     # FileNotFoundError for the missing `out/`
-    from search.studies.sweep import Cell, write_csv
+    from search.studies.sweep import Cell
+    from search.studies.sweep_output import write_csv
 
     cells = [Cell("layer 1", Strategy(layers=(1,), pooling="mean"), {"mrr@10": 0.5})]
     write_csv(cells, tmp_path / "out" / "sweep.csv")
@@ -103,7 +104,7 @@ def test_where_a_keyword_weight_beats_dense_the_sweep_says_how_to_store_it(capsy
     report_modes(modes, "mrr@10")
     said = capsys.readouterr().out
     assert "best keyword weight by mrr@10: 0.05 (hybrid 0.600, dense 0.550)" in said
-    assert "store it: semsearch calibrate INDEX --hybrid-weight 0.05" in said and "dense wins" not in said
+    assert "then semsearch calibrate INDEX --hybrid-weight 0.05" in said and "dense wins" not in said
 
 
 def graded(ndcg: float, mrr: float = 1.0) -> dict[str, float]:
@@ -155,7 +156,28 @@ def test_where_the_metric_ties_in_every_mode_the_sweep_advises_from_the_next(cap
     assert "dense wins" not in said and "--mode dense" not in said
     assert "mrr@10 is 1.000 for dense and at every keyword weight (saturated: it tells none" in said
     assert "best keyword weight by mrr@10, then ndcg@10: 0.05 (hybrid ndcg@10 0.930, dense 0.897)" in said
-    assert "store it: semsearch calibrate INDEX --hybrid-weight 0.05" in said
+    assert "then semsearch calibrate INDEX --hybrid-weight 0.05" in said
     # and where the next metric ties too, dense still wins
     level = Modes(Cell("last", Strategy(), graded(0.9)), graded(0.6), {0.05: graded(0.9), 0.5: graded(0.8)})
     assert level.dense_wins("mrr@10")
+
+
+def test_the_advice_names_the_index_it_holds_for_and_keyword_alone_winning_is_said(capsys):
+    """A weight measured on the best cell holds for an index built as that cell (its options
+    named), not for the user's default index; keyword search beating dense and every weight is
+    said with how to query so, and no weight is advised."""
+    pooler = Cell("layer 6 (last)", Strategy(layers=(-1,), pooling="pooler"), {"mrr@10": 0.6})
+    modes = Modes(pooler, {"mrr@10": 0.5}, {0.15: {"mrr@10": 0.65}, 0.5: {"mrr@10": 0.708}})
+    report_modes(modes, "mrr@10", "semsearch index faq.csv -o INDEX --text-field text")
+    said = capsys.readouterr().out
+    assert (
+        "store it, for an index built as the best cell: semsearch index faq.csv -o INDEX --text-field text "
+        "--layers -1 --pooling pooler, then semsearch calibrate INDEX --hybrid-weight 0.5" in said
+    )
+    keyword = Modes(pooler, {"mrr@10": 0.755}, {0.15: {"mrr@10": 0.65}, 0.5: {"mrr@10": 0.708}})
+    assert keyword.keyword_wins("mrr@10") and not modes.keyword_wins("mrr@10")
+    report_modes(keyword, "mrr@10", "semsearch index faq.csv -o INDEX --text-field text")
+    said = capsys.readouterr().out
+    assert "keyword wins by mrr@10: keyword 0.755 beats dense in every cell (best 0.600)" in said
+    assert "query with --mode keyword" in said and "semsearch calibrate INDEX --mode keyword" in said
+    assert "--hybrid-weight" not in said and "dense wins" not in said

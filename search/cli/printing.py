@@ -122,7 +122,8 @@ def report_sweep(
     title: str,
     reproduce_prefix: str,
 ) -> None:
-    from search.studies.sweep import deciding, reproduce, saturated, write_csv, write_heatmap
+    from search.studies.sweep import deciding, reproduce, saturated
+    from search.studies.sweep_output import write_csv, write_heatmap
 
     metrics = [m for m in cells[0].scores if m not in ("pairs", "queries")]
     click.echo(f"{'#':>3}  {'layers':<26} {'pooling':<9} {'post':<7} " + " ".join(f"{m:>9}" for m in metrics))
@@ -165,10 +166,12 @@ def broken_by(scores: dict[str, float], metric: str) -> str:
     return f"ties broken by {first}" + (f" (then {', '.join(rest)})" if rest else "")
 
 
-def report_modes(modes: Any, metric: str) -> None:
-    """The best cell searched dense, by keywords and hybrid at each keyword share, and the best
-    share: by ``metric``, ties broken by the next metrics (said where ``metric`` is saturated)."""
-    from search.studies.sweep import deciding
+def report_modes(modes: Any, metric: str, index_prefix: str = "semsearch index CORPUS -o INDEX") -> None:
+    """The best cell searched dense, by keywords and hybrid at each keyword share, and the advice:
+    keyword search where it beats every other row (it holds for any index of the corpus), else
+    dense or the best share, by ``metric``, ties broken by the next metrics (said where ``metric``
+    is saturated), for an index built as the best cell (``index_prefix`` and its options)."""
+    from search.studies.sweep import deciding, reproduce
 
     metrics = [m for m in modes.cell.scores if m != "queries"]
     click.echo("\nthe best cell in every mode (query --mode; docs/hybrid.md):")
@@ -183,6 +186,20 @@ def report_modes(modes: Any, metric: str) -> None:
             f"\n{metric} is {modes.cell.scores[metric]:.3f} for dense and at every keyword weight "
             f"(saturated: it tells none of them apart); {broken_by(modes.cell.scores, metric)}"
         )
+    if modes.keyword_wins(metric):
+        by = deciding(modes.keyword, modes.hybrid[best], metric)
+        click.echo(
+            f"\nkeyword wins by {by}: keyword {modes.keyword[by]:.3f} beats dense in every cell (best "
+            f"{modes.cell.scores[by]:.3f}) and the best cell's hybrid at every weight "
+            f"(best {modes.hybrid[best][by]:.3f})"
+        )
+        click.echo(
+            'use it: query with --mode keyword (HTTP: "mode": "keyword") on any index of this corpus; one '
+            "calibrated for keyword search only searches by keyword by default: semsearch calibrate INDEX "
+            "--mode keyword --queries ... --qrels ... (or --self)"
+        )
+        return
+    built = f"for an index built as the best cell: {index_prefix} {reproduce(modes.cell.strategy)}, then"
     by = deciding(modes.hybrid[best], modes.cell.scores, metric)
     named, shown = (metric, "") if by == metric else (f"{metric}, then {by}", f" {by}")
     hybrid, dense = modes.hybrid[best][by], modes.cell.scores[by]
@@ -192,13 +209,13 @@ def report_modes(modes: Any, metric: str) -> None:
             "(no weight scores above dense on these labels)"
         )
         click.echo(
-            'keep it: query with --mode dense (HTTP: "mode": "dense"); an index calibrated for dense '
-            "search only searches dense by default: semsearch calibrate INDEX --mode dense "
+            f'keep it, {built} query with --mode dense (HTTP: "mode": "dense"); an index calibrated for '
+            "dense search only searches dense by default: semsearch calibrate INDEX --mode dense "
             "--queries ... --qrels ... (or --self)"
         )
         return
     click.echo(f"\nbest keyword weight by {named}: {best:g} (hybrid{shown} {hybrid:.3f}, dense {dense:.3f})")
-    click.echo(f"store it: semsearch calibrate INDEX --hybrid-weight {best:g}")
+    click.echo(f"store it, {built} semsearch calibrate INDEX --hybrid-weight {best:g}")
 
 
 def print_info(info: dict[str, Any], rules: dict[str, Any]) -> None:

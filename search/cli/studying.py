@@ -389,16 +389,9 @@ def sweep_retrieval_command(
         rerank=rerank,
         rerank_depth=rerank_depth,
     )
-    report_sweep(
-        sweep.cells,
-        metric,
-        csv_path,
-        heatmap,
-        top,
-        corpus.name,
-        f"semsearch index {corpus} -o INDEX --text-field {text_field}",
-    )
-    report_modes(sweep.modes, metric)
+    built = f"semsearch index {corpus} -o INDEX --text-field {text_field}"
+    report_sweep(sweep.cells, metric, csv_path, heatmap, top, corpus.name, built)
+    report_modes(sweep.modes, metric, built)
     if sweep.reranked is not None:
         done = sweep.reranked
         mode = done["mode"].split()[0]

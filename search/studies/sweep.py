@@ -12,7 +12,6 @@ store on the index (``calibrate --hybrid-weight``) measured on the user's own la
 
 from __future__ import annotations
 
-import csv
 import shlex
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -27,7 +26,7 @@ from indexer.embedding.strategy import POOLINGS, POSTPROCESSES, ROLES, SWEPT, St
 from indexer.embedding.transform import Transform
 from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import BadInput
-from indexer.progress import Progress
+from indexer.progress import Progress, note
 from indexer.reading.corpus import Entry, read_corpus
 from search.read.hybrid import (
     DEFAULT_WEIGHT,
@@ -50,6 +49,7 @@ from search.studies.evaluate import (
     retrieval_metrics,
     sts_scores,
 )
+from search.studies.labels import held, judged_ids
 
 
 @dataclass(frozen=True)
@@ -219,6 +219,12 @@ class Modes:
         ``--mode dense``."""
         return ranked_by(self.hybrid[self.best_weight(metric)], metric) <= ranked_by(self.cell.scores, metric)
 
+    def keyword_wins(self, metric: str) -> bool:
+        """Keyword search alone scores above dense and above hybrid at every weight (``metric``,
+        ties broken by the next metrics): then no strategy's vectors help these questions."""
+        best = max([self.cell.scores, *self.hybrid.values()], key=lambda scores: ranked_by(scores, metric))
+        return ranked_by(self.keyword, metric) > ranked_by(best, metric)
+
     def saturated(self, metric: str) -> bool:
         """Whether ``metric`` scores the same in dense and at every weight: it cannot choose."""
         return saturated([self.cell.scores, *self.hybrid.values()], metric)
@@ -267,6 +273,9 @@ def retrieval_sweep(
         SearchRequest(("a question",), k, rerank=str(rerank), rerank_depth=rerank_depth).checked()
     entries = read_corpus(corpus, text_fields=text_fields, encoding=encoding).entries
     doc_ids = np.array([e.id for e in entries])
+    missing = held(judged_ids(data), set(doc_ids.tolist()), "questions judged only against them score 0")
+    if missing:  # said before the grid is embedded; none held stops here
+        note(missing)
     cells, (docs, queries) = _embed_grid(
         base,
         [([e.text for e in entries], "passage"), ([q.text for q in data.queries], "query")],
@@ -417,83 +426,3 @@ def reproduce(strategy: Strategy) -> str:
         if strategy.prefix(role):
             parts.append(f"--{role}-prefix {shlex.quote(strategy.prefix(role))}")
     return " ".join(parts)
-
-
-def output_file(path: Path) -> Path:
-    """An output path whose directory exists (made if missing), or one clear error."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(f"cannot write {path}: {exc.strerror}") from None
-    return path
-
-
-def write_csv(cells: Sequence[Cell], path: Path) -> None:
-    metrics = list(cells[0].scores)
-    with output_file(path).open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["row", "layers", "combine", "pooling", "postprocess", *metrics, "options"])
-        for c in cells:
-            s = c.strategy
-            layers = ",".join(map(str, s.layers or ()))
-            writer.writerow(
-                [
-                    c.row,
-                    layers,
-                    s.combine,
-                    s.pooling,
-                    s.postprocess,
-                    *[c.scores[m] for m in metrics],
-                    reproduce(s),
-                ]
-            )
-
-
-def write_heatmap(cells: Sequence[Cell], metric: str, path: Path, title: str) -> None:
-    """Layers x pooling, one panel per post-processing, the best cell boxed (needs matplotlib)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = list(dict.fromkeys(c.row for c in sorted(cells, key=lambda c: _row_order(c.row))))
-    cols = [p for p in POOLINGS if any(c.strategy.pooling == p for c in cells)]
-    posts = list(dict.fromkeys(c.strategy.postprocess for c in cells))
-    best = best_first(list(cells), metric)[0]
-    fig, axes = plt.subplots(
-        1, len(posts), figsize=(2.2 + 1.3 * len(cols) * len(posts), 1.2 + 0.38 * len(rows)), squeeze=False
-    )
-    for ax, post in zip(axes[0], posts, strict=True):
-        grid_values = np.full((len(rows), len(cols)), np.nan)
-        for c in cells:
-            if c.strategy.postprocess == post:
-                grid_values[rows.index(c.row), cols.index(c.strategy.pooling)] = c.scores[metric]
-        image = ax.imshow(grid_values, cmap="viridis", aspect="auto")
-        for (i, j), value in np.ndenumerate(grid_values):
-            if not np.isnan(value):
-                ax.text(
-                    j,
-                    i,
-                    f"{value:.3g}",
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if value < np.nanmean(grid_values) else "black",
-                )
-        if best.strategy.postprocess == post:
-            i, j = rows.index(best.row), cols.index(best.strategy.pooling)
-            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
-        ax.set_xticks(range(len(cols)), cols, fontsize=8)
-        ax.set_yticks(range(len(rows)), rows, fontsize=8)
-        ax.set_title(f"postprocess: {post}", fontsize=9)
-        fig.colorbar(image, ax=ax, fraction=0.04)
-    fig.suptitle(f"{title}: {metric} (best boxed: {best.row}, {best.strategy.pooling})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(output_file(path), dpi=110)
-    plt.close(fig)
-
-
-def _row_order(label: str) -> tuple[int, int]:
-    if label.startswith("layer "):
-        return (0, int(label.split()[1]))
-    return (1, ["last4 sum", "last4 mean", "last4 concat", "first-last mean"].index(label))
