@@ -21,7 +21,8 @@ from search.studies.evaluate import (
     read_retrieval_set,
     retrieval_metrics,
 )
-from search.studies.sweep import reproduce, retrieval_sweep, sweep_sts, write_csv, write_heatmap
+from search.studies.sweep import reproduce, retrieval_sweep, sweep_sts
+from search.studies.sweep_output import write_csv, write_heatmap
 from tests.helpers import shared_file
 
 PAIRS = [
@@ -200,3 +201,59 @@ def test_scores_that_never_differ_are_one_line_saying_why(tmp_path):
     for need_score in (True, False):  # evaluate sts and sweep sts; tune's labels
         with pytest.raises(SemsearchError, match="all 6 pairs score 3: .*needs two different scores"):
             read_pairs(constant, need_score=need_score)
+
+
+def judged_set(tmp_path: Path, judged: list[str]) -> tuple[Path, Path, Path]:
+    """A corpus of six entries (e0..e5) and four questions, question i judged against
+    ``judged[i]``."""
+    corpus = tmp_path / "corpus.csv"
+    topics = ["bikes", "billing", "parking", "helmets", "app", "stations"]
+    corpus.write_text("id,text\n" + "".join(f"e{i},entry {i} about {t}\n" for i, t in enumerate(topics)))
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(
+        "".join(json.dumps({"id": f"q{i}", "text": f"about {topics[i]}"}) + "\n" for i in range(4))
+    )
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("".join(f"q{i}\t{doc}\t1\n" for i, doc in enumerate(judged)))
+    return corpus, queries, qrels
+
+
+def test_judged_ids_missing_from_the_index_are_said_and_none_held_is_one_error(tmp_path, tiny_model):
+    """Qrels naming entries the index lacks (another corpus, rows a build dropped) score 0 in every
+    mode: evaluate, sweep and calibrate say on stderr how many judged ids are not in the index,
+    and stop with one line where it holds none of them."""
+    from click.testing import CliRunner
+
+    from indexer import build_index
+    from search.cli import cli
+
+    corpus, queries, qrels = judged_set(tmp_path, ["e0", "e1", "x8", "x9"])
+    given = ["--corpus", str(corpus), "--queries", str(queries), "--qrels", str(qrels), "--model", tiny_model]
+    note = "2 of the 4 judged ids are not in the index (x8, x9): "
+    said = CliRunner().invoke(cli, ["evaluate", "retrieval", *given])
+    assert said.exit_code == 0, said.output
+    assert note + "questions judged only against them score 0" in said.stderr.splitlines()
+    swept = CliRunner().invoke(cli, ["sweep", "retrieval", *given, "--poolings", "mean"])
+    assert swept.exit_code == 0, swept.output
+    assert note + "questions judged only against them score 0" in swept.stderr.splitlines()
+    index = tmp_path / "index"
+    build_index(corpus, index, Strategy(model=tiny_model))
+    calibrated = CliRunner().invoke(
+        cli,
+        ["calibrate", str(index), "--queries", str(queries), "--qrels", str(qrels), "--min-precision", "0.1"],
+    )
+    assert note + "questions judged only against them are read as ones it cannot answer" in calibrated.stderr
+    _, _, elsewhere = (
+        judged_set(tmp_path / "other", ["x1", "x2", "x3", "x4"])
+        if (tmp_path / "other").mkdir() is None
+        else ()
+    )
+    for command in (["evaluate", "retrieval"], ["sweep", "retrieval"]):
+        failed = CliRunner().invoke(
+            cli, [*command, *given[:4], "--qrels", str(elsewhere), "--model", tiny_model]
+        )
+        assert failed.exit_code == 1, failed.output
+        assert failed.stderr.splitlines() == [
+            "Error: none of the 4 judged ids is in the index (e.g. x1, x2, x3): "
+            "are the qrels for this corpus, and did the build keep their rows?"
+        ]

@@ -104,6 +104,15 @@ def test_numbers_and_flags_are_taken_only_as_their_json_types(client, path, body
     assert message.startswith(f"{field}: ") and "\n" not in message, message
 
 
+def test_an_integral_number_is_a_count_as_json_schema_says(client):
+    answer = client.post(
+        "/search", content=b'{"query": "bike", "k": 2.0}', headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == 200 and len(answer.json()["hits"]) == 2, answer.text
+    message = client.post("/search", json={"query": "bike", "k": True}).json()["error"]
+    assert message == "k: Input should be a JSON integer, not true"
+
+
 @pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity", b'"nan"'])
 @pytest.mark.parametrize(
     "path, key", [("/search", b'"query": "bike"'), ("/search/batch", b'"queries": ["bike"]')]

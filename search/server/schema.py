@@ -4,12 +4,13 @@ and flags are strict: JSON's ``true`` is no count and ``"2"`` no number (a 400 n
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, StrictBool, StrictFloat, StrictInt
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, StrictBool, StrictFloat
 from pydantic_core import PydanticCustomError
 
 from indexer.errors import BadInput
@@ -33,6 +34,16 @@ def _unicode(text: str) -> str:
         raise ValueError(str(exc)) from None
 
 
+def _json_integer(value: object) -> object:
+    """JSON's numbers alone: ``true`` and ``"2"`` are no count (pydantic's lax mode takes them as 1
+    and 2); ``2.0`` is one, as JSON Schema's ``integer`` says."""
+    if isinstance(value, bool | str):
+        shown = json.dumps(value, ensure_ascii=False)[:40]
+        raise PydanticCustomError("int_type", "Input should be a JSON integer, not {value}", {"value": shown})
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_json_integer)]
 Text = Annotated[str, AfterValidator(_unicode)]
 Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY), AfterValidator(_unicode)]
 Where = Annotated[str, Field(max_length=MAX_FILTER_LENGTH), AfterValidator(_unicode)]
@@ -115,7 +126,7 @@ Rerank = Annotated[
     ),
 ]
 RerankDepth = Annotated[
-    StrictInt | None,
+    Count | None,
     Field(
         ge=1,
         le=MAX_RERANK_DEPTH,
@@ -127,7 +138,7 @@ RerankDepth = Annotated[
 
 class SearchRequest(BaseModel):
     query: Query
-    k: StrictInt = Field(10, ge=1, le=MAX_K)
+    k: Count = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
     min_score: MinScore = None
     group_by: GroupBy = None
@@ -138,7 +149,7 @@ class SearchRequest(BaseModel):
 
 class BatchRequest(BaseModel):
     queries: list[Query] = Field(min_length=1, max_length=MAX_BATCH)
-    k: StrictInt = Field(10, ge=1, le=MAX_K)
+    k: Count = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
     min_score: MinScore = None
     group_by: GroupBy = None
@@ -150,7 +161,7 @@ class BatchRequest(BaseModel):
 class SimilarRequest(BaseModel):
     sentence: Query
     candidates: list[Text] = Field(min_length=1, max_length=MAX_CANDIDATES)
-    k: StrictInt | None = Field(None, ge=1, le=MAX_CANDIDATES)
+    k: Count | None = Field(None, ge=1, le=MAX_CANDIDATES)
 
 
 MAX_INPUTS = 2048  # texts in one /v1/embeddings or /encode request (OpenAI's own limit)
@@ -180,7 +191,7 @@ class EmbeddingsRequest(BaseModel):
     input: Annotated[list[EncodeText], BeforeValidator(_inputs), Field(min_length=1, max_length=MAX_INPUTS)]
     model: str = ""
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: StrictInt | None = Field(None, ge=1)
+    dimensions: Count | None = Field(None, ge=1)
     user: str | None = None
     input_type: InputType = "query"
 
@@ -226,7 +237,7 @@ class RerankRequest(BaseModel):
 
     query: Query
     documents: list[EncodeText | RerankDocument] = Field(min_length=1, max_length=MAX_CANDIDATES)
-    top_n: StrictInt | None = Field(None, ge=1)
+    top_n: Count | None = Field(None, ge=1)
     return_documents: StrictBool = False
     model: str = ""
 
@@ -257,8 +268,8 @@ class RerankV2Request(BaseModel):
     model: str = ""
     query: Query
     documents: list[EncodeText] = Field(min_length=1, max_length=MAX_CANDIDATES)
-    top_n: StrictInt | None = Field(None, ge=1)
-    max_tokens_per_doc: StrictInt | None = Field(None, ge=1)
+    top_n: Count | None = Field(None, ge=1)
+    max_tokens_per_doc: Count | None = Field(None, ge=1)
 
 
 class RerankV2Result(BaseModel):

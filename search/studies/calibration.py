@@ -32,7 +32,7 @@ import numpy as np
 
 from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
-from indexer.progress import Progress
+from indexer.progress import Progress, note
 from indexer.store import Change, apply_change, live_meta, writer_lock
 from search.read.components import groups
 from search.read.confidence import (
@@ -47,9 +47,10 @@ from search.read.confidence import (
 )
 from search.read.engine import RERANKER_KEY, SearchEngine
 from search.read.hybrid import DENSE, HYBRID, RERANK_DEPTH, WEIGHT_KEY, check_weight
-from search.read.lookup import Reranking
 from search.read.queries import Query
+from search.read.lookup import Reranking
 from search.read.snapshot import Plan, Snapshot
+from search.studies.labels import held, labelled
 from search.studies.promise import (
     GUARANTEE,
     HALF,
@@ -370,32 +371,15 @@ def observations(
         raise BadInput("no calibration questions")
     judged = list(dict.fromkeys(doc for docs in qrels.values() for doc in docs))
     indexed = snapshot.holding(judged)
+    missing = held(judged, indexed, "questions judged only against them are read as ones it cannot answer")
+    if missing:
+        note(missing)
     most = max(sum(doc in indexed for doc in qrels.get(q.id, {})) for q in questions)
     texts = [q.text for q in questions]
     plan = fitting_plan(snapshot, texts, NEIGHBOURS + snapshot.largest_group() + most, mode, reranking)
     near = neighbourhoods_of(snapshot, plan, embedded(snapshot, texts, progress), progress)
     ids = snapshot.ids(sorted({r for n in near for r in n.rowids}))
     return observe([q.id for q in questions], near, ids, qrels, indexed)
-
-
-def labelled(
-    questions: Sequence[Query], qrels: Mapping[str, Mapping[str, int]], no_answer: Collection[str] | None
-) -> tuple[list[Query], int]:
-    """The questions a calibration reads, and how many it leaves out. Every question with a
-    relevant judgement is read; one without is read as having no answer in the index where the
-    user says so: in ``no_answer``, or, where that is None, every one (the mixed-file convention:
-    qrels of relevant judgements alone, beside the questions without an answer). The others are
-    unjudged and left out, as ``evaluate`` leaves them out."""
-    if no_answer is None:
-        return list(questions), 0
-    unknown = sorted(set(no_answer) - {q.id for q in questions})
-    if unknown:
-        raise BadInput(f"{len(unknown)} unanswerable ids name no question asked: {', '.join(unknown[:3])}")
-    relevant = sorted(set(no_answer) & set(qrels))
-    if relevant:
-        raise BadInput(f"{relevant[0]} is named unanswerable, but the qrels judge an entry relevant to it")
-    kept = [q for q in questions if q.id in qrels or q.id in no_answer]
-    return kept, len(questions) - len(kept)
 
 
 def described_labels(seen: Sequence[Observation], left_out: int = 0) -> str:

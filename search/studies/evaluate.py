@@ -14,7 +14,7 @@ import json
 import math
 import tempfile
 import warnings
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,11 +25,15 @@ from indexer.embedding.fields import FieldScoring
 from indexer.embedding.strategy import Strategy
 from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
-from indexer.progress import Progress
+from indexer.progress import Progress, note
 from indexer.reading.corpus import Rejection, rejection_summary
 from indexer.reading.decoding import GZIP_SUFFIX, lines_of
 from search.read.hybrid import MODES
-from search.read.queries import Query, read_queries
+from search.studies.labels import RetrievalSet, held, judged_ids
+from search.studies.labels import as_number as _float
+from search.studies.labels import read_judgements as read_judgements  # where studies read them
+from search.studies.labels import read_qrels as read_qrels
+from search.studies.labels import read_retrieval_set as read_retrieval_set
 
 if TYPE_CHECKING:
     from indexer.encoders.rerankers import Reranker
@@ -50,13 +54,6 @@ class Pairs:
     def sentences(self) -> list[str]:
         """Each distinct sentence once, so a sentence shared by pairs is embedded once."""
         return list(dict.fromkeys(self.first + self.second))
-
-
-def _float(value: str) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def read_pairs(
@@ -94,6 +91,8 @@ def read_pairs(
             rows = [dict(zip(header, row, strict=False)) for row in table[1:]]
         elif len(header) >= 7 and _float(header[4]) is not None:  # STS Benchmark as distributed
             rows = [{score: r[4], s1: r[5], s2: r[6]} for r in table if len(r) >= 7]
+        elif len(header) == 3 and _float(header[2]) is not None:  # text, text, score; no header
+            rows = [{s1: r[0], s2: r[1], score: r[2]} for r in table if len(r) == 3]
         elif not need_score and len(header) == 2:  # two text columns, named anything
             rows = [dict(zip((s1, s2), row, strict=False)) for row in table[1:]]
         else:
@@ -136,8 +135,8 @@ def _unusable(row: object, texts: tuple[str, str], score: str | None) -> str | N
     value = row.get(score)
     if value in (None, ""):
         return f"no {score}"
-    number = _float(value)
-    finite = number is not None and math.isfinite(number)
+    read = _float(value)
+    finite = read is not None and math.isfinite(read)
     return None if finite else f"{score} is not a finite number: {value!r}"
 
 
@@ -219,50 +218,6 @@ def described_reranker(reranker: Reranker) -> str:
     return f"{folder.path} ({folder.architecture}, {folder.activation} activation, on {reranker.runtime})"
 
 
-@dataclass(frozen=True)
-class Judgements:
-    """A qrels file as read: its relevant judgements (query id -> entry id -> relevance above 0),
-    every query it judges (relevant entries or not), and whether it judges a pool (``pooled``)."""
-
-    relevant: dict[str, dict[str, int]]
-    judged: frozenset[str]
-    pooled: bool
-    """TREC's layout, or a judgement of 0: the file judges a pool of entries per query, so a query
-    it never names is unjudged rather than one without an answer."""
-
-
-def read_judgements(path: str | Path, encoding: str = "utf-8") -> Judgements:
-    """BEIR layout: ``query_id doc_id relevance`` (tab or space separated, header optional), or
-    TREC's ``query_id iteration doc_id relevance``."""
-    path = Path(path)
-    qrels: dict[str, dict[str, int]] = {}
-    judged: set[str] = set()
-    pooled = False
-    for number, line in enumerate(lines_of(path, encoding), 1):
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) == 4:  # TREC: query_id iteration doc_id relevance
-            parts, pooled = [parts[0], parts[2], parts[3]], pooled or _float(parts[3]) is not None
-        if len(parts) != 3 or _float(parts[2]) is None:
-            if number == 1:
-                continue  # header
-            raise BadInput(f"{path} line {number}: expected 'query_id doc_id relevance'")
-        judged.add(parts[0])
-        if float(parts[2]) > 0:
-            qrels.setdefault(parts[0], {})[parts[1]] = int(float(parts[2]))
-        else:
-            pooled = True
-    if not qrels:
-        raise BadInput(f"{path}: no positive relevance judgements")
-    return Judgements(qrels, frozenset(judged), pooled)
-
-
-def read_qrels(path: str | Path, encoding: str = "utf-8") -> dict[str, dict[str, int]]:
-    """The relevant judgements of a qrels file (``read_judgements``)."""
-    return read_judgements(path, encoding).relevant
-
-
 def metric_names(k: int = 10) -> list[str]:
     """The retrieval metrics, named by the cutoff they are computed at."""
     return [f"mrr@{k}", f"ndcg@{k}", "recall@1", f"recall@{k}", "success@1", "success@3"]
@@ -295,66 +250,6 @@ def retrieval_metrics(
     return {**{name: value / len(judged) for name, value in totals.items()}, "queries": len(judged)}
 
 
-@dataclass(frozen=True)
-class RetrievalSet:
-    """Questions and their relevant judgements (``qrels``), and what the qrels file says of the
-    questions it judges none relevant for (``judged``, ``pooled``: ``Judgements``)."""
-
-    queries: list[Query]
-    qrels: dict[str, dict[str, int]]
-    judged: frozenset[str] = frozenset()
-    pooled: bool = False
-
-    def without_answer(self, named: Collection[str] | None = None) -> frozenset[str] | None:
-        """The questions the labels say have no answer in the index, besides those judged
-        relevant to entries it lacks (``calibration.observe`` finds those): the ``named`` ones
-        (``--unanswerable-ids``) and those the qrels judge with none relevant. None where the
-        labels follow the mixed-file convention (qrels of relevant judgements alone, nothing
-        named): every question without a relevant judgement is one without an answer."""
-        if named is None and not self.pooled:
-            return None
-        judged_none = {q.id for q in self.queries if q.id in self.judged and q.id not in self.qrels}
-        return frozenset(named or ()) | judged_none
-
-    def unjudged(self, named: Collection[str] | None = None) -> str | None:
-        """How ``without_answer`` reads the questions with no relevant judgement, in one line
-        (None: every question has one)."""
-        without = [q.id for q in self.queries if q.id not in self.qrels]
-        if not without:
-            return None
-        said = f"{len(without)} of the {len(self.queries)} questions have no relevant judgement"
-        no_answer = self.without_answer(named)
-        if no_answer is None:
-            return (
-                f"{said}: read as ones with no answer in the index (qrels of relevant judgements alone, "
-                "beside questions they do not name: the mixed-file convention; evaluate scores the "
-                "others); --unanswerable-ids FILE names those with no answer instead, the others left out"
-            )
-        named = set(named or ())
-        counts = {
-            "judged with none relevant read as ones with no answer in the index": sum(
-                q in self.judged and q not in named for q in without
-            ),
-            "named by --unanswerable-ids read as ones with no answer in the index": len(named),
-            "never judged left out, as evaluate leaves them out": sum(q not in no_answer for q in without),
-        }
-        parts = [f"{count} {how}" for how, count in counts.items() if count]
-        why = (
-            " (the qrels judge a pool: TREC's layout or judgements of 0; --unanswerable-ids FILE names "
-            "those with no answer)"
-            if self.pooled and not named
-            else ""
-        )
-        return f"{said}: {'; '.join(parts)}{why}"
-
-
-def read_retrieval_set(queries: str | Path, qrels: str | Path, encoding: str = "utf-8") -> RetrievalSet:
-    """Queries (``search.read.queries.read_queries``: BEIR's queries.jsonl too) and their judgements,
-    both in ``encoding``."""
-    judged = read_judgements(qrels, encoding)
-    return RetrievalSet(read_queries(str(queries), encoding), judged.relevant, judged.judged, judged.pooled)
-
-
 def evaluate_retrieval(
     data: RetrievalSet,
     *,
@@ -379,6 +274,10 @@ def evaluate_retrieval(
 
     built = {"text_fields": text_fields, "also": also, "options": options}
     with opened(index_dir, corpus, strategy, progress=progress, encoding=encoding, **built) as snapshot:
+        judged = judged_ids(data)
+        missing = held(judged, snapshot.holding(judged), "questions judged only against them score 0")
+        if missing:
+            note(missing)
         texts = [q.text for q in data.queries]
         vectors = embedded(snapshot, texts, progress)
         default = snapshot.mode(None)
