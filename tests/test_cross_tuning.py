@@ -14,14 +14,10 @@ import pytest
 
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from search.studies.tuning import (
-    cross_measure_for,
-    cross_rows,
-    cross_tune,
-    hold_back,
-    read_labels,
-)
-from tests.helpers import DATA, assert_clean_failure, run, sentence
+from search.studies.cross_held import held_back_set
+from search.studies.cross_tuning import DEPTH, Mined, cross_tune, grouped, training_rows
+from search.studies.tuning import hold_back, read_labels
+from tests.helpers import DATA, run, sentence
 
 
 def learnable_pairs(directory: Path, count: int = 60) -> Path:
@@ -33,6 +29,11 @@ def learnable_pairs(directory: Path, count: int = 60) -> Path:
     ]
     path.write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
     return path
+
+
+def tiny_stage(tiny_model: str) -> Strategy:
+    """The tiny BERT as the first stage a reranker is measured against."""
+    return Strategy(model=tiny_model, backend="torch")
 
 
 def demo_labels():
@@ -47,9 +48,16 @@ def demo_labels():
 def test_a_tiny_cross_encoder_learns_scored_pairs_and_its_held_back_spearman_rises(tiny_model, tmp_path):
     labels = read_labels(pairs=learnable_pairs(tmp_path))
     done = cross_tune(
-        labels, tmp_path / "out", tiny_model, held_back=0.3, epochs=8, batch_size=8, learning_rate=1e-3
+        labels,
+        tmp_path / "out",
+        tiny_model,
+        tiny_stage(tiny_model),
+        held_back=0.3,
+        epochs=8,
+        batch_size=8,
+        learning_rate=1e-3,
     )
-    assert done.reranker and done.metric == "spearman" and done.first_stage is None
+    assert done.reranker and done.metric == "spearman" and done.first_stage is not None
     assert done.held_back_pairs == 18 and done.trained_pairs == 42
     assert done.after > done.before + 20, done  # the untouched head ranks at random
     assert done.losses[-1] < done.losses[0]
@@ -59,42 +67,106 @@ def test_a_tiny_cross_encoder_learns_scored_pairs_and_its_held_back_spearman_ris
 
 def test_scored_pairs_are_scaled_to_targets_between_0_and_1(tmp_path):
     labels = read_labels(pairs=learnable_pairs(tmp_path))
-    held = hold_back(labels, 0.3, seed=0)
-    rows = cross_rows(labels, held, None)
-    assert len(rows) == int((~held).sum()) and set(rows.targets) == {0.0, 1.0}
+    held = held_back_set(labels, hold_back(labels, 0.3, seed=0), None, unit_vectors, DEPTH, 0)
+    rows = training_rows(labels, held, None, 0)
+    assert len(rows) == int((~held.mask).sum()) and set(rows.targets) == {0.0, 1.0}
     assert rows.positive_weight == 1.0
+
+
+def unit_vectors(texts, role=None):
+    """A stand-in first stage: a text's vector from its characters (equal texts, equal vectors)."""
+    vectors = np.array([[sum(map(ord, t)) % 7 + 1, len(t) % 5 + 1, t.count("e") + 1] for t in texts], float)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
 def test_questions_train_with_mined_hard_negatives_and_never_see_the_held_back_share(tiny_model, tmp_path):
     from indexer.encoders.factory import torch_encoder
 
     labels = demo_labels()
-    held = hold_back(labels, 0.3, seed=0)
     embed = torch_encoder(Strategy(model=tiny_model, backend="torch")).embed
-    rows = cross_rows(labels, held, embed)
+    mined = Mined.of(labels, embed)
+    held = held_back_set(labels, hold_back(labels, 0.3, seed=0), mined, embed, DEPTH, 0)
+    rows = training_rows(labels, held, mined, 0)
     positives = [i for i, t in enumerate(rows.targets) if t == 1.0]
     negatives = [i for i, t in enumerate(rows.targets) if t == 0.0]
-    assert len(positives) == int((~held).sum()) and negatives
+    assert len(positives) == int((~held.mask).sum()) and negatives
     assert rows.positive_weight == pytest.approx(len(negatives) / len(positives))
-    held_texts = {labels.first[i] for i in np.flatnonzero(held)} | {
-        labels.second[i] for i in np.flatnonzero(held)
-    }
-    assert not (set(rows.first) | set(rows.second)) & held_texts
+    assert not (set(rows.first) | set(rows.second)) & held.texts
     assert labels.candidates is not None and labels.relevant is not None
     for i in negatives:  # a hard negative is never an entry relevant to its question
         relevant = {labels.candidates[c] for c in labels.relevant[rows.first[i]]}
         assert rows.second[i] not in relevant
     # the held-back measure reorders the first stage's best candidates, no others: a scorer that
     # knows the answers reaches MRR 100 over the whole corpus, and changes nothing over one
-    assert labels.candidates is not None
 
     def oracle(pairs):
         return np.array([float(t in {labels.candidates[c] for c in labels.relevant[q]}) for q, t in pairs])
 
-    everything, alone = cross_measure_for(labels, held, embed, depth=len(labels.candidates))
-    assert everything(oracle) == pytest.approx(100.0) and 0 < alone < 100
-    first_only, same = cross_measure_for(labels, held, embed, depth=1)
-    assert first_only(oracle) == pytest.approx(same)
+    mask = hold_back(labels, 0.3, seed=0)
+    everything = held_back_set(labels, mask, mined, embed, len(mined.texts), 0)
+    first = everything.first_stage()
+    judged = everything.measure(oracle)
+    assert judged.reranked.headline == pytest.approx(100.0) and 0 < first.headline < 100
+    assert judged.helps(first) and judged.weight > 0
+    one = held_back_set(labels, mask, mined, embed, 1, 0)
+    assert one.measure(oracle).reranked.headline == pytest.approx(one.first_stage().headline)
+
+
+def test_a_reranker_that_does_not_help_gets_weight_0_and_the_first_stages_order(tiny_model, tmp_path):
+    """A scorer that puts every wrong entry above the right one: alone it ranks below the first
+    stage; fused, its fitted weight is 0, which is the first stage's order, and the verdict says so."""
+    from indexer.encoders.factory import torch_encoder
+
+    labels = demo_labels()
+    embed = torch_encoder(Strategy(model=tiny_model, backend="torch")).embed
+    mined = Mined.of(labels, embed)
+    held = held_back_set(labels, hold_back(labels, 0.3, seed=0), mined, embed, DEPTH, 0)
+    assert labels.candidates is not None and labels.relevant is not None
+
+    def adversary(pairs):
+        right = {q: {labels.candidates[c] for c in labels.relevant[q]} for q in labels.relevant}
+        return np.array([float(t not in right[q]) for q, t in pairs])
+
+    first = held.first_stage()
+    judged = held.measure(adversary)
+    assert judged.reranked.headline < first.headline
+    assert judged.weight == 0.0 and not judged.helps(first)
+    assert judged.fused == first
+    said = "\n".join(judged.lines(first))
+    assert "does not beat the first stage" in said and judged.stored(first)["weight"] == 0.0
+
+
+def wikiqa_like(directory: Path, questions: int = 24) -> Path:
+    """0/1 pairs grouped by question, as WikiQA's: each question with its paragraph's sentences,
+    one right (a question whose number is a multiple of 3 has none), no header."""
+    rows = []
+    for q in range(questions):
+        for s in range(4):
+            right = s == 0 and q % 3
+            text = f"{sentence(q, 1)} answer" if right else sentence(q * 4 + s + 100)
+            rows.append(f"{sentence(q)} ?\t{text}\t{int(bool(right))}")
+    path = directory / "grouped.txt"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_0_1_pairs_grouped_by_question_are_ranking_labels_with_given_negatives(tmp_path):
+    labels = grouped(read_labels(pairs=wikiqa_like(tmp_path)))
+    assert labels.kind == "questions with 0/1 answers" and labels.scores is None
+    assert labels.candidates is not None and labels.relevant is not None and labels.negatives is not None
+    assert len(labels.first) == 16 and len(labels.unanswered or {}) == 8  # every third has no answer
+    assert len(labels.candidates) == 96 and all(len(n) in (3, 4) for n in labels.negatives.values())
+    mined = Mined.of(labels, unit_vectors)
+    held = held_back_set(labels, hold_back(labels, 0.25, seed=0), mined, unit_vectors, DEPTH, 0)
+    assert held.size > held.answered > 0  # unanswered questions are held back beside the answered
+    rows = training_rows(labels, held, mined, 0)
+    trained = set(rows.first)
+    assert not trained & held.questions and not set(rows.second) & held.texts
+    given = {(a, t) for a, texts in labels.negatives.items() for t in texts}
+    pairs = set(zip(rows.first, rows.second, strict=True))
+    assert pairs & given and pairs - given - set(zip(labels.first, labels.second, strict=True))  # both kinds
+    assert trained & set(labels.unanswered or {})  # a question with no answer trains on its negatives
+    assert held.first_stage().auroc is not None
 
 
 def test_a_reranker_of_questions_trains_through_the_first_stage(tiny_model, tmp_path):
@@ -110,6 +182,10 @@ def test_a_reranker_of_questions_trains_through_the_first_stage(tiny_model, tmp_
     )
     assert done.metric == "mrr@10" and done.first_stage is not None and done.steps > 0
     assert done.losses and all(np.isfinite(done.losses))
+    assert done.verdict and done.helps is not None and done.weight is not None
+    fusion = json.loads((tmp_path / "out" / "semsearch.json").read_text(encoding="utf-8"))["fusion"]
+    assert fusion["weight"] == (done.weight if done.helps else 0.0)
+    assert fusion["first_stage"]["headline"] == pytest.approx(done.first_stage)
 
 
 def test_the_saved_folder_is_a_sentence_transformers_cross_encoder_with_equal_scores(tiny_model, tmp_path):
@@ -122,7 +198,15 @@ def test_the_saved_folder_is_a_sentence_transformers_cross_encoder_with_equal_sc
     labels = read_labels(pairs=learnable_pairs(tmp_path))
     out = tmp_path / "out"
     cross_tune(
-        labels, out, tiny_model, held_back=0.3, epochs=1, batch_size=8, learning_rate=1e-3, max_length=48
+        labels,
+        out,
+        tiny_model,
+        tiny_stage(tiny_model),
+        held_back=0.3,
+        epochs=1,
+        batch_size=8,
+        learning_rate=1e-3,
+        max_length=48,
     )
     written = tmp_path / "written"  # what the installed sentence-transformers writes itself
     CrossEncoder(tiny_model, num_labels=1).save(str(written))
@@ -153,9 +237,11 @@ def test_an_existing_cross_encoder_trains_on_from_where_it_stopped(tiny_model, t
 
     labels = read_labels(pairs=learnable_pairs(tmp_path))
     schedule = {"held_back": 0.3, "batch_size": 8, "learning_rate": 1e-3}
-    first = cross_tune(labels, tmp_path / "first", tiny_model, epochs=2, **schedule)
+    first = cross_tune(labels, tmp_path / "first", tiny_model, tiny_stage(tiny_model), epochs=2, **schedule)
     assert load_cross(str(tmp_path / "first")).continued and not load_cross(tiny_model).continued
-    again = cross_tune(labels, tmp_path / "again", str(tmp_path / "first"), epochs=1, **schedule)
+    again = cross_tune(
+        labels, tmp_path / "again", str(tmp_path / "first"), tiny_stage(tiny_model), epochs=1, **schedule
+    )
     assert again.before == pytest.approx(first.after, abs=1e-6)  # its head kept, not a new one
     assert "head trained on" in again.strategy
 
@@ -166,9 +252,6 @@ def test_what_makes_no_sense_is_refused_in_one_line(tiny_model, tmp_path):
 
     from indexer.encoders.cross_training import load_cross
 
-    labels = read_labels(pairs=learnable_pairs(tmp_path))
-    with pytest.raises(BadInput, match="drop --index"):
-        cross_tune(labels, tmp_path / "a", tiny_model, Strategy(model=tiny_model))
     with pytest.raises(BadInput, match="reads pairs of 2 to 128 tokens"):
         load_cross(tiny_model, max_length=4096)
     three = tmp_path / "three-labels"
@@ -179,7 +262,6 @@ def test_what_makes_no_sense_is_refused_in_one_line(tiny_model, tmp_path):
     BertForSequenceClassification(config).save_pretrained(three)
     with pytest.raises(BadInput, match="this folder has 3 labels"):
         load_cross(str(three))
-    assert not (tmp_path / "a").exists()
 
 
 @pytest.mark.parametrize(
@@ -205,7 +287,7 @@ def test_bi_encoder_options_with_cross_encoder_are_a_usage_error(extra, message,
 @pytest.mark.slow
 def test_the_command_trains_a_reranker_from_the_bundled_model(tmp_path):
     """The bundled BertModel gets a new one-label head; the command's report and the saved
-    folder say it is a reranker; scored pairs with --index are one line."""
+    folder say it is a reranker, and how it compares with the bundled bi-encoder's cosine."""
     pairs = learnable_pairs(tmp_path)
     out = tmp_path / "out"
     done = run("tune", "--cross-encoder", "--pairs", pairs, "-o", out, "--epochs", "1", "--json")
@@ -213,5 +295,4 @@ def test_the_command_trains_a_reranker_from_the_bundled_model(tmp_path):
     report = json.loads(done.stdout)
     assert report["reranker"] and "a new one-label head" in report["strategy"]
     assert json.loads((out / "config_sentence_transformers.json").read_text())["model_type"] == "CrossEncoder"
-    refused = run("tune", "--cross-encoder", "--pairs", pairs, "--index", tmp_path, "-o", tmp_path / "x")
-    assert_clean_failure(refused, "drop --index")
+    assert report["first_stage"] is not None and report["verdict"][0].startswith("held-back spearman")

@@ -135,7 +135,8 @@ def tune_command(
     Example:
         semsearch tune --pairs pairs.csv --index faq-index -o tuned-model
     """
-    from search.studies.tuning import cross_tune, index_strategy, read_labels, tune
+    from search.studies.cross_tuning import cross_tune, report_of
+    from search.studies.tuning import index_strategy, read_labels, tune
 
     if old_pairs_per_step is not None:
         click.echo(
@@ -176,8 +177,6 @@ def tune_command(
         "options": options,
     }
     if cross:
-        if index_dir is not None and labels.scores is not None:
-            raise click.UsageError("scored pairs train a reranker without a first stage: drop --index")
         first = index_strategy(index_dir) if index_dir is not None else None
         done = cross_tune(
             labels, output, asked.get("model"), first, max_length=asked.get("max_length"), **schedule
@@ -195,10 +194,8 @@ def tune_command(
         f"of {done.steps}, {done.epochs:.2f} epochs, {done.minutes:.1f} min)"
     )
     if done.reranker:
-        click.echo(
-            f"saved {done.output}: a reranker ({done.strategy}): "
-            f"semsearch rerank QUESTION FILE --model {done.output}"
-        )
+        for line in report_of(done):
+            click.echo(line)
         return
     click.echo(
         f"saved {done.output}: semsearch index CORPUS -o INDEX {done.options or '--model ' + done.output}"

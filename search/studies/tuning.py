@@ -30,17 +30,12 @@ from indexer.reading.corpus import Rejection
 from search.read.components import connected
 
 if TYPE_CHECKING:
-    from indexer.encoders.cross_training import CrossMeasure, PairRows, PairScorer
     from indexer.encoders.training import Examples
 
 MIN_LABELS = 10
 """Fewer labelled pairs than this leave nothing to hold back and learn from at once."""
 HELD_BACK = 0.1
 K = 10
-DEPTH = 50
-"""A reranker's held-back questions: the first stage's best this many candidates are reordered."""
-NEGATIVES = 4
-"""Hard negatives mined per question to train a reranker (each a pair of target 0)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +54,10 @@ class Labels:
     mine_negatives: bool = False
     rejected: tuple[Rejection, ...] = ()
     """Rows of the labels file that gave no pair (``search.studies.evaluate.read_pairs``)."""
+    negatives: dict[str, list[str]] | None = None
+    """A question's wrong texts the labels name (0/1 pairs grouped by question)."""
+    unanswered: dict[str, int] | None = None
+    """Questions the labels give no right text, each with its label-graph piece."""
 
     def __post_init__(self) -> None:
         pieces = len(set(self.groups.tolist()))
@@ -303,7 +302,13 @@ class TuneReport:
     reranker: bool = False
     """A cross-encoder was trained (``cross_tune``): ``output`` is a reranker's folder."""
     first_stage: float | None = None
-    """A reranker of ranking labels: the held-back MRR@10 of the first stage alone, before reranking."""
+    """A reranker: the held-back metric of the first stage alone, before reranking."""
+    verdict: list[str] | None = None
+    """A reranker: the lines that compare it with the first stage on the held-back questions."""
+    helps: bool | None = None
+    """A reranker: whether it beat the first stage there (else a search keeps the first stage's order)."""
+    weight: float | None = None
+    """A reranker: the weight of its score fused with the first stage's, fitted on the held-back questions."""
 
     @classmethod
     def of(
@@ -321,7 +326,7 @@ class TuneReport:
         return cls(
             str(output),
             labels.kind,
-            _metric(labels),
+            metric_of(labels),
             *counts,
             outcome.before,
             outcome.best,
@@ -364,14 +369,14 @@ def tune(
     from indexer.encoders.training import Budget, fine_tune, save_model, trainable
 
     output = Path(output)
-    options, mixed = _training_precision(options)
-    with staged_dir(output, _new_or_empty) as staging:  # claimed now: a second tune to it stops here
+    options, mixed = training_precision(options)
+    with staged_dir(output, new_or_empty) as staging:  # claimed now: a second tune to it stops here
         budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
         held = hold_back(labels, held_back, seed)
         rows = np.flatnonzero(~held)
         encoder = trainable(strategy, options)
         examples = training_examples(labels, held, encoder.embed)
-        metric = _metric(labels)
+        metric = metric_of(labels)
         report(f"{labels.kind}: {len(rows)} trained on, {int(held.sum())} held back ({metric} x100)")
         outcome = fine_tune(
             encoder,
@@ -389,7 +394,7 @@ def tune(
     return TuneReport.of(output, labels, counts, outcome, stored.describe(), options_for(stored))
 
 
-def _training_precision(options: EmbeddingOptions | None) -> tuple[EmbeddingOptions, str]:
+def training_precision(options: EmbeddingOptions | None) -> tuple[EmbeddingOptions, str]:
     """The options checked, and the forward pass's precision: on a GPU ``auto`` is bf16 (no loss
     scaling needed), on the CPU fp32; weights and optimiser stay fp32 either way."""
     from indexer.encoders.devices import AUTO
@@ -400,18 +405,18 @@ def _training_precision(options: EmbeddingOptions | None) -> tuple[EmbeddingOpti
     return options, "bf16" if options.precision.strip().lower() == AUTO and not on.on_cpu else on.precision
 
 
-def _metric(labels: Labels) -> str:
+def metric_of(labels: Labels) -> str:
     """What the held-back labels are measured by (x100 in reports)."""
     return "spearman" if labels.scores is not None else f"mrr@{K}"
 
 
 def _facts(source: str, labels: Labels, held: np.ndarray, outcome: Any) -> dict[str, Any]:
     """What a tuned model's folder records of its training (``semsearch.json``)."""
-    measured = {"pairs": int(held.sum()), "metric": _metric(labels), "before": outcome.before}
+    measured = {"pairs": int(held.sum()), "metric": metric_of(labels), "before": outcome.before}
     return {"tuned_from": source, "labels": labels.kind, "held_back": {**measured, "after": outcome.best}}
 
 
-def _new_or_empty(output: Path) -> None:
+def new_or_empty(output: Path) -> None:
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise BadInput(f"{output} exists and is not an empty directory: choose a new one")
     if not output.parent.is_dir():
@@ -437,138 +442,3 @@ def index_strategy(index_dir: str | Path) -> Strategy:
     from indexer.store import open_index
 
     return open_index(index_dir, vectors=False).strategy
-
-
-def reranked_mrr(
-    anchors: Sequence[str],
-    top: np.ndarray,
-    candidates: Sequence[str],
-    qrels: dict[str, dict[str, int]],
-    score: PairScorer | None,
-) -> float:
-    """MRR@10 x100 of ``anchors`` whose first stage gave candidate indices ``top`` (best first),
-    reordered by ``score`` (a cross-encoder's pair scores; ties keep the first stage's order), or
-    as the first stage left them when ``score`` is None. Each distinct pair is scored once."""
-    from search.studies.evaluate import retrieval_metrics
-
-    scored: dict[tuple[str, str], float] = {}
-    if score is not None:
-        pairs = list(
-            dict.fromkeys((a, candidates[c]) for a, row in zip(anchors, top, strict=True) for c in row)
-        )
-        scored = dict(zip(pairs, score(pairs).tolist(), strict=True))
-    ranked = {
-        a: [str(c) for c in sorted(row.tolist(), key=lambda c: -scored.get((a, candidates[c]), 0.0))]
-        for a, row in zip(anchors, top, strict=True)
-    }
-    return retrieval_metrics(ranked, qrels, K)[f"mrr@{K}"] * 100
-
-
-def cross_measure_for(
-    labels: Labels, held: np.ndarray, embed: Callable[..., np.ndarray] | None, depth: int = DEPTH
-) -> tuple[CrossMeasure, float | None]:
-    """The held-back metric of a reranker's pair scores: Spearman x100 of scored pairs, else
-    MRR@10 x100 of held-back anchors after reranking the first stage's (``embed``, a bi-encoder's
-    ``Encoder.embed``) best ``depth`` candidates, as a reranker serves; with that first stage's
-    own MRR@10 x100."""
-    from search.studies.evaluate import correlations
-
-    rows = np.flatnonzero(held)
-    if labels.scores is not None:
-        pairs = [(labels.first[i], labels.second[i]) for i in rows]
-        gold = labels.scores[rows]
-        return lambda score: correlations(score(pairs), gold)["spearman"], None
-    assert labels.candidates is not None and labels.relevant is not None and embed is not None
-    anchors = list(dict.fromkeys(labels.first[i] for i in rows))
-    qrels = {a: {str(c): 1 for c in labels.relevant[a]} for a in anchors}
-    distinct = list(dict.fromkeys(labels.candidates))
-    lookup = {t: i for i, t in enumerate(distinct)}
-    where = np.array([lookup[t] for t in labels.candidates])
-    first = embed(anchors) @ embed(distinct, role="passage")[where].T
-    top = np.argsort(-first, axis=1, kind="stable")[:, :depth]
-    candidates = labels.candidates
-    return (
-        lambda score: reranked_mrr(anchors, top, candidates, qrels, score),
-        reranked_mrr(anchors, top, candidates, qrels, None),
-    )
-
-
-def cross_rows(labels: Labels, held: np.ndarray, embed: Callable[..., np.ndarray] | None) -> PairRows:
-    """The pairs not held back as a reranker's training rows: scored pairs with their score
-    scaled to [0, 1] (the labels' lowest to highest); otherwise each anchor -> its entry (1) and
-    its ``NEGATIVES`` hardest wrong candidates by the first stage ``embed`` (0, once per anchor),
-    the positives weighed by the negatives per positive."""
-    from indexer.encoders.cross_training import PairRows
-
-    rows = np.flatnonzero(~held)
-    first, second = [labels.first[i] for i in rows], [labels.second[i] for i in rows]
-    if labels.scores is not None:
-        low, high = float(labels.scores.min()), float(labels.scores.max())
-        return PairRows(first, second, ((labels.scores[rows] - low) / (high - low)).tolist())
-    assert embed is not None
-    nearest = wrong_nearest(labels, held, embed, NEGATIVES)
-    negatives = [(anchor, text) for anchor in dict.fromkeys(first) for text in nearest[anchor]]
-    weight = len(negatives) / len(first) if negatives else 1.0
-    return PairRows(
-        first + [a for a, _ in negatives],
-        second + [t for _, t in negatives],
-        [1.0] * len(first) + [0.0] * len(negatives),
-        positive_weight=weight,
-    )
-
-
-def cross_tune(
-    labels: Labels,
-    output: str | Path,
-    model: str | None = None,
-    first_stage: Strategy | None = None,
-    *,
-    held_back: float = HELD_BACK,
-    epochs: int = 4,
-    max_minutes: float | None = None,
-    seed: int = 0,
-    batch_size: int = 16,
-    learning_rate: float = 2e-5,
-    max_length: int | None = None,
-    progress: bool = False,
-    report: Callable[[str], object] = lambda line: None,
-    options: EmbeddingOptions | None = None,
-) -> TuneReport:
-    """Train a cross-encoder (a reranker) from ``model`` (default: the bundled encoder, given a
-    new one-label head; a cross-encoder folder trains on) on ``labels``, holding back
-    ``held_back`` of them by group as ``tune`` does, and save the best checkpoint to ``output`` as
-    a sentence-transformers CrossEncoder folder. Ranking labels get their hard negatives from, and
-    are measured by reranking, ``first_stage`` (a bi-encoder strategy, default the index's
-    default); scored pairs need no first stage."""
-    from indexer.encoders.cross_training import fine_tune_cross, load_cross, save_cross
-    from indexer.encoders.factory import encoder_for
-    from indexer.encoders.training import Budget
-
-    output = Path(output)
-    options, mixed = _training_precision(options)
-    if labels.scores is not None and first_stage is not None:
-        raise BadInput("scored pairs train a reranker without a first stage: drop --index")
-    with staged_dir(output, _new_or_empty) as staging:  # claimed now: a second tune to it stops here
-        budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
-        held = hold_back(labels, held_back, seed)
-        # a model that cannot load stops here, before any training row is made
-        cross = load_cross(model, max_length, options.placement.device, mixed, seed)
-        embed = None if labels.scores is not None else encoder_for(first_stage, options).embed
-        rows = cross_rows(labels, held, embed)
-        measure, alone = cross_measure_for(labels, held, embed)
-        metric = _metric(labels)
-        trained = int((~held).sum())
-        report(
-            f"{labels.kind}: {trained} trained on ({len(rows)} training pairs), "
-            f"{int(held.sum())} held back ({metric} x100)"
-        )
-        if alone is not None:
-            report(
-                f"held-back {metric} of the first stage alone (its top {DEPTH} not reordered): {alone:.4f}"
-            )
-        outcome = fine_tune_cross(cross, rows, measure, budget, progress=progress, report=report)
-        head = "its head trained on" if cross.continued else "a new one-label head"
-        save_cross(cross, staging, _facts(cross.source, labels, held, outcome))
-    said = f"cross-encoder from {cross.source} ({head}), pairs of at most {cross.max_length} tokens"
-    counts = (trained, int(held.sum()))
-    return TuneReport.of(output, labels, counts, outcome, said, "", reranker=True, first_stage=alone)

@@ -1,0 +1,242 @@
+"""The held-back questions a reranker is judged on, and the judgement: the first stage alone, the
+reranker alone and the two fused with one weight, at the depth a search reranks.
+
+A fused score is ``weight x reranker + (1 - weight) x first stage``: at weight 0 it is the first
+stage's order exactly, so a weight fitted on held-back questions can only match or beat the
+first stage there. The weight is the one of ``WEIGHTS`` with the best MRR@10, the smallest of
+equals; one that gains nothing over the first stage is 0.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from search.studies.tuning import K, Labels, metric_of
+
+if TYPE_CHECKING:
+    from search.studies.cross_tuning import Mined
+
+WEIGHTS = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 21).tolist())
+"""The fused weights tried on the held-back questions."""
+PairScorer = Callable[[Sequence[tuple[str, str]]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One ranking's measures x100 on the held-back questions: ``headline`` (MRR@10, or Spearman
+    of scored pairs), nDCG@10, and the top score's AUROC (answered vs unanswered questions)."""
+
+    headline: float
+    ndcg: float | None = None
+    auroc: float | None = None
+
+    def line(self, metric: str) -> str:
+        said = f"{metric} {self.headline:.2f}"
+        if self.ndcg is not None:
+            said += f", ndcg@{K} {self.ndcg:.2f}"
+        if self.auroc is not None:
+            said += f", top score AUROC {self.auroc:.3f}"
+        return said
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"headline": self.headline, "ndcg": self.ndcg, "auroc": self.auroc}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A reranker judged: alone (weight 1) and fused at the best ``weight``; ``value`` is what
+    early stopping reads (the fused headline)."""
+
+    metric: str
+    weight: float
+    reranked: Scores
+    fused: Scores
+
+    @property
+    def value(self) -> float:
+        return self.fused.headline
+
+    def helps(self, first: Scores) -> bool:
+        return self.weight > 0 and self.fused.headline > first.headline
+
+    def lines(self, first: Scores) -> list[str]:
+        said = [
+            f"held-back {self.metric}: first stage alone {first.line(self.metric)}",
+            f"  reranker alone {self.reranked.line(self.metric)}",
+            f"  fused at weight {self.weight:.2f} {self.fused.line(self.metric)}",
+        ]
+        if self.helps(first):
+            said.append(
+                f"the reranker helps: {self.metric} {self.fused.headline - first.headline:+.2f} over the "
+                "first stage on the held-back questions"
+            )
+        else:
+            said.append(
+                f"the reranker does not beat the first stage on the held-back questions ({self.metric} "
+                f"{first.headline:.2f} alone, {self.reranked.headline:.2f} reranked): its weight is 0"
+            )
+        return said
+
+    def stored(self, first: Scores) -> dict[str, Any]:
+        """What the folder's ``semsearch.json`` keeps: the weight a search fuses with."""
+        helps = self.helps(first)
+        return {
+            "weight": self.weight if helps else 0.0,
+            "helps": helps,
+            "metric": self.metric,
+            "first_stage": first.to_dict(),
+            "reranked": self.reranked.to_dict(),
+            "fused": self.fused.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class HeldBack:
+    """The held-back share: ``mask`` over the labels' pairs, every text of its pieces (never
+    trained on), and what it is measured on: scored pairs with the first stage's cosines, or
+    questions (answered ones first, ``answered`` of them) with the first stage's best ``top``
+    candidates (indices into ``candidates``), their cosines ``first`` and which are ``right``."""
+
+    mask: np.ndarray
+    questions: frozenset[str]
+    texts: frozenset[str]
+    metric: str
+    anchors: list[str]
+    answered: int
+    candidates: list[str]
+    top: np.ndarray
+    first: np.ndarray
+    right: np.ndarray
+    rights: np.ndarray
+    """Each answered question's count of right texts (nDCG's ideal)."""
+    gold: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.anchors)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every (question, candidate) pair measured, each once."""
+        return list(
+            dict.fromkeys(
+                (a, self.candidates[c]) for a, row in zip(self.anchors, self.top, strict=True) for c in row
+            )
+        )
+
+    def first_stage(self) -> Scores:
+        return self._scores(self.first)
+
+    def at_ceiling(self, first: Scores) -> bool:
+        return self.gold is None and self.answered > 0 and first.headline >= 100.0 - 1e-9
+
+    def measure(self, score: PairScorer) -> Measured:
+        """The reranker's pair scores, alone and fused at each of ``WEIGHTS``, the best kept."""
+        pairs = self.pairs()
+        scored = dict(zip(pairs, np.asarray(score(pairs), dtype=np.float64).tolist(), strict=True))
+        matrix = np.array(
+            [
+                [scored[(a, self.candidates[c])] for c in row]
+                for a, row in zip(self.anchors, self.top, strict=True)
+            ]
+        ).reshape(self.top.shape)
+        alone = self._scores(matrix)
+        if self.gold is not None:  # scored pairs: a pair scorer, nothing to fuse
+            return Measured(self.metric, 1.0, alone, alone)
+        best, weight = self.first_stage(), 0.0
+        for w in WEIGHTS[1:]:
+            fused = self._scores(w * matrix + (1 - w) * self.first)
+            if fused.headline > best.headline + 1e-9:
+                best, weight = fused, w
+        return Measured(self.metric, weight, alone, best)
+
+    def _scores(self, matrix: np.ndarray) -> Scores:
+        if self.gold is not None:
+            from search.studies.evaluate import correlations
+
+            return Scores(correlations(matrix[:, 0], self.gold)["spearman"])
+        order = np.argsort(-matrix, axis=1, kind="stable")[: self.answered, :K]
+        found = np.take_along_axis(self.right, order, axis=1)
+        ranks = np.arange(1, found.shape[1] + 1)
+        first = np.where(found.any(axis=1), found.argmax(axis=1) + 1, 0)
+        mrr = np.where(first > 0, 1 / np.maximum(first, 1), 0.0)
+        dcg = (found / np.log2(ranks + 1)).sum(axis=1)
+        ideal = np.array([(1 / np.log2(np.arange(2, min(n, K) + 2))).sum() for n in self.rights])
+        auroc = _auroc(matrix.max(axis=1), self.answered) if self.size > self.answered > 0 else None
+        return Scores(float(mrr.mean() * 100), float((dcg / ideal).mean() * 100), auroc)
+
+
+def _auroc(top: np.ndarray, answered: int) -> float:
+    """The chance an answered question's top score is above an unanswered one's (ties half)."""
+    yes, no = top[:answered], top[answered:]
+    above = (yes[:, None] > no[None, :]).sum() + 0.5 * (yes[:, None] == no[None, :]).sum()
+    return float(above / (len(yes) * len(no)))
+
+
+def held_back_set(
+    labels: Labels,
+    mask: np.ndarray,
+    mined: Mined | None,
+    embed: Callable[..., np.ndarray],
+    depth: int,
+    seed: int,
+) -> HeldBack:
+    """The held-back share of ``labels`` (``mask``, whole pieces) with its measure: the unanswered
+    questions of held pieces, and as large a share of the others, are held back beside them."""
+    rows = np.flatnonzero(mask)
+    pieces = set(labels.groups[rows].tolist())
+    unanswered = labels.unanswered or {}
+    alone = sorted(a for a, p in unanswered.items() if p not in set(labels.groups.tolist()))
+    random.Random(seed).shuffle(alone)
+    kept = set(alone[: round(len(alone) * len(rows) / max(len(labels.first), 1))])
+    quiet = [a for a, p in unanswered.items() if p in pieces or a in kept]
+    texts = {labels.first[i] for i in rows} | {labels.second[i] for i in rows} | set(quiet)
+    for anchor in [labels.first[i] for i in rows] + quiet:
+        texts |= set((labels.negatives or {}).get(anchor, []))
+    metric = metric_of(labels)
+    if mined is None:  # scored pairs: one pair a row, the first stage's cosine its score
+        first = [labels.first[i] for i in rows]
+        second = [labels.second[i] for i in rows]
+        cosine = (embed(first) * embed(second)).sum(axis=1)
+        index = {t: i for i, t in enumerate(dict.fromkeys(second))}
+        assert labels.scores is not None
+        return HeldBack(
+            mask,
+            frozenset(first),
+            frozenset(texts),
+            metric,
+            first,
+            0,
+            list(index),
+            np.array([[index[t]] for t in second]).reshape(-1, 1),
+            cosine.reshape(-1, 1),
+            np.zeros((0, 1), dtype=bool),
+            np.zeros(0),
+            gold=labels.scores[rows],
+        )
+    assert labels.candidates is not None and labels.relevant is not None
+    answered = list(dict.fromkeys(labels.first[i] for i in rows))
+    anchors = answered + quiet
+    top, first = mined.ranked(anchors, depth)
+    right_texts = [{labels.candidates[c] for c in labels.relevant[a]} for a in answered]
+    right = np.array(
+        [[mined.texts[c] in wanted for c in row] for row, wanted in zip(top, right_texts, strict=False)],
+        dtype=bool,
+    ).reshape(len(answered), top.shape[1])
+    return HeldBack(
+        mask,
+        frozenset(anchors),
+        frozenset(texts),
+        metric,
+        anchors,
+        len(answered),
+        mined.texts,
+        top,
+        first,
+        right,
+        np.array([len(w) for w in right_texts]),
+    )

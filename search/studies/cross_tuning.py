@@ -1,0 +1,278 @@
+"""``semsearch tune --cross-encoder``: a reranker trained as it will be used, and measured against
+the first stage it re-orders before anyone is told to use it.
+
+Ranking labels (questions with qrels, an FAQ, and 0/1 pairs grouped by question as WikiQA's)
+train on each question's right entries and on negatives of two kinds: the ones the labels give
+(a question's own wrong sentences) and the ones the first stage puts near the top of the whole
+candidate pool (``mine``), as sentence-transformers' ``mine_hard_negatives`` does: a reranker
+trained on given negatives alone has never seen an off-topic text, and ranks one first.
+
+The held-back questions are measured at the depth a search reranks (``DEPTH``): the first stage
+alone, the reranker alone, and the two scores fused with one weight (``Fusion``), fitted on those
+questions; a weight where the reranker does not help goes to 0, the first stage's order. The
+report says plainly when the reranker does not beat the first stage, and its folder then records
+weight 0 so that no search ranks below the first stage with it. Scored pairs are compared with
+the bi-encoder's cosine as a pair scorer.
+
+``--max-minutes`` holds the whole command: reading the model, mining, the measurements and the
+training; the held-back share is cut to what a few measurements can score in that time.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from indexer.embedding.strategy import Strategy
+from indexer.encoders.options import EmbeddingOptions
+from indexer.errors import BadInput
+from indexer.files import staged_dir
+from search.read.hybrid import RERANK_DEPTH
+from search.studies.cross_held import HeldBack, held_back_set
+from search.studies.tuning import (
+    HELD_BACK,
+    K,
+    Labels,
+    TuneReport,
+    hold_back,
+    new_or_empty,
+    training_precision,
+)
+
+if TYPE_CHECKING:
+    from indexer.encoders.cross_training import CrossModel, PairRows
+
+DEPTH = RERANK_DEPTH
+"""The first stage's best candidates a held-back question has reordered: a search's default."""
+NEGATIVES = 4
+"""Hard negatives mined per training question from the first stage's best (each a pair of target 0)."""
+MINED_FROM = 20
+"""The mined negatives are drawn from this many of the first stage's best wrong candidates: the
+very top holds the texts most like a right one, and the labels may miss a right one there."""
+GIVEN = 4
+"""The labels' own negatives kept per training question (drawn at random, the rest left)."""
+MEASURING = 0.2
+"""The share of ``--max-minutes`` the held-back measurements may take together (about four:
+before, two during, after); a larger held-back share is cut to fit."""
+MIN_MEASURED = 20
+"""Below this many held-back questions the verdict is said to rest on few."""
+
+
+def grouped(labels: Labels) -> Labels:
+    """Scored pairs whose scores are all 0 or 1 and whose first texts repeat (a question and each
+    sentence of its paragraph, as WikiQA's) as ranking labels: each question ranks every distinct
+    second text, its 1s relevant, its 0s given negatives; a question with no 1 is kept as an
+    unanswered one (trained on its negatives; measured for the top score's separation). Other
+    labels are returned as they are."""
+    from search.studies.tuning import components
+
+    if labels.scores is None or not set(np.unique(labels.scores).tolist()) <= {0.0, 1.0}:
+        return labels
+    if len(set(labels.first)) == len(labels.first):
+        return labels
+    edges = list(zip(labels.first, labels.second, strict=True))
+    pieces = components(edges)
+    candidates = list(dict.fromkeys(labels.second))
+    position = {text: i for i, text in enumerate(candidates)}
+    relevant: dict[str, set[int]] = {}
+    negatives: dict[str, list[str]] = {}
+    piece: dict[str, int] = {}
+    for (a, b), score, p in zip(edges, labels.scores.tolist(), pieces.tolist(), strict=True):
+        piece.setdefault(a, p)
+        if score == 1.0:
+            relevant.setdefault(a, set()).add(position[b])
+        else:
+            negatives.setdefault(a, []).append(b)
+    positive = [i for i, s in enumerate(labels.scores.tolist()) if s == 1.0]
+    if not positive:
+        raise BadInput("0/1 pairs with no 1: a reranker needs at least some right answers to learn from")
+    unanswered = {a: piece[a] for a in piece if a not in relevant}
+    return Labels(
+        "questions with 0/1 answers",
+        [labels.first[i] for i in positive],
+        [labels.second[i] for i in positive],
+        pieces[positive],
+        candidates=candidates,
+        relevant=relevant,
+        mine_negatives=True,
+        rejected=labels.rejected,
+        negatives=negatives,
+        unanswered=unanswered,
+    )
+
+
+@dataclass(frozen=True)
+class Mined:
+    """The first stage's view of the candidate pool, embedded once: distinct candidate texts and
+    their vectors, and the embedding function for questions."""
+
+    texts: list[str]
+    vectors: np.ndarray
+    embed: Callable[..., np.ndarray]
+
+    @classmethod
+    def of(cls, labels: Labels, embed: Callable[..., np.ndarray]) -> Mined:
+        assert labels.candidates is not None
+        texts = list(dict.fromkeys(labels.candidates))
+        return cls(texts, embed(texts, role="passage"), embed)
+
+    def ranked(self, questions: Sequence[str], depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each question's best ``depth`` candidates (indices into ``texts``) and their cosines."""
+        if not questions:
+            return np.zeros((0, depth), dtype=np.int64), np.zeros((0, depth))
+        scores = self.embed(list(questions)) @ self.vectors.T
+        depth = min(depth, scores.shape[1])
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+        return top, np.take_along_axis(scores, top, axis=1)
+
+
+def training_rows(labels: Labels, held: HeldBack, mined: Mined | None, seed: int) -> PairRows:
+    """The pairs not held back as a reranker's training rows: scored pairs with their score scaled
+    to [0, 1]; otherwise each question -> its right texts (1), up to ``GIVEN`` of its given
+    negatives and ``NEGATIVES`` mined from the first stage's best ``MINED_FROM`` wrong ones (0),
+    the positives weighed by the negatives per positive. Nothing held back is trained on."""
+    from indexer.encoders.cross_training import PairRows
+
+    rows = np.flatnonzero(~held.mask)
+    first, second = [labels.first[i] for i in rows], [labels.second[i] for i in rows]
+    if labels.scores is not None:
+        low, high = float(labels.scores.min()), float(labels.scores.max())
+        return PairRows(first, second, ((labels.scores[rows] - low) / (high - low)).tolist())
+    assert mined is not None and labels.candidates is not None and labels.relevant is not None
+    rng = random.Random(seed)
+    anchors = list(dict.fromkeys(first)) + [a for a in labels.unanswered or {} if a not in held.questions]
+    top, _ = mined.ranked(anchors, MINED_FROM + 4 * K)
+    negatives: list[tuple[str, str]] = []
+    for anchor, row in zip(anchors, top, strict=True):
+        right = {labels.candidates[c] for c in labels.relevant.get(anchor, ())}
+        wrong = [mined.texts[c] for c in row if mined.texts[c] not in right | held.texts | {anchor}]
+        given = [t for t in (labels.negatives or {}).get(anchor, []) if t not in held.texts | right]
+        chosen = rng.sample(wrong[:MINED_FROM], min(NEGATIVES, len(wrong[:MINED_FROM])))
+        chosen += rng.sample(given, min(GIVEN, len(given)))
+        negatives += [(anchor, text) for text in dict.fromkeys(chosen)]
+    weight = min(len(negatives) / len(first), float(NEGATIVES + GIVEN)) if negatives else 1.0
+    return PairRows(
+        first + [a for a, _ in negatives],
+        second + [t for _, t in negatives],
+        [1.0] * len(first) + [0.0] * len(negatives),
+        positive_weight=weight,
+    )
+
+
+def _pairs_per_second(cross: CrossModel, labels: Labels) -> float:
+    """How fast the reranker being trained scores pairs here, from a small sample."""
+    sample = list(zip(labels.first, labels.second, strict=True))[:48]
+    cross.scores(sample[:8])  # warm-up
+    began = time.monotonic()
+    cross.scores(sample)
+    return len(sample) / max(time.monotonic() - began, 1e-6)
+
+
+def sized_share(labels: Labels, share: float, max_minutes: float | None, pairs_per_second: float) -> float:
+    """The held-back share, cut so that about four measurements of its questions at ``DEPTH``
+    take at most ``MEASURING`` of ``max_minutes`` (scored pairs: one pair per label)."""
+    if max_minutes is None:
+        return share
+    per_question = 1 if labels.scores is not None else DEPTH
+    questions = len(labels.first) if labels.scores is not None else len(set(labels.first))
+    questions += len(labels.unanswered or {})
+    fits = MEASURING * max_minutes * 60 / 4 * pairs_per_second / per_question
+    return max(min(share, fits / max(questions, 1)), min(share, MIN_MEASURED / max(questions, 1)))
+
+
+def cross_tune(
+    labels: Labels,
+    output: str | Path,
+    model: str | None = None,
+    first_stage: Strategy | None = None,
+    *,
+    held_back: float = HELD_BACK,
+    epochs: int = 4,
+    max_minutes: float | None = None,
+    seed: int = 0,
+    batch_size: int = 16,
+    learning_rate: float = 2e-5,
+    max_length: int | None = None,
+    progress: bool = False,
+    report: Callable[[str], object] = lambda line: None,
+    options: EmbeddingOptions | None = None,
+) -> TuneReport:
+    """Train a cross-encoder (a reranker) from ``model`` (default: the bundled encoder, given a
+    new one-label head; a cross-encoder folder trains on) on ``labels``, holding back a share of
+    them by group, and save the best checkpoint to ``output`` as a sentence-transformers
+    CrossEncoder folder, with the measured verdict and fused weight in its ``semsearch.json``.
+    Ranking labels are mined and measured through ``first_stage`` (a bi-encoder strategy, default
+    the index's default); scored pairs are compared with its cosine."""
+    from indexer.encoders.cross_training import fine_tune_cross, load_cross, save_cross
+    from indexer.encoders.factory import encoder_for
+    from indexer.encoders.training import Budget
+
+    started = time.monotonic()
+    output = Path(output)
+    options, mixed = training_precision(options)
+    labels = grouped(labels)
+    with staged_dir(output, new_or_empty) as staging:  # claimed now: a second tune to it stops here
+        budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed, started=started)
+        # a model that cannot load stops here, before any training row is made
+        cross = load_cross(model, max_length, options.placement.device, mixed, seed)
+        share = sized_share(labels, held_back, max_minutes, _pairs_per_second(cross, labels))
+        if share < held_back:
+            report(f"held-back share cut to {share:.3f} so that its measurements fit --max-minutes")
+        embed = encoder_for(first_stage, options).embed
+        mined = None if labels.scores is not None else Mined.of(labels, embed)
+        held = held_back_set(labels, hold_back(labels, share, seed), mined, embed, DEPTH, seed)
+        rows = training_rows(labels, held, mined, seed)
+        report(
+            f"{labels.kind}: {int((~held.mask).sum())} trained on ({len(rows)} training pairs), "
+            f"{held.size} held back ({held.metric} x100)"
+        )
+        first = held.first_stage()
+        report(f"held-back {held.metric} of the first stage alone: {first.line(held.metric)}")
+        if held.at_ceiling(first):
+            raise BadInput(
+                f"the first stage already ranks every held-back question's right entry first "
+                f"({held.metric} 100 on {held.size}): a reranker cannot do better here; nothing trained"
+            )
+        outcome = fine_tune_cross(
+            cross, rows, lambda score: held.measure(score).value, budget, progress=progress, report=report
+        )
+        verdict = held.measure(cross.scores)
+        head = "its head trained on" if cross.continued else "a new one-label head"
+        facts = {
+            "tuned_from": cross.source,
+            "labels": labels.kind,
+            "held_back": {
+                "pairs": held.size,
+                "metric": held.metric,
+                "before": outcome.before,
+                "after": outcome.best,
+            },
+            "fusion": verdict.stored(first),
+        }
+        save_cross(cross, staging, facts)
+    said = f"cross-encoder from {cross.source} ({head}), pairs of at most {cross.max_length} tokens"
+    counts = (int((~held.mask).sum()), held.size)
+    done = TuneReport.of(output, labels, counts, outcome, said, "", reranker=True, first_stage=first.headline)
+    return replace(done, verdict=verdict.lines(first), helps=verdict.helps(first), weight=verdict.weight)
+
+
+def report_of(done: TuneReport) -> list[str]:
+    """What the command prints after a reranker trained: the verdict, then advice only where it helps."""
+    lines = list(done.verdict or [])
+    if done.helps:
+        lines.append(
+            f"saved {done.output}: a reranker ({done.strategy}), its score fused with the first stage's "
+            f"at weight {done.weight:.2f}: semsearch query INDEX QUESTION --rerank {done.output}"
+        )
+    else:
+        lines.append(
+            f"saved {done.output} for study only: it does not beat the first stage it re-orders, so a "
+            "search with it keeps the first stage's order (weight 0); not advised"
+        )
+    return lines
