@@ -79,6 +79,46 @@ def test_reranked_order_is_the_first_stages_best_depth_sorted_by_cross_encoder_p
     assert [h.rank for h in hits] == [1, 2, 3, 4]
 
 
+def fused_copy(cross: str, directory, weight: float) -> str:
+    """The reranker at ``cross`` with a fused weight in its ``semsearch.json``, as ``tune`` writes it."""
+    import shutil
+
+    folder = directory / f"fused-{weight}"
+    shutil.copytree(cross, folder)
+    (folder / "semsearch.json").write_text(json.dumps({"reranker": True, "fusion": {"weight": weight}}))
+    return str(folder)
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.4])
+def test_a_reranker_with_a_fused_weight_scores_hits_by_both_stages(index, cross, tmp_path, weight):
+    """Weight w: a hit's score is w x the reranker's + (1 - w) x the first stage's; at 0 the order
+    is the first stage's, so a reranker that did not help cannot rank below it."""
+    from indexer.encoders.rerankers import reranker_for
+
+    fused = reranker_for(fused_copy(cross, tmp_path, weight), runtime="torch")
+    assert fused.folder.weight == weight and "weight" in fused.folder.describe()
+    assert fused.folder.fingerprint != reranker_for(cross, runtime="torch").folder.fingerprint
+    engine = SearchEngine(index, rerank=fused)
+    first = engine.answer(SearchRequest(QUERY, k=6, mode="dense"))[0]
+    hits = engine.answer(SearchRequest(QUERY, k=6, mode="dense", rerank=fused.folder.path, rerank_depth=6))[0]
+    own = predicted(cross, QUERY, [h.text for h in first])
+    expected = weight * own + (1 - weight) * np.array([h.score for h in first])
+    order = np.argsort(-expected, kind="stable")
+    assert [h.id for h in hits] == [first[i].id for i in order]
+    assert [h.score for h in hits] == pytest.approx(expected[order].tolist(), abs=1e-4)
+    assert [h.rerank_score for h in hits] == pytest.approx(own[order].tolist(), abs=1e-4)
+    assert [h.first_score for h in hits] == pytest.approx([first[i].score for i in order])
+    if weight == 0.0:
+        assert [h.id for h in hits] == [h.id for h in first]
+
+
+def test_a_fused_weight_out_of_range_is_refused_in_one_line(cross, tmp_path):
+    from indexer.encoders.rerankers import reranker_for
+
+    with pytest.raises(BadInput, match="fusion weight must be a number from 0 to 1"):
+        reranker_for(fused_copy(cross, tmp_path, 1.5), runtime="torch")
+
+
 def test_search_reranks_with_the_engines_reranker_and_false_turns_it_off(index, reranker):
     engine = SearchEngine(index, rerank=reranker)
     assert engine.search(QUERY, k=3)[0].first_score is not None

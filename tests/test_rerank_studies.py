@@ -17,7 +17,7 @@ from indexer.embedding.cross_folder import CrossFolder, read_cross_folder
 from indexer.store import open_index
 from search.read.confidence import FEATURES, Neighbourhood, rule_key, score_kind, stored_rules
 from search.read.engine import RERANKER_KEY, SearchEngine
-from search.read.lookup import Reranking
+from search.read.reranked import Reranking
 from search.studies.abstention import evaluate_abstention
 from search.studies.calibration import calibrate_index, remove_calibration
 from search.studies.evaluate import (

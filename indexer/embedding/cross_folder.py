@@ -47,6 +47,16 @@ from indexer.errors import BadInput
 
 ACTIVATIONS = {"Sigmoid": "sigmoid", "Identity": "identity", "Tanh": "tanh"}
 """``CrossEncoder``'s activation (the torch class its folder names) -> what the reranker applies."""
+NAMED = {
+    name: applied
+    for torch_class, applied in ACTIVATIONS.items()
+    for name in (
+        f"torch.nn.{torch_class}",
+        f"torch.nn.modules.{'linear' if torch_class == 'Identity' else 'activation'}.{torch_class}",
+    )
+}
+"""The names sentence-transformers writes an activation by (the class's module and name), and
+torch's shorter public one: no other path to a class of that name is the class."""
 SETTINGS = ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json")
 """The sentence-transformers files that change a reranker's scores beside its network."""
 CROSS_ENCODER = "CrossEncoder"
@@ -77,6 +87,10 @@ class CrossFolder:
     """Put before the question of each pair (the folder's default prompt)."""
     format: str = "transformers"
     """``sentence-transformers``, ``sentence-transformers before 6`` or ``transformers``."""
+    weight: float = 1.0
+    """A reranked hit's score is ``weight x`` the reranker's ``+ (1 - weight) x`` the first stage's:
+    1 (the reranker alone) unless ``semsearch tune`` fitted another on held-back questions
+    (``fusion`` in its ``semsearch.json``; 0 where the reranker did not beat the first stage)."""
 
     def describe(self) -> str:
         """One line: what the folder said (``semsearch rerank`` and the docs show it)."""
@@ -85,6 +99,8 @@ class CrossFolder:
             said.append("lowercase")
         if self.prompt:
             said.append(f"prompt {self.prompt!r}")
+        if self.weight != 1.0:
+            said.append(f"fused with the first stage at weight {self.weight:g}")
         return " ".join(said)
 
 
@@ -123,12 +139,25 @@ def read_cross_folder(model: str | Path) -> CrossFolder:
         architecture=architecture,
         model_type=str(config.get("model_type")),
         activation=activation,
-        max_length=_max_length(location, config, settings),
-        fingerprint=_fingerprint(root),
+        max_length=_max_length(name, location, config, settings),
+        fingerprint=_fingerprint(root, weight := fusion_weight(name, root)),
         lowercase=bool(settings.get("do_lower_case")),
         prompt=prompt,
         format=saved_as or "transformers",
+        weight=weight,
     )
+
+
+def fusion_weight(name: str, root: Path) -> float:
+    """The fused weight ``semsearch tune`` stored in the folder's ``semsearch.json`` (1 where none is)."""
+    said = model_json(model_file(str(root), "semsearch.json"))
+    fusion = said.get("fusion") if isinstance(said, dict) else None
+    if not isinstance(fusion, dict) or "weight" not in fusion:
+        return 1.0
+    weight = fusion["weight"]
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1:
+        raise BadInput(f"{name}: semsearch.json's fusion weight must be a number from 0 to 1, not {weight!r}")
+    return float(weight)
 
 
 def cross_graph(folder: CrossFolder) -> GraphSpec:
@@ -236,40 +265,49 @@ def _activation(name: str, said: Any, config: dict[str, Any]) -> str:
         if path is None:
             continue
         path = str(path)
+        if path in NAMED:
+            return NAMED[path]
         if not path.startswith("torch."):
             raise BadInput(
                 f"{name}: its activation {path[:80]!r} is code of its own, which semsearch does not run"
             )
-        activation = ACTIVATIONS.get(path.rsplit(".", 1)[-1])
-        if activation is None:
-            known = ", ".join(ACTIVATIONS)
-            raise BadInput(f"{name}: its activation {path[:80]!r} is none semsearch applies ({known})")
-        return activation
+        known = ", ".join(n for n in NAMED if n.count(".") > 2)
+        raise BadInput(f"{name}: its activation {path[:80]!r} is none semsearch applies ({known})")
     return "sigmoid"
 
 
-def _max_length(location: str, config: dict[str, Any], settings: dict[str, Any]) -> int | None:
-    """How many tokens a pair keeps, as ``CrossEncoder`` truncates (see the module doc)."""
+def _max_length(name: str, location: str, config: dict[str, Any], settings: dict[str, Any]) -> int | None:
+    """How many tokens a pair keeps, as ``CrossEncoder`` truncates (see the module doc). A length
+    the settings name past the network's positions is refused: every longer pair would fail."""
     processor = settings.get("processor_kwargs") or settings.get("tokenizer_args") or {}
     explicit = processor.get("model_max_length") if isinstance(processor, dict) else None
     if explicit is None:
         explicit = settings.get("max_seq_length")
+    positions = config.get("max_position_embeddings")
     if isinstance(explicit, int) and explicit > 0:
         limit: int | None = explicit
     else:
         said = _object(model_json(model_file(location, "tokenizer_config.json"))).get("model_max_length")
         limit = said if isinstance(said, int) and 0 < said < NO_LIMIT else None
-        positions = config.get("max_position_embeddings")
         if isinstance(positions, int) and positions > 0:
             limit = positions if limit is None else min(limit, positions)
     per_call = ((settings.get("processing_kwargs") or {}).get("text") or {}).get("max_length")
-    return per_call if isinstance(per_call, int) and per_call > 0 else limit
+    length = per_call if isinstance(per_call, int) and per_call > 0 else limit
+    if length is not None and isinstance(positions, int) and 0 < positions < length:
+        raise BadInput(
+            f"{name}: its sentence_bert_config.json says a length of {length} tokens, past the "
+            f"{positions} positions its network reads (max_position_embeddings): give it at most {positions}"
+        )
+    return length
 
 
-def _fingerprint(root: Path) -> str:
+def _fingerprint(root: Path, weight: float) -> str:
     """The network's fingerprint (``model_fingerprint``) with the sentence-transformers settings'
-    bytes: another activation or length is another reranker."""
+    bytes and a fused ``weight`` other than 1: another activation, length or weight is another
+    reranker (another score, another no-answer rule)."""
     digest = hashlib.sha256(model_fingerprint(root).encode())
+    if weight != 1.0:
+        digest.update(f"fusion weight\0{weight!r}".encode())
     for name in SETTINGS:
         file = root / name
         if file.is_file():

@@ -89,7 +89,9 @@ def print_hits(
         for line in body[1:]:
             click.echo(indent + line)
         if getattr(hit, "first_score", None) is not None:  # reranked: the first stage's score beside
-            click.echo(f"{indent}first stage: {hit.first_score:.3f}")
+            own = getattr(hit, "rerank_score", None)
+            fused = "" if own is None or own == hit.score else f", reranker: {own:.3f}"
+            click.echo(f"{indent}first stage: {hit.first_score:.3f}{fused}")
         if hit.answered is not None:
             sure = "" if hit.confidence is None else f" (confidence {hit.confidence:.2f})"
             click.echo(f"{indent}answered: {'yes' if hit.answered else 'no'}{sure}")

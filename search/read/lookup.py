@@ -31,6 +31,7 @@ from search.read.hybrid import (
     keyword_matches,
 )
 from search.read.requests import Allowed, Hit
+from search.read.reranked import Reranking, reranked
 
 if TYPE_CHECKING:
     from indexer.encoders.rerankers import Reranker
@@ -40,15 +41,6 @@ Ranker = Callable[..., Ranking]
 
 CANDIDATES = 64
 """Entries retrieved (from both vector sets) before an index with also-vectors scores them exactly."""
-
-
-@dataclass(frozen=True)
-class Reranking:
-    """The rerank stage of a search: the cross-encoder and how many of the first stage's best it
-    re-orders (``depth``, at least k)."""
-
-    reranker: Reranker
-    depth: int
 
 
 @dataclass
@@ -125,8 +117,8 @@ class Lookup:
                     self._neighbourhood(self._nearest(vector, count, allowed, signals, said), signals)
                 )
                 continue
-            pool = list(self._nearest(vector, max(count, reranking.depth), allowed, signals, said))
-            best = dict(list(self._reranked(queries[i], pool, reranking.reranker).items())[:count])
+            first = self._nearest(vector, max(count, reranking.depth), allowed, signals, said)
+            best = dict(list(self._reranked(queries[i], first, reranking.reranker)[0].items())[:count])
             found.append(self._neighbourhood(best, Signals(keywords=signals.keywords, read=signals.read)))
         return found
 
@@ -199,16 +191,11 @@ class Lookup:
             exact=signals is None and self.scoring is None,  # near: the exact nearest
         )
 
-    def _reranked(self, query: str, pool: list[int], reranker: Reranker) -> Ranking:
-        """Row id -> the reranker's score of ``query`` and each entry's text of ``pool``, best
-        first, equal scores in the first stage's order."""
-        if not pool:
-            return {}
+    def _reranked(self, query: str, first: Ranking, reranker: Reranker) -> tuple[Ranking, Ranking]:
+        """``search.read.reranked.reranked`` of ``first``'s entries' texts."""
         with self.reading() as catalog:
-            texts = catalog.values(pool, "_text")
-        scores = np.asarray(reranker.score(query, [texts[rowid] for rowid in pool]), dtype=np.float64)
-        order = np.argsort(-scores, kind="stable")
-        return {pool[i]: float(scores[i]) for i in order}
+            texts = catalog.values(list(first), "_text")
+        return reranked(query, first, [texts[rowid] for rowid in first], reranker)
 
     def _keywords(
         self, words: Words, k: int, allowed: Allowed | None, signals: Signals | None
@@ -320,12 +307,13 @@ class Lookup:
         else:
             best, heads, others = self._grouped(vector, k, wide, allowed, group_by, signals, words)
         first: Ranking | None = None
+        own: Ranking = {}
         if reranking is not None:
             # the candidates: the first stage's best ``wide`` and each of its k groups' best
             order = list(best)
             pool = order[:wide] + [order[i] for i in heads if i >= wide]
             first = {rowid: best[rowid] for rowid in pool}
-            best = self._reranked(query, pool, reranking.reranker)
+            best, own = self._reranked(query, first, reranking.reranker)
             if group_by is None:
                 heads = list(range(min(k, len(best))))
             else:  # grouped after the rerank: each group's best by the reranker
@@ -347,9 +335,9 @@ class Lookup:
             else:
                 answered = None if sure is None else sure >= rule.threshold
             more = None if others is None else others[place]
-            before = None if first is None else first[rowid]
+            scores = (None, None) if first is None else (first[rowid], own[rowid])
             hit = Hit(
-                len(hits) + 1, row["_id"], float(score), row["_text"], fields, answered, sure, more, before
+                len(hits) + 1, row["_id"], float(score), row["_text"], fields, answered, sure, more, *scores
             )
             hits.append(hit)
         return hits

@@ -46,7 +46,8 @@ class Hit:
     """One result: its rank (from 1), the entry's id, score (one scale in every mode, ``search.read.hybrid``:
     dense, the cosine; keyword, its BM25 over the most the query's words could give, in [0, 1);
     hybrid, (1 - w) * cosine + w * the share of the query's words it holds, by rarity; reranked,
-    the cross-encoder's, the first stage's kept in ``first_score``), embedded text and stored fields."""
+    the cross-encoder's fused with the first stage's at the reranker's weight, 1 unless ``tune``
+    fitted another, both kept in ``rerank_score`` and ``first_score``), embedded text and stored fields."""
 
     rank: int
     id: str
@@ -56,7 +57,8 @@ class Hit:
     answered: bool | None = None  # by the index's calibrated rule or a --min-score; None: neither
     confidence: float | None = None  # the calibrated rule's probability that this hit is right
     others: int | None = None  # grouped: entries of its group (the filter admits) below it; else None
-    first_score: float | None = None  # reranked: the first stage's score (``score``: the reranker's)
+    first_score: float | None = None  # reranked: the first stage's score
+    rerank_score: float | None = None  # reranked: the reranker's own (``score``: fused at its weight)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -44,8 +44,9 @@ from search.read.hybrid import (
     stored_weight,
     weightless,
 )
-from search.read.lookup import Lookup, Reranking
+from search.read.lookup import Lookup
 from search.read.requests import Allowed, Hit, SearchRequest, check_queries
+from search.read.reranked import Reranking
 
 if TYPE_CHECKING:
     from indexer.encoders.rerankers import Reranker

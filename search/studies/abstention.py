@@ -14,7 +14,7 @@ import numpy as np
 from indexer.embedding.fields import FieldScoring
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from search.read.lookup import Reranking
+from search.read.reranked import Reranking
 from search.studies.evaluate import RetrievalSet, described, opened, reranked
 
 RULES = ("rule", "plain", "default")

@@ -48,7 +48,7 @@ from search.read.confidence import (
 from search.read.engine import RERANKER_KEY, SearchEngine
 from search.read.hybrid import DENSE, HYBRID, RERANK_DEPTH, WEIGHT_KEY, check_weight
 from search.read.queries import Query
-from search.read.lookup import Reranking
+from search.read.reranked import Reranking
 from search.read.snapshot import Plan, Snapshot
 from search.studies.labels import held, labelled
 from search.studies.promise import (
