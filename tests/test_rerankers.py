@@ -249,6 +249,18 @@ REFUSED: dict[str, tuple[Callable[[Path], object], tuple[str, ...]]] = {
         ),
         ("GELU", "none semsearch applies"),
     ),
+    "an activation named from elsewhere in torch": (
+        lambda p: change(p, "config_sentence_transformers.json", activation_fn="torch.os.system.Sigmoid"),
+        ("activation 'torch.os.system.Sigmoid'",),
+    ),
+    "a length past its positions": (
+        lambda p: change(p, "sentence_bert_config.json", max_seq_length=100_000),
+        ("length of 100000 tokens", "128 positions"),
+    ),
+    "a call length past its positions": (
+        lambda p: change(p, "sentence_bert_config.json", processing_kwargs={"text": {"max_length": 129}}),
+        ("length of 129 tokens", "128 positions"),
+    ),
     "a module after the classifier": (extra_module, ("not one Transformer",)),
     "a module outside the folder": (
         lambda p: (p / "modules.json").write_text(json.dumps([{"path": "../x", "type": "t"}])),
