@@ -97,3 +97,96 @@ def test_the_cli_refuses_a_cut_gzip_corpus_in_one_line(tmp_path):
     corpus = tmp_path / "corpus.tsv.gz"
     corpus.write_bytes(gzip.compress(b"id\ttext\n" + b"1\tsome text\n" * 5000)[:-100])
     assert_clean_failure(run("index", corpus, "-o", tmp_path / "idx"), "gzip")
+
+
+SMALL = 1 << 20
+"""The limit on a line's and a field's length the tests below read under (the real one is 32 MiB)."""
+
+
+@pytest.fixture
+def small_limit(monkeypatch):
+    """Lines and fields of at most ``SMALL`` characters, CSV's field limit restored afterwards."""
+    import csv
+
+    from indexer.reading import decoding
+
+    real = decoding.MAX_TEXT
+    monkeypatch.setattr(decoding, "MAX_TEXT", SMALL)
+    yield
+    csv.field_size_limit(real)
+
+
+def write_big(path, head: str, size: int, tail: str, packed: bool):
+    """``head``, ``size`` zeros, ``tail``, written a megabyte at a time (gzip: ~1/1000 of it on disk)."""
+    with gzip.open(path, "wb", compresslevel=6) if packed else path.open("wb") as out:
+        out.write(head.encode())
+        for start in range(0, size, 1 << 20):
+            out.write(b"0" * min(1 << 20, size - start))
+        out.write(tail.encode())
+    return path
+
+
+BOMBS = {  # format -> (head, tail, where the refusal says the long line is)
+    "csv": ("id,text\n1,short\n2,", "\n3,after\n", r"line 3 \(row 2\)"),
+    "tsv": ("id\ttext\n1\tshort\n2\t", "\n3\tafter\n", r"line 3 \(row 2\)"),
+    "jsonl": ('{"id": "1", "text": "short"}\n{"id": "2", "text": "', '"}\n', r"line 2 \(row 2\)"),
+    "json": ('[{"text": "short"}, {"text": "', '"}]', r"row 2 \(an element of the JSON array\)"),
+    "txt": ("short\n", "\nafter\n", r"line 2 \(row 2\)"),
+}
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["gzip", "plain"])
+@pytest.mark.parametrize("fmt", list(BOMBS))
+def test_a_line_over_the_limit_is_refused_naming_its_row_before_it_is_read_whole(
+    tmp_path, small_limit, fmt, packed
+):
+    """A gzip bomb (one line of gigabytes in a small file) is refused once a line passes the
+    limit, in memory that does not grow with the line: here 64 MiB of zeros in 64 KiB of gzip."""
+    import tracemalloc
+
+    head, tail, said = BOMBS[fmt]
+    size = (64 if packed else 4) * SMALL
+    path = write_big(tmp_path / f"c.{fmt}{'.gz' if packed else ''}", head, size, tail, packed)
+    tracemalloc.start()
+    try:
+        refusal = f"^{path}: {said} is longer than 1 MiB, the most a line or a field may hold$"
+        with pytest.raises(BadInput, match=refusal):
+            read_corpus(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 12 * SMALL
+
+
+def test_a_quoted_field_over_the_limit_is_refused_or_read_as_its_lines(tmp_path, small_limit):
+    """Lines each short, one quoted field of 2 MiB: CSV (a writer's quotes) refuses it naming its
+    row; a TSV read with ``auto`` quoting reads such a field's lines as the rows they are."""
+    lines = ("0" * 1023 + "\n") * 2048
+    path = tmp_path / "c.csv"
+    path.write_text(f'id,text\n1,"{lines}"\n2,after\n', encoding="utf-8")
+    with pytest.raises(BadInput, match="line 2 \\(row 1\\) holds a field longer than 1 MiB"):
+        read_corpus(path)
+    tsv = tmp_path / "c.tsv"
+    tsv.write_text(f'text\n"start\n{lines}end"\n', encoding="utf-8")
+    assert len(read_corpus(tsv).entries) == 2050
+    with pytest.raises(BadInput, match="line 2 \\(row 1\\) holds a field longer than 1 MiB"):
+        read_corpus(tsv, quoting="csv")
+
+
+def test_queries_on_stdin_with_a_line_over_the_limit_are_refused(small_limit, monkeypatch):
+    import io
+    import sys
+
+    from indexer.reading.decoding import lines_of
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"q1\n" + b"0" * (3 * SMALL) + b"\nq3\n")))
+    with pytest.raises(BadInput, match="^stdin: line 2 is longer than 1 MiB"):
+        lines_of("-")
+
+
+def test_a_document_of_several_megabytes_is_read(tmp_path):
+    """The real limit leaves room for long documents: a 6 MB field, gzipped or not."""
+    for packed in (True, False):
+        name = f"c{packed}.csv{'.gz' if packed else ''}"
+        path = write_big(tmp_path / name, "id,text\n1,", 6 << 20, "\n", packed)
+        assert [len(e.text) for e in read_corpus(path).entries] == [6 << 20]

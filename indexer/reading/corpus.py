@@ -22,7 +22,6 @@ and so does a value nested deeper than ``MAX_DEPTH``.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import unicodedata
 from collections import Counter
@@ -31,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from indexer.columns import MAX_FIELDS, RESERVED
 from indexer.errors import BadInput
-from indexer.reading.decoding import check_encoding, open_file, read_lines
+from indexer.reading.decoding import TooLong, check_encoding, open_file, read_lines
 from indexer.reading.formats import (
+    Rows,
     detect_format,
     file_delimiter,
     json_array_rows,
@@ -43,10 +42,10 @@ from indexer.reading.formats import (
     record_lines,
 )
 from indexer.reading.mismatch import check_mismatch
+from indexer.reading.names import check_field_count, check_field_names, check_header, nearest, spelled
 from indexer.reading.rows import ROWS_NAME, CorpusSource, Spool, is_path
 from indexer.reading.storable import (
     UNDECODABLE,
-    UNSTORABLE,
     undecodable_chars,
     undecodable_reason,
     unstorable,
@@ -55,8 +54,6 @@ from indexer.reading.tsv import QUOTING, Spans, check_quoting
 
 _SAMPLE = 256
 """Undecodable characters kept to guess a file's encoding from."""
-
-
 
 
 @dataclass(frozen=True)
@@ -96,54 +93,22 @@ class Corpus:
         return rejection_summary(self.rejected)
 
 
-def _check_header(header: list[str], path: Path, columns: bool = True) -> None:
-    """A CSV or TSV header's names must be names (and, ``columns``, usable as SQLite columns),
-    before any row is read."""
-    if UNSTORABLE.search("".join(header)):
-        raise BadInput(f"{path}: the header row is not valid UTF-8 (or holds a NUL)")
-    duplicated = [h for h, n in Counter(header).items() if n > 1]
-    if duplicated:
-        raise BadInput(f"{path}: duplicate column names: {', '.join(duplicated)}")
-    if not columns:
-        return
-    _check_case(header)
-    check_field_count(len(header) - ("_id" in header), f"{path} has {len(header)} columns")
-
-
-def _check_case(names: Sequence[str]) -> None:
-    """SQLite column names are case-insensitive: 'text' and 'Text' would be one column."""
-    first: dict[str, str] = {}
-    for name in names:
-        other = first.setdefault(name.casefold(), name)
-        if other != name:
-            raise BadInput(
-                f"columns {other!r} and {name!r} differ only in case: SQLite column names are "
-                "case-insensitive; rename one"
-            )
-
-
-def check_field_names(names: Iterable[str], id_field: str | None = None) -> None:
-    """Field names must be usable as columns: none reserved, no two differing only in case."""
-    names = list(names)
-    _check_case(names)
-    clash = sorted(n for n in names if n.casefold() in RESERVED and not (n == "_id" == id_field))
-    if clash:
-        raise BadInput(f"field names {', '.join(clash)} are reserved: rename them")
-
-
 def _json_id_field(path: Path, encoding: str, fmt: str) -> str | None:
     """The id field of a JSON Lines file or JSON array: ``id`` if any row has one, else ``_id`` if
     any row has one, else None (row numbers). Decided by the whole file, so that a first row
     without an id is rejected for it rather than switching the file to row numbers."""
     found = None
     with open_file(path) as handle:
-        for row in _json_rows(path, handle, encoding, fmt):
-            if not isinstance(row, dict) or unstorable(row):  # a broken row's names are not names
-                continue
-            if "id" in row:
-                return "id"
-            if "_id" in row:
-                found = "_id"
+        try:
+            for row in _json_rows(path, handle, encoding, fmt):
+                if not isinstance(row, dict) or unstorable(row):  # a broken row's names are not names
+                    continue
+                if "id" in row:
+                    return "id"
+                if "_id" in row:
+                    found = "_id"
+        except TooLong:  # refused by the read of the rows, which names its row
+            pass
     return found
 
 
@@ -167,14 +132,6 @@ def entry_id(value: Any) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return None
-
-
-def check_field_count(count: int, what: str) -> None:
-    """Refuse, before anything is written, more fields than an index's SQLite table holds."""
-    if count > MAX_FIELDS:
-        raise BadInput(
-            f"{what}: an index holds at most {MAX_FIELDS} fields (SQLite's column limit); keep fewer"
-        )
 
 
 UNREAD = frozenset({"Cc", "Cf", "Co", "Cn", "Mn", "Me"})
@@ -291,7 +248,7 @@ class CorpusReader:
         with open_file(path) as handle:
             header, rows = parse_rows(handle, fmt, path, self.encoding, self.delimiter, self.quoting, spans)
             if header:
-                _check_header(header, path, self.columns)
+                check_header(header, path, self.columns)
             names: dict[str, None] = dict.fromkeys(header)  # in order of appearance
             if header and id_field is None and first is None:
                 id_field = _default_id(header)
@@ -299,7 +256,7 @@ class CorpusReader:
                 wanted, id_field = [spelled(n, header) for n in wanted], spelled(id_field, header)
             asked = {*wanted, *([id_field] if id_field else [])}
             check, lines = self.check, not self.name  # rows given in Python have no lines
-            for number, line, row in rows:
+            for number, line, row in _naming(rows, self.name or path, lines):
                 row_wanted, row_id = wanted, id_field
                 line = line if lines else None
                 if isinstance(row, str):
@@ -360,19 +317,15 @@ class CorpusReader:
         self.id_field = id_field
 
 
-def spelled(name: str | None, present: Collection[str]) -> str | None:
-    """``name`` as ``present`` spells it: a field name matches whatever its case, as SQLite's
-    column names do (an exact match first)."""
-    if name is None or name in present:
-        return name
-    return next((other for other in present if other.casefold() == name.casefold()), name)
-
-
-def nearest(name: str, present: Collection[str]) -> str:
-    """`` (did you mean 'question'?)`` for the field name closest to ``name``, or nothing."""
-    folded = {other.casefold(): other for other in present}
-    close = difflib.get_close_matches(name.casefold(), list(folded), n=1)
-    return f" (did you mean {folded[close[0]]!r}?)" if close else ""
+def _naming(rows: Rows, name: Path | str, lines: bool) -> Rows:
+    """``rows``, a line or field too long among them refused naming the row it is in (the one
+    after the last given) and the file as ``name``."""
+    number = 0
+    try:
+        for number, line, row in rows:
+            yield number, line, row
+    except TooLong as exc:
+        raise exc.named(name, number + 1, lines) from None
 
 
 def field_text(row: dict[str, Any], names: Sequence[str]) -> str:

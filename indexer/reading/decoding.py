@@ -1,6 +1,7 @@
-"""A text file's bytes -> its lines, decoded in blocks (memory bounded by the longest line): the
-encoding asked for, a leading BOM dropped, and a file mostly in another encoding stopped with one
-line that names the encoding to try. Shared by every reader of text: corpora, stdin, labels."""
+"""A text file's bytes -> its lines, decoded in blocks (memory bounded by the longest line, itself
+bounded by ``MAX_TEXT``): the encoding asked for, a leading BOM dropped, and a file mostly in
+another encoding stopped with one line that names the encoding to try. Shared by every reader of
+text: corpora, stdin, labels."""
 
 from __future__ import annotations
 
@@ -19,9 +20,41 @@ from indexer.errors import BadInput
 SURROGATE = re.compile("[\udc80-\udcff]")
 """What bytes that are not UTF-8 decode to (``surrogateescape``)."""
 _BLOCK = 1 << 20
+MAX_TEXT = 1 << 25
+"""The most characters a line, a field or a JSON array's element may hold (32 MiB of ASCII): a
+long document many times over, yet a bound on what one costs in memory, so that a gzip bomb's
+line of gigabytes is refused once it passes the bound rather than read whole first."""
 GZIP_SUFFIX = ".gz"
 """A file named so is gzip (so is one that starts with gzip's magic bytes): read as the text it holds."""
 _GZIP_MAGIC = b"\x1f\x8b"
+
+
+class TooLong(BadInput):
+    """A line, a field or a JSON array's element longer than ``MAX_TEXT``, refused as soon as it
+    passes it; a reader that knows the row it is in says so (``named``)."""
+
+    line: int | None = None
+    row: int | None = None
+    what = "line"
+
+    @classmethod
+    def at(cls, path: Path | str, line: int | None, row: int | None = None, what: str = "line") -> TooLong:
+        """``what``: ``line`` (the line itself), ``field`` (a quoted field running on over lines)
+        or ``element`` (of a JSON array, named by its row)."""
+        where = f"row {row}" if not line else f"line {line} (row {row})" if row else f"line {line}"
+        said = {
+            "line": f"{where} is longer than",
+            "field": f"{where} holds a field longer than",
+            "element": f"{where} (an element of the JSON array) is longer than",
+        }[what]
+        error = cls(f"{path}: {said} {MAX_TEXT >> 20} MiB, the most a line or a field may hold")
+        error.line, error.row, error.what = line, row, what
+        return error
+
+    def named(self, path: Path | str, row: int, lines: bool = True) -> TooLong:
+        """This refusal naming the row it is in, and the file (or rows) as ``path``; ``lines``:
+        whether the rows have lines (rows given in Python do not)."""
+        return TooLong.at(path, self.line if lines else None, self.row or row, self.what)
 
 
 def open_file(path: Path, once: bool = False) -> BinaryIO:
@@ -80,20 +113,27 @@ def check_encoding(encoding: str) -> str:
 
 def read_lines(path: Path | str, handle: BinaryIO, encoding: str = "utf-8") -> Iterator[str]:
     """The file's lines with their ends: a line ends at ``\n`` (``\r\n`` is one end), as
-    ``wc -l`` counts, read in blocks (memory bounded by the longest line). A leading BOM is
+    ``wc -l`` counts, read in blocks (memory bounded by the longest line, and a line longer
+    than ``MAX_TEXT`` refused once a block takes it past that: ``TooLong``). A leading BOM is
     dropped; bytes ``encoding`` cannot decode become surrogates, which reject their row, unless
     so many lines hold them that the file is in another encoding: then one error naming it."""
     check = Decoding(path, encoding)
     parts: list[str] = []  # the line being read, one piece per block
+    held = 0  # the characters in ``parts``
     number = 0  # lines read
     for text in blocks(path, handle, encoding, check):
         *ended, rest = text.split("\n")
         for piece in ended:
+            if held + len(piece) > MAX_TEXT:
+                raise TooLong.at(path, number + 1)
             line = "".join([*parts, piece, "\n"]) if parts else piece + "\n"
-            parts = []
+            parts, held = [], 0
             number += 1
             check.line(line, number)
             yield line
+        held += len(rest)
+        if held > MAX_TEXT:  # refused before the rest of the line is read
+            raise TooLong.at(path, number + 1)
         if rest:
             parts.append(rest)
     if parts:

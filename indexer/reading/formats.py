@@ -4,7 +4,8 @@ header, JSON Lines, a JSON array, plain text. What a row means (its id, its text
 
 A line ends at ``\n`` (``\r\n`` is one end), as ``wc -l`` counts, in every format and on stdin;
 CSV, TSV and JSON Lines records also end at a lone ``\r``. Files are read in blocks, so memory is
-bounded by the longest line (a JSON array's: by its largest element).
+bounded by the longest line (a JSON array's: by its largest element), and a line, a field or an
+element longer than ``decoding.MAX_TEXT`` is refused (``TooLong``) before it is read whole.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from indexer.errors import BadInput
+from indexer.reading import decoding
 from indexer.reading.decoding import (
     GZIP_SUFFIX,
     SURROGATE,
     Decoding,
+    TooLong,
     blocks,
     line_text,
     open_file,
@@ -44,7 +47,6 @@ MAX_DEPTH = 100
 """Levels of lists and objects a JSON value may nest; a deeper row is rejected (storing it as JSON
 text recurses once per level)."""
 TOO_DEEP = f"nested too deeply: more than {MAX_DEPTH} levels of lists and objects"
-csv.field_size_limit(1 << 30)
 
 
 def detect_format(path: Path, fmt: str | None, encoding: str = "utf-8") -> str:
@@ -162,9 +164,9 @@ def parse_rows(
         numbered = enumerate(numbered_records(lines), 1)
         return [], ((n, at, json_row(n, line.rstrip("\r\n"))[1]) for n, (at, line) in numbered)
     if fmt == "tsv":
-        records = tsv_records(numbered_records(lines), quoting, spans)
+        records = tsv_records(numbered_records(lines), quoting, spans, str(path))
     else:
-        records = _csv_records(numbered_records(lines), delimiter or ",", quoting, spans)
+        records = _csv_records(numbered_records(lines), delimiter or ",", quoting, spans, path)
     _, header = next(records, (0, None))
     if not isinstance(header, list) or not any(h.strip() for h in header):
         raise BadInput(f"{path} has no header row")
@@ -185,7 +187,11 @@ def parse_rows(
 
 
 def _csv_records(
-    lines: Iterator[tuple[int, str]], delimiter: str, quoting: str = QUOTING, spans: Spans | None = None
+    lines: Iterator[tuple[int, str]],
+    delimiter: str,
+    quoting: str = QUOTING,
+    spans: Spans | None = None,
+    path: Path | str = "",
 ) -> Iterator[tuple[int, list[str] | str]]:
     """(first line number, fields) of each CSV record; fields as a string: why the record was
     rejected. Parsing is strict, so a quote open until the end of the file, or closed lines later
@@ -196,11 +202,12 @@ def _csv_records(
     is a typed quote closed by another, not a writer's (unless its text holds words in quotes
     doubled as a writer doubles them: ``doubled_in_text``): its first line is read as typed
     (``typed_fields``) and the others again. ``spans`` counts the quoted fields of several lines,
-    read or not."""
+    read or not. A field longer than ``decoding.MAX_TEXT`` is refused (``TooLong``, naming ``path``)."""
     again: deque[tuple[int, str]] = deque()  # lines to read again before the rest of the file
     taken: list[tuple[int, str]] = []  # lines of the record being read
     spans = spans if spans is not None else Spans()
     quote = {"quoting": csv.QUOTE_NONE} if quoting == "none" else {}
+    csv.field_size_limit(decoding.MAX_TEXT)  # process-wide, so set where it is relied on
 
     def feed() -> Iterator[str]:
         while True:
@@ -234,6 +241,8 @@ def _csv_records(
             return
         except csv.Error as exc:
             opened = taken[0][0]
+            if "field limit" in str(exc):  # "field larger than field limit (N)"
+                raise TooLong.at(path, opened, what="field") from None
             ran_on = len(taken) > 1 or "".join(line for _, line in taken).count('"') % 2  # a quote left open
             yield opened, f"unterminated quote: opened on line {opened}" if ran_on else f"bad CSV: {exc}"
             again.extendleft(reversed(taken[1:]))
@@ -282,16 +291,20 @@ def json_array_rows(path: Path, handle: BinaryIO, encoding: str = "utf-8") -> Ro
     """The elements of a JSON array, numbered from 1: an object is a row, a string the row
     ``{"text": string}``, anything else the reason it is not. The file is decoded in blocks and
     each element parsed with ``raw_decode`` from a buffer holding only the text not yet parsed,
-    so memory is bounded by the largest element. An element that is not JSON is rejected and the
-    array read on from the next ``,`` at its own depth."""
+    so memory is bounded by the largest element, and one longer than ``decoding.MAX_TEXT`` is
+    refused (``TooLong``) once the buffer passes it. An element that is not JSON is rejected and
+    the array read on from the next ``,`` at its own depth."""
     check = Decoding(path, encoding)
     texts = blocks(path, handle, encoding, check)
     decoder = json.JSONDecoder()
     text, pos = "", 0  # the text read and not yet dropped; where the next element starts
+    number = 0  # the element being read
 
     def more() -> bool:
         """Read a block onto the buffer, dropping the text before ``pos`` (which becomes 0)."""
         nonlocal text, pos
+        if len(text) - pos > decoding.MAX_TEXT:  # an element (or the space before one) too long
+            raise TooLong.at(path, None, max(number, 1), what="element")
         block = next(texts, None)
         if block is None:
             return False
@@ -356,7 +369,7 @@ def json_array_rows(path: Path, handle: BinaryIO, encoding: str = "utf-8") -> Ro
     if text[pos] != "[":
         raise BadInput(f"{path} is not a JSON array (of objects or strings) nor JSON Lines")
     pos += 1
-    number, mark = 0, ","
+    mark = ","
     if following() == "]":
         pos, mark = pos + 1, "]"
     while mark == ",":

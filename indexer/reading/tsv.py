@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from indexer.errors import BadInput
-from indexer.reading.decoding import line_text
+from indexer.reading import decoding
+from indexer.reading.decoding import TooLong, line_text
 
 QUOTING = "auto"
 """The ``--quoting`` default: CSV quoting where the file shows a writer quoted."""
@@ -104,11 +105,13 @@ class Spans:
 
 
 def tsv_records(
-    lines: Iterator[tuple[int, str]], quoting: str = QUOTING, spans: Spans | None = None
+    lines: Iterator[tuple[int, str]], quoting: str = QUOTING, spans: Spans | None = None, path: str = ""
 ) -> Iterator[tuple[int, list[str] | str]]:
     """(first line number, fields) of each TSV record in ``lines`` ((number, line) pairs), the
     header first; fields as a string: why the record was rejected (``csv`` quoting that does not
-    parse). ``spans`` counts the quoted fields that spanned lines, read or not."""
+    parse). ``spans`` counts the quoted fields that spanned lines, read or not. A quoted field
+    longer than ``decoding.MAX_TEXT`` is refused naming ``path`` in ``csv`` quoting (``TooLong``);
+    in ``auto`` its quotes are text."""
     again: deque[tuple[int, str]] = deque()  # lines to read again before the rest of the file
     spans = spans if spans is not None else Spans()
 
@@ -124,7 +127,12 @@ def tsv_records(
         values: list[str] | str | None = None
         if quoting != "none" and (line.startswith('"') or '\t"' in line):  # a field opens with a quote
             taken = [numbered]
-            parsed = _quoted_record(taken, next_line)
+            try:
+                parsed = _quoted_record(taken, next_line)
+            except TooLong as exc:  # a line too long, or no quote closing within the limit
+                if exc.what == "line" or quoting == "csv":
+                    raise TooLong.at(path, exc.line, what=exc.what) from None
+                parsed = None  # ``auto``: quotes that would make a field this long are text
             if parsed is not None:
                 values, quoted = parsed
                 if width is None:
@@ -191,7 +199,8 @@ def _quoted_record(
 ) -> tuple[list[str], list[bool]] | None:
     """The fields of the TSV record that starts ``taken[0]`` read with CSV quoting, and which
     were quoted; the lines a quoted field runs on to are appended to ``taken``. None: not CSV
-    quoting (a quote closes before more text, or is never closed)."""
+    quoting (a quote closes before more text, or is never closed); ``TooLong``: a quoted field
+    runs on past ``decoding.MAX_TEXT``."""
     text, pos = taken[0][1], 0
     values: list[str] = []
     quoted: list[bool] = []
@@ -201,6 +210,8 @@ def _quoted_record(
             while True:  # the closing quote: a quote not doubled
                 close = text.find('"', search)
                 if close < 0:
+                    if len(text) - pos > decoding.MAX_TEXT:
+                        raise TooLong.at("", taken[0][0], what="field")
                     more = next_line()
                     if more is None:
                         return None
