@@ -93,8 +93,6 @@ def read_pairs(
             rows = [{score: r[4], s1: r[5], s2: r[6]} for r in table if len(r) >= 7]
         elif len(header) == 3 and _float(header[2]) is not None:  # text, text, score; no header
             rows = [{s1: r[0], s2: r[1], score: r[2]} for r in table if len(r) == 3]
-        elif len(header) == 3 and _float(header[2]) is not None:  # text, text, score; no header
-            rows = [{s1: r[0], s2: r[1], score: r[2]} for r in table if len(r) == 3]
         elif not need_score and len(header) == 2:  # two text columns, named anything
             rows = [dict(zip((s1, s2), row, strict=False)) for row in table[1:]]
         else:
