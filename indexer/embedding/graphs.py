@@ -131,9 +131,17 @@ class GraphSpec:
         return self.path.with_name(self.path.name + ".data")
 
     @property
+    def sums(self) -> Path:
+        """Where the cache keeps the sizes and CRC-32 sums of the graph's two files, written by
+        its export before they move in (``indexer.store.held.intact`` checks them)."""
+        return self.path.with_suffix(".sums")
+
+    @property
     def exported(self) -> bool:
-        """Both files are in place (the exporter moves the weights in first, the graph last)."""
-        return self.path.is_file() and self.weights.is_file()
+        """Both files are in place (the exporter moves the weights in first, the graph last), in
+        the cache with their sums (a graph without them is exported again)."""
+        files = self.path.is_file() and self.weights.is_file()
+        return files and (self.home is not None or self.sums.is_file())
 
     @property
     def failure(self) -> Path:

@@ -44,6 +44,7 @@ from indexer.encoders.devices import Placement
 from indexer.encoders.onnx_graph import CPU
 from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import BadInput
+from indexer.store.held import intact
 
 if TYPE_CHECKING:
     from indexer.encoders.torch_encoder import TorchEncoder
@@ -98,7 +99,7 @@ def decide(
         return Decision("torch", on, on_torch, ASKED)
     resolved, spec = _graph(strategy, queries, options.trust_remote_code)
     graph_on = Placement("cpu", precision)
-    if spec is not None and spec.exported:
+    if spec is not None and intact(spec):  # the cache's graph, checked against its export's sums
         return Decision("onnx", graph_on, batching, CACHED, provider=provider, graph=spec, strategy=resolved)
     failure = spec.failed() if spec is not None and queries else None  # queries never retry an export
     if failure is not None:

@@ -19,6 +19,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
+import socket
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from indexer.embedding.graphs import INT8_FORMATS, GraphSpec, int8_format
 from indexer.embedding.strategy import BACKEND_PRECISION
 from indexer.encoders.bidirectional import bidirectional_masks
 from indexer.errors import BadInput
+from indexer.store.held import intact, write_sums
 
 
 class _Outputs(torch.nn.Module):
@@ -130,9 +134,10 @@ def export_into(
     from indexer.progress import exporting
 
     spec.path.parent.mkdir(parents=True, exist_ok=True)
+    clear_abandoned(spec.path.parent)
     with (
         exporting(spec.location, spec.path.parent),  # minutes for a large model: said on stderr
-        tempfile.TemporaryDirectory(dir=spec.path.parent) as tmp,
+        tempfile.TemporaryDirectory(prefix=_export_prefix(), dir=spec.path.parent) as tmp,
         warnings.catch_warnings(),
         _eager_attention(network),
     ):
@@ -160,33 +165,78 @@ def export_into(
         model.save_model_to_file(str(fused))
         if rewrite is not None:
             onnx.save_model(rewrite(onnx.load(str(fused))), str(fused))
-        _save_with_weights_apart(fused, spec.path, spec.weights)
+        _save_with_weights_apart(fused, spec)
 
 
-def _save_with_weights_apart(graph: Path, target: Path, weights: Path) -> None:
-    """``graph`` written as ``target`` with its weights in ``weights`` (what ONNX Runtime maps at
-    load instead of copying), both made beside ``graph`` and moved in weights first: a graph in
-    place always finds its weights (two processes exporting one graph write the same bytes, fp32
-    and int8 alike: checked, so neither can pair its graph with other weights)."""
+def _save_with_weights_apart(graph: Path, spec: GraphSpec) -> None:
+    """``graph`` written as ``spec.path`` with its weights in ``spec.weights`` (what ONNX Runtime
+    maps at load instead of copying), both made beside ``graph``, their sums kept (``write_sums``)
+    and then moved in weights first: a graph in place always finds its weights and its sums (two
+    processes exporting one graph write the same bytes, fp32 and int8 alike: checked, so neither
+    can pair its graph with other weights)."""
     import onnx
 
-    made = graph.with_name(target.name)
+    made = graph.with_name(spec.path.name)
     onnx.save_model(
         onnx.load(str(graph)),
         str(made),
         save_as_external_data=True,
-        location=weights.name,
+        location=spec.weights.name,
         size_threshold=1024,
     )
-    made_weights = made.with_name(weights.name)
+    made_weights = made.with_name(spec.weights.name)
     os.chmod(made_weights, made.stat().st_mode & 0o777)  # onnx makes it private; readable as the graph is
-    os.replace(made_weights, weights)
-    os.replace(made, target)
+    write_sums(spec, made.parent)
+    os.replace(made_weights, spec.weights)
+    os.replace(made, spec.path)
+
+
+ABANDONED_AFTER = 86400
+"""Seconds after which an export's temporary folder in the cache is taken for abandoned, whoever
+made it (one of another machine sharing the cache, or named before folders said their owner)."""
+
+
+def _export_prefix() -> str:
+    """An export's temporary folder names its process and machine, so a later export can tell
+    one whose process is gone (``clear_abandoned``)."""
+    return f"export-{os.getpid()}-{socket.gethostname()}-"
+
+
+def clear_abandoned(folder: Path) -> None:
+    """Remove what exports killed half-way left in the cache ``folder``: the temporary folders of
+    processes of this machine that are gone, and any temporary folder or file a day old. The
+    folder of an export still running is never removed (its process is there, and it is younger)."""
+    here, now = socket.gethostname(), time.time()
+    for found in folder.iterdir():
+        pid, _, rest = found.name.removeprefix("export-").partition("-")
+        ours = found.name.startswith("export-") and pid.isdigit() and rest.startswith(here + "-")
+        if not (ours or found.name.startswith("tmp")):
+            continue
+        try:
+            old = now - found.lstat().st_mtime > ABANDONED_AFTER
+        except OSError:
+            continue
+        if old or (ours and not _running(int(pid))):
+            if found.is_dir() and not found.is_symlink():
+                shutil.rmtree(found, ignore_errors=True)
+            else:
+                found.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    """A process of this machine has ``pid`` (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def export_graph(network: torch.nn.Module, spec: GraphSpec) -> Path:
-    """The graph of ``spec``, exported from ``network`` (the eval-mode model) unless cached."""
-    if not spec.exported:
+    """The graph of ``spec``, exported from ``network`` (the eval-mode model) unless cached intact."""
+    if not intact(spec):
         _export(network, spec)
     return spec.path
 

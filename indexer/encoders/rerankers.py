@@ -46,6 +46,7 @@ from indexer.encoders.onnx_graph import CPU, UNFUSED, usable_cores
 from indexer.encoders.options import EmbeddingOptions, given
 from indexer.encoders.tokens import CHARS_PER_TOKEN, _cut, token_text
 from indexer.errors import BadInput, ModelFailed
+from indexer.store.held import intact
 
 RUNTIMES = ("onnx", "torch")
 """What runs a reranker: ONNX Runtime (the default on the CPU) or torch."""
@@ -281,7 +282,7 @@ def reranker_for(
     spec = cross_graph(folder)
     batching = Batching.on(True, options.batch_size)
     provider = options.provider or CPU
-    if spec.exported:
+    if intact(spec):
         return _Scoring(
             folder, "onnx", CACHED, batching, _OnnxClassifier(spec, provider, not options.serving)
         )
