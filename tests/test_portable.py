@@ -53,7 +53,7 @@ def held_names(index: Path) -> list[str]:
     return [f"{stored.meta.graph}.onnx", f"{stored.meta.graph}.onnx.data", *HELD_FILES]
 
 
-def test_a_version_holds_its_query_graph_and_tokenizer_as_links_of_the_cache(tmp_path):
+def test_a_version_holds_its_query_graph_as_links_of_the_cache_and_its_tokenizer(tmp_path):
     model = random_bert(tmp_path / "model")
     index = faq_index(tmp_path, model, layers=(1, 3), pooling="mean")
     stored = open_index(index, vectors=False)

@@ -10,11 +10,13 @@ model's fingerprint (``indexer.embedding.models.model_fingerprint``: its files' 
 the hidden states it outputs and the backend. Its weights lie beside it in ``<key>.onnx.data``
 (ONNX external data): ONNX Runtime maps that file instead of parsing and copying 90 MB out of the
 graph's protobuf, which was most of a server's session start-up (docs/profile-serve.md).
-An export that failed leaves a ``.failed`` note with the reason beside where the graph would be.
+An export that failed leaves a ``.failed`` note with the reason beside where the graph would be;
+one that completed, ``<key>.sums`` (its files' sizes and CRC-32 sums), checked before the cached
+graph is loaded or held (``indexer.store.held.intact``).
 
-An index holds the graph of its queries itself (``indexer.store.held``): the two files and the
-model's ``HELD_FILES`` in each version directory, hard links of the cached ones where the file
-system allows, so a copied index answers on a machine with an empty cache and no torch
+An index holds the graph of its queries itself (``indexer.store.held``): the two files, hard links
+of the cached ones where the file system allows, and copies of the model's ``HELD_FILES`` in each
+version directory, so a copied index answers on a machine with an empty cache and no torch
 (``held_graph``). What a graph is (``GraphSpec``) lives a floor down, where the store reads it.
 """
 
