@@ -171,6 +171,11 @@ CASES: dict[str, tuple[str, Callable[[Path], object], tuple[str, ...]]] = {
         lambda f: relink(f / DENSE.with_name("model.safetensors"), "/etc/passwd", f / DENSE),
         ("2_Dense/model.safetensors is not a safetensors file",),
     ),
+    "dense activation named from elsewhere in torch": (
+        "st",
+        lambda f: change_config(f / "2_Dense", activation_function="torch.os.system.Tanh"),
+        ("2_Dense", "Dense module semsearch cannot reproduce"),
+    ),
     "dense weights not as config says": ("st", dense_of_other_shape, (str(DENSE), "24x31", "24x32")),
     "one layer more": ("network", lambda f: change_config(f, num_hidden_layers=4), ("num_hidden_layers 4",)),
     "a million layers": (

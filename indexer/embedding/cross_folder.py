@@ -43,20 +43,13 @@ from indexer.embedding.models import (
     unloadable,
     weight_files,
 )
+from indexer.embedding.modules.base import torch_named
 from indexer.errors import BadInput
 
 ACTIVATIONS = {"Sigmoid": "sigmoid", "Identity": "identity", "Tanh": "tanh"}
 """``CrossEncoder``'s activation (the torch class its folder names) -> what the reranker applies."""
-NAMED = {
-    name: applied
-    for torch_class, applied in ACTIVATIONS.items()
-    for name in (
-        f"torch.nn.{torch_class}",
-        f"torch.nn.modules.{'linear' if torch_class == 'Identity' else 'activation'}.{torch_class}",
-    )
-}
-"""The names sentence-transformers writes an activation by (the class's module and name), and
-torch's shorter public one: no other path to a class of that name is the class."""
+NAMED = torch_named(ACTIVATIONS)
+"""The activations by the exact names a folder may give them."""
 SETTINGS = ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json")
 """The sentence-transformers files that change a reranker's scores beside its network."""
 CROSS_ENCODER = "CrossEncoder"

@@ -155,6 +155,19 @@ class Fileless:
         return []
 
 
+def torch_named(activations: dict[str, str]) -> dict[str, str]:
+    """Each torch activation class (``Tanh``) by the names sentence-transformers writes it (its
+    module and name: ``torch.nn.modules.activation.Tanh``) and torch's shorter public one
+    (``torch.nn.Tanh``) -> what it is applied as: no other dotted path ending in the class's name is
+    the class."""
+    return {
+        name: applied
+        for torch_class, applied in activations.items()
+        for module in ("linear" if torch_class == "Identity" else "activation",)
+        for name in (f"torch.nn.{torch_class}", f"torch.nn.modules.{module}.{torch_class}")
+    }
+
+
 def kind(name: str) -> type[Module] | None:
     """The class registered for a sentence-transformers class name; None where there is none."""
     where = KINDS.get(name)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from indexer.embedding.model_files import model_file, model_json
-from indexer.embedding.modules.base import Graph, Listed, Reading, namespace
+from indexer.embedding.modules.base import Graph, Listed, Reading, namespace, torch_named
 from indexer.embedding.weights import read_tensors, tensor_shapes
 from indexer.errors import BadInput
 
@@ -26,6 +26,8 @@ ACTIVATIONS = {
     "SiLU": "silu",
 }
 """A Dense module's ``activation_function`` (the torch class) -> what ``Dense`` applies."""
+NAMED = torch_named(ACTIVATIONS)
+"""The activations by the exact names a folder may give them."""
 MODULE_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
 """A Dense module's files: its settings and its weights (safetensors, else a torch pickle)."""
 
@@ -47,7 +49,7 @@ def _weights(location: str, path: str) -> Path | None:
 
 
 def _activation(config: dict[str, Any]) -> str | None:
-    return ACTIVATIONS.get(str(config.get("activation_function", "")).rsplit(".", 1)[-1])
+    return NAMED.get(str(config.get("activation_function", "")))
 
 
 def _mismatch(weights: Path, in_features: int, out_features: int) -> str | None:
@@ -106,7 +108,9 @@ class Dense:
         if weights is None:
             raise BadInput(f"the model's Dense module {entry} has no weights here")
         tensors = read_tensors(weights)
-        activation = ACTIVATIONS[str(config.get("activation_function", "")).rsplit(".", 1)[-1]]
+        activation = _activation(config)
+        if activation is None:
+            raise BadInput(f"the model's Dense module {entry} has an activation semsearch does not apply")
         if "linear.weight" not in tensors:
             raise BadInput(f"the model's Dense module {entry} holds no linear.weight")
         return cls(tensors["linear.weight"], tensors.get("linear.bias"), activation)
