@@ -190,7 +190,7 @@ def test_qrels_naming_unknown_ids(faq, tmp_path):
     qrels = tmp_path / "other.tsv"
     qrels.write_text("in1\tzzz\t1\nin2\tyyy\t1\n")
     before = live_version(index)
-    with pytest.raises(BadInput, match="name none of the index's entries"):
+    with pytest.raises(BadInput, match="none of the 2 judged ids is in the index"):
         calibrate(index, queries, qrels)
     assert live_version(index) == before
 
