@@ -14,8 +14,8 @@ import pytest
 
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from search.studies.cross_held import held_back_set
-from search.studies.cross_tuning import DEPTH, Mined, cross_tune, grouped, training_rows
+from search.studies.cross_held import Mined, held_back_set
+from search.studies.cross_tuning import DEPTH, cross_tune, grouped, training_rows
 from search.studies.tuning import hold_back, read_labels
 from tests.helpers import DATA, run, sentence
 

@@ -12,14 +12,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from search.studies.tuning import K, Labels, metric_of
-
-if TYPE_CHECKING:
-    from search.studies.cross_tuning import Mined
 
 WEIGHTS = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 21).tolist())
 """The fused weights tried on the held-back questions."""
@@ -93,6 +90,31 @@ class Measured:
             "reranked": self.reranked.to_dict(),
             "fused": self.fused.to_dict(),
         }
+
+
+@dataclass(frozen=True)
+class Mined:
+    """The first stage's view of the candidate pool, embedded once: distinct candidate texts and
+    their vectors, and the embedding function for questions."""
+
+    texts: list[str]
+    vectors: np.ndarray
+    embed: Callable[..., np.ndarray]
+
+    @classmethod
+    def of(cls, labels: Labels, embed: Callable[..., np.ndarray]) -> Mined:
+        assert labels.candidates is not None
+        texts = list(dict.fromkeys(labels.candidates))
+        return cls(texts, embed(texts, role="passage"), embed)
+
+    def ranked(self, questions: Sequence[str], depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each question's best ``depth`` candidates (indices into ``texts``) and their cosines."""
+        if not questions:
+            return np.zeros((0, depth), dtype=np.int64), np.zeros((0, depth))
+        scores = self.embed(list(questions)) @ self.vectors.T
+        depth = min(depth, scores.shape[1])
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+        return top, np.take_along_axis(scores, top, axis=1)
 
 
 @dataclass(frozen=True)

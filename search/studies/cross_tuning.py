@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,7 @@ from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.files import staged_dir
 from search.read.hybrid import RERANK_DEPTH
-from search.studies.cross_held import HeldBack, held_back_set
+from search.studies.cross_held import HeldBack, Mined, held_back_set
 from search.studies.tuning import (
     HELD_BACK,
     K,
@@ -105,31 +105,6 @@ def grouped(labels: Labels) -> Labels:
         negatives=negatives,
         unanswered=unanswered,
     )
-
-
-@dataclass(frozen=True)
-class Mined:
-    """The first stage's view of the candidate pool, embedded once: distinct candidate texts and
-    their vectors, and the embedding function for questions."""
-
-    texts: list[str]
-    vectors: np.ndarray
-    embed: Callable[..., np.ndarray]
-
-    @classmethod
-    def of(cls, labels: Labels, embed: Callable[..., np.ndarray]) -> Mined:
-        assert labels.candidates is not None
-        texts = list(dict.fromkeys(labels.candidates))
-        return cls(texts, embed(texts, role="passage"), embed)
-
-    def ranked(self, questions: Sequence[str], depth: int) -> tuple[np.ndarray, np.ndarray]:
-        """Each question's best ``depth`` candidates (indices into ``texts``) and their cosines."""
-        if not questions:
-            return np.zeros((0, depth), dtype=np.int64), np.zeros((0, depth))
-        scores = self.embed(list(questions)) @ self.vectors.T
-        depth = min(depth, scores.shape[1])
-        top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
-        return top, np.take_along_axis(scores, top, axis=1)
 
 
 def training_rows(labels: Labels, held: HeldBack, mined: Mined | None, seed: int) -> PairRows:

@@ -1,0 +1,150 @@
+"""A reranker trained by ``semsearch tune --cross-encoder`` on WikiQA's train split, measured on its
+dev split in the open setting (a search engine's): every dev sentence one entry, every dev
+question asked, unanswerable ones included.
+
+    PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py train OUT [--max-minutes 30]
+    PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py measure OUT [--depth 20 --depth 50]
+
+- ``train``: runs the command a user runs (``semsearch tune --cross-encoder --pairs
+  WikiQASent-train.txt -o OUT --max-minutes N``) and prints its report and wall time.
+- ``measure``: indexes the dev sentences with the default strategy (one entry per sentence id),
+  asks each dev question with the reranker at each depth, and prints for the first stage alone,
+  the reranker alone and the fused score the index serves: right sentence first (share of
+  answerable questions), MRR@10 (answerable questions), the top score's AUROC (answerable vs
+  unanswerable) and the promise's reach: the most answerable questions a threshold on the top
+  score answers while 90% of what it answers is right (the best rule on dev, so an upper bound of
+  what a rule calibrated elsewhere reaches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikiqa"
+
+
+def train(output: str, max_minutes: float) -> None:
+    began = time.monotonic()
+    command = [sys.executable, "-m", "search.cli", "tune", "--cross-encoder"]
+    command += [
+        "--pairs",
+        str(DATA / "WikiQASent-train.txt"),
+        "-o",
+        output,
+        "--max-minutes",
+        str(max_minutes),
+    ]
+    subprocess.run(command, check=True)
+    print(f"wall time {time.monotonic() - began:.0f} s")
+
+
+def dev_set() -> tuple[list[tuple[str, str]], dict[str, str], dict[str, set[str]]]:
+    """The dev corpus (sentence id, sentence), each question's text and its right sentence ids."""
+    sentences: dict[str, str] = {}
+    questions: dict[str, str] = {}
+    right: dict[str, set[str]] = {}
+    with (DATA / "WikiQA-dev.tsv").open(encoding="utf-8") as f:
+        for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            sentences[row["SentenceID"]] = row["Sentence"]
+            questions[row["QuestionID"]] = row["Question"]
+            right.setdefault(row["QuestionID"], set())
+            if row["Label"] == "1":
+                right[row["QuestionID"]].add(row["SentenceID"])
+    return list(sentences.items()), questions, right
+
+
+def judged(orders: list[list[tuple[str, float]]], right: list[set[str]]) -> dict[str, float]:
+    """Right-first share and MRR@10 of the answerable questions, the top score's AUROC and the
+    promise's reach at precision 0.9 (see the module doc)."""
+    answerable = [i for i, r in enumerate(right) if r]
+    first = [
+        next((n for n, (h, _) in enumerate(o[:10], 1) if h in right[i]), 0) for i, o in enumerate(orders)
+    ]
+    mrr = np.mean([1 / first[i] if first[i] else 0.0 for i in answerable])
+    top = np.array([o[0][1] if o else -np.inf for o in orders])
+    yes, no = top[answerable], np.delete(top, answerable)
+    auroc = ((yes[:, None] > no[None, :]).sum() + 0.5 * (yes[:, None] == no[None, :]).sum()) / (
+        len(yes) * len(no)
+    )
+    correct = np.array([first[i] == 1 for i in range(len(orders))])
+    ranked = np.argsort(-top, kind="stable")
+    hits = np.cumsum(correct[ranked])
+    precision = hits / np.arange(1, len(ranked) + 1)
+    reach = max((hits[n] for n in range(len(ranked)) if precision[n] >= 0.9), default=0)
+    return {
+        "right first": 100 * float(np.mean([first[i] == 1 for i in answerable])),
+        "mrr@10": float(mrr),
+        "auroc": float(auroc),
+        "answered at p0.9": 100 * reach / len(answerable),
+    }
+
+
+def measure(reranker_dir: str, depths: list[int]) -> None:
+    from indexer import Strategy, build_index
+    from indexer.encoders.rerankers import reranker_for
+    from search import SearchEngine
+    from search.read.requests import SearchRequest
+
+    corpus, questions, right = dev_set()
+    ids = list(questions)
+    gold = [right[q] for q in ids]
+    print(
+        f"WikiQA dev, open setting: {len(corpus)} sentences, {len(ids)} questions "
+        f"({sum(map(bool, gold))} answerable)"
+    )
+    with tempfile.TemporaryDirectory(prefix="semsearch-wikiqa-") as tmp:
+        path = Path(tmp) / "dev.csv"
+        with path.open("w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["id", "text"])
+            writer.writerows(corpus)
+        build_index(path, Path(tmp) / "index", Strategy())
+        reranker = reranker_for(reranker_dir)
+        engine = SearchEngine(Path(tmp) / "index", rerank=reranker)
+        print(f"reranker: {reranker.folder.describe()}")
+        for depth in depths:
+            began = time.monotonic()
+            answers = [
+                engine.answer(
+                    SearchRequest(questions[q], k=depth, rerank=reranker.folder.path, rerank_depth=depth)
+                )[0]
+                for q in ids
+            ]
+            took = time.monotonic() - began
+            ways = {
+                "first stage": lambda h: h.first_score,
+                "reranker alone": lambda h: h.rerank_score,
+                f"fused (weight {reranker.folder.weight:g})": lambda h: h.score,
+            }
+            print(f"depth {depth} ({took:.0f} s for {len(ids)} questions):")
+            for name, key in ways.items():
+                orders = [sorted(((h.id, key(h)) for h in hits), key=lambda p: -p[1]) for hits in answers]
+                found = judged(orders, gold)
+                print(f"  {name:<24} " + ", ".join(f"{k} {v:.3f}" for k, v in found.items()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("run", choices=("train", "measure"))
+    parser.add_argument("reranker")
+    parser.add_argument("--max-minutes", type=float, default=30.0)
+    parser.add_argument("--depth", type=int, action="append")
+    args = parser.parse_args()
+    if args.run == "train":
+        train(args.reranker, args.max_minutes)
+    else:
+        measure(args.reranker, args.depth or [20, 50])
+
+
+if __name__ == "__main__":
+    main()
