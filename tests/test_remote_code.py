@@ -267,6 +267,12 @@ def test_tune_trains_it_under_the_flag_and_its_tuned_folder_asks_for_it_again(fo
     assert done.steps > 0 and done.options.endswith("--trust-remote-code")
     with pytest.raises(BadInput, match="--trust-remote-code"):
         encoder_for(Strategy(model=str(tmp_path / "tuned")))
+    from indexer.embedding.models import strategy_request
+
+    asked, _ = strategy_request({"model": str(tuned_dir)})  # `index --model TUNED`: no index is involved
+    with pytest.raises(BadInput, match="needs code of its own") as refused:
+        encoder_for(asked)
+    assert "index" not in str(refused.value)
     tuned = encoder_for(Strategy(model=str(tmp_path / "tuned")), TRUSTED)
     assert tuned.strategy.remote_code
     before = encoder_for(Strategy(model=folder), TRUSTED).embed(TEXTS, role="query")

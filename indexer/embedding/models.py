@@ -244,7 +244,8 @@ def strategy_request(asked: Mapping[str, Any]) -> tuple[Strategy, str | None]:
                 f"{_option(name, asked[name], blocks)} contradicts the model {model}, tuned with "
                 f"{_said(name, getattr(strategy, name), blocks)}: drop the option to read it as it was tuned"
             )
-    chosen = replace(strategy, **{k: v for k, v in asked.items() if k not in TRAINED})
+    # whether it runs code of its own is the model's to say (check_encoder): no index is asking
+    chosen = replace(strategy, remote_code=False, **{k: v for k, v in asked.items() if k not in TRAINED})
     trained = [_said("layers", strategy.layers, blocks)]
     if strategy.layers and len(strategy.layers) > 1:
         trained.append(strategy.combine)
