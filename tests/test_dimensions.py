@@ -157,3 +157,32 @@ def test_the_exported_encoder_cuts_as_the_index_does(folders, tmp_path):
         feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
     vectors = session.run(["sentence_embedding"], feed)[0]
     np.testing.assert_allclose(vectors, truncated(folders["dense"], 8)[0], atol=1e-5)
+
+
+def test_a_cut_of_a_model_not_trained_for_it_is_noted_in_one_line(folders, tmp_path):
+    """Truncation is meant for models trained for it (sentence-transformers' MatryoshkaLoss, which
+    its model card names): a model that does not say so is cut all the same, with a note."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    model = tmp_path / "model"
+    shutil.copytree(folders["mean"], model)
+    (model / "README.md").unlink(missing_ok=True)
+
+    def encoded(*options: str) -> list[str]:
+        command = ["encode", str(corpus), "-o", str(tmp_path / "v.npy"), "--model", str(model), *options]
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 0, result.output
+        return [line for line in result.output.splitlines() if "trained for" in line]
+
+    noted = encoded("--dimensions", "16")
+    assert len(noted) == 1 and "does not say it was trained for cut vectors" in noted[0], noted
+    assert np.load(tmp_path / "v.npy").shape == (3, 16)
+    assert encoded() == []  # no cut, no note
+    (model / "README.md").write_text("Trained with\n\n```\nMatryoshkaLoss\n```\n", encoding="utf-8")
+    assert encoded("--dimensions", "16") == []

@@ -15,11 +15,15 @@ from typing import Any
 from indexer.embedding.model_files import inside, model_file, model_json
 from indexer.embedding.modules.base import Listed, Reading, kind
 from indexer.embedding.modules.normalize import NORMALIZE
-from indexer.embedding.strategy import FolderSays
+from indexer.embedding.strategy import FolderSays, Strategy
 from indexer.errors import BadInput
 
 PASSAGE_PROMPTS = ("document", "passage", "corpus")
 """The prompt names sentence-transformers' ``encode_document`` reads, in its order."""
+TRAINED_FOR_CUTS = ("README.md", "config_sentence_transformers.json")
+"""Where a model says it was trained for cut vectors (the word Matryoshka)."""
+SAYS_WITHIN = 1 << 20
+"""How much of each such file is read: a model card says its training near its start."""
 
 
 def read_folder(location: str) -> FolderSays:
@@ -70,6 +74,31 @@ def read_folder(location: str) -> FolderSays:
         folder.lowercase,
         prompts,
         tuple(said),
+    )
+
+
+def cut_note(strategy: Strategy) -> str | None:
+    """A line noting that ``--dimensions`` cuts a model that does not say it was trained for
+    cut vectors: sentence-transformers' truncation is meant for models trained with its
+    MatryoshkaLoss, which their model card (``README.md``) names. None: no cut, a model that says
+    so, or none found (its loader says why)."""
+    if strategy.dimensions is None:
+        return None
+    from indexer.embedding.models import model_location
+
+    location = model_location(strategy.model)
+    if model_file(location, "config.json") is None:
+        return None
+    for name in TRAINED_FOR_CUTS:
+        found = model_file(location, name)
+        if (
+            found is not None
+            and "matryoshka" in found.read_bytes()[:SAYS_WITHIN].decode(errors="replace").lower()
+        ):
+            return None
+    return (
+        f"note: {strategy.model} does not say it was trained for cut vectors (Matryoshka, in its "
+        f"README.md): --dimensions {strategy.dimensions} cuts it all the same"
     )
 
 

@@ -172,12 +172,15 @@ strategy_options = strategy_options_for()
 
 
 def strategy_from(asked: dict[str, Any]) -> Strategy:
-    """The strategy the options ask for; a tuned model's saved strategy fills in the rest (said on stderr)."""
+    """The strategy the options ask for; a tuned model's saved strategy fills in the rest, and a
+    cut of a model not trained for it is noted (said on stderr)."""
+    from indexer.embedding.folder import cut_note
     from indexer.embedding.models import strategy_request
 
     strategy, said = strategy_request(asked)
-    if said:
-        click.echo(said, err=True)
+    for line in (said, cut_note(strategy)):
+        if line:
+            click.echo(line, err=True)
     return strategy
 
 
