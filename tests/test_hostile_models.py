@@ -198,6 +198,11 @@ CASES: dict[str, tuple[str, Callable[[Path], object], tuple[str, ...]]] = {
         lambda f: change_config(f, max_position_embeddings=100_000),
         ("config.json says max_position_embeddings 100000", "model.safetensors holds 128"),
     ),
+    "a setting of a type transformers refuses": (
+        "network",
+        lambda f: change_config(f, layer_norm_eps="tiny"),
+        ("config.json", "layer_norm_eps", "'tiny'"),
+    ),
     "a size the weights do not fit": (
         "network",
         lambda f: change_config(f, intermediate_size=100),

@@ -165,6 +165,7 @@ class ModelFacts:
 def model_facts(model: str, *, trusted: bool = False) -> ModelFacts:
     """The facts from the model's config files alone (no weights loaded). ``trusted``: a model's
     own code may run (``check_encoder``)."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
     _quiet_transformers()
@@ -172,7 +173,7 @@ def model_facts(model: str, *, trusted: bool = False) -> ModelFacts:
     check_model(model, location, trusted=trusted)
     try:
         config = AutoConfig.from_pretrained(location, local_files_only=True, trust_remote_code=trusted)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, StrictDataclassError) as exc:
         raise unloadable(model, location, exc) from None
     return ModelFacts.of(config, tokenizer_limit(location), location)
 
@@ -390,7 +391,11 @@ def unloadable(model: str, location: str, error: BaseException) -> BadInput:
             f"holding the model (--model ./my-model), or on a machine with internet run "
             f"`HF_HOME=DIR hf download {model}` and copy DIR to this machine's HF_HOME"
         )
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+    if type(error).__name__.startswith("StrictDataclass"):  # a config.json value of a type it refuses
+        said = lines[-1][:200]
+        return BadInput(f"cannot load model {model!r}: transformers refuses its config.json: {said}")
+    first = lines[0]
     return BadInput(f"cannot load model {model!r} offline: {first}")
 
 
@@ -401,6 +406,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 def load_model(model: str, *, need_pooler: bool = False, trusted: bool = False) -> tuple[Any, Any]:
     """Tokenizer and eval-mode model, from disk only; a clear error when that is impossible.
     ``trusted``: the model's own code runs, as transformers' ``trust_remote_code`` runs it."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoModel, AutoTokenizer
 
     _quiet_transformers()
@@ -410,7 +416,7 @@ def load_model(model: str, *, need_pooler: bool = False, trusted: bool = False) 
         model_json(model_file(location, name))
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True, trust_remote_code=trusted)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, StrictDataclassError) as exc:
         raise unloadable(model, location, exc) from None
     held = ", ".join(file.name for file in weight_files(location))
     try:
@@ -421,7 +427,7 @@ def load_model(model: str, *, need_pooler: bool = False, trusted: bool = False) 
             trust_remote_code=trusted,
             dtype="float32",  # the fp32 reference (transformers 5 keeps a decoder's bf16 weights as they are)
         )
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, StrictDataclassError) as exc:
         raise unloadable(model, location, exc) from None
     except RuntimeError:  # a size at odds with config.json that check_sizes does not compare
         said = f"its weights ({held}) do not fit the network its config.json describes"
