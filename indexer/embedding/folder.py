@@ -77,16 +77,13 @@ def read_folder(location: str) -> FolderSays:
     )
 
 
-def cut_note(strategy: Strategy) -> str | None:
-    """A line noting that ``--dimensions`` cuts a model that does not say it was trained for
-    cut vectors: sentence-transformers' truncation is meant for models trained with its
-    MatryoshkaLoss, which their model card (``README.md``) names. None: no cut, a model that says
-    so, or none found (its loader says why)."""
+def cut_note(strategy: Strategy, location: str) -> str | None:
+    """A line noting that ``--dimensions`` cuts the model at ``location`` though it does not say it
+    was trained for cut vectors: sentence-transformers' truncation is meant for models trained with
+    its MatryoshkaLoss, which their model card (``README.md``) names. None: no cut, a model that
+    says so, or none found (its loader says why)."""
     if strategy.dimensions is None:
         return None
-    from indexer.embedding.models import model_location
-
-    location = model_location(strategy.model)
     if model_file(location, "config.json") is None:
         return None
     for name in TRAINED_FOR_CUTS:

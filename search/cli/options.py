@@ -175,10 +175,10 @@ def strategy_from(asked: dict[str, Any]) -> Strategy:
     """The strategy the options ask for; a tuned model's saved strategy fills in the rest, and a
     cut of a model not trained for it is noted (said on stderr)."""
     from indexer.embedding.folder import cut_note
-    from indexer.embedding.models import strategy_request
+    from indexer.embedding.models import model_location, strategy_request
 
     strategy, said = strategy_request(asked)
-    for line in (said, cut_note(strategy)):
+    for line in (said, cut_note(strategy, model_location(strategy.model))):
         if line:
             click.echo(line, err=True)
     return strategy
