@@ -370,7 +370,7 @@ def train_loop(
     model.load_state_dict(best_state)
     model.eval()
     outcome.epochs = outcome.steps / per_epoch
-    outcome.minutes = (time.monotonic() - started) / 60
+    outcome.minutes = (time.monotonic() - begun) / 60
     return outcome
 
 
