@@ -1,6 +1,6 @@
 """The documented error contract at its edges, route by route: every error answer is
-``{"error": "..."}`` (on ``/v1/embeddings`` and ``/v1/models`` OpenAI's ``{"error": {"message", "type", "param",
-"code"}}``, so OpenAI's clients show the reason) with the status the README and the OpenAPI
+``{"error": "..."}`` (on ``/v1/embeddings`` and ``/v1/models`` OpenAI's ``{"error": {"message",
+"type", "param", "code"}}``, so OpenAI's clients show the reason) with the status the README and the OpenAPI
 schema state (400 bad input, 404, 405, 413, 503 for an index that cannot serve), HEAD and the
 page's policy, and `serve` on a port already taken."""
 
