@@ -433,4 +433,5 @@ def test_sweep_retrieval_prints_the_modes_the_best_weight_and_how_to_store_it(tm
     for row in ("dense", "keyword", *(f"hybrid {w:g}" for w in WEIGHTS)):
         assert f"\n{row} " in result.output
     assert "best keyword weight by mrr@10: " in result.output
-    assert "store it: semsearch calibrate INDEX --hybrid-weight " in result.output
+    assert "store it, for an index built as the best cell: semsearch index " in result.output
+    assert ", then semsearch calibrate INDEX --hybrid-weight " in result.output

@@ -333,7 +333,7 @@ def train_loop(
             since_best += 1
 
     epochs = (rows for _ in range(budget.epochs) for rows in _batches(count, budget.batch_size, rng))
-    with Progress(total, "tuning", enabled=progress, unit="batch", fills=False) as bar:
+    with Progress(total, "tuning", enabled=progress, unit="step", fills=False) as bar:
         for rows in epochs:
             # a step starts only if it and the evaluation after it fit in the time left (a first
             # step is guessed to cost a measurement), each with half again as margin: on a shared

@@ -106,12 +106,13 @@ def _graph(index: StoredIndex) -> GraphSpec:
     from indexer.embedding.graphs import graph_spec
     from indexer.encoders.factory import encoder_for
     from indexer.encoders.options import EmbeddingOptions
+    from indexer.store.held import intact
 
     held = index.graph
     if held is not None and held.exported:
         return held
     spec = graph_spec(index.strategy)
-    if not spec.exported:
+    if not intact(spec):  # absent, or its files no longer the ones exported: exported (again) now
         on_cpu = EmbeddingOptions(device="cpu")  # what the graph runs on: exported from the CPU model
         failure = encoder_for(index.strategy, on_cpu, queries=True).decision.export_failure
         if failure is not None:
