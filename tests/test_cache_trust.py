@@ -52,7 +52,8 @@ def rewrite_keeping_size_and_time(path: Path, change: bytes, at: int) -> None:
     assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
 
 
-def test_weights_rewritten_to_the_same_size_and_time_are_another_model_named(tmp_path):
+def test_weights_rewritten_to_the_same_size_and_time_are_another_model_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))  # no other process's fingerprints
     model = random_bert(tmp_path / "model")
     stored = identified(Strategy(model=model))
     weights = Path(model) / "model.safetensors"
