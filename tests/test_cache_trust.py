@@ -52,13 +52,25 @@ def rewrite_keeping_size_and_time(path: Path, change: bytes, at: int) -> None:
     assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
 
 
-def test_weights_rewritten_to_the_same_size_and_time_are_another_model_named(tmp_path, monkeypatch):
-    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))  # no other process's fingerprints
+def test_weights_rewritten_to_the_same_size_and_time_are_another_model_named(tmp_path):
     model = random_bert(tmp_path / "model")
     stored = identified(Strategy(model=model))
     weights = Path(model) / "model.safetensors"
     rewrite_keeping_size_and_time(weights, b"\x7f" * 64, weights.stat().st_size // 2)
     assert model_fingerprint(model) != stored.model_fingerprint
+    with pytest.raises(StrategyConflict, match=r"has changed .*\(model\.safetensors: "):
+        identified(stored)
+
+
+def test_a_changed_model_is_named_whichever_cache_the_process_fingerprinted_it_in(tmp_path, monkeypatch):
+    """The same model fingerprinted under one cache, then another (as each test, or each
+    ``$SEMSEARCH_CACHE`` of a long-lived process): the second cache keeps its file hashes too."""
+    model = random_bert(tmp_path / "model")
+    identified(Strategy(model=model))
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "another-cache"))
+    stored = identified(Strategy(model=model))
+    weights = Path(model) / "model.safetensors"
+    rewrite_keeping_size_and_time(weights, b"\x7f" * 64, weights.stat().st_size // 2)
     with pytest.raises(StrategyConflict, match=r"has changed .*\(model\.safetensors: "):
         identified(stored)
 

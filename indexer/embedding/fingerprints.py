@@ -61,7 +61,7 @@ def model_fingerprint(directory: str | Path) -> str:
     for name, hashed in hashes.items():
         digest.update(f"{name}\0{hashed}\n".encode())
     found = "sha256:" + digest.hexdigest()
-    _remember(found, tuple(hashes.items()))
+    _remember(cache_root(), found, tuple(hashes.items()))
     return found
 
 
@@ -77,7 +77,7 @@ def file_hashes(directory: str | Path) -> dict[str, str]:
 def changed_files(fingerprint: str, directory: str | Path) -> list[str]:
     """The files of the model in ``directory`` that differ from those ``fingerprint`` was made of,
     as far as this machine's cache remembers it (none named where it does not)."""
-    was = _read_cache("fingerprints.json").get(fingerprint)
+    was = _read_cache(cache_root(), "fingerprints.json").get(fingerprint)
     if not isinstance(was, dict):
         return []
     now = file_hashes(directory)
@@ -89,22 +89,24 @@ def _file_hash(path: Path) -> str:
     if path.suffix == CODE:
         return _sha256(path)
     stat = path.stat()
-    return _cached_hash(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)
+    return _cached_hash(
+        cache_root(), str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns
+    )
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_hash(path: str, *stat: int) -> str:
-    """sha256 of a file, kept on disk under its path and ``stat`` (size, modification time, inode,
-    change time: what no rewrite keeps), so a model's weights are read once."""
+def _cached_hash(cache: Path, path: str, *stat: int) -> str:
+    """sha256 of a file, kept on disk in ``cache`` under its path and ``stat`` (size, modification
+    time, inode, change time: what no rewrite keeps), so a model's weights are read once."""
     key = "|".join([path, *map(str, stat)])
-    known = _read_cache("file-hashes.json")
+    known = _read_cache(cache, "file-hashes.json")
     if key in known:
         return known[key]
     hashed = _sha256(Path(path))
     # a file has one current state: its older keys go, with those of files no longer there
     known = {k: v for k, v in known.items() if k.split("|")[0] != path and Path(k.split("|")[0]).exists()}
     known[key] = hashed
-    _save_json(cache_root() / "file-hashes.json", known)
+    _save_json(cache / "file-hashes.json", known)
     return hashed
 
 
@@ -117,20 +119,20 @@ def _sha256(path: Path) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _remember(fingerprint: str, hashes: tuple[tuple[str, str], ...]) -> None:
-    """Keep the file hashes of ``fingerprint`` in the cache (once a process), the newest
+def _remember(cache: Path, fingerprint: str, hashes: tuple[tuple[str, str], ...]) -> None:
+    """Keep the file hashes of ``fingerprint`` in ``cache`` (once a process and cache), the newest
     ``KEPT_FINGERPRINTS``: what ``changed_files`` compares a changed model with."""
-    known = _read_cache("fingerprints.json")
+    known = _read_cache(cache, "fingerprints.json")
     if known.get(fingerprint) == dict(hashes):
         return
     known.pop(fingerprint, None)
     known[fingerprint] = dict(hashes)
-    _save_json(cache_root() / "fingerprints.json", dict(list(known.items())[-KEPT_FINGERPRINTS:]))
+    _save_json(cache / "fingerprints.json", dict(list(known.items())[-KEPT_FINGERPRINTS:]))
 
 
-def _read_cache(name: str) -> dict[str, Any]:
-    """A JSON file of the cache as a mapping (empty where it is absent or not one)."""
-    found = read_json(cache_root() / name)
+def _read_cache(cache: Path, name: str) -> dict[str, Any]:
+    """A JSON file of ``cache`` as a mapping (empty where it is absent or not one)."""
+    found = read_json(cache / name)
     return found if isinstance(found, dict) else {}
 
 
