@@ -23,6 +23,9 @@ SURE = 0.05
 """A fused gain counts where a sign test over the questions it changes gives chance at most this."""
 WEIGHTS = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 21).tolist())
 """The fused weights tried on the held-back questions."""
+RANKED_AT_ONCE = 256
+"""Questions ranked against the whole pool in one matrix product (a pool of 100,000 candidates:
+100 MB of cosines at a time, not one row per question of the labels)."""
 PairScorer = Callable[[Sequence[tuple[str, str]]], np.ndarray]
 
 
@@ -129,12 +132,14 @@ class Mined:
 
     def ranked(self, questions: Sequence[str], depth: int) -> tuple[np.ndarray, np.ndarray]:
         """Each question's best ``depth`` candidates (indices into ``texts``) and their cosines."""
-        if not questions:
-            return np.zeros((0, depth), dtype=np.int64), np.zeros((0, depth))
-        scores = self.embed(list(questions)) @ self.vectors.T
-        depth = min(depth, scores.shape[1])
-        top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
-        return top, np.take_along_axis(scores, top, axis=1)
+        depth = min(depth, len(self.texts))
+        tops, cosines = [np.zeros((0, depth), dtype=np.int64)], [np.zeros((0, depth))]
+        for start in range(0, len(questions), RANKED_AT_ONCE):  # memory: a block's row of cosines each
+            scores = self.embed(list(questions[start : start + RANKED_AT_ONCE])) @ self.vectors.T
+            top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+            tops.append(top)
+            cosines.append(np.take_along_axis(scores, top, axis=1))
+        return np.concatenate(tops), np.concatenate(cosines)
 
 
 @dataclass(frozen=True)
@@ -232,7 +237,8 @@ def held_back_set(
     rows = np.flatnonzero(mask)
     pieces = set(labels.groups[rows].tolist())
     unanswered = labels.unanswered or {}
-    alone = sorted(a for a, p in unanswered.items() if p not in set(labels.groups.tolist()))
+    with_answers = set(labels.groups.tolist())
+    alone = sorted(a for a, p in unanswered.items() if p not in with_answers)
     random.Random(seed).shuffle(alone)
     kept = set(alone[: round(len(alone) * len(rows) / max(len(labels.first), 1))])
     quiet = [a for a, p in unanswered.items() if p in pieces or a in kept]

@@ -125,9 +125,11 @@ def training_rows(labels: Labels, held: HeldBack, mined: Mined | None, seed: int
     top, _ = mined.ranked(anchors, MINED_FROM + 4 * K)
     negatives: list[tuple[str, str]] = []
     for anchor, row in zip(anchors, top, strict=True):
-        right = {labels.candidates[c] for c in labels.relevant.get(anchor, ())}
-        wrong = [mined.texts[c] for c in row if mined.texts[c] not in right | held.texts | {anchor}]
-        given = [t for t in (labels.negatives or {}).get(anchor, []) if t not in held.texts | right]
+        right = {labels.candidates[c] for c in labels.relevant.get(anchor, ())} | {anchor}
+        wrong = [t for t in (mined.texts[c] for c in row) if t not in right and t not in held.texts]
+        given = [
+            t for t in (labels.negatives or {}).get(anchor, []) if t not in right and t not in held.texts
+        ]
         chosen = rng.sample(wrong[:MINED_FROM], min(NEGATIVES, len(wrong[:MINED_FROM])))
         chosen += rng.sample(given, min(GIVEN, len(given)))
         negatives += [(anchor, text) for text in dict.fromkeys(chosen)]
