@@ -147,6 +147,7 @@ def _download(model: str, name: str, revision: str | None) -> Snapshot:
 
     where = constants.ENDPOINT
     try:
+        revision = revision or constants.DEFAULT_REVISION  # what the cache's refs are looked up by
         info = HfApi().model_info(name, revision=revision)
         commit = str(info.sha)
         files = [str(sibling.rfilename) for sibling in info.siblings or []]
@@ -154,7 +155,7 @@ def _download(model: str, name: str, revision: str | None) -> Snapshot:
         into = constants.HF_HUB_CACHE
         print(f"downloading {name} (commit {commit[:12]}) from {where} into {into}", file=sys.stderr)
         with _progress_bars():
-            folder = snapshot_download(name, revision=commit, ignore_patterns=[*NOT_READ, *skipped])
+            folder = snapshot_download(name, revision=revision, ignore_patterns=[*NOT_READ, *skipped])
     except GatedRepoError:
         why = "log in (`hf auth login`) after accepting its terms"
         raise BadInput(f"cannot load model {model!r}: it is gated on {where}: {why}") from None
@@ -168,7 +169,7 @@ def _download(model: str, name: str, revision: str | None) -> Snapshot:
     except Exception as exc:  # the network's and the cache's errors, whatever the library raises
         why = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise BadInput(f"cannot download model {model!r} from {where}: {why[:200]}") from None
-    return Snapshot(name, commit, str(folder))
+    return Snapshot(name, Path(folder).name, str(folder))  # the commit downloaded
 
 
 def skipped_files(model: str, files: list[str]) -> list[str]:
