@@ -137,7 +137,8 @@ def test_a_network_in_pickles_alone_is_refused_before_download(hub, tmp_path):
     stand_in, env = hub
     (tmp_path / "texts.txt").write_text(TEXTS)
     refused = cli(env, "encode", tmp_path / "texts.txt", "--model", PICKLED)
-    one_error(refused, "its weights are pickles only (pytorch_model.bin)")
+    said = f"Error: cannot load model '{PICKLED}': its weights are pickles only (pytorch_model.bin)"
+    one_error(refused, said)  # said once, not wrapped in the download's own error
     assert not [name for name in stand_in.downloaded() if name.startswith(PICKLED)]
 
 

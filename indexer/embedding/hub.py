@@ -156,6 +156,8 @@ def _download(model: str, name: str, revision: str | None) -> Snapshot:
         print(f"downloading {name} (commit {commit[:12]}) from {where} into {into}", file=sys.stderr)
         with _progress_bars():
             folder = snapshot_download(name, revision=revision, ignore_patterns=[*NOT_READ, *skipped])
+    except BadInput:
+        raise
     except GatedRepoError:
         why = "log in (`hf auth login`) after accepting its terms"
         raise BadInput(f"cannot load model {model!r}: it is gated on {where}: {why}") from None
