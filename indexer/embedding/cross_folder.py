@@ -101,7 +101,7 @@ def read_cross_folder(model: str | Path) -> CrossFolder:
     """The reranker at ``model`` (a folder, or a hub name in the Hugging Face cache), checked and
     read as ``CrossEncoder`` reads it; refused in one line otherwise (see the module doc)."""
     name = str(model)
-    location = model_location(name)
+    location = model_location(name, download=True)
     if model_file(location, "config.json") is None:
         raise unloadable(name, location, FileNotFoundError("config.json"))
     config = check_model(name, location) or {}

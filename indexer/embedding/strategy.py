@@ -113,8 +113,9 @@ class Strategy:
         resolving where it was allowed to (``EmbeddingOptions.trust_remote_code``); every command
         that embeds with the strategy must be allowed again (``indexer.encoders.factory``).
     lowercase: texts are lowercased before tokenising (a folder's ``do_lower_case``).
-    model_fingerprint: set on resolving for a local model directory (``indexer.embedding.models``): what
-        identifies the model wherever it lies. ``None`` for a named model (the bundled default).
+    model_fingerprint: set on resolving for a local model directory or a Hugging Face name (then
+        ``model`` is ``NAME@COMMIT``, ``indexer.embedding.hub``): what identifies the model wherever
+        it lies. ``None`` for the bundled default.
     """
 
     model: str = DEFAULT_MODEL

@@ -122,7 +122,7 @@ def load_cross(
 
     _quiet_transformers()
     model = model or DEFAULT_MODEL
-    location = model_location(model)
+    location = model_location(model, download=True)
     config = check_model(model, location)
     if config is None:
         raise unloadable(model, location, FileNotFoundError("config.json"))

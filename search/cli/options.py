@@ -357,7 +357,8 @@ SCORES = (
 rerank_option = click.option(
     "--rerank",
     metavar="MODEL",
-    help="A cross-encoder (a folder as sentence-transformers saves one) that re-orders the first "
+    help="A cross-encoder (a folder as sentence-transformers saves one, or a Hugging Face name) "
+    "that re-orders the first "
     "stage's best hits; each hit's score is then its score, the first stage's shown beside.",
 )
 rerank_depth_option = click.option(

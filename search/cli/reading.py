@@ -252,7 +252,8 @@ def similar_command(
     "--model",
     required=True,
     metavar="MODEL",
-    help="The reranker: a cross-encoder folder as sentence-transformers saves one (docs/rerank.md).",
+    help="The reranker: a cross-encoder folder as sentence-transformers saves one, or a Hugging "
+    "Face name (docs/rerank.md).",
 )
 @click.option("-k", type=click.IntRange(min=1), help="Show the top K (default: all).")
 @click.option(

@@ -50,7 +50,8 @@ def evaluate_group() -> None:
     "--rerank",
     "reranker",
     metavar="MODEL",
-    help="Score each pair with this cross-encoder (a folder as sentence-transformers saves one) "
+    help="Score each pair with this cross-encoder (a folder as sentence-transformers saves one, "
+    "or a Hugging Face name) "
     "instead of the cosine of two embeddings.",
 )
 @strategy_options

@@ -36,9 +36,14 @@ class ModelNotServed(SemsearchError):
 
 def served_names(model: str) -> frozenset[str]:
     """The ``model`` names a request may give for the served ``model`` when it has no served name:
-    as the index stores it, its folder's name and full path, and for the bundled model its Hugging
-    Face id."""
+    as the index stores it, its folder's name and full path, for the bundled model its Hugging
+    Face id, for a Hugging Face model (stored as ``NAME@COMMIT``) its name and the name's last part."""
+    from indexer.embedding.hub import hub_name
+
     names = {model, Path(model).name}
+    named = hub_name(model)
+    if named is not None:
+        names |= {named[0], Path(named[0]).name}
     if model == DEFAULT_MODEL:
         names.add(f"sentence-transformers/{DEFAULT_MODEL}")
     elif Path(model).is_dir():
