@@ -39,7 +39,7 @@ from indexer.encoders.devices import Placement
 from indexer.encoders.factory import torch_encoder
 from indexer.encoders.options import EmbeddingOptions, given
 from indexer.encoders.pipeline import DTYPES
-from indexer.encoders.torch_encoder import TorchEncoder, _layer_stack
+from indexer.encoders.torch_encoder import TorchEncoder, layer_stack
 from indexer.errors import BadInput
 
 SCALE = 20.0
@@ -133,7 +133,7 @@ def trainable(strategy: Strategy | None, options: EmbeddingOptions | None = None
             f"the model's Dense modules after pooling ({', '.join(resolved.modules)}) cannot be tuned "
             "and saved with it: tune it with another --pooling or --layers (the network alone)"
         )
-    found = _layer_stack(encoder.model)
+    found = layer_stack(encoder.model)
     deepest = max(encoder.head.layers)
     if found is None and deepest != encoder.num_layers:
         raise BadInput(
