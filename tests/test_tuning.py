@@ -540,3 +540,20 @@ def test_pairs_per_step_has_its_own_name_and_the_old_one_still_works_with_a_note
         assert "stopped before training" in result.output, result.output
         assert ("now --pairs-per-step" in result.output) == (flag == "--batch-size"), result.output
     assert asked == [5, 5]
+
+
+def test_a_tuned_folder_of_any_pooling_is_written_as_sentence_transformers_reads_it(tiny_model, tmp_path):
+    """The tuned folder's modules are saved by each module kind's own ``save``: a pooling mode
+    beyond cls, mean and max is written too, and read by sentence-transformers as semsearch reads it."""
+    from sentence_transformers import SentenceTransformer
+
+    from indexer.encoders.training import save_model, trainable
+
+    encoder = trainable(Strategy(model=tiny_model, pooling="weighted-mean"))
+    texts = [sentence(i) for i in range(4)]
+    expected = encoder.embed(texts)
+    out = tmp_path / "tuned"
+    out.mkdir()
+    save_model(encoder, out, out, {}, "torch")
+    peer = SentenceTransformer(str(out), device="cpu").encode(texts, normalize_embeddings=True)
+    np.testing.assert_allclose(peer, expected, atol=1e-5)

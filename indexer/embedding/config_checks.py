@@ -25,8 +25,22 @@ SOFTCAPS = ("attn_logit_softcapping", "final_logit_softcapping")
 type transformers takes."""
 
 
-def _count(value: object) -> bool:
+SHAPE_KEYS = {"num_hidden_layers": ("num_hidden_layers", "n_layers"), "hidden_size": ("hidden_size", "dim")}
+"""Where a ``config.json`` says its block count and width: DistilBERT writes ``n_layers`` and
+``dim`` (transformers maps them onto the usual names; the JSON file does not)."""
+
+
+def is_count(value: object) -> bool:
+    """A positive int, not a bool: what a size in a ``config.json`` must be."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def config_shape(config: Mapping[str, Any]) -> tuple[int, int] | None:
+    """A ``config.json``'s transformer block count and hidden width, or None where it does not
+    say both as counts (``indexer.embedding.models.check_model`` refuses a model whose config says
+    another thing)."""
+    found = [next((config[k] for k in keys if k in config), None) for keys in SHAPE_KEYS.values()]
+    return (found[0], found[1]) if all(is_count(value) for value in found) else None
 
 
 def _said(config: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] | None:
@@ -41,7 +55,7 @@ def check_settings(model: str, config: Mapping[str, Any]) -> None:
         return BadInput(f"cannot load model {model!r}: config.json says {key} {config[key]!r}, {why}")
 
     for key in COUNTS:
-        if config.get(key) is not None and not _count(config[key]):
+        if config.get(key) is not None and not is_count(config[key]):
             raise refused(key, "not a count")
     for key in SOFTCAPS:
         value = config.get(key)
@@ -53,5 +67,5 @@ def check_settings(model: str, config: Mapping[str, Any]) -> None:
     width = _said(config, WIDTHS)
     if heads is None or width is None or _said(config, HEAD_WIDTHS) is not None:
         return
-    if _count(width[1]) and width[1] % heads[1]:
+    if is_count(width[1]) and width[1] % heads[1]:
         raise refused(width[0], f"which its {heads[1]} {heads[0]} do not split evenly (no head_dim)")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.embedding.model_files import read_json
+from indexer.embedding.modules.base import module_files
 from indexer.errors import BadInput
 
 FINGERPRINTED = (
@@ -35,13 +36,12 @@ FINGERPRINTED = (
     "*.model",
     "*.safetensors",
     "*.bin",
-    "*_Dense/config.json",
-    "*_Dense/*.safetensors",
-    "*_Dense/*.bin",
     "*.py",
 )
-"""The files that decide a model's vectors: its config, its tokenizer and its weights, with a
-sentence-transformers folder's Dense modules, and the code of a model that has its own."""
+"""The files of a model's folder that decide its vectors: its config, its tokenizer and its
+weights, and the code of a model that has its own. Beside them, the files of each module its
+``modules.json`` lists with files of its own (a Dense module's, whatever its folder is named:
+``indexer.embedding.modules.base.module_files``)."""
 
 CODE = ".py"
 """The files hashed on every load, never taken from the cache: a model's own code."""
@@ -66,9 +66,11 @@ def model_fingerprint(directory: str | Path) -> str:
 
 
 def file_hashes(directory: str | Path) -> dict[str, str]:
-    """The sha256 of each of a model's ``FINGERPRINTED`` files, by its name in the folder, sorted."""
+    """The sha256 of each of a model's ``FINGERPRINTED`` files and its modules' own, by its name in
+    the folder, sorted."""
     root = Path(directory).resolve()
-    files = sorted({p for pattern in FINGERPRINTED for p in root.glob(pattern) if p.is_file()})
+    found = {p for pattern in FINGERPRINTED for p in root.glob(pattern) if p.is_file()}
+    files = sorted(found | set(module_files(str(root))))
     if not files:
         raise BadInput(f"{directory} holds no model files (config.json, weights)")
     return {path.relative_to(root).as_posix(): _file_hash(path) for path in files}

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from indexer.embedding.config_checks import check_settings
+from indexer.embedding.config_checks import SHAPE_KEYS, check_settings, config_shape, is_count
 from indexer.embedding.fingerprints import changed_files, model_fingerprint
 from indexer.embedding.folder import read_folder
 from indexer.embedding.hub import fetched, hub_name
@@ -29,22 +29,6 @@ from indexer.embedding.model_files import read_json as read_json  # the encoders
 from indexer.embedding.strategy import AUTO, DEFAULT_MODEL, FolderSays, Strategy
 from indexer.embedding.weights import tensor_shapes, torch_alone_reads
 from indexer.errors import BadInput, StrategyConflict
-
-SHAPE_KEYS = {"num_hidden_layers": ("num_hidden_layers", "n_layers"), "hidden_size": ("hidden_size", "dim")}
-"""Where a ``config.json`` says its block count and width: DistilBERT writes ``n_layers`` and
-``dim`` (transformers maps them onto the usual names; the JSON file does not)."""
-
-
-def config_shape(config: Mapping[str, Any]) -> tuple[int, int] | None:
-    """A ``config.json``'s transformer block count and hidden width, or None where it does not
-    say both as counts (``check_model`` refuses a model whose config says another thing)."""
-    found = [next((config[k] for k in keys if k in config), None) for keys in SHAPE_KEYS.values()]
-    return (found[0], found[1]) if all(_count(value) for value in found) else None
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
 
 SIZES = (*SHAPE_KEYS["num_hidden_layers"], *SHAPE_KEYS["hidden_size"], "max_position_embeddings")
 """The sizes of a ``config.json`` that ``check_model`` holds against its weights."""
@@ -169,7 +153,7 @@ def model_facts(model: str, *, trusted: bool = False) -> ModelFacts:
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
-    _quiet_transformers()
+    quiet_transformers()
     location = model_location(model, download=True)
     check_model(model, location, trusted=trusted)
     try:
@@ -198,7 +182,7 @@ def tokenizer_limit(location: str) -> int | float:
     or no limit where it says none."""
     said = model_json(model_file(location, "tokenizer_config.json"))
     limit = said.get("model_max_length") if isinstance(said, dict) else None
-    return limit if _count(limit) else float("inf")
+    return limit if is_count(limit) else float("inf")
 
 
 def resolve_strategy(
@@ -296,13 +280,17 @@ def _option(name: str, value: Any, blocks: int) -> str:
     return f"--{name.replace('_', '-')} {value}"
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers() -> None:
+    """transformers and the hub under it say nothing but errors: a load's refusals are ours to word."""
     import transformers
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module="transformers")
+
+
+_quiet_transformers = quiet_transformers  # the name indexer.encoders.cross_training still imports
 
 
 def check_model(model: str, location: str, *, trusted: bool = False) -> dict[str, Any] | None:
@@ -352,7 +340,7 @@ def check_sizes(model: str, location: str, config: Mapping[str, Any]) -> None:
         return BadInput(f"cannot load model {model!r}: config.json says {key} {config[key]!r}, {why}")
 
     for key in SIZES:
-        if key in config and not _count(config[key]):
+        if key in config and not is_count(config[key]):
             raise contradicted(key, "not a count")
     files = [file for file in weight_files(location) if not torch_alone_reads(file)]
     shapes = {name: shape for file in files for name, shape in tensor_shapes(file).items()}
@@ -404,13 +392,24 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 """The JSON files transformers reads a tokenizer from."""
 
 
-def load_model(model: str, *, need_pooler: bool = False, trusted: bool = False) -> tuple[Any, Any]:
-    """Tokenizer and eval-mode model, from disk only; a clear error when that is impossible.
-    ``trusted``: the model's own code runs, as transformers' ``trust_remote_code`` runs it."""
-    from huggingface_hub.errors import StrictDataclassError
-    from transformers import AutoModel, AutoTokenizer
+FEATURES, CLASSIFIER = "feature-extraction", "sequence-classification"
+TASKS = {FEATURES: ("AutoModel", "model"), CLASSIFIER: ("AutoModelForSequenceClassification", "reranker")}
+"""A network's task (sentence-transformers' ``transformer_task``) -> transformers' class that loads
+it and what a refusal calls it: a sentence encoder's hidden states, a reranker's one logit."""
 
-    _quiet_transformers()
+
+def load_model(
+    model: str, *, need_pooler: bool = False, trusted: bool = False, task: str = FEATURES
+) -> tuple[Any, Any]:
+    """Tokenizer and eval-mode network for ``task`` (``TASKS``), from disk only; a clear error
+    when that is impossible. ``trusted``: the model's own code runs, as transformers'
+    ``trust_remote_code`` runs it."""
+    import transformers
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoTokenizer
+
+    quiet_transformers()
+    auto, what = TASKS[task]
     location = model_location(model, download=True)
     check_model(model, location, trusted=trusted)
     for name in TOKENIZER_FILES:  # transformers reads them with json.load, unguarded
@@ -421,7 +420,7 @@ def load_model(model: str, *, need_pooler: bool = False, trusted: bool = False) 
         raise unloadable(model, location, exc) from None
     held = ", ".join(file.name for file in weight_files(location))
     try:
-        network, info = AutoModel.from_pretrained(
+        network, info = getattr(transformers, auto).from_pretrained(
             location,
             local_files_only=True,
             output_loading_info=True,
@@ -432,9 +431,9 @@ def load_model(model: str, *, need_pooler: bool = False, trusted: bool = False) 
         raise unloadable(model, location, exc) from None
     except RuntimeError:  # a size at odds with config.json that check_sizes does not compare
         said = f"its weights ({held}) do not fit the network its config.json describes"
-        raise BadInput(f"cannot load model {model!r}: {said}") from None
+        raise BadInput(f"cannot load {what} {model!r}: {said}") from None
     except pickle.UnpicklingError:  # torch's weights_only refusal, whose advice is to run the file
-        raise BadInput(f"cannot load model {model!r}: {held} holds more than tensors: not loaded") from None
+        raise BadInput(f"cannot load {what} {model!r}: {held} holds more than tensors: not loaded") from None
     if not getattr(tokenizer, "is_fast", False):
         raise BadInput(f"model {model!r} has no fast tokenizer (tokenizer.json); not supported")
     if need_pooler and any("pooler" in key for key in info.get("missing_keys", [])):

@@ -41,10 +41,9 @@ from indexer.embedding.models import TRUST_FLAG, identified, model_facts_from_fi
 from indexer.embedding.strategy import BACKEND_PRECISION, Strategy
 from indexer.encoders.base import Decision, Encoder
 from indexer.encoders.devices import Placement
-from indexer.encoders.onnx_graph import CPU
+from indexer.encoders.onnx_graph import CACHED, CPU, EXPORTED, cannot_export, graph_step
 from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import BadInput
-from indexer.store.held import intact
 
 if TYPE_CHECKING:
     from indexer.encoders.torch_encoder import TorchEncoder
@@ -57,9 +56,7 @@ RUNTIMES: dict[str, str] = {
 precision (``indexer.embedding.strategy.RUNTIME`` and ``PRECISION``): ``onnx-int8`` is ONNX
 Runtime in int8."""
 
-EXPORTED = "its graph was exported now (cached for the next time)"
 HELD = "the index holds its graph"
-CACHED = "its graph is cached"
 ASKED = "backend torch asked for"
 SWEEP = "every layer in one forward pass (a sweep)"
 
@@ -99,9 +96,9 @@ def decide(
         return Decision("torch", on, on_torch, ASKED)
     resolved, spec = _graph(strategy, queries, options.trust_remote_code)
     graph_on = Placement("cpu", precision)
-    if spec is not None and intact(spec):  # the cache's graph, checked against its export's sums
+    step, failure = graph_step(spec, retry=not queries)  # queries never retry an export
+    if step == "cached":
         return Decision("onnx", graph_on, batching, CACHED, provider=provider, graph=spec, strategy=resolved)
-    failure = spec.failed() if spec is not None and queries else None  # queries never retry an export
     if failure is not None:
         return _fallback(strategy, on, options.batch_size, failure)
     return Decision("onnx", graph_on, batching, EXPORTED, provider=provider, export=True)
@@ -122,9 +119,8 @@ def _fallback(strategy: Strategy, on: Placement, batch_size: int, failure: str) 
     """Where the graph cannot be had: fp32 vectors come from torch; int8 ones exist only on it."""
     if BACKEND_PRECISION[strategy.backend] == "int8":
         raise BadInput(f"backend {strategy.backend}: this model cannot be exported to ONNX ({failure})")
-    why = f"its graph cannot be exported ({failure})"
     batching = Batching.on(on.on_cpu, batch_size, runtime="torch")
-    return Decision("torch", on, batching, why, export_failure=failure)
+    return Decision("torch", on, batching, cannot_export(failure), export_failure=failure)
 
 
 def encoder_for(
@@ -167,7 +163,7 @@ def encoder_for(
         if export_queries and not queries and decision.export_failure is None:
             failure = encoder.export_for_queries()
             if failure:
-                why = f"{decision.why}; its graph cannot be exported ({failure})"
+                why = f"{decision.why}; {cannot_export(failure)}"
                 encoder.decision = replace(decision, why=why, export_failure=failure)
         return encoder
     graph, resolved = decision.graph, decision.strategy or request

@@ -249,9 +249,16 @@ def export_failure(exc: Exception) -> str:
 def export_for_queries(network: torch.nn.Module, spec: GraphSpec) -> str | None:
     """Export the graph an index's queries will run on; on failure note why (queries then run on
     torch, and ``info`` says so) and return the reason instead of failing the build."""
+    return export_noted(spec, lambda: export_graph(network, spec))
+
+
+def export_noted(spec: GraphSpec, export: Callable[[], object]) -> str | None:
+    """Run ``export`` (which writes ``spec``'s graph: a sentence encoder's, a reranker's); on
+    failure note why beside where the graph would lie (``not_exported``: the network runs on
+    torch, and nobody retries) and return the reason instead of failing."""
     try:
-        export_graph(network, spec)
-    except Exception as exc:  # noqa: BLE001 - any exporter failure means: answer with torch
+        export()
+    except Exception as exc:  # noqa: BLE001 - any exporter failure means: run on torch
         return not_exported(spec, export_failure(exc))
     spec.failure.unlink(missing_ok=True)
     return None

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +33,7 @@ from indexer.embedding.graphs import PER_TOKEN, GraphSpec
 from indexer.embedding.head import NetworkOutput
 from indexer.embedding.strategy import BACKEND_PRECISION
 from indexer.errors import BadInput
+from indexer.store.held import intact
 
 CPU = "CPUExecutionProvider"
 """The execution provider ONNX Runtime runs a graph on unless the caller names another."""
@@ -40,6 +43,48 @@ UNFUSED = ("SkipLayerNormFusion",)
 the exporter leaves apart stay apart (ONNX Runtime's fused CPU kernel for them is a scalar loop,
 3x slower; ``indexer.encoders.onnx_export``), on the CPU provider alone; another provider fuses them
 as its authors meant. A graph exported with the fusion runs as it is."""
+CACHED = "its graph is cached"
+EXPORTED = "its graph was exported now (cached for the next time)"
+
+
+def cannot_export(failure: str) -> str:
+    """Why a network runs on torch: its graph cannot be had (``failure``: the exporter's line)."""
+    return f"its graph cannot be exported ({failure})"
+
+
+def graph_step(spec: GraphSpec | None, *, retry: bool) -> tuple[str, str | None]:
+    """The one ladder of every exported network, a sentence encoder's or a reranker's (its task
+    is in ``spec``): ``("cached", None)`` where the cache holds it intact (checked against its
+    export's sums); ``("failed", reason)`` where an export failed before (noted beside it: the
+    network runs on torch, and nobody retries; ``retry``: a build tries again); else
+    ``("export", None)``. ``spec`` None: not known without loading the model (exported then)."""
+    if spec is not None and intact(spec):
+        return "cached", None
+    failure = spec.failed() if spec is not None and not retry else None
+    return ("failed", failure) if failure is not None else ("export", None)
+
+
+def session(path: Path, *, provider: str = CPU, spin: bool = False, threads: int = 0) -> Any:
+    """The one ONNX Runtime session set-up of every graph: all optimisations but ``UNFUSED`` (on
+    the CPU), quiet, ``threads`` intra-op threads (0: ONNX Runtime's choice), and ``provider``
+    with the CPU's for what it does not run; a provider this build lacks is one clear line."""
+    import onnxruntime
+
+    available = onnxruntime.get_available_providers()
+    if provider not in available:
+        raise BadInput(
+            f"ONNX Runtime has no execution provider {provider!r} here (it has {', '.join(available)})"
+        )
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    # no spin-wait after a run when serving: idle threads spinning steal the cores the next
+    # request needs (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    options.intra_op_num_threads = threads
+    providers = [provider] if provider == CPU else [provider, CPU]
+    unfused = list(UNFUSED) if provider == CPU else []  # a GPU's fused kernel is its fast one
+    return onnxruntime.InferenceSession(str(path), options, providers=providers, disabled_optimizers=unfused)
 
 
 class OnnxGraph:
@@ -57,27 +102,9 @@ class OnnxGraph:
     its index holds were made so."""
 
     def __init__(self, spec: GraphSpec, *, spin: bool = False, provider: str = CPU, threads: int = 0):
-        import onnxruntime
-
-        available = onnxruntime.get_available_providers()
-        if provider not in available:
-            raise BadInput(
-                f"ONNX Runtime has no execution provider {provider!r} here (it has {', '.join(available)})"
-            )
         self.layers = sorted(set(spec.layers))
         self.pooler = spec.pooler
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        # no spin-wait after a run when serving: idle threads spinning steal the cores the next
-        # request needs (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        options.intra_op_num_threads = threads
-        providers = [provider] if provider == CPU else [provider, CPU]
-        unfused = list(UNFUSED) if provider == CPU else []  # a GPU's fused kernel is its fast one
-        self.session = onnxruntime.InferenceSession(
-            str(spec.path), options, providers=providers, disabled_optimizers=unfused
-        )
+        self.session = session(spec.path, provider=provider, spin=spin, threads=threads)
         # a graph reading only the embedding output (layer 0) has no attention_mask input
         self.inputs = {i.name for i in self.session.get_inputs()}
         metadata = self.session.get_modelmeta().custom_metadata_map

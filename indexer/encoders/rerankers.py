@@ -27,7 +27,6 @@ reranker's token budget for one batch. ``score`` and ``score_pairs`` are both of
 from __future__ import annotations
 
 import inspect
-import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,19 +39,24 @@ from indexer.embedding.cross_folder import CrossFolder, cross_graph, read_cross_
 from indexer.embedding.graphs import GraphSpec
 from indexer.embedding.head import pad_batch
 from indexer.embedding.model_files import model_file, read_json
-from indexer.embedding.models import _quiet_transformers, unloadable, weight_files
+from indexer.embedding.models import CLASSIFIER, load_model
 from indexer.encoders.devices import Placement
-from indexer.encoders.onnx_graph import CPU, UNFUSED, usable_cores
+from indexer.encoders.onnx_graph import (
+    CACHED,
+    CPU,
+    EXPORTED,
+    cannot_export,
+    graph_step,
+    session,
+    usable_cores,
+)
 from indexer.encoders.options import EmbeddingOptions, given
-from indexer.encoders.tokens import CHARS_PER_TOKEN, _cut, token_text
+from indexer.encoders.tokens import CHARS_PER_TOKEN, cut_text, token_text
 from indexer.errors import BadInput, ModelFailed
-from indexer.store.held import intact
 
 RUNTIMES = ("onnx", "torch")
 """What runs a reranker: ONNX Runtime (the default on the CPU) or torch."""
 ASKED = "torch asked for"
-CACHED = "its graph is cached"
-EXPORTED = "its graph was exported now (cached for the next time)"
 SAMPLE = (("how do I reset my password", "open the settings page"), ("a", "b"))
 """Two pairs of different lengths: the padded batch the classifier is traced with."""
 
@@ -128,17 +132,17 @@ class PairTokenizer:
         cased = [(self.prompt + q, t) for q, t in pairs]
         if self.lowercase:
             cased = [(q.lower(), t.lower()) for q, t in cased]
-        cut = [(self._cut(q), self._cut(t)) for q, t in cased]
+        cut = [(self._bounded(q), self._bounded(t)) for q, t in cased]
         found = self.tokenizer.encode_batch(cut)
         return [PairTokens(tuple(e.ids), tuple(e.type_ids)) for e in found]
 
-    def _cut(self, text: str) -> str:
+    def _bounded(self, text: str) -> str:
         if self.max_length is None or self.left:
             return text
         bound = self.max_length * CHARS_PER_TOKEN
         if len(text) <= bound:
             return text
-        cut = _cut(text, bound)
+        cut = cut_text(text, bound)
         kept = len(self.tokenizer.encode(cut, add_special_tokens=False).ids)
         return cut if kept >= self.max_length else text
 
@@ -209,50 +213,19 @@ class _TorchClassifier:
 
 
 def load_classifier(folder: CrossFolder) -> tuple[Any, bool]:
-    """The folder's classifier on torch (eval mode, CPU) from disk only, and whether it reads type
-    ids (its forward takes them and its tokenizer gives them, as ``CrossEncoder`` passes them)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    _quiet_transformers()
-    location = folder.path
-    held = ", ".join(file.name for file in weight_files(location))
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=True)
-        network = AutoModelForSequenceClassification.from_pretrained(location, local_files_only=True)
-    except (OSError, ValueError, KeyError) as exc:
-        raise unloadable(location, location, exc) from None
-    except RuntimeError:  # a size at odds with config.json that check_sizes does not compare
-        said = f"its weights ({held}) do not fit the network its config.json describes"
-        raise BadInput(f"cannot load reranker {location!r}: {said}") from None
-    except pickle.UnpicklingError:  # torch's weights_only refusal, whose advice is to run the file
-        raise BadInput(
-            f"cannot load reranker {location!r}: {held} holds more than tensors: not loaded"
-        ) from None
+    """The folder's classifier on torch (eval mode, CPU) from disk only, loaded as every network is
+    (``load_model`` for its task, with its refusals), and whether it reads type ids (its forward
+    takes them and its tokenizer gives them, as ``CrossEncoder`` passes them)."""
+    tokenizer, network = load_model(folder.path, task=CLASSIFIER)
     reads = "token_type_ids" in inspect.signature(network.forward).parameters
-    return network.eval(), reads and "token_type_ids" in tokenizer.model_input_names
+    return network, reads and "token_type_ids" in tokenizer.model_input_names
 
 
 class _OnnxClassifier:
     """The exported classifier on ONNX Runtime (no torch): it is fed the inputs it names."""
 
     def __init__(self, spec: GraphSpec, provider: str = CPU, spin: bool = False):
-        import onnxruntime
-
-        available = onnxruntime.get_available_providers()
-        if provider not in available:
-            raise BadInput(
-                f"ONNX Runtime has no execution provider {provider!r} here (it has {', '.join(available)})"
-            )
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        options.intra_op_num_threads = usable_cores()
-        providers = [provider] if provider == CPU else [provider, CPU]
-        unfused = list(UNFUSED) if provider == CPU else []
-        self.session = onnxruntime.InferenceSession(
-            str(spec.path), options, providers=providers, disabled_optimizers=unfused
-        )
+        self.session = session(spec.path, provider=provider, spin=spin, threads=usable_cores())
         self.inputs = {i.name for i in self.session.get_inputs()}
 
     def __call__(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
@@ -280,19 +253,14 @@ def reranker_for(
         why = ASKED if runtime == "torch" else f"{on.describe()} asked for"
         return _torch(folder, options, why)
     spec = cross_graph(folder)
-    batching = Batching.on(True, options.batch_size)
-    provider = options.provider or CPU
-    if intact(spec):
-        return _Scoring(
-            folder, "onnx", CACHED, batching, _OnnxClassifier(spec, provider, not options.serving)
-        )
-    failure = spec.failed()
+    step, failure = graph_step(spec, retry=False)  # the ladder a sentence encoder's graph climbs
+    if step == "export":
+        failure = export(folder, spec)
     if failure is not None:
-        return _torch(folder, options, f"its graph cannot be exported ({failure})")
-    failure = export(folder, spec)
-    if failure is not None:
-        return _torch(folder, options, f"its graph cannot be exported ({failure})")
-    return _Scoring(folder, "onnx", EXPORTED, batching, _OnnxClassifier(spec, provider, not options.serving))
+        return _torch(folder, options, cannot_export(failure))
+    classifier = _OnnxClassifier(spec, options.provider or CPU, not options.serving)
+    why = CACHED if step == "cached" else EXPORTED
+    return _Scoring(folder, "onnx", why, Batching.on(True, options.batch_size), classifier)
 
 
 def _torch(folder: CrossFolder, options: EmbeddingOptions, why: str) -> _Scoring:
@@ -302,27 +270,17 @@ def _torch(folder: CrossFolder, options: EmbeddingOptions, why: str) -> _Scoring
 
 
 def export(folder: CrossFolder, spec: GraphSpec) -> str | None:
-    """Export the folder's classifier into ``spec``'s place; on failure note why beside it (the
-    reranker then runs on torch, and nothing retries) and return the reason."""
-    from indexer.encoders.cross_export import export_classifier
-    from indexer.encoders.onnx_export import export_failure
+    """Export the folder's classifier into ``spec``'s place as every graph is exported
+    (``export_noted``: on failure the reason is noted beside it, the reranker runs on torch, and
+    nothing retries) and return the reason, or None."""
+    import torch
+
+    from indexer.encoders import cross_export
+    from indexer.encoders.onnx_export import export_noted
 
     network, types = load_classifier(folder)
     tokens = PairTokenizer(folder).pairs(SAMPLE)
     ids, mask = pad_batch([t.ids for t in tokens], 0)
     type_ids, _ = pad_batch([t.types for t in tokens], 0)
-    import torch
-
     sample = [torch.from_numpy(a) for a in (ids, mask, type_ids)]
-    try:
-        export_classifier(network, spec, sample, types)
-    except Exception as exc:  # noqa: BLE001 - any exporter failure means: run on torch
-        reason = export_failure(exc)
-        try:
-            spec.failure.parent.mkdir(parents=True, exist_ok=True)
-            spec.failure.write_text(reason + "\n", encoding="utf-8")
-        except OSError:
-            pass
-        return reason
-    spec.failure.unlink(missing_ok=True)
-    return None
+    return export_noted(spec, lambda: cross_export.export_classifier(network, spec, sample, types))

@@ -154,7 +154,7 @@ class TextTokenizer:
         prefix = self.prefixes[role]
         texts = [prefix + text for text in given] if prefix else given
         bound = self.max_length * CHARS_PER_TOKEN
-        found = [e.ids for e in self.truncating.encode_batch([_cut(text, bound) for text in texts])]
+        found = [e.ids for e in self.truncating.encode_batch([cut_text(text, bound) for text in texts])]
         for i, text in enumerate(texts):
             if len(text) > bound and len(found[i]) < self.max_length:
                 found[i] = self.truncating.encode(text).ids
@@ -206,7 +206,7 @@ class TextTokenizer:
         content: list[int] = []
         bound = self.max_length * CHARS_PER_TOKEN
         while text:
-            piece = _cut(text, bound, whole_words=True)
+            piece = cut_text(text, bound, whole_words=True)
             content.extend(self.plain.encode(piece, add_special_tokens=False).ids)
             text = text[len(piece) :]
         width = self.window_length - len(prefix) - len(suffix)
@@ -227,7 +227,7 @@ class TextTokenizer:
         return whole[:at], whole[at + len(bare) :]
 
 
-def _cut(text: str, bound: int, *, whole_words: bool = False) -> str:
+def cut_text(text: str, bound: int, *, whole_words: bool = False) -> str:
     """``text`` up to the last whitespace within ``bound`` characters (a word is never split, so
     the words kept tokenise as in the whole text); one word longer than that is cut at ``bound``,
     or, with ``whole_words`` (pieces of a text read to its end), kept whole to its next space."""

@@ -46,7 +46,7 @@ TOKENIZER_PROBES = (
 exported (the graph's queries are tokenised from the file, without transformers)."""
 
 
-def _layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
+def layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
     """The module holding the transformer blocks as a ModuleList, where cutting it leaves the
     hidden states before the cut as they were: BERT's family (``encoder.layer``) and DistilBERT
     (``transformer.layer``). ModernBERT's ``layers`` are not cut: it normalises whichever hidden
@@ -66,7 +66,7 @@ class TorchNetwork:
 
     def __init__(self, model: Any, deepest: int | None = None):
         self.model = model
-        found = _layer_stack(model)
+        found = layer_stack(model)
         if deepest is not None and found is not None:
             parent, attr = found
             blocks = getattr(parent, attr)

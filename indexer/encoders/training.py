@@ -12,10 +12,10 @@ another layer, combining several or skipping [CLS]/[SEP] cannot be expressed the
 are the ones its trainer would use (``CoSENTLoss``, ``MultipleNegativesRankingLoss`` with hard
 negatives), a few lines each.
 
-The output is a plain Hugging Face directory plus sentence-transformers' module files
-(``save_model``); the network is saved cut after the deepest layer read, so "the last layer" of
-the saved model is the layer that was trained, which both semsearch (``--model DIR``) and
-sentence-transformers read by default.
+The output is a plain Hugging Face directory plus sentence-transformers' module files, each
+written by its module kind (``save_model``); the network is saved cut after the deepest layer
+read, so "the last layer" of the saved model is the layer that was trained, which both semsearch
+(``--model DIR``) and sentence-transformers read by default.
 """
 
 from __future__ import annotations
@@ -34,12 +34,16 @@ import numpy as np
 import torch
 
 from indexer.embedding.head import NetworkOutput, pad_batch
+from indexer.embedding.modules.base import save_modules
+from indexer.embedding.modules.normalize import Normalize
+from indexer.embedding.modules.pooling import Pooling
+from indexer.embedding.modules.transformer import Transformer
 from indexer.embedding.strategy import Strategy
 from indexer.encoders.devices import Placement
 from indexer.encoders.factory import torch_encoder
 from indexer.encoders.options import EmbeddingOptions, given
 from indexer.encoders.pipeline import DTYPES
-from indexer.encoders.torch_encoder import TorchEncoder, _layer_stack
+from indexer.encoders.torch_encoder import TorchEncoder, layer_stack
 from indexer.errors import BadInput
 
 SCALE = 20.0
@@ -47,8 +51,6 @@ SCALE = 20.0
 MARGIN = 1.5
 """What a step and the measurement after it are reckoned to cost against ``--max-minutes``, as a
 multiple of the longest each has taken yet."""
-ST_POOLING = {"cls": ("cls_token",), "mean": ("mean_tokens",), "max": ("max_tokens",)}
-ST_POOLING["mean-max"] = ("mean_tokens", "max_tokens")
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,7 @@ def trainable(strategy: Strategy | None, options: EmbeddingOptions | None = None
             f"the model's Dense modules after pooling ({', '.join(resolved.modules)}) cannot be tuned "
             "and saved with it: tune it with another --pooling or --layers (the network alone)"
         )
-    found = _layer_stack(encoder.model)
+    found = layer_stack(encoder.model)
     deepest = max(encoder.head.layers)
     if found is None and deepest != encoder.num_layers:
         raise BadInput(
@@ -268,6 +270,58 @@ def fine_tune(
     )
 
 
+@dataclass
+class _Checkpoints:
+    """The held-back measurements of a run and the best weights yet (possibly the untouched ones):
+    what ``train_loop`` keeps between its steps."""
+
+    model: torch.nn.Module
+    measure: Callable[[], float]
+    outcome: Outcome
+    per_epoch: int
+    report: Callable[[str], object]
+    evaluation: float
+    """The longest a measurement has taken (seconds): the last one is kept time for."""
+    best_state: dict[str, Any] = field(default_factory=dict)
+    since_best: int = 0
+    interval: list[float] = field(default_factory=list)
+    """The losses since the last measurement."""
+
+    def __post_init__(self) -> None:
+        self.best_state = copy.deepcopy(self.model.state_dict())
+
+    def evaluate(self) -> None:
+        """Measure the held-back share now; keep these weights if they are the best yet."""
+        began = time.monotonic()
+        self.model.eval()
+        metric = self.measure()
+        self.evaluation = max(self.evaluation, time.monotonic() - began)
+        outcome = self.outcome
+        outcome.losses.append(float(np.mean(self.interval)))
+        self.interval = []
+        self.report(
+            f"step {outcome.steps} (epoch {outcome.steps / self.per_epoch:.2f}): "
+            f"loss {outcome.losses[-1]:.4f}, held-back {metric:.4f}"
+        )
+        if metric > outcome.best:
+            outcome.best, outcome.best_step, self.since_best = metric, outcome.steps, 0
+            self.best_state = copy.deepcopy(self.model.state_dict())
+        else:
+            self.since_best += 1
+
+
+def _step(
+    model: torch.nn.Module, loss: torch.Tensor, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler
+) -> None:
+    """One optimiser step on ``loss``: scaled (fp16), its gradient norm clipped at 1."""
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+
+
 def train_loop(
     model: torch.nn.Module,
     count: int,
@@ -308,66 +362,40 @@ def train_loop(
     before = measure()
     evaluation = time.monotonic() - started  # what one measurement costs: the last one is kept time for
     report(f"held-back metric before tuning: {before:.4f}")
-    training_started = time.monotonic()
     outcome = Outcome(before, before, 0, 0, 0.0, 0.0, "epochs done")
-    best_state = copy.deepcopy(model.state_dict())
-    since_best, interval, longest_step = 0, [], 0.0
-
-    def evaluate() -> None:
-        """Measure the held-back share now; keep these weights if they are the best yet."""
-        nonlocal best_state, since_best, interval, evaluation
-        began = time.monotonic()
-        model.eval()
-        metric = measure()
-        evaluation = max(evaluation, time.monotonic() - began)
-        outcome.losses.append(float(np.mean(interval)))
-        interval = []
-        report(
-            f"step {outcome.steps} (epoch {outcome.steps / per_epoch:.2f}): "
-            f"loss {outcome.losses[-1]:.4f}, held-back {metric:.4f}"
-        )
-        if metric > outcome.best:
-            outcome.best, outcome.best_step, since_best = metric, outcome.steps, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            since_best += 1
-
+    run = _Checkpoints(model, measure, outcome, per_epoch, report, evaluation)
+    training_started, longest_step = time.monotonic(), 0.0
     epochs = (rows for _ in range(budget.epochs) for rows in _batches(count, budget.batch_size, rng))
     with Progress(total, "tuning", enabled=progress, unit="step", fills=False) as bar:
         for rows in epochs:
             # a step starts only if it and the evaluation after it fit in the time left (a first
             # step is guessed to cost a measurement), each with half again as margin: on a shared
             # machine one can take longer than any before it, and the budget holds the whole run
-            step = longest_step or evaluation
-            if deadline is not None and time.monotonic() + MARGIN * (step + evaluation) > deadline:
+            step = longest_step or run.evaluation
+            if deadline is not None and time.monotonic() + MARGIN * (step + run.evaluation) > deadline:
                 outcome.stopped = "time budget spent"
                 break
             began = time.monotonic()
             model.train()
             loss = loss_of(rows).float()
-            optimizer.zero_grad()
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(optimizer)
-            scaler.update()
+            _step(model, loss, optimizer, scaler)
             outcome.steps += 1
             now = time.monotonic()
             longest_step = max(longest_step, now - began)
             if deadline is not None:  # lay the decay out over the steps the budget leaves
                 plan.fit(outcome.steps, (now - training_started) / outcome.steps, deadline - now)
             schedule.step()
-            interval.append(loss.item())
-            bar.show(f"loss={interval[-1]:.4f}")
+            run.interval.append(loss.item())
+            bar.show(f"loss={run.interval[-1]:.4f}")
             bar.advance(1)
             if outcome.steps % every == 0 or outcome.steps == total:
-                evaluate()
-                if since_best >= budget.patience:
+                run.evaluate()
+                if run.since_best >= budget.patience:
                     outcome.stopped = "held-back metric stopped improving"
                     break
-        if interval:  # steps the budget stopped before their evaluation: measured in the time kept
-            evaluate()
-    model.load_state_dict(best_state)
+        if run.interval:  # steps the budget stopped before their evaluation: measured in the time kept
+            run.evaluate()
+    model.load_state_dict(run.best_state)
     model.eval()
     outcome.epochs = outcome.steps / per_epoch
     outcome.minutes = (time.monotonic() - begun) / 60
@@ -379,7 +407,8 @@ def save_model(
 ) -> Strategy:
     """Write the tuned model into ``staging``, the directory that becomes ``output`` whole
     (``indexer.files.staged_dir``, claimed before training): config, safetensors,
-    tokenizer, sentence-transformers' modules (pooling and normalising as the strategy does) and
+    tokenizer, sentence-transformers' modules, each saved by its own ``save`` (the network's length,
+    pooling and normalising as the strategy does) and
     ``semsearch.json`` (the strategy, on ``backend``, and ``facts``). Returns that strategy: the
     one an index of the tuned model must be built with."""
     from huggingface_hub.utils import disable_progress_bars
@@ -395,33 +424,9 @@ def save_model(
     )
     model.save_pretrained(staging, safe_serialization=True)
     encoder.tokenizer.save_pretrained(staging)
-    _write_sentence_transformers(staging, resolved, model.config.hidden_size)
+    modules = [Transformer(resolved.max_length), Pooling(resolved.pooling, width=model.config.hidden_size)]
+    save_modules(staging, [*modules, *([Normalize()] if resolved.normalize else [])])
     (staging / "semsearch.json").write_text(
         json.dumps({"strategy": stored.to_dict(), **facts}, indent=2) + "\n", encoding="utf-8"
     )
     return stored
-
-
-def _write_sentence_transformers(directory: Path, strategy: Strategy, hidden: int) -> None:
-    """modules.json, sentence_bert_config.json, 1_Pooling (and 2_Normalize): how
-    sentence-transformers (and semsearch's ``auto`` pooling) read this directory."""
-    modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-    ]
-    if strategy.normalize:
-        modules.append(
-            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
-        )
-        (directory / "2_Normalize").mkdir()
-    modes = ST_POOLING[strategy.pooling]
-    pooling = {"word_embedding_dimension": hidden} | {
-        f"pooling_mode_{mode}": mode in modes
-        for mode in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
-    }
-    (directory / "1_Pooling").mkdir()
-    (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2), encoding="utf-8")
-    (directory / "modules.json").write_text(json.dumps(modules, indent=2), encoding="utf-8")
-    (directory / "sentence_bert_config.json").write_text(
-        json.dumps({"max_seq_length": strategy.max_length, "do_lower_case": False}), encoding="utf-8"
-    )

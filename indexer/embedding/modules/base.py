@@ -1,14 +1,17 @@
 """The protocol a module kind implements and the registry of kinds, by the class name
 sentence-transformers gives the module in ``modules.json`` (``sentence_transformers.models.Dense``
--> ``Dense``). A kind is a class: ``read`` takes its entry's config into what the folder says; a
-kind that runs after pooling (a ``Step``) also loads, runs on NumPy arrays or torch tensors,
-appends its ONNX operators to a graph and names the files an index holds for it. A new kind is
-one file and one line in ``KINDS``.
+-> ``Dense``). A kind is a class: ``read`` takes its entry's config into what the folder says, and
+``save`` writes its folder back (``save_modules``: what ``tune`` writes); a kind that runs after
+pooling (a ``Step``) also loads, runs on NumPy arrays or torch tensors, appends its ONNX operators
+to a graph and names its files (``held``: what an index holds beside its graph and a model's
+fingerprint covers). A stored module's kind is the type ``modules.json`` names beside its path, as
+sentence-transformers reads it. A new kind, with files or not, is one file and one line in ``KINDS``.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,19 +20,27 @@ from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 
+from indexer.embedding.model_files import inside, model_file, model_json
+from indexer.errors import BadInput
+
 KINDS: dict[str, str] = {
     "Transformer": "indexer.embedding.modules.transformer:Transformer",
     "Pooling": "indexer.embedding.modules.pooling:Pooling",
     "Dense": "indexer.embedding.modules.dense:Dense",
     "Normalize": "indexer.embedding.modules.normalize:Normalize",
     "Dropout": "indexer.embedding.modules.dropout:Dropout",
+    "LayerNorm": "indexer.embedding.modules.layer_norm:LayerNorm",
 }
 """sentence-transformers' class name -> the class that reads it (``module:Class``), imported
 when a folder or a strategy names it."""
-STORED_BY_PATH = "Dense"
-"""The kind a folder's path in ``Strategy.modules`` names: the stored format names a kind without
-files by its ``word`` (``normalize``) and a module with files by its folder alone, which has only
-ever been a Dense module's."""
+UNLISTED = "Dense"
+"""The kind of a path in ``Strategy.modules`` where no ``modules.json`` lists it: an index version
+written before versions held theirs held Dense modules alone."""
+SAVED_AS = "sentence_transformers.models."
+"""What ``save_modules`` writes before a kind's name (``type`` in ``modules.json``): the name every
+sentence-transformers version reads."""
+MODULE_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
+"""A module with files: its settings and its weights (safetensors, else a torch pickle)."""
 CANNOT = "is a module semsearch cannot reproduce"
 
 
@@ -129,6 +140,10 @@ class Step(Module, Protocol):
         """The ONNX form of ``__call__``: appends its operators, returns the output's name."""
         ...
 
+    def save(self, folder: Path) -> None:
+        """Write its files into ``folder`` (made already), as sentence-transformers saves the kind."""
+        ...
+
 
 class Fileless:
     """The reading, loading and holding of a kind after pooling that has no config and no files
@@ -154,6 +169,55 @@ class Fileless:
     def held(cls, location: str, entry: str) -> list[tuple[Path, str]]:
         return []
 
+    def save(self, folder: Path) -> None:
+        """Nothing: its folder alone, as sentence-transformers leaves it."""
+
+
+def held_name(path: str, name: str) -> str:
+    """A module's file as an index holds it, beside its graph: ``2_Dense.config.json`` (an index
+    version holds files, no folders)."""
+    return f"{path}.{name}"
+
+
+def module_file(location: str, path: str, name: str) -> Path | None:
+    """A module's file in a model folder (``2_Dense/config.json``) or held by an index."""
+    return model_file(location, f"{path}/{name}") or model_file(location, held_name(path, name))
+
+
+class WithFiles:
+    """The files of a kind after pooling stored by its folder's path (``MODULE_FILES``): found in
+    a model folder or held by an index, read, and written as sentence-transformers writes them.
+    A kind with files subclasses it and adds ``read``, ``load``, ``__call__``, ``export``, ``save``."""
+
+    word: ClassVar[str | None] = None
+
+    @classmethod
+    def held(cls, location: str, entry: str) -> list[tuple[Path, str]]:
+        """Its ``MODULE_FILES`` found at ``location``, each with its ``held_name``."""
+        found = [(module_file(location, entry, name), held_name(entry, name)) for name in MODULE_FILES]
+        return [(source, held) for source, held in found if source is not None]
+
+    @staticmethod
+    def config(location: str, entry: str) -> dict[str, Any]:
+        """Its ``config.json`` (empty where it says no object: ``read`` refuses what it lacks)."""
+        said = model_json(module_file(location, entry, "config.json"))
+        return said if isinstance(said, dict) else {}
+
+    @staticmethod
+    def weights(location: str, entry: str) -> Path | None:
+        """Its weights file: safetensors, else a torch pickle (read without torch)."""
+        found = module_file(location, entry, "model.safetensors")
+        return found or module_file(location, entry, "pytorch_model.bin")
+
+    @staticmethod
+    def write(folder: Path, config: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+        """``config.json`` and ``model.safetensors`` (float32) in ``folder``."""
+        from safetensors.numpy import save_file
+
+        (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        kept = {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in tensors.items()}
+        save_file(kept, str(folder / "model.safetensors"))
+
 
 def torch_named(activations: dict[str, str]) -> dict[str, str]:
     """Each torch activation class (``Tanh``) by the names sentence-transformers writes it (its
@@ -177,12 +241,23 @@ def kind(name: str) -> type[Module] | None:
     return cast(type[Module], getattr(importlib.import_module(module), attribute))
 
 
-def stored(entry: str) -> type[Step]:
-    """The kind of an entry of ``Strategy.modules``: the one whose ``word`` it is, else a
-    folder's (``STORED_BY_PATH``)."""
+def listed(location: str) -> dict[str, str]:
+    """Each module folder ``modules.json`` at ``location`` lists (a model folder, or the copy an
+    index holds) -> the kind its ``type`` names (its class name)."""
+    said = model_json(model_file(location, "modules.json"))
+    modules = [m for m in said if isinstance(m, dict)] if isinstance(said, list) else []
+    return {str(m.get("path", "")): str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules}
+
+
+def stored(entry: str, location: str) -> type[Step]:
+    """The kind of an entry of ``Strategy.modules``: the one whose ``word`` it is, else the kind
+    ``modules.json`` at ``location`` names for that folder (``UNLISTED`` where none lists it)."""
     kinds = [kind(name) for name in KINDS]
     named = next((k for k in kinds if getattr(k, "word", None) == entry), None)
-    return cast(type[Step], named or kind(STORED_BY_PATH))
+    found = named or kind(listed(location).get(entry, UNLISTED))
+    if found is None:
+        raise BadInput(f"{location}: its modules.json lists module {entry} of a kind semsearch does not run")
+    return cast(type[Step], found)
 
 
 def after_pooling(location: str | None, modules: Sequence[str]) -> list[Step]:
@@ -190,10 +265,39 @@ def after_pooling(location: str | None, modules: Sequence[str]) -> list[Step]:
     folder, or the index holding their files)."""
     if modules:
         assert location is not None, "a strategy with modules after pooling reads them from its model"
-    return [stored(entry).load(str(location), entry) for entry in modules]
+    return [stored(entry, str(location)).load(str(location), entry) for entry in modules]
 
 
 def held_files(location: str, modules: Sequence[str]) -> list[tuple[Path, str]]:
     """The files the modules after pooling read, found at ``location``, with the name an index
-    holds each by."""
-    return [found for entry in modules for found in stored(entry).held(location, entry)]
+    holds each by; with ``modules.json`` where a module is stored by its folder (its kind)."""
+    found = [found for entry in modules for found in stored(entry, location).held(location, entry)]
+    listing = model_file(location, "modules.json")
+    return [*found, (listing, "modules.json")] if found and listing is not None else found
+
+
+def module_files(location: str) -> list[Path]:
+    """The files of every module ``modules.json`` at ``location`` lists whose kind has files of its
+    own (``held``), whatever its folder is named: what a model's fingerprint covers beside its
+    network."""
+    found: list[Path] = []
+    for path, name in listed(location).items():
+        held = getattr(kind(name), "held", None)  # Transformer, Pooling: no files of their own
+        if path and inside(path) and held is not None:
+            found += [file for file, _ in held(location, path)]
+    return found
+
+
+def save_modules(directory: Path, modules: Sequence[Any]) -> None:
+    """Each module saved by its own ``save`` into its folder (the first, a ``Transformer``, into
+    ``directory`` itself; then ``1_Pooling``...: sentence-transformers' names) and ``modules.json``
+    listing them by their registered kind, as sentence-transformers saves a model."""
+    names = {where: name for name, where in KINDS.items()}
+    entries = []
+    for idx, module in enumerate(modules):
+        name = names[f"{type(module).__module__}:{type(module).__name__}"]
+        path = "" if idx == 0 and name == "Transformer" else f"{idx}_{name}"
+        (directory / path).mkdir(parents=True, exist_ok=True)
+        module.save(directory / path)
+        entries.append({"idx": idx, "name": str(idx), "path": path, "type": SAVED_AS + name})
+    (directory / "modules.json").write_text(json.dumps(entries, indent=2), encoding="utf-8")

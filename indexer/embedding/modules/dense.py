@@ -1,8 +1,8 @@
 """The Dense module: ``activation(vectors @ weight.T + bias)`` after pooling, read from its folder
 (``2_Dense/config.json`` and its weights, a safetensors file or a torch pickle read without torch:
 ``indexer.embedding.weights``) or from the copy an index holds beside its graph
-(``2_Dense.config.json``...). Its sizes are checked against its weights' headers before any
-tensor is read.
+(``2_Dense.config.json``...: ``base.WithFiles``). Its sizes are checked against its weights'
+headers before any tensor is read.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from indexer.embedding.model_files import model_file, model_json
-from indexer.embedding.modules.base import Graph, Listed, Reading, namespace, torch_named
+from indexer.embedding.modules.base import Graph, Listed, Reading, WithFiles, namespace, torch_named
 from indexer.embedding.weights import read_tensors, tensor_shapes
 from indexer.errors import BadInput
 
@@ -28,24 +27,8 @@ ACTIVATIONS = {
 """A Dense module's ``activation_function`` (the torch class) -> what ``Dense`` applies."""
 NAMED = torch_named(ACTIVATIONS)
 """The activations by the exact names a folder may give them."""
-MODULE_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
-"""A Dense module's files: its settings and its weights (safetensors, else a torch pickle)."""
-
-
-def held_name(path: str, name: str) -> str:
-    """A module's file as an index holds it, beside its graph: ``2_Dense.config.json`` (an index
-    version holds files, no folders)."""
-    return f"{path}.{name}"
-
-
-def module_file(location: str, path: str, name: str) -> Path | None:
-    """A module's file in a model folder (``2_Dense/config.json``) or held by an index."""
-    return model_file(location, f"{path}/{name}") or model_file(location, held_name(path, name))
-
-
-def _weights(location: str, path: str) -> Path | None:
-    found = module_file(location, path, "model.safetensors")
-    return found or module_file(location, path, "pytorch_model.bin")
+SAVED = {applied: name for name, applied in NAMED.items() if ".modules." in name}
+"""What ``Dense`` applies -> the name sentence-transformers saves the torch class by."""
 
 
 def _activation(config: dict[str, Any]) -> str | None:
@@ -67,7 +50,7 @@ def _mismatch(weights: Path, in_features: int, out_features: int) -> str | None:
 
 
 @dataclass(frozen=True)
-class Dense:
+class Dense(WithFiles):
     """One Dense module: ``activation(vectors @ weight.T + bias)``."""
 
     weight: np.ndarray
@@ -88,7 +71,7 @@ class Dense:
             "sentence_embedding"
         )
         sized = isinstance(config.get("in_features"), int) and isinstance(config.get("out_features"), int)
-        weights = _weights(folder.location, listed.path)
+        weights = cls.weights(folder.location, listed.path)
         if activation is None or unusual or not sized or weights is None:
             return f"{listed.where} is a Dense module semsearch cannot reproduce"
         mismatch = _mismatch(weights, config["in_features"], config["out_features"])
@@ -102,9 +85,8 @@ class Dense:
     @classmethod
     def load(cls, location: str, entry: str) -> Dense:
         """The module at folder ``entry`` of ``location`` (a model folder, or an index)."""
-        said = model_json(module_file(location, entry, "config.json"))
-        config = said if isinstance(said, dict) else {}
-        weights = _weights(location, entry)
+        config = cls.config(location, entry)
+        weights = cls.weights(location, entry)
         if weights is None:
             raise BadInput(f"the model's Dense module {entry} has no weights here")
         tensors = read_tensors(weights)
@@ -115,11 +97,12 @@ class Dense:
             raise BadInput(f"the model's Dense module {entry} holds no linear.weight")
         return cls(tensors["linear.weight"], tensors.get("linear.bias"), activation)
 
-    @classmethod
-    def held(cls, location: str, entry: str) -> list[tuple[Path, str]]:
-        """Its ``MODULE_FILES`` found at ``location``, each with its ``held_name``."""
-        found = [(module_file(location, entry, name), held_name(entry, name)) for name in MODULE_FILES]
-        return [(source, held) for source, held in found if source is not None]
+    def save(self, folder: Path) -> None:
+        """Its config (sizes, bias, the activation's torch class) and ``linear.weight`` / ``linear.bias``."""
+        out, width = self.weight.shape
+        config = {"in_features": width, "out_features": out, "bias": self.bias is not None}
+        tensors = {"linear.weight": self.weight, **({} if self.bias is None else {"linear.bias": self.bias})}
+        self.write(folder, {**config, "activation_function": SAVED[self.activation]}, tensors)
 
     def __call__(self, vectors: Any) -> Any:
         xp = namespace(vectors)

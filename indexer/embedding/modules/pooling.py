@@ -9,7 +9,9 @@ flags; from 5: ``pooling_mode``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -129,12 +131,23 @@ class Pooling:
         folder.said.append(f"pooling {folder.pooling}")
         return None
 
-    def __init__(self, mode: str, *, skip_special: bool = False, special_ids: Iterable[int] = ()):
+    def __init__(
+        self, mode: str, *, skip_special: bool = False, special_ids: Iterable[int] = (), width: int = 0
+    ):
         if mode not in (*MODES, "pooler"):
             raise BadInput(f"unknown pooling {mode!r}")
-        self.mode = mode
+        self.mode, self.width = mode, width
         self.skip_special = skip_special
         self.special_ids = np.array(sorted(set(special_ids)), dtype=np.int64)
+
+    def save(self, folder: Path) -> None:
+        """Its mode as the flags every sentence-transformers version reads, and the token width
+        it pools (``width``; ``pooler`` is the network's output, no module's)."""
+        modes = next(st for st, mode in POOLING_MODES.items() if mode == self.mode)
+        modes = (modes,) if isinstance(modes, str) else modes
+        flags = {flag: name in modes for flag, name in LEGACY_FLAGS.items()}
+        said = {"word_embedding_dimension": self.width, **flags}
+        (folder / "config.json").write_text(json.dumps(said, indent=2), encoding="utf-8")
 
     def token_mask(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Which tokens pool: real ones, minus [CLS]/[SEP] when asked (never an empty set)."""

@@ -1,10 +1,14 @@
 """The Transformer module: the network itself, first in the folder, its settings in the folder's
 own ``sentence_bert_config.json`` (``max_seq_length``, ``do_lower_case``). Only its settings are
-read here: the network runs in ``indexer.encoders`` (the one place torch and onnxruntime are
+read and saved here: the network runs in ``indexer.encoders`` (the one place torch and onnxruntime are
 imported), and its ONNX export is ``indexer.encoders.onnx_export``'s.
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
 
 from indexer.embedding.model_files import model_file, model_json
 from indexer.embedding.modules.base import Listed, Reading
@@ -12,8 +16,12 @@ from indexer.embedding.modules.base import Listed, Reading
 CONFIG = "sentence_bert_config.json"
 
 
+@dataclass(frozen=True)
 class Transformer:
     """The network's length and casing, as the folder says them."""
+
+    max_length: int | None = None
+    lowercase: bool = False
 
     @classmethod
     def read(cls, folder: Reading, listed: Listed) -> str | None:
@@ -33,3 +41,8 @@ class Transformer:
         if folder.lowercase:
             folder.said_last.append("lowercase")
         return None
+
+    def save(self, folder: Path) -> None:
+        """Its settings; the network itself is saved by transformers (``save_pretrained``)."""
+        said = {"max_seq_length": self.max_length, "do_lower_case": self.lowercase}
+        (folder / CONFIG).write_text(json.dumps(said), encoding="utf-8")
