@@ -348,7 +348,7 @@ def test_concurrent_reranked_searches_meet_in_one_batch_of_the_reranker(tmp_path
     cross = random_cross_encoder(tmp_path / "cross", seed=3)
     app = create_app(index, reload_every=3600, loading=load_engine(index, None, cross))
     searches, depth = 6, len(ROWS)  # every entry a candidate
-    handed = threading.Semaphore(0)  # one release per search whose pairs reach the batcher
+    handed = threading.Semaphore(0)  # one release per search whose lookup hands its pairs over
     passes: list[int] = []
     score, embed_tokens = Batched.score, Pairs.embed_tokens
 
@@ -357,9 +357,15 @@ def test_concurrent_reranked_searches_meet_in_one_batch_of_the_reranker(tmp_path
         return score(self, question, texts)
 
     def held(self, ids):
-        if not passes:  # the first pass waits until every search has handed its pairs over
+        """The first pass waits until every other search's pairs are queued behind it."""
+        if not passes:
             for _ in range(searches):
-                handed.acquire(timeout=20)
+                assert handed.acquire(timeout=20)
+            behind = searches - len(ids) // depth
+            for _ in range(2000):  # handed over, then queued by the event loop
+                if app.state.batcher.queue.qsize() >= behind:
+                    break
+                threading.Event().wait(0.01)
         passes.append(len(ids))
         return embed_tokens(self, ids)
 

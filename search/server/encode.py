@@ -2,8 +2,8 @@
 or LlamaIndex's OpenAI embedding classes) and ``POST /encode`` (bert-as-service's), over whatever
 the server encodes with: an index's snapshot (its strategy and fitted post-processing, the vectors
 its queries get) or, served with no index, an ``Encoding`` (``encode_only``). Their texts go
-through the micro-batcher and the token budget like /search's; an answer is serialised to JSON on
-the lookup thread, never on the event loop."""
+through the micro-batcher and the token budget like /search's; a large answer is serialised to
+JSON on the lookup thread, never on the event loop (a few vectors' on it: ``INLINE_TOKENS``)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,11 @@ from search.server.schema import (
     answered,
     answers,
 )
+
+INLINE_TOKENS = 512
+"""Up to this many tokens (a few texts) a request's answer is written on the event loop once its
+vectors are back: a few vectors' JSON costs less than the lookup thread's hop (15-20% of a
+one-text request's CPU, docs/profile-serve.md); a larger answer is written on the lookup thread."""
 
 
 def _json(answer: dict[str, Any]) -> Response:
@@ -78,7 +83,8 @@ async def encoded(
     role: str,
 ) -> Response:
     """``answer(encoding, vectors, tokens the model read)`` of ``texts`` as ``role`` texts, its
-    JSON written on the lookup thread with the rest of its batch."""
+    JSON written here when small (``INLINE_TOKENS``), else on the lookup thread with the rest of
+    its batch."""
     texts = check_texts(texts)
     state = request.app.state
     encoding = await state.encoding()
@@ -88,6 +94,8 @@ async def encoded(
     def respond(vectors: np.ndarray) -> Response:
         return _json(answer(encoding, vectors, tokens))
 
+    if tokens <= INLINE_TOKENS:  # a few vectors: their JSON costs less here than a hop
+        return respond(await while_connected(request, state.batcher.run_tokens(encoding, ids, None)))
     return await while_connected(request, state.batcher.run_tokens(encoding, ids, respond))
 
 
