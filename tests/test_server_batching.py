@@ -71,11 +71,11 @@ def test_request_in_flight_during_a_reload_sees_one_version(tmp_path, tiny_model
     second_queued = asyncio.Event()
     queue = MicroBatcher.run
 
-    async def queued(batcher: MicroBatcher, encoding, texts, after, roles="query"):
+    async def queued(batcher: MicroBatcher, encoding, texts, after, roles="query", waits=False):
         """The batcher is handed a request's texts once it holds its snapshot."""
         if texts == [ROWS[1][1]]:
             second_queued.set()
-        return await queue(batcher, encoding, texts, after, roles)
+        return await queue(batcher, encoding, texts, after, roles, waits)
 
     monkeypatch.setattr(MicroBatcher, "run", queued)
 
@@ -334,3 +334,53 @@ def test_lookups_search_faiss_with_the_one_thread_the_server_configures():
     embedder = Recorder("a", [], threading.Event())
     threads = asyncio.run(batcher.run(embedder, ["q"], lambda vectors: faiss.omp_get_max_threads()))
     assert faiss.omp_get_max_threads() == 1 and threads == 1
+
+
+def test_concurrent_reranked_searches_meet_in_one_batch_of_the_reranker(tmp_path, tiny_model, monkeypatch):
+    """A reranked search's lookup waits for its pairs on a thread of its own: while one search's
+    pairs are scored, the others' first stages run and their pairs queue, so the next pass of the
+    reranker holds pairs of several searches (on one lookup thread each search's pairs went alone)."""
+    from search.read.loading import load_engine
+    from search.server.batching import Batched, Pairs
+    from tests.helpers import random_cross_encoder
+
+    index = build_faq(tmp_path, tiny_model)
+    cross = random_cross_encoder(tmp_path / "cross", seed=3)
+    app = create_app(index, reload_every=3600, loading=load_engine(index, None, cross))
+    searches, depth = 6, len(ROWS)  # every entry a candidate
+    handed = threading.Semaphore(0)  # one release per search whose lookup hands its pairs over
+    passes: list[int] = []
+    score, embed_tokens = Batched.score, Pairs.embed_tokens
+
+    def counted(self, question, texts):
+        handed.release()
+        return score(self, question, texts)
+
+    def held(self, ids):
+        """The first pass waits until every other search's pairs are queued behind it."""
+        if not passes:
+            for _ in range(searches):
+                assert handed.acquire(timeout=20)
+            behind = searches - len(ids) // depth
+            for _ in range(2000):  # handed over, then queued by the event loop
+                if app.state.batcher.queue.qsize() >= behind:
+                    break
+                threading.Event().wait(0.01)
+        passes.append(len(ids))
+        return embed_tokens(self, ids)
+
+    monkeypatch.setattr(Batched, "score", counted)
+    monkeypatch.setattr(Pairs, "embed_tokens", held)
+
+    async def burst() -> list[int]:
+        async with client_for(app) as client:
+            body = {"k": 3, "rerank_depth": depth}
+            asked = [
+                client.post("/search", json={**body, "query": f"{ROWS[i % depth][1]} {i}"})
+                for i in range(searches)
+            ]
+            return [answer.status_code for answer in await asyncio.gather(*asked)]
+
+    assert asyncio.run(burst()) == [200] * searches
+    # every pair scored once, in at most two passes: the one held, then all the others' at once
+    assert sum(passes) == searches * depth and len(passes) <= 2

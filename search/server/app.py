@@ -1,5 +1,7 @@
-"""The ASGI app: its routes and error handlers, over a ``LiveEngine`` and one ``MicroBatcher``.
-A new endpoint goes here (its request model in ``schema``)."""
+"""The ASGI app: its route table over top-level handlers (``search.server.routes``), over a
+``LiveEngine`` and one ``MicroBatcher``. A new endpoint is a handler here and a row of ``ROUTES``
+(its request model in ``schema``); each handler finds what it serves on ``request.app.state``
+(``live``, ``batcher``, ``scans``, ``reranking``, ``encoding``, ``names``)."""
 
 from __future__ import annotations
 
@@ -12,13 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi import Query as QueryParam
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from fastapi_offline import FastAPIOffline
-from starlette.exceptions import HTTPException
 
-from indexer.catalog import DatabaseError
-from indexer.errors import BadInput, SemsearchError
+from indexer.errors import BadInput
 from search.read.engine import SearchEngine, configure_threads
 from search.read.loading import load_engine
 from search.read.requests import Again
@@ -26,23 +23,26 @@ from search.read.requests import SearchRequest as Asked
 from search.read.similar import rank_similar
 from search.read.snapshot import Snapshot
 from search.server.batching import MicroBatcher
-from search.server.connections import BodyLimit, ClientGone, while_connected
+from search.server.connections import BodyLimit, while_connected
 from search.server.encode import add_encode_routes, encode_only
-from search.server.errors import error_answer
 from search.server.live import LiveEngine
 from search.server.names import ServedNames, list_models, naming
 from search.server.page import add_page
 from search.server.rerank import NO_RERANKER, Served, cohere_rerank, cohere_v2_rerank, tei_rerank
+from search.server.routes import new_app, post, seal
 from search.server.scans import MAX_DUPLICATE_PAIRS, Scans
 from search.server.schema import (
     MAX_BATCH,
     BatchRequest,
     OpenAIError,
     RerankAnswer,
+    RerankRequest,
     RerankV2Answer,
+    RerankV2Request,
     SearchRequest,
     SimilarRequest,
     TeiRank,
+    TeiRerankRequest,
     answered,
     answers,
     install_openapi,
@@ -52,13 +52,6 @@ if TYPE_CHECKING:
     from indexer.encoders.rerankers import Reranker
     from search.read.encoding import Encoding, Roles
     from search.read.requests import Hit
-
-
-def _field_error(error: dict[str, Any]) -> str:
-    """One line for a validation error: ``<field>: <message>`` (``body`` for unreadable JSON)."""
-    location = [str(part) for part in error.get("loc", ()) if part != "body"]
-    where = "body" if error.get("type") == "json_invalid" or not location else ".".join(location)
-    return f"{where}: {error.get('msg', 'invalid')}"
 
 
 def noted(*notes: str | None) -> dict[str, str]:
@@ -89,70 +82,150 @@ def reranker_of(engine: SearchEngine) -> Reranker | None:
     return None if engine.rerank is None else engine.reranker(engine.rerank)
 
 
-async def user_error(request: Request, exc: SemsearchError) -> JSONResponse:
-    """The user's error: its status, its one line (and its OpenAI ``code``, where it has one)."""
-    return error_answer(request.url.path, exc.http_status, str(exc), code=getattr(exc, "code", None))
+def through(batcher: MicroBatcher, answer: Callable[[Any], Any], waits: bool = False) -> Callable[..., Any]:
+    """The pipeline's embedding step (``search.read.requests.Embedding``) through ``batcher``,
+    ``answer`` shaping the result on the lookup thread (JSON-ready dicts, off the event loop);
+    ``waits``: the lookup scores rerank pairs through the batcher (``MicroBatcher.run``)."""
+
+    def shaped(then: Callable[[np.ndarray], Any]) -> Callable[[np.ndarray], Any]:
+        def after(vectors: np.ndarray) -> Any:
+            found = then(vectors)  # ``Again``: embedded again by the batcher, then shaped
+            return Again(found.encoding, shaped(found.then)) if isinstance(found, Again) else answer(found)
+
+        return after
+
+    def step(
+        encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], Any], roles: Roles = "query"
+    ) -> Any:
+        return batcher.run(encoding, texts, shaped(then), roles, waits)
+
+    return step
 
 
-async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-    return error_answer(request.url.path, 400, "; ".join(_field_error(e) for e in exc.errors()[:3]))
+def to_dicts(hits: list[Hit]) -> list[dict[str, Any]]:
+    return [hit.to_dict() for hit in hits]
 
 
-async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    """Starlette's own answers (404, 405, a body FastAPI cannot parse) in the one shape."""
-    return error_answer(request.url.path, exc.status_code, str(exc.detail), exc.headers)
+def each_to_dicts(found: list[list[Hit]]) -> list[list[dict[str, Any]]]:
+    return [to_dicts(hits) for hits in found]
 
 
-async def unreadable(request: Request, exc: Exception) -> JSONResponse:
-    """The index's files failed under the server (removed, garbled): it cannot serve."""
-    reason = " ".join(str(exc).split()) or type(exc).__name__
-    return error_answer(request.url.path, 503, f"the index cannot be read: {reason}")
+async def searched(request: Request, queries: list[str], body: SearchRequest | BatchRequest) -> tuple:
+    """The engine, the search ``body`` asks for ``queries`` and each query's hits as dicts."""
+    state = request.app.state
+    engine = await state.live.engine()
+    search = asked(engine, queries, body)
+    step = through(state.batcher, each_to_dicts, waits=search.rerank is not None)
+    found = engine.answer(search, embed=step, reranker=await state.reranking.batched())
+    return engine, search, await while_connected(request, found)
 
 
-async def client_gone(request: Request, exc: ClientGone) -> Response:
-    return Response(status_code=499)  # nobody reads it: the connection is closed
+async def search_one(body: SearchRequest, request: Request) -> dict[str, Any]:
+    """Top-k entries for one query, optionally filtered on stored fields first and grouped by
+    one (the best entry per value)."""
+    engine, search, (hits,) = await searched(request, [body.query], body)
+    (keyword,) = engine.keyword_notes([body.query], body.mode)
+    return {"query": body.query, "hits": hits, **noted(engine.note(search), keyword)}
 
 
-async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-    return error_answer(request.url.path, 500, f"internal error: {type(exc).__name__}")
+async def search_batch(body: BatchRequest, request: Request) -> dict[str, Any]:
+    """Top-k entries for each of up to 64 queries, embedded in one pass."""
+    engine, search, results = await searched(request, body.queries, body)
+    keyword = engine.keyword_notes(body.queries, body.mode)
+    answer = [
+        {"query": q, "hits": h, **noted(n)} for q, h, n in zip(body.queries, results, keyword, strict=True)
+    ]
+    return {"results": answer, **noted(engine.note(search))}
 
 
-ERROR_HANDLERS: dict[type[Exception], Callable[..., Any]] = {
-    SemsearchError: user_error,
-    RequestValidationError: invalid_request,
-    HTTPException: http_error,
-    DatabaseError: unreadable,
-    OSError: unreadable,
-    ClientGone: client_gone,
-    Exception: internal_error,
-}
+async def similar_one(body: SimilarRequest, request: Request) -> dict[str, Any]:
+    """Rank the candidates by similarity to the sentence, with the index's strategy and its
+    fitted post-processing."""
+    state = request.app.state
+    encoding = (await state.live.current()).encoding
+    step = through(state.batcher, to_dicts)
+    ranked = rank_similar(body.sentence, body.candidates, k=body.k, encoding=encoding, embed=step)
+    return {"query": body.sentence, "hits": await while_connected(request, ranked)}
 
 
-def add_error_handlers(app: FastAPI) -> None:
-    """Every failure answered in its route's error shape (``search.server.errors``), never a trace."""
-    for kind, handler in ERROR_HANDLERS.items():
-        app.add_exception_handler(kind, handler)
+async def duplicates(
+    request: Request,
+    min_score: Annotated[float, QueryParam(gt=0, le=1)] = 0.9,
+    limit: Annotated[int, QueryParam(ge=0, le=MAX_DUPLICATE_PAIRS)] = 100,
+) -> dict[str, Any]:
+    """Pairs of entries at cosine >= min_score (the best ``limit``, at most 1000) and their groups."""
+    state = request.app.state
+    snapshot = await state.live.current()
+    return await while_connected(request, state.scans.scan(snapshot, min_score, limit))
+
+
+async def info(request: Request) -> dict[str, Any]:
+    state = request.app.state
+    engine = await state.live.engine()
+    return {
+        **await asyncio.to_thread(engine.retrying, Snapshot.info),
+        **await naming(request),
+        "reranking": engine.rerank,  # the reranker its searches rerank with (None: none)
+        "reloads": state.live.reloads,
+        "largest_batch": state.batcher.largest,
+        "dropped": state.batcher.dropped,
+    }
+
+
+async def fields(request: Request) -> dict[str, Any]:
+    """Each stored field's type; its values with counts when it has few; min/max if numeric."""
+    engine = await request.app.state.live.engine()
+    return {"fields": await asyncio.to_thread(engine.retrying, Snapshot.facets)}
+
+
+async def force_reload(request: Request) -> dict[str, Any]:
+    live = request.app.state.live
+    snapshot = await live.current(force=True)
+    return {"version": snapshot.index.version.name, "reloads": live.reloads}
 
 
 async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
+ROUTES = (
+    ("/search", search_one, SearchRequest, answers(400, 413, 503)),
+    ("/search/batch", search_batch, BatchRequest, answers(400, 413, 503)),
+    ("/similar", similar_one, SimilarRequest, answers(400, 413, 503)),
+)
+"""The index's JSON POST routes: path, handler, request model, error answers."""
 RERANK_ROUTES = (
-    ("/v1/rerank", cohere_rerank, RerankAnswer),
-    ("/v2/rerank", cohere_v2_rerank, RerankV2Answer),
-    ("/rerank", tei_rerank, list[TeiRank]),
+    ("/v1/rerank", cohere_rerank, RerankRequest, answered(RerankAnswer, 400, 404, 413, 503)),
+    ("/v2/rerank", cohere_v2_rerank, RerankV2Request, answered(RerankV2Answer, 400, 404, 413, 503)),
+    ("/rerank", tei_rerank, TeiRerankRequest, answered(list[TeiRank], 400, 404, 413, 503)),
+)
+"""The rerank routes of every server (a 404 where it has no reranker)."""
+GETS = (
+    ("/duplicates", duplicates, answers(400, 503)),
+    ("/info", info, answers(503)),
+    ("/fields", fields, answers(503)),
 )
 
 
 def add_shared_routes(app: FastAPI) -> None:
     """The routes of every server, with an index or without: health, the models it runs, and the
-    rerank APIs (a 404 where it has no reranker)."""
+    rerank APIs."""
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
     app.add_api_route("/v1/models", list_models, methods=["GET"], responses=answers(503, shape=OpenAIError))
-    for path, handler, answer in RERANK_ROUTES:
-        app.add_api_route(path, handler, methods=["POST"], responses=answered(answer, 400, 404, 413, 503))
+    for path, handler, model, responses in RERANK_ROUTES:
+        post(app, path, handler, model, responses=responses)
+
+
+def add_index_routes(app: FastAPI) -> None:
+    """The routes of a server over an index: search, similar, duplicates, info, fields, reload
+    and the page."""
+    for path, handler, model, responses in ROUTES:
+        post(app, path, handler, model, responses=responses)
+    for path, handler, responses in GETS:
+        app.add_api_route(path, handler, methods=["GET"], responses=responses)
+    add_page(app)
+    app.add_api_route("/reload", force_reload, methods=["POST"], responses=answers(503))
 
 
 def create_app(
@@ -175,15 +248,11 @@ def create_app(
     configure_threads()
     if loading is None and index_dir is not None:
         loading = load_engine(index_dir)
-    batcher = MicroBatcher(max_batch)
-    app = FastAPIOffline(
-        title="semsearch", description="Semantic search over a semsearch index.", version="0.1.0"
-    )
-    app.add_middleware(BodyLimit)
-
-    add_error_handlers(app)
-    add_shared_routes(app)
+    app = new_app(title="semsearch", description="Semantic search over a semsearch index.", version="0.1.0")
+    app.add_middleware(BodyLimit)  # FastAPI's routes; the table reads its bodies within the same bound
+    app.state.batcher = batcher = MicroBatcher(max_batch)
     app.state.names = names or ServedNames()
+    add_shared_routes(app)
     if index_dir is None:
 
         async def served_alone() -> Reranker | None:
@@ -193,119 +262,19 @@ def create_app(
         if reranking is not None:
             reranking.result()  # a reranker that cannot load fails here, before the server binds
         install_openapi(app)
-        return encode_only(app, batcher, encoding)
-    live = LiveEngine(loading, index_dir, reload_every)
-    scans = Scans()
+        return seal(encode_only(app, encoding))
+    app.state.live = live = LiveEngine(loading, index_dir, reload_every)
+    app.state.scans = Scans()
 
     async def served_reranker() -> Reranker | None:
         return reranker_of(await live.engine())
 
-    app.state.reranking = Served(batcher, served_reranker)
-
     async def current_encoding() -> Encoding:
         return (await live.current()).encoding
 
-    add_encode_routes(app, batcher, current_encoding)
-
-    def batched(answer: Callable[[Any], Any]) -> Callable[..., Any]:
-        """The pipeline's embedding step through the micro-batcher, ``answer`` shaping the result
-        on the lookup thread (JSON-ready dicts, off the event loop)."""
-
-        def shaped(then: Callable[[np.ndarray], Any]) -> Callable[[np.ndarray], Any]:
-            def after(vectors: np.ndarray) -> Any:
-                found = then(vectors)  # ``Again``: embedded again by the batcher, then shaped
-                return (
-                    Again(found.encoding, shaped(found.then)) if isinstance(found, Again) else answer(found)
-                )
-
-            return after
-
-        def step(
-            encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], Any], roles: Roles = "query"
-        ) -> Any:
-            return batcher.run(encoding, texts, shaped(then), roles)
-
-        return step
-
-    def to_dicts(hits: list[Hit]) -> list[dict[str, Any]]:
-        return [hit.to_dict() for hit in hits]
-
-    each_to_dicts = batched(lambda found: [to_dicts(hits) for hits in found])
-
-    @app.post("/search", responses=answers(400, 413, 503))
-    async def search_one(body: SearchRequest, request: Request) -> dict[str, Any]:
-        """Top-k entries for one query, optionally filtered on stored fields first and grouped by
-        one (the best entry per value)."""
-        engine = await live.engine()
-        search = asked(engine, [body.query], body)
-        found = engine.answer(search, embed=each_to_dicts, reranker=await app.state.reranking.batched())
-        answer = {"query": body.query, "hits": (await while_connected(request, found))[0]}
-        (keyword,) = engine.keyword_notes([body.query], body.mode)
-        return {**answer, **noted(engine.note(search), keyword)}
-
-    @app.post("/search/batch", responses=answers(400, 413, 503))
-    async def search_batch(body: BatchRequest, request: Request) -> dict[str, Any]:
-        """Top-k entries for each of up to 64 queries, embedded in one pass."""
-        engine = await live.engine()
-        search = asked(engine, body.queries, body)
-        reranker = await app.state.reranking.batched()
-        results = await while_connected(
-            request, engine.answer(search, embed=each_to_dicts, reranker=reranker)
-        )
-        keyword = engine.keyword_notes(body.queries, body.mode)
-        answer = {
-            "results": [
-                {"query": q, "hits": h, **noted(n)}
-                for q, h, n in zip(body.queries, results, keyword, strict=True)
-            ]
-        }
-        return {**answer, **noted(engine.note(search))}
-
-    @app.post("/similar", responses=answers(400, 413, 503))
-    async def similar_one(body: SimilarRequest, request: Request) -> dict[str, Any]:
-        """Rank the candidates by similarity to the sentence, with the index's strategy and its
-        fitted post-processing."""
-        encoding = (await live.current()).encoding
-        ranked = rank_similar(
-            body.sentence, body.candidates, k=body.k, encoding=encoding, embed=batched(to_dicts)
-        )
-        return {"query": body.sentence, "hits": await while_connected(request, ranked)}
-
-    @app.get("/duplicates", responses=answers(400, 503))
-    async def duplicates(
-        request: Request,
-        min_score: Annotated[float, QueryParam(gt=0, le=1)] = 0.9,
-        limit: Annotated[int, QueryParam(ge=0, le=MAX_DUPLICATE_PAIRS)] = 100,
-    ) -> dict[str, Any]:
-        """Pairs of entries at cosine >= min_score (the best ``limit``, at most 1000) and their groups."""
-        snapshot = await live.current()
-        return await while_connected(request, scans.scan(snapshot, min_score, limit))
-
-    @app.get("/info", responses=answers(503))
-    async def info(request: Request) -> dict[str, Any]:
-        engine = await live.engine()
-        return {
-            **await asyncio.to_thread(engine.retrying, Snapshot.info),
-            **await naming(request),
-            "reranking": engine.rerank,  # the reranker its searches rerank with (None: none)
-            "reloads": live.reloads,
-            "largest_batch": batcher.largest,
-            "dropped": batcher.dropped,
-        }
-
-    @app.get("/fields", responses=answers(503))
-    async def fields() -> dict[str, Any]:
-        """Each stored field's type; its values with counts when it has few; min/max if numeric."""
-        engine = await live.engine()
-        return {"fields": await asyncio.to_thread(engine.retrying, Snapshot.facets)}
-
-    add_page(app)
-
-    @app.post("/reload", responses=answers(503))
-    async def force_reload() -> dict[str, Any]:
-        snapshot = await live.current(force=True)
-        return {"version": snapshot.index.version.name, "reloads": live.reloads}
-
+    app.state.reranking = Served(batcher, served_reranker)
+    add_encode_routes(app, current_encoding)
+    add_index_routes(app)
     install_openapi(app)
     loading.result()  # a bad index fails here, before the server binds
-    return app
+    return seal(app)

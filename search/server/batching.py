@@ -39,7 +39,12 @@ INLINE_CHARACTERS = 20_000
 """Up to this many characters a request is tokenised on the event loop (well under a millisecond
 for a few queries); a larger one on a worker thread, so it never stalls the other requests."""
 
+MAX_WAITING = 64
+"""Lookups that may wait on the batcher at once (reranked searches, each on a thread of its own
+until its pairs are scored); a thread is started only when none is idle."""
+
 T = TypeVar("T")
+
 Tokens = list[list[int]]
 
 
@@ -87,10 +92,12 @@ class Pairs:
 
 
 class Batched:
-    """A reranker whose pairs a search's rerank stage (run on the lookup thread,
-    ``search.read.lookup``) scores through the micro-batcher: on the model thread, in batches
-    shared with other requests, while the lookup waits. Jobs with nothing to run after are answered
-    without the lookup thread (``MicroBatcher._run``), so the wait cannot block its own answer."""
+    """A reranker whose pairs a search's rerank stage (``search.read.lookup``) scores through the
+    micro-batcher: on the model thread, in batches shared with other requests (concurrent
+    searches' pairs meet in one), while the search's lookup waits on a thread of its own
+    (``MicroBatcher.waiting``), never on the lookup thread other requests need. Jobs with nothing
+    to run after are answered without a lookup thread (``MicroBatcher._run``), so the wait cannot
+    block its own answer."""
 
     def __init__(self, pairs: Pairs, batcher: MicroBatcher, loop: asyncio.AbstractEventLoop):
         self.pairs, self.batcher, self.loop = pairs, batcher, loop
@@ -119,6 +126,7 @@ class _Job:
     ids: Tokens  # each text's token ids, its role's prefix included
     future: asyncio.Future
     after: Callable[[np.ndarray], Any] | None = None  # run on the lookup thread with the vectors
+    waits: bool = False  # ``after`` may wait on the batcher itself (a search's rerank pairs)
     tokens: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -145,7 +153,9 @@ class MicroBatcher:
     the passes the one batching rule plans from its token counts, ``indexer.embedding.batching``:
     a short query is not padded to a long sentence), then the lookup thread runs each job's
     ``after`` (FAISS, SQLite) while the model thread takes the next batch, and hands all the
-    answers back at once.
+    answers back at once. A job whose ``after`` waits on the batcher itself (a reranked search
+    scores its pairs through it: ``Batched``) runs on a thread of its own from ``waiting``, so
+    concurrent searches' pairs meet in the model's batches and no lookup waits on another's.
 
     Jobs whose requests are gone (cancelled) by the time their batch runs are dropped unembedded;
     a failed or cancelled job never stops the worker, and a worker task that ended is restarted.
@@ -161,6 +171,9 @@ class MicroBatcher:
         # (search.read.engine.configure_threads) is set where the searches run
         self.lookup_thread = ThreadPoolExecutor(
             1, thread_name_prefix="semsearch-lookup", initializer=single_threaded
+        )
+        self.waiting = ThreadPoolExecutor(
+            MAX_WAITING, thread_name_prefix="semsearch-rerank", initializer=single_threaded
         )
         self.queue: asyncio.Queue[_Job] | None = None
         self.task: asyncio.Task | None = None
@@ -202,32 +215,43 @@ class MicroBatcher:
         texts: Sequence[str],
         after: Callable[[np.ndarray], T] | None,
         role: Roles = "query",
+        waits: bool = False,
     ) -> Any:
         """``after(encoding.embed(texts, role=role))`` computed off the event loop (the vectors if
         ``after`` is None): ``tokenize``, then ``run_tokens``. Where ``after`` answers ``Again``
         (``search.read.requests``: its snapshot moved), the texts are embedded again, here, with
-        its encoding."""
-        answer = await self.run_tokens(encoding, await self.tokenize(encoding, texts, role), after)
+        its encoding. ``waits``: ``after`` may wait on this batcher (``_Job.waits``)."""
+        ids = await self.tokenize(encoding, texts, role)
+        answer = await self.run_tokens(encoding, ids, after, waits)
         while isinstance(answer, Again):
             again = await self.tokenize(answer.encoding, texts, role)
-            answer = await self.run_tokens(answer.encoding, again, answer.then)
+            answer = await self.run_tokens(answer.encoding, again, answer.then, waits)
         return answer
 
     async def run_tokens(
-        self, encoding: Encoding | Pairs, ids: Tokens, after: Callable[[np.ndarray], T] | None
+        self,
+        encoding: Encoding | Pairs,
+        ids: Tokens,
+        after: Callable[[np.ndarray], T] | None,
+        waits: bool = False,
     ) -> Any:
         """``after`` of the vectors of texts tokenised by ``tokenize``: with the rest of its batch on
         the lookup thread when the texts fit in one part, else once every part is embedded."""
         parts = split(ids)
         if len(parts) == 1:
-            return await self._embed_part(encoding, parts[0], after)
+            return await self._embed_part(encoding, parts[0], after, waits)
         vectors = np.concatenate([await self._embed_part(encoding, part, None) for part in parts])
         if after is None:
             return vectors
-        return await asyncio.get_running_loop().run_in_executor(self.lookup_thread, after, vectors)
+        pool = self.waiting if waits else self.lookup_thread
+        return await asyncio.get_running_loop().run_in_executor(pool, after, vectors)
 
     async def _embed_part(
-        self, encoding: Encoding | Pairs, ids: Tokens, after: Callable[[np.ndarray], Any] | None
+        self,
+        encoding: Encoding | Pairs,
+        ids: Tokens,
+        after: Callable[[np.ndarray], Any] | None,
+        waits: bool = False,
     ) -> Any:
         loop = asyncio.get_running_loop()
         if self.task is None or self.task.get_loop() is not loop:
@@ -235,7 +259,7 @@ class MicroBatcher:
         if self.task is None or self.task.done() or self.task.get_loop() is not loop:
             self.task = loop.create_task(self._work())
         future = loop.create_future()
-        self.queue.put_nowait(_Job(encoding, ids, future, after))
+        self.queue.put_nowait(_Job(encoding, ids, future, after, waits))
         return await future
 
     async def _work(self) -> None:
@@ -282,14 +306,18 @@ class MicroBatcher:
         after = [i for i, job in enumerate(live) if job.after is not None]
         if not after:
             return
-        live, mine = [live[i] for i in after], [mine[i] for i in after]
-        finishing = loop.create_task(self._finish(live, mine))  # the model takes the next batch
-        self.finishing.add(finishing)
-        finishing.add_done_callback(self.finishing.discard)
+        together = [i for i in after if not live[i].waits]  # one hop for the batch's lookups
+        hops = [(self.lookup_thread, together)] if together else []
+        hops += [(self.waiting, [i]) for i in after if live[i].waits]  # each on a thread of its own
+        for pool, rows in hops:  # meanwhile the model takes the next batch
+            jobs, vectors = [live[i] for i in rows], [mine[i] for i in rows]
+            finishing = loop.create_task(self._finish(pool, jobs, vectors))
+            self.finishing.add(finishing)
+            finishing.add_done_callback(self.finishing.discard)
 
-    async def _finish(self, jobs: list[_Job], vectors: list[np.ndarray]) -> None:
+    async def _finish(self, pool: ThreadPoolExecutor, jobs: list[_Job], vectors: list[np.ndarray]) -> None:
         loop = asyncio.get_running_loop()
-        outcomes = await loop.run_in_executor(self.lookup_thread, _outcomes, jobs, vectors)
+        outcomes = await loop.run_in_executor(pool, _outcomes, jobs, vectors)
         for job, (ok, value) in zip(jobs, outcomes, strict=True):
             if job.future.done():  # its request may have gone while the batch ran
                 continue

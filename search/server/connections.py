@@ -32,10 +32,34 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 T = TypeVar("T")
 
 
+class BodyTooLarge(Exception):
+    """A request body over the server's limit."""
+
+
+async def read_body(scope: dict, receive: Callable, limit: int = MAX_BODY) -> bytes | None:
+    """The request's body, whole, or None if its client left first; ``BodyTooLarge`` past
+    ``limit`` bytes, told by its content-length or counted as it arrives (a chunked body has no
+    content-length to trust), so no more than ``limit`` bytes of it are ever held."""
+    too_large = BodyTooLarge(f"request body over {limit} bytes")
+    for name, value in scope["headers"]:
+        if name == b"content-length" and (not value.isdigit() or int(value) > limit):
+            raise too_large
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > limit:
+            raise too_large
+        more = message.get("more_body", False)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 class BodyLimit:
-    """ASGI middleware: refuses a body over ``limit`` bytes with 413. The bytes are counted as they
-    arrive (a chunked body has no content-length to trust) and the app gets the body whole, so no
-    more than ``limit`` bytes of it are ever held."""
+    """ASGI middleware: refuses a body over ``limit`` bytes with 413 (``read_body``); the app
+    gets the body whole."""
 
     def __init__(self, app: Any, limit: int = MAX_BODY):
         self.app = app
@@ -44,19 +68,12 @@ class BodyLimit:
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.limit):
-            return await self.refuse(scope, send)
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.limit:
-                return await self.refuse(scope, send)
-            more = message.get("more_body", False)
+        try:
+            body = await read_body(scope, receive, self.limit)
+        except BodyTooLarge as exc:
+            return await error_answer(scope["path"], 413, str(exc))(scope, None, send)
+        if body is None:
+            return None
         replayed = False
 
         async def replay() -> dict:
@@ -64,13 +81,9 @@ class BodyLimit:
             if replayed:
                 return await receive()  # after the body: the disconnect, whenever it comes
             replayed = True
-            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": False}
 
         return await self.app(scope, replay, send)
-
-    async def refuse(self, scope: dict, send: Callable) -> None:
-        answer = error_answer(scope["path"], 413, f"request body over {self.limit} bytes")
-        await answer(scope, None, send)
 
 
 def _address(peer: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -210,7 +223,6 @@ def _raw_error(status: int, message: str, path: str = "") -> bytes:
     return head.encode() + body
 
 
-
 class ClientGone(Exception):
     """The client hung up before its answer was ready."""
 
@@ -234,4 +246,3 @@ async def while_connected(request: Request, work: Awaitable[T]) -> T:
     if not task.done() or task.cancelled():  # cancelled, not yet unwound: it ends on its own
         raise ClientGone
     return task.result()
-

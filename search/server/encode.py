@@ -2,13 +2,12 @@
 or LlamaIndex's OpenAI embedding classes) and ``POST /encode`` (bert-as-service's), over whatever
 the server encodes with: an index's snapshot (its strategy and fitted post-processing, the vectors
 its queries get) or, served with no index, an ``Encoding`` (``encode_only``). Their texts go
-through the micro-batcher and the token budget like /search's; an answer is serialised to JSON on
-the lookup thread, never on the event loop."""
+through the micro-batcher and the token budget like /search's; a large answer is serialised to
+JSON on the lookup thread, never on the event loop (a few vectors' on it: ``INLINE_TOKENS``)."""
 
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -16,14 +15,15 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from pydantic_core import to_json
 
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
 from search.read.encoding import Encoding, check_texts
 from search.read.loading import load_encoding
-from search.server.batching import MicroBatcher
 from search.server.connections import while_connected
 from search.server.names import check_model, model_name, naming
+from search.server.routes import post
 from search.server.schema import (
     EmbeddingsAnswer,
     EmbeddingsRequest,
@@ -34,9 +34,14 @@ from search.server.schema import (
     answers,
 )
 
+INLINE_TOKENS = 512
+"""Up to this many tokens (a few texts) a request's answer is written on the event loop once its
+vectors are back: a few vectors' JSON costs less than the lookup thread's hop (15-20% of a
+one-text request's CPU, docs/profile-serve.md); a larger answer is written on the lookup thread."""
+
 
 def _json(answer: dict[str, Any]) -> Response:
-    return Response(json.dumps(answer, ensure_ascii=False).encode("utf-8"), media_type="application/json")
+    return Response(to_json(answer), media_type="application/json")
 
 
 def _base64(vector: np.ndarray) -> str:
@@ -71,74 +76,84 @@ def shortened(vectors: np.ndarray, dimensions: int) -> np.ndarray:
     return cut / np.maximum(np.linalg.norm(cut, axis=1, keepdims=True), 1e-12)
 
 
-def add_encode_routes(
-    app: FastAPI, batcher: MicroBatcher, current: Callable[[], Awaitable[Encoding]]
-) -> None:
+async def encoded(
+    request: Request,
+    texts: Sequence[str],
+    answer: Callable[[Encoding, np.ndarray, int], dict[str, Any]],
+    role: str,
+) -> Response:
+    """``answer(encoding, vectors, tokens the model read)`` of ``texts`` as ``role`` texts, its
+    JSON written here when small (``INLINE_TOKENS``), else on the lookup thread with the rest of
+    its batch."""
+    texts = check_texts(texts)
+    state = request.app.state
+    encoding = await state.encoding()
+    ids = await state.batcher.tokenize(encoding, texts, role)
+    tokens = sum(map(len, ids))
+
+    def respond(vectors: np.ndarray) -> Response:
+        return _json(answer(encoding, vectors, tokens))
+
+    if tokens <= INLINE_TOKENS:  # a few vectors: their JSON costs less here than a hop
+        return respond(await while_connected(request, state.batcher.run_tokens(encoding, ids, None)))
+    return await while_connected(request, state.batcher.run_tokens(encoding, ids, respond))
+
+
+async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
+    """OpenAI-compatible embeddings of ``input`` (a string or a list of strings): ``data[i]
+    .embedding`` for input i, floats or (``encoding_format: base64``) little-endian float32;
+    ``input_type``: the texts are queries (default) or passages, each with its prefix; ``model``
+    names the served model (or is left out), else a 404 ``model_not_found`` (``names``); ``dimensions``:
+    each vector's first N, unit length again (``shortened``)."""
+    state = request.app.state
+    check_model(body.model, state.names.model, (await state.encoding()).strategy.model, "runs")
+
+    def answer(encoding: Encoding, vectors: np.ndarray, tokens: int) -> dict[str, Any]:
+        if body.dimensions is not None:
+            vectors = shortened(vectors, body.dimensions)
+        name = model_name(request, encoding.strategy.model)
+        return embeddings_answer(vectors, name, tokens, body.encoding_format)
+
+    return await encoded(request, body.input, answer, body.input_type)
+
+
+async def encode(body: EncodeRequest, request: Request) -> Response:
+    """bert-as-service's shape: ``{"texts": [...]}`` -> ``{"vectors": [[...], ...]}``, row i
+    for text i; ``input_type``: queries (default) or passages, each with its prefix."""
+    return await encoded(
+        request, body.texts, lambda encoding, vectors, _: {"vectors": vectors.tolist()}, body.input_type
+    )
+
+
+def add_encode_routes(app: FastAPI, current: Callable[[], Awaitable[Encoding]]) -> None:
     """``/v1/embeddings`` and ``/encode`` on ``app``; ``current()`` gives the ``Encoding`` a request
-    encodes with (an index snapshot's, or the one served alone), ``app.state.encoding`` too."""
+    encodes with (an index snapshot's, or the one served alone): ``app.state.encoding``."""
     app.state.encoding = current
-
-    async def encoded(
-        request: Request,
-        texts: Sequence[str],
-        answer: Callable[[Encoding, np.ndarray, int], dict[str, Any]],
-        role: str,
-    ) -> Response:
-        """``answer(encoding, vectors, tokens the model read)`` of ``texts`` as ``role`` texts."""
-        texts = check_texts(texts)
-        encoding = await current()
-        ids = await batcher.tokenize(encoding, texts, role)
-        tokens = sum(map(len, ids))
-
-        def respond(vectors: np.ndarray) -> Response:
-            return _json(answer(encoding, vectors, tokens))
-
-        return await while_connected(request, batcher.run_tokens(encoding, ids, respond))
-
-    @app.post("/v1/embeddings", responses=answered(EmbeddingsAnswer, 400, 404, 413, 503, shape=OpenAIError))
-    async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
-        """OpenAI-compatible embeddings of ``input`` (a string or a list of strings): ``data[i]
-        .embedding`` for input i, floats or (``encoding_format: base64``) little-endian float32;
-        ``input_type``: the texts are queries (default) or passages, each with its prefix; ``model``
-        names the served model (or is left out), else a 404 ``model_not_found`` (``names``); ``dimensions``:
-        each vector's first N, unit length again (``shortened``)."""
-        check_model(body.model, request.app.state.names.model, (await current()).strategy.model, "runs")
-
-        def answer(encoding: Encoding, vectors: np.ndarray, tokens: int) -> dict[str, Any]:
-            if body.dimensions is not None:
-                vectors = shortened(vectors, body.dimensions)
-            name = model_name(request, encoding.strategy.model)
-            return embeddings_answer(vectors, name, tokens, body.encoding_format)
-
-        return await encoded(request, body.input, answer, body.input_type)
-
-    @app.post("/encode", responses=answered(EncodeAnswer, 400, 413, 503))
-    async def encode(body: EncodeRequest, request: Request) -> Response:
-        """bert-as-service's shape: ``{"texts": [...]}`` -> ``{"vectors": [[...], ...]}``, row i
-        for text i; ``input_type``: queries (default) or passages, each with its prefix."""
-        return await encoded(
-            request, body.texts, lambda encoding, vectors, _: {"vectors": vectors.tolist()}, body.input_type
-        )
+    openai = answered(EmbeddingsAnswer, 400, 404, 413, 503, shape=OpenAIError)
+    post(app, "/v1/embeddings", embeddings, EmbeddingsRequest, responses=openai)
+    post(app, "/encode", encode, EncodeRequest, responses=answered(EncodeAnswer, 400, 413, 503))
 
 
-def encode_only(app: FastAPI, batcher: MicroBatcher, loading: Future[Encoding] | None) -> FastAPI:
+async def vectors_info(request: Request) -> dict[str, Any]:
+    """The strategy the vectors follow, their dimension and the encoder that runs them."""
+    state = request.app.state
+    encoding = await state.encoding()
+    batches = {"largest_batch": state.batcher.largest, "dropped": state.batcher.dropped}
+    return {**encoding.info(), **await naming(request), **batches}
+
+
+def encode_only(app: FastAPI, loading: Future[Encoding] | None) -> FastAPI:
     """``app`` serving vectors alone (``semsearch serve --model ...``, no index): the encode
     endpoints and ``/info`` (the strategy); the encoder loaded before it returns (``loading``,
     else the bundled model's default strategy)."""
     if loading is None:
         loading = load_encoding(Strategy())
+    ready = loading
 
     async def current() -> Encoding:
-        return loading.result()
+        return ready.result()
 
-    add_encode_routes(app, batcher, current)
-
-    @app.get("/info", responses=answers(503))
-    async def info(request: Request) -> dict[str, Any]:
-        """The strategy the vectors follow, their dimension and the encoder that runs them."""
-        encoding = await current()
-        batches = {"largest_batch": batcher.largest, "dropped": batcher.dropped}
-        return {**encoding.info(), **await naming(request), **batches}
-
+    add_encode_routes(app, current)
+    app.add_api_route("/info", vectors_info, methods=["GET"], responses=answers(503))
     loading.result()
     return app

@@ -29,8 +29,6 @@ class PageFiles(StaticFiles):
         return response
 
 
-
-
 def add_page(app: FastAPI) -> None:
     """``GET /``, the page, and ``/static``, its files: both under ``PAGE_POLICY``."""
 

@@ -14,6 +14,7 @@ from search.read.snapshot import Snapshot
 MAX_DUPLICATE_PAIRS = 1000  # pairs one /duplicates response lists (the groups hold them all)
 MAX_SCANS = 16  # /duplicates answers kept for the live version
 
+
 async def _finish(work: asyncio.Future) -> None:
     """Wait until ``work`` has ended, however often the waiter is cancelled meanwhile (a thread
     cannot be cancelled: whoever holds a lock for it must hold it that long); its outcome is
@@ -23,6 +24,7 @@ async def _finish(work: asyncio.Future) -> None:
             await asyncio.wait({work})
     if not work.cancelled():
         work.exception()
+
 
 class Scans:
     """Duplicates scans, one at a time, and their answers for the live version."""

@@ -1,0 +1,234 @@
+"""The server's own work per request, against other code in the same run: ``POST /v1/embeddings``
+with one text per request at 1, 8 and 32 clients, and reranked ``POST /search`` at 8 clients, on
+servers of each checkout given (this one first), row by row in turn so the same load lies on all.
+
+    .venv/bin/python bench/serve_http.py [--peer OLD_CHECKOUT] [--seconds 8] [--repeats 1]
+        [--model tiny|bundled|DIR] [--rows embeddings,rerank] [--depth 20]
+
+``--model tiny``: a random 1-layer, 32-wide BERT (the model nearly free, so what is timed is the
+server: HTTP, validation, JSON, the batcher's hops); ``bundled``: all-MiniLM-L6-v2, beside its own
+throughput in-process in batches of 32 (``Encoding.embed``). The rerank rows search an index of the
+demo FAQ (built with the same model) with a random 2-layer, 32-wide cross-encoder
+(``--reranker DIR`` for another) at ``rerank_depth`` ``--depth``.
+
+The clients speak HTTP/1.1 over kept-alive asyncio streams in this process (about 0.1 ms of CPU a
+request; httpx costs 1.6-4.3 ms, as much as the server's work). Columns: texts (or searches)/s,
+p50 and p99 of one request, and the server process's CPU milliseconds per request (all threads).
+STS-B dev sentences (unique, in file order) are the texts; the demo questions the searches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "data"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, all threads) process ``pid`` has used (Linux: /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start(code: Path, arguments: list[str]) -> tuple[subprocess.Popen, int]:
+    """``semsearch serve`` of the checkout ``code`` on a free port, once it answers /health."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    command = [sys.executable, "-m", "search.cli", "serve", *arguments, "--port", str(port), "--quiet"]
+    server = subprocess.Popen(command, env=env, cwd=code, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 180
+    while time.time() < deadline and server.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                if b" 200 " in s.recv(100):
+                    return server, port
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit(f"the server of {code} did not start: {server.stderr.read().decode()[-2000:]}")
+
+
+async def post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: bytes, body: bytes) -> int:
+    """One POST on a kept-alive connection; the answer's status (its body read and dropped)."""
+    writer.write(
+        b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (path, len(body), body)
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    await reader.readexactly(length)
+    return int(head.split(b" ", 2)[1])
+
+
+async def drive(port: int, clients: int, seconds: float, path: str, bodies: list[bytes]) -> dict[str, float]:
+    """``clients`` connections posting ``bodies`` (at random) to ``path`` for ``seconds``."""
+    latencies: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+
+    async def client() -> None:
+        nonlocal errors
+        rng = random.Random()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while time.perf_counter() < stop:
+                began = time.perf_counter()
+                if await post(reader, writer, path.encode(), rng.choice(bodies)) != 200:
+                    errors += 1
+                latencies.append(time.perf_counter() - began)
+        finally:
+            writer.close()
+
+    began = time.perf_counter()
+    await asyncio.gather(*[client() for _ in range(clients)])
+    elapsed = time.perf_counter() - began
+    latencies.sort()
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50": statistics.median(latencies) * 1000,
+        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+        "errors": errors,
+        "requests": len(latencies),
+    }
+
+
+def measured(server: subprocess.Popen, port: int, *load: object) -> dict[str, float]:
+    before = cpu_seconds(server.pid)
+    row = asyncio.run(drive(port, *load))  # type: ignore[arg-type]
+    row["cpu"] = (cpu_seconds(server.pid) - before) * 1000 / max(row["requests"], 1)
+    return row
+
+
+def sentences(count: int = 2000) -> list[str]:
+    with (SHARED / "stsb" / "stsb-dev.tsv").open(encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+    return list(dict.fromkeys([r[1] for r in rows] + [r[2] for r in rows]))[:count]
+
+
+def in_process(model: str, texts: list[str], seconds: float) -> float:
+    """Texts/s of the served model in this process, batches of 32 (``Encoding.embed``), no server."""
+    from indexer.embedding.strategy import Strategy
+    from search.read.loading import load_encoding
+
+    encoding = load_encoding(Strategy(model=model)).result()
+    encoding.embed(texts[:32])
+    done, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        encoding.embed(texts[done % 1024 : done % 1024 + 32])
+        done += 32
+    return done / (time.perf_counter() - began)
+
+
+def table(title: str, unit: str, rows: dict[tuple[str, int], list[dict[str, float]]], base: str) -> None:
+    print(f"\n{title}\n")
+    print(f"| code | clients | {unit}/s | p50 ms | p99 ms | errors | server CPU ms/request | vs {base} |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (code, clients), runs in rows.items():
+        r = sorted(runs, key=lambda row: row["rps"])[len(runs) // 2]
+        peer = sorted(rows[base, clients], key=lambda row: row["rps"])[len(runs) // 2]
+        print(
+            f"| {code} | {clients} | {r['rps']:.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['errors']} "
+            f"| {r['cpu']:.2f} | {r['rps'] / peer['rps']:.2f}x |"
+        )
+
+
+def compare(
+    codes: dict[str, Path],
+    arguments: list[str],
+    loads: list[tuple[int, str, list[bytes]]],
+    args: argparse.Namespace,
+) -> dict[tuple[str, int], list[dict[str, float]]]:
+    """Each load on a server of each checkout, in turn, ``args.repeats`` times."""
+    servers = {name: start(code, arguments) for name, code in codes.items()}
+    rows: dict[tuple[str, int], list[dict[str, float]]] = {}
+    try:
+        for _, port in servers.values():
+            asyncio.run(drive(port, 8, 2.0, *loads[0][1:]))  # warm
+        for _ in range(args.repeats):
+            for clients, path, bodies in loads:
+                for name, (server, port) in servers.items():
+                    row = measured(server, port, clients, args.seconds, path, bodies)
+                    rows.setdefault((name, clients), []).append(row)
+    finally:
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait(timeout=30)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--peer", type=Path, help="another checkout (the old code) served beside this one")
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each row (the median shown)")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--reranker", help="a cross-encoder folder (default: a random tiny one)")
+    parser.add_argument("--rows", default="embeddings,rerank")
+    parser.add_argument("--depth", type=int, default=20)
+    args = parser.parse_args()
+    from tests.helpers import random_bert, random_cross_encoder
+
+    codes = {"this": ROOT, **({"peer": args.peer.resolve()} if args.peer else {})}
+    texts = sentences()
+    with tempfile.TemporaryDirectory(prefix="serve-http-") as tmp:
+        work = Path(tmp)
+        model = {"tiny": lambda: random_bert(work / "model", layers=1), "bundled": lambda: "all-MiniLM-L6-v2"}
+        served = model.get(args.model, lambda: args.model)()
+        load = f"load average {os.getloadavg()[0]:.2f} at the start, {os.cpu_count()} cores"
+        if "embeddings" in args.rows:
+            bodies = [json.dumps({"input": text}).encode() for text in texts]
+            loads = [(n, "/v1/embeddings", bodies) for n in (1, 8, 32)]
+            rows = compare(codes, ["--model", served], loads, args)
+            title = (
+                f"/v1/embeddings, one text a request, model {args.model}, {args.seconds:g} s a row; {load}"
+            )
+            table(title, "texts", rows, "this")
+            if args.model != "tiny":
+                print(f"\nin-process, batches of 32: {in_process(served, texts, args.seconds):.0f} texts/s")
+        if "rerank" in args.rows:
+            from indexer import build_index
+            from indexer.embedding.strategy import Strategy
+
+            reranker = args.reranker or random_cross_encoder(work / "reranker")
+            index = work / "index"
+            build_index(
+                ROOT / "data" / "demo_faq.csv", index, Strategy(model=served), text_fields=["question"]
+            )
+            questions = [json.loads(line)["text"] for line in (ROOT / "data" / "demo_questions.jsonl").open()]
+            bodies = [
+                json.dumps({"query": q, "k": 10, "rerank_depth": args.depth}).encode() for q in questions
+            ]
+            rows = compare(codes, [str(index), "--rerank", reranker], [(8, "/search", bodies)], args)
+            title = f"/search reranked at depth {args.depth}, model {args.model}; {load}"
+            table(title, "searches", rows, "this")
+            shutil.rmtree(index, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
