@@ -21,7 +21,6 @@ from indexer.catalog import DatabaseError
 from indexer.errors import BadInput, SemsearchError
 from search.read.engine import SearchEngine, configure_threads
 from search.read.loading import load_engine
-from search.read.requests import Again
 from search.read.requests import SearchRequest as Asked
 from search.read.similar import rank_similar
 from search.read.snapshot import Snapshot
@@ -212,13 +211,7 @@ def create_app(
         on the lookup thread (JSON-ready dicts, off the event loop)."""
 
         def shaped(then: Callable[[np.ndarray], Any]) -> Callable[[np.ndarray], Any]:
-            def after(vectors: np.ndarray) -> Any:
-                found = then(vectors)  # ``Again``: embedded again by the batcher, then shaped
-                return (
-                    Again(found.encoding, shaped(found.then)) if isinstance(found, Again) else answer(found)
-                )
-
-            return after
+            return lambda vectors: answer(then(vectors))
 
         def step(
             encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], Any], roles: Roles = "query"

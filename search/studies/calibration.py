@@ -45,10 +45,10 @@ from search.read.confidence import (
     stored_form,
     stored_rules,
 )
-from search.read.engine import RERANKER_KEY, SearchEngine
-from search.read.hybrid import DENSE, HYBRID, RERANK_DEPTH, WEIGHT_KEY, check_weight
+from search.read.engine import SearchEngine
+from search.read.hybrid import DENSE, HYBRID, WEIGHT_KEY, check_weight
 from search.read.queries import Query
-from search.read.reranked import Reranking
+from search.read.reranked import RERANKER_KEY, Reranking
 from search.read.snapshot import Plan, Snapshot
 from search.studies.labels import held, labelled
 from search.studies.promise import (
@@ -319,18 +319,7 @@ def fitting_plan(
     (``reranking``) the first stage's best ``max(count, depth)`` re-ordered by the reranker, as a
     reranked search orders them (``Snapshot.neighbourhoods``): the score the rule then reads is
     the reranker's."""
-    if reranking is None:
-        return snapshot.plan(texts, count, mode=mode, fitting=True)
-    deeper = reranking.depth if reranking.depth > count else None  # the request's depth: at least k
-    return snapshot.plan(
-        texts,
-        count,
-        mode=mode,
-        fitting=True,
-        rerank=reranking.reranker.folder.path,
-        rerank_depth=deeper,
-        reranker=reranking.reranker,
-    )
+    return replace(snapshot.plan(texts, count, mode=mode, fitting=True), reranking=reranking)
 
 
 RERANKED_AT_ONCE = 16
@@ -516,12 +505,8 @@ def calibrate_index(
 def reranking_of(
     model: str | Path, depth: int | None = None, options: EmbeddingOptions | None = None
 ) -> Reranking:
-    """The rerank stage a rule is fitted on: the reranker of ``model`` (loaded once, as
-    ``indexer.encoders.rerankers.reranker_for`` runs it) and how deep it reranks (None:
-    ``RERANK_DEPTH``)."""
-    from indexer.encoders.rerankers import reranker_for
-
-    return Reranking(reranker_for(model, options), RERANK_DEPTH if depth is None else depth)
+    """The rerank stage a rule is fitted on (``Reranking.load``)."""
+    return Reranking.load(model, depth, options)
 
 
 def reranker_score(model: str | Path) -> str:

@@ -307,11 +307,10 @@ def evaluate_retrieval(
 
 
 def reranker_of(model: str | Path, options: EmbeddingOptions | None = None) -> Reranker:
-    """The reranker of ``model`` (``indexer.encoders.rerankers.reranker_for``), loaded once for a
-    whole study."""
-    from indexer.encoders.rerankers import reranker_for
+    """The reranker of ``model`` (``search.read.reranked.load_reranker``), loaded once for a study."""
+    from search.read.reranked import load_reranker
 
-    return reranker_for(model, options)
+    return load_reranker(model, options)
 
 
 def reranked(plan: Plan) -> dict[str, str]:
@@ -319,7 +318,7 @@ def reranked(plan: Plan) -> dict[str, str]:
     and how deep it reranked."""
     if plan.reranker is None:
         return {}
-    return {"reranker": described_reranker(plan.reranker), "rerank depth": str(plan.request.depth)}
+    return {"reranker": described_reranker(plan.reranker), "rerank depth": str(plan.reranking.depth)}
 
 
 @contextlib.contextmanager
