@@ -5,8 +5,10 @@ them the weight fitted on held-back questions (``semsearch tune`` in the folder,
 --rerank`` in the index), so that a reranker which did not beat its first stage there cannot rank
 below it.
 
-``Reranking`` is the one rerank object: loaded by ``Reranking.load`` (the one place ``search``
-loads a reranker), its depth by ``rerank_depth`` (the one default rule)."""
+What a caller asks of the stage travels whole as ``RerankOptions`` (the CLI builds it from one
+decorator, ``search.cli.reranking``), as ``EmbeddingOptions`` does for the encoder; loaded, it is
+a ``Reranking`` (``load_reranker``: the one place ``search`` loads a reranker), its depth by
+``rerank_depth`` (the one default rule)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from indexer.errors import BadInput
 from search.read.hybrid import RERANK_DEPTH, Ranking
 
 if TYPE_CHECKING:
@@ -53,6 +56,41 @@ def load_reranker(
     from indexer.encoders.rerankers import reranker_for
 
     return reranker_for(model, options, runtime=runtime)
+
+
+@dataclass(frozen=True)
+class RerankOptions:
+    """What a caller asks of the rerank stage: a reranker's folder (``model``; None: the index's
+    default where the command has one, else none), how deep (``depth``; None: ``rerank_depth``)
+    and ``off`` (no reranking, not even the index's default)."""
+
+    model: str | None = None
+    depth: int | None = None
+    off: bool = False
+
+    def checked(self, k: int = 1, *, default: bool = False) -> RerankOptions:
+        """These options if they go together at cutoff ``k``, else one line; ``default``: the
+        index may name the reranker (a depth alone is then its depth)."""
+        if self.off and (self.model or self.depth is not None):
+            raise BadInput("--no-rerank takes no --rerank or --rerank-depth")
+        if self.depth is not None and self.model is None and not default:
+            raise BadInput("--rerank-depth needs --rerank MODEL")
+        if self.depth is not None and self.depth < k:
+            raise BadInput(f"--rerank-depth {self.depth} is under -k {k}: it must be k or more")
+        return self
+
+    @property
+    def engine(self) -> str | bool:
+        """What ``SearchEngine(rerank=...)`` takes: the folder, True (the index's) or False (off)."""
+        return False if self.off else self.model or True
+
+    def fields(self) -> dict[str, str | int | None]:
+        """The ``SearchRequest`` fields these options ask for."""
+        return {"rerank": self.model, "rerank_depth": self.depth}
+
+    def stage(self, options: EmbeddingOptions | None = None, k: int = 1) -> Reranking | None:
+        """The stage loaded (``Reranking.load``) at cutoff ``k``; None where no model is named."""
+        return None if self.model is None else Reranking.load(self.model, self.depth, options, k=k)
 
 
 @dataclass(frozen=True)
