@@ -202,7 +202,12 @@ class Counted(Overlap):
         return super().score_pairs(pairs)
 
 
-def test_a_reranker_that_does_not_help_is_fused_at_weight_0_so_the_search_keeps_the_first_stage(faq, cross):
+def test_a_reranker_that_does_not_help_is_fused_at_weight_0_so_the_search_keeps_the_first_stage(
+    faq, cross, monkeypatch
+):
+    from search.studies import fusion
+
+    monkeypatch.setattr(fusion, "TOLD_AFTER", 0.0)  # every set is large: its time is said first
     index, _, queries, qrels = faq
     data = read_retrieval_set(queries, qrels)
     folder = read_cross_folder(cross)
@@ -212,6 +217,7 @@ def test_a_reranker_that_does_not_help_is_fused_at_weight_0_so_the_search_keeps_
     )
     assert open_index(index).meta[RERANKER_KEY]["weight"] == 0.0
     assert any("does not surely beat the first stage" in line for line in told)
+    assert "more pairs at" in told[0] and "minutes" in told[0]  # said before the rest is reranked
     reranked = SearchEngine(index).search(TOPICS[3], 5)  # the index's reranker, at its weight 0
     first = SearchEngine(index, rerank=False).search(TOPICS[3], 5)
     assert [h.id for h in reranked] == [h.id for h in first]

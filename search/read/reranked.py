@@ -72,7 +72,10 @@ class RerankOptions:
         """These options if they go together at cutoff ``k``, else one line; ``default``: the
         index may name the reranker (a depth alone is then its depth)."""
         if self.off and (self.model or self.depth is not None):
-            raise BadInput("--no-rerank takes no --rerank or --rerank-depth")
+            named = [
+                flag for flag, value in (("--rerank", self.model), ("--rerank-depth", self.depth)) if value
+            ]
+            raise BadInput(f"--no-rerank takes no {' or '.join(named)}")
         if self.depth is not None and self.model is None and not default:
             raise BadInput("--rerank-depth needs --rerank MODEL")
         if self.depth is not None and self.depth < k:
