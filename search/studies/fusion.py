@@ -89,12 +89,13 @@ def fit_fusion(
         part = replace(plan, request=replace(plan.request, queries=tuple(texts[begin:end])))
         found += snapshot.run(part, vectors[begin:end])
         if begin == 0 and end < len(texts):
-            rate = len(remembered.scores) / max(time.perf_counter() - start, 1e-9)
-            left = (len(texts) - end) * reranking.depth / rate
-            if left > TOLD_AFTER:
+            scored = len(remembered.scores)  # distinct pairs: entries may share a text
+            rate = scored / max(time.perf_counter() - start, 1e-9)
+            pairs = round(scored / end * (len(texts) - end))
+            if pairs / rate > TOLD_AFTER:
                 report(
-                    f"reranking about {(len(texts) - end) * reranking.depth} more pairs at "
-                    f"{rate:.0f} pairs/s: about {left / 60:.1f} minutes"
+                    f"reranking about {pairs} more pairs at {rate:.0f} pairs/s: "
+                    f"about {pairs / rate / 60:.1f} minutes"
                 )
     fitted = judged(questions, qrels, found)
     for line in fitted.lines():
