@@ -62,7 +62,7 @@ _SOURCES = {
     "rerank": "search.read.reranking:rerank",
     "reranker_for": "indexer.encoders.rerankers:reranker_for",
     "find_duplicates": "search.read.duplicates:find_duplicates",
-    "calibrate": "search.studies.calibration:calibrate_index",
+    "calibrate": "search.studies.calibrate:calibrate_index",
     "encode": "search.read.encoding:encode",
     "Encoding": "search.read.encoding:Encoding",
     "export_encoder": "indexer.writing.export:export_encoder",

@@ -18,14 +18,13 @@ from indexer.writing.update import add_to_index
 from search.read.confidence import FEATURES, Neighbourhood, Rule, stored_rules
 from search.read.engine import SearchEngine
 from search.studies.abstention import evaluate_abstention
+from search.studies.calibrate import calibrate_index, remove_calibration
 from search.studies.calibration import (
     Observation,
-    calibrate_index,
     choose_rule,
     fit_rule,
     observe,
     paraphrase,
-    remove_calibration,
     self_observations,
     threads,
 )

@@ -180,7 +180,7 @@ def test_one_option_name_means_one_thing_in_every_command():
     ],
 )
 def test_the_old_spelling_of_min_precision_still_reaches_the_rule_with_a_note(given, precision, noted):
-    from search.cli.options import rule_options
+    from search.cli.rules import rule_options
 
     @click.command()
     @rule_options

@@ -31,7 +31,7 @@ from search.read.hybrid import (
     fused,
     match_expression,
 )
-from search.studies.calibration import store_hybrid_weight
+from search.studies.calibrate import store_hybrid_weight
 from search.studies.evaluate import evaluate_retrieval, read_retrieval_set
 from search.studies.sweep import retrieval_sweep
 from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, keyword_shares, run, write_csv

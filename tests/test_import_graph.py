@@ -111,12 +111,12 @@ write (the writer lock with them: only a writer takes it)."""
 def test_the_read_path_writes_nothing():
     """``search/read`` opens and reads versions, never writes one, so a search never changes an
     index nor waits on its writer lock: a setting stored for it (a rule, the hybrid weight) is
-    written above it (``search.studies.calibration``). The writers themselves are a floor it
+    written above it (``search.studies.calibrate``). The writers themselves are a floor it
     never reaches (``FLOORS``)."""
     paths = sorted((ROOT / "search" / "read").rglob("*.py"))
     assert len(paths) > 5
     assert [hit for p in paths for hit in heavy_imports(p, STORE_WRITERS)] == []
-    assert heavy_imports(ROOT / "search" / "studies" / "calibration.py", STORE_WRITERS)  # the scan sees them
+    assert heavy_imports(ROOT / "search" / "studies" / "calibrate.py", STORE_WRITERS)  # the scan sees them
 
 
 FLOORS: list[dict[str, tuple[str, ...]]] = [

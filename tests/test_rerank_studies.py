@@ -16,10 +16,10 @@ from indexer import Strategy, build_index
 from indexer.embedding.cross_folder import CrossFolder, read_cross_folder
 from indexer.store import open_index
 from search.read.confidence import FEATURES, Neighbourhood, rule_key, score_kind, stored_rules
-from search.read.engine import RERANKER_KEY, SearchEngine
-from search.read.reranked import Reranking
+from search.read.engine import SearchEngine
+from search.read.reranked import RERANKER_KEY, Reranking, RerankOptions
 from search.studies.abstention import evaluate_abstention
-from search.studies.calibration import calibrate_index, remove_calibration
+from search.studies.calibrate import calibrate_index, remove_calibration
 from search.studies.evaluate import (
     evaluate_retrieval,
     evaluate_sts_reranked,
@@ -139,7 +139,7 @@ def test_sts_rerank_takes_no_strategy_and_depth_needs_a_reranker(tmp_path, cross
 def test_retrieval_is_measured_through_the_searchs_rerank_stage(faq, cross):
     index, _, queries, qrels = faq
     data = read_retrieval_set(queries, qrels)
-    report = evaluate_retrieval(data, index_dir=index, rerank=cross, rerank_depth=12)
+    report = evaluate_retrieval(data, index_dir=index, rerank=RerankOptions(cross, 12))
     engine = SearchEngine(index, rerank=cross)
     hits = engine.search_many([q.text for q in data.queries], 10, rerank_depth=12)
     searched = retrieval_metrics(
@@ -156,13 +156,18 @@ def test_a_rule_on_a_rerankers_logits_is_stored_under_its_score_and_squashes_the
     data = read_retrieval_set(queries, qrels)
     first = calibrate_index(index, data.queries, data.qrels)
     folder = read_cross_folder(cross)
-    rule = calibrate_index(index, data.queries, data.qrels, reranking=Reranking(Overlap(folder), 20))
+    alone = Reranking(Overlap(folder), 20, weight=1.0)  # a weight given is kept, not fitted
+    rule = calibrate_index(index, data.queries, data.qrels, reranking=alone)
     kind = score_kind(folder.fingerprint)
     meta = open_index(index).meta
     stored = stored_rules(meta["calibration"])
     assert stored == {"hybrid": first, rule_key("hybrid", kind): rule}  # side by side, each its key
     assert rule.score == kind and rule.precision >= 0.95
-    assert meta[RERANKER_KEY] == {"path": folder.path, "fingerprint": folder.fingerprint}
+    assert meta[RERANKER_KEY] == {
+        "path": folder.path,
+        "fingerprint": folder.fingerprint,
+        "weight": 1.0,
+    }
     # the rule maps the reranker's raw logits to a probability, rising with the logit (Platt)
     groups = [str(i) for i in range(12)]
     confidence = [
@@ -176,6 +181,62 @@ def test_a_rule_on_a_rerankers_logits_is_stored_under_its_score_and_squashes_the
     assert 0 < confidence[0] < confidence[1] < confidence[2] < 1
     row = np.zeros((1, len(FEATURES)))
     assert rule.confidence(row)[0] != first.confidence(row)[0]  # two rules, two scores
+
+
+class Contrary(Overlap):
+    """A reranker that ranks the right answer last: worse than any first stage."""
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        return -super().score_pairs(pairs)
+
+
+class Counted(Overlap):
+    """``Overlap`` noting every batch of pairs it is asked to score."""
+
+    def __init__(self, folder: CrossFolder):
+        super().__init__(folder)
+        self.batches: list[list[tuple[str, str]]] = []
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        self.batches.append(list(pairs))
+        return super().score_pairs(pairs)
+
+
+def test_a_reranker_that_does_not_help_is_fused_at_weight_0_so_the_search_keeps_the_first_stage(
+    faq, cross, monkeypatch
+):
+    from search.studies import fusion
+
+    monkeypatch.setattr(fusion, "TOLD_AFTER", 0.0)  # every set is large: its time is said first
+    index, _, queries, qrels = faq
+    data = read_retrieval_set(queries, qrels)
+    folder = read_cross_folder(cross)
+    told: list[str] = []
+    calibrate_index(
+        index, data.queries, data.qrels, reranking=Reranking(Contrary(folder), 20), report=told.append
+    )
+    assert open_index(index).meta[RERANKER_KEY]["weight"] == 0.0
+    assert any("does not surely beat the first stage" in line for line in told)
+    assert "more pairs at" in told[0] and "minutes" in told[0]  # said before the rest is reranked
+    reranked = SearchEngine(index).search(TOPICS[3], 5)  # the index's reranker, at its weight 0
+    first = SearchEngine(index, rerank=False).search(TOPICS[3], 5)
+    assert [h.id for h in reranked] == [h.id for h in first]
+    assert all(h.score == h.first_score for h in reranked)
+
+
+def test_a_batchs_pairs_are_scored_together_each_once(faq, cross):
+    index, *_ = faq
+    counted = Counted(read_cross_folder(cross))
+    engine = SearchEngine(index, rerank=counted)
+    asked = [TOPICS[0], TOPICS[1], TOPICS[0]]
+    found = engine.answer(engine.request(asked, k=3, rerank_depth=10))
+    assert len(counted.batches) == 1  # the whole batch's pairs in one call
+    (pairs,) = counted.batches
+    assert len(pairs) == len(set(pairs))  # the repeated question, and texts two entries share: once
+    assert {q for q, _ in pairs} == {TOPICS[0], TOPICS[1]}
+    assert found[0] == found[2]
+    alone = engine.search(TOPICS[1], 3)  # a batch of one ranks as in the batch
+    assert [h.id for h in alone] == [h.id for h in found[1]] and alone == found[1]
 
 
 def test_a_first_stage_rule_never_marks_reranked_hits(faq, cross):
@@ -221,18 +282,18 @@ def test_a_sweep_reranks_its_best_cell_through_the_search(faq, cross, tiny_model
     _, corpus, queries, qrels = faq
     data = read_retrieval_set(queries, qrels)
     base = Strategy(model=tiny_model)
-    found = sweep.retrieval_sweep(data, corpus, base, poolings=("mean",), rerank=cross, rerank_depth=12)
+    found = sweep.retrieval_sweep(data, corpus, base, poolings=("mean",), rerank=RerankOptions(cross, 12))
     best = found.cells[0].strategy
-    alone = evaluate_retrieval(data, corpus=corpus, strategy=best, rerank=cross, rerank_depth=12)
+    alone = evaluate_retrieval(data, corpus=corpus, strategy=best, rerank=RerankOptions(cross, 12))
     assert found.reranked == alone and found.reranked["mode"] == "hybrid reranked"
     monkeypatch.setattr(sweep, "_embed_grid", lambda *a, **k: pytest.fail("embedded before the check"))
     with pytest.raises(BadInput, match="rerank depth must be at least k"):
-        sweep.retrieval_sweep(data, corpus, base, rerank=cross, rerank_depth=5)
+        sweep.retrieval_sweep(data, corpus, base, rerank=RerankOptions(cross, 5))
 
 
 def test_calibrate_rerank_says_what_it_stored(faq, cross, monkeypatch):
     from search.cli import cli
-    from search.studies import calibration
+    from search.studies import calibrate
 
     index, _, queries, qrels = faq
     folder = read_cross_folder(cross)
@@ -242,7 +303,7 @@ def test_calibrate_rerank_says_what_it_stored(faq, cross, monkeypatch):
         asked.append((model, depth))
         return Reranking(Overlap(folder), depth or 50)
 
-    monkeypatch.setattr(calibration, "reranking_of", reranking_of)
+    monkeypatch.setattr(calibrate, "reranking_of", reranking_of)
     command = ["calibrate", str(index), "--queries", str(queries), "--qrels", str(qrels)]
     said = CliRunner().invoke(
         cli, [*command, "--rerank", cross, "--rerank-depth", "30", "--min-precision", "0.9"]

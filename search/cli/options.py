@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from click.core import ParameterSource
 
 from indexer.embedding.strategy import (
     ALSO_WEIGHT,
@@ -23,7 +22,7 @@ from indexer.embedding.strategy import (
 from indexer.reading.formats import FORMATS
 from indexer.reading.tsv import QUOTING, QUOTINGS
 from indexer.vectors.factory import KIND, KINDS, STORAGE, STORAGES
-from search.read.hybrid import MAX_RERANK_DEPTH, MODES, RERANK_DEPTH
+from search.read.hybrid import MODES
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -354,87 +353,9 @@ SCORES = (
 """What a hit's score is, said by every option that takes one."""
 
 
-rerank_option = click.option(
-    "--rerank",
-    metavar="MODEL",
-    help="A cross-encoder (a folder as sentence-transformers saves one, or a Hugging Face name) "
-    "that re-orders the first "
-    "stage's best hits; each hit's score is then its score, the first stage's shown beside.",
-)
-rerank_depth_option = click.option(
-    "--rerank-depth",
-    type=click.IntRange(1, MAX_RERANK_DEPTH),
-    metavar="N",
-    help=f"How many of the first stage's best the reranker re-orders, at least k. Default: {RERANK_DEPTH} "
-    "(k if more).",
-)
-no_rerank_option = click.option(
-    "--no-rerank", is_flag=True, help="Do not rerank with the index's default reranker (index --rerank)."
-)
-
-
 def mode_option(help: str) -> Decorator:
     """``--mode``: the search modes, named in one place (``search.read.hybrid.MODES``)."""
     return click.option("--mode", type=click.Choice(MODES), help=help)
-
-
-def _old_precision(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
-    """``--precision X`` as a rule's precision, its former name: said once, then taken as
-    ``--min-precision X`` (``--precision`` names fp16/bf16 in every embedding command)."""
-    if value is None:
-        return
-    click.echo(
-        "note: the promised precision is now --min-precision (--precision names the network's "
-        "fp32/fp16/bf16); the old name will be removed",
-        err=True,
-    )
-    ctx.meta["old_precision"] = value
-    if "precision" in ctx.params and ctx.get_parameter_source("precision") is ParameterSource.DEFAULT:
-        ctx.params["precision"] = value  # --min-precision was already given its default
-
-
-def _min_precision(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    """The old ``--precision`` wins over ``--min-precision``'s default, whichever click reads first."""
-    if ctx.get_parameter_source("precision") is ParameterSource.DEFAULT:
-        return ctx.meta.get("old_precision", value)
-    return value
-
-
-rule_options = stacked(
-    click.option(
-        "--min-precision",
-        "precision",
-        default=0.95,
-        show_default=True,
-        type=float,
-        callback=_min_precision,
-        help="Promised precision of answered hits: the share of them that are right.",
-    ),
-    click.option(
-        "--precision",
-        "old_precision",
-        type=float,
-        hidden=True,
-        expose_value=False,
-        callback=_old_precision,
-        help="The former name of --min-precision.",
-    ),
-    click.option(
-        "--guarantee", type=float, help="Probability that the precision promise holds (default 0.9)."
-    ),
-    click.option(
-        "--unanswerable",
-        type=float,
-        help="Share of asked questions the index has no answer for, assumed by the promise (default 1/3).",
-    ),
-    click.option(
-        "--features",
-        help="Confidence features among score, margin, zscore, gap, text, and in keyword or hybrid mode "
-        "keyword, agree (default: text, the cosine of an entry's own text, or text,gap, or in keyword "
-        "and hybrid mode text,gap,keyword,agree, where it wins on held-out threads of the labels).",
-    ),
-)
-"""The options of a calibrated "no answer" rule, shared by ``calibrate`` and its evaluation."""
 
 
 def also_options(*, weighted: bool = True) -> Decorator:

@@ -18,19 +18,18 @@ from search.cli.options import (
     encoding_option,
     json_option,
     mode_option,
-    no_rerank_option,
     progress_options,
-    rerank_depth_option,
-    rerank_option,
     strategy_from,
     strategy_options,
     strategy_options_for,
 )
 from search.cli.printing import count, note_delimiter, print_hits, print_info, short
+from search.cli.reranking import rerank_options
 
 if TYPE_CHECKING:
     from indexer.encoders.options import EmbeddingOptions
     from indexer.reading.corpus import CorpusOptions
+    from search.read.reranked import RerankOptions
 
 
 @click.command("query")
@@ -59,9 +58,7 @@ if TYPE_CHECKING:
     "dense (vectors), keyword (BM25) or hybrid (both fused; docs/hybrid.md). Default: hybrid (dense where "
     "the index has no keyword table), unless the index is calibrated only for other modes: then one of those."
 )
-@rerank_option
-@rerank_depth_option
-@no_rerank_option
+@rerank_options(off=True)
 def query_command(
     index_dir: Path,
     question: str | None,
@@ -74,9 +71,7 @@ def query_command(
     encoding: str,
     group_by: str | None,
     mode: str | None,
-    rerank: str | None,
-    rerank_depth: int | None,
-    no_rerank: bool,
+    rerank: RerankOptions,
 ) -> None:
     """Search INDEX_DIR for QUESTION (or for every query in --queries), with the strategy it was
     built with; reranked by --rerank MODEL, or by the index's default reranker unless --no-rerank.
@@ -91,14 +86,10 @@ def query_command(
 
     if (question is None) == (queries_file is None):
         raise click.UsageError("give a QUESTION or --queries FILE (one of them)")
-    if no_rerank and (rerank or rerank_depth):
-        raise click.UsageError("--no-rerank takes no --rerank or --rerank-depth")
-    if rerank_depth is not None and rerank_depth < k:
-        raise click.UsageError(f"--rerank-depth {rerank_depth} is under -k {k}: it must be k or more")
     queries = read_queries(queries_file, encoding) if queries_file else [Query("1", question)]
     check_queries([q.text for q in queries])
     configure_threads()
-    engine = SearchEngine(index_dir, options=options, rerank=False if no_rerank else rerank or True)
+    engine = SearchEngine(index_dir, options=options, rerank=rerank.engine)
     request = engine.request(
         [q.text for q in queries],
         k=k,
@@ -106,7 +97,7 @@ def query_command(
         min_score=min_score,
         group_by=group_by,
         mode=mode,
-        rerank_depth=rerank_depth,
+        rerank_depth=rerank.depth,
     )
     results = engine.answer(request)
     keyword_notes = engine.keyword_notes([q.text for q in queries], mode)

@@ -10,10 +10,12 @@ import click
 
 from indexer.errors import BadInput
 from search.cli.embedding import embedding_options
-from search.cli.options import no_rerank_option, rerank_option, strategy_from, strategy_options
+from search.cli.options import strategy_from, strategy_options
+from search.cli.reranking import rerank_options
 
 if TYPE_CHECKING:
     from indexer.encoders.options import EmbeddingOptions
+    from search.read.reranked import RerankOptions
 
 
 def _name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -87,8 +89,7 @@ def _name(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
     help="The reranker's name in /v1/models, /info and rerank answers, as --served-model-name "
     "(default: its folder's name or path).",
 )
-@rerank_option
-@no_rerank_option
+@rerank_options(depth=False, off=True)
 @embedding_options("provider", "device", "code", serving=True)
 @strategy_options
 def serve_command(
@@ -104,8 +105,7 @@ def serve_command(
     forwarded_allow_ips: str | None,
     served_model_name: str | None,
     served_reranker_name: str | None,
-    rerank: str | None,
-    no_rerank: bool,
+    rerank: RerankOptions,
     options: EmbeddingOptions,
     asked: dict[str, Any],
 ) -> None:
@@ -130,15 +130,12 @@ def serve_command(
         raise click.UsageError(
             "give INDEX_DIR to search it, or --model (and strategy options) to serve vectors"
         )
-    if no_rerank and rerank:
-        raise click.UsageError("--no-rerank takes no --rerank")
     # the engine (or encoder) imports and loads while the web stack imports
     # a GPU asked for and missing: said before the server starts
     options.checked()
-    reranking = False if no_rerank else rerank or True
-    loading = load_engine(index_dir, options, reranking) if index_dir is not None else None
+    loading = load_engine(index_dir, options, rerank.engine) if index_dir is not None else None
     encoding = load_encoding(strategy_from(asked), options) if index_dir is None else None
-    scoring = load_reranker(rerank, options) if index_dir is None and rerank else None
+    scoring = load_reranker(rerank.model, options) if index_dir is None and rerank.model else None
     try:
         from search.server import create_app, listen, serve
         from search.server.names import ServedNames

@@ -21,10 +21,7 @@ from search.cli.options import (
     mode_option,
     pair_options,
     progress_options,
-    rerank_depth_option,
-    rerank_option,
     retrieval_options,
-    rule_options,
     split,
     stacked,
     strategy_from,
@@ -33,9 +30,12 @@ from search.cli.options import (
     text_field_option,
 )
 from search.cli.printing import echo_pair_rejections, echo_scores, report_modes, report_sweep
+from search.cli.reranking import rerank_options
+from search.cli.rules import rule_options
 
 if TYPE_CHECKING:
     from indexer.encoders.options import EmbeddingOptions
+    from search.read.reranked import RerankOptions
 
 
 @click.group("evaluate")
@@ -97,8 +97,7 @@ def evaluate_sts_command(
     "--index", "index_dir", type=click.Path(path_type=Path), help="Use this index instead of building one."
 )
 @json_option("the metrics and the strategy")
-@rerank_option
-@rerank_depth_option
+@rerank_options()
 @also_options()
 @strategy_options
 @embedding_options("device", "code")
@@ -112,8 +111,7 @@ def evaluate_retrieval_command(
     encoding: str,
     index_dir: Path | None,
     as_json: bool,
-    rerank: str | None,
-    rerank_depth: int | None,
+    rerank: RerankOptions,
     also: Any,
     asked: dict[str, Any],
     options: EmbeddingOptions,
@@ -132,7 +130,6 @@ def evaluate_retrieval_command(
         raise click.UsageError("give --corpus (to build an index) or --index (one of them)")
     if index_dir is not None and (asked or also):
         raise click.UsageError("--index is queried with its stored strategy: drop the strategy options")
-    check_depth(rerank, rerank_depth, k)
     data = read_retrieval_set(queries_file, qrels, encoding)
     fields = split(text_field)
     scores = evaluate_retrieval(
@@ -147,17 +144,8 @@ def evaluate_retrieval_command(
         options=options,
         encoding=encoding,
         rerank=rerank,
-        rerank_depth=rerank_depth,
     )
     echo_scores(scores, as_json)
-
-
-def check_depth(rerank: str | None, depth: int | None, k: int) -> None:
-    """--rerank-depth needs --rerank, and reranks at least the -k hits measured."""
-    if depth is not None and rerank is None:
-        raise click.UsageError("--rerank-depth needs --rerank MODEL")
-    if depth is not None and depth < k:
-        raise click.UsageError(f"--rerank-depth {depth} is under -k {k}: it must be k or more")
 
 
 @evaluate_group.command("abstention")
@@ -174,8 +162,7 @@ def check_depth(rerank: str | None, depth: int | None, k: int) -> None:
 @rule_options
 @mode_option("The search mode the rules answer in (default: hybrid).")
 @json_option("the scores of each rule")
-@rerank_option
-@rerank_depth_option
+@rerank_options()
 @also_options()
 @strategy_options
 @encoding_option
@@ -194,8 +181,7 @@ def evaluate_abstention_command(
     features: str | None,
     mode: str | None,
     as_json: bool,
-    rerank: str | None,
-    rerank_depth: int | None,
+    rerank: RerankOptions,
     also: Any,
     asked: dict[str, Any],
     encoding: str,
@@ -212,10 +198,8 @@ def evaluate_abstention_command(
         semsearch evaluate abstention --corpus faq.csv --queries questions.jsonl --qrels qrels.tsv
     """
     from search.studies.abstention import evaluate_abstention
-    from search.studies.calibration import reranking_of
     from search.studies.evaluate import read_retrieval_set
 
-    check_depth(rerank, rerank_depth, 1)
     report = evaluate_abstention(
         corpus,
         read_retrieval_set(queries_file, qrels, encoding=encoding),
@@ -231,7 +215,7 @@ def evaluate_abstention_command(
         also=also,
         progress=progress,
         encoding=encoding,
-        reranking=reranking_of(rerank, rerank_depth) if rerank else None,
+        reranking=rerank.stage(),
     )
     shown = report.to_dict()
     if as_json:
@@ -335,8 +319,7 @@ def sweep_sts_command(
     "--metric", help="Metric to rank by: mrr@K (default), ndcg@K, recall@1, recall@K, success@1, success@3."
 )
 @sweep_options
-@rerank_option
-@rerank_depth_option
+@rerank_options()
 @embedding_options("device", "code")
 @progress_options
 def sweep_retrieval_command(
@@ -353,8 +336,7 @@ def sweep_retrieval_command(
     csv_path: Path | None,
     heatmap: Path | None,
     top: int,
-    rerank: str | None,
-    rerank_depth: int | None,
+    rerank: RerankOptions,
     options: EmbeddingOptions,
     progress: bool,
 ) -> None:
@@ -370,7 +352,6 @@ def sweep_retrieval_command(
 
     if corpus is None:
         raise click.UsageError("give --corpus")
-    check_depth(rerank, rerank_depth, k)
     grid = plan(asked, poolings, postprocesses, options)
     data = read_retrieval_set(queries_file, qrels, encoding)
     fields = split(text_field)
@@ -388,7 +369,6 @@ def sweep_retrieval_command(
         options=options,
         encoding=encoding,
         rerank=rerank,
-        rerank_depth=rerank_depth,
     )
     built = f"semsearch index {corpus} -o INDEX --text-field {text_field}"
     report_sweep(sweep.cells, metric, csv_path, heatmap, top, corpus.name, built)

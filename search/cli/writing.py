@@ -21,9 +21,6 @@ from search.cli.options import (
     mode_option,
     output_option,
     progress_options,
-    rerank_depth_option,
-    rerank_option,
-    rule_options,
     split,
     storage_option,
     strategy_from,
@@ -31,10 +28,13 @@ from search.cli.options import (
     wait_option,
 )
 from search.cli.printing import echo_notes, echo_rejections, note_delimiter
+from search.cli.reranking import rerank_options
+from search.cli.rules import rule_options
 
 if TYPE_CHECKING:
     from indexer.encoders.options import EmbeddingOptions
     from indexer.reading.corpus import CorpusOptions
+    from search.read.reranked import RerankOptions
 
 
 @click.command("index")
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 @storage_option
 @wait_option
 @also_options()
-@rerank_option
+@rerank_options(depth=False)
 @strategy_options
 @embedding_options("batch", "ray", "device", "code")
 @progress_options
@@ -65,7 +65,7 @@ def index_command(
     storage: str,
     wait: float,
     also: Any,
-    rerank: str | None,
+    rerank: RerankOptions,
     asked: dict[str, Any],
     options: EmbeddingOptions,
     progress: bool,
@@ -93,7 +93,7 @@ def index_command(
         storage=storage,
         wait=wait,
         also=also,
-        reranker=rerank,
+        reranker=rerank.model,
     )
     note_delimiter(corpus, reading)
     echo_notes(report.notes)
@@ -316,8 +316,7 @@ def _labels_share(rule: Any) -> str | None:
     "index has no keyword table)."
 )
 @json_option("the stored rule's threshold, precision, coverage and features")
-@rerank_option
-@rerank_depth_option
+@rerank_options()
 @wait_option
 @progress_options
 def calibrate_command(
@@ -335,8 +334,7 @@ def calibrate_command(
     features: str | None,
     mode: str | None,
     as_json: bool,
-    rerank: str | None,
-    rerank_depth: int | None,
+    rerank: RerankOptions,
     wait: float,
     progress: bool,
 ) -> None:
@@ -355,39 +353,23 @@ def calibrate_command(
         semsearch calibrate faq-index --queries questions.jsonl --qrels qrels.tsv --min-precision 0.9
     """
     from indexer.writing.update import read_ids
-    from search.studies.calibration import (
-        calibrate_index,
-        remove_calibration,
-        reranker_score,
-        reranking_of,
-        store_hybrid_weight,
-    )
+    from search.studies.calibrate import calibrate_index, reranking_of
     from search.studies.evaluate import read_retrieval_set
 
     if hybrid_weight is not None:
-        if remove or from_corpus or queries_file or qrels or unanswerable_ids or rerank:
+        if remove or from_corpus or queries_file or qrels or unanswerable_ids or rerank.model:
             raise click.UsageError("--hybrid-weight takes no questions, no --remove and no --rerank")
-        stored = store_hybrid_weight(index_dir, hybrid_weight, wait)
-        click.echo(f"hybrid weight {stored:g} stored: hybrid fuses {1 - stored:g} dense + {stored:g} keyword")
-        return
+        return _store_hybrid_weight(index_dir, hybrid_weight, wait)
     if remove:
         if from_corpus or queries_file or qrels or unanswerable_ids:
             raise click.UsageError("--remove takes no questions")
-        score = reranker_score(rerank) if rerank else ""
-        removed = remove_calibration(index_dir, wait, mode, score)
-        which = "calibration" if mode is None else f"calibration for {mode} search"
-        which += f" reranked by {rerank}" if rerank else ""
-        click.echo(f"{which} removed" if removed else f"not calibrated: nothing to remove ({which})")
-        return
+        return _remove_calibration(index_dir, wait, mode, rerank.model)
     if from_corpus == bool(queries_file or qrels) or not from_corpus and not (queries_file and qrels):
         raise click.UsageError("give --queries and --qrels (labelled questions), or --self")
     if unanswerable_ids and from_corpus:
         raise click.UsageError("--unanswerable-ids names labelled questions: give --queries and --qrels")
     data = None if from_corpus else read_retrieval_set(queries_file, qrels, encoding)
     named = read_ids(unanswerable_ids, encoding) if unanswerable_ids else None
-    if rerank_depth is not None and rerank is None:
-        raise click.UsageError("--rerank-depth needs --rerank MODEL")
-    reranking = reranking_of(rerank, rerank_depth) if rerank else None
     rule = calibrate_index(
         index_dir,
         data.queries if data else None,
@@ -400,11 +382,33 @@ def calibrate_command(
         wait=wait,
         progress=progress,
         no_answer=data.without_answer(named) if data else None,
-        reranking=reranking,
+        reranking=reranking_of(rerank.model, rerank.depth) if rerank.model else None,
+        report=lambda line: click.echo(line, err=True),
     )
     if as_json:
         click.echo(json.dumps(rule.to_dict()))
         return
+    _print_rule(rule, data.unjudged(named) if data else None, rerank.model)
+
+
+def _store_hybrid_weight(index_dir: Path, weight: float, wait: float) -> None:
+    from search.studies.calibrate import store_hybrid_weight
+
+    stored = store_hybrid_weight(index_dir, weight, wait)
+    click.echo(f"hybrid weight {stored:g} stored: hybrid fuses {1 - stored:g} dense + {stored:g} keyword")
+
+
+def _remove_calibration(index_dir: Path, wait: float, mode: str | None, rerank: str | None) -> None:
+    from search.studies.calibrate import remove_calibration, reranker_score
+
+    removed = remove_calibration(index_dir, wait, mode, reranker_score(rerank) if rerank else "")
+    which = "calibration" if mode is None else f"calibration for {mode} search"
+    which += f" reranked by {rerank}" if rerank else ""
+    click.echo(f"{which} removed" if removed else f"not calibrated: nothing to remove ({which})")
+
+
+def _print_rule(rule: Any, unjudged: str | None, rerank: str | None) -> None:
+    """What calibrate prints of the rule it stored."""
     click.echo(
         f"promise:    precision >= {rule.target:g} with {rule.guarantee:.0%} confidence, "
         f"if up to {rule.unanswerable:.0%} of the questions asked have no answer in the index"
@@ -422,7 +426,6 @@ def calibrate_command(
     advice = _under_half(rule)
     if advice:
         click.echo(f"under half: {advice}")
-    unjudged = data.unjudged(named) if data else None
     if unjudged:
         click.echo(f"unjudged:   {unjudged}")
     share = _labels_share(rule)

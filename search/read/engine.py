@@ -18,7 +18,8 @@ from indexer.store import StoredIndex, live_version, open_index
 from indexer.vectors import single_threaded
 from search.read.confidence import score_kind, unruled
 from search.read.encoding import Encoding
-from search.read.requests import Again, Embedding, Hit, SearchRequest, check_strategy, here
+from search.read.requests import Embedding, Hit, SearchRequest, check_strategy, here
+from search.read.reranked import RERANKER_KEY, load_reranker
 from search.read.snapshot import Plan, Snapshot
 
 if TYPE_CHECKING:
@@ -30,8 +31,6 @@ R = TypeVar("R")
 
 RETRIES = 3
 """Times a search is redone on a reopened snapshot when updates commit under it."""
-RERANKER_KEY = "reranker"
-"""The meta key of an index's default reranker (``semsearch index --rerank``): {"path", "fingerprint"}."""
 
 
 def configure_threads() -> None:
@@ -116,13 +115,11 @@ class SearchEngine:
 
     def reranker(self, folder: str | Path) -> Reranker:
         """The reranker of ``folder``, loaded once per engine
-        (``indexer.encoders.rerankers.reranker_for`` with the engine's options)."""
+        (``search.read.reranked.load_reranker`` with the engine's options)."""
         key = _folder_key(folder)
         with self.loading_rerankers:
             if key not in self.rerankers:
-                from indexer.encoders.rerankers import reranker_for
-
-                self.rerankers[key] = reranker_for(folder, self.options)
+                self.rerankers[key] = load_reranker(folder, self.options)
             return self.rerankers[key]
 
     def _encoder(self, index: StoredIndex) -> Encoder:
@@ -225,36 +222,31 @@ class SearchEngine:
         embed: Embedding[list[list[Hit]], R] = here,
         reranker: Reranker | None = None,
     ) -> R:
-        """The one query pipeline (the CLI, Python and the server run it), in stages: the plan
-        (``Snapshot.plan``: checks, mode, reranker), the queries embedded in one pass by ``embed``
-        with the snapshot's encoding, then on that snapshot the first stage, the rerank and the
-        confidence (``Snapshot.run``). What ``embed`` returns is the answer (the server's step
-        returns it awaitable). Where an update commits under the snapshot, the lookup is redone
-        on the reopened one (``retrying``), its queries embedded again by ``embed`` where that
-        one embeds them otherwise (``Again``). ``reranker``: what scores the pairs of the request's
-        reranker (its folder's), where not the engine's own: the server's, through its batcher."""
-        first, plan = self.plan(request, reranker)
-        return embed(first.encoding, list(request.queries), self._look_up(first, plan, RETRIES))
+        """The one query pipeline (the CLI, Python and the server run it): the plan
+        (``Snapshot.plan``: checks, mode, rerank stage), the queries embedded in one pass by
+        ``embed`` with the snapshot's encoding, then its phases over the batch (``run``). What
+        ``embed`` returns is the answer (the server's step returns it awaitable). ``reranker``:
+        what scores the pairs of the request's reranker (its folder's), where not the engine's
+        own: the server's, through its batcher."""
+        snapshot, plan = self.plan(request, reranker)
+        queries = list(request.queries)
+        return embed(snapshot.encoding, queries, lambda vectors: self.run(snapshot, plan, vectors))
 
-    def _look_up(self, snapshot: Snapshot, plan: Plan, tries: int) -> Callable[[np.ndarray], Any]:
-        """``then`` of the embedding step: ``plan`` run on ``snapshot`` with the vectors, on a
-        reopened one (at most ``tries`` times) when an update committed under it: with the same
-        vectors where it embeds alike, else ``Again`` with its encoding."""
-
-        def then(vectors: np.ndarray) -> list[list[Hit]] | Again:
-            current = snapshot
-            for left in range(tries, 0, -1):
-                try:
-                    return current.run(plan, vectors)
-                except IndexMoved:
-                    self.reload_if_changed()
-                    fresh = self.snapshot
-                    if not _embeds_alike(fresh.encoding, current.encoding):
-                        return Again(fresh.encoding, self._look_up(fresh, plan, left - 1))
-                    current = fresh
-            return current.run(plan, vectors)
-
-        return then
+    def run(self, snapshot: Snapshot, plan: Plan, vectors: np.ndarray) -> list[list[Hit]]:
+        """``plan`` run on ``snapshot`` with its queries' ``vectors`` (``Snapshot.run``); where an
+        update commits under it, on the reopened one, a few times: with the same vectors where it
+        embeds alike, else with the queries embedded again by its encoding (a new strategy or
+        transform under a running search: rare, so done here rather than by the embedding step)."""
+        for _ in range(RETRIES):
+            try:
+                return snapshot.run(plan, vectors)
+            except IndexMoved:
+                self.reload_if_changed()
+                fresh = self.snapshot
+                if not _embeds_alike(fresh.encoding, snapshot.encoding):
+                    vectors = fresh.encoding.embed(list(plan.queries))
+                snapshot = fresh
+        return snapshot.run(plan, vectors)
 
     def retrying(self, work: Callable[[Snapshot], T], snapshot: Snapshot | None = None) -> T:
         """``work`` on ``snapshot`` (default the current one), redone on a reopened one when an

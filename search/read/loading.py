@@ -41,7 +41,7 @@ def _open(
 
 
 def load_reranker(folder: str | Path, options: EmbeddingOptions | None = None) -> Future[Reranker]:
-    """The reranker of ``folder`` (``indexer.encoders.rerankers.reranker_for``) for a server with
+    """The reranker of ``folder`` (``search.read.reranked.load_reranker``) for a server with
     no index, loading in a thread of its own."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
     loading = pool.submit(_reranker, folder, options)
@@ -51,9 +51,9 @@ def load_reranker(folder: str | Path, options: EmbeddingOptions | None = None) -
 
 def _reranker(folder: str | Path, options: EmbeddingOptions | None) -> Reranker:
     from indexer.encoders.options import given
-    from indexer.encoders.rerankers import reranker_for
+    from search.read.reranked import load_reranker
 
-    return reranker_for(folder, given(options).for_serving())
+    return load_reranker(folder, given(options).for_serving())
 
 
 def load_encoding(strategy: Strategy, options: EmbeddingOptions | None = None) -> Future[Encoding]:

@@ -16,29 +16,18 @@ from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput, StrategyConflict
 from indexer.reading.corpus import blank
 from search.read.encoding import Encoding, Roles
-from search.read.hybrid import MAX_RERANK_DEPTH, RERANK_DEPTH
+from search.read.hybrid import MAX_RERANK_DEPTH
 from search.read.queries import check_text
+from search.read.reranked import rerank_depth
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 Embedding = Callable[[Encoding, list[str], Callable[[np.ndarray], T], Roles], R]
 """The embedding step of a search: ``step(encoding, texts, then, roles)`` gives ``then(vectors)``,
-the vectors being ``encoding.embed(texts, role=roles)`` (a search's texts are queries); where
-``then`` answers ``Again``, the step embeds the texts again with its encoding and hands them to
-its ``then`` (``again``). ``here`` runs it in the caller's thread (the CLI, Python); the server's
-is its micro-batcher (``search.server.batching.MicroBatcher.run``)."""
-
-
-@dataclass(frozen=True)
-class Again:
-    """What a search's ``then`` answers where the snapshot its vectors were meant for moved under
-    it and the new one embeds its queries otherwise (a new strategy or transform): the embedding
-    step embeds the same texts with ``encoding`` and hands the vectors to ``then``, so the model
-    work stays the step's (the server's model thread), never the lookup's."""
-
-    encoding: Encoding
-    then: Callable[[np.ndarray], Any]
+the vectors being ``encoding.embed(texts, role=roles)`` (a search's texts are queries). ``here``
+runs it in the caller's thread (the CLI, Python); the server's is its micro-batcher
+(``search.server.batching.MicroBatcher.run``)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +98,7 @@ class SearchRequest:
     def depth(self) -> int:
         """The first stage's entries a reranker re-orders: ``rerank_depth``, else ``RERANK_DEPTH``
         (at least k)."""
-        return max(self.k, RERANK_DEPTH) if self.rerank_depth is None else self.rerank_depth
+        return rerank_depth(self.k, self.rerank_depth)
 
     def checked(self) -> SearchRequest:
         """This request if it can be searched, else one line: its queries, k, the depth (at

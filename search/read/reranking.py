@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from indexer.encoders.options import EmbeddingOptions
-from indexer.encoders.rerankers import Reranker, reranker_for
+from indexer.encoders.rerankers import Reranker
 from search.read.requests import Hit
+from search.read.reranked import load_reranker
 from search.read.similar import rankable
 
 __all__ = ["rankable", "ranked", "rerank", "rerank_texts"]
@@ -52,8 +53,8 @@ def rerank(
     runtime: str | None = None,
 ) -> list[Hit]:
     """``rerank_texts`` with the reranker at ``model`` (a folder as sentence-transformers saves a
-    ``CrossEncoder``, or a reranker ``reranker_for`` made: kept across calls, its graph and session
+    ``CrossEncoder``, or a reranker ``load_reranker`` made: kept across calls, its graph and session
     load once); ``options``: where it runs; ``runtime``: ``onnx`` or ``torch`` (None: the factory's
     choice)."""
-    reranker = reranker_for(model, options, runtime=runtime) if isinstance(model, str | Path) else model
+    reranker = load_reranker(model, options, runtime) if isinstance(model, str | Path) else model
     return rerank_texts(question, texts, reranker, k)

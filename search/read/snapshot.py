@@ -46,7 +46,7 @@ from search.read.hybrid import (
 )
 from search.read.lookup import Lookup
 from search.read.requests import Allowed, Hit, SearchRequest, check_queries
-from search.read.reranked import Reranking
+from search.read.reranked import Reranking, index_weight, load_reranker, rerank_depth
 
 if TYPE_CHECKING:
     from indexer.encoders.rerankers import Reranker
@@ -55,11 +55,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Plan:
     """One search request, resolved once (``Snapshot.plan``): the request, the mode
-    (``search.read.hybrid.MODES``) it runs in and its reranker (loaded, or None)."""
+    (``search.read.hybrid.MODES``) it runs in and its rerank stage (its reranker loaded, or None)."""
 
     request: SearchRequest
     mode: str
-    reranker: Reranker | None = field(default=None, compare=False)
+    reranking: Reranking | None = field(default=None, compare=False)
+
+    @property
+    def reranker(self) -> Reranker | None:
+        return None if self.reranking is None else self.reranking.reranker
 
     @property
     def queries(self) -> tuple[str, ...]:
@@ -91,11 +95,6 @@ class Plan:
     def key(self) -> str:
         """The key of the no-answer rule that marks its hits (``search.read.confidence.rule_key``)."""
         return rule_key(self.mode, self.score)
-
-    @property
-    def reranking(self) -> Reranking | None:
-        """Its rerank stage (``search.read.lookup``), or None."""
-        return None if self.reranker is None else Reranking(self.reranker, self.request.depth)
 
 
 @dataclass(frozen=True)
@@ -170,9 +169,9 @@ class Snapshot:
         """One search request checked and its mode resolved (``mode``), before anything is
         embedded: ``asked`` a ``SearchRequest``, or its queries with ``k`` and its other fields
         as keywords. A request naming a reranker (``rerank``) runs with ``reranker`` where given
-        (the engine's, loaded once), else one loaded here
-        (``indexer.encoders.rerankers.reranker_for``). ``fitting``: the questions a no-answer rule
-        is fitted on (``search.studies.calibration``)."""
+        (the engine's, loaded once), else one loaded here (``search.read.reranked.load_reranker``),
+        fused at the weight this index fitted for it (``index_weight``) or its folder's.
+        ``fitting``: the questions a no-answer rule is fitted on (``search.studies.calibration``)."""
         if isinstance(asked, SearchRequest):
             request = (
                 asked if k is None and not fields else replace(asked, **fields, k=asked.k if k is None else k)
@@ -180,15 +179,14 @@ class Snapshot:
         else:
             request = SearchRequest(tuple(asked), 10 if k is None else k, **fields)
         request.checked()
-        if request.rerank is not None and reranker is None:
-            from indexer.encoders.rerankers import reranker_for
-
-            reranker = reranker_for(request.rerank)
-        elif request.rerank is None:
-            reranker = None
-        check_min_score(request.min_score, reranked=reranker is not None)
-        score = score_kind(None if reranker is None else reranker.folder.fingerprint)
-        return Plan(request, self.mode(request.mode, fitting=fitting, score=score), reranker)
+        reranking = None
+        if request.rerank is not None:
+            reranker = reranker or load_reranker(request.rerank)
+            weight = index_weight(self.meta, reranker.folder.fingerprint)
+            reranking = Reranking(reranker, rerank_depth(request.k, request.rerank_depth), weight)
+        check_min_score(request.min_score, reranked=reranking is not None)
+        score = score_kind(None if reranking is None else reranking.reranker.folder.fingerprint)
+        return Plan(request, self.mode(request.mode, fitting=fitting, score=score), reranking)
 
     def run(self, plan: Plan, vectors: np.ndarray) -> list[list[Hit]]:
         """``plan`` on this version, its queries embedded as ``vectors``: among the entries its

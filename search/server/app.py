@@ -18,7 +18,6 @@ from fastapi import Query as QueryParam
 from indexer.errors import BadInput
 from search.read.engine import SearchEngine, configure_threads
 from search.read.loading import load_engine
-from search.read.requests import Again
 from search.read.requests import SearchRequest as Asked
 from search.read.similar import rank_similar
 from search.read.snapshot import Snapshot
@@ -88,11 +87,7 @@ def through(batcher: MicroBatcher, answer: Callable[[Any], Any], waits: bool = F
     ``waits``: the lookup scores rerank pairs through the batcher (``MicroBatcher.run``)."""
 
     def shaped(then: Callable[[np.ndarray], Any]) -> Callable[[np.ndarray], Any]:
-        def after(vectors: np.ndarray) -> Any:
-            found = then(vectors)  # ``Again``: embedded again by the batcher, then shaped
-            return Again(found.encoding, shaped(found.then)) if isinstance(found, Again) else answer(found)
-
-        return after
+        return lambda vectors: answer(then(vectors))
 
     def step(
         encoding: Encoding, texts: list[str], then: Callable[[np.ndarray], Any], roles: Roles = "query"

@@ -14,13 +14,13 @@ import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from indexer.errors import BadInput
 from indexer.vectors import single_threaded
-from search.read.requests import Again
 
 if TYPE_CHECKING:  # queries are embedded without torch (indexer.encoders.onnx_encoder)
     from indexer.encoders.base import NetworkEncoder
@@ -104,7 +104,15 @@ class Batched:
         self.folder = pairs.reranker.folder
 
     def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
-        ids = self.pairs.tokenize(question, texts)
+        return self.score_pairs([(question, text) for text in texts])
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Each (question, text) pair's score: a search's whole batch of pairs in one job."""
+        ids = [
+            tokens
+            for question, asked in groupby(pairs, key=lambda pair: pair[0])
+            for tokens in self.pairs.tokenize(question, [text for _, text in asked])
+        ]
         scoring = self.batcher.run_tokens(self.pairs, ids, None)
         return asyncio.run_coroutine_threadsafe(scoring, self.loop).result()
 
@@ -218,15 +226,10 @@ class MicroBatcher:
         waits: bool = False,
     ) -> Any:
         """``after(encoding.embed(texts, role=role))`` computed off the event loop (the vectors if
-        ``after`` is None): ``tokenize``, then ``run_tokens``. Where ``after`` answers ``Again``
-        (``search.read.requests``: its snapshot moved), the texts are embedded again, here, with
-        its encoding. ``waits``: ``after`` may wait on this batcher (``_Job.waits``)."""
+        ``after`` is None): ``tokenize``, then ``run_tokens``. ``waits``: ``after`` may wait on
+        this batcher (``_Job.waits``)."""
         ids = await self.tokenize(encoding, texts, role)
-        answer = await self.run_tokens(encoding, ids, after, waits)
-        while isinstance(answer, Again):
-            again = await self.tokenize(answer.encoding, texts, role)
-            answer = await self.run_tokens(answer.encoding, again, answer.then, waits)
-        return answer
+        return await self.run_tokens(encoding, ids, after, waits)
 
     async def run_tokens(
         self,

@@ -184,27 +184,19 @@ def evaluate_abstention(
     ``precision``), precision and coverage (mean, worst), AUROC (answerable vs not).
 
     One index of the whole corpus is built and searched once; a removed thread is left out of
-    each question's neighbourhood (``Neighbourhood.first``), which is what searching an index
-    without it finds (exact search; a post-processing would be fitted with it). ``reranking``:
-    every rule is fitted and tested on the reranker's scores of the reranked candidates
-    (``calibration.fitting_plan``), the score a reranked search is marked on."""
-    import random
-
+    each question's neighbourhood (``Neighbourhood.first``): what searching an index without it
+    finds. ``reranking``: every rule fitted and tested on the reranked scores."""
     from search.read.confidence import NEIGHBOURS
     from search.studies.calibration import (
         LEARNED,
-        PLAIN,
         check_features,
         check_precision,
-        choose_rule,
         embedded,
-        fit_rule,
         fitting_plan,
         neighbourhoods_of,
-        observe,
         threads,
     )
-    from search.studies.promise import GUARANTEE, UNANSWERABLE, auroc, check_share, measure
+    from search.studies.promise import GUARANTEE, UNANSWERABLE, check_share
 
     if not 0 < holdout < 1:
         raise BadInput(f"holdout must be a fraction in (0, 1), not {holdout}")
@@ -221,11 +213,7 @@ def evaluate_abstention(
         raise BadInput(f"{len(found)} threads with questions: need at least 4 to hold some out")
     half = len(found) // 2
     removed_count = min(max(1, round(holdout * (len(found) - half))), len(found) - half - 1)
-    splits = []
-    for seed in seeds:
-        order = list(found)
-        random.Random(seed).shuffle(order)
-        splits.append((order[:half], order[half:], order[half : half + removed_count]))
+    splits = _splits(found, seeds, half, removed_count)
     questions = [q for q in data.queries if q.id in set().union(*(t[0] for t in found))]
     built = {"text_fields": text_fields, "id_field": "id", "also": also}
     with opened(None, corpus, strategy, progress=progress, encoding=encoding, **built) as snapshot:
@@ -244,57 +232,95 @@ def evaluate_abstention(
         described_index = described(snapshot)
     learned = tuple(features) if features else LEARNED
     per_seed = []
-    for seed, (calibrating, testing, removed) in zip(seeds, splits, strict=True):
-        rows = {indexed[d] for t in removed for d in t[1] if d in indexed}
-        calibration_ids = sorted(set().union(*(t[0] for t in calibrating)) & asked)
-        test_ids = sorted(set().union(*(t[0] for t in testing)) & asked)
-        calibration = observe(
-            calibration_ids, [near[q] for q in calibration_ids], ids, data.qrels, indexed, rows
+    for seed, split in zip(seeds, splits, strict=True):
+        calibration, test = _halves(split, near, ids, data.qrels, indexed, asked)
+        per_seed.append(_split(seed, calibration, test, learned, precision, guarantee, unanswerable))
+    target = (precision, guarantee, unanswerable)
+    said = {**described_index, **reranked(plan)}
+    return _report((len(found), half, removed_count), mode, target, learned, per_seed, said)
+
+
+def _splits(
+    found: Sequence[tuple[set[str], set[str]]], seeds: Sequence[int], half: int, removed: int
+) -> list[tuple[list, list, list]]:
+    """Each seed's threads shuffled: the calibration half, the test half and the test threads
+    removed from the index."""
+    import random
+
+    splits = []
+    for seed in seeds:
+        order = list(found)
+        random.Random(seed).shuffle(order)
+        splits.append((order[:half], order[half:], order[half : half + removed]))
+    return splits
+
+
+def _split(
+    seed: int,
+    calibration: Sequence[Any],
+    test: Sequence[Any],
+    learned: tuple[str, ...],
+    precision: float,
+    guarantee: float,
+    unanswerable: float,
+) -> Split:
+    """One seed's split: each rule (``RULES``) fitted on ``calibration`` and measured on ``test``."""
+    from search.studies.calibration import PLAIN, choose_rule, fit_rule
+    from search.studies.promise import auroc, measure
+
+    correct = np.array([o.correct for o in test])
+    answerable = np.array([o.answerable for o in test])
+    scores: dict[str, Scores] = {}
+    chose: str | None = None
+    for name, chosen in zip(RULES, (learned, PLAIN, None), strict=True):
+        try:
+            if chosen is None:
+                rule = choose_rule(calibration, precision, guarantee, unanswerable)
+                chose = ",".join(rule.features)
+            else:
+                rule = fit_rule(calibration, precision, chosen, guarantee, unanswerable)
+        except BadInput:  # no promise possible on this split: nothing is answered
+            scores[name] = REFUSED
+            continue
+        confidence = rule.confidence(np.array([o.features for o in test]))
+        scored = measure(confidence >= rule.threshold, correct, answerable)
+        scores[name] = Scores(
+            scored["precision"], scored["coverage"], auroc(confidence, answerable), refused=False
         )
-        test = [
-            o
-            for o in observe(test_ids, [near[q] for q in test_ids], ids, data.qrels, indexed, rows)
-            if not o.hidden
-        ]
-        correct = np.array([o.correct for o in test])
-        answerable = np.array([o.answerable for o in test])
-        scores: dict[str, Scores] = {}
-        chose: str | None = None
-        for name, chosen in zip(RULES, (learned, PLAIN, None), strict=True):
-            try:
-                if chosen is None:
-                    rule = choose_rule(calibration, precision, guarantee, unanswerable)
-                    chose = ",".join(rule.features)
-                else:
-                    rule = fit_rule(calibration, precision, chosen, guarantee, unanswerable)
-            except BadInput:  # no promise possible on this split: nothing is answered
-                scores[name] = REFUSED
-                continue
-            confidence = rule.confidence(np.array([o.features for o in test]))
-            scored = measure(confidence >= rule.threshold, correct, answerable)
-            scores[name] = Scores(
-                scored["precision"], scored["coverage"], auroc(confidence, answerable), refused=False
-            )
-        per_seed.append(
-            Split(
-                seed,
-                float((~answerable).mean()),
-                rule=scores["rule"],
-                plain=scores["plain"],
-                default=scores["default"],
-                default_chose=chose,
-            )
-        )
+    return Split(
+        seed,
+        float((~answerable).mean()),
+        rule=scores["rule"],
+        plain=scores["plain"],
+        default=scores["default"],
+        default_chose=chose,
+    )
+
+
+def _report(
+    sizes: tuple[int, int, int],
+    mode: str,
+    target: tuple[float, float, float],
+    learned: tuple[str, ...],
+    per_seed: Sequence[Split],
+    described: dict[str, str],
+) -> AbstentionReport:
+    """The report of every split: ``sizes`` (threads, calibration threads, removed threads), the
+    promise asked for (``target``: precision, guarantee, unanswerable share)."""
+    from search.studies.calibration import PLAIN
+
+    threads, half, removed = sizes
+    precision, guarantee, unanswerable = target
     picks = [split.default_chose for split in per_seed]
     summaries = {
         name: Summary.of(",".join(chosen), [getattr(split, name) for split in per_seed], precision)
         for name, chosen in zip(RULES, (learned, PLAIN, ("chosen per split",)), strict=True)
     }
     return AbstentionReport(
-        threads=len(found),
+        threads=threads,
         calibration_threads=half,
-        test_threads=len(found) - half,
-        removed_threads=removed_count,
+        test_threads=threads - half,
+        removed_threads=removed,
         mode=mode,
         target=f"precision >= {precision:g} with {guarantee:.0%} confidence, "
         f"up to {unanswerable:.0%} unanswerable",
@@ -302,6 +328,27 @@ def evaluate_abstention(
         rule=summaries["rule"],
         plain=summaries["plain"],
         default=summaries["default"],
-        described={**described_index, **reranked(plan)},
+        described=described,
         per_seed=tuple(per_seed),
     )
+
+
+def _halves(
+    split: tuple[list, list, list],
+    near: dict[str, Any],
+    ids: dict[int, str],
+    qrels: Any,
+    indexed: dict[str, int],
+    asked: set[str],
+) -> tuple[list[Any], list[Any]]:
+    """One split's calibration questions and its test questions (those with their answers hidden
+    left out), observed with the removed threads' entries out of every neighbourhood."""
+    from search.studies.calibration import observe
+
+    calibrating, testing, removed = split
+    rows = {indexed[d] for t in removed for d in t[1] if d in indexed}
+    calibration_ids = sorted(set().union(*(t[0] for t in calibrating)) & asked)
+    test_ids = sorted(set().union(*(t[0] for t in testing)) & asked)
+    calibration = observe(calibration_ids, [near[q] for q in calibration_ids], ids, qrels, indexed, rows)
+    tested = observe(test_ids, [near[q] for q in test_ids], ids, qrels, indexed, rows)
+    return calibration, [o for o in tested if not o.hidden]

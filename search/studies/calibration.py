@@ -25,15 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
-from pathlib import Path
 
 import numpy as np
 
-from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.progress import Progress, note
-from indexer.store import Change, apply_change, live_meta, writer_lock
 from search.read.components import groups
 from search.read.confidence import (
     FEATURES,
@@ -41,16 +37,12 @@ from search.read.confidence import (
     NEIGHBOURS,
     Neighbourhood,
     Rule,
-    score_kind,
-    stored_form,
-    stored_rules,
 )
-from search.read.engine import RERANKER_KEY, SearchEngine
-from search.read.hybrid import DENSE, HYBRID, RERANK_DEPTH, WEIGHT_KEY, check_weight
+from search.read.hybrid import DENSE, HYBRID
 from search.read.queries import Query
 from search.read.reranked import Reranking
 from search.read.snapshot import Plan, Snapshot
-from search.studies.labels import held, labelled
+from search.studies.labels import held
 from search.studies.promise import (
     GUARANTEE,
     HALF,
@@ -154,22 +146,9 @@ def observe(
     return seen
 
 
-def fit_rule(
-    seen: Sequence[Observation],
-    precision: float = 0.95,
-    features: Sequence[str] | None = None,
-    guarantee: float = GUARANTEE,
-    unanswerable: float = UNANSWERABLE,
-) -> Rule:
-    """The logistic rule on ``features`` and the lowest threshold at which the answered questions
-    reach ``precision`` with probability ``guarantee`` (``guaranteed_threshold``), unanswerable
-    questions weighted to make up the share ``unanswerable``."""
-    from sklearn.linear_model import LogisticRegression
-
-    precision = check_precision(precision)
-    features = check_features(features, HYBRID)  # every feature: the caller checks its mode reads them
-    check_share("the guarantee", guarantee)
-    check_share("the unanswerable share", unanswerable)
+def fittable(seen: Sequence[Observation]) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each question's top hit is right and whether it is answerable, where a rule can be
+    fitted on them; else one line saying what is missing."""
     correct = np.array([o.correct for o in seen], dtype=bool)
     answerable = np.array([o.answerable for o in seen], dtype=bool)
     if not answerable.any():
@@ -187,6 +166,26 @@ def fit_rule(
             f"cannot promise a precision from questions on {threads} threads (distinct answers): "
             f"give labelled questions on at least {MIN_THREADS}"
         )
+    return correct, answerable
+
+
+def fit_rule(
+    seen: Sequence[Observation],
+    precision: float = 0.95,
+    features: Sequence[str] | None = None,
+    guarantee: float = GUARANTEE,
+    unanswerable: float = UNANSWERABLE,
+) -> Rule:
+    """The logistic rule on ``features`` and the lowest threshold at which the answered questions
+    reach ``precision`` with probability ``guarantee`` (``guaranteed_threshold``), unanswerable
+    questions weighted to make up the share ``unanswerable``."""
+    from sklearn.linear_model import LogisticRegression
+
+    precision = check_precision(precision)
+    features = check_features(features, HYBRID)  # every feature: the caller checks its mode reads them
+    check_share("the guarantee", guarantee)
+    check_share("the unanswerable share", unanswerable)
+    correct, answerable = fittable(seen)
     rows = np.array([o.features for o in seen])[:, [FEATURES.index(n) for n in features]]
     mean, scale = rows.mean(axis=0), rows.std(axis=0)
     scale[scale == 0] = 1.0
@@ -319,22 +318,12 @@ def fitting_plan(
     (``reranking``) the first stage's best ``max(count, depth)`` re-ordered by the reranker, as a
     reranked search orders them (``Snapshot.neighbourhoods``): the score the rule then reads is
     the reranker's."""
-    if reranking is None:
-        return snapshot.plan(texts, count, mode=mode, fitting=True)
-    deeper = reranking.depth if reranking.depth > count else None  # the request's depth: at least k
-    return snapshot.plan(
-        texts,
-        count,
-        mode=mode,
-        fitting=True,
-        rerank=reranking.reranker.folder.path,
-        rerank_depth=deeper,
-        reranker=reranking.reranker,
-    )
+    return replace(snapshot.plan(texts, count, mode=mode, fitting=True), reranking=reranking)
 
 
-RERANKED_AT_ONCE = 16
-"""Questions a study's reranked search runs in one call, between moves of its progress bar."""
+RERANKED_AT_ONCE = 64
+"""Questions a study's reranked search runs in one call (their pairs scored in one batch), between
+moves of its progress bar."""
 
 
 def neighbourhoods_of(
@@ -364,9 +353,10 @@ def observations(
     mode: str = DENSE,
     progress: bool = False,
     reranking: Reranking | None = None,
+    vectors: np.ndarray | None = None,
 ) -> list[Observation]:
     """Every question searched in ``snapshot`` in ``mode`` (reranked by ``reranking``) and labelled
-    by ``qrels`` (``observe``)."""
+    by ``qrels`` (``observe``); ``vectors``: the questions embedded already."""
     if not questions:
         raise BadInput("no calibration questions")
     judged = list(dict.fromkeys(doc for docs in qrels.values() for doc in docs))
@@ -377,7 +367,8 @@ def observations(
     most = max(sum(doc in indexed for doc in qrels.get(q.id, {})) for q in questions)
     texts = [q.text for q in questions]
     plan = fitting_plan(snapshot, texts, NEIGHBOURS + snapshot.largest_group() + most, mode, reranking)
-    near = neighbourhoods_of(snapshot, plan, embedded(snapshot, texts, progress), progress)
+    vectors = embedded(snapshot, texts, progress) if vectors is None else vectors
+    near = neighbourhoods_of(snapshot, plan, vectors, progress)
     ids = snapshot.ids(sorted({r for n in near for r in n.rowids}))
     return observe([q.id for q in questions], near, ids, qrels, indexed)
 
@@ -436,129 +427,3 @@ def self_observations(
                 correct = answerable and row.groups[0] == group
                 seen.append(Observation(row.features(1)[0], answerable, correct, unit))
     return seen
-
-
-def calibrate_index(
-    index_dir: str | Path,
-    questions: Sequence[Query] | None,
-    qrels: Mapping[str, Mapping[str, int]] | None,
-    *,
-    precision: float = 0.95,
-    features: Sequence[str] | None = None,
-    guarantee: float | None = None,
-    unanswerable: float | None = None,
-    mode: str | None = None,
-    wait: float = 0,
-    progress: bool = False,
-    no_answer: Collection[str] | None = None,
-    reranking: Reranking | None = None,
-) -> Rule:
-    """Fit the rule on labelled questions and store it in the index as a new version (under the
-    writer lock, like any write). A question judged against ids the index lacks, or one the user
-    says has no answer (``no_answer``; None: every question without a relevant judgement,
-    ``labelled``), is an example of one it cannot answer; an unjudged one is left out (the
-    rule's ``left_out``); each answerable one is also asked with its answers hidden
-    (``observe``). No questions (None): made from the corpus itself (``self_observations``).
-    ``mode``: the search mode the rule serves (None: the index's default,
-    ``Snapshot.default_mode``): fitted on that mode's ranking and signals, and kept beside the
-    rules of the other modes (a rule of the same mode is replaced). ``reranking``: fitted on
-    the reranker's scores of that mode's candidates, stored under that score's key
-    (``search.read.confidence.rule_key``) beside the first stage's rules, and the reranker stored
-    as the index's default (``search.read.engine.RERANKER_KEY``), so a search reranks with it
-    and its promise applies."""
-    check_precision(precision)
-    check_features(features, mode or HYBRID)
-    guarantee = check_share("the guarantee", GUARANTEE if guarantee is None else guarantee)
-    unanswerable = check_share(
-        "the unanswerable share", UNANSWERABLE if unanswerable is None else unanswerable
-    )
-    asked, left_out = labelled(questions, qrels or {}, no_answer) if questions is not None else ([], 0)
-    with writer_lock(Path(index_dir), wait):
-        snapshot = SearchEngine(index_dir, rerank=False).snapshot  # a study reranks as it says
-        mode = snapshot.mode(mode, fitting=True)
-        check_features(features, mode)
-        if questions is None:
-            seen = self_observations(snapshot, mode=mode, progress=progress, reranking=reranking)
-            source, counts = "self", {}
-            measured = (
-                f"{len(seen) // 2} questions made from the index's own texts (not questions users asked)"
-            )
-        else:
-            seen = observations(
-                snapshot, asked, qrels or {}, mode=mode, progress=progress, reranking=reranking
-            )
-            source, measured = "labels", described_labels(seen, left_out)
-            read = [o for o in seen if not o.hidden]
-            counts = {
-                "asked": len(read),
-                "asked_unanswerable": sum(not o.answerable for o in read),
-                "left_out": left_out,
-            }
-        if features is None:
-            rule = choose_rule(seen, precision, guarantee, unanswerable)
-        else:
-            rule = fit_rule(seen, precision, features, guarantee, unanswerable)
-        created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        score = score_kind(None if reranking is None else reranking.reranker.folder.fingerprint)
-        rule = replace(
-            rule, source=source, measured_on=measured, created=created, mode=mode, score=score, **counts
-        )
-        kept = {**snapshot.stored, rule.key: rule}  # the other modes' and scores' rules stay beside it
-        snapshot.close()
-        meta: dict[str, object] = {"calibration": stored_form(kept)}
-        if reranking is not None:
-            folder = reranking.reranker.folder
-            meta[RERANKER_KEY] = {"path": folder.path, "fingerprint": folder.fingerprint}
-        apply_change(index_dir, Change(meta=meta))
-    return rule
-
-
-def reranking_of(
-    model: str | Path, depth: int | None = None, options: EmbeddingOptions | None = None
-) -> Reranking:
-    """The rerank stage a rule is fitted on: the reranker of ``model`` (loaded once, as
-    ``indexer.encoders.rerankers.reranker_for`` runs it) and how deep it reranks (None:
-    ``RERANK_DEPTH``)."""
-    from indexer.encoders.rerankers import reranker_for
-
-    return Reranking(reranker_for(model, options), RERANK_DEPTH if depth is None else depth)
-
-
-def reranker_score(model: str | Path) -> str:
-    """The score kind a reranker's rules are stored under (``score_kind``), read from its folder
-    alone (nothing loaded)."""
-    from indexer.embedding.cross_folder import read_cross_folder
-
-    return score_kind(read_cross_folder(model).fingerprint)
-
-
-def remove_calibration(
-    index_dir: str | Path, wait: float = 0, mode: str | None = None, score: str = ""
-) -> bool:
-    """Drop the stored rules, or only ``mode``'s fitted on ``score`` (``score_kind``: the first
-    stage's by default), or with ``score`` alone every mode's fitted on it (a new version, under the
-    writer lock); False if there was none to drop."""
-    with writer_lock(Path(index_dir), wait):
-        rules = stored_rules(live_meta(Path(index_dir)).calibration)
-        everything = mode is None and not score
-        dropped = {
-            key
-            for key, rule in rules.items()
-            if everything or (mode is None or rule.mode == mode) and rule.score == score
-        }
-        if not dropped:
-            return False
-        kept = {key: rule for key, rule in rules.items() if key not in dropped}
-        # a version's meta keys are only ever set: {} is no rule
-        apply_change(index_dir, Change(meta={"calibration": stored_form(kept)}))
-    return True
-
-
-def store_hybrid_weight(index_dir: str | Path, weight: float, wait: float = 0) -> float:
-    """Store ``weight`` as the index's keyword share (``calibrate --hybrid-weight``: a new version,
-    under the writer lock like any write, here beside the rule's writers so the read path writes
-    nothing), checked first so a bad one writes nothing."""
-    weight = check_weight(weight)
-    with writer_lock(Path(index_dir), wait):
-        apply_change(index_dir, Change(meta={WEIGHT_KEY: weight}))
-    return weight

@@ -38,6 +38,7 @@ from search.studies.labels import read_retrieval_set as read_retrieval_set
 if TYPE_CHECKING:
     from indexer.encoders.rerankers import Reranker
     from search.read.requests import Hit
+    from search.read.reranked import RerankOptions
     from search.read.snapshot import Plan, Snapshot
 
 
@@ -262,14 +263,13 @@ def evaluate_retrieval(
     progress: bool = False,
     options: EmbeddingOptions | None = None,
     encoding: str = "utf-8",
-    rerank: str | Path | None = None,
-    rerank_depth: int | None = None,
+    rerank: RerankOptions | None = None,
 ) -> dict[str, Any]:
     """Query an existing index, or build a temporary one from ``corpus`` (in ``encoding``) with
     ``strategy`` (and ``also`` fields) embedded as ``options`` say; metrics at cutoff ``k`` in
-    every mode the index serves. ``rerank``: a cross-encoder's folder re-ordering the default
-    mode's best ``rerank_depth`` (``search.read.requests.SearchRequest``) through the search's own
-    rerank stage: its metrics first, each mode's first stage beside them."""
+    every mode the index serves. ``rerank``: a cross-encoder re-ordering the default mode's best
+    (``search.read.reranked.RerankOptions``) through the search's own rerank stage, a batch of
+    questions at a time: its metrics first, each mode's first stage beside them."""
     from search.studies.calibration import RERANKED_AT_ONCE, embedded
 
     built = {"text_fields": text_fields, "also": also, "options": options}
@@ -287,9 +287,9 @@ def evaluate_retrieval(
             return retrieval_metrics(ranked, data.qrels, k)
 
         report: dict[str, Any] = {}
-        if rerank is not None:
-            fields = {"mode": default, "rerank": str(rerank), "rerank_depth": rerank_depth}
-            whole = snapshot.plan(texts, k, reranker=reranker_of(rerank, options), **fields)
+        if rerank is not None and rerank.model is not None:
+            fields = {"mode": default, **rerank.fields()}
+            whole = snapshot.plan(texts, k, reranker=reranker_of(rerank.model, options), **fields)
             found: list[list[Hit]] = []
             with Progress(len(texts), "reranking", enabled=progress) as bar:
                 for start in range(0, len(texts), RERANKED_AT_ONCE):  # the bar moves as they are reranked
@@ -300,18 +300,17 @@ def evaluate_retrieval(
             report = {**measured(found), "mode": f"{default} reranked", **reranked(whole)}
         for mode in modes_served(snapshot):
             scores = measured(snapshot.run(snapshot.plan(texts, k, mode=mode), vectors))
-            if mode == default and rerank is None:
+            if mode == default and "reranker" not in report:
                 report = {**scores, "mode": mode, **report}
             report.update({f"{mode} {name}": value for name, value in scores.items() if name != "queries"})
         return {**report, **described(snapshot)}
 
 
 def reranker_of(model: str | Path, options: EmbeddingOptions | None = None) -> Reranker:
-    """The reranker of ``model`` (``indexer.encoders.rerankers.reranker_for``), loaded once for a
-    whole study."""
-    from indexer.encoders.rerankers import reranker_for
+    """The reranker of ``model`` (``search.read.reranked.load_reranker``), loaded once for a study."""
+    from search.read.reranked import load_reranker
 
-    return reranker_for(model, options)
+    return load_reranker(model, options)
 
 
 def reranked(plan: Plan) -> dict[str, str]:
@@ -319,7 +318,7 @@ def reranked(plan: Plan) -> dict[str, str]:
     and how deep it reranked."""
     if plan.reranker is None:
         return {}
-    return {"reranker": described_reranker(plan.reranker), "rerank depth": str(plan.request.depth)}
+    return {"reranker": described_reranker(plan.reranker), "rerank depth": str(plan.reranking.depth)}
 
 
 @contextlib.contextmanager

@@ -40,6 +40,7 @@ from search.read.hybrid import (
     keyword_scores,
 )
 from search.read.requests import SearchRequest
+from search.read.reranked import RerankOptions
 from search.studies.evaluate import (
     Pairs,
     RetrievalSet,
@@ -252,13 +253,12 @@ def retrieval_sweep(
     metric: str | None = None,
     options: EmbeddingOptions | None = None,
     encoding: str = "utf-8",
-    rerank: str | Path | None = None,
-    rerank_depth: int | None = None,
+    rerank: RerankOptions | None = None,
 ) -> RetrievalSweep:
     """Every cell's retrieval metrics at cutoff ``k`` (exact cosine search, as the index does),
     best first by ``metric`` (default ``mrr@k``), and the best cell's ``Modes``; ``encoding``:
     the corpus file's. ``rerank``: a cross-encoder re-ordering the best cell's first stage
-    (``rerank_depth`` deep): an index of that cell is built and searched, reranked by the
+    (``search.read.reranked.RerankOptions``): an index of that cell is built and searched, reranked by the
     search's own rerank stage (``evaluate.evaluate_retrieval``)."""
     metric = metric or f"mrr@{k}"
     if metric not in metric_names(k):
@@ -266,11 +266,11 @@ def retrieval_sweep(
     trusted = given(options).trust_remote_code
     plan = SweepPlan.checked(base or Strategy(), poolings, postprocesses, trusted=trusted)
     base, postprocesses = plan.base, plan.postprocesses
-    if rerank is not None:  # a reranker that cannot rerank is said before the grid is embedded
+    if rerank is not None and rerank.model is not None:  # said before the grid is embedded
         from indexer.embedding.cross_folder import read_cross_folder
 
-        read_cross_folder(rerank)
-        SearchRequest(("a question",), k, rerank=str(rerank), rerank_depth=rerank_depth).checked()
+        read_cross_folder(rerank.model)
+        SearchRequest(("a question",), k, **rerank.fields()).checked()
     entries = read_corpus(corpus, text_fields=text_fields, encoding=encoding).entries
     doc_ids = np.array([e.id for e in entries])
     missing = held(judged_ids(data), set(doc_ids.tolist()), "questions judged only against them score 0")
@@ -299,7 +299,7 @@ def retrieval_sweep(
     best = ordered[0]
     cosines = _cosines(best.strategy, *raw[results.index(best)])  # again: keeping every cell's costs memory
     modes = _modes(best, cosines, entries, data, k)
-    if rerank is None:
+    if rerank is None or rerank.model is None:
         return RetrievalSweep(ordered, modes)
     reranked = evaluate_retrieval(
         data,
@@ -311,7 +311,6 @@ def retrieval_sweep(
         options=options,
         encoding=encoding,
         rerank=rerank,
-        rerank_depth=rerank_depth,
     )
     return RetrievalSweep(ordered, modes, reranked)
 
