@@ -350,11 +350,11 @@ def test_concurrent_reranked_searches_meet_in_one_batch_of_the_reranker(tmp_path
     searches, depth = 6, len(ROWS)  # every entry a candidate
     handed = threading.Semaphore(0)  # one release per search whose lookup hands its pairs over
     passes: list[int] = []
-    score, embed_tokens = Batched.score, Pairs.embed_tokens
+    score_pairs, embed_tokens = Batched.score_pairs, Pairs.embed_tokens
 
-    def counted(self, question, texts):
+    def counted(self, pairs):
         handed.release()
-        return score(self, question, texts)
+        return score_pairs(self, pairs)
 
     def held(self, ids):
         """The first pass waits until every other search's pairs are queued behind it."""
@@ -369,7 +369,7 @@ def test_concurrent_reranked_searches_meet_in_one_batch_of_the_reranker(tmp_path
         passes.append(len(ids))
         return embed_tokens(self, ids)
 
-    monkeypatch.setattr(Batched, "score", counted)
+    monkeypatch.setattr(Batched, "score_pairs", counted)
     monkeypatch.setattr(Pairs, "embed_tokens", held)
 
     async def burst() -> list[int]:
