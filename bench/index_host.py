@@ -59,7 +59,7 @@ def write_corpus(path: Path, rows: int) -> None:
             out.write(json.dumps({"id": str(i), "text": f"{sentences[i % len(sentences)]} ({i})"}) + "\n")
 
 
-def semsearch(checkout: Path, corpus: Path, model: Path, out: Path, profile: Path | None = None) -> list[str]:
+def semsearch(corpus: Path, model: Path, out: Path, profile: Path | None = None) -> list[str]:
     """The command line of one whole ``semsearch index`` of ``checkout``'s code."""
     prefix = [sys.executable, "-m", "search.cli"]
     if profile:
@@ -90,18 +90,21 @@ def main() -> None:
         model = Path(random_bert(work / "model", layers=1))
         corpus = work / "corpus.jsonl"
         write_corpus(corpus, args.rows)
-        runs = {"semsearch index (this checkout)": (ROOT, semsearch(ROOT, corpus, model, work / "i"))}
+        runs = {"semsearch index (this checkout)": (ROOT, semsearch(corpus, model, work / "i"))}
         if args.against:
             against = args.against.resolve()
-            runs[f"semsearch index ({against})"] = (against, semsearch(against, corpus, model, work / "i"))
+            runs[f"semsearch index ({against})"] = (against, semsearch(corpus, model, work / "i"))
         if not args.no_peer:
-            runs["sentence-transformers + FAISS"] = (ROOT, [sys.executable, "-c", PEER, str(corpus), str(work / "p"), str(model)])
+            runs["sentence-transformers + FAISS"] = (
+                ROOT,
+                [sys.executable, "-c", PEER, str(corpus), str(work / "p"), str(model)],
+            )
         times: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(args.repeats):  # in turn, so a change of load falls on every pipeline
             for name, (checkout, command) in runs.items():
                 times[name].append(timed(command, checkout, work / "i"))
         if args.profile:
-            timed(semsearch(ROOT, corpus, model, work / "i", args.profile), ROOT, work / "i")
+            timed(semsearch(corpus, model, work / "i", args.profile), ROOT, work / "i")
     peer = min(times["sentence-transformers + FAISS"]) if not args.no_peer else None
     print(f"\n{args.rows:,} rows, best of {args.repeats}\n")
     print("| pipeline | min s | median s | rows/s (min) | speed vs the peer |")

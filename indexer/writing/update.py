@@ -26,7 +26,15 @@ from indexer.encoders.options import EmbeddingOptions
 from indexer.encoders.options import given as given_options
 from indexer.errors import BadInput
 from indexer.progress import Progress
-from indexer.reading.corpus import Corpus, CorpusOptions, Rejection, check_field_count, entry_id, read_corpus
+from indexer.reading.corpus import (
+    Corpus,
+    CorpusOptions,
+    Entry,
+    Rejection,
+    check_field_count,
+    entry_id,
+    read_corpus,
+)
 from indexer.reading.decoding import lines_of
 from indexer.reading.field_types import comparable, misfit
 from indexer.reading.rows import ROWS_NAME, CorpusSource, is_path
@@ -94,20 +102,10 @@ def add_to_index(
             corpus_path, reading, first_row_id=first_row_id, check=lambda row: misfit(row, columns)
         )
         _check_columns(corpus, columns, corpus_path if is_path(corpus_path) else ROWS_NAME)
-        stored = live.catalog.fingerprints([e.id for e in corpus.entries])
-        types = live.catalog.types_for([e.fields for e in corpus.entries])
+        added, changed, metadata_only = _by_change(live.catalog, corpus.entries, also is not None)
         live.catalog.close()
         if next_row_id is not None:
             source["next_row_id"] = _after(corpus, next_row_id, first_row_id)
-        added, changed, metadata_only = [], [], []
-        for entry in corpus.entries:
-            old = stored.get(entry.id)
-            if old is None:
-                added.append(entry)
-            elif old[0] != content_hash(entry.text):
-                changed.append(entry)
-            elif old[1] != comparable(entry.fields, types):  # with also fields, they may be embedded
-                (changed if also else metadata_only).append(entry)
         to_embed = added + changed
         vectors = owners = also_vectors = None
         if to_embed:
@@ -141,6 +139,23 @@ def add_to_index(
         time.perf_counter() - started,
         tuple(corpus.notes),
     )
+
+
+def _by_change(catalog: Catalog, entries: list[Entry], also: bool) -> tuple[list[Entry], ...]:
+    """The entries new to the index, those whose text changed (or, ``also``: whose fields, which
+    may be embedded too), and those whose fields alone changed; unchanged ones are in none."""
+    stored = catalog.fingerprints([e.id for e in entries])
+    types = catalog.types_for([e.fields for e in entries])
+    added, changed, metadata_only = [], [], []
+    for entry in entries:
+        old = stored.get(entry.id)
+        if old is None:
+            added.append(entry)
+        elif old[0] != content_hash(entry.text):
+            changed.append(entry)
+        elif old[1] != comparable(entry.fields, types):  # with also fields, they may be embedded
+            (changed if also else metadata_only).append(entry)
+    return added, changed, metadata_only
 
 
 def delete_from_index(index_dir: str | Path, ids: Sequence[str], *, wait: float = 0) -> UpdateReport:
