@@ -10,7 +10,7 @@ suffix. Each run is a fresh process (imports and model load included), run in tu
 checkout's ``semsearch index --backend torch``, the same command from ``--against`` (another
 checkout, e.g. the main branch: before and after in one run), and the peer script
 (sentence-transformers + FAISS + ids, the same model on the CPU). Min and median seconds, rows/s
-and the ratio to the peer are printed, with the load average before and after. ``--profile``
+the ratio to the peer and CPU seconds are printed, with the load average before and after. ``--profile``
 also writes one run's cProfile stats (this checkout).
 """
 
@@ -20,6 +20,7 @@ import argparse
 import csv
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -67,13 +68,22 @@ def semsearch(corpus: Path, model: Path, out: Path, profile: Path | None = None)
     return [*prefix, "index", str(corpus), "-o", str(out), "--model", str(model), "--backend", "torch", "-q"]
 
 
-def timed(command: list[str], checkout: Path, out: Path) -> float:
-    """Seconds one whole process takes, ``checkout`` first on its path."""
+def timed(command: list[str], checkout: Path, out: Path, threads: int | None = None) -> tuple[float, float]:
+    """Seconds one whole process takes, and the CPU seconds it used (user and system, every
+    thread: steadier than wall time on a machine others load), ``checkout`` first on its path;
+    ``threads``: the intra-op threads of torch (OpenMP) in every process."""
     shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    started = time.perf_counter()
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    used, started = _children_cpu(), time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env, cwd=checkout)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _children_cpu() - used
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -83,6 +93,12 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="another checkout timed in the same run")
     parser.add_argument("--no-peer", action="store_true", help="skip the peer script")
     parser.add_argument("--profile", type=Path, help="also write one profiled run's stats here")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch's intra-op threads in every process (1 on a machine others load: OpenMP's "
+        "spinning threads then cost more than they give)",
+    )
     args = parser.parse_args()
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     with tempfile.TemporaryDirectory(prefix="index-host-") as tmp:
@@ -99,20 +115,23 @@ def main() -> None:
                 ROOT,
                 [sys.executable, "-c", PEER, str(corpus), str(work / "p"), str(model)],
             )
-        times: dict[str, list[float]] = {name: [] for name in runs}
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
         for _ in range(args.repeats):  # in turn, so a change of load falls on every pipeline
             for name, (checkout, command) in runs.items():
-                times[name].append(timed(command, checkout, work / "i"))
+                times[name].append(timed(command, checkout, work / "i", args.threads))
         if args.profile:
-            timed(semsearch(corpus, model, work / "i", args.profile), ROOT, work / "i")
-    peer = min(times["sentence-transformers + FAISS"]) if not args.no_peer else None
-    print(f"\n{args.rows:,} rows, best of {args.repeats}\n")
-    print("| pipeline | min s | median s | rows/s (min) | speed vs the peer |")
-    print("|---|---|---|---|---|")
+            timed(semsearch(corpus, model, work / "i", args.profile), ROOT, work / "i", args.threads)
+    peer = min(times["sentence-transformers + FAISS"])[0] if not args.no_peer else None
+    threads = f", {args.threads} torch thread(s)" if args.threads else ""
+    print(f"\n{args.rows:,} rows, best of {args.repeats}{threads}\n")
+    print("| pipeline | min s | median s | rows/s (min) | speed vs the peer | CPU s (min) |")
+    print("|---|---|---|---|---|---|")
     for name, taken in times.items():
-        best = min(taken)
+        best = min(wall for wall, _ in taken)
         ratio = f"{peer / best:.2f}x" if peer else ""
-        print(f"| {name} | {best:.2f} | {statistics.median(taken):.2f} | {args.rows / best:,.0f} | {ratio} |")
+        median = statistics.median(wall for wall, _ in taken)
+        cpu = min(used for _, used in taken)
+        print(f"| {name} | {best:.2f} | {median:.2f} | {args.rows / best:,.0f} | {ratio} | {cpu:.2f} |")
     print(f"\nload after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

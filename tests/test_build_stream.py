@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from indexer.errors import BadInput, SemsearchError
 from indexer.store import CURRENT, DATABASE, TRANSFORM, open_index
 from indexer.writing.update import add_to_index
 from search import SearchEngine
-from tests.helpers import ROOT, write_csv
+from tests.helpers import ROOT, assert_clean_failure, run, write_csv
 
 ROWS = [
     ("a1", "How do I reset my password?", ""),
@@ -255,3 +256,38 @@ def test_a_build_fills_its_keyword_table_once_and_keeps_it_exact_after(tmp_path,
     add_to_index(tmp_path / "idx", write_csv(tmp_path / "u.csv", [("n1", "a bike for rent", "1")]))
     catalog = open_index(tmp_path / "idx").catalog
     assert sorted(rowid for rowid, *_ in catalog.keyword_search("bike", 5)) == [3, 5, 7]  # the triggers'
+
+
+def test_an_error_in_the_writing_stage_stops_every_stage(tmp_path, tiny_model, small_parts, monkeypatch):
+    """A part that cannot be written stops the reading and embedding too: the error is raised as
+    it was raised, no stage's thread is left behind, the previous index stays."""
+    build_index(corpus(tmp_path, ROWS[:2]), tmp_path / "idx", Strategy(model=tiny_model))
+    before = (tmp_path / "idx" / CURRENT).read_text()
+    threads = threading.active_count()
+    put = indexer.store.writer.VersionWriter.put_entries
+
+    def fails_on_the_second_part(self, entries, chunks):
+        if self.entries:
+            raise BadInput("disk full on the second part")
+        return put(self, entries, chunks)
+
+    monkeypatch.setattr(indexer.store.writer.VersionWriter, "put_entries", fails_on_the_second_part)
+    with pytest.raises(BadInput, match="disk full on the second part"):
+        build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    assert threading.active_count() == threads
+    assert (tmp_path / "idx" / CURRENT).read_text() == before
+    assert open_index(tmp_path / "idx").meta["count"] == 2
+
+
+@pytest.mark.slow
+def test_an_error_in_the_reading_stage_is_a_one_line_error(tmp_path, tiny_model):
+    """A corpus found wrong by its reading stage (here at its end: no row has the text field) is
+    the command's one-line error, raised on the pipeline's thread, with no index written."""
+    path = write_csv(tmp_path / "c.csv", [(f"q{i}", f"question {i}") for i in range(50)], ("id", "question"))
+    threads = threading.active_count()
+    with pytest.raises(BadInput, match="has field 'text'"):
+        build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    assert threading.active_count() == threads and not (tmp_path / "idx").exists()
+    result = run("index", path, "-o", tmp_path / "idx", "--model", tiny_model)
+    assert_clean_failure(result, "has field 'text'")
+    assert not (tmp_path / "idx").exists()

@@ -8,6 +8,12 @@ An index built on row numbers (no id field) gives its ids itself: its source met
 rows of the added file from there (rejected rows use up their numbers too, as in a build), so an
 added row never takes the id of an entry, nor of a deleted one. An ``add`` naming an id field
 upserts by it, and moves the counter past the integer ids it brings.
+
+An add does not stream as a build does (``indexer.writing.build``), and why: its rows are compared
+with the stored ones before anything is embedded (only new and changed texts are), the model is
+loaded only when some are, and the whole change is one transaction of the live version, committed
+at once. So the added corpus is read whole first (an add is held in memory; a corpus too large for
+that is a build).
 """
 
 from __future__ import annotations
