@@ -45,6 +45,10 @@ from indexer.embedding import head
 from indexer.encoders import factory, onnx_graph, tokens
 from indexer.store import integrity, versions, writer
 from indexer.writing import build
+try:
+    from indexer.writing import stages
+except ImportError:  # a checkout whose build does not stream
+    stages = None
 import indexer.catalog, indexer.store, indexer.vectors.factory
 library = time.perf_counter()
 
@@ -69,7 +73,7 @@ def clock(phase):
 def timed(owner, name, phase, kind="call"):
     # a function (call), a generator function (each step timed) or a context manager function
     # (its entering and its leaving timed as two phases); a name this tree lacks is skipped
-    plain = getattr(owner, name, None)
+    plain = getattr(owner, name, None) if owner is not None else None
     if plain is None:
         return
     if kind == "call":
@@ -105,6 +109,8 @@ def timed(owner, name, phase, kind="call"):
 VERSION = ("version begun (folder, lock, SQLite tables)", "version made durable and live (meta, fsync, swap)")
 timed(build, "survey_corpus", "first pass over the corpus (checks)")
 timed(build, "corpus_parts", "second pass over the corpus", "generator")
+timed(build, "grouped", "waiting for the reading stage (a streamed build)", "generator")
+timed(stages.Behind, "give", "waiting for the writing stage (a streamed build)")
 timed(factory, "encoder_for", "encoder load (graph, session, tokenizer)")
 timed(build, "embed_entries", "embedding besides tokens, network, pooling")
 timed(tokens.TextTokenizer, "ids", "tokenising")

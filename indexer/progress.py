@@ -102,6 +102,13 @@ class Progress:
         """The ``Share`` of a step that does ``units`` of the task."""
         return lambda share: self.advance(units * share)
 
+    def total_is(self, total: int) -> None:
+        """The total, once known (a corpus streamed: at the end of its read)."""
+        self.total = total
+        if self.bar is not None:
+            self.bar.total = total
+            self.bar.refresh()
+
     def reach(self, units: float) -> None:
         """At least ``units`` done: where a step that reports no pieces (Ray workers) ends."""
         self.advance(max(0.0, units - self.done))

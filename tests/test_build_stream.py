@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from indexer.errors import BadInput, SemsearchError
 from indexer.store import CURRENT, DATABASE, TRANSFORM, open_index
 from indexer.writing.update import add_to_index
 from search import SearchEngine
-from tests.helpers import ROOT, write_csv
+from tests.helpers import ROOT, assert_clean_failure, run, write_csv
 
 ROWS = [
     ("a1", "How do I reset my password?", ""),
@@ -127,19 +128,19 @@ def test_failure_in_a_later_part_leaves_the_previous_index(tmp_path, tiny_model,
 
 
 def test_corpus_changed_during_the_build_is_an_error(tmp_path, tiny_model, small_parts, monkeypatch):
-    """Rows appended after the first pass: the build stops, the previous index stays."""
+    """Rows appended before the second read that retyped columns need: the build stops, the
+    previous index stays."""
     path = corpus(tmp_path)
     build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
     before = (tmp_path / "idx" / CURRENT).read_text()
-    survey = indexer.writing.build.survey_corpus
+    settle = indexer.store.writer.VersionWriter.settle
 
-    def survey_then_append_a_row(*args, **kwargs):
-        found = survey(*args, **kwargs)
+    def append_a_row_then_settle(*args, **kwargs):
         with path.open("a", encoding="utf-8") as f:
             f.write("a9,a row written while indexing,1\n")
-        return found
+        return settle(*args, **kwargs)
 
-    monkeypatch.setattr(indexer.writing.build, "survey_corpus", survey_then_append_a_row)
+    monkeypatch.setattr(indexer.store.writer.VersionWriter, "settle", append_a_row_then_settle)
     with pytest.raises(BadInput, match="changed while it was being indexed"):
         build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
     assert (tmp_path / "idx" / CURRENT).read_text() == before
@@ -212,9 +213,10 @@ def test_info_detects_a_vector_file_that_does_not_match(tmp_path, tiny_model):
         open_index(tmp_path / "idx", vectors=False)
 
 
-def test_a_corpus_of_one_part_is_read_once(tmp_path, tiny_model, monkeypatch):
-    """The first pass keeps the entries of a corpus no larger than a part: the second reads nothing;
-    a larger one is read again, part by part."""
+def test_a_corpus_is_read_once_unless_a_later_part_retypes_a_column(tmp_path, tiny_model, monkeypatch):
+    """Columns typed by the first part as the whole corpus types them: the file is read once, in
+    parts. Where a later part retypes one (``stock``, empty in a first part of two entries, then
+    numbers), the rows are written again from a second read, typed by the whole corpus."""
     reads = []
     parse = indexer.reading.corpus.parse_rows
 
@@ -223,14 +225,15 @@ def test_a_corpus_of_one_part_is_read_once(tmp_path, tiny_model, monkeypatch):
         return parse(*args, **kwargs)
 
     monkeypatch.setattr(indexer.reading.corpus, "parse_rows", counted)
-    report = build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
-    assert len(reads) == 1 and report.entries == 6
-    rows = open_index(tmp_path / "idx").rows(range(1, 7))
-    assert [rows[r]["_id"] for r in range(1, 7)] == ["a1", "a2", "a4", "a5", "a6", "a7"]
-    reads.clear()
-    monkeypatch.setattr(indexer.writing.build, "PART_ENTRIES", 4)
-    assert build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model)).entries == 6
-    assert len(reads) == 2
+    for size, expected_reads in ((4, 1), (2, 2)):
+        reads.clear()
+        monkeypatch.setattr(indexer.writing.build, "PART_ENTRIES", size)
+        report = build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+        assert len(reads) == expected_reads and report.entries == 6
+        index = open_index(tmp_path / "idx")
+        rows = index.rows(range(1, 7))
+        assert [rows[r]["_id"] for r in range(1, 7)] == ["a1", "a2", "a4", "a5", "a6", "a7"]
+        assert index.catalog.field_types()["stock"] == "integer" and rows[3]["stock"] == 12
 
 
 def test_a_build_fills_its_keyword_table_once_and_keeps_it_exact_after(tmp_path, tiny_model, monkeypatch):
@@ -253,3 +256,38 @@ def test_a_build_fills_its_keyword_table_once_and_keeps_it_exact_after(tmp_path,
     add_to_index(tmp_path / "idx", write_csv(tmp_path / "u.csv", [("n1", "a bike for rent", "1")]))
     catalog = open_index(tmp_path / "idx").catalog
     assert sorted(rowid for rowid, *_ in catalog.keyword_search("bike", 5)) == [3, 5, 7]  # the triggers'
+
+
+def test_an_error_in_the_writing_stage_stops_every_stage(tmp_path, tiny_model, small_parts, monkeypatch):
+    """A part that cannot be written stops the reading and embedding too: the error is raised as
+    it was raised, no stage's thread is left behind, the previous index stays."""
+    build_index(corpus(tmp_path, ROWS[:2]), tmp_path / "idx", Strategy(model=tiny_model))
+    before = (tmp_path / "idx" / CURRENT).read_text()
+    threads = threading.active_count()
+    put = indexer.store.writer.VersionWriter.put_entries
+
+    def fails_on_the_second_part(self, entries, chunks):
+        if self.entries:
+            raise BadInput("disk full on the second part")
+        return put(self, entries, chunks)
+
+    monkeypatch.setattr(indexer.store.writer.VersionWriter, "put_entries", fails_on_the_second_part)
+    with pytest.raises(BadInput, match="disk full on the second part"):
+        build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    assert threading.active_count() == threads
+    assert (tmp_path / "idx" / CURRENT).read_text() == before
+    assert open_index(tmp_path / "idx").meta["count"] == 2
+
+
+@pytest.mark.slow
+def test_an_error_in_the_reading_stage_is_a_one_line_error(tmp_path, tiny_model):
+    """A corpus found wrong by its reading stage (here at its end: no row has the text field) is
+    the command's one-line error, raised on the pipeline's thread, with no index written."""
+    path = write_csv(tmp_path / "c.csv", [(f"q{i}", f"question {i}") for i in range(50)], ("id", "question"))
+    threads = threading.active_count()
+    with pytest.raises(BadInput, match="has field 'text'"):
+        build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    assert threading.active_count() == threads and not (tmp_path / "idx").exists()
+    result = run("index", path, "-o", tmp_path / "idx", "--model", tiny_model)
+    assert_clean_failure(result, "has field 'text'")
+    assert not (tmp_path / "idx").exists()

@@ -230,73 +230,90 @@ class CorpusReader:
         """Ids are row numbers counted from this, whatever fields the rows have (an ``add`` to an
         index built on row numbers: its next unused one); None: from ``id_field`` or detected."""
         self.columns = columns
+        self.ids_from: str | None = None
+        """The field the current read takes ids from, as soon as it is known (before its first
+        row: a streamed build types that column as text from its first part on)."""
         self.check = check
         """A further check of each row that would be an entry (an ``add``: does it fit the index's
         columns): the reason it cannot be, or None."""
 
     def __iter__(self) -> Iterator[Entry | Rejection]:
-        path, fmt, wanted, id_field = self.path, self.fmt, self.text_fields, self.id_field
-        first = self.first_row_id
-        if first is not None:
+        path, fmt, id_field = self.path, self.fmt, self.id_field
+        if self.first_row_id is not None:
             id_field = None
         elif fmt in ("jsonl", "json") and id_field is None:
             id_field = _json_id_field(path, self.encoding, fmt)
-        entries, kinds = 0, Counter()
-        undecodable = ""  # the characters that stand for bytes the encoding could not decode
-        seen: dict[str, int] = {}
-        spans = Spans()
+        tally = _Tally()
         with open_file(path) as handle:
-            header, rows = parse_rows(handle, fmt, path, self.encoding, self.delimiter, self.quoting, spans)
+            header, rows = parse_rows(
+                handle, fmt, path, self.encoding, self.delimiter, self.quoting, tally.spans
+            )
+            wanted = self.text_fields
             if header:
                 check_header(header, path, self.columns)
-            names: dict[str, None] = dict.fromkeys(header)  # in order of appearance
-            if header and id_field is None and first is None:
-                id_field = _default_id(header)
-            if header:
+                tally.names.update(dict.fromkeys(header))
+                if id_field is None and self.first_row_id is None:
+                    id_field = _default_id(header)
                 wanted, id_field = [spelled(n, header) for n in wanted], spelled(id_field, header)
-            asked = {*wanted, *([id_field] if id_field else [])}
-            check, lines = self.check, not self.name  # rows given in Python have no lines
-            for number, line, row in _naming(rows, self.name or path, lines):
-                row_wanted, row_id = wanted, id_field
-                line = line if lines else None
-                if isinstance(row, str):
-                    reason = row
-                else:
-                    reason = unstorable(row)
-                    if not reason:  # the names of a row with a NUL or a surrogate are not names
-                        names.update(dict.fromkeys(row))
-                        if not row.keys() >= asked:  # JSON Lines: names as this row has them
-                            row_wanted, row_id = [spelled(n, row) for n in wanted], spelled(id_field, row)
-                        reason = _check_row(row, row_wanted, row_id) or (check and check(row))
-                if not reason:
-                    key = entry_id(row[row_id]) if row_id else str(number + (first or 1) - 1)
-                    if key in seen:
-                        reason = f"duplicate id: {key!r} (first at row {seen[key]})"
-                if reason == UNDECODABLE:
-                    found = undecodable_chars(row)
-                    undecodable += found[: max(0, _SAMPLE - len(undecodable))]
-                    reason = undecodable_reason(found, self.encoding)
-                if reason:
-                    kinds[_kind(reason)] += 1
-                    yield Rejection(number, reason, line)
-                    continue
-                seen[key] = number
-                joined = field_text(row, row_wanted)
-                if row_id == "_id":
-                    row = {k: v for k, v in row.items() if k != "_id"}
-                entries += 1
-                yield Entry(key, joined, row)
-        self.notes = spans.describe(str(self.name or path), entries + kinds.total())
+            self.ids_from = id_field
+            yield from self._items(rows, wanted, id_field, tally)
+        self._finish(tally, wanted, id_field, len(header))
+
+    def _items(
+        self, rows: Rows, wanted: list[str], id_field: str | None, tally: _Tally
+    ) -> Iterator[Entry | Rejection]:
+        """Each parsed row as an entry or a rejection: the per-row work of a read, kept to the
+        checks every row needs (a row whose fields are named as asked skips the spelling)."""
+        first, check = self.first_row_id, self.check
+        lines = not self.name  # rows given in Python have no lines
+        asked = {*wanted, *([id_field] if id_field else [])}
+        names, seen, kinds = tally.names, tally.seen, tally.kinds
+        for number, line, row in _naming(rows, self.name or self.path, lines):
+            row_wanted, row_id = wanted, id_field
+            line = line if lines else None
+            if isinstance(row, str):
+                reason = row
+            else:
+                reason = unstorable(row)
+                if not reason:  # the names of a row with a NUL or a surrogate are not names
+                    names.update(dict.fromkeys(row))
+                    if not row.keys() >= asked:  # JSON Lines: names as this row has them
+                        row_wanted, row_id = [spelled(n, row) for n in wanted], spelled(id_field, row)
+                    reason = _check_row(row, row_wanted, row_id) or (check and check(row))
+            if not reason:
+                key = entry_id(row[row_id]) if row_id else str(number + (first or 1) - 1)
+                if key in seen:
+                    reason = f"duplicate id: {key!r} (first at row {seen[key]})"
+            if reason == UNDECODABLE:
+                found = undecodable_chars(row)
+                tally.undecodable += found[: max(0, _SAMPLE - len(tally.undecodable))]
+                reason = undecodable_reason(found, self.encoding)
+            if reason:
+                kinds[_kind(reason)] += 1
+                yield Rejection(number, reason, line)
+                continue
+            seen[key] = number
+            joined = field_text(row, row_wanted)
+            if row_id == "_id":
+                row = {k: v for k, v in row.items() if k != "_id"}
+            tally.entries += 1
+            yield Entry(key, joined, row)
+
+    def _finish(self, tally: _Tally, wanted: list[str], id_field: str | None, width: int) -> None:
+        """The checks that need the whole file, once it is read (module and class docstrings)."""
+        path, names, kinds = self.path, tally.names, tally.kinds
+        rows = tally.entries + kinds.total()
+        self.notes = tally.spans.describe(str(self.name or path), rows)
         check_mismatch(
             self.name or path,
             kinds,
-            entries + kinds.total(),
-            fmt=fmt,
+            rows,
+            fmt=self.fmt,
             delimiter=self.delimiter,
             encoding=self.encoding,
-            width=len(header),
-            undecodable=bytes(ord(char) - 0xDC00 for char in undecodable),  # surrogateescape's bytes
-            spans=spans,
+            width=width,
+            undecodable=bytes(ord(char) - 0xDC00 for char in tally.undecodable),  # surrogateescape's bytes
+            spans=tally.spans,
         )
         wanted, id_field = [spelled(n, names) for n in wanted], spelled(id_field, names)
         if self.columns:
@@ -311,10 +328,26 @@ class CorpusReader:
                 "(choose with --text-field / --id-field)"
             )
         self.text_fields = wanted
-        if not entries:
+        if not tally.entries:
             detail = f" ({_summary(kinds)})" if kinds else ""
             raise BadInput(f"empty corpus: no usable rows in {self.name or path}{detail}")
         self.id_field = id_field
+
+
+@dataclass
+class _Tally:
+    """What one read of a corpus counts as it goes, for the checks at its end."""
+
+    names: dict[str, None] = field(default_factory=dict)
+    """Every field name, in order of appearance."""
+    seen: dict[str, int] = field(default_factory=dict)
+    """Each id given so far -> its row number."""
+    kinds: Counter = field(default_factory=Counter)
+    """Rejections by kind."""
+    entries: int = 0
+    undecodable: str = ""
+    """The characters that stand for bytes the encoding could not decode (a sample)."""
+    spans: Spans = field(default_factory=Spans)
 
 
 def _naming(rows: Rows, name: Path | str, lines: bool) -> Rows:

@@ -294,60 +294,95 @@ def json_array_rows(path: Path, handle: BinaryIO, encoding: str = "utf-8") -> Ro
     so memory is bounded by the largest element, and one longer than ``decoding.MAX_TEXT`` is
     refused (``TooLong``) once the buffer passes it. An element that is not JSON is rejected and
     the array read on from the next ``,`` at its own depth."""
-    check = Decoding(path, encoding)
-    texts = blocks(path, handle, encoding, check)
-    decoder = json.JSONDecoder()
-    text, pos = "", 0  # the text read and not yet dropped; where the next element starts
-    number = 0  # the element being read
+    array = _JsonArray(path, handle, encoding)
+    if array.following() == "":
+        return
+    if array.text[array.pos] != "[":
+        raise BadInput(f"{path} is not a JSON array (of objects or strings) nor JSON Lines")
+    array.pos += 1
+    mark = ","
+    if array.following() == "]":
+        array.pos, mark = array.pos + 1, "]"
+    while mark == ",":
+        array.number += 1
+        array.following()
+        ok, found = array.value()
+        if ok:
+            mark = array.following()
+            if mark in (",", "]"):
+                array.pos += 1
+            elif mark:  # no comma after the element: it and what follows, to the next one, are broken
+                ok, found, mark = False, "invalid JSON: no , between elements", array.skip()
+        else:
+            mark = array.skip()
+        if not ok or isinstance(found, dict):
+            yield array.number, found
+        elif isinstance(found, str):
+            yield array.number, {"text": found}
+        else:
+            yield array.number, "not a JSON object or string"
+    if mark == "":
+        yield array.number + 1, "unclosed JSON array: the file ends before its ]"
+    elif array.following():
+        yield array.number + 1, "text after the JSON array's end"
+    array.check.end()
 
-    def more() -> bool:
+
+class _JsonArray:
+    """A JSON array's text read a block at a time (``json_array_rows``): ``text`` holds what is
+    read and not yet dropped, ``pos`` where the next element starts, ``number`` the element read."""
+
+    def __init__(self, path: Path, handle: BinaryIO, encoding: str):
+        self.path = path
+        self.check = Decoding(path, encoding)
+        self.texts = blocks(path, handle, encoding, self.check)
+        self.decoder = json.JSONDecoder()
+        self.text, self.pos, self.number = "", 0, 0
+
+    def more(self) -> bool:
         """Read a block onto the buffer, dropping the text before ``pos`` (which becomes 0)."""
-        nonlocal text, pos
-        if len(text) - pos > decoding.MAX_TEXT:  # an element (or the space before one) too long
-            raise TooLong.at(path, None, max(number, 1), what="element")
-        block = next(texts, None)
+        if len(self.text) - self.pos > decoding.MAX_TEXT:  # an element (or the space before one) too long
+            raise TooLong.at(self.path, None, max(self.number, 1), what="element")
+        block = next(self.texts, None)
         if block is None:
             return False
-        text, pos = text[pos:] + block, 0
+        self.text, self.pos = self.text[self.pos :] + block, 0
         return True
 
-    def following() -> str:
+    def following(self) -> str:
         """The next character that is not white space, at ``pos`` ("" at the end of the file)."""
-        nonlocal pos
         while True:
-            pos = _SPACE.match(text, pos).end()
-            if pos < len(text):
-                return text[pos]
-            if not more():
+            self.pos = _SPACE.match(self.text, self.pos).end()
+            if self.pos < len(self.text):
+                return self.text[self.pos]
+            if not self.more():
                 return ""
 
-    def value() -> tuple[bool, Any]:
+    def value(self) -> tuple[bool, Any]:
         """(True, the value at ``pos``), ``pos`` moved past it; else (False, why not)."""
-        nonlocal pos
         while True:
             try:
-                found, end = decoder.raw_decode(text, pos)
+                found, end = self.decoder.raw_decode(self.text, self.pos)
             except json.JSONDecodeError as exc:
-                cut = exc.pos + _NEAR_END >= len(text) or exc.msg.startswith("Unterminated string")
-                if cut and more():
+                cut = exc.pos + _NEAR_END >= len(self.text) or exc.msg.startswith("Unterminated string")
+                if cut and self.more():
                     continue
                 return False, f"invalid JSON: {exc.msg}"
             except RecursionError:
                 return False, TOO_DEEP
-            if end == len(text) and more():  # a number may go on in the next block
+            if end == len(self.text) and self.more():  # a number may go on in the next block
                 continue
-            check.line(text[pos:end])
-            pos = end
+            self.check.line(self.text[self.pos : end])
+            self.pos = end
             return True, found
 
-    def skip() -> str:
+    def skip(self) -> str:
         """Move ``pos`` past a broken element to the ``,`` or ``]`` after it at its own depth;
         that character ("" at the end of the file)."""
-        nonlocal pos
         while True:
-            depth, last = 0, pos
-            for token in _JSON_TOKEN.finditer(text, pos):
-                if '"' in text[last : token.start()] and more():  # a string cut by the block's end
+            depth, last, text = 0, self.pos, self.text
+            for token in _JSON_TOKEN.finditer(text, self.pos):
+                if '"' in text[last : token.start()] and self.more():  # a string cut by the block's end
                     break
                 last, mark = token.end(), token.group()
                 if mark in "[{":
@@ -355,43 +390,11 @@ def json_array_rows(path: Path, handle: BinaryIO, encoding: str = "utf-8") -> Ro
                 elif depth and mark in "]}":
                     depth -= 1
                 elif not depth and mark in ",]":
-                    check.line(text[pos : token.start()])
-                    pos = token.end()
+                    self.check.line(text[self.pos : token.start()])
+                    self.pos = token.end()
                     return mark
             else:
-                if more():
+                if self.more():
                     continue
-                pos = len(text)
+                self.pos = len(self.text)
                 return ""
-
-    if following() == "":
-        return
-    if text[pos] != "[":
-        raise BadInput(f"{path} is not a JSON array (of objects or strings) nor JSON Lines")
-    pos += 1
-    mark = ","
-    if following() == "]":
-        pos, mark = pos + 1, "]"
-    while mark == ",":
-        number += 1
-        following()
-        ok, found = value()
-        if ok:
-            mark = following()
-            if mark in (",", "]"):
-                pos += 1
-            elif mark:  # no comma after the element: it and what follows, to the next one, are broken
-                ok, found, mark = False, "invalid JSON: no , between elements", skip()
-        else:
-            mark = skip()
-        if not ok or isinstance(found, dict):
-            yield number, found
-        elif isinstance(found, str):
-            yield number, {"text": found}
-        else:
-            yield number, "not a JSON object or string"
-    if mark == "":
-        yield number + 1, "unclosed JSON array: the file ends before its ]"
-    elif following():
-        yield number + 1, "text after the JSON array's end"
-    check.end()

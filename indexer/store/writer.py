@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +42,55 @@ class VersionWriter:
     SPOOL = ".vectors.spool"  # raw float32 vectors; removed before the version is committed
     SPOOL_IDS = ".ids.spool"  # the row id of each (int64)
 
-    def __init__(self, pending: Pending, field_types: dict[str, str], keyword_fields: Sequence[str] = ()):
+    def __init__(
+        self, pending: Pending, field_types: dict[str, str] | None, keyword_fields: Sequence[str] = ()
+    ):
+        """``field_types`` None: the catalog is made by ``open_catalog``, before the first ``add``."""
         self.pending = pending
-        self.path = version = pending.path
-        self.catalog = Catalog.create(version / DATABASE, field_types, keyword_fields, bulk=True)
+        self.path = pending.path
+        self.catalog: Catalog | None = None
+        self.keyword_fields: list[str] = []
+        if field_types is not None:
+            self.open_catalog(field_types, keyword_fields)
         self.entries = 0
+        """Entries whose rows are put."""
+        self.spooled = 0
+        """Entries whose vectors are spooled."""
         self.vectors = 0
         self.dimension: int | None = None
-        self._spool = (version / self.SPOOL).open("wb")
-        self._spool_ids = (version / self.SPOOL_IDS).open("wb")
+        self._spool = (self.path / self.SPOOL).open("wb")
+        self._spool_ids = (self.path / self.SPOOL_IDS).open("wb")
+
+    def open_catalog(self, field_types: dict[str, str], keyword_fields: Sequence[str] = ()) -> None:
+        """The version's SQLite file, its columns typed ``field_types`` (a streamed build: as its
+        first part types them; ``settle`` checks them against the whole corpus')."""
+        self.catalog = Catalog.create(self.path / DATABASE, field_types, keyword_fields, bulk=True)
+        self.keyword_fields = list(keyword_fields)
+
+    def settle(
+        self,
+        field_types: dict[str, str],
+        keyword_fields: Sequence[str],
+        again: Callable[[], Iterator[Sequence[Entry]]],
+    ) -> bool:
+        """Make sure the rows are stored as the whole corpus types its columns: where the catalog
+        was opened with other types (a column typed by the first part that a later row makes
+        text) or other keyword fields, it is made again from ``again()``, the entries read once
+        more in the same order (their vector counts kept). Whether it was made again."""
+        assert self.catalog is not None
+        stored = {name.casefold(): t for name, t in self.catalog.field_types().items()}
+        final = {name.casefold(): t for name, t in field_types.items()}
+        if stored == final and self.keyword_fields == list(keyword_fields):
+            return False
+        held = self.catalog.db.execute("select _chunks from entries order by _rowid")
+        chunks = np.array([n for (n,) in held], dtype=np.int64)
+        self.catalog.close()
+        (self.path / DATABASE).unlink()
+        self.open_catalog(field_types, keyword_fields)
+        self.entries = 0
+        for part in again():
+            self.put_entries(part, chunks[self.entries : self.entries + len(part)])
+        return True
 
     def add(
         self,
@@ -61,15 +101,29 @@ class VersionWriter:
     ) -> None:
         """Entries with their vectors; ``owners[i]``: position in ``entries`` of ``vectors[i]``;
         ``also[i]``: it is that entry's also-vector (``indexer.embedding.fields``)."""
-        rowids = np.arange(self.entries + 1, self.entries + len(entries) + 1, dtype=np.int64)
-        self.catalog.put(entries, rowids, np.bincount(owners, minlength=len(entries)))
+        self.put_entries(entries, self.add_vectors(len(entries), vectors, owners, also))
+
+    def add_vectors(
+        self, count: int, vectors: np.ndarray, owners: np.ndarray, also: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The vectors of the next ``count`` entries to the spool (their rows are put apart,
+        ``put_entries``); returns how many vectors each entry has."""
+        rowids = np.arange(self.spooled + 1, self.spooled + count + 1, dtype=np.int64)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if self.dimension is None:
             self.dimension = vectors.shape[1]
         self._spool.write(vectors.tobytes())
         self._spool_ids.write(vector_ids(rowids[owners], also).tobytes())
-        self.entries += len(entries)
+        self.spooled += count
         self.vectors += len(vectors)
+        return np.bincount(owners, minlength=count)
+
+    def put_entries(self, entries: Sequence[Entry], chunks: np.ndarray) -> None:
+        """The next entries' rows, in the order their vectors were spooled (row ids follow on)."""
+        assert self.catalog is not None, "open_catalog first"
+        rowids = np.arange(self.entries + 1, self.entries + len(entries) + 1, dtype=np.int64)
+        self.catalog.put(entries, rowids, chunks)
+        self.entries += len(entries)
 
     def parts(self, transform: Transform | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The spooled vectors, ``transform``-ed and unit length, with their row ids."""
@@ -105,6 +159,7 @@ class VersionWriter:
         self._spool_ids.close()
         if not self.entries:
             raise BadInput("nothing to index: no entries")
+        assert self.catalog is not None and self.entries == self.spooled, "every entry's row and vectors"
         before = {f.name for f in self.path.iterdir()}
         graph = hold_graph(self.path, strategy)
         held = sorted({f.name for f in self.path.iterdir()} - before)
@@ -151,17 +206,23 @@ class VersionWriter:
         """Release the version's files (an abandoned version's directory is removed by ``committing``)."""
         self._spool.close()
         self._spool_ids.close()
-        self.catalog.close()
+        if self.catalog is not None:
+            self.catalog.close()
 
 
 @contextlib.contextmanager
 def new_version(
-    index_dir: str | Path, field_types: dict[str, str], *, wait: float = 0, keyword_fields: Sequence[str] = ()
+    index_dir: str | Path,
+    field_types: dict[str, str] | None,
+    *,
+    wait: float = 0,
+    keyword_fields: Sequence[str] = (),
 ) -> Iterator[VersionWriter]:
     """A complete new index written beside the live one (``index_dir`` is created if need be),
     under the writer lock (``wait``: seconds to wait for another writer): ``add`` its entries and
     vectors, then ``write`` it; a clean exit swaps it in. On an exception the new version is
     removed and the live one stays; a failed first build leaves no directory behind.
+    ``field_types`` None: the columns are typed later (``VersionWriter.open_catalog``).
     ``keyword_fields``: the columns keyword search reads besides the text (``catalog.keyword_fields``)."""
     index_dir = Path(index_dir)
     with building(index_dir, wait), committing(index_dir) as pending:

@@ -1,21 +1,30 @@
 """corpus -> texts -> vectors -> index: the one function the ``index`` command is a shell over.
 
-The corpus is streamed: a first pass checks every row (rejections, duplicate ids across the whole
-file) and types the fields, before any model loads; a second pass embeds it in parts of
-``PART_ENTRIES`` and hands each part to the new version (``store.new_version``), so peak memory
-is the model, one part and the vector index, however large the corpus. A corpus of one part is
-read once: the first pass keeps its entries (no more than a part holds anyway).
+A build is a pipeline of three stages with bounded queues between them, so the slowest sets the
+pace (``indexer.writing.stages``): the corpus is read and every row checked and typed on one
+thread, in parts of ``PART_ENTRIES``, while the model loads and then embeds the parts (the Rust
+tokenizer and the network's kernels release the GIL); each embedded part is written on a third
+thread (its vectors to the version's spool, its rows to SQLite). Peak memory is the model, a few
+parts and the vector index, however large the corpus.
+
+The corpus is read once. SQLite's columns are typed by the whole corpus, which only its end
+knows: the version's catalog is made with the types its first part shows and, where a later row
+retypes a column (a field empty in the first part, a number column with a word further on),
+made again at the end from a second read of the file (``VersionWriter.settle``). What stays
+sequential, and why: rows are written in file order (row ids follow it, and the vectors' spool
+is appended in the same order), and the vector index and the keyword table are built once every
+row is in (an IVF index is trained on a sample of all the vectors; FTS5 fills fastest at once).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from indexer.catalog import keyword_fields
 from indexer.embedding.fields import FieldScoring, embed_entries
@@ -28,6 +37,10 @@ from indexer.reading.corpus import CorpusOptions, CorpusReader, Entry, Rejection
 from indexer.reading.field_types import TypeCounter
 from indexer.reading.rows import CorpusSource, source_name
 from indexer.vectors.factory import KIND, STORAGE
+from indexer.writing.stages import Ahead, Behind
+
+if TYPE_CHECKING:
+    from indexer.store.writer import VersionWriter
 
 PART_ENTRIES = 4096
 """Entries embedded and written at a time."""
@@ -53,56 +66,135 @@ class BuildReport:
     """What the reader said about how the corpus was read (a TSV's quoted fields of several lines)."""
 
 
-@dataclass
-class Survey:
-    """What the first pass over a corpus learns: counts, rejected rows, field types."""
-
-    entries: int
-    rejected: list[Rejection]
-    field_types: dict[str, str]
-    kept: list[Entry] | None = None
-    """Every entry, where there are no more than the survey's ``keep``; None where there are more."""
+READ_AHEAD = 4
+"""Parts read ahead of the embedding (each ``PART_ENTRIES`` entries)."""
+WRITE_BEHIND = 2
+"""Embedded parts waiting to be written."""
 
 
-def survey_corpus(reader: CorpusReader, keep: int = 0) -> Survey:
-    """Check every row of the corpus and type its fields, keeping its entries only while there
-    are no more than ``keep`` (one part: the second pass then has nothing to read). The id
-    field's column is text whatever its values: ids are text (``"01"`` is not ``"1"``)."""
-    entries, rejected, counter = 0, [], TypeCounter()
-    kept: list[Entry] | None = []
-    for item in reader:
-        if isinstance(item, Entry):
-            entries += 1
-            counter.add(item.fields)
-            if kept is not None and entries <= keep:
-                kept.append(item)
+@dataclass(frozen=True)
+class Part:
+    """Entries read together, and the field types of the corpus up to them."""
+
+    entries: tuple[Entry, ...]
+    types: dict[str, str]
+
+
+class CorpusParts:
+    """A corpus read once, ``size`` entries at a time, counting its rejected rows and typing its
+    fields as it goes (``TypeCounter``); iterated on the reading stage."""
+
+    def __init__(self, reader: CorpusReader, size: int):
+        self.reader, self.size = reader, size
+        self.entries = 0
+        self.rejected: list[Rejection] = []
+        self.counter = TypeCounter()
+
+    def __iter__(self) -> Iterator[Part]:
+        part: list[Entry] = []
+        add, rejected = self.counter.add, self.rejected
+        for item in self.reader:
+            if type(item) is Entry:
+                add(item.fields)
+                part.append(item)
+                if len(part) == self.size:
+                    self.entries += len(part)
+                    yield Part(tuple(part), self.types())
+                    part = []
             else:
-                kept = None
-        else:
-            rejected.append(item)
-    types = counter.types()
-    if reader.id_field in types:
-        types[reader.id_field] = "text"
-    return Survey(entries, rejected, types, kept)
+                rejected.append(item)
+        if part:
+            self.entries += len(part)
+            yield Part(tuple(part), self.types())
+
+    def types(self) -> dict[str, str]:
+        """The fields' types so far; the id field's is text whatever its values (ids are text:
+        ``"01"`` is not ``"1"``)."""
+        types = self.counter.types()
+        ids = self.reader.id_field or self.reader.ids_from
+        for name in types:
+            if ids is not None and name.casefold() == ids.casefold():
+                types[name] = "text"
+        return types
+
+    def again(self) -> Iterator[tuple[Entry, ...]]:
+        """The entries read once more, ``size`` at a time; the file must not have changed since
+        (same entry count), or the build stops with the live index untouched."""
+        entries = (item for item in self.reader if isinstance(item, Entry))
+        seen = 0
+        while part := tuple(islice(entries, self.size)):
+            seen += len(part)
+            if seen > self.entries:
+                break
+            yield part
+        if seen != self.entries:
+            raise BadInput(f"{self.reader.path} changed while it was being indexed: index it again")
 
 
-def corpus_parts(
-    reader: CorpusReader, survey: Survey, size: int = PART_ENTRIES
-) -> Iterator[tuple[Entry, ...]]:
-    """The corpus' entries, ``size`` at a time: those the survey kept, else the file read again,
-    which must not have changed since the survey (same entry count), or the build stops with the
-    live index untouched."""
-    if survey.kept is not None:
-        for start in range(0, len(survey.kept), size):
-            yield tuple(survey.kept[start : start + size])
-        return
-    entries = (item for item in reader if isinstance(item, Entry))
-    seen = 0
-    while part := tuple(islice(entries, size)):
-        seen += len(part)
-        yield part
-    if seen != survey.entries:
-        raise BadInput(f"{reader.path} changed while it was being indexed: index it again")
+def grouped(parts: Iterable[Part], size: int) -> Iterator[Part]:
+    """Parts joined to at least ``size`` entries (Ray's parts are larger than a read's)."""
+    held: list[Part] = []
+    for part in parts:
+        held.append(part)
+        if sum(len(p.entries) for p in held) >= size:
+            yield Part(tuple(e for p in held for e in p.entries), held[0].types)
+            held = []
+    if held:
+        yield Part(tuple(e for p in held for e in p.entries), held[0].types)
+
+
+@dataclass
+class Streamed:
+    """What the pipeline leaves for the version's write: the encoder, the parts read, the time
+    spent embedding."""
+
+    encoder: Any
+    parts: CorpusParts
+    embed_seconds: float
+
+
+def stream(
+    reader: CorpusReader,
+    version: VersionWriter,
+    strategy: Strategy | None,
+    options: EmbeddingOptions,
+    also: FieldScoring | None,
+    progress: bool,
+) -> Streamed:
+    """Read, embed and write the corpus into ``version`` (module docstring): the model loads
+    while the first parts are read; the bar counts entries embedded and ends on the last written."""
+    from indexer.encoders.factory import encoder_for
+    from indexer.encoders.on_ray import RayEncoder
+
+    parts = CorpusParts(reader, PART_ENTRIES)
+    searched = also.also if also else ()
+
+    def write(item: tuple[Part, Any, Any, Any]) -> None:
+        part, vectors, owners, also_vectors = item
+        chunks = version.add_vectors(len(part.entries), vectors, owners, also_vectors)
+        if version.catalog is None:
+            version.open_catalog(part.types, keyword_fields(reader.text_fields, searched, list(part.types)))
+        version.put_entries(part.entries, chunks)
+
+    embed_seconds = 0.0
+    with Ahead(parts, READ_AHEAD, "read corpus") as read:
+        # the graph the index's queries will run is exported now, if it can be (its export_failure)
+        encoder = encoder_for(strategy, options, export_queries=True)
+        on_ray = isinstance(encoder, RayEncoder)  # one Ray session for every part, parts its size
+        bar = Progress(None, "embedding", enabled=progress)
+        writes = Behind(write, WRITE_BEHIND, "write version")
+        with bar, writes, encoder.session() if on_ray else contextlib.nullcontext():
+            for part in grouped(read, encoder.part_entries if on_ray else PART_ENTRIES):
+                if bar.total is None and not read.thread.is_alive():
+                    bar.total_is(parts.entries)
+                embed_started = time.perf_counter()
+                step = bar.step(len(part.entries))
+                vectors, owners, also_vectors = embed_entries(encoder, part.entries, also, progress=step)
+                embed_seconds += time.perf_counter() - embed_started
+                writes.give((part, vectors, owners, also_vectors if also else None))
+            writes.finish()
+            bar.total_is(parts.entries)
+    return Streamed(encoder, parts, embed_seconds)
 
 
 def build_index(
@@ -134,8 +226,6 @@ def build_index(
     (``indexer.encoders.factory``). ``reranker``: a cross-encoder's folder stored as the index's
     default reranker (its path and fingerprint; its files read, not loaded, before anything is
     built). A failed first build leaves no directory behind."""
-    from indexer.encoders.factory import encoder_for
-    from indexer.encoders.on_ray import RayEncoder
     from indexer.store import new_version
 
     started = time.perf_counter()
@@ -148,32 +238,19 @@ def build_index(
         folder = read_cross_folder(reranker)
         stored_reranker = {"path": folder.path, "fingerprint": folder.fingerprint}
     reader = CorpusReader(corpus, corpus_options, **given)
-    survey = survey_corpus(reader, keep=PART_ENTRIES)
-    embed_seconds = 0.0
-    searched = keyword_fields(reader.text_fields, also.also if also else (), list(survey.field_types))
-    with new_version(index_dir, survey.field_types, wait=wait, keyword_fields=searched) as version:
-        # the graph the index's queries will run is exported now, if it can be (its export_failure)
-        encoder = encoder_for(strategy, options, export_queries=True)
-        on_ray = isinstance(encoder, RayEncoder)  # one Ray session for every part, parts its size
-        size = encoder.part_entries if on_ray else PART_ENTRIES
-        bar = Progress(survey.entries, "embedding", enabled=progress)
-        with bar, encoder.session() if on_ray else contextlib.nullcontext():
-            done = 0
-            for part in corpus_parts(reader, survey, size):
-                embed_started = time.perf_counter()
-                step = bar.step(len(part))
-                vectors, owners, also_vectors = embed_entries(encoder, part, also, progress=step)
-                embed_seconds += time.perf_counter() - embed_started
-                version.add(part, vectors, owners, also_vectors if also else None)
-                done += len(part)
-                bar.reach(done)
-        rows = survey.entries + len(survey.rejected)
+    with new_version(index_dir, None, wait=wait) as version:
+        done = stream(reader, version, strategy, options, also, progress)
+        parts, encoder = done.parts, done.encoder
+        types = parts.types()
+        searched = keyword_fields(reader.text_fields, also.also if also else (), list(types))
+        version.settle(types, searched, parts.again)
+        rows = parts.entries + len(parts.rejected)
         source = {
             "path": source_name(corpus),
             "text_fields": reader.text_fields,
             "id_field": reader.id_field,
             "rows": rows,
-            "rejected": len(survey.rejected),
+            "rejected": len(parts.rejected),
             # ids are row numbers: an add numbers its rows from here (indexer.writing.update)
             **({"next_row_id": rows + 1} if reader.id_field is None else {}),
             **({"also": also.to_dict()} if also else {}),
@@ -185,13 +262,13 @@ def build_index(
     return BuildReport(
         index_dir=Path(index_dir),
         strategy=encoder.strategy,
-        entries=survey.entries,
+        entries=parts.entries,
         vectors=meta.vectors,
         dimension=meta.dimension,
-        rejected=survey.rejected,
-        rejection_summary=rejection_summary(survey.rejected),
+        rejected=parts.rejected,
+        rejection_summary=rejection_summary(parts.rejected),
         seconds=time.perf_counter() - started,
-        embed_seconds=embed_seconds,
+        embed_seconds=done.embed_seconds,
         export_failure=encoder.decision.export_failure,
         notes=tuple(reader.notes),
     )

@@ -8,6 +8,12 @@ An index built on row numbers (no id field) gives its ids itself: its source met
 rows of the added file from there (rejected rows use up their numbers too, as in a build), so an
 added row never takes the id of an entry, nor of a deleted one. An ``add`` naming an id field
 upserts by it, and moves the counter past the integer ids it brings.
+
+An add does not stream as a build does (``indexer.writing.build``), and why: its rows are compared
+with the stored ones before anything is embedded (only new and changed texts are), the model is
+loaded only when some are, and the whole change is one transaction of the live version, committed
+at once. So the added corpus is read whole first (an add is held in memory; a corpus too large for
+that is a build).
 """
 
 from __future__ import annotations
@@ -26,7 +32,15 @@ from indexer.encoders.options import EmbeddingOptions
 from indexer.encoders.options import given as given_options
 from indexer.errors import BadInput
 from indexer.progress import Progress
-from indexer.reading.corpus import Corpus, CorpusOptions, Rejection, check_field_count, entry_id, read_corpus
+from indexer.reading.corpus import (
+    Corpus,
+    CorpusOptions,
+    Entry,
+    Rejection,
+    check_field_count,
+    entry_id,
+    read_corpus,
+)
 from indexer.reading.decoding import lines_of
 from indexer.reading.field_types import comparable, misfit
 from indexer.reading.rows import ROWS_NAME, CorpusSource, is_path
@@ -94,20 +108,10 @@ def add_to_index(
             corpus_path, reading, first_row_id=first_row_id, check=lambda row: misfit(row, columns)
         )
         _check_columns(corpus, columns, corpus_path if is_path(corpus_path) else ROWS_NAME)
-        stored = live.catalog.fingerprints([e.id for e in corpus.entries])
-        types = live.catalog.types_for([e.fields for e in corpus.entries])
+        added, changed, metadata_only = _by_change(live.catalog, corpus.entries, also is not None)
         live.catalog.close()
         if next_row_id is not None:
             source["next_row_id"] = _after(corpus, next_row_id, first_row_id)
-        added, changed, metadata_only = [], [], []
-        for entry in corpus.entries:
-            old = stored.get(entry.id)
-            if old is None:
-                added.append(entry)
-            elif old[0] != content_hash(entry.text):
-                changed.append(entry)
-            elif old[1] != comparable(entry.fields, types):  # with also fields, they may be embedded
-                (changed if also else metadata_only).append(entry)
         to_embed = added + changed
         vectors = owners = also_vectors = None
         if to_embed:
@@ -141,6 +145,23 @@ def add_to_index(
         time.perf_counter() - started,
         tuple(corpus.notes),
     )
+
+
+def _by_change(catalog: Catalog, entries: list[Entry], also: bool) -> tuple[list[Entry], ...]:
+    """The entries new to the index, those whose text changed (or, ``also``: whose fields, which
+    may be embedded too), and those whose fields alone changed; unchanged ones are in none."""
+    stored = catalog.fingerprints([e.id for e in entries])
+    types = catalog.types_for([e.fields for e in entries])
+    added, changed, metadata_only = [], [], []
+    for entry in entries:
+        old = stored.get(entry.id)
+        if old is None:
+            added.append(entry)
+        elif old[0] != content_hash(entry.text):
+            changed.append(entry)
+        elif old[1] != comparable(entry.fields, types):  # with also fields, they may be embedded
+            (changed if also else metadata_only).append(entry)
+    return added, changed, metadata_only
 
 
 def delete_from_index(index_dir: str | Path, ids: Sequence[str], *, wait: float = 0) -> UpdateReport:
