@@ -17,7 +17,8 @@ Tables::
                                          first write that stores one (``indexer.catalog.structured``)
 
 The keyword table's schema and operations are ``indexer.catalog.keywords``; the fields' facets
-(what a search page filters by) ``indexer.catalog.facets``.
+(what a search page filters by) ``indexer.catalog.facets``; reading a file a killed writer left
+a journal in ``indexer.catalog.rollback``.
 
 Operations that take many ids bind them as one JSON array (``json_each``), never one parameter
 per id, so they work past SQLite's bound-parameter limit.
@@ -28,14 +29,13 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import tempfile
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from indexer.catalog import structured
+from indexer.catalog import rollback, structured
 from indexer.catalog.facets import Facet, FieldFacets
 from indexer.catalog.identifiers import quote
 from indexer.catalog.keywords import KeywordTable, keyword_fields
@@ -79,12 +79,6 @@ class Entry(Protocol):
     fields: dict[str, Any]
 
 
-def _journal_header(journal: Path) -> bytes:
-    """The first bytes of a rollback journal: its header, with the nonce of its transaction."""
-    with journal.open("rb") as f:
-        return f.read(28)
-
-
 def is_disk_full(error: BaseException) -> bool:
     """Whether SQLite failed because the disk is full (SQLITE_FULL)."""
     code = getattr(error, "sqlite_errorcode", None)
@@ -102,7 +96,7 @@ class Catalog(KeywordTable, FieldFacets):
     writer killed mid-transaction leaves a hot ``-journal`` that only a connection that may write
     can roll back, and SQLite refuses every read until one has: this way the first read after the
     kill rolls it back, in any process that reads. Where this process cannot write the file or
-    its folder, it reads the last committed state from a private copy (``_committed_copy``)."""
+    its folder, it reads the last committed state from a private copy (``rollback.committed_copy``)."""
 
     def __init__(self, path: Path, *, readonly: bool = True, synced: bool = True):
         """``synced`` False: SQLite's own fsyncs are skipped, for a file no one reads before its
@@ -131,59 +125,26 @@ class Catalog(KeywordTable, FieldFacets):
             self.db = self._committed_copy()
 
     @property
-    def journal(self) -> Path:
-        return self.path.with_name(self.path.name + "-journal")
-
-    @property
     def file(self) -> Path:
         """The file this catalog reads: ``path``, or its private copy."""
         return self.path if self._copy is None else self._copy / self.path.name
 
     def _committed_copy(self) -> sqlite3.Connection:
-        """The last committed state of a file whose hot journal this process cannot roll back
-        (it may not write there): the journal, then the file, copied to a private folder and
-        rolled back there. The copy is whole if the journal still begins the same afterwards (a
-        rollback deletes it; a new transaction's journal has another nonce): otherwise someone
-        rolled it back meanwhile, and the file itself reads."""
-        for _attempt in range(3):
-            self._copy = Path(tempfile.mkdtemp(prefix="semsearch-catalog-"))
+        """``rollback.committed_copy``: its private folder removed with this catalog."""
+        db, self._copy = rollback.committed_copy(self.path)
+        if self._copy is not None:
             weakref.finalize(self, shutil.rmtree, self._copy, True)
-            try:
-                header = _journal_header(self.journal)
-                shutil.copyfile(self.journal, self._copy / self.journal.name)
-                shutil.copyfile(self.path, self.file)
-                whole = _journal_header(self.journal) == header
-            except FileNotFoundError:  # rolled back meanwhile
-                whole = False
-            if whole:
-                db = sqlite3.connect(f"file:{self.file}?mode=rw", uri=True, check_same_thread=False)
-                db.execute("select count(*) from sqlite_master").fetchone()  # the rollback
-                db.execute("pragma query_only = on")
-                return db
-            shutil.rmtree(self._copy, ignore_errors=True)
-            self._copy = None
-            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-            try:
-                db.execute("select count(*) from sqlite_master").fetchone()
-                return db
-            except OperationalError as exc:  # another writer was killed meanwhile: copy again
-                db.close()
-                if not self.cannot_roll_back(exc):
-                    raise
-        raise OperationalError(f"cannot read {self.path}: writers keep being killed while it is read")
+        return db
 
     def cannot_roll_back(self, error: BaseException) -> bool:
-        """Whether SQLite failed a read because this process cannot roll back a killed writer's
-        journal of this file: it may not write the file (SQLITE_READONLY_ROLLBACK), open the
-        journal for writing (SQLITE_CANTOPEN) or delete it (SQLITE_IOERR_DELETE)."""
-        code = getattr(error, "sqlite_errorcode", 0) & 0xFF
-        unable = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR)
-        return isinstance(error, OperationalError) and code in unable and self.journal.exists()
+        """Whether ``error`` is a read of this file failed by a killed writer's journal this
+        process cannot roll back (``rollback.cannot_roll_back``)."""
+        return rollback.cannot_roll_back(error, self.path)
 
     def outdated(self) -> bool:
         """Whether this reads a private copy though the file itself reads again (its journal was
         rolled back: a later commit is not in the copy). Reopen it."""
-        return self._copy is not None and not self.journal.exists()
+        return self._copy is not None and not rollback.journal_of(self.path).exists()
 
     @classmethod
     def create(
