@@ -15,6 +15,9 @@ Tables::
     structured(_rowid, field)            the fields of each row that hold a JSON list or object (kept
                                          as JSON text, given back as the list or object); made by the
                                          first write that stores one (``indexer.catalog.structured``)
+    exact(_rowid, field, value)          the JSON text of each number past 64 bits or -0.0, which its
+                                         column holds as the nearest number SQLite has; made by the
+                                         first write that stores one (``indexer.catalog.exact``)
 
 The keyword table's schema and operations are ``indexer.catalog.keywords``; the fields' facets
 (what a search page filters by) ``indexer.catalog.facets``; reading a file a killed writer left
@@ -35,14 +38,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from indexer.catalog import rollback, structured
+from indexer.catalog import exact, rollback, structured
 from indexer.catalog.facets import Facet, FieldFacets
 from indexer.catalog.identifiers import quote
 from indexer.catalog.keywords import KeywordTable, keyword_fields
 from indexer.catalog.postings import Postings
 from indexer.columns import RESERVED
 from indexer.errors import FilterError, IndexMoved
-from indexer.reading.field_types import comparable, detect_types, stored_value
+from indexer.reading.field_types import comparable, detect_types, exact_text, stored_value
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,6 +88,8 @@ def is_disk_full(error: BaseException) -> bool:
     return isinstance(error, OperationalError) and code == sqlite3.SQLITE_FULL
 
 
+_APART = (structured.STRUCTURED, exact.EXACT)
+"""The tables of values a column keeps otherwise than they were written (lists and objects, numbers)."""
 _WITHIN = " where (?1 is null or _rowid in (select value from json_each(?1)))"
 """The rows of a grouping: all, or those of a JSON list of row ids (a filter's)."""
 
@@ -106,7 +111,7 @@ class Catalog(KeywordTable, FieldFacets):
         self._copy: Path | None = None  # the private folder of ``_committed_copy``, if reading one
         self._read_at: int | None = None  # the generation the read in progress is checked at
         self._kept = Postings()
-        self._structured = False  # whether the catalog is known to mark lists and objects (``structured``)
+        self._apart: set[str] = set()  # the tables of values kept apart known to exist (``_decode``)
         self._unfilled: Sequence[str] | None = None  # ``create(bulk=True)``: keyword fields not yet read
         mode = "rw" if readonly else "rwc"
         self.db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False)
@@ -251,14 +256,19 @@ class Catalog(KeywordTable, FieldFacets):
         self._keep_keywords()
         by_columns: dict[tuple[str, ...], list[tuple]] = {}  # one statement per set of fields
         nested: dict[int, list[str]] = {}  # row id -> its fields that hold a list or an object
+        exact_numbers: dict[int, dict[str, str]] = {}  # row id -> field -> a number's JSON text (``exact``)
         for entry, rowid, n in zip(entries, rowids, chunks, strict=True):
             fields = entry.fields
             names = tuple(fields)
             values = [int(rowid), entry.id, entry.text, content_hash(entry.text), int(n)]
             for name in names:
                 value, kind = fields[name], typed[name]
-                # a string in a text column is stored as it is (``stored_value``'s common case)
-                values.append(value if kind == "text" and type(value) is str else stored_value(value, kind))
+                if kind == "text" and type(value) is str:  # stored as it is (``stored_value``'s common case)
+                    values.append(value)
+                    continue
+                values.append(stored_value(value, kind))
+                if (written := exact_text(value, kind)) is not None:
+                    exact_numbers.setdefault(int(rowid), {})[name] = written
             by_columns.setdefault(names, []).append(tuple(values))
             marked = [name for name in names if structured.is_structured(fields[name])]
             if marked:
@@ -268,6 +278,7 @@ class Catalog(KeywordTable, FieldFacets):
             marks = ", ".join("?" * (len(RESERVED) + len(names)))
             self.db.executemany(f"insert or replace into entries ({columns}) values ({marks})", rows)
         structured.mark(self.db, nested)
+        exact.keep(self.db, exact_numbers)
 
     def matching(self, condition: str, params: Sequence[Any]) -> list[tuple[int, int]]:
         """(row id, vectors held) of each entry a filter admits. ``condition`` is SQL that
@@ -356,11 +367,15 @@ class Catalog(KeywordTable, FieldFacets):
         return rows
 
     def _decode(self, rows: dict[int, dict[str, Any]], answered: bool = True) -> None:
-        """Lists and objects back as such in ``rows`` (row id -> column -> value), in place
-        (``structured.decode``)."""
-        self._structured = self._structured or structured.exists(self.db)
-        if self._structured:
+        """Lists and objects (``structured.decode``) and numbers SQLite cannot hold
+        (``exact.restore``) back as written in ``rows`` (row id -> column -> value), in place."""
+        if len(self._apart) < len(_APART):  # each table is made by the first write that needs it
+            found = "select name from sqlite_master where type = 'table' and name in (?, ?)"
+            self._apart = {name for (name,) in self.db.execute(found, _APART)}
+        if structured.STRUCTURED in self._apart:
             structured.decode(self.db, rows, answered)
+        if exact.EXACT in self._apart:
+            exact.restore(self.db, rows)
 
     def values(self, rowids: Sequence[int], name: str) -> dict[int, Any]:
         """Row id -> one column, for the row ids that exist: a reserved one (``_id``; ``_hash``:
