@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from indexer.embedding.strategy import Strategy
-from indexer.encoders.factory import encoder_for
+from indexer.encoders.factory import encoder_for, remote_code_refusal
 from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import BadInput, IndexMoved
 from indexer.store import StoredIndex, live_version, open_index
@@ -20,6 +20,7 @@ from search.read.confidence import score_kind, unruled
 from search.read.encoding import Encoding
 from search.read.requests import Again, Embedding, Hit, SearchRequest, check_strategy, here
 from search.read.snapshot import Plan, Snapshot
+from search.read.unloaded import Unloaded
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
@@ -126,6 +127,11 @@ class SearchEngine:
             return self.rerankers[key]
 
     def _encoder(self, index: StoredIndex) -> Encoder:
+        """The index's query encoder; ``Unloaded`` where its model may not run here (its own code,
+        without ``--trust-remote-code``): keyword searches need none."""
+        refusal = remote_code_refusal(index.strategy, self.options)
+        if refusal is not None:
+            return Unloaded(index.strategy, refusal)
         return encoder_for(index.strategy, self.options, queries=True, held=index.graph)
 
     @property
@@ -139,6 +145,13 @@ class SearchEngine:
     @property
     def strategy(self) -> Strategy:
         return self.snapshot.index.strategy
+
+    @property
+    def refused(self) -> str | None:
+        """Why the index's model may not run here (``Unloaded``): only keyword searches answer;
+        None where it runs."""
+        embedder = self.embedder
+        return embedder.refusal if isinstance(embedder, Unloaded) else None
 
     def reload_if_changed(self) -> bool:
         with self.reloading:
@@ -227,14 +240,16 @@ class SearchEngine:
     ) -> R:
         """The one query pipeline (the CLI, Python and the server run it), in stages: the plan
         (``Snapshot.plan``: checks, mode, reranker), the queries embedded in one pass by ``embed``
-        with the snapshot's encoding, then on that snapshot the first stage, the rerank and the
-        confidence (``Snapshot.run``). What ``embed`` returns is the answer (the server's step
-        returns it awaitable). Where an update commits under the snapshot, the lookup is redone
-        on the reopened one (``retrying``), its queries embedded again by ``embed`` where that
-        one embeds them otherwise (``Again``). ``reranker``: what scores the pairs of the request's
-        reranker (its folder's), where not the engine's own: the server's, through its batcher."""
+        with the snapshot's encoding (none where the plan reads no vector: a keyword search),
+        then on that snapshot the first stage, the rerank and the confidence (``Snapshot.run``).
+        What ``embed`` returns is the answer (the server's step returns it awaitable). Where an
+        update commits under the snapshot, the lookup is redone on the reopened one
+        (``retrying``), its queries embedded again by ``embed`` where that one embeds them
+        otherwise (``Again``). ``reranker``: what scores the pairs of the request's reranker (its
+        folder's), where not the engine's own: the server's, through its batcher."""
         first, plan = self.plan(request, reranker)
-        return embed(first.encoding, list(request.queries), self._look_up(first, plan, RETRIES))
+        encoding = first.encoding if first.reads_vectors(plan) else first.encoding.vectorless()
+        return embed(encoding, list(request.queries), self._look_up(first, plan, RETRIES))
 
     def _look_up(self, snapshot: Snapshot, plan: Plan, tries: int) -> Callable[[np.ndarray], Any]:
         """``then`` of the embedding step: ``plan`` run on ``snapshot`` with the vectors, on a
@@ -249,7 +264,10 @@ class SearchEngine:
                 except IndexMoved:
                     self.reload_if_changed()
                     fresh = self.snapshot
-                    if not _embeds_alike(fresh.encoding, current.encoding):
+                    unread = not vectors.shape[1]  # a plan that read no vector (``reads_vectors``)
+                    if fresh.reads_vectors(plan) and (
+                        unread or not _embeds_alike(fresh.encoding, current.encoding)
+                    ):
                         return Again(fresh.encoding, self._look_up(fresh, plan, left - 1))
                     current = fresh
             return current.run(plan, vectors)

@@ -206,8 +206,15 @@ class MicroBatcher:
         """``after(encoding.embed(texts, role=role))`` computed off the event loop (the vectors if
         ``after`` is None): ``tokenize``, then ``run_tokens``. Where ``after`` answers ``Again``
         (``search.read.requests``: its snapshot moved), the texts are embedded again, here, with
-        its encoding."""
-        answer = await self.run_tokens(encoding, await self.tokenize(encoding, texts, role), after)
+        its encoding. An encoding that embeds nothing (``Encoding.vectorless``) runs no model."""
+        if not encoding.embeds:
+            vectors = encoding.embed(texts)
+            if after is None:
+                return vectors
+            loop = asyncio.get_running_loop()
+            answer = await loop.run_in_executor(self.lookup_thread, after, vectors)
+        else:
+            answer = await self.run_tokens(encoding, await self.tokenize(encoding, texts, role), after)
         while isinstance(answer, Again):
             again = await self.tokenize(answer.encoding, texts, role)
             answer = await self.run_tokens(answer.encoding, again, answer.then)
