@@ -187,9 +187,53 @@ def test_codes_and_ids_stay_text(tmp_path, tiny_model):
     jsonl.write_text('{"id": 1, "text": "x", "n": 99999999999999999999999}\n{"id": 2, "text": "y", "n": 5}\n')
     build_index(jsonl, tmp_path / "j", Strategy(model=tiny_model))
     row = open_index(tmp_path / "j").rows([1])[1]
-    assert (row["id"], row["n"]) == ("1", "99999999999999999999999")
+    assert (row["id"], row["n"]) == ("1", 99999999999999999999999)  # a JSON number: a number
     again = add_to_index(tmp_path / "j", jsonl)  # the same file again changes nothing
     assert (again.added, again.updated, again.unchanged) == (0, 0, 2)
+
+
+BIG, LOW = 99999999999999999999999, -(2**70)
+EXACT = [
+    {"id": "a", "text": "item a", "n": BIG, "z": -0.0},
+    {"id": "b", "text": "item b", "n": 5, "z": 1.5},
+    {"id": "c", "text": "item c", "n": LOW, "z": 0.0},
+]
+
+
+def test_jsonl_numbers_sqlite_cannot_hold_come_back_as_written(tmp_path, tiny_model):
+    """A JSON integer past 64 bits and -0.0 come back as written (Python hits, their JSON), the
+    other rows of their columns keep their number types, filters compare them as numbers, and an
+    update sees a change to one (to -0.0 from 0, to another integer past 64 bits)."""
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in EXACT), encoding="utf-8")
+    build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    types = open_index(tmp_path / "idx").info()["fields"]
+    assert (types["n"], types["z"]) == ("integer", "number")
+    engine = SearchEngine(tmp_path / "idx")
+    hits = {h.id: h for h in engine.search("item", k=3)}
+    got = {i: (h.fields["n"], h.fields["z"]) for i, h in hits.items()}
+    assert got == {"a": (BIG, -0.0), "b": (5, 1.5), "c": (LOW, 0)}
+    assert [type(got[i][0]) for i in "abc"] == [int, int, int]
+    shown = json.dumps(hits["a"].to_dict()["fields"])  # what query --json prints
+    assert shown == f'{{"id": "a", "text": "item a", "n": {BIG}, "z": -0.0}}'
+    assert json.dumps(hits["c"].fields["z"]) == "0"
+    from fastapi.testclient import TestClient
+
+    from search.server import create_app
+
+    with TestClient(create_app(tmp_path / "idx")) as client:
+        answered = client.post("/search", json={"query": "item", "k": 3})
+    assert f'"n":{BIG},"z":-0.0' in answered.text and f'"n":{LOW},"z":0' in answered.text
+    assert ids(engine, "n > 1000") == {"a"} and ids(engine, "n < 0") == {"c"}
+    assert ids(engine, "z = 0") == {"a", "c"} and ids(engine, "z < 1") == {"a", "c"}
+    again = add_to_index(tmp_path / "idx", path)
+    assert (again.updated, again.unchanged) == (0, 3)
+    changed = [{**EXACT[0], "n": BIG + 1, "z": 0.0}, EXACT[1], {**EXACT[2], "z": -0.0}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in changed), encoding="utf-8")
+    report = add_to_index(tmp_path / "idx", path)
+    assert (report.updated, report.unchanged) == (2, 1)
+    rows = {r["_id"]: r for r in open_index(tmp_path / "idx").rows([1, 2, 3]).values()}
+    assert [(rows[i]["n"], json.dumps(rows[i]["z"])) for i in "ac"] == [(BIG + 1, "0"), (LOW, "-0.0")]
 
 
 def test_added_code_in_a_number_column_is_rejected_not_converted(tmp_path, tiny_model):

@@ -3,7 +3,8 @@ refused in one line naming the flag unless it is given (by ``index``, ``evaluate
 ``tune`` and a shard's worker alike); with it, the model loads as transformers
 loads it with ``trust_remote_code=True`` and its vectors equal sentence-transformers'
 ``SentenceTransformer(path, trust_remote_code=True)``. The index records it (its strategy's
-``remote_code``, ``info``), and every later command on that index asks for the flag again. The
+``remote_code``, ``info``), and every later command on that index asks for the flag again, but a
+keyword search, which runs no model. The
 model's code is written here, tiny, nothing downloaded."""
 
 from __future__ import annotations
@@ -88,6 +89,48 @@ def test_the_index_records_it_and_every_later_command_asks_again(folder, tmp_pat
     add_to_index(tmp_path / "index", more, options=TRUSTED)
 
 
+def test_a_keyword_search_needs_no_flag_and_loads_no_model(folder, tmp_path, monkeypatch):
+    """No model runs in keyword mode, so its searches answer without the flag (the engine, the
+    server) and load nothing; every search that embeds its query still asks for the flag, and
+    so does every server route that runs the model (a 400 naming it)."""
+    from fastapi.testclient import TestClient
+
+    from indexer import build_index
+    from search.read import engine as engines
+    from search.read.engine import SearchEngine
+    from search.server import create_app
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    build_index(corpus, tmp_path / "index", Strategy(model=folder), options=TRUSTED)
+
+    def no_model(*_: object, **__: object) -> None:
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(engines, "encoder_for", no_model)
+    engine = SearchEngine(tmp_path / "index")
+    assert engine.refused is not None and "--trust-remote-code" in engine.refused
+    assert [h.text for h in engine.search("a broken lock", k=1, mode="keyword")] == ["a broken lock"]
+    again = r"runs code of its own: give --trust-remote-code again to embed with it"
+    for mode in (None, "dense", "hybrid"):
+        with pytest.raises(BadInput, match=again):
+            engine.search("a broken lock", mode=mode)
+    with TestClient(create_app(tmp_path / "index")) as client:
+        found = client.post("/search", json={"query": "a broken lock", "k": 1, "mode": "keyword"})
+        assert found.status_code == 200 and found.json()["hits"][0]["text"] == "a broken lock", found.text
+        batch = client.post("/search/batch", json={"queries": ["a broken lock", "river"], "mode": "keyword"})
+        assert batch.status_code == 200, batch.text
+        assert client.get("/info").status_code == 200
+        for path, body in (
+            ("/search", {"query": "a broken lock"}),
+            ("/search", {"query": "a broken lock", "mode": "dense"}),
+            ("/similar", {"sentence": "x", "candidates": ["x", "y"]}),
+            ("/v1/embeddings", {"input": ["x"]}),
+        ):
+            refused = client.post(path, json=body)
+            assert refused.status_code == 400 and "--trust-remote-code again" in refused.text, refused.text
+
+
 def free_port() -> int:
     import socket
 
@@ -109,8 +152,8 @@ def test_the_cli_asks_for_the_flag_on_every_command(folder, tmp_path):
     assert "remote-code" in run("info", index).stdout
     for command in (
         ["query", index, "a broken lock"],
+        ["query", index, "a broken lock", "--mode", "hybrid"],
         ["add", index, corpus],
-        ["serve", index, "--port", str(free_port())],
     ):
         without = run(*command)
         said = [line for line in without.stderr.splitlines() if line.strip()]
@@ -118,6 +161,8 @@ def test_the_cli_asks_for_the_flag_on_every_command(folder, tmp_path):
         assert said[-1].startswith("Error: ") and "--trust-remote-code again" in said[-1], without.stderr
     answered = run("query", index, "a broken lock", "--json", "--trust-remote-code")
     assert answered.returncode == 0 and "a broken lock" in answered.stdout, answered.stderr
+    keyword = run("query", index, "a broken lock", "--json", "--mode", "keyword")  # no model runs
+    assert keyword.returncode == 0 and '"text": "a broken lock"' in keyword.stdout, keyword.stderr
 
 
 def test_a_shard_embeds_it_under_the_flag_and_merges_into_an_index_that_asks_for_it(folder, tmp_path):

@@ -132,6 +132,7 @@ class Recorder:
 
     strategy = Strategy(max_length=128)
     embedder = SimpleNamespace(decision=SimpleNamespace(batching=Batching(32, 32 * 1024)))
+    embeds = True  # ``Encoding.embeds``: it runs its model
 
     def __init__(self, name: str, calls: list, gate: threading.Event):
         self.name, self.calls, self.gate = name, calls, gate

@@ -76,6 +76,36 @@ def test_v2_rerank_answers_in_cohere_v2_shape_with_v1s_ranking(client, cross):
     assert len(again["results"]) == len(DOCS) and again["id"] != answer["id"]
 
 
+def test_v2_rerank_scores_each_document_cut_to_max_tokens_per_doc(client, cross):
+    """Cohere v2's ``max_tokens_per_doc``: each document is scored as its first so many tokens of
+    the reranker's tokenizer (cut in the text, at the tokens' offsets as transformers gives
+    them); a shorter document as it is."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(cross)
+    docs = [*DOCS, "pay"]
+    cut = []
+    for doc in docs:
+        ends = [
+            end
+            for _, end in tokenizer(doc, add_special_tokens=False, return_offsets_mapping=True)[
+                "offset_mapping"
+            ]
+        ]
+        cut.append(doc[: ends[2]] if len(ends) > 3 else doc)
+    assert cut[0] != docs[0] and cut[-1] == docs[-1]
+    v1 = client.post("/v1/rerank", json={"query": QUERY, "documents": cut}).json()
+    v2 = client.post("/v2/rerank", json={"query": QUERY, "documents": docs, "max_tokens_per_doc": 3}).json()
+    assert v2["results"] == [
+        {"index": r["index"], "relevance_score": r["relevance_score"]} for r in v1["results"]
+    ]
+    assert v2["meta"]["tokens"]["input_tokens"] == v1["usage"]["total_tokens"]
+    whole = client.post(
+        "/v2/rerank", json={"query": QUERY, "documents": docs, "max_tokens_per_doc": 4096}
+    ).json()
+    assert whole["results"] != v2["results"]
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -15,9 +15,13 @@ Tables::
     structured(_rowid, field)            the fields of each row that hold a JSON list or object (kept
                                          as JSON text, given back as the list or object); made by the
                                          first write that stores one (``indexer.catalog.structured``)
+    exact(_rowid, field, value)          the JSON text of each number past 64 bits or -0.0, which its
+                                         column holds as the nearest number SQLite has; made by the
+                                         first write that stores one (``indexer.catalog.exact``)
 
 The keyword table's schema and operations are ``indexer.catalog.keywords``; the fields' facets
-(what a search page filters by) ``indexer.catalog.facets``.
+(what a search page filters by) ``indexer.catalog.facets``; reading a file a killed writer left
+a journal in ``indexer.catalog.rollback``.
 
 Operations that take many ids bind them as one JSON array (``json_each``), never one parameter
 per id, so they work past SQLite's bound-parameter limit.
@@ -28,21 +32,20 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import tempfile
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from indexer.catalog import structured
+from indexer.catalog import exact, rollback, structured
 from indexer.catalog.facets import Facet, FieldFacets
 from indexer.catalog.identifiers import quote
 from indexer.catalog.keywords import KeywordTable, keyword_fields
 from indexer.catalog.postings import Postings
 from indexer.columns import RESERVED
 from indexer.errors import FilterError, IndexMoved
-from indexer.reading.field_types import comparable, detect_types, stored_value
+from indexer.reading.field_types import comparable, detect_types, exact_text, stored_value
 
 if TYPE_CHECKING:
     import numpy as np
@@ -79,18 +82,14 @@ class Entry(Protocol):
     fields: dict[str, Any]
 
 
-def _journal_header(journal: Path) -> bytes:
-    """The first bytes of a rollback journal: its header, with the nonce of its transaction."""
-    with journal.open("rb") as f:
-        return f.read(28)
-
-
 def is_disk_full(error: BaseException) -> bool:
     """Whether SQLite failed because the disk is full (SQLITE_FULL)."""
     code = getattr(error, "sqlite_errorcode", None)
     return isinstance(error, OperationalError) and code == sqlite3.SQLITE_FULL
 
 
+_APART = (structured.STRUCTURED, exact.EXACT)
+"""The tables of values a column keeps otherwise than they were written (lists and objects, numbers)."""
 _WITHIN = " where (?1 is null or _rowid in (select value from json_each(?1)))"
 """The rows of a grouping: all, or those of a JSON list of row ids (a filter's)."""
 
@@ -102,7 +101,7 @@ class Catalog(KeywordTable, FieldFacets):
     writer killed mid-transaction leaves a hot ``-journal`` that only a connection that may write
     can roll back, and SQLite refuses every read until one has: this way the first read after the
     kill rolls it back, in any process that reads. Where this process cannot write the file or
-    its folder, it reads the last committed state from a private copy (``_committed_copy``)."""
+    its folder, it reads the last committed state from a private copy (``rollback.committed_copy``)."""
 
     def __init__(self, path: Path, *, readonly: bool = True, synced: bool = True):
         """``synced`` False: SQLite's own fsyncs are skipped, for a file no one reads before its
@@ -112,7 +111,7 @@ class Catalog(KeywordTable, FieldFacets):
         self._copy: Path | None = None  # the private folder of ``_committed_copy``, if reading one
         self._read_at: int | None = None  # the generation the read in progress is checked at
         self._kept = Postings()
-        self._structured = False  # whether the catalog is known to mark lists and objects (``structured``)
+        self._apart: set[str] = set()  # the tables of values kept apart known to exist (``_decode``)
         self._unfilled: Sequence[str] | None = None  # ``create(bulk=True)``: keyword fields not yet read
         mode = "rw" if readonly else "rwc"
         self.db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False)
@@ -131,59 +130,26 @@ class Catalog(KeywordTable, FieldFacets):
             self.db = self._committed_copy()
 
     @property
-    def journal(self) -> Path:
-        return self.path.with_name(self.path.name + "-journal")
-
-    @property
     def file(self) -> Path:
         """The file this catalog reads: ``path``, or its private copy."""
         return self.path if self._copy is None else self._copy / self.path.name
 
     def _committed_copy(self) -> sqlite3.Connection:
-        """The last committed state of a file whose hot journal this process cannot roll back
-        (it may not write there): the journal, then the file, copied to a private folder and
-        rolled back there. The copy is whole if the journal still begins the same afterwards (a
-        rollback deletes it; a new transaction's journal has another nonce): otherwise someone
-        rolled it back meanwhile, and the file itself reads."""
-        for _attempt in range(3):
-            self._copy = Path(tempfile.mkdtemp(prefix="semsearch-catalog-"))
+        """``rollback.committed_copy``: its private folder removed with this catalog."""
+        db, self._copy = rollback.committed_copy(self.path)
+        if self._copy is not None:
             weakref.finalize(self, shutil.rmtree, self._copy, True)
-            try:
-                header = _journal_header(self.journal)
-                shutil.copyfile(self.journal, self._copy / self.journal.name)
-                shutil.copyfile(self.path, self.file)
-                whole = _journal_header(self.journal) == header
-            except FileNotFoundError:  # rolled back meanwhile
-                whole = False
-            if whole:
-                db = sqlite3.connect(f"file:{self.file}?mode=rw", uri=True, check_same_thread=False)
-                db.execute("select count(*) from sqlite_master").fetchone()  # the rollback
-                db.execute("pragma query_only = on")
-                return db
-            shutil.rmtree(self._copy, ignore_errors=True)
-            self._copy = None
-            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-            try:
-                db.execute("select count(*) from sqlite_master").fetchone()
-                return db
-            except OperationalError as exc:  # another writer was killed meanwhile: copy again
-                db.close()
-                if not self.cannot_roll_back(exc):
-                    raise
-        raise OperationalError(f"cannot read {self.path}: writers keep being killed while it is read")
+        return db
 
     def cannot_roll_back(self, error: BaseException) -> bool:
-        """Whether SQLite failed a read because this process cannot roll back a killed writer's
-        journal of this file: it may not write the file (SQLITE_READONLY_ROLLBACK), open the
-        journal for writing (SQLITE_CANTOPEN) or delete it (SQLITE_IOERR_DELETE)."""
-        code = getattr(error, "sqlite_errorcode", 0) & 0xFF
-        unable = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR)
-        return isinstance(error, OperationalError) and code in unable and self.journal.exists()
+        """Whether ``error`` is a read of this file failed by a killed writer's journal this
+        process cannot roll back (``rollback.cannot_roll_back``)."""
+        return rollback.cannot_roll_back(error, self.path)
 
     def outdated(self) -> bool:
         """Whether this reads a private copy though the file itself reads again (its journal was
         rolled back: a later commit is not in the copy). Reopen it."""
-        return self._copy is not None and not self.journal.exists()
+        return self._copy is not None and not rollback.journal_of(self.path).exists()
 
     @classmethod
     def create(
@@ -290,14 +256,19 @@ class Catalog(KeywordTable, FieldFacets):
         self._keep_keywords()
         by_columns: dict[tuple[str, ...], list[tuple]] = {}  # one statement per set of fields
         nested: dict[int, list[str]] = {}  # row id -> its fields that hold a list or an object
+        exact_numbers: dict[int, dict[str, str]] = {}  # row id -> field -> a number's JSON text (``exact``)
         for entry, rowid, n in zip(entries, rowids, chunks, strict=True):
             fields = entry.fields
             names = tuple(fields)
             values = [int(rowid), entry.id, entry.text, content_hash(entry.text), int(n)]
             for name in names:
                 value, kind = fields[name], typed[name]
-                # a string in a text column is stored as it is (``stored_value``'s common case)
-                values.append(value if kind == "text" and type(value) is str else stored_value(value, kind))
+                if kind == "text" and type(value) is str:  # stored as it is (``stored_value``'s common case)
+                    values.append(value)
+                    continue
+                values.append(stored_value(value, kind))
+                if (written := exact_text(value, kind)) is not None:
+                    exact_numbers.setdefault(int(rowid), {})[name] = written
             by_columns.setdefault(names, []).append(tuple(values))
             marked = [name for name in names if structured.is_structured(fields[name])]
             if marked:
@@ -307,6 +278,7 @@ class Catalog(KeywordTable, FieldFacets):
             marks = ", ".join("?" * (len(RESERVED) + len(names)))
             self.db.executemany(f"insert or replace into entries ({columns}) values ({marks})", rows)
         structured.mark(self.db, nested)
+        exact.keep(self.db, exact_numbers)
 
     def matching(self, condition: str, params: Sequence[Any]) -> list[tuple[int, int]]:
         """(row id, vectors held) of each entry a filter admits. ``condition`` is SQL that
@@ -395,11 +367,15 @@ class Catalog(KeywordTable, FieldFacets):
         return rows
 
     def _decode(self, rows: dict[int, dict[str, Any]], answered: bool = True) -> None:
-        """Lists and objects back as such in ``rows`` (row id -> column -> value), in place
-        (``structured.decode``)."""
-        self._structured = self._structured or structured.exists(self.db)
-        if self._structured:
+        """Lists and objects (``structured.decode``) and numbers SQLite cannot hold
+        (``exact.restore``) back as written in ``rows`` (row id -> column -> value), in place."""
+        if len(self._apart) < len(_APART):  # each table is made by the first write that needs it
+            found = "select name from sqlite_master where type = 'table' and name in (?, ?)"
+            self._apart = {name for (name,) in self.db.execute(found, _APART)}
+        if structured.STRUCTURED in self._apart:
             structured.decode(self.db, rows, answered)
+        if exact.EXACT in self._apart:
+            exact.restore(self.db, rows)
 
     def values(self, rowids: Sequence[int], name: str) -> dict[int, Any]:
         """Row id -> one column, for the row ids that exist: a reserved one (``_id``; ``_hash``:

@@ -39,12 +39,6 @@ def mark(db: sqlite3.Connection, marks: Mapping[int, Iterable[str]]) -> None:
     db.executemany("insert or ignore into structured (_rowid, field) values (?, ?)", found)
 
 
-def exists(db: sqlite3.Connection) -> bool:
-    """Whether this catalog has marked any value (an index that never stored one has no table)."""
-    found = "select 1 from sqlite_master where type = 'table' and name = ?"
-    return db.execute(found, (STRUCTURED,)).fetchone() is not None
-
-
 def decode(db: sqlite3.Connection, rows: Mapping[int, dict[str, Any]], answered: bool = True) -> None:
     """Turn the marked values of ``rows`` (row id -> column name -> stored value, the same
     columns in each) back into the lists and objects they were, in place. ``answered``: one

@@ -123,6 +123,17 @@ def _fallback(strategy: Strategy, on: Placement, batch_size: int, failure: str) 
     return Decision("torch", on, batching, cannot_export(failure), export_failure=failure)
 
 
+def remote_code_refusal(strategy: Strategy, options: EmbeddingOptions) -> BadInput | None:
+    """Why ``strategy``, an index's (its model runs code of its own), may not embed with
+    ``options`` (without ``--trust-remote-code``); None where it may."""
+    if not strategy.remote_code or options.trust_remote_code:
+        return None
+    return BadInput(
+        f"the model {strategy.model} runs code of its own: give {TRUST_FLAG} again to embed with it "
+        "(this index was built with it)"
+    )
+
+
 def encoder_for(
     strategy: Strategy | None = None,
     options: EmbeddingOptions | None = None,
@@ -139,11 +150,9 @@ def encoder_for(
     exports its graph here first; the workers then embed as the decision says."""
     options = given(options)
     request = strategy or Strategy()
-    if request.remote_code and not options.trust_remote_code:
-        raise BadInput(
-            f"the model {request.model} runs code of its own: give {TRUST_FLAG} again to embed with it "
-            "(this index was built with it)"
-        )
+    refusal = remote_code_refusal(request, options)
+    if refusal is not None:
+        raise refusal
     if not queries:
         request = identified(request)
     decision = decide(request, options, held=held, queries=queries)

@@ -97,6 +97,10 @@ class Reranker(Protocol):
 
     def score_tokens(self, tokens: Sequence[PairTokens]) -> np.ndarray: ...
 
+    def first_tokens(self, texts: Sequence[str], count: int) -> list[str]:
+        """Each text cut after its first ``count`` tokens (``PairTokenizer.first_tokens``)."""
+        ...
+
 
 class PairTokenizer:
     """The folder's ``tokenizer.json`` set up as ``CrossEncoder`` calls it for pairs (no
@@ -136,6 +140,15 @@ class PairTokenizer:
         found = self.tokenizer.encode_batch(cut)
         return [PairTokens(tuple(e.ids), tuple(e.type_ids)) for e in found]
 
+    def first_tokens(self, text: str, count: int) -> str:
+        """``text`` up to the end of its first ``count`` tokens (special tokens aside), cut in the
+        text at the tokenizer's offsets, so what is kept is the text as written (Cohere v2's
+        ``max_tokens_per_doc``). Past ``max_length`` the pair's own truncation cuts it anyway."""
+        lowered = text.lower() if self.lowercase else text
+        read = lowered if len(lowered) == len(text) else text  # offsets must index ``text``
+        offsets = self.tokenizer.encode(read, add_special_tokens=False).offsets
+        return text[: offsets[count - 1][1]] if len(offsets) > count else text
+
     def _bounded(self, text: str) -> str:
         if self.max_length is None or self.left:
             return text
@@ -173,6 +186,9 @@ class _Scoring:
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         return self.score_tokens(self.tokenizer.pairs(pairs))
+
+    def first_tokens(self, texts: Sequence[str], count: int) -> list[str]:
+        return [self.tokenizer.first_tokens(text, count) for text in texts]
 
     def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
         return self.score_tokens(self.pair_tokens(question, texts))

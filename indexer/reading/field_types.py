@@ -8,11 +8,14 @@ that adds the column), so a filter compares numbers as numbers in any corpus for
   cells, JSON strings): ``12``, ``-3``, ``9.5``, ``1e3``; not ``1_000``, ``nan`` or ``inf``;
 - a *code* is a value SQLite's numeric affinity would turn into a number that is not one here,
   so it would not come back as written: ``007`` or ``02134`` (a leading zero), ``+44`` (a sign),
-  ``.5``, an integer past 64 bits (``99999999999999999999999``, which SQLite would keep as
-  ``1e+23``). A numeric column cannot keep a code as text, so one code makes its column ``text``,
-  and an ``add`` that brings one to an existing numeric column has that row rejected
+  ``.5``, an integer past 64 bits written as text (``"99999999999999999999999"``, which SQLite
+  would keep as ``1e+23``). A numeric column cannot keep a code as text, so one code makes its
+  column ``text``, and an ``add`` that brings one to an existing numeric column has that row rejected
   (``misfit``) rather than its value changed;
-- every non-empty value a number -> ``integer`` (all whole) or ``number`` (SQLite NUMERIC);
+- every non-empty value a number -> ``integer`` (all whole) or ``number`` (SQLite NUMERIC). A
+  JSON number SQLite cannot hold as written, an integer past 64 bits or -0.0, counts as one: its
+  column keeps the nearest number SQLite holds (what filters compare) and the catalog keeps its
+  JSON text beside it, given back as the number written (``exact_text``, ``indexer.catalog.exact``);
 - more numbers than other text (``"9.5"``, ``"n/a"``, ``"12"``) -> ``number``: the numbers are
   stored and compared as numbers, the text stays text (a filter treats it as unknown in ``<``,
   ``<=``, ``>``, ``>=`` with a number: see ``search.read.filters``);
@@ -35,6 +38,7 @@ one ``n/a`` makes a price column text, and it calls a JSON float such as 9.5 an 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -84,6 +88,8 @@ def value_kind(value: Any) -> str | None:
         return None
     if isinstance(value, (dict, list)):
         return "structured"
+    if type(value) is int:  # a JSON integer, past 64 bits too (``exact_text``)
+        return "integer"
     number = as_number(value)
     if number is not None:
         return "integer" if isinstance(number, int) else "float"
@@ -153,15 +159,40 @@ def stored_value(value: Any, field_type: str) -> Any:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     number = as_number(value)
+    if number is None and type(value) is int:  # past 64 bits (``exact_text``)
+        return _nearest_float(value)
     if number is None:
         return value if isinstance(value, str) else str(value)
     return number
 
 
+def _nearest_float(value: int) -> float:
+    """The float nearest an integer, or the infinity of its sign past the largest float."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def exact_text(value: Any, field_type: str) -> str | None:
+    """The JSON text of a JSON number its numeric column would give back as another value: an
+    integer past 64 bits (SQLite's INTEGER holds none: its nearest float is stored) or -0.0
+    (stored as 0); None for every other value. The catalog keeps it beside the column
+    (``indexer.catalog.exact``)."""
+    if field_type == "text":
+        return None
+    if type(value) is int and not -INT64 <= value < INT64:
+        return json.dumps(value)
+    if type(value) is float and value == 0 and math.copysign(1.0, value) < 0:
+        return "-0.0"
+    return None
+
+
 @dataclass(frozen=True)
 class Structured:
-    """A list or object as ``comparable`` gives it: its JSON text, unequal to a string of that text
-    (the catalog gives each back as it came)."""
+    """A list or object, or a number its column cannot hold as written (``exact_text``), as
+    ``comparable`` gives it: its JSON text, unequal to a string of that text or to the number the
+    column holds (the catalog gives each back as it came)."""
 
     text: str
 
@@ -171,7 +202,10 @@ def comparable(fields: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:
     ``types``: casefolded name -> type (``Catalog.types_for``)."""
     out: dict[str, Any] = {}
     for name, value in fields.items():
-        kept = stored_value(value, types[name.casefold()])
-        if kept is not None:
-            out[name.casefold()] = Structured(kept) if isinstance(value, (dict, list)) else kept
+        field_type = types[name.casefold()]
+        kept, exact = stored_value(value, field_type), exact_text(value, field_type)
+        if exact is not None or isinstance(value, (dict, list)):
+            out[name.casefold()] = Structured(exact or kept)
+        elif kept is not None:
+            out[name.casefold()] = kept
     return out

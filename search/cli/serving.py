@@ -153,6 +153,8 @@ def serve_command(
         )
     else:
         click.echo(f"serving {index_dir}: search page on http://{host}:{port}/ (API docs: /docs)", err=True)
+        if loading is not None and loading.result().refused:
+            click.echo(f"keyword searches only: {loading.result().refused}", err=True)
     serve(
         app,
         listening,

@@ -18,7 +18,7 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
@@ -70,6 +70,8 @@ class Encoding:
 
     embedder: Encoder
     transform: Transform | None = None
+    embeds: bool = True
+    """False: for a search that reads no query vector (``vectorless``)."""
 
     @classmethod
     def load(
@@ -113,6 +115,11 @@ class Encoding:
             return cls(encoder_for(resolve_strategy(strategy), options, queries=True))
         return cls(encoder_for(strategy, options))
 
+    def vectorless(self) -> Encoding:
+        """This encoding for a search that reads no query vector (a keyword search): ``embed``
+        gives each text an empty vector and runs no model."""
+        return replace(self, embeds=False)
+
     @property
     def strategy(self) -> Strategy:
         """The resolved strategy the vectors follow."""
@@ -130,6 +137,8 @@ class Encoding:
         ``role`` (one for all, or one per text: a query and its candidates), then the index's fitted
         post-processing, if any. Texts whose roles share a prefix are embedded in one pass."""
         texts = list(texts)
+        if not self.embeds:
+            return np.zeros((len(texts), 0), dtype=np.float32)
         roles = [role] * len(texts) if isinstance(role, str) else list(role)
         by_prefix: dict[str, list[int]] = {}
         for i, each in enumerate(roles):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from indexer.embedding.strategy import Strategy
-from indexer.encoders.factory import encoder_for
+from indexer.encoders.factory import encoder_for, remote_code_refusal
 from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import BadInput, IndexMoved
 from indexer.store import StoredIndex, live_version, open_index
@@ -21,6 +21,7 @@ from search.read.encoding import Encoding
 from search.read.requests import Embedding, Hit, SearchRequest, check_strategy, here
 from search.read.reranked import RERANKER_KEY, load_reranker
 from search.read.snapshot import Plan, Snapshot
+from search.read.unloaded import Unloaded
 
 if TYPE_CHECKING:
     from indexer.encoders.base import Encoder
@@ -123,6 +124,11 @@ class SearchEngine:
             return self.rerankers[key]
 
     def _encoder(self, index: StoredIndex) -> Encoder:
+        """The index's query encoder; ``Unloaded`` where its model may not run here (its own code,
+        without ``--trust-remote-code``): keyword searches need none."""
+        refusal = remote_code_refusal(index.strategy, self.options)
+        if refusal is not None:
+            return Unloaded(index.strategy, refusal)
         return encoder_for(index.strategy, self.options, queries=True, held=index.graph)
 
     @property
@@ -136,6 +142,13 @@ class SearchEngine:
     @property
     def strategy(self) -> Strategy:
         return self.snapshot.index.strategy
+
+    @property
+    def refused(self) -> str | None:
+        """Why the index's model may not run here (``Unloaded``): only keyword searches answer;
+        None where it runs."""
+        embedder = self.embedder
+        return embedder.refusal if isinstance(embedder, Unloaded) else None
 
     def reload_if_changed(self) -> bool:
         with self.reloading:
@@ -224,26 +237,31 @@ class SearchEngine:
     ) -> R:
         """The one query pipeline (the CLI, Python and the server run it): the plan
         (``Snapshot.plan``: checks, mode, rerank stage), the queries embedded in one pass by
-        ``embed`` with the snapshot's encoding, then its phases over the batch (``run``). What
-        ``embed`` returns is the answer (the server's step returns it awaitable). ``reranker``:
-        what scores the pairs of the request's reranker (its folder's), where not the engine's
-        own: the server's, through its batcher."""
+        ``embed`` with the snapshot's encoding (none where the plan reads no vector: a keyword
+        search), then its phases over the batch (``run``). What ``embed`` returns is the answer
+        (the server's step returns it awaitable). ``reranker``: what scores the pairs of the
+        request's reranker (its folder's), where not the engine's own: the server's, through its
+        batcher."""
         snapshot, plan = self.plan(request, reranker)
+        encoding = snapshot.encoding if snapshot.reads_vectors(plan) else snapshot.encoding.vectorless()
         queries = list(request.queries)
-        return embed(snapshot.encoding, queries, lambda vectors: self.run(snapshot, plan, vectors))
+        return embed(encoding, queries, lambda vectors: self.run(snapshot, plan, vectors))
 
     def run(self, snapshot: Snapshot, plan: Plan, vectors: np.ndarray) -> list[list[Hit]]:
         """``plan`` run on ``snapshot`` with its queries' ``vectors`` (``Snapshot.run``); where an
         update commits under it, on the reopened one, a few times: with the same vectors where it
         embeds alike, else with the queries embedded again by its encoding (a new strategy or
-        transform under a running search: rare, so done here rather than by the embedding step)."""
+        transform under a running search, or a plan that read no vector where the new one does:
+        rare, so done here rather than by the embedding step)."""
         for _ in range(RETRIES):
             try:
                 return snapshot.run(plan, vectors)
             except IndexMoved:
                 self.reload_if_changed()
                 fresh = self.snapshot
-                if not _embeds_alike(fresh.encoding, snapshot.encoding):
+                unread = not vectors.shape[1]  # a plan that read no vector (``reads_vectors``)
+                alike = _embeds_alike(fresh.encoding, snapshot.encoding)
+                if fresh.reads_vectors(plan) and (unread or not alike):
                     vectors = fresh.encoding.embed(list(plan.queries))
                 snapshot = fresh
         return snapshot.run(plan, vectors)

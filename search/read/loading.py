@@ -36,7 +36,8 @@ def _open(
     from search.read.engine import SearchEngine
 
     engine = SearchEngine(index_dir, options=options, rerank=rerank)
-    engine.embedder.embed(["semsearch"])  # warm, and a model that yields NaN fails before serving
+    if engine.refused is None:  # a model that may not run here serves keyword searches alone
+        engine.embedder.embed(["semsearch"])  # warm, and a model that yields NaN fails before serving
     return engine
 
 

@@ -47,6 +47,7 @@ from search.read.hybrid import (
 from search.read.lookup import Lookup
 from search.read.requests import Allowed, Hit, SearchRequest, check_queries
 from search.read.reranked import Reranking, index_weight, load_reranker, rerank_depth
+from search.read.unloaded import Unloaded
 
 if TYPE_CHECKING:
     from indexer.encoders.rerankers import Reranker
@@ -124,7 +125,9 @@ class Snapshot:
         """The index's facts (``StoredIndex.info``), read under the lock like every SQLite use, with
         its rules by mode and the mode a search runs in when none is asked (``searched``)."""
         with self.catalog():
-            facts = self.index.info(self.encoding.embedder.decision.status)
+            embedder = self.encoding.embedder
+            status = embedder.status if isinstance(embedder, Unloaded) else embedder.decision.status
+            facts = self.index.info(status)
         return {**facts, "calibration": stored_form(self.stored) or None, "default_mode": self.searched}
 
     @contextlib.contextmanager
@@ -198,6 +201,11 @@ class Snapshot:
         return self._lookup().hits(
             vectors, plan.queries, plan.k, allowed, plan.min_score, grouping, said, plan.reranking, plan.key
         )
+
+    def reads_vectors(self, plan: Plan) -> bool:
+        """Whether ``run`` reads the vectors of ``plan``'s queries: in every mode but keyword, and
+        in keyword mode where a no-answer rule reads their cosines beside the hits."""
+        return plan.mode != KEYWORD or plan.key in self.rules
 
     def neighbourhoods(self, plan: Plan, vectors: np.ndarray) -> list[Neighbourhood]:
         """Each of ``plan``'s queries (embedded as ``vectors``): its nearest ``plan.k`` entries

@@ -227,9 +227,16 @@ class MicroBatcher:
     ) -> Any:
         """``after(encoding.embed(texts, role=role))`` computed off the event loop (the vectors if
         ``after`` is None): ``tokenize``, then ``run_tokens``. ``waits``: ``after`` may wait on
-        this batcher (``_Job.waits``)."""
-        ids = await self.tokenize(encoding, texts, role)
-        return await self.run_tokens(encoding, ids, after, waits)
+        this batcher (``_Job.waits``). An encoding that embeds nothing (``Encoding.vectorless``)
+        runs no model."""
+        if encoding.embeds:
+            ids = await self.tokenize(encoding, texts, role)
+            return await self.run_tokens(encoding, ids, after, waits)
+        vectors = encoding.embed(texts)
+        if after is None:
+            return vectors
+        pool = self.waiting if waits else self.lookup_thread
+        return await asyncio.get_running_loop().run_in_executor(pool, after, vectors)
 
     async def run_tokens(
         self,

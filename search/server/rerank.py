@@ -116,9 +116,14 @@ async def cohere_rerank(body: RerankRequest, request: Request) -> Response:
 async def cohere_v2_rerank(body: RerankV2Request, request: Request) -> Response:
     """Rerank ``documents`` (strings) for ``query``, Cohere v2's shape (``cohere.ClientV2``):
     ``{"id", "results": [{"index", "relevance_score"}], "meta"}``, best first, the first ``top_n``;
-    the scores /v1/rerank gives, ``meta`` the tokens read and Cohere's search units (one a 100
+    the scores /v1/rerank gives, each document cut to its first ``max_tokens_per_doc`` tokens
+    first, as Cohere cuts them; ``meta`` the tokens read and Cohere's search units (one a 100
     documents)."""
-    ranked, _, tokens = await _ranked(request, body.model, body.query, body.documents, body.top_n)
+    texts: Sequence[str] = body.documents
+    if body.max_tokens_per_doc is not None:
+        reranker = (await served(request).reranker()).reranker
+        texts = await asyncio.to_thread(reranker.first_tokens, texts, body.max_tokens_per_doc)
+    ranked, _, tokens = await _ranked(request, body.model, body.query, texts, body.top_n)
     meta = {
         "api_version": {"version": "2"},
         "billed_units": {"search_units": math.ceil(len(body.documents) / 100)},

@@ -262,8 +262,9 @@ class RerankAnswer(BaseModel):
 
 class RerankV2Request(BaseModel):
     """Cohere v2's rerank request (``cohere.ClientV2``): ``documents`` strings alone, ``model`` as
-    /v1/rerank's. ``max_tokens_per_doc`` is taken and cuts nothing: each pair is cut at the
-    reranker's max_length, as CrossEncoder cuts it."""
+    /v1/rerank's. ``max_tokens_per_doc``: each document is read as its first so many tokens of the
+    reranker's tokenizer, as Cohere cuts it; each pair is then cut at the reranker's max_length,
+    as CrossEncoder cuts it."""
 
     model: str = ""
     query: Query
