@@ -246,12 +246,13 @@ class Judged:
 
     def __init__(self, held: HeldBack, progress: bool):
         self.held, self.progress, self.seen = held, progress, []
+        self.pairs = len(held.pairs())
 
     def __call__(self, score: Callable[..., np.ndarray]) -> float:
         from indexer.progress import Progress
 
-        with Progress(1, "measuring held-back", enabled=self.progress, unit="pass") as bar:
-            measured = self.held.measure(lambda pairs: score(pairs, progress=bar.step(1)))
+        with Progress(self.pairs, "measuring held-back", enabled=self.progress, unit="pair") as bar:
+            measured = self.held.measure(lambda pairs: score(pairs, progress=bar.step(len(pairs))))
         self.seen.append(measured)
         return measured.reranked.headline
 
