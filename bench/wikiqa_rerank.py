@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import subprocess
 import sys
 import tempfile
@@ -42,8 +43,9 @@ def train(output: str, max_minutes: float) -> None:
         "--max-minutes",
         str(max_minutes),
     ]
+    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     subprocess.run(command, check=True)
-    print(f"wall time {time.monotonic() - began:.0f} s")
+    print(f"wall time {time.monotonic() - began:.0f} s, load average after: {os.getloadavg()[0]:.1f}")
 
 
 def dev_set() -> tuple[list[tuple[str, str]], dict[str, str], dict[str, set[str]]]:
@@ -119,12 +121,13 @@ def measure(reranker_dir: str, depths: list[int]) -> None:
                 for q in ids
             ]
             took = time.monotonic() - began
+            load = os.getloadavg()[0]
             ways = {
                 "first stage": lambda h: h.first_score,
                 "reranker alone": lambda h: h.rerank_score,
                 f"fused (weight {reranker.folder.weight:g})": lambda h: h.score,
             }
-            print(f"depth {depth} ({took:.0f} s for {len(ids)} questions):")
+            print(f"depth {depth} ({took:.0f} s for {len(ids)} questions, load average {load:.1f}):")
             for name, key in ways.items():
                 orders = [sorted(((h.id, key(h)) for h in hits), key=lambda p: -p[1]) for hits in answers]
                 found = judged(orders, gold)

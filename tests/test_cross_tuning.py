@@ -70,7 +70,6 @@ def test_scored_pairs_are_scaled_to_targets_between_0_and_1(tmp_path):
     held = held_back_set(labels, hold_back(labels, 0.3, seed=0), None, unit_vectors, DEPTH, 0)
     rows = training_rows(labels, held, None, 0)
     assert len(rows) == int((~held.mask).sum()) and set(rows.targets) == {0.0, 1.0}
-    assert rows.positive_weight == 1.0
 
 
 def unit_vectors(texts, role=None):
@@ -87,15 +86,14 @@ def test_questions_train_with_mined_hard_negatives_and_never_see_the_held_back_s
     mined = Mined.of(labels, embed)
     held = held_back_set(labels, hold_back(labels, 0.3, seed=0), mined, embed, DEPTH, 0)
     rows = training_rows(labels, held, mined, 0)
-    positives = [i for i, t in enumerate(rows.targets) if t == 1.0]
-    negatives = [i for i, t in enumerate(rows.targets) if t == 0.0]
-    assert len(positives) == int((~held.mask).sum()) and negatives
-    assert rows.positive_weight == pytest.approx(len(negatives) / len(positives))
-    assert not (set(rows.first) | set(rows.second)) & held.texts
+    assert len(rows) == int((~held.mask).sum()) and all(rows.answered)  # one list per right entry
+    assert all(len(texts) > 1 for texts in rows.texts)  # each right entry ranked against negatives
+    trained = set(rows.questions) | {t for texts in rows.texts for t in texts}
+    assert not trained & held.texts
     assert labels.candidates is not None and labels.relevant is not None
-    for i in negatives:  # a hard negative is never an entry relevant to its question
-        relevant = {labels.candidates[c] for c in labels.relevant[rows.first[i]]}
-        assert rows.second[i] not in relevant
+    for question, texts in zip(rows.questions, rows.texts, strict=True):
+        relevant = {labels.candidates[c] for c in labels.relevant[question]}
+        assert texts[0] in relevant and not set(texts[1:]) & relevant  # a negative is never right
     # the held-back measure reorders the first stage's best candidates, no others: a scorer that
     # knows the answers reaches MRR 100 over the whole corpus, and changes nothing over one
 
@@ -163,12 +161,14 @@ def test_0_1_pairs_grouped_by_question_are_ranking_labels_with_given_negatives(t
     held = held_back_set(labels, hold_back(labels, 0.25, seed=0), mined, unit_vectors, DEPTH, 0)
     assert held.size > held.answered > 0  # unanswered questions are held back beside the answered
     rows = training_rows(labels, held, mined, 0)
-    trained = set(rows.first)
-    assert not trained & held.questions and not set(rows.second) & held.texts
-    given = {(a, t) for a, texts in labels.negatives.items() for t in texts}
-    pairs = set(zip(rows.first, rows.second, strict=True))
+    trained = set(rows.questions)
+    texts = {t for listed in rows.texts for t in listed}
+    assert not trained & held.questions and not texts & held.texts
+    given = {(a, t) for a, listed in labels.negatives.items() for t in listed}
+    pairs = {(q, t) for q, listed in zip(rows.questions, rows.texts, strict=True) for t in listed}
     assert pairs & given and pairs - given - set(zip(labels.first, labels.second, strict=True))  # both kinds
-    assert trained & set(labels.unanswered or {})  # a question with no answer trains on its negatives
+    quiet = {q for q, right in zip(rows.questions, rows.answered, strict=True) if not right}
+    assert quiet and quiet <= set(labels.unanswered or {})  # a question with no answer: negatives alone
     assert held.first_stage().auroc is not None
 
 
@@ -299,3 +299,79 @@ def test_the_command_trains_a_reranker_from_the_bundled_model(tmp_path):
     assert report["reranker"] and "a new one-label head" in report["strategy"]
     assert json.loads((out / "config_sentence_transformers.json").read_text())["model_type"] == "CrossEncoder"
     assert report["first_stage"] is not None and report["verdict"][0].startswith("held-back spearman")
+
+
+def test_training_keeps_the_checkpoint_the_reranker_alone_ranks_best(tiny_model, tmp_path, monkeypatch):
+    """The measure early stopping reads is the reranker's own ranking: the fused score is floored
+    at the first stage (weight 0), so by it a reranker that learns but does not yet beat the first
+    stage scores as much as an untrained head, and the untrained head was the one kept."""
+    from indexer.encoders import cross_training
+
+    read: dict = {}
+    real = cross_training.fine_tune_cross
+
+    def spy(cross, rows, measure, budget, **kwargs):
+        read["measure"] = measure
+        return real(cross, rows, measure, budget, **kwargs)
+
+    monkeypatch.setattr(cross_training, "fine_tune_cross", spy)
+    labels = demo_labels()
+    done = cross_tune(
+        labels,
+        tmp_path / "out",
+        tiny_model,
+        tiny_stage(tiny_model),
+        held_back=0.3,
+        epochs=1,
+        learning_rate=1e-3,
+    )
+    assert labels.candidates is not None and labels.relevant is not None
+    right = {q: {labels.candidates[c] for c in labels.relevant[q]} for q in labels.relevant}
+
+    def adversary(pairs, progress=None):
+        return np.array([float(t not in right[q]) for q, t in pairs])
+
+    def oracle(pairs, progress=None):
+        return np.array([float(t in right[q]) for q, t in pairs])
+
+    assert done.first_stage is not None
+    assert read["measure"](adversary) < done.first_stage < read["measure"](oracle)
+
+
+def test_the_ranking_loss_ranks_each_right_text_above_its_negatives():
+    import torch
+
+    from indexer.encoders.cross_training import ranking_loss
+
+    right_first = torch.tensor([3.0, -1.0, -2.0, 0.0, -3.0])
+    right_last = torch.tensor([-2.0, 3.0, 1.0, 0.0, -3.0])
+    sizes, answered = [3, 2], [True, False]
+    assert ranking_loss(right_first, sizes, answered) < ranking_loss(right_last, sizes, answered)
+    # a list with no right text is pushed down everywhere, by the pointwise term alone
+    low, high = torch.full((2,), -4.0), torch.full((2,), 4.0)
+    assert ranking_loss(low, [2], [False]) < ranking_loss(high, [2], [False])
+    shifted = ranking_loss(right_first + 5, sizes, answered)  # the score is absolute, not only relative
+    assert shifted > ranking_loss(right_first, sizes, answered)
+
+
+def test_a_run_to_a_log_gets_progress_lines_while_mining_and_measuring(
+    tiny_model, tmp_path, monkeypatch, capsys
+):
+    """Mining and held-back measurements can take minutes: a log hears from them (a fake clock
+    makes every call 31 s later, so each progress bar writes lines)."""
+    import indexer.progress as progress_module
+
+    ticks = iter(range(0, 10**7, 31))
+    monkeypatch.setattr(progress_module, "clock", lambda: float(next(ticks)))
+    cross_tune(
+        demo_labels(),
+        tmp_path / "out",
+        tiny_model,
+        tiny_stage(tiny_model),
+        held_back=0.3,
+        epochs=1,
+        learning_rate=1e-3,
+        progress=True,
+    )
+    said = capsys.readouterr().err
+    assert "embedding the candidates to mine:" in said and "measuring held-back:" in said

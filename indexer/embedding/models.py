@@ -290,7 +290,6 @@ def quiet_transformers() -> None:
     warnings.filterwarnings("ignore", module="transformers")
 
 
-_quiet_transformers = quiet_transformers  # the name indexer.encoders.cross_training still imports
 
 
 def check_model(model: str, location: str, *, trusted: bool = False) -> dict[str, Any] | None:

@@ -4,12 +4,14 @@ A cross-encoder reads a question and a text together and gives one logit; its sc
 logit's sigmoid. This module is the torch side: loading the network (a one-label
 ``*ForSequenceClassification``: the bundled BertModel gets a new head, an existing cross-encoder
 continues), scoring pairs, the loss sentence-transformers' ``CrossEncoderTrainer`` uses for one
-label (``BinaryCrossEntropyLoss``: soft targets for scored pairs, 1/0 with ``pos_weight`` for a
-question, its right entry and its mined hard negatives), the loop with early stopping on a
-held-back metric (``training.Budget`` / ``Schedule`` / ``Outcome``, as the bi-encoder's), and the
-saved folder in sentence-transformers' current CrossEncoder layout, written here so that
-sentence-transformers stays a development dependency. Labels, hard negatives and metrics are
-``search.studies.tuning``'s (no torch there).
+label for scored pairs (``BinaryCrossEntropyLoss``: soft targets), and for a question, its right
+entry and its negatives a listwise loss (``ranking_loss``: softmax cross-entropy of the right
+entry against its negatives, as ``MultipleNegativesRankingLoss`` for cross-encoders, plus binary
+cross-entropy of each logit so that the score stays an absolute one a no-answer rule can read),
+the loop with early stopping on a held-back metric (``training.Budget`` / ``Schedule`` /
+``Outcome``, as the bi-encoder's), and the saved folder in sentence-transformers' current
+CrossEncoder layout, written here so that sentence-transformers stays a development dependency.
+Labels, hard negatives and metrics are ``search.studies.tuning``'s (no torch there).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ import torch
 
 from indexer.embedding.cross_folder import read_cross_folder
 from indexer.embedding.model_files import model_file, model_json
-from indexer.embedding.models import _quiet_transformers, check_model, model_location, unloadable
+from indexer.embedding.models import check_model, model_location, quiet_transformers, unloadable
 from indexer.embedding.strategy import DEFAULT_MODEL
 from indexer.encoders.pipeline import DTYPES
 from indexer.encoders.training import Budget, Outcome, train_loop
 from indexer.errors import BadInput
+from indexer.progress import Share
 
 SIGMOID = "torch.nn.modules.activation.Sigmoid"
 """The activation sentence-transformers' CrossEncoder applies to one logit (its name as saved)."""
@@ -41,17 +44,32 @@ CLASSIFIER = "ForSequenceClassification"
 
 @dataclass(frozen=True)
 class PairRows:
-    """Training rows: ``(first[i], second[i])`` should score ``targets[i]`` (in [0, 1]).
-    ``positive_weight``: BCE's ``pos_weight``, the negatives per positive where hard negatives
-    were mined (so a question's right entry weighs as much as its wrong ones together)."""
+    """Training rows of scored pairs: ``(first[i], second[i])`` should score ``targets[i]`` (in [0, 1])."""
 
     first: list[str]
     second: list[str]
     targets: list[float]
-    positive_weight: float = 1.0
 
     def __len__(self) -> int:
         return len(self.first)
+
+
+@dataclass(frozen=True)
+class RankingRows:
+    """Training lists: ``questions[i]`` against ``texts[i]``, whose first text is the right one
+    where ``answered[i]`` (else every text is wrong: a question with no answer). A list is one
+    training row: a step reads whole lists, so each right text is ranked against its negatives."""
+
+    questions: list[str]
+    texts: list[list[str]]
+    answered: list[bool]
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    @property
+    def pairs(self) -> int:
+        return sum(map(len, self.texts))
 
 
 PairScorer = Callable[[Sequence[tuple[str, str]]], np.ndarray]
@@ -93,9 +111,9 @@ class CrossModel:
         with torch.autocast("cuda", dtype=DTYPES.get(self.mixed, torch.float32), enabled=half):
             return self.network(**batch, return_dict=True).logits.view(-1).float()
 
-    def scores(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+    def scores(self, pairs: Sequence[tuple[str, str]], progress: Share | None = None) -> np.ndarray:
         """Sigmoid of each pair's logit (``CrossEncoder.predict``'s default), in eval mode, without
-        a gradient; pairs of like length share a pass."""
+        a gradient; pairs of like length share a pass. ``progress``: told each pass's share."""
         order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
         out = np.empty(len(pairs), dtype=np.float32)
         self.network.eval()
@@ -104,6 +122,8 @@ class CrossModel:
                 rows = order[start : start + SCORING_BATCH]
                 logits = self.logits([pairs[i][0] for i in rows], [pairs[i][1] for i in rows])
                 out[rows] = torch.sigmoid(logits).cpu().numpy()
+                if progress is not None:
+                    progress(len(rows) / len(order))
         return out
 
 
@@ -120,14 +140,17 @@ def load_cross(
     head's initial weights."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    _quiet_transformers()
+    quiet_transformers()
     model = model or DEFAULT_MODEL
     location = model_location(model, download=True)
     config = check_model(model, location)
     if config is None:
         raise unloadable(model, location, FileNotFoundError("config.json"))
     continued = any(str(a).endswith(CLASSIFIER) for a in config.get("architectures") or [])
-    said: int | None = None
+    # a new head reads pairs as long as the encoder was trained to read (sentence-transformers'
+    # max_seq_length), not its positions: a step costs its longest pair
+    said = (model_json(model_file(location, "sentence_bert_config.json")) or {}).get("max_seq_length")
+    said = said if isinstance(said, int) and said > 1 else None
     if continued:  # a reranker already: the reader's checks (one label, a pair tokenizer, its files)
         folder = read_cross_folder(model)
         if folder.prompt or folder.lowercase:
@@ -157,18 +180,35 @@ def load_cross(
     if max_length is not None and not 1 < max_length <= positions:
         raise BadInput(f"--max-length {max_length}: model {model!r} reads pairs of 2 to {positions} tokens")
     network.to(device)
-    return CrossModel(network, tokenizer, max_length or said or limit, model, continued, mixed)
+    length = max_length or min(int(said or limit), limit)
+    return CrossModel(network, tokenizer, length, model, continued, mixed)
 
 
-def bce_loss(logits: torch.Tensor, targets: torch.Tensor, positive_weight: float = 1.0) -> torch.Tensor:
+def bce_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """sentence-transformers' ``BinaryCrossEntropyLoss`` on raw logits (``BCEWithLogitsLoss``)."""
-    weight = None if positive_weight == 1.0 else torch.tensor(positive_weight, device=logits.device)
-    return torch.nn.functional.binary_cross_entropy_with_logits(logits, targets, pos_weight=weight)
+    return torch.nn.functional.binary_cross_entropy_with_logits(logits, targets)
+
+
+def ranking_loss(logits: torch.Tensor, sizes: Sequence[int], answered: Sequence[bool]) -> torch.Tensor:
+    """Listwise softmax cross-entropy of each answered list's right text (its first) against the
+    list's negatives, plus the mean binary cross-entropy of every logit against 1 (the right text)
+    or 0: the softmax term ranks (what a reranker is for), the pointwise term keeps the logit an
+    absolute score (a question with no answer scores low everywhere)."""
+    targets = torch.zeros_like(logits)
+    listwise, start = [], 0
+    for size, right in zip(sizes, answered, strict=True):
+        if right:
+            targets[start] = 1.0
+            if size > 1:
+                listwise.append(torch.logsumexp(logits[start : start + size], 0) - logits[start])
+        start += size
+    pointwise = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets)
+    return (torch.stack(listwise).mean() if listwise else logits.sum() * 0) + pointwise
 
 
 def fine_tune_cross(
     cross: CrossModel,
-    rows: PairRows,
+    rows: PairRows | RankingRows,
     measure: CrossMeasure,
     budget: Budget,
     *,
@@ -176,12 +216,18 @@ def fine_tune_cross(
     report: Callable[[str], object] = lambda line: None,
 ) -> Outcome:
     """Train ``cross`` in place on ``rows`` through ``tune``'s one loop (``training.train_loop``):
-    binary cross-entropy of each pair's logit against its target, the best weights left loaded."""
+    scored pairs by binary cross-entropy of each pair's logit against its target, lists by
+    ``ranking_loss``; the best weights left loaded."""
 
     def loss_of(batch: Sequence[int]) -> torch.Tensor:
+        if isinstance(rows, RankingRows):
+            sizes = [len(rows.texts[i]) for i in batch]
+            first = [rows.questions[i] for i, size in zip(batch, sizes, strict=True) for _ in range(size)]
+            logits = cross.logits(first, [t for i in batch for t in rows.texts[i]])
+            return ranking_loss(logits, sizes, [rows.answered[i] for i in batch])
         logits = cross.logits([rows.first[i] for i in batch], [rows.second[i] for i in batch])
         targets = torch.tensor([rows.targets[i] for i in batch], device=logits.device)
-        return bce_loss(logits, targets, rows.positive_weight)
+        return bce_loss(logits, targets)
 
     return train_loop(
         cross.network,

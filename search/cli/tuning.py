@@ -135,8 +135,7 @@ def tune_command(
     Example:
         semsearch tune --pairs pairs.csv --index faq-index -o tuned-model
     """
-    from search.studies.cross_tuning import cross_tune, report_of
-    from search.studies.tuning import index_strategy, read_labels, tune
+    from search.studies.tuning import read_labels
 
     if old_pairs_per_step is not None:
         click.echo(
@@ -145,15 +144,7 @@ def tune_command(
             err=True,
         )
         pairs_per_step = old_pairs_per_step
-    shaping = sorted(set(asked) - CROSS_OPTIONS)
-    if cross and shaping:
-        flag = "--" + shaping[0].replace("_", "-")
-        raise click.UsageError(
-            f"--cross-encoder trains a reranker from --model: {flag} shapes a bi-encoder's vectors; "
-            "drop it (--index names the first stage)"
-        )
-    if index_dir is not None and asked and not cross:
-        raise click.UsageError("--index trains through the index's strategy: drop the strategy options")
+    _check_options(cross, index_dir, asked)
     labels = read_labels(
         pairs=pairs,
         columns=(sentence1, sentence2, score),
@@ -176,14 +167,47 @@ def tune_command(
         "report": lambda line: click.echo(line, err=True),
         "options": options,
     }
+    _print_report(_train(labels, output, cross, index_dir, asked, schedule), as_json)
+
+
+def _check_options(cross: bool, index_dir: Path | None, asked: dict[str, Any]) -> None:
+    """Options that make no sense together: a usage error before anything is read."""
+    shaping = sorted(set(asked) - CROSS_OPTIONS)
+    if cross and shaping:
+        flag = "--" + shaping[0].replace("_", "-")
+        raise click.UsageError(
+            f"--cross-encoder trains a reranker from --model: {flag} shapes a bi-encoder's vectors; "
+            "drop it (--index names the first stage)"
+        )
+    if index_dir is not None and asked and not cross:
+        raise click.UsageError("--index trains through the index's strategy: drop the strategy options")
+
+
+def _train(
+    labels: Any,
+    output: Path,
+    cross: bool,
+    index_dir: Path | None,
+    asked: dict[str, Any],
+    schedule: dict[str, Any],
+) -> Any:
+    """The library's tune: a reranker (``cross_tune``) or a bi-encoder (``tune``)."""
+    from search.studies.cross_tuning import cross_tune
+    from search.studies.tuning import index_strategy, tune
+
     if cross:
         first = index_strategy(index_dir) if index_dir is not None else None
-        done = cross_tune(
+        return cross_tune(
             labels, output, asked.get("model"), first, max_length=asked.get("max_length"), **schedule
         )
-    else:
-        strategy = index_strategy(index_dir) if index_dir is not None else strategy_from(asked)
-        done = tune(labels, output, strategy, **schedule)
+    strategy = index_strategy(index_dir) if index_dir is not None else strategy_from(asked)
+    return tune(labels, output, strategy, **schedule)
+
+
+def _print_report(done: Any, as_json: bool) -> None:
+    """The report on stdout: one JSON line, or the held-back figures and what to do next."""
+    from search.studies.cross_tuning import report_of
+
     if as_json:
         click.echo(json.dumps(done.to_dict()))
         return

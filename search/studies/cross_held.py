@@ -125,10 +125,16 @@ class Mined:
     embed: Callable[..., np.ndarray]
 
     @classmethod
-    def of(cls, labels: Labels, embed: Callable[..., np.ndarray]) -> Mined:
+    def of(cls, labels: Labels, embed: Callable[..., np.ndarray], progress: bool = False) -> Mined:
+        """The pool embedded (minutes for a large one: a progress line every 30 s in a log)."""
+        from indexer.progress import Progress
+
         assert labels.candidates is not None
         texts = list(dict.fromkeys(labels.candidates))
-        return cls(texts, embed(texts, role="passage"), embed)
+        if not progress:
+            return cls(texts, embed(texts, role="passage"), embed)
+        with Progress(len(texts), "embedding the candidates to mine", enabled=True) as bar:
+            return cls(texts, embed(texts, role="passage", progress=bar.step(len(texts))), embed)
 
     def ranked(self, questions: Sequence[str], depth: int) -> tuple[np.ndarray, np.ndarray]:
         """Each question's best ``depth`` candidates (indices into ``texts``) and their cosines."""

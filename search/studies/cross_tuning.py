@@ -34,7 +34,7 @@ from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.files import staged_dir
 from search.read.hybrid import RERANK_DEPTH
-from search.studies.cross_held import HeldBack, Mined, held_back_set
+from search.studies.cross_held import HeldBack, Measured, Mined, Scores, held_back_set
 from search.studies.tuning import (
     HELD_BACK,
     K,
@@ -46,7 +46,7 @@ from search.studies.tuning import (
 )
 
 if TYPE_CHECKING:
-    from indexer.encoders.cross_training import CrossModel, PairRows
+    from indexer.encoders.cross_training import CrossModel, PairRows, RankingRows
 
 DEPTH = RERANK_DEPTH
 """The first stage's best candidates a held-back question has reordered: a search's default."""
@@ -107,12 +107,13 @@ def grouped(labels: Labels) -> Labels:
     )
 
 
-def training_rows(labels: Labels, held: HeldBack, mined: Mined | None, seed: int) -> PairRows:
+def training_rows(labels: Labels, held: HeldBack, mined: Mined | None, seed: int) -> PairRows | RankingRows:
     """The pairs not held back as a reranker's training rows: scored pairs with their score scaled
-    to [0, 1]; otherwise each question -> its right texts (1), up to ``GIVEN`` of its given
-    negatives and ``NEGATIVES`` mined from the first stage's best ``MINED_FROM`` wrong ones (0),
-    the positives weighed by the negatives per positive. Nothing held back is trained on."""
-    from indexer.encoders.cross_training import PairRows
+    to [0, 1]; otherwise one list per right text of a question: the right text, then up to
+    ``NEGATIVES`` wrong ones mined from the first stage's best ``MINED_FROM`` over the whole pool
+    (off-topic texts too) and up to ``GIVEN`` of the question's given negatives; a question with
+    no answer gives one list of negatives alone. Nothing held back is trained on."""
+    from indexer.encoders.cross_training import PairRows, RankingRows
 
     rows = np.flatnonzero(~held.mask)
     first, second = [labels.first[i] for i in rows], [labels.second[i] for i in rows]
@@ -123,7 +124,7 @@ def training_rows(labels: Labels, held: HeldBack, mined: Mined | None, seed: int
     rng = random.Random(seed)
     anchors = list(dict.fromkeys(first)) + [a for a in labels.unanswered or {} if a not in held.questions]
     top, _ = mined.ranked(anchors, MINED_FROM + 4 * K)
-    negatives: list[tuple[str, str]] = []
+    negatives: dict[str, list[str]] = {}
     for anchor, row in zip(anchors, top, strict=True):
         right = {labels.candidates[c] for c in labels.relevant.get(anchor, ())} | {anchor}
         wrong = [t for t in (mined.texts[c] for c in row) if t not in right and t not in held.texts]
@@ -132,13 +133,11 @@ def training_rows(labels: Labels, held: HeldBack, mined: Mined | None, seed: int
         ]
         chosen = rng.sample(wrong[:MINED_FROM], min(NEGATIVES, len(wrong[:MINED_FROM])))
         chosen += rng.sample(given, min(GIVEN, len(given)))
-        negatives += [(anchor, text) for text in dict.fromkeys(chosen)]
-    weight = min(len(negatives) / len(first), float(NEGATIVES + GIVEN)) if negatives else 1.0
-    return PairRows(
-        first + [a for a, _ in negatives],
-        second + [t for _, t in negatives],
-        [1.0] * len(first) + [0.0] * len(negatives),
-        positive_weight=weight,
+        negatives[anchor] = list(dict.fromkeys(chosen))
+    lists = [[text, *negatives[anchor]] for anchor, text in zip(first, second, strict=True)]
+    quiet = [a for a in anchors if a not in labels.relevant and negatives[a]]
+    return RankingRows(
+        first + quiet, lists + [negatives[a] for a in quiet], [True] * len(first) + [False] * len(quiet)
     )
 
 
@@ -185,7 +184,10 @@ def cross_tune(
     them by group, and save the best checkpoint to ``output`` as a sentence-transformers
     CrossEncoder folder, with the measured verdict and fused weight in its ``semsearch.json``.
     Ranking labels are mined and measured through ``first_stage`` (a bi-encoder strategy, default
-    the index's default); scored pairs are compared with its cosine."""
+    the index's default); scored pairs are compared with its cosine. ``batch_size``: the pairs a
+    step reads (a question's list counts its pairs). The best checkpoint is the one the reranker
+    alone ranks best (``CrossEncoderRerankingEvaluator``'s choice): the fused score is floored at
+    the first stage, so keeping by it would keep an untrained head whenever fusing gains nothing."""
     from indexer.encoders.cross_training import fine_tune_cross, load_cross, save_cross
     from indexer.encoders.factory import encoder_for
     from indexer.encoders.training import Budget
@@ -195,32 +197,29 @@ def cross_tune(
     options, mixed = training_precision(options)
     labels = grouped(labels)
     with staged_dir(output, new_or_empty) as staging:  # claimed now: a second tune to it stops here
-        budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed, started=started)
         # a model that cannot load stops here, before any training row is made
         cross = load_cross(model, max_length, options.placement.device, mixed, seed)
         share = sized_share(labels, held_back, max_minutes, _pairs_per_second(cross, labels))
         if share < held_back:
             report(f"held-back share cut to {share:.3f} so that its measurements fit --max-minutes")
         embed = encoder_for(first_stage, options).embed
-        mined = None if labels.scores is not None else Mined.of(labels, embed)
+        mined = None if labels.scores is not None else Mined.of(labels, embed, progress)
         held = held_back_set(labels, hold_back(labels, share, seed), mined, embed, DEPTH, seed)
         rows = training_rows(labels, held, mined, seed)
+        pairs = getattr(rows, "pairs", len(rows))
         report(
-            f"{labels.kind}: {int((~held.mask).sum())} trained on ({len(rows)} training pairs), "
+            f"{labels.kind}: {int((~held.mask).sum())} trained on "
+            f"({len(rows)} training rows, {pairs} pairs), "
             f"{held.size} held back ({held.metric} x100)"
         )
         first = held.first_stage()
         report(f"held-back {held.metric} of the first stage alone: {first.line(held.metric)}")
-        if held.at_ceiling(first):
-            raise BadInput(
-                f"the first stage already ranks every held-back question's right entry first "
-                f"({held.metric} 100 on {held.size}): a reranker cannot do better here; nothing trained"
-            )
-        outcome = fine_tune_cross(
-            cross, rows, lambda score: held.measure(score).value, budget, progress=progress, report=report
-        )
-        verdict = held.measure(cross.scores)
-        head = "its head trained on" if cross.continued else "a new one-label head"
+        _check_worth(held, first, started, max_minutes)
+        per_step = max(2, round(batch_size * len(rows) / pairs))
+        budget = Budget(epochs, max_minutes, per_step, learning_rate, seed, started=started)
+        judge = Judged(held, progress)
+        outcome = fine_tune_cross(cross, rows, judge, budget, progress=progress, report=report)
+        verdict = judge.kept(outcome.best)
         facts = {
             "tuned_from": cross.source,
             "labels": labels.kind,
@@ -233,10 +232,49 @@ def cross_tune(
             "fusion": verdict.stored(first),
         }
         save_cross(cross, staging, facts)
+    head = "its head trained on" if cross.continued else "a new one-label head"
     said = f"cross-encoder from {cross.source} ({head}), pairs of at most {cross.max_length} tokens"
     counts = (int((~held.mask).sum()), held.size)
     done = TuneReport.of(output, labels, counts, outcome, said, "", reranker=True, first_stage=first.headline)
     return replace(done, verdict=verdict.lines(first), helps=verdict.helps(first), weight=verdict.weight)
+
+
+class Judged:
+    """The held-back measure training reads: the reranker alone's headline (early stopping keeps
+    the checkpoint the reranker ranks best by), each measurement kept so that the kept
+    checkpoint's verdict (alone and fused) needs no measurement more after training."""
+
+    def __init__(self, held: HeldBack, progress: bool):
+        self.held, self.progress, self.seen = held, progress, []
+        self.pairs = len(held.pairs())
+
+    def __call__(self, score: Callable[..., np.ndarray]) -> float:
+        from indexer.progress import Progress
+
+        with Progress(self.pairs, "measuring held-back", enabled=self.progress, unit="pair") as bar:
+            measured = self.held.measure(lambda pairs: score(pairs, progress=bar.step(len(pairs))))
+        self.seen.append(measured)
+        return measured.reranked.headline
+
+    def kept(self, best: float) -> Measured:
+        """The first measurement of the kept checkpoint (the loop keeps the first of equals)."""
+        return next(m for m in self.seen if m.reranked.headline == best)
+
+
+def _check_worth(held: HeldBack, first: Scores, started: float, max_minutes: float | None) -> None:
+    """Stop before training where it cannot help: the first stage already at the ceiling on the
+    held-back questions, or the time asked spent before a step (mining a large pool)."""
+    if held.at_ceiling(first):
+        raise BadInput(
+            f"the first stage already ranks every held-back question's right entry first "
+            f"({held.metric} 100 on {held.size}): a reranker cannot do better here; nothing trained"
+        )
+    spent = (time.monotonic() - started) / 60
+    if max_minutes is not None and spent >= max_minutes:
+        raise BadInput(
+            f"--max-minutes {max_minutes:g} spent reading, mining and measuring ({spent:.1f} min) "
+            "before a training step: give more minutes; nothing trained"
+        )
 
 
 def report_of(done: TuneReport) -> list[str]:
