@@ -161,12 +161,17 @@ class InProcess:
 
     def ratios(self, rows: dict[tuple[str, int], list[dict[str, float]]]) -> None:
         """Each server row's texts/s as a share of the in-process rows' median."""
-        batch = statistics.median(self.rows)
+        batch = statistics.median_high(self.rows)
         print(f"\nin-process, batches of 32: {batch:.0f} texts/s (median of {len(self.rows)} rows)\n")
         print("| code | clients | texts/s | share of in-process |\n|---|---|---|---|")
         for (code, clients), runs in rows.items():
-            served = statistics.median(row["rps"] for row in runs)
+            served = statistics.median_high(row["rps"] for row in runs)
             print(f"| {code} | {clients} | {served:.0f} | {served / batch:.0%} |")
+
+
+def typical(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The median run by texts/s (the higher of the middle two)."""
+    return sorted(runs, key=lambda row: row["rps"])[len(runs) // 2]
 
 
 def table(title: str, unit: str, rows: dict[tuple[str, int], list[dict[str, float]]], base: str) -> None:
@@ -174,8 +179,8 @@ def table(title: str, unit: str, rows: dict[tuple[str, int], list[dict[str, floa
     print(f"| code | clients | {unit}/s | p50 ms | p99 ms | errors | server CPU ms/request | vs {base} |")
     print("|---|---|---|---|---|---|---|---|")
     for (code, clients), runs in rows.items():
-        r = sorted(runs, key=lambda row: row["rps"])[len(runs) // 2]
-        peer = sorted(rows[base, clients], key=lambda row: row["rps"])[len(runs) // 2]
+        r = typical(runs)
+        peer = typical(rows[base, clients])
         print(
             f"| {code} | {clients} | {r['rps']:.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['errors']} "
             f"| {r['cpu']:.2f} | {r['rps'] / peer['rps']:.2f}x |"
