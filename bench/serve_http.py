@@ -150,23 +150,26 @@ class InProcess:
         self.encoding = load_encoding(Strategy(model=model)).result()
         self.texts = texts
         self.encoding.embed(texts[:32])
-        self.rows: list[float] = []
+        self.rows: dict[int, list[float]] = {}
 
-    def row(self, seconds: float) -> None:
+    def row(self, clients: int, seconds: float) -> None:
+        """An in-process row, taken just before the servers' rows at ``clients``."""
         done, began = 0, time.perf_counter()
         while time.perf_counter() - began < seconds:
             self.encoding.embed(self.texts[done % 1024 : done % 1024 + 32])
             done += 32
-        self.rows.append(done / (time.perf_counter() - began))
+        self.rows.setdefault(clients, []).append(done / (time.perf_counter() - began))
 
     def ratios(self, rows: dict[tuple[str, int], list[dict[str, float]]]) -> None:
-        """Each server row's texts/s as a share of the in-process rows' median."""
-        batch = statistics.median_high(self.rows)
-        print(f"\nin-process, batches of 32: {batch:.0f} texts/s (median of {len(self.rows)} rows)\n")
-        print("| code | clients | texts/s | share of in-process |\n|---|---|---|---|")
+        """Each server row's texts/s as a share of the in-process row taken just before it (the
+        median of the rounds' shares), beside the in-process rows' median."""
+        print("\n| code | clients | texts/s | in-process texts/s | share of in-process |")
+        print("|---|---|---|---|---|")
         for (code, clients), runs in rows.items():
-            served = statistics.median_high(row["rps"] for row in runs)
-            print(f"| {code} | {clients} | {served:.0f} | {served / batch:.0%} |")
+            before = self.rows[clients]
+            shares = sorted(run["rps"] / batch for run, batch in zip(runs, before, strict=True))
+            served, batch = typical(runs)["rps"], statistics.median_high(before)
+            print(f"| {code} | {clients} | {served:.0f} | {batch:.0f} | {shares[len(shares) // 2]:.0%} |")
 
 
 def typical(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -204,7 +207,7 @@ def compare(
         for _ in range(args.repeats):
             for clients, path, bodies in loads:
                 if beside is not None:
-                    beside.row(args.seconds)
+                    beside.row(clients, args.seconds)
                 for name, (server, port) in servers.items():
                     row = measured(server, port, clients, args.seconds, path, bodies)
                     rows.setdefault((name, clients), []).append(row)
