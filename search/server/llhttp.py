@@ -17,11 +17,11 @@ class GuardedHttpTools(Guarded, HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.head = 0  # bytes of the request being received, until its head is read; -1: read
-        self.answering = False
+        self.head = 0  # bytes of the next request so far, until its head is read; -1: read
+        self.unanswered = 0  # requests received whole and not yet answered (pipelined: several)
 
     def data_received(self, data: bytes) -> None:
-        if self.head >= 0 and not self.answering:
+        if self.head >= 0:
             self.head += len(data)
         super().data_received(data)
         if self.head > MAX_HEAD and not self.transport.is_closing():
@@ -33,15 +33,17 @@ class GuardedHttpTools(Guarded, HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self.answering = True
+        self.head = 0
+        if not self.cycle.response_complete:  # else answered before its body ended (a 413)
+            self.unanswered += 1
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        self.head, self.answering = 0, False
+        self.unanswered = max(0, self.unanswered - 1)
         super().on_response_complete()
 
     def receiving(self) -> bool:
-        return not self.answering
+        return self.unanswered == 0
 
     def begun(self) -> tuple[bool, str | None]:
         return self.head != 0, self.scope["path"] if self.head < 0 else None
