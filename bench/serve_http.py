@@ -2,12 +2,15 @@
 with one text per request at 1, 8 and 32 clients, and reranked ``POST /search`` at 8 clients, on
 servers of each checkout given (this one first), row by row in turn so the same load lies on all.
 
-    .venv/bin/python bench/serve_http.py [--peer OLD_CHECKOUT] [--seconds 8] [--repeats 1]
+    .venv/bin/python bench/serve_http.py [--peer OLD_CHECKOUT] [--plain] [--seconds 8] [--repeats 1]
         [--model tiny|bundled|DIR] [--rows embeddings,rerank] [--depth 20]
 
 ``--model tiny``: a random 1-layer, 32-wide BERT (the model nearly free, so what is timed is the
 server: HTTP, validation, JSON, the batcher's hops); ``bundled``: all-MiniLM-L6-v2, beside its own
-throughput in-process in batches of 32 (``Encoding.embed``). The rerank rows search an index of the
+throughput in-process in batches of 32 (``Encoding.embed``), measured in turn with the rows (before
+each row of each round), so the ratio of the two is of the same minutes. ``--plain``: this
+checkout served a second time with ``httptools`` and ``uvloop`` hidden (uvicorn's h11 and asyncio,
+what a server without them runs). The rerank rows search an index of the
 demo FAQ (built with the same model) with a random 2-layer, 32-wide cross-encoder
 (``--reranker DIR`` for another) at ``rerank_depth`` ``--depth``.
 
@@ -51,11 +54,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start(code: Path, arguments: list[str]) -> tuple[subprocess.Popen, int]:
+PLAIN = "import sys; sys.modules.update(httptools=None, uvloop=None); from search.cli import main; main()"
+"""``semsearch serve`` as where neither ``httptools`` nor ``uvloop`` is installed (importing them fails)."""
+
+
+def start(code: Path, arguments: list[str], plain: bool = False) -> tuple[subprocess.Popen, int]:
     """``semsearch serve`` of the checkout ``code`` on a free port, once it answers /health."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(code)}
-    command = [sys.executable, "-m", "search.cli", "serve", *arguments, "--port", str(port), "--quiet"]
+    launch = ["-c", PLAIN] if plain else ["-m", "search.cli"]
+    command = [sys.executable, *launch, "serve", *arguments, "--port", str(port), "--quiet"]
     server = subprocess.Popen(command, env=env, cwd=code, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 180
     while time.time() < deadline and server.poll() is None:
@@ -131,18 +139,42 @@ def sentences(count: int = 2000) -> list[str]:
     return list(dict.fromkeys([r[1] for r in rows] + [r[2] for r in rows]))[:count]
 
 
-def in_process(model: str, texts: list[str], seconds: float) -> float:
-    """Texts/s of the served model in this process, batches of 32 (``Encoding.embed``), no server."""
-    from indexer.embedding.strategy import Strategy
-    from search.read.loading import load_encoding
+class InProcess:
+    """The served model in this process, batches of 32 (``Encoding.embed``), no server: a row of
+    ``seconds`` at a time, in turn with the servers' rows."""
 
-    encoding = load_encoding(Strategy(model=model)).result()
-    encoding.embed(texts[:32])
-    done, began = 0, time.perf_counter()
-    while time.perf_counter() - began < seconds:
-        encoding.embed(texts[done % 1024 : done % 1024 + 32])
-        done += 32
-    return done / (time.perf_counter() - began)
+    def __init__(self, model: str, texts: list[str]):
+        from indexer.embedding.strategy import Strategy
+        from search.read.loading import load_encoding
+
+        self.encoding = load_encoding(Strategy(model=model)).result()
+        self.texts = texts
+        self.encoding.embed(texts[:32])
+        self.rows: dict[int, list[float]] = {}
+
+    def row(self, clients: int, seconds: float) -> None:
+        """An in-process row, taken just before the servers' rows at ``clients``."""
+        done, began = 0, time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            self.encoding.embed(self.texts[done % 1024 : done % 1024 + 32])
+            done += 32
+        self.rows.setdefault(clients, []).append(done / (time.perf_counter() - began))
+
+    def ratios(self, rows: dict[tuple[str, int], list[dict[str, float]]]) -> None:
+        """Each server row's texts/s as a share of the in-process row taken just before it (the
+        median of the rounds' shares), beside the in-process rows' median."""
+        print("\n| code | clients | texts/s | in-process texts/s | share of in-process |")
+        print("|---|---|---|---|---|")
+        for (code, clients), runs in rows.items():
+            before = self.rows[clients]
+            shares = sorted(run["rps"] / batch for run, batch in zip(runs, before, strict=True))
+            served, batch = typical(runs)["rps"], statistics.median_high(before)
+            print(f"| {code} | {clients} | {served:.0f} | {batch:.0f} | {shares[len(shares) // 2]:.0%} |")
+
+
+def typical(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The median run by texts/s (the higher of the middle two)."""
+    return sorted(runs, key=lambda row: row["rps"])[len(runs) // 2]
 
 
 def table(title: str, unit: str, rows: dict[tuple[str, int], list[dict[str, float]]], base: str) -> None:
@@ -150,8 +182,8 @@ def table(title: str, unit: str, rows: dict[tuple[str, int], list[dict[str, floa
     print(f"| code | clients | {unit}/s | p50 ms | p99 ms | errors | server CPU ms/request | vs {base} |")
     print("|---|---|---|---|---|---|---|---|")
     for (code, clients), runs in rows.items():
-        r = sorted(runs, key=lambda row: row["rps"])[len(runs) // 2]
-        peer = sorted(rows[base, clients], key=lambda row: row["rps"])[len(runs) // 2]
+        r = typical(runs)
+        peer = typical(rows[base, clients])
         print(
             f"| {code} | {clients} | {r['rps']:.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['errors']} "
             f"| {r['cpu']:.2f} | {r['rps'] / peer['rps']:.2f}x |"
@@ -159,19 +191,23 @@ def table(title: str, unit: str, rows: dict[tuple[str, int], list[dict[str, floa
 
 
 def compare(
-    codes: dict[str, Path],
+    codes: dict[str, tuple[Path, bool]],
     arguments: list[str],
     loads: list[tuple[int, str, list[bytes]]],
     args: argparse.Namespace,
+    beside: InProcess | None = None,
 ) -> dict[tuple[str, int], list[dict[str, float]]]:
-    """Each load on a server of each checkout, in turn, ``args.repeats`` times."""
-    servers = {name: start(code, arguments) for name, code in codes.items()}
+    """Each load on a server of each checkout (``(code, plain)``), in turn, ``args.repeats`` times;
+    ``beside``: an in-process row before each load of each round."""
+    servers = {name: start(code, arguments, plain) for name, (code, plain) in codes.items()}
     rows: dict[tuple[str, int], list[dict[str, float]]] = {}
     try:
         for _, port in servers.values():
             asyncio.run(drive(port, 8, 2.0, *loads[0][1:]))  # warm
         for _ in range(args.repeats):
             for clients, path, bodies in loads:
+                if beside is not None:
+                    beside.row(clients, args.seconds)
                 for name, (server, port) in servers.items():
                     row = measured(server, port, clients, args.seconds, path, bodies)
                     rows.setdefault((name, clients), []).append(row)
@@ -185,6 +221,7 @@ def compare(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peer", type=Path, help="another checkout (the old code) served beside this one")
+    parser.add_argument("--plain", action="store_true", help="this checkout also without httptools/uvloop")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--repeats", type=int, default=1, help="runs of each row (the median shown)")
     parser.add_argument("--model", default="tiny")
@@ -194,7 +231,9 @@ def main() -> None:
     args = parser.parse_args()
     from tests.helpers import random_bert, random_cross_encoder
 
-    codes = {"this": ROOT, **({"peer": args.peer.resolve()} if args.peer else {})}
+    codes = {"this": (ROOT, False), **({"peer": (args.peer.resolve(), False)} if args.peer else {})}
+    if args.plain:
+        codes["plain"] = (ROOT, True)
     texts = sentences()
     with tempfile.TemporaryDirectory(prefix="serve-http-") as tmp:
         work = Path(tmp)
@@ -204,13 +243,14 @@ def main() -> None:
         if "embeddings" in args.rows:
             bodies = [json.dumps({"input": text}).encode() for text in texts]
             loads = [(n, "/v1/embeddings", bodies) for n in (1, 8, 32)]
-            rows = compare(codes, ["--model", served], loads, args)
+            beside = None if args.model == "tiny" else InProcess(served, texts)
+            rows = compare(codes, ["--model", served], loads, args, beside)
             title = (
                 f"/v1/embeddings, one text a request, model {args.model}, {args.seconds:g} s a row; {load}"
             )
             table(title, "texts", rows, "this")
-            if args.model != "tiny":
-                print(f"\nin-process, batches of 32: {in_process(served, texts, args.seconds):.0f} texts/s")
+            if beside is not None:
+                beside.ratios(rows)
         if "rerank" in args.rows:
             from indexer import build_index
             from indexer.embedding.strategy import Strategy

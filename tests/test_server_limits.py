@@ -120,6 +120,24 @@ def test_idle_slow_head_and_slow_body_connections_are_closed(port):
     assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
 
 
+def test_a_body_answered_before_it_ends_is_not_read_as_the_next_request(port):
+    """A body over the limit is refused (413) from its content-length, before it is sent; what the
+    client sends of it after that is neither a second request nor a head past the limit (431):
+    the one answer stands, and a client that stalls is closed at its deadline."""
+    with socket.create_connection(("127.0.0.1", port)) as connection:
+        head = b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        connection.sendall(head + b"Content-Length: %d\r\n\r\n" % (4 << 20))
+        answer = b""
+        while not (b"\r\n\r\n" in answer and answer.endswith(b"}")):
+            data = connection.recv(4096)
+            assert data, answer
+            answer += data
+        assert answer.startswith(b"HTTP/1.1 413"), answer
+        connection.sendall(b" " * (64 << 10))
+        closed, rest = closed_by_server(connection, 8 * TIMEOUT)
+    assert closed and rest == b"", rest[:200]
+
+
 def test_past_the_connection_limit_a_connection_is_refused_with_503(port):
     held = hold(port, LIMIT - 1)
     held.append(answered(port))  # connections are taken in order: once the last is answered, all are

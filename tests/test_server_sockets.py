@@ -174,6 +174,8 @@ def test_the_access_log_trusts_forwarding_headers_only_when_told_and_escapes_wha
     assert re.search(r'^127\.0\.0\.1:\d+ - "GET /health HTTP/1\.1" 200', untrusted, re.M), untrusted
     assert "6.6.6.6" not in untrusted
     options = ("--forwarded-allow-ips", "127.0.0.1")
-    trusted = served_log(index, tmp_path / "trusted.txt", options, forwarded(b"\x1b[2J\xe97.7.7.7"))
-    assert "\x1b" not in trusted and "\xe9" not in trusted
-    assert re.search(r'^\\x1b\[2J\\xe97\.7\.7\.7:0 - "GET /health HTTP/1\.1" 200', trusted, re.M), trusted
+    # obs-text and a quote, which both parsers take (httptools refuses a control character in a
+    # header with a 400 before any app sees it; escaped() of those: test_server.py)
+    trusted = served_log(index, tmp_path / "trusted.txt", options, forwarded(b'\xe9"7.7.7.7'))
+    assert "\xe9" not in trusted and '"7.7' not in trusted
+    assert re.search(r'^\\xe9\\x227\.7\.7\.7:0 - "GET /health HTTP/1\.1" 200', trusted, re.M), trusted

@@ -1,6 +1,7 @@
 """What guards the server's connections and bodies: the body limit (``BodyLimit``), the request
-deadline and connection caps of ``GuardedH11`` (uvicorn's h11 protocol), and ``while_connected``,
-which cancels a request's work when its client hangs up."""
+deadline, head limit and connection caps of ``Guarded`` on uvicorn's HTTP/1.1 protocols
+(``llhttp.GuardedHttpTools`` where ``httptools`` is installed, else ``GuardedH11``: ``protocol``), and
+``while_connected``, which cancels a request's work when its client hangs up."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ REQUEST_TIMEOUT = 10.0
 KEEP_ALIVE = 5.0
 MAX_CONNECTIONS = 256
 MAX_CLIENT_CONNECTIONS = 64
+MAX_HEAD = 16 * 1024  # bytes of a request's line and headers (h11's own limit; httptools has none)
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -118,28 +120,33 @@ def proxy_networks(allowed: str | None) -> tuple[Network, ...]:
     return tuple(networks)
 
 
-class GuardedH11(H11Protocol):
-    """uvicorn's h11 protocol with the bounds it lacks: a connection past ``max_connections``, or
-    past ``max_client_connections`` of its client's (``client_of``; a proxy in ``proxies`` speaks
-    for many clients and counts toward the total alone), is answered 503 and closed before
-    anything is read, and a client has ``request_timeout`` seconds from connecting (or from its
-    previous answer) to send a whole request, head and body: past that the connection is closed,
-    with a 408 if a request was begun. (uvicorn's keep-alive timeout starts only after a first
-    answer and stops at the first byte of the next request, so an idle or slowloris connection
-    was held forever.)"""
+class Guarded:
+    """The bounds uvicorn's HTTP/1.1 protocols lack, mixed into each: a connection past
+    ``max_connections``, or past ``max_client_connections`` of its client's (``client_of``; a proxy
+    in ``proxies`` speaks for many clients and counts toward the total alone), is answered 503 and
+    closed before anything is read, and a client has ``request_timeout`` seconds from connecting
+    (or from its previous answer) to send a whole request, head and body: past that the connection
+    is closed, with a 408 if a request was begun. (uvicorn's keep-alive timeout starts only after a
+    first answer and stops at the first byte of the next request, so an idle or slowloris
+    connection was held forever.) HTTP that cannot be read is a 400 in the one error shape."""
 
     request_timeout = REQUEST_TIMEOUT
     max_connections = MAX_CONNECTIONS
     max_client_connections = MAX_CLIENT_CONNECTIONS
     proxies: tuple[Network, ...] = ()
+    connections: set
+    transport: asyncio.Transport
+    loop: asyncio.AbstractEventLoop
+    cycle: Any
+    scope: Any
 
     def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
         self.deadline: asyncio.TimerHandle | None = None
         self.refused = False
         self.held_for: str | None = None  # the client this connection counts for; None: no one's
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:
         peer = transport.get_extra_info("peername")
         address = _address(peer)
         proxy = address is not None and any(address in network for network in self.proxies)
@@ -151,7 +158,7 @@ class GuardedH11(H11Protocol):
             self._refuse(transport, f"too many connections from one client: at most {limit} at once")
         else:
             self.held_for = client
-            super().connection_made(transport)
+            super().connection_made(transport)  # type: ignore[misc]
             self._rearm()
 
     def _held_by(self, client: str) -> int:
@@ -160,32 +167,40 @@ class GuardedH11(H11Protocol):
 
     def _refuse(self, transport: asyncio.Transport, message: str) -> None:
         self.refused = True
-        transport.write(_raw_error(503, message))
+        transport.write(raw_error(503, message))
         transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.refused:
             return
         self._disarm()
-        super().connection_lost(exc)
+        super().connection_lost(exc)  # type: ignore[misc]
 
     def data_received(self, data: bytes) -> None:
-        super().data_received(data)
+        super().data_received(data)  # type: ignore[misc]
         self._follow()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        super().on_response_complete()  # type: ignore[misc]
         self._disarm()
         self._follow()
 
     def send_400_response(self, msg: str) -> None:
-        """HTTP that h11 cannot read: the one error shape too."""
-        self.transport.write(_raw_error(400, msg))
+        """HTTP that cannot be read: the one error shape too."""
+        self.transport.write(raw_error(400, msg))
         self.transport.close()
+
+    def receiving(self) -> bool:
+        """Whether a request is awaited or being received (not being answered)."""
+        raise NotImplementedError
+
+    def begun(self) -> tuple[bool, str | None]:
+        """Whether a request's first byte came, and its path once its head was read."""
+        raise NotImplementedError
 
     def _follow(self) -> None:
         """The deadline runs while a request is being received (or awaited), not while answered."""
-        if self.transport.is_closing() or self.conn.their_state not in (h11.IDLE, h11.SEND_BODY):
+        if self.transport.is_closing() or not self.receiving():
             self._disarm()
         elif self.deadline is None:
             self._rearm()
@@ -203,19 +218,39 @@ class GuardedH11(H11Protocol):
         self.deadline = None
         if self.transport.is_closing():
             return
-        begun = self.conn.their_state is h11.SEND_BODY or bool(self.conn.trailing_data[0])
+        begun, path = self.begun()
         if begun and not (self.cycle is not None and self.cycle.response_started):
-            path = self.scope["path"] if self.conn.their_state is h11.SEND_BODY else ""  # its head was read
             message = f"request not received within {self.request_timeout:g} s"
-            self.transport.write(_raw_error(408, message, path))
+            self.transport.write(raw_error(408, message, path or ""))
         self.transport.close()
 
 
-def _raw_error(status: int, message: str, path: str = "") -> bytes:
+class GuardedH11(Guarded, H11Protocol):
+    """``Guarded`` on uvicorn's h11 protocol (pure Python; h11 bounds the head itself)."""
+
+    def receiving(self) -> bool:
+        return self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+
+    def begun(self) -> tuple[bool, str | None]:
+        head_read = self.conn.their_state is h11.SEND_BODY
+        return head_read or bool(self.conn.trailing_data[0]), self.scope["path"] if head_read else None
+
+
+def protocol() -> type[Guarded]:
+    """The guarded protocol ``serve`` runs: httptools' where it is installed, else h11's."""
+    try:
+        from search.server.llhttp import GuardedHttpTools
+    except ImportError:  # no httptools (uvicorn imports it with its protocol)
+        return GuardedH11
+    return GuardedHttpTools
+
+
+def raw_error(status: int, message: str, path: str = "") -> bytes:
     """A whole HTTP/1.1 error answer in the one shape (``path``'s, when its head was read), for a
     connection about to be closed."""
     body = json.dumps(error_body(path, status, message)).encode()
-    reason = {400: "Bad Request", 408: "Request Timeout", 503: "Service Unavailable"}[status]
+    reasons = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large"}
+    reason = {**reasons, 503: "Service Unavailable"}[status]
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"

@@ -1,5 +1,6 @@
 """Running the app: the listening socket (bound before the index loads, so a port in use is told
-at once), uvicorn with ``GuardedH11``'s connection bounds, and the access log."""
+at once), uvicorn with ``Guarded``'s connection bounds on its fastest HTTP/1.1 protocol
+(``connections.protocol``) and event loop (uvloop where installed), and the access log."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from search.server.connections import (
     MAX_CLIENT_CONNECTIONS,
     MAX_CONNECTIONS,
     REQUEST_TIMEOUT,
-    GuardedH11,
+    protocol,
     proxy_networks,
 )
 
@@ -111,7 +112,7 @@ def serve(
     forwarded_allow_ips: str | None = None,
 ) -> None:
     """Run ``app`` on the ``listen`` socket until interrupted, with the connection bounds of
-    GuardedH11 and uvicorn's keep-alive timeout; ``access_log``: a line a request on stderr.
+    ``Guarded`` and uvicorn's keep-alive timeout; ``access_log``: a line a request on stderr.
     ``forwarded_allow_ips``: the proxies (uvicorn's list: addresses, networks, ``*``) whose
     ``X-Forwarded-For``/``-Proto`` are believed; None: no one's (uvicorn would believe 127.0.0.1's).
     A proxy's connections count toward ``max_connections`` alone, not as one client's."""
@@ -127,7 +128,8 @@ def serve(
     }
     config = uvicorn.Config(
         AccessLog(app) if access_log else app,
-        http=type("Guarded", (GuardedH11,), bounds),
+        http=type("Guarded", (protocol(),), bounds),
+        loop="auto",  # uvloop where installed
         timeout_keep_alive=keep_alive,
         log_level="warning",
         proxy_headers=forwarded_allow_ips is not None,
