@@ -236,15 +236,6 @@ class GuardedH11(Guarded, H11Protocol):
         return head_read or bool(self.conn.trailing_data[0]), self.scope["path"] if head_read else None
 
 
-def protocol() -> type[Guarded]:
-    """The guarded protocol ``serve`` runs: httptools' where it is installed, else h11's."""
-    try:
-        from search.server.llhttp import GuardedHttpTools
-    except ImportError:  # no httptools (uvicorn imports it with its protocol)
-        return GuardedH11
-    return GuardedHttpTools
-
-
 def raw_error(status: int, message: str, path: str = "") -> bytes:
     """A whole HTTP/1.1 error answer in the one shape (``path``'s, when its head was read), for a
     connection about to be closed."""

@@ -1,6 +1,6 @@
 """Running the app: the listening socket (bound before the index loads, so a port in use is told
 at once), uvicorn with ``Guarded``'s connection bounds on its fastest HTTP/1.1 protocol
-(``connections.protocol``) and event loop (uvloop where installed), and the access log."""
+(``protocol``) and event loop (uvloop where installed), and the access log."""
 
 from __future__ import annotations
 
@@ -20,11 +20,22 @@ from search.server.connections import (
     MAX_CLIENT_CONNECTIONS,
     MAX_CONNECTIONS,
     REQUEST_TIMEOUT,
-    protocol,
+    Guarded,
+    GuardedH11,
     proxy_networks,
 )
 
 ACCESS = logging.getLogger("semsearch.access")
+
+
+def protocol() -> type[Guarded]:
+    """The guarded protocol ``serve`` runs: httptools' where it is installed, else h11's (here,
+    not in ``connections``, which ``llhttp`` builds on)."""
+    try:
+        from search.server.llhttp import GuardedHttpTools
+    except ImportError:  # no httptools (uvicorn imports it with its protocol)
+        return GuardedH11
+    return GuardedHttpTools
 
 
 def listen(host: str, port: int) -> socket.socket:
