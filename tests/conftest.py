@@ -1,11 +1,12 @@
 """Shared fixtures and hooks: the tiny random BERT and the real bundled model, built once for
-the session, and the watch that fails a test not marked slow which does slow work. Helpers that
-test modules import live in ``tests/helpers.py``."""
+the session, indexes built once and handed out as copies, and the watch that fails a test not
+marked slow which does slow work. Helpers that test modules import live in ``tests/helpers.py``."""
 
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -130,6 +131,25 @@ def plotting() -> None:
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The tiny random BERT of ``random_bert``, built once for the session."""
     return random_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[[str, Callable[[Path], Path], Path], Path]:
+    """``copy(key, build, target)``: the index ``build(folder)`` makes, built once for the session
+    under ``key`` and copied to ``target`` for each test, so a test may change its copy as it
+    likes. Many modules build the same tiny index before every test; a copy costs a hundredth of
+    a build. The key must name everything ``build`` depends on."""
+    built: dict[str, Path] = {}
+
+    def copy(key: str, build: Callable[[Path], Path], target: Path) -> Path:
+        if key not in built:
+            built[key] = build(tmp_path_factory.mktemp("built"))
+        shutil.copytree(built[key], target, symlinks=True)
+        return target
+
+    return copy
 
 
 @pytest.fixture(scope="session")

@@ -273,6 +273,15 @@ BASE = [
 ]
 """Thirty entries in five topics: the index updates are made on."""
 
+
+def base_index(folder: Path, model: str, **options: object) -> Path:
+    """``BASE`` built with ``model`` (and the build's ``options``) in ``folder/idx``."""
+    from indexer import Strategy, build_index
+
+    build_index(write_csv(folder / "base.csv", BASE), folder / "idx", Strategy(model=model), **options)  # type: ignore[arg-type]
+    return folder / "idx"
+
+
 ROWS = [
     ("a1", "How do I pay for a ride?", "billing"),
     ("a2", "Where can I park the bike?", "stations"),

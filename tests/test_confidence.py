@@ -3,6 +3,7 @@ plain --min-score threshold, the held-out evaluation, and every way calibration 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import replace
@@ -77,11 +78,16 @@ def write_faq(directory: Path) -> tuple[Path, Path, Path]:
     return corpus, queries, qrels
 
 
+def faq_index(folder: Path, model: str) -> Path:
+    build_index(write_faq(folder)[0], folder / "idx", Strategy(model=model))
+    return folder / "idx"
+
+
 @pytest.fixture()
-def faq(tmp_path, tiny_model) -> tuple[Path, Path, Path, Path]:
+def faq(tmp_path, tiny_model, built_once) -> tuple[Path, Path, Path, Path]:
     corpus, queries, qrels = write_faq(tmp_path)
-    build_index(corpus, tmp_path / "idx", Strategy(model=tiny_model))
-    return tmp_path / "idx", corpus, queries, qrels
+    index = built_once("confidence faq", functools.partial(faq_index, model=tiny_model), tmp_path / "idx")
+    return index, corpus, queries, qrels
 
 
 def calibrate(index: Path, queries: Path, qrels: Path, **options) -> Rule:

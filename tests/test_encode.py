@@ -4,6 +4,7 @@ bounded memory, and refuse bad input with one line."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 
@@ -14,14 +15,16 @@ from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
 from search.read.encoding import PART_TEXTS, Encoding, check_texts, encode
 from search.read.engine import SearchEngine
-from tests.helpers import assert_clean_failure, build_faq, run, write_csv
+from tests.helpers import ROWS, assert_clean_failure, build_faq, run, write_csv
 
 TEXTS = ["How do I pay for a ride?", "a bike", "Where can I park the bike near the station?"]
 
 
 @pytest.fixture
-def whitened(tmp_path, tiny_model):
-    return build_faq(tmp_path, tiny_model, postprocess="whiten", whiten_dims=3)
+def whitened(tmp_path, tiny_model, built_once):
+    write_csv(tmp_path / "faq.csv", ROWS, ("id", "text", "category"))  # beside the index, as built
+    build = functools.partial(build_faq, model=tiny_model, postprocess="whiten", whiten_dims=3)
+    return built_once("faq whitened", build, tmp_path / "idx")
 
 
 def test_encode_with_an_index_gives_its_query_vectors(whitened):

@@ -4,6 +4,7 @@ finds an exact error code among near-misses where dense does not."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sqlite3
@@ -34,15 +35,22 @@ from search.read.hybrid import (
 from search.studies.calibrate import store_hybrid_weight
 from search.studies.evaluate import evaluate_retrieval, read_retrieval_set
 from search.studies.sweep import retrieval_sweep
-from tests.helpers import BASE, assert_clean_failure, assert_keywords_exact, keyword_shares, run, write_csv
+from tests.helpers import (
+    BASE,
+    assert_clean_failure,
+    assert_keywords_exact,
+    base_index,
+    keyword_shares,
+    run,
+    write_csv,
+)
 
 HOSTILE = ['"', 'say "hi', "*", "bikes*", "NEAR(a b)", "a AND OR NOT b", "col:bikes", "(((", "^b", "-", "'"]
 
 
 @pytest.fixture
-def index(tmp_path, tiny_model) -> Path:
-    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
-    return tmp_path / "idx"
+def index(tmp_path, tiny_model, built_once) -> Path:
+    return built_once("base flat", functools.partial(base_index, model=tiny_model), tmp_path / "idx")
 
 
 def keyword_ids(index_dir: Path, query: str) -> set[str]:

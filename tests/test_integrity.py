@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import re
 import subprocess
@@ -28,20 +29,18 @@ from indexer.vectors.segments import segment_name
 from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
 from search.cli import cli
-from tests.helpers import BASE, write_csv
+from tests.helpers import BASE, base_index, write_csv
 
 
 @pytest.fixture
-def index(tmp_path, tiny_model) -> Path:
-    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
-    return tmp_path / "idx"
+def index(tmp_path, tiny_model, built_once) -> Path:
+    return built_once("base flat", functools.partial(base_index, model=tiny_model), tmp_path / "idx")
 
 
 @pytest.fixture
-def pq_index(tmp_path, tiny_model) -> Path:
-    corpus = write_csv(tmp_path / "base.csv", BASE)
-    build_index(corpus, tmp_path / "pq", Strategy(model=tiny_model), storage="pq")
-    return tmp_path / "pq"
+def pq_index(tmp_path, tiny_model, built_once) -> Path:
+    pq = functools.partial(base_index, model=tiny_model, storage="pq")
+    return built_once("base pq", pq, tmp_path / "pq")
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:

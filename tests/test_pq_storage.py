@@ -4,6 +4,7 @@ filters, add/delete/compact, duplicates and the size-driven refit keep working."
 
 from __future__ import annotations
 
+import functools
 import mmap
 from pathlib import Path
 
@@ -34,15 +35,19 @@ def lines(path: Path, start: int, stop: int) -> Path:
 
 
 @pytest.fixture
-def built(tmp_path, tiny_model, monkeypatch) -> tuple[Path, Path]:
-    """The same 600 lines as pq (IVF-PQ: the exact-search threshold lowered to 100) and float32."""
+def built(tmp_path, tiny_model, monkeypatch, built_once) -> tuple[Path, Path]:
+    """The same 600 lines as pq (IVF-PQ: the exact-search threshold lowered to 100) and float32,
+    built once for the module's tests, each test given its own copies."""
     import indexer.vectors.factory
 
     monkeypatch.setattr(indexer.vectors.factory, "EXACT_LIMIT", 100)
-    corpus = lines(tmp_path / "c.csv", 0, 600)
-    build_index(corpus, tmp_path / "pq", Strategy(model=tiny_model), storage="pq")
-    build_index(corpus, tmp_path / "f32", Strategy(model=tiny_model), index_kind="flat")
-    return tmp_path / "pq", tmp_path / "f32"
+
+    def build(folder: Path, **options: str) -> Path:
+        build_index(lines(folder / "c.csv", 0, 600), folder / "idx", Strategy(model=tiny_model), **options)
+        return folder / "idx"
+
+    pq = built_once("pq_storage pq", functools.partial(build, storage="pq"), tmp_path / "pq")
+    return pq, built_once("pq_storage flat", functools.partial(build, index_kind="flat"), tmp_path / "f32")
 
 
 def assert_ranks_like(pq: Path, exact: Path, where: str | None = None, k: int = 5) -> None:

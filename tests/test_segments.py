@@ -5,6 +5,7 @@ the base and the segments (filters, also-vectors, pq storage, duplicates); the m
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sqlite3
@@ -20,13 +21,12 @@ from indexer.vectors.segments import segment_name
 from indexer.writing.update import add_to_index, compact_index, delete_from_index
 from search import SearchEngine
 from search.read.duplicates import find_duplicates
-from tests.helpers import BASE, kill_during, rowids, whole_run, write_csv
+from tests.helpers import BASE, base_index, kill_during, rowids, whole_run, write_csv
 
 
 @pytest.fixture
-def index(tmp_path, tiny_model) -> Path:
-    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
-    return tmp_path / "idx"
+def index(tmp_path, tiny_model, built_once) -> Path:
+    return built_once("base flat", functools.partial(base_index, model=tiny_model), tmp_path / "idx")
 
 
 def live_ids(index_dir: Path) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import shutil
 import subprocess
 
@@ -21,8 +22,8 @@ from tests.helpers import ROWS, build_faq, leave_hot_journal, serving, unwritabl
 
 
 @pytest.fixture
-def index(tmp_path, tiny_model):
-    return build_faq(tmp_path, tiny_model)
+def index(tmp_path, tiny_model, built_once):
+    return built_once("faq", functools.partial(build_faq, model=tiny_model), tmp_path / "idx")
 
 
 def test_endpoints_and_bad_requests(index):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 from pathlib import Path
 
@@ -30,8 +31,9 @@ TEXTS = ["How do I pay for a ride?", "a bike", "Where can I park the bike near t
 
 
 @pytest.fixture
-def whitened(tmp_path, tiny_model):
-    return build_faq(tmp_path, tiny_model, postprocess="whiten", whiten_dims=3)
+def whitened(tmp_path, tiny_model, built_once):
+    build = functools.partial(build_faq, model=tiny_model, postprocess="whiten", whiten_dims=3)
+    return built_once("faq whitened", build, tmp_path / "idx")
 
 
 def _floats(answer: dict) -> np.ndarray:

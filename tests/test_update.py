@@ -3,6 +3,7 @@ lock, SIGKILL during add/delete, and a corpus of bad rows whose counts add up.""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import shutil
@@ -20,6 +21,7 @@ from search import SearchEngine
 from tests.helpers import (
     BASE,
     assert_keywords_exact,
+    base_index,
     kill_during,
     leave_hot_journal,
     rowids,
@@ -29,9 +31,9 @@ from tests.helpers import (
 
 
 @pytest.fixture
-def index(tmp_path, tiny_model) -> Path:
-    build_index(write_csv(tmp_path / "base.csv", BASE), tmp_path / "idx", Strategy(model=tiny_model))
-    return tmp_path / "idx"
+def index(tmp_path, tiny_model, built_once) -> Path:
+    write_csv(tmp_path / "base.csv", BASE)
+    return built_once("base flat", functools.partial(base_index, model=tiny_model), tmp_path / "idx")
 
 
 def faiss_ids(index_dir: Path) -> set[int]:
