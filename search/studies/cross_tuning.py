@@ -152,14 +152,16 @@ def _pairs_per_second(cross: CrossModel, labels: Labels) -> float:
 
 def sized_share(labels: Labels, share: float, max_minutes: float | None, pairs_per_second: float) -> float:
     """The held-back share, cut so that about four measurements of its questions at ``DEPTH``
-    take at most ``MEASURING`` of ``max_minutes`` (scored pairs: one pair per label)."""
+    take at most ``MEASURING`` of ``max_minutes`` (scored pairs: one pair per label), but never
+    below ``MIN_MEASURED`` answered questions: only they judge whether the reranker ranks right
+    texts higher (unanswered ones judge the top score's separation alone)."""
     if max_minutes is None:
         return share
     per_question = 1 if labels.scores is not None else DEPTH
-    questions = len(labels.first) if labels.scores is not None else len(set(labels.first))
-    questions += len(labels.unanswered or {})
+    answered = len(labels.first) if labels.scores is not None else len(set(labels.first))
+    questions = answered + len(labels.unanswered or {})
     fits = MEASURING * max_minutes * 60 / 4 * pairs_per_second / per_question
-    return max(min(share, fits / max(questions, 1)), min(share, MIN_MEASURED / max(questions, 1)))
+    return max(min(share, fits / max(questions, 1)), min(share, MIN_MEASURED / max(answered, 1)))
 
 
 def cross_tune(
