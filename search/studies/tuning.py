@@ -355,7 +355,7 @@ def tune(
     max_minutes: float | None = None,
     seed: int = 0,
     batch_size: int = 16,
-    learning_rate: float = 2e-5,
+    learning_rate: float | None = None,
     progress: bool = False,
     report: Callable[[str], object] = lambda line: None,
     options: EmbeddingOptions | None = None,
@@ -371,7 +371,7 @@ def tune(
     output = Path(output)
     options, mixed = training_precision(options)
     with staged_dir(output, new_or_empty) as staging:  # claimed now: a second tune to it stops here
-        budget = Budget(epochs, max_minutes, batch_size, learning_rate, seed)
+        budget = Budget(epochs, max_minutes, batch_size, learning_rate or Budget.learning_rate, seed)
         held = hold_back(labels, held_back, seed)
         rows = np.flatnonzero(~held)
         encoder = trainable(strategy, options)
