@@ -3,13 +3,14 @@ dev split in the open setting (a search engine's): every dev sentence one entry,
 question asked, unanswerable ones included.
 
     PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py train OUT [--max-minutes 30]
-    PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py measure OUT [--depth 20 --depth 50]
+    PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py measure OUT [--depth 20 --depth 50] [--weight 0.1]
 
 - ``train``: runs the command a user runs (``semsearch tune --cross-encoder --pairs
   WikiQASent-train.txt -o OUT --max-minutes N``) and prints its report and wall time.
 - ``measure``: indexes the dev sentences with the default strategy (one entry per sentence id),
   asks each dev question with the reranker at each depth, and prints for the first stage alone,
-  the reranker alone and the fused score the index serves: right sentence first (share of
+  the reranker alone, the fused score the index serves and a fused score at each ``--weight`` (a
+  weight the folder does not keep, such as the held-back's best that the sign test turned down): right sentence first (share of
   answerable questions), MRR@10 (answerable questions), the top score's AUROC (answerable vs
   unanswerable) and the promise's reach: the most answerable questions a threshold on the top
   score answers while 90% of what it answers is right (the best rule on dev, so an upper bound of
@@ -89,7 +90,7 @@ def judged(orders: list[list[tuple[str, float]]], right: list[set[str]]) -> dict
     }
 
 
-def measure(reranker_dir: str, depths: list[int]) -> None:
+def measure(reranker_dir: str, depths: list[int], weights: list[float]) -> None:
     from indexer import Strategy, build_index
     from indexer.encoders.rerankers import reranker_for
     from search import SearchEngine
@@ -127,6 +128,8 @@ def measure(reranker_dir: str, depths: list[int]) -> None:
                 "reranker alone": lambda h: h.rerank_score,
                 f"fused (weight {reranker.folder.weight:g})": lambda h: h.score,
             }
+            for w in weights:  # a weight the folder does not keep, e.g. the held-back's best
+                ways[f"fused at weight {w:g}"] = lambda h, w=w: w * h.rerank_score + (1 - w) * h.first_score
             print(f"depth {depth} ({took:.0f} s for {len(ids)} questions, load average {load:.1f}):")
             for name, key in ways.items():
                 orders = [sorted(((h.id, key(h)) for h in hits), key=lambda p: -p[1]) for hits in answers]
@@ -142,11 +145,12 @@ def main() -> None:
     parser.add_argument("reranker")
     parser.add_argument("--max-minutes", type=float, default=30.0)
     parser.add_argument("--depth", type=int, action="append")
+    parser.add_argument("--weight", type=float, action="append", help="also a fused score at this weight")
     args = parser.parse_args()
     if args.run == "train":
         train(args.reranker, args.max_minutes)
     else:
-        measure(args.reranker, args.depth or [20, 50])
+        measure(args.reranker, args.depth or [20, 50], args.weight or [])
 
 
 if __name__ == "__main__":
