@@ -84,7 +84,8 @@ class SearchEngine:
     def _default_reranker(self, index: StoredIndex, rerank: str | Path | bool | Reranker) -> str | None:
         """The folder of the reranker every search reranks with (loaded now, so a bad one fails
         before any search): ``rerank``'s, or the index's stored one (True), whose files must
-        still be those it was stored with."""
+        still be those it was stored with; one taken by Hub name whose folder is gone here is
+        fetched again by its name at its commit (``indexer.embedding.hub``: the cache first)."""
         if rerank is False:
             return None
         if not isinstance(rerank, str | Path | bool):  # loaded already: kept as its folder's
@@ -102,10 +103,13 @@ class SearchEngine:
             )
         folder = stored["path"]
         if not Path(folder).is_dir():
-            raise BadInput(
-                f"this index reranks with {folder}, which is not on this machine: give --rerank MODEL "
-                "or --no-rerank"
-            )
+            if not stored.get("name"):
+                raise BadInput(
+                    f"this index reranks with {folder}, which is not on this machine: give --rerank MODEL "
+                    "or --no-rerank"
+                )
+            folder = self.reranker(stored["name"]).folder.path  # fetched again, kept by its folder
+            self.rerankers[_folder_key(folder)] = self.rerankers.pop(_folder_key(stored["name"]))
         loaded = self.reranker(folder)
         if loaded.folder.fingerprint != stored.get("fingerprint"):
             raise BadInput(

@@ -130,10 +130,10 @@ def _labelled(
 
 
 def stored_reranker(reranking: Reranking) -> dict[str, object]:
-    """What an index keeps of its default reranker: its folder, fingerprint and (where fitted) weight."""
-    folder = reranking.reranker.folder
+    """What an index keeps of its default reranker (``CrossFolder.stored``) and, where fitted or
+    given, its weight."""
     weight = {} if reranking.weight is None else {"weight": reranking.weight}
-    return {"path": folder.path, "fingerprint": folder.fingerprint, **weight}
+    return {**reranking.reranker.folder.stored(), **weight}
 
 
 def reranking_of(rerank: RerankOptions, options: EmbeddingOptions | None = None) -> Reranking | None:
