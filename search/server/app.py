@@ -61,7 +61,7 @@ def noted(*notes: str | None) -> dict[str, str]:
 
 def asked(engine: SearchEngine, queries: list[str], body: SearchRequest | BatchRequest) -> Asked:
     """The search a body asks of ``engine``: reranked by the engine's reranker unless it says
-    ``rerank: false``, with its rerank options (``Reranked.reranking``); ``rerank: true`` where
+    ``rerank: false``, with its rerank options (``Searching.reranking``); ``rerank: true`` where
     the engine has none is one line."""
     if body.rerank and engine.rerank is None:
         raise BadInput(f"rerank: {NO_RERANKER}")
