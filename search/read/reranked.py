@@ -84,10 +84,10 @@ class RerankOptions:
         True: the engine's, None or False: none) and ``rerank_NAME`` keywords (``TUNING``)."""
         named = {name.removeprefix("rerank_"): value for name, value in tuned.items() if value is not None}
         if isinstance(rerank, RerankOptions):
-            return replace(rerank, **named)  # type: ignore[arg-type]
+            return replace(rerank, **named)
         if rerank is None or rerank is False:
-            return cls(off=True, **named)  # type: ignore[arg-type]
-        return cls(None if rerank is True else str(rerank), **named)  # type: ignore[arg-type]
+            return cls(off=True, **named)
+        return cls(None if rerank is True else str(rerank), **named)
 
     def given(self, default: str | None) -> RerankOptions:
         """These options, their reranker ``default`` (the engine's) where they name none."""
