@@ -28,6 +28,7 @@ Search:
     SearchEngine    open an index once; ``search(query, k, where)`` -> list of ``Hit``;
                     ``SearchEngine(idx, rerank=FOLDER)`` reranks every search with a cross-encoder
     SearchRequest   one search as an object (``engine.answer(request)``): k, filter, mode, rerank...
+    RerankOptions   ``rerank=``: a search's reranker, depth and fused weight, as one object
     rank_similar    rank a handful of sentences against one, without an index
     rerank          rank texts against a question with a reranker (a cross-encoder folder)
     reranker_for    a reranker loaded once, for many ``rerank`` calls (``model=``)
@@ -58,6 +59,7 @@ _SOURCES = {
     "SearchEngine": "search.read.engine:SearchEngine",
     "Hit": "search.read.engine:Hit",
     "SearchRequest": "search.read.requests:SearchRequest",
+    "RerankOptions": "search.read.reranked:RerankOptions",
     "rank_similar": "search.read.similar:rank_similar",
     "rerank": "search.read.reranking:rerank",
     "reranker_for": "indexer.encoders.rerankers:reranker_for",

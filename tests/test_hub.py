@@ -132,6 +132,30 @@ def test_a_reranker_by_name_scores_as_its_folder_without_its_pickle(hub, tmp_pat
 
 
 @pytest.mark.slow
+def test_an_indexs_reranker_by_name_is_fetched_again_where_its_snapshot_is_gone(hub, tmp_path):
+    """``index --rerank NAME`` keeps the name at its commit beside the snapshot's path (``info``
+    shows it); where the path is gone (the cache cleared, another machine), a search fetches the
+    name again as ``--model NAME`` does: the cache alone offline (one line), else the Hub."""
+    stand_in, env = hub
+    commit = stand_in.repos[RERANKER].commit
+    corpus, index = tmp_path / "faq.csv", tmp_path / "idx"
+    corpus.write_text("id,text\n1,how to unlock a bike\n2,refunds for a day pass\n")
+    built = cli(env, "index", corpus, "-o", index, "--rerank", RERANKER)
+    assert built.returncode == 0, built.stderr
+    stored = json.loads(cli(env, "info", index, "--json").stdout)["reranker"]
+    assert stored["name"] == f"{RERANKER}@{commit}" and Path(stored["path"]).is_dir()
+    assert f"{RERANKER}@{commit}" in cli(env, "info", index).stdout
+    shutil.rmtree(Path(env["HF_HOME"]) / "hub" / "models--tests--tiny-reranker")
+    asked = ("query", index, "unlocking a bike", "-k", "1", "--json")
+    one_error(cli(env, *asked, HF_HUB_OFFLINE="1"), "not in the Hugging Face cache")
+    fetched = len(stand_in.downloaded())
+    found = cli(env, *asked)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["hits"][0]["first_score"] is not None  # reranked by it
+    assert f"{RERANKER}/model.safetensors" in stand_in.downloaded()[fetched:]
+
+
+@pytest.mark.slow
 def test_a_network_in_pickles_alone_is_refused_before_download(hub, tmp_path):
     stand_in, env = hub
     (tmp_path / "texts.txt").write_text(TEXTS)

@@ -14,6 +14,7 @@ from indexer.errors import BadInput
 from search.cli import cli
 from search.read.engine import SearchEngine
 from search.read.requests import SearchRequest
+from search.read.reranked import RerankOptions
 from tests.helpers import random_cross_encoder, write_csv
 
 QUESTIONS = [
@@ -69,7 +70,7 @@ def test_reranked_order_is_the_first_stages_best_depth_sorted_by_cross_encoder_p
 ):
     engine = SearchEngine(index, rerank=reranker)
     first = engine.answer(SearchRequest(QUERY, k=6, mode="dense"))[0]
-    hits = engine.answer(SearchRequest(QUERY, k=4, mode="dense", rerank=cross, rerank_depth=6))[0]
+    hits = engine.answer(SearchRequest(QUERY, k=4, mode="dense", rerank=RerankOptions(cross, 6)))[0]
     scores = predicted(cross, QUERY, [h.text for h in first])
     order = np.argsort(-scores, kind="stable")[:4]
     assert [h.id for h in hits] == [first[i].id for i in order]
@@ -100,7 +101,8 @@ def test_a_reranker_with_a_fused_weight_scores_hits_by_both_stages(index, cross,
     assert fused.folder.fingerprint != reranker_for(cross, runtime="torch").folder.fingerprint
     engine = SearchEngine(index, rerank=fused)
     first = engine.answer(SearchRequest(QUERY, k=6, mode="dense"))[0]
-    hits = engine.answer(SearchRequest(QUERY, k=6, mode="dense", rerank=fused.folder.path, rerank_depth=6))[0]
+    asked = RerankOptions(fused.folder.path, 6)
+    hits = engine.answer(SearchRequest(QUERY, k=6, mode="dense", rerank=asked))[0]
     own = predicted(cross, QUERY, [h.text for h in first])
     expected = weight * own + (1 - weight) * np.array([h.score for h in first])
     order = np.argsort(-expected, kind="stable")
@@ -110,6 +112,59 @@ def test_a_reranker_with_a_fused_weight_scores_hits_by_both_stages(index, cross,
     assert [h.first_score for h in hits] == pytest.approx([first[i].score for i in order])
     if weight == 0.0:
         assert [h.id for h in hits] == [h.id for h in first]
+
+
+def test_a_searchs_rerank_weight_overrides_the_stored_one_in_python_and_http(index, cross, tmp_path):
+    """``rerank_weight`` 0 gives the first stage's order and scores, 1 the reranker's, whatever
+    weight the reranker's folder stores (0.4 here)."""
+    from indexer.encoders.rerankers import reranker_for
+    from search.read.loading import load_engine
+    from search.server import create_app
+
+    fused = reranker_for(fused_copy(cross, tmp_path, 0.4), runtime="torch")
+    engine = SearchEngine(index, rerank=fused)
+    first = engine.answer(SearchRequest(QUERY, k=6, mode="dense"))[0]
+    own = predicted(cross, QUERY, [h.text for h in first])
+    order = np.argsort(-own, kind="stable")
+    asked = dict(k=6, mode="dense", rerank_depth=6)
+    at_0, at_1 = (engine.search_many([QUERY], **asked, rerank_weight=w)[0] for w in (0, 1.0))
+    assert [h.id for h in at_0] == [h.id for h in first]
+    assert [h.score for h in at_0] == pytest.approx([h.score for h in first])
+    assert [h.id for h in at_1] == [first[i].id for i in order]
+    assert [h.score for h in at_1] == pytest.approx(own[order].tolist(), abs=1e-4)
+    with TestClient(create_app(index, loading=load_engine(index, rerank=fused))) as served:
+        for weight, expected in ((0, at_0), (1, at_1)):
+            body = {"query": QUERY, **asked, "rerank_weight": weight}
+            hits = served.post("/search", json=body).json()["hits"]
+            assert [h["id"] for h in hits] == [h.id for h in expected]
+            assert [h["score"] for h in hits] == pytest.approx([h.score for h in expected], abs=1e-4)
+        batch = {"queries": [QUERY], **asked, "rerank_weight": 0}
+        hits = served.post("/search/batch", json=batch).json()["results"][0]["hits"]
+        assert [h["id"] for h in hits] == [h.id for h in first]
+
+
+@pytest.mark.parametrize("weight", [1.5, -0.1, float("nan")])
+def test_a_rerank_weight_out_of_range_is_one_line_on_every_surface(index, client, weight):
+    with pytest.raises(BadInput, match=r"rerank_weight must be in \[0, 1\]"):
+        SearchEngine(index, rerank=False).search_many([QUERY], rerank="any", rerank_weight=weight)
+    body = json.dumps({"query": QUERY, "rerank_weight": weight})  # NaN as JSON's NaN
+    bad = client.post("/search", content=body, headers={"content-type": "application/json"})
+    assert bad.status_code == 400 and "rerank_weight must be in [0, 1]" in bad.json()["error"]
+    flags = ["--rerank", "any", f"--rerank-weight={weight}"]
+    said = CliRunner().invoke(cli, ["query", str(index), QUERY, *flags])
+    assert said.exit_code == 2 and "--rerank-weight must be in [0, 1]" in said.output
+
+
+def test_a_rerank_weight_needs_a_reranker_and_the_help_says_what_it_is(index, client):
+    alone = CliRunner().invoke(cli, ["query", str(index), QUERY, "--rerank-weight", "0.5"])  # no default
+    assert alone.exit_code == 2 and "--rerank-weight needs --rerank MODEL" in alone.output
+    off = CliRunner().invoke(cli, ["query", str(index), QUERY, "--no-rerank", "--rerank-weight", "0.5"])
+    assert off.exit_code == 2 and "--no-rerank takes no --rerank-weight" in off.output
+    assert "--rerank-weight W" in CliRunner().invoke(cli, ["query", "--help"]).output
+    bad = client.post("/search", json={"query": QUERY, "rerank": False, "rerank_weight": 0.5})
+    assert bad.status_code == 400 and "takes no rerank_weight" in bad.json()["error"]
+    strict = client.post("/search", json={"query": QUERY, "rerank_weight": True})
+    assert strict.status_code == 400 and "rerank_weight" in strict.json()["error"]
 
 
 def test_a_fused_weight_out_of_range_is_refused_in_one_line(cross, tmp_path):
@@ -137,9 +192,9 @@ def test_min_score_applies_to_the_rerankers_score(index, reranker, cross):
 
 def test_grouping_picks_each_groups_best_by_the_reranker(index, reranker, cross):
     engine = SearchEngine(index, rerank=reranker)
-    pool = engine.answer(SearchRequest(QUERY, k=12, mode="dense", rerank=cross, rerank_depth=12))[0]
+    pool = engine.answer(SearchRequest(QUERY, k=12, mode="dense", rerank=RerankOptions(cross, 12)))[0]
     grouped = engine.answer(
-        SearchRequest(QUERY, k=3, mode="dense", group_by="category", rerank=cross, rerank_depth=12)
+        SearchRequest(QUERY, k=3, mode="dense", group_by="category", rerank=RerankOptions(cross, 12))
     )[0]
     best: dict[str, str] = {}
     for hit in pool:  # best first by the reranker
@@ -184,7 +239,7 @@ def test_the_server_reranks_searches_and_keeps_the_first_stages_score(client, cr
     assert all(h["first_score"] is not None for h in hits)
     assert all(h["first_score"] is None for h in first)
     bad = client.post("/search", json={"query": QUERY, "k": 5, "rerank_depth": 3})
-    assert bad.status_code == 400 and "rerank depth" in bad.json()["error"]
+    assert bad.status_code == 400 and "rerank_depth must be at least k (5)" in bad.json()["error"]
 
 
 def test_v1_rerank_answers_in_cohere_shape(client, cross):
@@ -267,8 +322,11 @@ def test_query_reranks_and_shows_both_scores_and_info_shows_the_default_reranker
     assert "first stage:" in CliRunner().invoke(cli, asked).output
     plain = json.loads(CliRunner().invoke(cli, [*asked, "--json", "--no-rerank"]).output)["hits"]
     assert all(h["first_score"] is None for h in plain)
+    at_0 = json.loads(CliRunner().invoke(cli, [*asked, "--json", "--rerank-weight", "0"]).output)["hits"]
+    assert [h["id"] for h in at_0] == [h["id"] for h in plain]
+    assert [h["score"] for h in at_0] == pytest.approx([h["score"] for h in plain], abs=1e-4)
     under = CliRunner().invoke(cli, [*asked, "--rerank-depth", "2"])
-    assert under.exit_code == 2 and "must be k or more" in under.output
+    assert under.exit_code == 2 and "--rerank-depth must be at least k (3)" in under.output
 
 
 def test_a_server_of_vectors_alone_answers_the_rerank_apis(tiny_model, reranker):

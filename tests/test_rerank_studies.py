@@ -287,7 +287,7 @@ def test_a_sweep_reranks_its_best_cell_through_the_search(faq, cross, tiny_model
     alone = evaluate_retrieval(data, corpus=corpus, strategy=best, rerank=RerankOptions(cross, 12))
     assert found.reranked == alone and found.reranked["mode"] == "hybrid reranked"
     monkeypatch.setattr(sweep, "_embed_grid", lambda *a, **k: pytest.fail("embedded before the check"))
-    with pytest.raises(BadInput, match="rerank depth must be at least k"):
+    with pytest.raises(BadInput, match="rerank_depth must be at least k"):
         sweep.retrieval_sweep(data, corpus, base, rerank=RerankOptions(cross, 5))
 
 
@@ -299,17 +299,17 @@ def test_calibrate_rerank_says_what_it_stored(faq, cross, monkeypatch):
     folder = read_cross_folder(cross)
     asked = []
 
-    def reranking_of(model: str, depth: int | None = None) -> Reranking:
-        asked.append((model, depth))
-        return Reranking(Overlap(folder), depth or 50)
+    def reranking_of(rerank: RerankOptions) -> Reranking:
+        asked.append((rerank.model, rerank.depth, rerank.weight))
+        return Reranking(Overlap(folder), rerank.depth or 50, rerank.weight)
 
     monkeypatch.setattr(calibrate, "reranking_of", reranking_of)
     command = ["calibrate", str(index), "--queries", str(queries), "--qrels", str(qrels)]
-    said = CliRunner().invoke(
-        cli, [*command, "--rerank", cross, "--rerank-depth", "30", "--min-precision", "0.9"]
-    )
+    tuned = ["--rerank-depth", "30", "--rerank-weight", "0.25"]
+    said = CliRunner().invoke(cli, [*command, "--rerank", cross, *tuned, "--min-precision", "0.9"])
     assert said.exit_code == 0, said.output
-    assert asked == [(cross, 30)] and f"(hybrid search reranked by {cross})" in said.output
+    assert asked == [(cross, 30, 0.25)] and f"(hybrid search reranked by {cross})" in said.output
+    assert open_index(index).meta[RERANKER_KEY]["weight"] == 0.25  # a weight given is stored, not fitted
     assert f"reranker:   {cross} stored as the index's default" in said.output
     assert open_index(index).meta[RERANKER_KEY]["fingerprint"] == folder.fingerprint
     removed = CliRunner().invoke(cli, ["calibrate", str(index), "--remove", "--rerank", cross])

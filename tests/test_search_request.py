@@ -8,6 +8,7 @@ import pytest
 from indexer.errors import BadInput, IndexMoved
 from search.read.engine import SearchEngine
 from search.read.requests import SearchRequest
+from search.read.reranked import RerankOptions
 from search.read.snapshot import Snapshot
 from tests.helpers import ROWS, build_faq
 
@@ -15,8 +16,11 @@ from tests.helpers import ROWS, build_faq
 @pytest.mark.parametrize(
     "request_, said",
     [
-        (SearchRequest("bike", k=5, rerank="x", rerank_depth=4), r"at least k \(5\)"),
-        (SearchRequest("bike", k=5, rerank_depth=8), "give a reranker"),
+        (SearchRequest("bike", k=5, rerank=RerankOptions("x", 4)), r"rerank_depth must be at least k \(5\)"),
+        (SearchRequest("bike", k=5, rerank=RerankOptions(depth=8)), r"rerank_depth needs a reranker"),
+        (SearchRequest("bike", rerank=RerankOptions("x", weight=1.5)), r"rerank_weight must be in \[0, 1\]"),
+        (SearchRequest("bike", rerank=RerankOptions("x", weight=float("nan"))), "rerank_weight must be"),
+        (SearchRequest("bike", rerank=RerankOptions(weight=0.5, off=True)), "takes no rerank_weight"),
         (SearchRequest("bike", k=0), "k must be at least 1"),
         (SearchRequest(" ", k=3), "empty query"),
         (SearchRequest("bike", min_score=float("nan")), "finite"),
@@ -29,7 +33,8 @@ def test_a_request_that_cannot_be_searched_is_one_line(request_, said):
 
 def test_the_default_depth_is_at_least_k():
     assert SearchRequest("bike", k=5).depth == 50 and SearchRequest("bike", k=80).depth == 80
-    assert SearchRequest("bike", k=5, rerank="x", rerank_depth=7).depth == 7
+    assert SearchRequest("bike", k=5, rerank=RerankOptions("x", 7)).depth == 7
+    assert SearchRequest("bike", rerank="x").rerank == RerankOptions("x")  # a folder stands for its options
     assert SearchRequest(["a", "b"]).queries == ("a", "b") and SearchRequest("a").queries == ("a",)
 
 

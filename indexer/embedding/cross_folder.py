@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.embedding.graphs import GraphSpec
+from indexer.embedding.hub import fetched, hub_name
 from indexer.embedding.model_files import inside, model_file, model_json
 from indexer.embedding.models import (
     ENCODERS,
@@ -84,6 +85,14 @@ class CrossFolder:
     """A reranked hit's score is ``weight x`` the reranker's ``+ (1 - weight) x`` the first stage's:
     1 (the reranker alone) unless ``semsearch tune`` fitted another on held-back questions
     (``fusion`` in its ``semsearch.json``; 0 where the reranker did not beat the first stage)."""
+    name: str = ""
+    """The Hugging Face name at its commit (``NAME@COMMIT``) where taken by name; "" for a folder."""
+
+    def stored(self) -> dict[str, str]:
+        """What an index keeps of it as its default reranker: the folder, the files' identity and
+        (taken by name) the name that fetches the same files again where the folder is gone."""
+        named = {"name": self.name} if self.name else {}
+        return {"path": self.path, "fingerprint": self.fingerprint, **named}
 
     def describe(self) -> str:
         """One line: what the folder said (``semsearch rerank`` and the docs show it)."""
@@ -101,7 +110,8 @@ def read_cross_folder(model: str | Path) -> CrossFolder:
     """The reranker at ``model`` (a folder, or a hub name in the Hugging Face cache), checked and
     read as ``CrossEncoder`` reads it; refused in one line otherwise (see the module doc)."""
     name = str(model)
-    location = model_location(name, download=True)
+    snapshot = fetched(name) if hub_name(name) is not None else None  # the cache first, else the Hub
+    location = model_location(name) if snapshot is None else snapshot.folder
     if model_file(location, "config.json") is None:
         raise unloadable(name, location, FileNotFoundError("config.json"))
     config = check_model(name, location) or {}
@@ -138,6 +148,7 @@ def read_cross_folder(model: str | Path) -> CrossFolder:
         prompt=prompt,
         format=saved_as or "transformers",
         weight=weight,
+        name="" if snapshot is None else snapshot.pinned,
     )
 
 

@@ -58,7 +58,7 @@ class IndexMeta(Mapping[str, Any]):
     manifest: Manifest | None = None  # segments, generation, hidden: written by updates
     files: dict[str, list[int]] | None = None  # {file name: [size, crc32]}, written at commit
     calibration: dict[str, Any] | None = None  # the "no answer" rule (studies.calibration); {}: removed
-    reranker: dict[str, str] | None = None  # the default reranker: {"path", "fingerprint"} (index --rerank)
+    reranker: dict[str, str] | None = None  # the default reranker (index --rerank): CrossFolder.stored
     previous: str | None = None
     records_previous: bool = False  # whether ``previous`` is on disk (null: there was none)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -176,7 +176,7 @@ def _check(index_dir: Path, meta: Mapping[str, Any]) -> Strategy:
         bad.append("calibration")
     reranker = meta.get("reranker") or {}
     if not isinstance(reranker, dict) or not all(
-        isinstance(reranker.get(k, ""), str) for k in ("path", "fingerprint")
+        isinstance(reranker.get(k, ""), str) for k in ("path", "fingerprint", "name")
     ):
         bad.append("reranker")
     strategy = None

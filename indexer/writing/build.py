@@ -223,9 +223,9 @@ def build_index(
     (``indexer.embedding.fields``): its field names (``["question", "answer"]``) or a ``FieldScoring`` with
     a weight. ``options``: how the texts are embedded (``EmbeddingOptions``: device, precision,
     batch size, Ray; None: the defaults, ``auto`` taking a GPU torch sees); they decide the encoder
-    (``indexer.encoders.factory``). ``reranker``: a cross-encoder's folder stored as the index's
-    default reranker (its path and fingerprint; its files read, not loaded, before anything is
-    built). A failed first build leaves no directory behind."""
+    (``indexer.encoders.factory``). ``reranker``: a cross-encoder's folder (or Hub name) stored as the
+    index's default reranker (``CrossFolder.stored``; its files read, not loaded, before anything
+    is built). A failed first build leaves no directory behind."""
     from indexer.store import new_version
 
     started = time.perf_counter()
@@ -235,8 +235,7 @@ def build_index(
     if reranker is not None:  # a folder that is no reranker: said before anything is built
         from indexer.embedding.cross_folder import read_cross_folder
 
-        folder = read_cross_folder(reranker)
-        stored_reranker = {"path": folder.path, "fingerprint": folder.fingerprint}
+        stored_reranker = read_cross_folder(reranker).stored()
     reader = CorpusReader(corpus, corpus_options, **given)
     with new_version(index_dir, None, wait=wait) as version:
         done = stream(reader, version, strategy, options, also, progress)

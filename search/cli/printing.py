@@ -252,8 +252,9 @@ def print_info(info: dict[str, Any], rules: dict[str, Any]) -> None:
             f"{DEFAULT_WEIGHT if weight is None else weight:g} ({'default' if weight is None else 'stored'};"
             " every query)"
         )
-    if info.get("reranker"):  # its default reranker: the folder and the files' identity
-        shown["reranker"] = f"{info['reranker'].get('path')} ({info['reranker'].get('fingerprint')})"
+    if info.get("reranker"):  # its default reranker: its name at its commit or folder, the files' identity
+        said = info["reranker"]
+        shown["reranker"] = f"{said.get('name') or said.get('path')} ({said.get('fingerprint')})"
     for key in ("description", "storage", "nprobe"):
         shown.pop(key, None)
     for key, value in shown.items():

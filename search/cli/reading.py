@@ -24,7 +24,7 @@ from search.cli.options import (
     strategy_options_for,
 )
 from search.cli.printing import count, note_delimiter, print_hits, print_info, short
-from search.cli.reranking import rerank_options
+from search.cli.reranking import rerank_options, usable
 
 if TYPE_CHECKING:
     from indexer.encoders.options import EmbeddingOptions
@@ -90,17 +90,13 @@ def query_command(
     check_queries([q.text for q in queries])
     configure_threads()
     engine = SearchEngine(index_dir, options=options, rerank=rerank.engine)
+    asked = usable(rerank.given(engine.rerank), k)  # a depth or weight where the index has no reranker
+    texts = [q.text for q in queries]
     request = engine.request(
-        [q.text for q in queries],
-        k=k,
-        where=where,
-        min_score=min_score,
-        group_by=group_by,
-        mode=mode,
-        rerank_depth=rerank.depth,
+        texts, k=k, where=where, min_score=min_score, group_by=group_by, mode=mode, rerank=asked
     )
     results = engine.answer(request)
-    keyword_notes = engine.keyword_notes([q.text for q in queries], mode)
+    keyword_notes = engine.keyword_notes(texts, mode)
     note = engine.note(request)
     if note:
         click.echo(note, err=True)

@@ -382,7 +382,7 @@ def calibrate_command(
         wait=wait,
         progress=progress,
         no_answer=data.without_answer(named) if data else None,
-        reranking=reranking_of(rerank.model, rerank.depth) if rerank.model else None,
+        reranking=reranking_of(rerank),
         report=lambda line: click.echo(line, err=True),
     )
     if as_json:

@@ -19,7 +19,7 @@ from indexer.vectors import single_threaded
 from search.read.confidence import score_kind, unruled
 from search.read.encoding import Encoding
 from search.read.requests import Embedding, Hit, SearchRequest, check_strategy, here
-from search.read.reranked import RERANKER_KEY, load_reranker
+from search.read.reranked import RERANKER_KEY, RerankOptions, load_reranker
 from search.read.snapshot import Plan, Snapshot
 from search.read.unloaded import Unloaded
 
@@ -84,7 +84,8 @@ class SearchEngine:
     def _default_reranker(self, index: StoredIndex, rerank: str | Path | bool | Reranker) -> str | None:
         """The folder of the reranker every search reranks with (loaded now, so a bad one fails
         before any search): ``rerank``'s, or the index's stored one (True), whose files must
-        still be those it was stored with."""
+        still be those it was stored with; one taken by Hub name whose folder is gone here is
+        fetched again by its name at its commit (``indexer.embedding.hub``: the cache first)."""
         if rerank is False:
             return None
         if not isinstance(rerank, str | Path | bool):  # loaded already: kept as its folder's
@@ -102,10 +103,13 @@ class SearchEngine:
             )
         folder = stored["path"]
         if not Path(folder).is_dir():
-            raise BadInput(
-                f"this index reranks with {folder}, which is not on this machine: give --rerank MODEL "
-                "or --no-rerank"
-            )
+            if not stored.get("name"):
+                raise BadInput(
+                    f"this index reranks with {folder}, which is not on this machine: give --rerank MODEL "
+                    "or --no-rerank"
+                )
+            folder = self.reranker(stored["name"]).folder.path  # fetched again, kept by its folder
+            self.rerankers[_folder_key(folder)] = self.rerankers.pop(_folder_key(stored["name"]))
         loaded = self.reranker(folder)
         if loaded.folder.fingerprint != stored.get("fingerprint"):
             raise BadInput(
@@ -178,8 +182,12 @@ class SearchEngine:
 
     def request(self, queries: Sequence[str], **fields: Any) -> SearchRequest:
         """``SearchRequest(queries, **fields)``, reranked by the engine's reranker unless the
-        fields name one (``rerank``; None: not reranked)."""
-        return SearchRequest(tuple(queries), **{"rerank": self.rerank, **fields})
+        fields name one (``rerank``: a folder or name, ``RerankOptions``; None or False: not
+        reranked), with the rerank options given as ``rerank_depth=``, ``rerank_weight=``
+        (``search.read.reranked.RerankOptions.asked``)."""
+        named = [name for name in fields if name == "rerank" or name.startswith("rerank_")]
+        rerank = RerankOptions.asked(**{name: fields.pop(name) for name in named})
+        return SearchRequest(tuple(queries), rerank=rerank.given(self.rerank), **fields)
 
     def search_many(
         self,
@@ -210,7 +218,7 @@ class SearchEngine:
 
     def note(self, request: SearchRequest) -> str | None:
         """``no_rule_note`` of ``request``."""
-        return self.no_rule_note(request.mode, request.min_score, request.rerank)
+        return self.no_rule_note(request.mode, request.min_score, request.reranked_by)
 
     def keyword_notes(self, queries: Sequence[str], mode: str | None = None) -> list[str | None]:
         """One line per query whose keyword scores are all 0 in ``mode`` (None: the default)
@@ -221,11 +229,12 @@ class SearchEngine:
     def plan(self, request: SearchRequest, reranker: Reranker | None = None) -> tuple[Snapshot, Plan]:
         """The current snapshot and ``request`` planned on it (checked, its mode resolved, its
         reranker ``reranker`` or the engine's), on a snapshot that may reopen (a killed writer's
-        journal)."""
-        if request.rerank is None:
+        journal); a request that cannot be searched is refused before any reranker loads."""
+        folder = request.checked().reranked_by
+        if folder is None:
             reranker = None
-        elif reranker is None or _folder_key(reranker.folder.path) != _folder_key(request.rerank):
-            reranker = self.reranker(request.rerank)
+        elif reranker is None or _folder_key(reranker.folder.path) != _folder_key(folder):
+            reranker = self.reranker(folder)
         return self.retrying(lambda snapshot: (snapshot, snapshot.plan(request, reranker=reranker)))
 
     def answer(

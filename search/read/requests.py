@@ -16,9 +16,8 @@ from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput, StrategyConflict
 from indexer.reading.corpus import blank
 from search.read.encoding import Encoding, Roles
-from search.read.hybrid import MAX_RERANK_DEPTH
 from search.read.queries import check_text
-from search.read.reranked import rerank_depth
+from search.read.reranked import RerankOptions, rerank_depth
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -72,10 +71,10 @@ class SearchRequest:
     (``k``), a filter on stored fields (``where``, ``search.read.filters``), a threshold on the
     score under which a hit is not answered (``min_score``, over the calibrated rule), a stored
     field to show the best hit per value of (``group_by``), the mode (dense, keyword or hybrid,
-    ``search.read.hybrid``; None: the index's, ``Snapshot.mode``), and a cross-encoder
-    (``rerank``, its folder; None: the first stage's order) re-ordering the first stage's best
-    ``rerank_depth`` (None: ``RERANK_DEPTH``, at least k). Checked by ``checked``; resolved on a
-    snapshot by ``Snapshot.plan``."""
+    ``search.read.hybrid``; None: the index's, ``Snapshot.mode``), and the rerank stage
+    (``rerank``: ``search.read.reranked.RerankOptions``, a folder or Hub name standing for its
+    options; None: the first stage's order). Checked by ``checked``; resolved on a snapshot by
+    ``Snapshot.plan``."""
 
     queries: tuple[str, ...]
     k: int = 10
@@ -83,37 +82,34 @@ class SearchRequest:
     min_score: float | None = None
     group_by: str | None = None
     mode: str | None = None
-    rerank: str | None = None
-    rerank_depth: int | None = None
+    rerank: RerankOptions | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.queries, str):  # one query given as itself
             object.__setattr__(self, "queries", (self.queries,))
         elif not isinstance(self.queries, tuple):
             object.__setattr__(self, "queries", tuple(self.queries))
-        if self.rerank is not None:
-            object.__setattr__(self, "rerank", str(self.rerank))
+        if self.rerank is not None and not isinstance(self.rerank, RerankOptions):  # a folder or name
+            object.__setattr__(self, "rerank", RerankOptions.asked(self.rerank))
+
+    @property
+    def reranked_by(self) -> str | None:
+        """The reranker this request reranks with (its folder or name), or None."""
+        return None if self.rerank is None else self.rerank.folder
 
     @property
     def depth(self) -> int:
-        """The first stage's entries a reranker re-orders: ``rerank_depth``, else ``RERANK_DEPTH``
-        (at least k)."""
-        return rerank_depth(self.k, self.rerank_depth)
+        """The first stage's entries a reranker re-orders (``rerank_depth``)."""
+        return rerank_depth(self.k, None if self.rerank is None else self.rerank.depth)
 
     def checked(self) -> SearchRequest:
-        """This request if it can be searched, else one line: its queries, k, the depth (at
-        least k, at most ``MAX_RERANK_DEPTH``), and a minimum score that is a number (its range is
-        the score's: ``search.read.confidence.check_min_score``)."""
+        """This request if it can be searched, else one line: its queries, k, its rerank options
+        (``RerankOptions.checked``), and a minimum score that is a number (its range is the
+        score's: ``search.read.confidence.check_min_score``)."""
         check_queries(self.queries)
         check_k(self.k)
-        if self.rerank_depth is not None:
-            if self.rerank is None:
-                raise BadInput("rerank depth: give a reranker to rerank with (--rerank MODEL)")
-            if not self.k <= self.rerank_depth <= MAX_RERANK_DEPTH:
-                raise BadInput(
-                    f"rerank depth must be at least k ({self.k}) and at most {MAX_RERANK_DEPTH}, "
-                    f"not {self.rerank_depth}: the reranker re-orders the first stage's best of that many"
-                )
+        if self.rerank is not None:
+            self.rerank.checked(self.k)
         if self.min_score is not None and not math.isfinite(self.min_score):
             raise BadInput(f"min score must be a finite number, not {self.min_score}")
         return self

@@ -5,22 +5,24 @@ them the weight fitted on held-back questions (``semsearch tune`` in the folder,
 --rerank`` in the index), so that a reranker which did not beat its first stage there cannot rank
 below it.
 
-What a caller asks of the stage travels whole as ``RerankOptions`` (the CLI builds it from one
-decorator, ``search.cli.reranking``), as ``EmbeddingOptions`` does for the encoder; loaded, it is
-a ``Reranking`` (``load_reranker``: the one place ``search`` loads a reranker), its depth by
-``rerank_depth`` (the one default rule)."""
+What a caller asks of the stage travels whole as ``RerankOptions``, as ``EmbeddingOptions`` does
+for the encoder: the CLI builds it from one decorator (``search.cli.reranking``), a search's body
+and Python's keywords with ``RerankOptions.asked``, a ``SearchRequest`` carries it, and it is
+checked once (``RerankOptions.checked``). Loaded (``RerankOptions.stage``), it is a ``Reranking``
+(``load_reranker``: the one place ``search`` loads a reranker), its depth by ``rerank_depth`` (the
+one default rule)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from indexer.errors import BadInput
-from search.read.hybrid import RERANK_DEPTH, Ranking
+from search.read.hybrid import MAX_RERANK_DEPTH, RERANK_DEPTH, Ranking
 
 if TYPE_CHECKING:
     from indexer.encoders.options import EmbeddingOptions
@@ -60,26 +62,63 @@ def load_reranker(
 
 @dataclass(frozen=True)
 class RerankOptions:
-    """What a caller asks of the rerank stage: a reranker's folder (``model``; None: the index's
-    default where the command has one, else none), how deep (``depth``; None: ``rerank_depth``)
-    and ``off`` (no reranking, not even the index's default)."""
+    """What a caller asks of the rerank stage, carried whole from the CLI, Python and HTTP to the
+    plan: a reranker's folder or Hub name (``model``; None: the engine's, or the index's default,
+    where the caller has one, else none), how deep (``depth``; None: ``rerank_depth``), the weight
+    its score is fused at (``weight``, in [0, 1]: 0 the first stage's order, 1 the reranker's;
+    None: the index's fitted one, else the folder's) and ``off`` (no reranking, not even the
+    index's default). Checked once (``checked``), loaded once (``stage``)."""
 
     model: str | None = None
     depth: int | None = None
+    weight: float | None = None
     off: bool = False
 
-    def checked(self, k: int = 1, *, default: bool = False) -> RerankOptions:
-        """These options if they go together at cutoff ``k``, else one line; ``default``: the
-        index may name the reranker (a depth alone is then its depth)."""
-        if self.off and (self.model or self.depth is not None):
-            named = [
-                flag for flag, value in (("--rerank", self.model), ("--rerank-depth", self.depth)) if value
-            ]
-            raise BadInput(f"--no-rerank takes no {' or '.join(named)}")
-        if self.depth is not None and self.model is None and not default:
-            raise BadInput("--rerank-depth needs --rerank MODEL")
-        if self.depth is not None and self.depth < k:
-            raise BadInput(f"--rerank-depth {self.depth} is under -k {k}: it must be k or more")
+    def __post_init__(self) -> None:
+        if self.model is not None:
+            object.__setattr__(self, "model", str(self.model))
+
+    @classmethod
+    def asked(cls, rerank: object = True, **tuned: object) -> RerankOptions:
+        """The options a Python or HTTP caller gives as ``rerank`` (a folder or name, options,
+        True: the engine's, None or False: none) and ``rerank_NAME`` keywords (``TUNING``)."""
+        named = {name.removeprefix("rerank_"): value for name, value in tuned.items() if value is not None}
+        if isinstance(rerank, RerankOptions):
+            return replace(rerank, **named)
+        if rerank is None or rerank is False:
+            return cls(off=True, **named)
+        return cls(None if rerank is True else str(rerank), **named)
+
+    def given(self, default: str | None) -> RerankOptions:
+        """These options, their reranker ``default`` (the engine's) where they name none."""
+        return self if self.off or self.model is not None else replace(self, model=default)
+
+    @property
+    def folder(self) -> str | None:
+        """The reranker a search reranks with (None: not reranked)."""
+        return None if self.off else self.model
+
+    def checked(self, k: int = 1, *, default: bool = False, cli: bool = False) -> RerankOptions:
+        """These options if they go together at cutoff ``k``, else one line naming them as the
+        caller does (``cli``: the flags; else the fields). ``default``: the index may name the
+        reranker (a depth or weight alone is then its)."""
+        tuned = [name for name in TUNING if getattr(self, name) is not None]
+        if self.off and (self.model is not None or tuned):
+            given = [spelled(name, cli) for name in ("model", *tuned) if getattr(self, name) is not None]
+            raise BadInput(f"{spelled('off', cli)} takes no {' or '.join(given)}")
+        if tuned and self.model is None and not default:
+            reranker = "--rerank MODEL" if cli else "a reranker (rerank)"
+            raise BadInput(f"{spelled(tuned[0], cli)} needs {reranker}")
+        if self.depth is not None and not k <= self.depth <= MAX_RERANK_DEPTH:
+            raise BadInput(
+                f"{spelled('depth', cli)} must be at least k ({k}) and at most {MAX_RERANK_DEPTH}, not "
+                f"{self.depth}: the reranker re-orders the first stage's best of that many"
+            )
+        if self.weight is not None and not 0 <= self.weight <= 1:  # NaN fails both
+            raise BadInput(
+                f"{spelled('weight', cli)} must be in [0, 1] (0: the first stage's order, 1: the "
+                f"reranker's), not {self.weight}"
+            )
         return self
 
     @property
@@ -87,13 +126,40 @@ class RerankOptions:
         """What ``SearchEngine(rerank=...)`` takes: the folder, True (the index's) or False (off)."""
         return False if self.off else self.model or True
 
-    def fields(self) -> dict[str, str | int | None]:
-        """The ``SearchRequest`` fields these options ask for."""
-        return {"rerank": self.model, "rerank_depth": self.depth}
+    def stage(
+        self,
+        k: int = 1,
+        *,
+        reranker: Reranker | None = None,
+        options: EmbeddingOptions | None = None,
+        meta: Mapping[str, object] | None = None,
+    ) -> Reranking | None:
+        """The stage at cutoff ``k`` (None where no reranker is asked): ``reranker`` where loaded
+        already (the engine's), else loaded here (``load_reranker``); its depth by
+        ``rerank_depth``; fused at ``weight``, else the one the index ``meta`` fitted for it
+        (``index_weight``), else its folder's."""
+        if self.folder is None:
+            return None
+        loaded = reranker or load_reranker(self.folder, options)
+        weight = self.weight
+        if weight is None and meta is not None:
+            weight = index_weight(meta, loaded.folder.fingerprint)
+        return Reranking(loaded, rerank_depth(k, self.depth), weight)
 
-    def stage(self, options: EmbeddingOptions | None = None, k: int = 1) -> Reranking | None:
-        """The stage loaded (``Reranking.load``) at cutoff ``k``; None where no model is named."""
-        return None if self.model is None else Reranking.load(self.model, self.depth, options, k=k)
+
+TUNING = tuple(f.name for f in fields(RerankOptions) if f.name not in ("model", "off"))
+"""The options that say how a named reranker reranks (depth, weight): each a ``RerankOptions``
+field, a ``--rerank-NAME`` flag (``search.cli.reranking``), a ``rerank_NAME`` field of a search's
+body (``search.server.schema.Searching``) and keyword of ``SearchEngine.request``."""
+
+
+def spelled(name: str, cli: bool) -> str:
+    """How a caller names the rerank option ``name``: the CLI's flag, else the field."""
+    if name == "model":
+        return "--rerank" if cli else "rerank"
+    if name == "off":
+        return "--no-rerank" if cli else "rerank false"
+    return f"--rerank-{name}" if cli else f"rerank_{name}"
 
 
 @dataclass(frozen=True)
@@ -105,18 +171,6 @@ class Reranking:
     reranker: Reranker
     depth: int
     weight: float | None = None
-
-    @classmethod
-    def load(
-        cls,
-        model: str | Path,
-        depth: int | None = None,
-        options: EmbeddingOptions | None = None,
-        *,
-        k: int = 1,
-    ) -> Reranking:
-        """The stage of the reranker at ``model`` (``load_reranker``), ``depth`` by ``rerank_depth``."""
-        return cls(load_reranker(model, options), rerank_depth(k, depth))
 
     @property
     def fused_at(self) -> float:

@@ -46,7 +46,7 @@ from search.read.hybrid import (
 )
 from search.read.lookup import Lookup
 from search.read.requests import Allowed, Hit, SearchRequest, check_queries
-from search.read.reranked import Reranking, index_weight, load_reranker, rerank_depth
+from search.read.reranked import Reranking
 from search.read.unloaded import Unloaded
 
 if TYPE_CHECKING:
@@ -172,8 +172,8 @@ class Snapshot:
         """One search request checked and its mode resolved (``mode``), before anything is
         embedded: ``asked`` a ``SearchRequest``, or its queries with ``k`` and its other fields
         as keywords. A request naming a reranker (``rerank``) runs with ``reranker`` where given
-        (the engine's, loaded once), else one loaded here (``search.read.reranked.load_reranker``),
-        fused at the weight this index fitted for it (``index_weight``) or its folder's.
+        (the engine's, loaded once), else one loaded here, fused at the weight it asks, else the one
+        this index fitted for it, else its folder's (``search.read.reranked.RerankOptions.stage``).
         ``fitting``: the questions a no-answer rule is fitted on (``search.studies.calibration``)."""
         if isinstance(asked, SearchRequest):
             request = (
@@ -182,11 +182,8 @@ class Snapshot:
         else:
             request = SearchRequest(tuple(asked), 10 if k is None else k, **fields)
         request.checked()
-        reranking = None
-        if request.rerank is not None:
-            reranker = reranker or load_reranker(request.rerank)
-            weight = index_weight(self.meta, reranker.folder.fingerprint)
-            reranking = Reranking(reranker, rerank_depth(request.k, request.rerank_depth), weight)
+        rerank = request.rerank
+        reranking = None if rerank is None else rerank.stage(request.k, reranker=reranker, meta=self.meta)
         check_min_score(request.min_score, reranked=reranking is not None)
         score = score_kind(None if reranking is None else reranking.reranker.folder.fingerprint)
         return Plan(request, self.mode(request.mode, fitting=fitting, score=score), reranking)

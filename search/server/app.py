@@ -61,7 +61,8 @@ def noted(*notes: str | None) -> dict[str, str]:
 
 def asked(engine: SearchEngine, queries: list[str], body: SearchRequest | BatchRequest) -> Asked:
     """The search a body asks of ``engine``: reranked by the engine's reranker unless it says
-    ``rerank: false``; ``rerank: true`` where the engine has none is one line."""
+    ``rerank: false``, with its rerank options (``Searching.reranking``); ``rerank: true`` where
+    the engine has none is one line."""
     if body.rerank and engine.rerank is None:
         raise BadInput(f"rerank: {NO_RERANKER}")
     return engine.request(
@@ -71,8 +72,7 @@ def asked(engine: SearchEngine, queries: list[str], body: SearchRequest | BatchR
         min_score=body.min_score,
         group_by=body.group_by,
         mode=body.mode,
-        rerank=None if body.rerank is False else engine.rerank,
-        rerank_depth=body.rerank_depth,
+        rerank=body.reranking(),
     )
 
 
@@ -110,7 +110,7 @@ async def searched(request: Request, queries: list[str], body: SearchRequest | B
     state = request.app.state
     engine = await state.live.engine()
     search = asked(engine, queries, body)
-    step = through(state.batcher, each_to_dicts, waits=search.rerank is not None)
+    step = through(state.batcher, each_to_dicts, waits=search.reranked_by is not None)
     found = engine.answer(search, embed=step, reranker=await state.reranking.batched())
     return engine, search, await while_connected(request, found)
 

@@ -15,8 +15,9 @@ from pydantic_core import PydanticCustomError
 
 from indexer.errors import BadInput
 from search.read.filters import MAX_FILTER_LENGTH
-from search.read.hybrid import MAX_RERANK_DEPTH, MODES
+from search.read.hybrid import MAX_RERANK_DEPTH, MODES, RERANK_DEPTH
 from search.read.queries import check_text
+from search.read.reranked import TUNING, RerankOptions
 from search.server.connections import MAX_BODY
 
 MAX_QUERY = 2000  # characters in one query or sentence
@@ -125,37 +126,43 @@ Rerank = Annotated[
         "null, where it has one; false, the first stage alone; true, refused where it has none."
     ),
 ]
-RerankDepth = Annotated[
-    Count | None,
-    Field(
-        ge=1,
-        le=MAX_RERANK_DEPTH,
-        description="How many of the first stage's best the reranker re-orders (at least k; null: "
-        "search.read.hybrid.RERANK_DEPTH, k if more).",
-    ),
-]
 
 
-class SearchRequest(BaseModel):
-    query: Query
+class Searching(BaseModel):
+    """What a search body asks besides its queries (``/search``, ``/search/batch``). Its rerank
+    options are fields ``rerank_NAME`` (``search.read.reranked.TUNING``), checked where the CLI's
+    and Python's are (``RerankOptions.checked``: out of range, a 400 naming the field)."""
+
     k: Count = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
     min_score: MinScore = None
     group_by: GroupBy = None
     mode: Mode = None  # dense, keyword or hybrid (search.read.hybrid); None: the index's default
     rerank: Rerank = None
-    rerank_depth: RerankDepth = None
+    rerank_depth: Count | None = Field(
+        None,
+        description=f"How many of the first stage's best the reranker re-orders (at least k, at most "
+        f"{MAX_RERANK_DEPTH}; null: {RERANK_DEPTH}, k if more).",
+    )
+    rerank_weight: StrictFloat | None = Field(
+        None,
+        description="The weight the reranker's score is fused with the first stage's at, in [0, 1] "
+        "(0: the first stage's order, 1: the reranker's; null: the index's fitted one, else the "
+        "reranker's own).",
+    )
+
+    def reranking(self) -> RerankOptions:
+        """The rerank options this body asks (``RerankOptions.asked``)."""
+        tuned = {name: getattr(self, f"rerank_{name}") for name in TUNING}
+        return RerankOptions.asked(self.rerank is not False, **tuned)
 
 
-class BatchRequest(BaseModel):
+class SearchRequest(Searching):
+    query: Query
+
+
+class BatchRequest(Searching):
     queries: list[Query] = Field(min_length=1, max_length=MAX_BATCH)
-    k: Count = Field(10, ge=1, le=MAX_K)
-    where: Where | None = None
-    min_score: MinScore = None
-    group_by: GroupBy = None
-    mode: Mode = None
-    rerank: Rerank = None
-    rerank_depth: RerankDepth = None
 
 
 class SimilarRequest(BaseModel):

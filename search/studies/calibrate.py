@@ -15,7 +15,7 @@ from search.read.confidence import Rule, score_kind, stored_form, stored_rules
 from search.read.engine import SearchEngine
 from search.read.hybrid import HYBRID, WEIGHT_KEY, check_weight
 from search.read.queries import Query
-from search.read.reranked import RERANKER_KEY, Reranking
+from search.read.reranked import RERANKER_KEY, Reranking, RerankOptions
 from search.read.snapshot import Snapshot
 from search.studies.calibration import (
     Observation,
@@ -130,17 +130,16 @@ def _labelled(
 
 
 def stored_reranker(reranking: Reranking) -> dict[str, object]:
-    """What an index keeps of its default reranker: its folder, fingerprint and (where fitted) weight."""
-    folder = reranking.reranker.folder
+    """What an index keeps of its default reranker (``CrossFolder.stored``) and, where fitted or
+    given, its weight."""
     weight = {} if reranking.weight is None else {"weight": reranking.weight}
-    return {"path": folder.path, "fingerprint": folder.fingerprint, **weight}
+    return {**reranking.reranker.folder.stored(), **weight}
 
 
-def reranking_of(
-    model: str | Path, depth: int | None = None, options: EmbeddingOptions | None = None
-) -> Reranking:
-    """The rerank stage a rule is fitted on (``Reranking.load``)."""
-    return Reranking.load(model, depth, options)
+def reranking_of(rerank: RerankOptions, options: EmbeddingOptions | None = None) -> Reranking | None:
+    """The rerank stage a rule is fitted on (``RerankOptions.stage``; None: none named), at the
+    weight it gives, else at one fitted on the labelled questions (``calibrate_index``)."""
+    return rerank.stage(options=options)
 
 
 def reranker_score(model: str | Path) -> str:

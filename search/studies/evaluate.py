@@ -288,7 +288,7 @@ def evaluate_retrieval(
 
         report: dict[str, Any] = {}
         if rerank is not None and rerank.model is not None:
-            fields = {"mode": default, **rerank.fields()}
+            fields = {"mode": default, "rerank": rerank}
             whole = snapshot.plan(texts, k, reranker=reranker_of(rerank.model, options), **fields)
             found: list[list[Hit]] = []
             with Progress(len(texts), "reranking", enabled=progress) as bar:

@@ -39,7 +39,6 @@ from search.read.hybrid import (
     hybrid_ranking,
     keyword_scores,
 )
-from search.read.requests import SearchRequest
 from search.read.reranked import RerankOptions
 from search.studies.evaluate import (
     Pairs,
@@ -270,7 +269,7 @@ def retrieval_sweep(
         from indexer.embedding.cross_folder import read_cross_folder
 
         read_cross_folder(rerank.model)
-        SearchRequest(("a question",), k, **rerank.fields()).checked()
+        rerank.checked(k)
     entries = read_corpus(corpus, text_fields=text_fields, encoding=encoding).entries
     doc_ids = np.array([e.id for e in entries])
     missing = held(judged_ids(data), set(doc_ids.tolist()), "questions judged only against them score 0")
