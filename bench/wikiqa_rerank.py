@@ -7,14 +7,14 @@ question asked, unanswerable ones included.
 
 - ``train``: runs the command a user runs (``semsearch tune --cross-encoder --pairs
   WikiQASent-train.txt -o OUT --max-minutes N``) and prints its report and wall time.
-- ``measure``: indexes the dev sentences with the default strategy (one entry per sentence id),
-  asks each dev question with the reranker at each depth, and prints for the first stage alone,
-  the reranker alone, the fused score the index serves and a fused score at each ``--weight`` (a
-  weight the folder does not keep, such as the held-back's best that the sign test turned down): right sentence first (share of
-  answerable questions), MRR@10 (answerable questions), the top score's AUROC (answerable vs
-  unanswerable) and the promise's reach: the most answerable questions a threshold on the top
-  score answers while 90% of what it answers is right (the best rule on dev, so an upper bound of
-  what a rule calibrated elsewhere reaches).
+- ``measure``: indexes the dev sentences with the default strategy (one entry per sentence id), asks
+  each dev question with the reranker at each depth, and prints for the first stage alone, the
+  reranker alone, the fused score the index serves and a fused score at each ``--weight`` (a weight
+  the folder does not keep, such as the held-back's best that the sign test turned down): right
+  sentence first (share of answerable questions), MRR@10 (answerable questions), the top score's
+  AUROC (answerable vs unanswerable) and the promise's reach: the most answerable questions a
+  threshold on the top score answers while 90% of what it answers is right (the best rule on dev, so
+  an upper bound of what a rule calibrated elsewhere reaches).
 """
 
 from __future__ import annotations
@@ -95,6 +95,7 @@ def measure(reranker_dir: str, depths: list[int], weights: list[float]) -> None:
     from indexer.encoders.rerankers import reranker_for
     from search import SearchEngine
     from search.read.requests import SearchRequest
+    from search.read.reranked import RerankOptions
 
     corpus, questions, right = dev_set()
     ids = list(questions)
@@ -117,7 +118,7 @@ def measure(reranker_dir: str, depths: list[int], weights: list[float]) -> None:
             began = time.monotonic()
             answers = [
                 engine.answer(
-                    SearchRequest(questions[q], k=depth, rerank=reranker.folder.path, rerank_depth=depth)
+                    SearchRequest(questions[q], k=depth, rerank=RerankOptions(reranker.folder.path, depth))
                 )[0]
                 for q in ids
             ]
