@@ -298,8 +298,8 @@ def test_a_folder_that_is_no_reranker_is_refused_in_one_line(folder, case, tmp_p
     assert "\n" not in line and all(part in line for part in said), line
 
 
-def test_a_runtime_is_torch_or_onnx(folder):
-    with pytest.raises(BadInput, match="onnx or torch, not 'tensorflow'"):
+def test_a_runtime_is_onnx_onnx_int8_or_torch(folder):
+    with pytest.raises(BadInput, match="onnx, onnx-int8 or torch, not 'tensorflow'"):
         reranker_for(folder("bert"), runtime="tensorflow")
 
 

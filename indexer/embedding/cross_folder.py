@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from indexer.embedding import graphs
 from indexer.embedding.graphs import GraphSpec
 from indexer.embedding.hub import fetched, hub_name
 from indexer.embedding.model_files import inside, model_file, model_json
@@ -164,10 +165,15 @@ def fusion_weight(name: str, root: Path) -> float:
     return float(weight)
 
 
-def cross_graph(folder: CrossFolder) -> GraphSpec:
+def cross_graph(folder: CrossFolder, *, int8: bool = False) -> GraphSpec:
     """The exported graph of the folder's classifier (its logits), in the cache the bi-encoders'
-    graphs lie in, keyed by the network's files (``GraphSpec.key``) and the classifier recipe."""
-    return GraphSpec(folder.path, (), False, f"onnx-classifier-{CLASSIFIER_RECIPE}")
+    graphs lie in, keyed by the network's files (``GraphSpec.key``) and the classifier recipe;
+    ``int8``: that graph rewritten to int8, keyed also by this CPU's int8 format and the int8
+    recipe, as a sentence encoder's ``onnx-int8`` graph is."""
+    backend = f"onnx-classifier-{CLASSIFIER_RECIPE}"
+    if int8:
+        return GraphSpec(folder.path, (), False, backend + "-int8", int8=graphs.int8_format().name)
+    return GraphSpec(folder.path, (), False, backend)
 
 
 def _object(read: Any) -> dict[str, Any]:

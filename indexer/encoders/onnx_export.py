@@ -93,12 +93,6 @@ def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
     ids = torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]]) % config.vocab_size  # any vocabulary
     axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}}
     axes.update({n: {0: "batch", 1: "tokens"} for n in names if n != "pooler"})
-    rewrite = None
-    if BACKEND_PRECISION[spec.backend] == "int8":
-        from indexer.encoders.int8_graph import per_token_int8
-
-        weight_max = INT8_FORMATS[spec.int8 or int8_format().name].weight_max
-        rewrite = functools.partial(per_token_int8, weight_max=weight_max)
     export_into(
         network,
         _Outputs(network, layers, pooler).eval(),
@@ -106,8 +100,18 @@ def _export(network: torch.nn.Module, spec: GraphSpec) -> None:
         (["input_ids", "attention_mask"], names),
         axes,
         spec,
-        rewrite,
+        int8_rewrite(spec.int8) if BACKEND_PRECISION[spec.backend] == "int8" else None,
     )
+
+
+def int8_rewrite(name: str | None) -> Callable[[Any], Any]:
+    """The one rewrite of every int8 graph (a sentence encoder's ``onnx-int8``, a reranker's int8
+    classifier): ``indexer.encoders.int8_graph``'s per-token int8 in the ``Int8Format`` ``name``
+    (a graph's ``GraphSpec.int8``; None: this CPU's)."""
+    from indexer.encoders.int8_graph import per_token_int8
+
+    weight_max = INT8_FORMATS[name or int8_format().name].weight_max
+    return functools.partial(per_token_int8, weight_max=weight_max)
 
 
 def export_into(
@@ -128,19 +132,9 @@ def export_into(
         from onnxruntime.transformers import optimizer
     except ImportError:
         raise BadInput("exporting to ONNX needs onnx and onnxruntime: reinstall semsearch") from None
-    import tempfile
     import warnings
 
-    from indexer.progress import exporting
-
-    spec.path.parent.mkdir(parents=True, exist_ok=True)
-    clear_abandoned(spec.path.parent)
-    with (
-        exporting(spec.location, spec.path.parent),  # minutes for a large model: said on stderr
-        tempfile.TemporaryDirectory(prefix=_export_prefix(), dir=spec.path.parent) as tmp,
-        warnings.catch_warnings(),
-        _eager_attention(network),
-    ):
+    with _staging(spec) as tmp, warnings.catch_warnings(), _eager_attention(network):
         warnings.simplefilter("ignore")
         plain, fused = Path(tmp) / "plain.onnx", Path(tmp) / "fused.onnx"
         torch.onnx.export(
@@ -166,6 +160,35 @@ def export_into(
         if rewrite is not None:
             onnx.save_model(rewrite(onnx.load(str(fused))), str(fused))
         _save_with_weights_apart(fused, spec)
+
+
+def rewrite_graph(source: GraphSpec, spec: GraphSpec, rewrite: Callable[[Any], Any]) -> Path:
+    """``spec``'s graph made from ``source``'s exported one by ``rewrite`` (a reranker's int8
+    classifier from its fp32 graph: ONNX alone, no network loaded), written as every export is."""
+    import onnx
+
+    with _staging(spec) as tmp:
+        made = Path(tmp) / "rewritten.onnx"
+        onnx.save_model(rewrite(onnx.load(str(source.path))), str(made))
+        _save_with_weights_apart(made, spec)
+    return spec.path
+
+
+@contextlib.contextmanager
+def _staging(spec: GraphSpec) -> Iterator[Path]:
+    """A temporary folder beside ``spec``'s place in the cache to make its graph in (what a killed
+    export left there cleared first), the export said on stderr (minutes for a large model)."""
+    import tempfile
+
+    from indexer.progress import exporting
+
+    spec.path.parent.mkdir(parents=True, exist_ok=True)
+    clear_abandoned(spec.path.parent)
+    with (
+        exporting(spec.location, spec.path.parent),
+        tempfile.TemporaryDirectory(prefix=_export_prefix(), dir=spec.path.parent) as tmp,
+    ):
+        yield Path(tmp)
 
 
 def _save_with_weights_apart(graph: Path, spec: GraphSpec) -> None:

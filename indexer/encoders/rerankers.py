@@ -9,6 +9,12 @@ to float error. The folder is read by ``indexer.embedding.cross_folder``; this m
   (``indexer.encoders.cross_export``), then run on ONNX Runtime and ``tokenizers`` alone: once the
   graph is cached, no torch is imported. A model the exporter fails on is run on torch, and
   ``why`` says so (the failure is noted beside the graph, so it is not retried each time).
+- ``onnx-int8`` (asked for, never a default): that fp32 graph rewritten to int8 once by the
+  rewrite a sentence encoder's ``onnx-int8`` graph gets (``indexer.encoders.int8_graph``: int8
+  weights, an activation scale per token, in this CPU's int8 format), cached beside it, keyed by
+  the folder's files, the CPU's int8 format and the int8 recipe. Faster on the CPU; its scores
+  differ slightly from ``CrossEncoder.predict`` (quantised: not float error), but a pair's score
+  still does not depend on the pairs batched with it (each token has its own scale).
 - ``torch``: ``AutoModelForSequenceClassification`` on torch, on the device the options place
   (a GPU's default).
 
@@ -54,8 +60,10 @@ from indexer.encoders.options import EmbeddingOptions, given
 from indexer.encoders.tokens import CHARS_PER_TOKEN, cut_text, token_text
 from indexer.errors import BadInput, ModelFailed
 
-RUNTIMES = ("onnx", "torch")
-"""What runs a reranker: ONNX Runtime (the default on the CPU) or torch."""
+RUNTIMES = ("onnx", "onnx-int8", "torch")
+"""What runs a reranker: ONNX Runtime (the default on the CPU), ONNX Runtime in int8 (scores
+slightly off ``CrossEncoder.predict``) or torch."""
+ONNX = ("onnx", "onnx-int8")
 ASKED = "torch asked for"
 SAMPLE = (("how do I reset my password", "open the settings page"), ("a", "b"))
 """Two pairs of different lengths: the padded batch the classifier is traced with."""
@@ -82,7 +90,7 @@ class Reranker(Protocol):
 
     folder: CrossFolder
     runtime: str
-    """``torch`` or ``onnx``."""
+    """``onnx``, ``onnx-int8`` (int8: scores slightly off ``CrossEncoder.predict``) or ``torch``."""
     why: str
     """One line: why this runtime (asked for, graph cached, exported now, export failed...)."""
     batching: Batching
@@ -253,30 +261,35 @@ class _OnnxClassifier:
 def reranker_for(
     model: str | Path, options: EmbeddingOptions | None = None, *, runtime: str | None = None
 ) -> Reranker:
-    """The reranker of the folder at ``model`` (``read_cross_folder``), on ``runtime`` (``onnx``
-    or ``torch``; None: ONNX Runtime on the CPU, torch on a GPU the options place it on), as the
-    module doc says; ``options``: the device, batch size and execution provider."""
+    """The reranker of the folder at ``model`` (``read_cross_folder``), on ``runtime`` (``onnx``,
+    ``onnx-int8`` or ``torch``; None: ONNX Runtime on the CPU, torch on a GPU the options place
+    it on), as the module doc says; ``options``: the device, batch size and execution provider.
+    On ``onnx-int8`` the scores differ slightly from ``CrossEncoder.predict`` (int8 weights and
+    activations); ``runtime`` of the result says which ran (torch where no graph can be had)."""
     options = given(options)
     if runtime is not None and runtime not in RUNTIMES:
-        raise BadInput(f"a reranker runs on {' or '.join(RUNTIMES)}, not {runtime!r}")
+        said = f"{', '.join(RUNTIMES[:-1])} or {RUNTIMES[-1]}"
+        raise BadInput(f"a reranker runs on {said}, not {runtime!r}")
     folder = read_cross_folder(model)
     on = options.placement
-    if runtime == "onnx" and not on.on_cpu and options.provider is None:
+    if runtime in ONNX and not on.on_cpu and options.provider is None:
         raise BadInput(
             f"ONNX Runtime runs rerankers on the CPU here, not {on.device}: give --device cpu or torch"
         )
     if runtime == "torch" or (runtime is None and not on.on_cpu):
         why = ASKED if runtime == "torch" else f"{on.describe()} asked for"
         return _torch(folder, options, why)
-    spec = cross_graph(folder)
+    int8 = runtime == "onnx-int8"
+    spec = cross_graph(folder, int8=int8)
     step, failure = graph_step(spec, retry=False)  # the ladder a sentence encoder's graph climbs
     if step == "export":
-        failure = export(folder, spec)
+        failure = quantise(folder, spec) if int8 else export(folder, spec)
     if failure is not None:
         return _torch(folder, options, cannot_export(failure))
     classifier = _OnnxClassifier(spec, options.provider or CPU, not options.serving)
     why = CACHED if step == "cached" else EXPORTED
-    return _Scoring(folder, "onnx", why, Batching.on(True, options.batch_size), classifier)
+    batching = Batching.on(True, options.batch_size)
+    return _Scoring(folder, "onnx-int8" if int8 else "onnx", why, batching, classifier)
 
 
 def _torch(folder: CrossFolder, options: EmbeddingOptions, why: str) -> _Scoring:
@@ -300,3 +313,18 @@ def export(folder: CrossFolder, spec: GraphSpec) -> str | None:
     type_ids, _ = pad_batch([t.types for t in tokens], 0)
     sample = [torch.from_numpy(a) for a in (ids, mask, type_ids)]
     return export_noted(spec, lambda: cross_export.export_classifier(network, spec, sample, types))
+
+
+def quantise(folder: CrossFolder, spec: GraphSpec) -> str | None:
+    """Make the int8 classifier ``spec`` from the folder's fp32 graph (exported first where the
+    cache lacks it) by the int8 rewrite every int8 graph gets (``onnx_export.int8_rewrite``), noted
+    on failure as an export is; return the reason, or None."""
+    from indexer.encoders.onnx_export import export_noted, int8_rewrite, rewrite_graph
+
+    source = cross_graph(folder)
+    step, failure = graph_step(source, retry=False)
+    if step == "export":
+        failure = export(folder, source)
+    if failure is not None:
+        return failure
+    return export_noted(spec, lambda: rewrite_graph(source, spec, int8_rewrite(spec.int8)))

@@ -54,7 +54,7 @@ def rerank(
 ) -> list[Hit]:
     """``rerank_texts`` with the reranker at ``model`` (a folder as sentence-transformers saves a
     ``CrossEncoder``, or a reranker ``load_reranker`` made: kept across calls, its graph and session
-    load once); ``options``: where it runs; ``runtime``: ``onnx`` or ``torch`` (None: the factory's
-    choice)."""
+    load once); ``options``: where it runs; ``runtime``: ``onnx``, ``onnx-int8`` or ``torch``
+    (``indexer.encoders.rerankers.RUNTIMES``; None: the factory's choice)."""
     reranker = load_reranker(model, options, runtime) if isinstance(model, str | Path) else model
     return rerank_texts(question, texts, reranker, k)
