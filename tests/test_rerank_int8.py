@@ -125,3 +125,20 @@ def test_a_cached_int8_graph_runs_without_torch(folder):
     runtime, imported, scores = json.loads(done.stdout.strip().splitlines()[-1])
     assert (runtime, imported) == ("onnx-int8", False)
     np.testing.assert_allclose(scores, first.score("q", ["a", "b c"]), atol=1e-6)
+
+
+def test_rerank_on_onnx_int8_from_the_cli_scores_as_the_library_does(folder, tmp_path):
+    """``semsearch rerank --backend onnx-int8``: the int8 reranker's scores, best first."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    lines = tmp_path / "texts.txt"
+    lines.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    args = ["rerank", QUESTION, str(lines), "--model", folder, "--backend", "onnx-int8", "--json"]
+    result = CliRunner().invoke(cli, [*args, "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    expected = int8(folder)(QUESTION, TEXTS)
+    hits = json.loads(result.output)["hits"]
+    assert [int(h["id"]) - 1 for h in hits] == np.argsort(-expected, kind="stable").tolist()
+    np.testing.assert_allclose([h["score"] for h in hits], np.sort(expected)[::-1], atol=1e-6)
