@@ -20,6 +20,7 @@ from indexer import Strategy, build_index
 from indexer.catalog import Catalog
 from indexer.embedding.transform import Transform
 from indexer.encoders.factory import encoder_for
+from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput, SemsearchError
 from indexer.store import CURRENT, DATABASE, TRANSFORM, open_index
 from indexer.writing.update import add_to_index
@@ -277,6 +278,37 @@ def test_an_error_in_the_writing_stage_stops_every_stage(tmp_path, tiny_model, s
     assert threading.active_count() == threads
     assert (tmp_path / "idx" / CURRENT).read_text() == before
     assert open_index(tmp_path / "idx").meta["count"] == 2
+
+
+def test_each_part_is_tokenised_once_on_a_stage_of_its_own(tmp_path, tiny_model, small_parts, monkeypatch):
+    """The Rust tokenizer's batch call releases the GIL: a build tokenises the next part on a
+    stage of its own while the network embeds this one (on torch and ONNX Runtime alike), never
+    on the thread that runs the network."""
+    calls = []
+    documents = TextTokenizer.documents
+
+    def spy(self, texts):
+        calls.append((threading.current_thread().name, len(texts)))
+        return documents(self, texts)
+
+    monkeypatch.setattr(TextTokenizer, "documents", spy)
+    for backend in ("torch", "onnx"):
+        calls.clear()
+        build_index(corpus(tmp_path), tmp_path / backend, Strategy(model=tiny_model, backend=backend))
+        assert calls == [("tokenise", 2)] * 3, backend  # 6 entries in parts of 2
+
+
+def test_a_text_without_tokens_in_a_later_part_stops_every_stage(tmp_path, tiny_model, small_parts):
+    """A text the tokenizer makes nothing of, found on the tokenising stage two parts in, is the
+    build's one error: no stage's thread is left behind, the previous index stays."""
+    build_index(corpus(tmp_path, ROWS[:2]), tmp_path / "idx", Strategy(model=tiny_model))
+    before = (tmp_path / "idx" / CURRENT).read_text()
+    threads = threading.active_count()
+    path = write_csv(tmp_path / "z.csv", [*ROWS, ("z1", "[SEP]", "1")], ("id", "text", "stock"))
+    with pytest.raises(BadInput, match="no tokens the model reads"):
+        build_index(path, tmp_path / "idx", Strategy(model=tiny_model))
+    assert threading.active_count() == threads
+    assert (tmp_path / "idx" / CURRENT).read_text() == before
 
 
 @pytest.mark.slow

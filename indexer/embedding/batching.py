@@ -24,6 +24,13 @@ TORCH_CALL_TOKENS = 4096
 """A torch pass's fixed cost: on a GPU a launch leaves the device idle; on the CPU torch's own
 per-call cost is as large (64 StackFAQ answers: 2.0 s in 2 full passes, 4.5 s in 5 passes of like
 lengths, where ONNX Runtime took 1.42 and 1.35 s). Its passes are few and full."""
+TORCH_CPU_TOKENS = 256
+"""Padded tokens per text of the batch size in a torch pass on the CPU: ``batch_size`` texts of
+a whole window (a MiniLM's 256 tokens) as before, and more texts the shorter they are, since
+torch's per-pass cost is worth many short texts (TEI plans its batches by a token budget too)."""
+TORCH_CPU_ROWS = 32
+"""Most texts of the batch size in a torch pass on the CPU: a bound the token budget meets only
+with texts of a few tokens."""
 GPU_TOKENS = 65536
 """Padded tokens in one GPU pass: thousands of short texts, hundreds of long ones."""
 GPU_ROWS = 4096
@@ -39,9 +46,12 @@ class Batching:
 
     @classmethod
     def on(cls, on_cpu: bool, batch_size: int, runtime: str = "onnx") -> Batching:
-        """The CPU keeps ``batch_size`` rows (its cache-sized passes); a GPU takes a token budget.
-        ``runtime``: what runs the passes (``torch`` or ``onnx``), whose cost per pass differs."""
+        """ONNX Runtime on the CPU keeps ``batch_size`` rows (its cache-sized passes); torch on the
+        CPU and a GPU take a token budget. ``runtime``: what runs the passes (``torch`` or
+        ``onnx``), whose cost per pass differs."""
         call = CPU_CALL_TOKENS if runtime == "onnx" else TORCH_CALL_TOKENS
+        if on_cpu and runtime == "torch":
+            return cls(batch_size * TORCH_CPU_ROWS, batch_size * TORCH_CPU_TOKENS, call)
         if on_cpu:
             return cls(batch_size, batch_size * 1024, call)
         return cls(max(batch_size, GPU_ROWS), max(batch_size * 512, GPU_TOKENS), TORCH_CALL_TOKENS)

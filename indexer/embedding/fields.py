@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -23,6 +23,10 @@ from indexer.embedding.strategy import ALSO_WEIGHT
 from indexer.errors import BadInput
 from indexer.progress import Share
 from indexer.reading.corpus import Entry, field_text, nearest, spelled
+
+if TYPE_CHECKING:
+    from indexer.embedding.head import Tokenized
+    from indexer.encoders.base import NetworkEncoder
 
 
 @dataclass(frozen=True)
@@ -85,21 +89,38 @@ class FieldScoring:
 
 
 class Embeds(Protocol):
-    """What ``embed_entries`` needs of an encoder (``indexer.encoders.base.Encoder`` is one)."""
+    """What ``embed_entries`` needs of an encoder (``indexer.encoders.base.Encoder`` is one; one
+    given ``tokens`` is a ``NetworkEncoder``, which also embeds ids tokenised ahead)."""
 
     def embed_documents(
         self, texts: Sequence[str], *, progress: Share | None = None
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-def embed_entries(
-    encoder: Embeds, entries: Sequence[Entry], scoring: FieldScoring | None, *, progress: Share | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Vectors of the entries' texts (and, with ``scoring``, of their also texts): (vectors,
-    owners = entry position of each vector, also = whether it is an also-vector)."""
+def entry_texts(entries: Sequence[Entry], scoring: FieldScoring | None) -> list[str]:
+    """The texts the entries embed: each one's text, then (with ``scoring``) each one's also text."""
     texts = [e.text for e in entries]
     if scoring is not None:
         texts += scoring.texts(entries)
-    vectors, owners = encoder.embed_documents(texts, progress=progress)
+    return texts
+
+
+def embed_entries(
+    encoder: Embeds,
+    entries: Sequence[Entry],
+    scoring: FieldScoring | None,
+    *,
+    progress: Share | None = None,
+    tokens: Tokenized | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectors of the entries' texts (and, with ``scoring``, of their also texts): (vectors,
+    owners = entry position of each vector, also = whether it is an also-vector). ``tokens``:
+    ``entry_texts`` already tokenised as documents by the encoder's tokenizer (a build tokenises
+    the next part while this one embeds)."""
+    if tokens is None:
+        vectors, owners = encoder.embed_documents(entry_texts(entries, scoring), progress=progress)
+    else:
+        vectors = cast("NetworkEncoder", encoder).embed_ids(tokens.ids, progress=progress)
+        owners = tokens.owners
     also = owners >= len(entries)
     return vectors, owners % max(len(entries), 1), also

@@ -13,6 +13,7 @@ import queue
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -85,13 +86,14 @@ class Head:
 
 def pad_batch(pieces: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
     """Token id lists -> right-padded ``input_ids`` and ``attention`` (int64 ``[batch, width]``)."""
-    width = max(len(p) for p in pieces)
-    input_ids = np.full((len(pieces), width), pad, dtype=np.int64)
-    attention = np.zeros((len(pieces), width), dtype=np.int64)
-    for row, piece in enumerate(pieces):
-        input_ids[row, : len(piece)] = piece
-        attention[row, : len(piece)] = 1
-    return input_ids, attention
+    lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+    # every id at once, in row order, into the cells the mask keeps: a row at a time costs two
+    # NumPy assignments from a list per piece, as much as a cheap model's pass
+    ids = np.fromiter(chain.from_iterable(pieces), dtype=np.int64, count=int(lengths.sum()))
+    kept = np.arange(int(lengths.max())) < lengths[:, None]
+    input_ids = np.full(kept.shape, pad, dtype=np.int64)
+    input_ids[kept] = ids
+    return input_ids, kept.astype(np.int64)
 
 
 def finite(vectors: np.ndarray, strategy: Strategy) -> np.ndarray:

@@ -155,10 +155,11 @@ class NetworkEncoder:
         tokenized = self.tokens.documents(texts)
         return self.run(tokenized.ids, [self.head], progress=progress)[0], tokenized.owners
 
-    def embed_ids(self, ids: Sequence[Sequence[int]]) -> np.ndarray:
-        """One float32 vector per text already tokenised (``tokens.ids``): what a server that
-        counts tokens at its door hands the model."""
-        return self.run(ids, [self.head])[0]
+    def embed_ids(self, ids: Sequence[Sequence[int]], *, progress: Share | None = None) -> np.ndarray:
+        """One float32 vector per text already tokenised (``tokens.ids``, ``tokens.documents``):
+        what a server that counts tokens at its door, or a build that tokenises ahead, hands the
+        model."""
+        return self.run(ids, [self.head], progress=progress)[0]
 
     @property
     def sessions(self) -> Sequence[Network]:

@@ -154,7 +154,10 @@ class TextTokenizer:
         prefix = self.prefixes[role]
         texts = [prefix + text for text in given] if prefix else given
         bound = self.max_length * CHARS_PER_TOKEN
-        found = [e.ids for e in self.truncating.encode_batch([cut_text(text, bound) for text in texts])]
+        # ``encode_batch_fast`` (tokenizers >= 0.20) gives the same ids without tracking every
+        # token's character offsets, which nothing here reads
+        encode_batch = getattr(self.truncating, "encode_batch_fast", self.truncating.encode_batch)
+        found = [e.ids for e in encode_batch([cut_text(text, bound) for text in texts])]
         for i, text in enumerate(texts):
             if len(text) > bound and len(found[i]) < self.max_length:
                 found[i] = self.truncating.encode(text).ids

@@ -182,13 +182,13 @@ class TorchEncoder(NetworkEncoder):
         (vectors,), owners = self._embed(texts, self.tokens.documents, [self.head], progress)
         return vectors, owners
 
-    def embed_ids(self, ids: Sequence[Sequence[int]]) -> np.ndarray:
+    def embed_ids(self, ids: Sequence[Sequence[int]], *, progress: Share | None = None) -> np.ndarray:
         """``embed`` of texts already tokenised, through the same device loop (a GPU's)."""
 
         def given(part: Sequence[Sequence[int]]) -> Tokenized:
-            return Tokenized([list(text) for text in part], np.arange(len(part), dtype=np.int64))
+            return Tokenized(list(part), np.arange(len(part), dtype=np.int64))
 
-        return self._embed(ids, given, [self.head], None)[0][0]
+        return self._embed(ids, given, [self.head], progress)[0][0]
 
     def _truncated(self, role: str) -> Callable[[Sequence[str]], Tokenized]:
         """Texts -> their ids as a ``role``, each truncated."""

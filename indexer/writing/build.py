@@ -1,11 +1,12 @@
 """corpus -> texts -> vectors -> index: the one function the ``index`` command is a shell over.
 
-A build is a pipeline of three stages with bounded queues between them, so the slowest sets the
+A build is a pipeline of four stages with bounded queues between them, so the slowest sets the
 pace (``indexer.writing.stages``): the corpus is read and every row checked and typed on one
-thread, in parts of ``PART_ENTRIES``, while the model loads and then embeds the parts (the Rust
-tokenizer and the network's kernels release the GIL); each embedded part is written on a third
-thread (its vectors to the version's spool, its rows to SQLite). Peak memory is the model, a few
-parts and the vector index, however large the corpus.
+thread, in parts of ``PART_ENTRIES``, while the model loads; each part is tokenised on a second
+thread (one batch call of the Rust tokenizer, which releases the GIL) while the network embeds the
+part before (its kernels release the GIL too); each embedded part is written on a fourth thread
+(its vectors to the version's spool, its rows to SQLite). Peak memory is the model, a few parts
+and the vector index, however large the corpus.
 
 The corpus is read once. SQLite's columns are typed by the whole corpus, which only its end
 knows: the version's catalog is made with the types its first part shows and, where a later row
@@ -18,7 +19,6 @@ row is in (an IVF index is trained on a sample of all the vectors; FTS5 fills fa
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from indexer.catalog import keyword_fields
-from indexer.embedding.fields import FieldScoring, embed_entries
+from indexer.embedding.fields import FieldScoring, embed_entries, entry_texts
 from indexer.embedding.strategy import Strategy
 from indexer.encoders.options import EmbeddingOptions
 from indexer.encoders.options import given as given_options
@@ -40,6 +40,8 @@ from indexer.vectors.factory import KIND, STORAGE
 from indexer.writing.stages import Ahead, Behind
 
 if TYPE_CHECKING:
+    from indexer.embedding.head import Tokenized
+    from indexer.encoders.base import NetworkEncoder
     from indexer.store.writer import VersionWriter
 
 PART_ENTRIES = 4096
@@ -70,6 +72,8 @@ READ_AHEAD = 4
 """Parts read ahead of the embedding (each ``PART_ENTRIES`` entries)."""
 WRITE_BEHIND = 2
 """Embedded parts waiting to be written."""
+TOKENISE_AHEAD = 2
+"""Parts tokenised ahead of the one the network embeds."""
 
 
 @dataclass(frozen=True)
@@ -180,21 +184,39 @@ def stream(
     with Ahead(parts, READ_AHEAD, "read corpus") as read:
         # the graph the index's queries will run is exported now, if it can be (its export_failure)
         encoder = encoder_for(strategy, options, export_queries=True)
-        on_ray = isinstance(encoder, RayEncoder)  # one Ray session for every part, parts its size
+        on_ray = isinstance(encoder, RayEncoder)
         bar = Progress(None, "embedding", enabled=progress)
         writes = Behind(write, WRITE_BEHIND, "write version")
-        with bar, writes, encoder.session() if on_ray else contextlib.nullcontext():
-            for part in grouped(read, encoder.part_entries if on_ray else PART_ENTRIES):
+        ready: Iterable[tuple[Part, Tokenized | None]]
+        if on_ray:  # one Ray session for every part; its workers tokenise parts larger than a read's
+            ready, stage = ((p, None) for p in grouped(read, encoder.part_entries)), encoder.session()
+        else:
+            ready = stage = tokenised(read, encoder, also)
+        with bar, writes, stage:
+            for part, tokens in ready:
                 if bar.total is None and not read.thread.is_alive():
                     bar.total_is(parts.entries)
                 embed_started = time.perf_counter()
                 step = bar.step(len(part.entries))
-                vectors, owners, also_vectors = embed_entries(encoder, part.entries, also, progress=step)
+                vectors, owners, also_vectors = embed_entries(
+                    encoder, part.entries, also, progress=step, tokens=tokens
+                )
                 embed_seconds += time.perf_counter() - embed_started
                 writes.give((part, vectors, owners, also_vectors if also else None))
             writes.finish()
             bar.total_is(parts.entries)
     return Streamed(encoder, parts, embed_seconds)
+
+
+def tokenised(parts: Iterable[Part], encoder: NetworkEncoder, also: FieldScoring | None) -> Ahead:
+    """Each part with its texts' tokens, made on a stage of their own: the Rust tokenizer's batch
+    call releases the GIL, so the next part is tokenised while the network embeds this one."""
+
+    def tokenise() -> Iterator[tuple[Part, Tokenized]]:
+        for part in parts:
+            yield part, encoder.tokens.documents(entry_texts(part.entries, also))
+
+    return Ahead(tokenise(), TOKENISE_AHEAD, "tokenise")
 
 
 def build_index(
