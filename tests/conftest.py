@@ -5,6 +5,7 @@ marked slow which does slow work. Helpers that test modules import live in ``tes
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,12 +87,110 @@ def _torch_threads(slow: bool) -> None:
     torch.set_num_threads(_TORCH_THREADS if slow else 1)
 
 
+_MADE: dict[str, bytes] = {}
+"""Graphs torch traced and ONNX Runtime fused this session, by what they were made from."""
+KEPT_GRAPH_BYTES = 32 << 20
+"""The largest graph kept (the tiny models' are about 4 MB; the real model's are not kept)."""
+
+
+def _digest(*parts: object) -> str:
+    """sha256 over ``parts``: bytes as they are, anything else by its ``repr``."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else repr(part).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _made_once(
+    make: Callable, key: Callable[..., str | None], made_bytes: Callable, again: Callable
+) -> Callable:
+    """``make``, a pure function of its inputs that makes a file, run once a session for each
+    ``key`` of its inputs (None: run each time): ``made_bytes(made, *args)`` reads what the first
+    call made, ``again(kept, *args)`` makes it again from those bytes."""
+
+    @functools.wraps(make)
+    def once(*args, **kwargs):
+        found = key(*args, **kwargs)
+        if found is not None and found in _MADE:
+            return again(_MADE[found], *args, **kwargs)
+        made = make(*args, **kwargs)
+        if found is not None:
+            kept = made_bytes(made, *args, **kwargs)
+            if len(kept) <= KEPT_GRAPH_BYTES:
+                _MADE[found] = kept
+        return made
+
+    return once
+
+
+class _Fused:
+    """A fused graph made again: ``optimize_model``'s result as its caller uses it."""
+
+    def __init__(self, kept: bytes):
+        self.kept = kept
+
+    def save_model_to_file(self, path: str, *args: object, **kwargs: object) -> None:
+        Path(path).write_bytes(self.kept)
+
+
+def _fused_bytes(made: Any, *args: object, **kwargs: object) -> bytes:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        made.save_model_to_file(str(Path(folder) / "fused.onnx"))
+        return (Path(folder) / "fused.onnx").read_bytes()
+
+
+def _traced_key(module: Any, sample: tuple, path: object, **options: object) -> str | None:
+    """A traced graph's inputs: the module's class, structure, settings and weights, its
+    network's config, the sample and the export's options (a file path only; not dynamo)."""
+    if not isinstance(path, str) or options.get("dynamo", True):
+        return None
+    weights = [(name, t.detach().cpu().numpy().tobytes()) for name, t in module.state_dict().items()]
+    said = {k: repr(v) for k, v in vars(module).items() if not k.startswith("_")}
+    config = getattr(getattr(module, "network", None), "config", None)
+    settings = config.to_json_string() if config is not None else None
+    shapes = [t.tolist() for t in sample]
+    return _digest("trace", type(module).__qualname__, repr(module), said, settings, shapes, weights, options)
+
+
+def _fused_key(path: str, **options: Any) -> str:
+    """A fused graph's inputs: the traced file's bytes and the fusion's options."""
+    fusions = options.get("optimization_options")
+    chosen = sorted(vars(fusions).items()) if fusions is not None else None
+    rest = sorted((k, v) for k, v in options.items() if k != "optimization_options")
+    return _digest("fuse", Path(path).read_bytes(), rest, chosen)
+
+
+def _keep_exports() -> None:
+    """ONNX exports of the same network are traced and fused once a session: each costs about a
+    second, and tests export the tiny models' graphs again into caches of their own. Both steps
+    are pure functions of what the keys name (two exports of one graph write the same bytes:
+    ``indexer.encoders.onnx_export``); all around them (the cache, its notes, the int8 rewrite,
+    the weights written apart, their sums) runs each time."""
+    torch = sys.modules.get("torch")
+    if torch is not None and not hasattr(torch.onnx.export, "__wrapped__"):
+        torch.onnx.export = _made_once(
+            torch.onnx.export,
+            _traced_key,
+            lambda made, module, sample, path, **_: Path(path).read_bytes(),
+            lambda kept, module, sample, path, **_: Path(path).write_bytes(kept) and None,
+        )
+    fusing = sys.modules.get("onnxruntime.transformers.optimizer")
+    if fusing is not None and not hasattr(fusing.optimize_model, "__wrapped__"):
+        fusing.optimize_model = _made_once(
+            fusing.optimize_model, _fused_key, _fused_bytes, lambda kept, *_, **__: _Fused(kept)
+        )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Watch a test not marked slow from the start of its setup, its module's fixtures included."""
     global _SLOW_WORK
     slow = item.get_closest_marker("slow") is not None
     _torch_threads(slow)
+    _keep_exports()
     _SLOW_WORK = None if slow else []
 
 

@@ -130,9 +130,11 @@ def test_hybrid_hits_and_scores_are_those_of_fts5s_own_ranking(tmp_path, tiny_mo
         for k, where, group_by in ((5, None, None), (20, "topic != 'v2'", None), (3, None, "topic"))
         for mode in ("hybrid", "keyword")
     ]
-    kept = [SearchEngine(tmp_path / "idx").search_many(queries, **how) for how in searches]
+    engine = SearchEngine(tmp_path / "idx")  # one engine: its kept postings serve every search
+    kept = [engine.search_many(queries, **how) for how in searches]
     monkeypatch.setattr(Catalog, "_postings", lambda self: None)
-    whole = [SearchEngine(tmp_path / "idx").search_many(queries, **how) for how in searches]
+    engine = SearchEngine(tmp_path / "idx")
+    whole = [engine.search_many(queries, **how) for how in searches]
     assert kept == whole
 
 

@@ -247,8 +247,15 @@ def test_export_and_tune_follow_the_umask(tmp_path, tiny_model, umask, monkeypat
     umask(0o027)
     export_encoder(index, tmp_path / "onnx")
     labels = read_labels(pairs=positive_pairs(tmp_path))
-    real = training.Budget
-    monkeypatch.setattr(training, "Budget", lambda *a: real(1, None, 8, 1e-3, 0, evaluations=1))
+
+    class OneEpoch(training.Budget):
+        """A short budget (the modes are checked, not the training), the class's defaults kept:
+        ``tune`` reads ``Budget.learning_rate`` where none is given."""
+
+        def __init__(self, *args: object) -> None:
+            super().__init__(1, None, 8, 1e-3, 0, evaluations=1)
+
+    monkeypatch.setattr(training, "Budget", OneEpoch)
     tune(labels, tmp_path / "tuned", Strategy(model=tiny_model))
     for made in (tmp_path / "onnx", tmp_path / "tuned"):
         assert mode(made) == 0o750, made
