@@ -26,7 +26,6 @@ from indexer.reading.corpus import Entry, field_text, nearest, spelled
 
 if TYPE_CHECKING:
     from indexer.embedding.head import Tokenized
-    from indexer.encoders.base import NetworkEncoder
 
 
 @dataclass(frozen=True)
@@ -97,6 +96,12 @@ class Embeds(Protocol):
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
+class EmbedsIds(Embeds, Protocol):
+    """An encoder that also embeds texts tokenised ahead (``indexer.encoders.base.NetworkEncoder``)."""
+
+    def embed_ids(self, ids: Sequence[Sequence[int]], *, progress: Share | None = None) -> np.ndarray: ...
+
+
 def entry_texts(entries: Sequence[Entry], scoring: FieldScoring | None) -> list[str]:
     """The texts the entries embed: each one's text, then (with ``scoring``) each one's also text."""
     texts = [e.text for e in entries]
@@ -120,7 +125,7 @@ def embed_entries(
     if tokens is None:
         vectors, owners = encoder.embed_documents(entry_texts(entries, scoring), progress=progress)
     else:
-        vectors = cast("NetworkEncoder", encoder).embed_ids(tokens.ids, progress=progress)
+        vectors = cast("EmbedsIds", encoder).embed_ids(tokens.ids, progress=progress)
         owners = tokens.owners
     also = owners >= len(entries)
     return vectors, owners % max(len(entries), 1), also
