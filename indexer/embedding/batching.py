@@ -26,7 +26,7 @@ per-call cost is as large (64 StackFAQ answers: 2.0 s in 2 full passes, 4.5 s in
 lengths, where ONNX Runtime took 1.42 and 1.35 s). Its passes are few and full."""
 TORCH_CPU_TOKENS = 256
 """Padded tokens per text of the batch size in a torch pass on the CPU: ``batch_size`` texts of
-a whole window (a MiniLM's 256 tokens) as before, and more texts the shorter they are, since
+a whole window (a MiniLM's 256 tokens), and more texts the shorter they are, since
 torch's per-pass cost is worth many short texts (TEI plans its batches by a token budget too)."""
 TORCH_CPU_ROWS = 32
 """Most texts of the batch size in a torch pass on the CPU: a bound the token budget meets only
