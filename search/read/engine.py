@@ -131,7 +131,8 @@ class SearchEngine:
         key = self._key(folder, how)
         with self.loading_rerankers:
             if key not in self.rerankers:
-                self.rerankers[key] = how.load(self.options)
+                loaded = self.rerankers[key] = how.load(self.options)
+                self.rerankers.setdefault(self._key(folder, how.loaded_as(loaded)), loaded)
             return self.rerankers[key]
 
     def _key(self, folder: str | Path, asked: RerankOptions | None = None) -> tuple[str, tuple[object, ...]]:

@@ -205,6 +205,11 @@ class RerankOptions:
         a loaded reranker is kept by, so that each is loaded once."""
         return tuple(getattr(self, name) for name, said in TUNING.items() if said.loads)
 
+    def loaded_as(self, reranker: Reranker) -> RerankOptions:
+        """These options as ``reranker``, loaded by them, answers them: its runtime by name (the
+        one ``reranker_for`` chose where they named none), so that asking for it by name finds it."""
+        return replace(self, backend=reranker.runtime)
+
     def load(self, options: EmbeddingOptions | None = None) -> Reranker:
         """The reranker these options name (``folder``), loaded as they say (``load_reranker``)."""
         if self.folder is None:
