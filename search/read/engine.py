@@ -242,15 +242,16 @@ class SearchEngine:
 
     def plan(self, request: SearchRequest, reranker: Reranker | None = None) -> tuple[Snapshot, Plan]:
         """The current snapshot and ``request`` planned on it (checked, its mode resolved, its
-        reranker ``reranker`` where it is the one the request asks, loaded as the engine's own
-        options say, else the engine's of that folder loaded as the request asks), on a snapshot
-        that may reopen (a killed writer's journal); a request that cannot be searched is refused
-        before any reranker loads."""
+        reranker the engine's of its folder loaded as it asks, scored through ``reranker`` where
+        that is this one as the caller runs it), on a snapshot that may reopen (a killed writer's
+        journal); a request that cannot be searched is refused before any reranker loads."""
         folder = request.checked().reranked_by
         if folder is None:
             reranker = None
-        elif reranker is None or self._key(reranker.folder.path) != self._key(folder, request.rerank):
-            reranker = self.reranker(folder, request.rerank)
+        else:
+            asked = self.reranker(folder, request.rerank)
+            if reranker is None or self.rerankers.get(self._key(reranker.folder.path)) is not asked:
+                reranker = asked
         return self.retrying(lambda snapshot: (snapshot, snapshot.plan(request, reranker=reranker)))
 
     def answer(
