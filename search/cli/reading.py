@@ -89,8 +89,8 @@ def query_command(
     queries = read_queries(queries_file, encoding) if queries_file else [Query("1", question)]
     check_queries([q.text for q in queries])
     configure_threads()
-    engine = SearchEngine(index_dir, options=options, rerank=rerank.engine)
-    asked = usable(rerank.given(engine.rerank), k)  # a depth or weight where the index has no reranker
+    engine = SearchEngine(index_dir, options=options, rerank=rerank)
+    asked = usable(rerank.given(engine.reranking), k)  # a depth or weight where the index has no reranker
     texts = [q.text for q in queries]
     request = engine.request(
         texts, k=k, where=where, min_score=min_score, group_by=group_by, mode=mode, rerank=asked

@@ -1,21 +1,19 @@
 """The rerank flags, given to a command as one ``rerank`` (``search.read.reranked.RerankOptions``),
-built and checked once: a new rerank option is a field there (and in ``TUNING``), a flag here and a
-field of a search's body (``search.server.schema.Searching``)."""
+built and checked once: each ``--rerank-NAME`` flag is built from its option's ``Tuning``
+(``search.read.reranked.TUNING``), so a new rerank option is its field there and the code that
+reads it."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 import click
 
 from indexer.errors import BadInput
 from search.cli.options import Decorator, stacked
-from search.read.hybrid import MAX_RERANK_DEPTH, RERANK_DEPTH
-
-if TYPE_CHECKING:
-    from search.read.reranked import RerankOptions
+from search.read.reranked import TUNING, RerankOptions, Tuning
 
 MODEL = click.option(
     "--rerank",
@@ -24,42 +22,43 @@ MODEL = click.option(
     "that re-orders the first "
     "stage's best hits; each hit's score is then its score, the first stage's shown beside.",
 )
-DEPTH = click.option(
-    "--rerank-depth",
-    type=int,
-    metavar="N",
-    help=f"How many of the first stage's best the reranker re-orders, at least k, at most "
-    f"{MAX_RERANK_DEPTH}. Default: {RERANK_DEPTH} (k if more).",
-)
-WEIGHT = click.option(
-    "--rerank-weight",
-    type=float,
-    metavar="W",
-    help="The weight the reranker's score is fused with the first stage's at, in [0, 1]: 0 keeps the "
-    "first stage's order, 1 the reranker's. Default: the one calibrate or tune fitted, else 1.",
-)
 OFF = click.option(
     "--no-rerank", is_flag=True, help="Do not rerank with the index's default reranker (index --rerank)."
 )
 
 
-def rerank_options(*, depth: bool = True, off: bool = False) -> Decorator:
-    """``--rerank`` (with ``--rerank-depth`` and ``--rerank-weight`` where ``depth``: the command
-    searches; ``--no-rerank`` where ``off``: the command has an index whose default reranker it
-    may name), given to the command as one ``rerank``, checked against its ``-k`` (a mistake is a
-    usage error)."""
+def flag(name: str, said: Tuning) -> Decorator:
+    """The ``--rerank-NAME`` flag of the rerank option ``name``, as its ``Tuning`` says."""
+    kind = click.Choice(said.choices) if said.choices else said.kind
+    return click.option(
+        f"--rerank-{name}", type=kind, metavar=said.metavar, help=f"{said.says} Default: {said.default}."
+    )
+
+
+FLAGS = {name: flag(name, said) for name, said in TUNING.items()}
+
+
+def rerank_options(*, tuning: Literal["all", "loading", "none"] = "all", off: bool = False) -> Decorator:
+    """``--rerank`` with the flags of its options (``tuning``: all of them where the command
+    searches; ``loading``, those that say how the reranker loads, where each search says the rest
+    itself, as a server's requests do; ``none``, where the command only names the reranker;
+    ``--no-rerank`` where ``off``: the command has an index whose default reranker it may name),
+    given to the command as one ``rerank``, checked against its ``-k`` (a mistake is a usage
+    error)."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
-            from search.read.reranked import TUNING, RerankOptions
-
             tuned = {name: kwargs.pop(f"rerank_{name}", None) for name in TUNING}
             asked = RerankOptions(kwargs.pop("rerank"), off=kwargs.pop("no_rerank", False), **tuned)
             return command(rerank=usable(asked, kwargs.get("k") or 1, default=off), **kwargs)
 
-        tuning = [DEPTH, WEIGHT] if depth else []
-        return stacked(MODEL, *tuning, *([OFF] if off else []))(wrapper)
+        flags = [
+            FLAGS[name]
+            for name, said in TUNING.items()
+            if tuning == "all" or (tuning == "loading" and said.loads)
+        ]
+        return stacked(MODEL, *flags, *([OFF] if off else []))(wrapper)
 
     return decorate
 

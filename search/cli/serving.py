@@ -89,7 +89,7 @@ def _name(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
     help="The reranker's name in /v1/models, /info and rerank answers, as --served-model-name "
     "(default: its folder's name or path).",
 )
-@rerank_options(depth=False, off=True)
+@rerank_options(tuning="loading", off=True)
 @embedding_options("provider", "device", "code", serving=True)
 @strategy_options
 def serve_command(
@@ -133,9 +133,9 @@ def serve_command(
     # the engine (or encoder) imports and loads while the web stack imports
     # a GPU asked for and missing: said before the server starts
     options.checked()
-    loading = load_engine(index_dir, options, rerank.engine) if index_dir is not None else None
+    loading = load_engine(index_dir, options, rerank) if index_dir is not None else None
     encoding = load_encoding(strategy_from(asked), options) if index_dir is None else None
-    scoring = load_reranker(rerank.model, options) if index_dir is None and rerank.model else None
+    scoring = load_reranker(rerank, options) if index_dir is None and rerank.model else None
     try:
         from search.server import create_app, listen, serve
         from search.server.names import ServedNames

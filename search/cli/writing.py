@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 @storage_option
 @wait_option
 @also_options()
-@rerank_options(depth=False)
+@rerank_options(tuning="none")
 @strategy_options
 @embedding_options("batch", "ray", "device", "code")
 @progress_options

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,7 +20,7 @@ from indexer.vectors import single_threaded
 from search.read.confidence import score_kind, unruled
 from search.read.encoding import Encoding
 from search.read.requests import Embedding, Hit, SearchRequest, check_strategy, here
-from search.read.reranked import RERANKER_KEY, RerankOptions, load_reranker
+from search.read.reranked import RERANKER_KEY, RerankOptions
 from search.read.snapshot import Plan, Snapshot
 from search.read.unloaded import Unloaded
 
@@ -60,7 +61,7 @@ class SearchEngine:
         *,
         strategy: dict[str, Any] | None = None,
         options: EmbeddingOptions | None = None,
-        rerank: str | Path | bool | Reranker = True,
+        rerank: str | Path | bool | Reranker | RerankOptions = True,
     ):
         """``strategy``: what the caller asks for, checked against the stored one (never applied);
         ``options``: how queries embed, for a server (``EmbeddingOptions.for_serving``: by default
@@ -69,16 +70,20 @@ class SearchEngine:
         ``CUDAExecutionProvider``...). ``rerank``: a cross-encoder's folder that re-orders every
         search's first stage (``SearchRequest.rerank``), loaded once here, or a reranker already
         loaded (``reranker_for``); True: the index's default reranker if it stores one
-        (``semsearch index --rerank``); False: none."""
+        (``semsearch index --rerank``); False: none; or ``RerankOptions`` saying which, and the
+        options every search takes where it gives none (``backend``: what runs the reranker)."""
         self.path = Path(index_dir)
         self.options = given(options).for_serving().checked()
         self.reloads = 0
         self.reloading = threading.Lock()  # the server reloads from its request threads too
-        self.rerankers: dict[str, Reranker] = {}
+        self.rerankers: dict[tuple[str, tuple[object, ...]], Reranker] = {}
         self.loading_rerankers = threading.Lock()
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
-        self.rerank = self._default_reranker(index, rerank)
+        said = rerank if isinstance(rerank, RerankOptions) else None
+        self.reranking = RerankOptions() if said is None else replace(said, model=None, off=False)
+        self.rerank = self._default_reranker(index, rerank if said is None else said.engine)
+        self.reranking = replace(self.reranking, model=self.rerank)  # what a search takes where it says none
         self.snapshot = Snapshot(index, Encoding(self._encoder(index), index.transform))
 
     def _default_reranker(self, index: StoredIndex, rerank: str | Path | bool | Reranker) -> str | None:
@@ -89,7 +94,7 @@ class SearchEngine:
         if rerank is False:
             return None
         if not isinstance(rerank, str | Path | bool):  # loaded already: kept as its folder's
-            self.rerankers[_folder_key(rerank.folder.path)] = rerank
+            self.rerankers[self._key(rerank.folder.path)] = rerank
             return rerank.folder.path
         if rerank is not True:
             self.reranker(str(rerank))
@@ -109,7 +114,7 @@ class SearchEngine:
                     "or --no-rerank"
                 )
             folder = self.reranker(stored["name"]).folder.path  # fetched again, kept by its folder
-            self.rerankers[_folder_key(folder)] = self.rerankers.pop(_folder_key(stored["name"]))
+            self.rerankers[self._key(folder)] = self.rerankers.pop(self._key(stored["name"]))
         loaded = self.reranker(folder)
         if loaded.folder.fingerprint != stored.get("fingerprint"):
             raise BadInput(
@@ -118,14 +123,22 @@ class SearchEngine:
             )
         return folder
 
-    def reranker(self, folder: str | Path) -> Reranker:
-        """The reranker of ``folder``, loaded once per engine
-        (``search.read.reranked.load_reranker`` with the engine's options)."""
-        key = _folder_key(folder)
+    def reranker(self, folder: str | Path, asked: RerankOptions | None = None) -> Reranker:
+        """The reranker of ``folder`` loaded as ``asked`` says (None: as the engine's own options
+        say), loaded once per engine for each way it is asked to load (``RerankOptions.load``
+        with the engine's embedding options), never per search."""
+        how = replace(asked or self.reranking, model=str(folder), off=False)
+        key = self._key(folder, how)
         with self.loading_rerankers:
             if key not in self.rerankers:
-                self.rerankers[key] = load_reranker(folder, self.options)
+                loaded = self.rerankers[key] = how.load(self.options)
+                self.rerankers.setdefault(self._key(folder, how.loaded_as(loaded)), loaded)
             return self.rerankers[key]
+
+    def _key(self, folder: str | Path, asked: RerankOptions | None = None) -> tuple[str, tuple[object, ...]]:
+        """What the engine keeps a reranker by: its folder, resolved where it is on this machine,
+        and how it loads (``RerankOptions.loading``; None: as the engine's own)."""
+        return _folder_key(folder), (asked or self.reranking).loading
 
     def _encoder(self, index: StoredIndex) -> Encoder:
         """The index's query encoder; ``Unloaded`` where its model may not run here (its own code,
@@ -183,11 +196,12 @@ class SearchEngine:
     def request(self, queries: Sequence[str], **fields: Any) -> SearchRequest:
         """``SearchRequest(queries, **fields)``, reranked by the engine's reranker unless the
         fields name one (``rerank``: a folder or name, ``RerankOptions``; None or False: not
-        reranked), with the rerank options given as ``rerank_depth=``, ``rerank_weight=``
-        (``search.read.reranked.RerankOptions.asked``)."""
+        reranked), with the rerank options given as ``rerank_NAME=`` (``rerank_depth=``,
+        ``rerank_backend=``...: ``search.read.reranked.RerankOptions.asked``), the engine's own
+        where they give none."""
         named = [name for name in fields if name == "rerank" or name.startswith("rerank_")]
         rerank = RerankOptions.asked(**{name: fields.pop(name) for name in named})
-        return SearchRequest(tuple(queries), rerank=rerank.given(self.rerank), **fields)
+        return SearchRequest(tuple(queries), rerank=rerank.given(self.reranking), **fields)
 
     def search_many(
         self,
@@ -228,13 +242,16 @@ class SearchEngine:
 
     def plan(self, request: SearchRequest, reranker: Reranker | None = None) -> tuple[Snapshot, Plan]:
         """The current snapshot and ``request`` planned on it (checked, its mode resolved, its
-        reranker ``reranker`` or the engine's), on a snapshot that may reopen (a killed writer's
+        reranker the engine's of its folder loaded as it asks, scored through ``reranker`` where
+        that is this one as the caller runs it), on a snapshot that may reopen (a killed writer's
         journal); a request that cannot be searched is refused before any reranker loads."""
         folder = request.checked().reranked_by
         if folder is None:
             reranker = None
-        elif reranker is None or _folder_key(reranker.folder.path) != _folder_key(folder):
-            reranker = self.reranker(folder)
+        else:
+            asked = self.reranker(folder, request.rerank)
+            if reranker is None or self.rerankers.get(self._key(reranker.folder.path)) is not asked:
+                reranker = asked
         return self.retrying(lambda snapshot: (snapshot, snapshot.plan(request, reranker=reranker)))
 
     def answer(

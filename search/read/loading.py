@@ -15,12 +15,13 @@ if TYPE_CHECKING:
     from indexer.encoders.rerankers import Reranker
     from search.read.encoding import Encoding
     from search.read.engine import SearchEngine
+    from search.read.reranked import RerankOptions
 
 
 def load_engine(
     index_dir: str | Path,
     options: EmbeddingOptions | None = None,
-    rerank: str | Path | bool | Reranker = True,
+    rerank: str | Path | bool | Reranker | RerankOptions = True,
 ) -> Future[SearchEngine]:
     """``SearchEngine(index_dir, options=..., rerank=...)``, its imports included, in a thread of
     its own; the future holds the engine or the error opening the index raised."""
@@ -31,7 +32,9 @@ def load_engine(
 
 
 def _open(
-    index_dir: str | Path, options: EmbeddingOptions | None, rerank: str | Path | bool | Reranker
+    index_dir: str | Path,
+    options: EmbeddingOptions | None,
+    rerank: str | Path | bool | Reranker | RerankOptions,
 ) -> SearchEngine:
     from search.read.engine import SearchEngine
 
@@ -41,20 +44,19 @@ def _open(
     return engine
 
 
-def load_reranker(folder: str | Path, options: EmbeddingOptions | None = None) -> Future[Reranker]:
-    """The reranker of ``folder`` (``search.read.reranked.load_reranker``) for a server with
-    no index, loading in a thread of its own."""
+def load_reranker(rerank: RerankOptions, options: EmbeddingOptions | None = None) -> Future[Reranker]:
+    """The reranker ``rerank`` names, loaded as it says (``RerankOptions.load``), for a server
+    with no index, loading in a thread of its own."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="semsearch-load")
-    loading = pool.submit(_reranker, folder, options)
+    loading = pool.submit(_reranker, rerank, options)
     pool.shutdown(wait=False)
     return loading
 
 
-def _reranker(folder: str | Path, options: EmbeddingOptions | None) -> Reranker:
+def _reranker(rerank: RerankOptions, options: EmbeddingOptions | None) -> Reranker:
     from indexer.encoders.options import given
-    from search.read.reranked import load_reranker
 
-    return load_reranker(folder, given(options).for_serving())
+    return rerank.load(given(options).for_serving())
 
 
 def load_encoding(strategy: Strategy, options: EmbeddingOptions | None = None) -> Future[Encoding]:

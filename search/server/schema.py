@@ -10,14 +10,23 @@ from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, StrictBool, StrictFloat
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictStr,
+    create_model,
+)
 from pydantic_core import PydanticCustomError
 
 from indexer.errors import BadInput
 from search.read.filters import MAX_FILTER_LENGTH
-from search.read.hybrid import MAX_RERANK_DEPTH, MODES, RERANK_DEPTH
+from search.read.hybrid import MODES
 from search.read.queries import check_text
-from search.read.reranked import TUNING, RerankOptions
+from search.read.reranked import TUNING, RerankOptions, Tuning
 from search.server.connections import MAX_BODY
 
 MAX_QUERY = 2000  # characters in one query or sentence
@@ -128,10 +137,19 @@ Rerank = Annotated[
 ]
 
 
-class Searching(BaseModel):
-    """What a search body asks besides its queries (``/search``, ``/search/batch``). Its rerank
-    options are fields ``rerank_NAME`` (``search.read.reranked.TUNING``), checked where the CLI's
-    and Python's are (``RerankOptions.checked``: out of range, a 400 naming the field)."""
+JSON_KINDS: dict[type, Any] = {int: Count, float: StrictFloat, str: StrictStr}
+"""The strict JSON type of a rerank option of each Python type (``Tuning.kind``)."""
+
+
+def tuned_field(said: Tuning) -> tuple[Any, Any]:
+    """The ``rerank_NAME`` field of a search's body for the rerank option ``said``: its JSON type
+    (its names, where it takes a few), null unless given, described as its flag is."""
+    kind = Literal[said.choices] if said.choices else JSON_KINDS[said.kind]
+    return kind | None, Field(None, description=f"{said.says} Null: {said.default}.")
+
+
+class Asking(BaseModel):
+    """What a search body asks besides its queries and its reranker's options (``Searching``)."""
 
     k: Count = Field(10, ge=1, le=MAX_K)
     where: Where | None = None
@@ -139,22 +157,22 @@ class Searching(BaseModel):
     group_by: GroupBy = None
     mode: Mode = None  # dense, keyword or hybrid (search.read.hybrid); None: the index's default
     rerank: Rerank = None
-    rerank_depth: Count | None = Field(
-        None,
-        description=f"How many of the first stage's best the reranker re-orders (at least k, at most "
-        f"{MAX_RERANK_DEPTH}; null: {RERANK_DEPTH}, k if more).",
-    )
-    rerank_weight: StrictFloat | None = Field(
-        None,
-        description="The weight the reranker's score is fused with the first stage's at, in [0, 1] "
-        "(0: the first stage's order, 1: the reranker's; null: the index's fitted one, else the "
-        "reranker's own).",
-    )
 
     def reranking(self) -> RerankOptions:
         """The rerank options this body asks (``RerankOptions.asked``)."""
         tuned = {name: getattr(self, f"rerank_{name}") for name in TUNING}
         return RerankOptions.asked(self.rerank is not False, **tuned)
+
+
+Searching = create_model(
+    "Searching",
+    __base__=Asking,
+    __doc__="""What a search body asks besides its queries (``/search``, ``/search/batch``). Its
+    rerank options are fields ``rerank_NAME``, one built from each ``Tuning`` of
+    ``search.read.reranked.TUNING``, checked where the CLI's and Python's are
+    (``RerankOptions.checked``: out of range, a 400 naming the field).""",
+    **{f"rerank_{name}": tuned_field(said) for name, said in TUNING.items()},
+)
 
 
 class SearchRequest(Searching):

@@ -289,7 +289,7 @@ def evaluate_retrieval(
         report: dict[str, Any] = {}
         if rerank is not None and rerank.model is not None:
             fields = {"mode": default, "rerank": rerank}
-            whole = snapshot.plan(texts, k, reranker=reranker_of(rerank.model, options), **fields)
+            whole = snapshot.plan(texts, k, reranker=rerank.load(options), **fields)
             found: list[list[Hit]] = []
             with Progress(len(texts), "reranking", enabled=progress) as bar:
                 for start in range(0, len(texts), RERANKED_AT_ONCE):  # the bar moves as they are reranked
