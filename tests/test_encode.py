@@ -13,7 +13,7 @@ import pytest
 
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from search.read.encoding import PART_TEXTS, Encoding, check_texts, encode
+from search.read.encoding import AHEAD, PART_TEXTS, Encoding, check_texts, encode
 from search.read.engine import SearchEngine
 from tests.helpers import ROWS, assert_clean_failure, build_faq, run, write_csv
 
@@ -53,9 +53,11 @@ def test_parts_read_only_what_they_encode(tiny_model):
             read.append(n)
             yield f"text number {n}"
 
-    first = next(Encoding.load(Strategy(model=tiny_model)).parts(endless()))
+    parts = Encoding.load(Strategy(model=tiny_model)).parts(endless())
+    first = next(parts)
+    parts.close()  # the reading stage stops with the parts it was reading ahead for
     assert len(first) == PART_TEXTS
-    assert len(read) <= PART_TEXTS + 1
+    assert len(read) <= (AHEAD + 2) * PART_TEXTS + 1
 
 
 @pytest.mark.parametrize(
@@ -195,3 +197,13 @@ def test_an_output_in_a_folder_that_makes_no_files_says_so(whitened, tmp_path):
         encode_file(str(source), "/proc/x.npy", Encoding.load(index=whitened))
     with pytest.raises(BadInput, match=r"no such folder .*missing$"):
         encode_file(str(source), tmp_path / "missing" / "x.npy", Encoding.load(index=whitened))
+
+
+def test_a_bad_text_in_a_later_part_is_told_by_its_number(tiny_model):
+    """Texts are checked on the reading stage, ahead of the model: a bad one in the second part
+    still stops the encoding with its own number, and no vectors of the parts after it."""
+    texts = [f"text {n}" for n in range(PART_TEXTS + 5)]
+    texts[PART_TEXTS + 2] = "   "
+    parts = Encoding.load(Strategy(model=tiny_model)).parts(iter(texts))
+    with pytest.raises(BadInput, match=f"text {PART_TEXTS + 3} is empty"):
+        list(parts)
