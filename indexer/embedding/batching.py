@@ -24,13 +24,18 @@ TORCH_CALL_TOKENS = 4096
 """A torch pass's fixed cost: on a GPU a launch leaves the device idle; on the CPU torch's own
 per-call cost is as large (64 StackFAQ answers: 2.0 s in 2 full passes, 4.5 s in 5 passes of like
 lengths, where ONNX Runtime took 1.42 and 1.35 s). Its passes are few and full."""
-TORCH_CPU_TOKENS = 256
-"""Padded tokens per text of the batch size in a torch pass on the CPU: ``batch_size`` texts of
-a whole window (a MiniLM's 256 tokens), and more texts the shorter they are, since
-torch's per-pass cost is worth many short texts (TEI plans its batches by a token budget too)."""
+CPU_TOKENS = 256
+"""Padded tokens per text of the batch size in a pass on the CPU: ``batch_size`` texts of a whole
+window (a MiniLM's 256 tokens), and more texts the shorter they are, since a pass's fixed cost is
+worth many short texts (TEI plans its batches by a token budget too)."""
 TORCH_CPU_ROWS = 32
 """Most texts of the batch size in a torch pass on the CPU: a bound the token budget meets only
 with texts of a few tokens."""
+ONNX_CPU_ROWS = 16
+"""Most texts of the batch size in an ONNX Runtime pass on the CPU (512 at the default 32): 16-token
+texts go 512 a call. Where the model is cheap, ONNX Runtime's ~0.1 ms a call and the Python around
+each pass are the cost; all-MiniLM-L6-v2 embeds as fast in passes of 32 texts as of 128-512 on
+short STS-B sentences, StackFAQ answers and whole 256-token windows (docs/performance.md)."""
 GPU_TOKENS = 65536
 """Padded tokens in one GPU pass: thousands of short texts, hundreds of long ones."""
 GPU_ROWS = 4096
@@ -46,14 +51,14 @@ class Batching:
 
     @classmethod
     def on(cls, on_cpu: bool, batch_size: int, runtime: str = "onnx") -> Batching:
-        """ONNX Runtime on the CPU keeps ``batch_size`` rows (its cache-sized passes); torch on the
-        CPU and a GPU take a token budget. ``runtime``: what runs the passes (``torch`` or
-        ``onnx``), whose cost per pass differs."""
+        """On the CPU a pass takes ``batch_size`` texts of a whole window and more of shorter
+        ones, up to ``CPU_TOKENS`` padded tokens per text of the batch size; a GPU takes a larger
+        budget. ``runtime``: what runs the passes (``torch`` or ``onnx``), whose cost per pass
+        differs."""
         call = CPU_CALL_TOKENS if runtime == "onnx" else TORCH_CALL_TOKENS
-        if on_cpu and runtime == "torch":
-            return cls(batch_size * TORCH_CPU_ROWS, batch_size * TORCH_CPU_TOKENS, call)
         if on_cpu:
-            return cls(batch_size, batch_size * 1024, call)
+            rows = TORCH_CPU_ROWS if runtime == "torch" else ONNX_CPU_ROWS
+            return cls(batch_size * rows, batch_size * CPU_TOKENS, call)
         return cls(max(batch_size, GPU_ROWS), max(batch_size * 512, GPU_TOKENS), TORCH_CALL_TOKENS)
 
     def to_dict(self) -> dict[str, int]:
