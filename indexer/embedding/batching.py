@@ -75,15 +75,15 @@ class Batching:
         padding to the pass's width costs less than a pass of their own (``call_tokens``) and the
         pass keeps within ``rows`` and ``tokens``. One walk over the runs (token counts repeat):
         planning costs little beside the passes."""
-        values = [max(1, int(n)) for n in (lengths.tolist() if isinstance(lengths, np.ndarray) else lengths)]
-        if not values:
+        values = np.maximum(np.asarray(lengths, dtype=np.int64).reshape(-1), 1)
+        if not len(values):
             return []
-        ranked = sorted(range(len(values)), key=values.__getitem__, reverse=True)  # stable
-        cuts, width, start = [0], values[ranked[0]], 0
-        for end in range(1, len(ranked) + 1):  # each run of one length: ranked[start:end]
-            length = values[ranked[start]]
-            if end < len(ranked) and values[ranked[end]] == length:
-                continue
+        order = np.argsort(-values, kind="stable")  # longest first, like lengths in their order
+        ranked = values[order]
+        ends = [*(np.flatnonzero(ranked[1:] != ranked[:-1]) + 1).tolist(), len(ranked)]
+        cuts, width, start = [0], int(ranked[0]), 0
+        for end in ends:  # each run of one length: order[start:end]
+            length = int(ranked[start])
             if start > cuts[-1] and (end - start) * (width - length) > self.call_tokens:
                 cuts.append(start)
                 width = length
@@ -91,5 +91,4 @@ class Batching:
                 cuts.append(cuts[-1] + max(1, min(self.rows, self.tokens // width)))
                 width = length
             start = end
-        order = np.array(ranked, dtype=np.int64)
         return [order[a:b] for a, b in zip(cuts, [*cuts[1:], len(order)], strict=True)]
