@@ -33,8 +33,8 @@ TORCH_CPU_ROWS = 32
 with texts of a few tokens."""
 ONNX_CPU_ROWS = 16
 """Most texts of the batch size in an ONNX Runtime pass on the CPU (512 at the default 32): 16-token
-texts go 512 a call. Where the model is cheap, ONNX Runtime's ~0.1 ms a call and the Python around
-each pass are the cost; all-MiniLM-L6-v2 embeds as fast in passes of 32 texts as of 128-512 on
+texts go 512 a call. Where the model is cheap, ONNX Runtime's cost per call and the Python around
+each pass are what a build pays; all-MiniLM-L6-v2 embeds as fast in passes of 32 texts as of 128-512 on
 short STS-B sentences, StackFAQ answers and whole 256-token windows (docs/performance.md)."""
 GPU_TOKENS = 65536
 """Padded tokens in one GPU pass: thousands of short texts, hundreds of long ones."""
