@@ -63,3 +63,20 @@ def test_every_onnx_backend_is_batch_independent(backend, tmp_path, monkeypatch)
     torch_free = encoder_for(Strategy(backend=backend))
     assert isinstance(torch_free, OnnxEncoder) and torch_free.decision.why == "its graph is cached"
     assert_batch_independent(torch_free)
+
+
+def test_onnx_passes_of_a_token_budget_give_each_text_its_own_vector(tiny_model):
+    """On the CPU short texts share passes by a token budget, hundreds a call: each still gets the
+    vector it gets alone, and no pass exceeds the budget."""
+    encoder = encoder_for(Strategy(model=tiny_model))
+    assert isinstance(encoder, OnnxEncoder)
+    texts = [f"text number {i} " + "word " * (i % 3) for i in range(700)]
+    lengths = np.array([len(ids) for ids in encoder.tokens.ids(texts, "passage")])
+    batching = encoder.decision.batching
+    plan = batching.plan(lengths)
+    assert max(len(rows) for rows in plan) > 4 * 32  # far more than the batch size a call
+    for rows in plan:
+        assert len(rows) <= batching.rows and len(rows) * lengths[rows].max() <= batching.tokens
+    together = encoder.embed(texts)
+    alone = np.vstack([encoder.embed([text]) for text in texts[::9]])
+    np.testing.assert_allclose(together[::9], alone, atol=1e-6, rtol=0)

@@ -56,12 +56,16 @@ def test_batches_keep_the_token_budget_and_cover_every_piece_once():
     assert lengths[plan[0]].max() == lengths.max()  # the longest pass first: too large fails at once
     # a GPU batches thousands of short texts at once, the CPU its batch size
     assert Batching.on(False, 32).plan(np.full(5000, 16)).__len__() == 2
-    assert len(Batching.on(True, 32).plan(np.full(100, 16))) == 4
-    # torch's cost per pass on the CPU is worth many short texts: they share passes by a token
-    # budget, while texts of a whole window (256 tokens) keep the batch size
+    # a pass's cost on the CPU (torch's, and ONNX Runtime's with a cheap model) is worth many
+    # short texts: they share passes by a token budget, while texts of a whole window (256
+    # tokens) keep the batch size
     on_torch = Batching.on(True, 32, runtime="torch")
     assert len(on_torch.plan(np.full(4096, 16))) == 8
     assert [len(rows) for rows in on_torch.plan(np.full(64, 256))] == [32, 32]
+    on_onnx = Batching.on(True, 32)
+    assert [len(rows) for rows in on_onnx.plan(np.full(1024, 16))] == [512, 512]
+    assert [len(rows) for rows in on_onnx.plan(np.full(64, 256))] == [32, 32]
+    assert all(len(rows) * 512 <= on_onnx.tokens for rows in on_onnx.plan(np.full(100, 512)))
 
 
 def test_a_pass_pads_no_short_text_to_a_long_one():

@@ -24,13 +24,18 @@ TORCH_CALL_TOKENS = 4096
 """A torch pass's fixed cost: on a GPU a launch leaves the device idle; on the CPU torch's own
 per-call cost is as large (64 StackFAQ answers: 2.0 s in 2 full passes, 4.5 s in 5 passes of like
 lengths, where ONNX Runtime took 1.42 and 1.35 s). Its passes are few and full."""
-TORCH_CPU_TOKENS = 256
-"""Padded tokens per text of the batch size in a torch pass on the CPU: ``batch_size`` texts of
-a whole window (a MiniLM's 256 tokens), and more texts the shorter they are, since
-torch's per-pass cost is worth many short texts (TEI plans its batches by a token budget too)."""
+CPU_TOKENS = 256
+"""Padded tokens per text of the batch size in a pass on the CPU: ``batch_size`` texts of a whole
+window (a MiniLM's 256 tokens), and more texts the shorter they are, since a pass's fixed cost is
+worth many short texts (TEI plans its batches by a token budget too)."""
 TORCH_CPU_ROWS = 32
 """Most texts of the batch size in a torch pass on the CPU: a bound the token budget meets only
 with texts of a few tokens."""
+ONNX_CPU_ROWS = 16
+"""Most texts of the batch size in an ONNX Runtime pass on the CPU (512 at the default 32): 16-token
+texts go 512 a call. Where the model is cheap, ONNX Runtime's cost per call and the Python around
+each pass are what a build pays; all-MiniLM-L6-v2 embeds as fast in passes of 32 texts as of 128-512 on
+short STS-B sentences, StackFAQ answers and whole 256-token windows (docs/performance.md)."""
 GPU_TOKENS = 65536
 """Padded tokens in one GPU pass: thousands of short texts, hundreds of long ones."""
 GPU_ROWS = 4096
@@ -46,14 +51,14 @@ class Batching:
 
     @classmethod
     def on(cls, on_cpu: bool, batch_size: int, runtime: str = "onnx") -> Batching:
-        """ONNX Runtime on the CPU keeps ``batch_size`` rows (its cache-sized passes); torch on the
-        CPU and a GPU take a token budget. ``runtime``: what runs the passes (``torch`` or
-        ``onnx``), whose cost per pass differs."""
+        """On the CPU a pass takes ``batch_size`` texts of a whole window and more of shorter
+        ones, up to ``CPU_TOKENS`` padded tokens per text of the batch size; a GPU takes a larger
+        budget. ``runtime``: what runs the passes (``torch`` or ``onnx``), whose cost per pass
+        differs."""
         call = CPU_CALL_TOKENS if runtime == "onnx" else TORCH_CALL_TOKENS
-        if on_cpu and runtime == "torch":
-            return cls(batch_size * TORCH_CPU_ROWS, batch_size * TORCH_CPU_TOKENS, call)
         if on_cpu:
-            return cls(batch_size, batch_size * 1024, call)
+            rows = TORCH_CPU_ROWS if runtime == "torch" else ONNX_CPU_ROWS
+            return cls(batch_size * rows, batch_size * CPU_TOKENS, call)
         return cls(max(batch_size, GPU_ROWS), max(batch_size * 512, GPU_TOKENS), TORCH_CALL_TOKENS)
 
     def to_dict(self) -> dict[str, int]:
@@ -70,15 +75,15 @@ class Batching:
         padding to the pass's width costs less than a pass of their own (``call_tokens``) and the
         pass keeps within ``rows`` and ``tokens``. One walk over the runs (token counts repeat):
         planning costs little beside the passes."""
-        values = [max(1, int(n)) for n in (lengths.tolist() if isinstance(lengths, np.ndarray) else lengths)]
-        if not values:
+        values = np.maximum(np.asarray(lengths, dtype=np.int64).reshape(-1), 1)
+        if not len(values):
             return []
-        ranked = sorted(range(len(values)), key=values.__getitem__, reverse=True)  # stable
-        cuts, width, start = [0], values[ranked[0]], 0
-        for end in range(1, len(ranked) + 1):  # each run of one length: ranked[start:end]
-            length = values[ranked[start]]
-            if end < len(ranked) and values[ranked[end]] == length:
-                continue
+        order = np.argsort(-values, kind="stable")  # longest first, like lengths in their order
+        ranked = values[order]
+        ends = [*(np.flatnonzero(ranked[1:] != ranked[:-1]) + 1).tolist(), len(ranked)]
+        cuts, width, start = [0], int(ranked[0]), 0
+        for end in ends:  # each run of one length: order[start:end]
+            length = int(ranked[start])
             if start > cuts[-1] and (end - start) * (width - length) > self.call_tokens:
                 cuts.append(start)
                 width = length
@@ -86,5 +91,4 @@ class Batching:
                 cuts.append(cuts[-1] + max(1, min(self.rows, self.tokens // width)))
                 width = length
             start = end
-        order = np.array(ranked, dtype=np.int64)
         return [order[a:b] for a, b in zip(cuts, [*cuts[1:], len(order)], strict=True)]

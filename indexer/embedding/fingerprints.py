@@ -69,11 +69,40 @@ def file_hashes(directory: str | Path) -> dict[str, str]:
     """The sha256 of each of a model's ``FINGERPRINTED`` files and its modules' own, by its name in
     the folder, sorted."""
     root = Path(directory).resolve()
-    found = {p for pattern in FINGERPRINTED for p in root.glob(pattern) if p.is_file()}
-    files = sorted(found | set(module_files(str(root))))
+    files = _listed(root)
     if not files:
         raise BadInput(f"{directory} holds no model files (config.json, weights)")
     return {path.relative_to(root).as_posix(): _file_hash(path) for path in files}
+
+
+_LISTINGS: dict[Path, tuple[tuple[tuple[Path, tuple[int, ...] | None], ...], list[Path]]] = {}
+"""Each model folder's ``FINGERPRINTED`` files, with the stamps of what decides the list: a build
+asks for its model's fingerprint dozens of times, and each glob costs more than the hashes the
+cache keeps."""
+
+
+def _listed(root: Path) -> list[Path]:
+    """The files of ``root`` a fingerprint covers, listed again only where a folder they lie in or
+    ``modules.json`` changed (a file added, removed or renamed moves its folder's times)."""
+    known = _LISTINGS.get(root)
+    if known is not None and all(_stamp(path) == stamp for path, stamp in known[0]):
+        return known[1]
+    watched = [root, root / "modules.json"]
+    stamps = [(path, _stamp(path)) for path in watched]  # before listing: a change during it is seen
+    found = {p for pattern in FINGERPRINTED for p in root.glob(pattern) if p.is_file()}
+    files = sorted(found | set(module_files(str(root))))
+    stamps += [(folder, _stamp(folder)) for folder in sorted({f.parent for f in files} - {root})]
+    _LISTINGS[root] = (tuple(stamps), files)
+    return files
+
+
+def _stamp(path: Path) -> tuple[int, ...] | None:
+    """What ``stat`` says of ``path`` that every change to it moves (None: it is not there)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def changed_files(fingerprint: str, directory: str | Path) -> list[str]:

@@ -86,14 +86,27 @@ class Head:
 
 def pad_batch(pieces: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
     """Token id lists -> right-padded ``input_ids`` and ``attention`` (int64 ``[batch, width]``)."""
-    lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-    # every id at once, in row order, into the cells the mask keeps: a row at a time costs two
-    # NumPy assignments from a list per piece, as much as a cheap model's pass
-    ids = np.fromiter(chain.from_iterable(pieces), dtype=np.int64, count=int(lengths.sum()))
-    kept = np.arange(int(lengths.max())) < lengths[:, None]
-    input_ids = np.full(kept.shape, pad, dtype=np.int64)
-    input_ids[kept] = ids
-    return input_ids, kept.astype(np.int64)
+    return Packed(pieces).padded(np.arange(len(pieces)), pad)
+
+
+class Packed:
+    """Token id lists as one array, once: every pass's padded matrices are then cut from it in a
+    few NumPy calls, with no Python per piece (per piece and per pass, that costs as much as a
+    cheap model's pass)."""
+
+    def __init__(self, pieces: Sequence[Sequence[int]]):
+        self.lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        self.ids = np.fromiter(chain.from_iterable(pieces), dtype=np.int64, count=int(self.lengths.sum()))
+        self.starts = np.cumsum(self.lengths) - self.lengths
+
+    def padded(self, rows: np.ndarray, pad: int) -> tuple[np.ndarray, np.ndarray]:
+        """The pieces ``rows``, right-padded with ``pad``: ``input_ids`` and ``attention``."""
+        lengths = self.lengths[rows]
+        columns = np.arange(int(lengths.max()))
+        kept = columns < lengths[:, None]
+        input_ids = np.full(kept.shape, pad, dtype=np.int64)
+        input_ids[kept] = self.ids[(self.starts[rows][:, None] + columns)[kept]]
+        return input_ids, kept.astype(np.int64)
 
 
 def finite(vectors: np.ndarray, strategy: Strategy) -> np.ndarray:
@@ -127,10 +140,11 @@ def encode(
     small batches."""
     networks = [network] if callable(network) else list(network)
     outs = [np.zeros((len(ids), d), dtype=np.float32) for d in dimensions]
-    batches = batching.plan([len(piece) for piece in ids])
+    packed = Packed(ids)
+    batches = batching.plan(packed.lengths)
 
     def run(on: Network, batch: np.ndarray) -> int:
-        input_ids, attention = pad_batch([ids[i] for i in batch], pad)
+        input_ids, attention = packed.padded(batch, pad)
         output = on(input_ids, attention)
         for out, head in zip(outs, heads, strict=True):
             out[batch] = finite(head(output, input_ids, attention), head.strategy)

@@ -23,7 +23,8 @@ a server's queries run the index's graph on the CPU unless a GPU is named."""
 PRECISION = AUTO
 """The one ``--precision`` default: fp16 on a GPU, fp32 on the CPU."""
 BATCH_SIZE = 32
-"""Most texts in one forward pass on the CPU (``indexer.embedding.batching``)."""
+"""Texts of a whole window in one forward pass on the CPU; shorter ones go more to a pass
+(``indexer.embedding.batching``)."""
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,8 @@ FLAGS: dict[str, Decorator] = {
         default=BATCH_SIZE,
         show_default=True,
         type=click.IntRange(min=1),
-        help="Texts per forward pass of the model on ONNX Runtime's CPU; torch and a GPU pass more "
-        "short texts within the tokens that many long ones take (larger: more memory).",
+        help="Texts per forward pass of the model where each fills its window; shorter texts go "
+        "more to a pass, within the tokens that many long ones take (larger: more memory).",
     ),
     RAY_FLAGS: stacked(
         click.option(

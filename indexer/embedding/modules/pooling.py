@@ -49,9 +49,15 @@ def _cls(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return tokens[:, 0]
 
 
+def _summed(tokens: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``[batch, tokens, width]`` summed over the tokens with ``[batch, tokens]`` weights: one
+    batched matrix product (twice einsum's speed on a cheap model's small passes)."""
+    return (weights[:, None, :] @ tokens)[:, 0]
+
+
 def _mean(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
     weights = as_float(mask, tokens)
-    return namespace(tokens).einsum("btd,bt->bd", tokens, weights) / weights.sum(1)[:, None].clip(min=1e-9)
+    return _summed(tokens, weights) / weights.sum(1)[:, None].clip(min=1e-9)
 
 
 def _max(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -67,7 +73,7 @@ def _mean_sqrt_len(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """The sum over the tokens divided by the square root of their count (sentence-transformers'
     ``mean_sqrt_len_tokens``)."""
     weights = as_float(mask, tokens)
-    total = namespace(tokens).einsum("btd,bt->bd", tokens, weights)
+    total = _summed(tokens, weights)
     return total / (weights.sum(1)[:, None].clip(min=1e-9) ** 0.5)
 
 
@@ -77,7 +83,7 @@ def _weighted_mean(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
     xp = namespace(tokens)
     weights = as_float(mask, tokens)
     weights = weights * xp.cumsum(xp.ones_like(weights), 1)
-    return xp.einsum("btd,bt->bd", tokens, weights) / weights.sum(1)[:, None].clip(min=1e-9)
+    return _summed(tokens, weights) / weights.sum(1)[:, None].clip(min=1e-9)
 
 
 def _last_token(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
