@@ -21,7 +21,8 @@ to float error. The folder is read by ``indexer.embedding.cross_folder``; this m
 Pairs are tokenised as ``CrossEncoder`` does, by the model's own ``tokenizer.json``: the folder's
 prompt before the question, truncated to ``max_length`` longest text first (on the tokenizer's
 truncation side), type ids where the network reads them; and scored in the passes
-``indexer.embedding.batching.Batching.plan`` cuts from the pairs' token counts.
+``indexer.embedding.batching.Batching.plan`` cuts from the pairs' token counts (on ONNX Runtime on
+the CPU, side by side, one core each: ``runs``).
 
 What a micro-batcher needs (the server batches pairs by token budget as it batches texts):
 ``pair_tokens(question, texts)`` tokenises a request as it arrives (a list of ``PairTokens``, whose
