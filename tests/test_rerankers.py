@@ -158,6 +158,21 @@ def test_passes_are_cut_for_every_worker_keeping_each_pair_once(rows, workers):
     assert len(passes) == max(len(rows), min(workers, sum(rows)))
 
 
+def test_calls_from_several_threads_at_once_score_as_one_call_alone(folder):
+    """ONNX Runtime's passes run side by side on one session: calls made at once from several
+    threads (in-process searches, each with its own passes) give each pair its score alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    reranker = reranker_for(folder("bert", "identity"), EmbeddingOptions(device="cpu"), runtime="onnx")
+    texts = [text for _, text in PAIRS] + [LONG[: 30 * i] for i in range(1, 9)]
+    asked = [(question, texts[i:] + texts[:i]) for i, (question, _) in enumerate(PAIRS * 2)]
+    alone = [reranker.score(question, found) for question, found in asked]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda one: reranker.score(*one), asked))
+    for mine, expected in zip(together, alone, strict=True):
+        np.testing.assert_allclose(mine, expected, atol=1e-6)
+
+
 def test_a_batcher_scores_token_lists_as_score_does(folder):
     """``pair_tokens`` (tokenised as a request arrives; ``len``: its tokens) then ``score_tokens``
     (a batch of several requests' pairs) gives each pair the score ``score`` gives it."""
