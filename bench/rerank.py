@@ -7,8 +7,8 @@ process, and p50/p99 and requests/s of 8 HTTP clients on ``semsearch serve INDEX
 ``/search`` (``rerank_depth`` in the body; depth 0 asks ``rerank: false``). Beside it, the same
 pairs (each question with its depth best first-stage texts) scored by semsearch's reranker
 (``Reranker.score``, one call per question, as the search calls it) and by sentence-transformers'
-``CrossEncoder.predict`` (one call per question, its default batch of 32): pairs/s of each and
-their ratio.
+``CrossEncoder.predict`` (one call per question, its default batch of 32), interleaved question by
+question: pairs/s of each and their ratio.
 
 Indexes: the FAQ default (demo: ``--text-field question --also question,answer``; StackFAQ:
 ``--text-field text --also text,answer``), so the reranker reads each entry's question, as a
@@ -121,7 +121,8 @@ def candidates(index: Path, questions: list[Any], depth: int) -> list[list[str]]
 
 def pairs_per_second(reranker: str, questions: list[Any], texts: list[list[str]], depths: list[int]) -> dict:
     """Per depth: pairs/s of semsearch's reranker and of ``CrossEncoder.predict``, one call per
-    question each, on the same pairs."""
+    question each, on the same pairs, interleaved question by question (which goes first
+    alternates), so that a busy machine slows both alike."""
     from sentence_transformers import CrossEncoder
 
     from indexer.encoders.rerankers import reranker_for
@@ -130,18 +131,21 @@ def pairs_per_second(reranker: str, questions: list[Any], texts: list[list[str]]
     peer = CrossEncoder(reranker, device="cpu")
     ours.score(questions[0].text, texts[0][:K])  # warm both
     peer.predict([(questions[0].text, t) for t in texts[0][:K]], show_progress_bar=False)
+    sides = {
+        "semsearch": lambda question, found: ours.score(question, found),
+        "peer": lambda question, found: peer.predict([(question, t) for t in found], show_progress_bar=False),
+    }
     rows = {}
     for depth in [d for d in depths if d]:
         asked = [(q.text, found[:depth]) for q, found in zip(questions, texts, strict=True)]
+        spent = dict.fromkeys(sides, 0.0)
+        for turn, (question, found) in enumerate(asked):
+            for name in sorted(sides, reverse=turn % 2 == 1):
+                started = time.perf_counter()
+                sides[name](question, found)
+                spent[name] += time.perf_counter() - started
         count = sum(len(found) for _, found in asked)
-        started = time.perf_counter()
-        for question, found in asked:
-            ours.score(question, found)
-        semsearch = count / (time.perf_counter() - started)
-        started = time.perf_counter()
-        for question, found in asked:
-            peer.predict([(question, t) for t in found], show_progress_bar=False)
-        st = count / (time.perf_counter() - started)
+        semsearch, st = count / spent["semsearch"], count / spent["peer"]
         rows[depth] = {"pairs": count, "semsearch": semsearch, "peer": st, "ratio": semsearch / st}
     return rows
 

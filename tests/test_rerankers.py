@@ -16,7 +16,7 @@ import pytest
 
 from indexer.embedding.cross_folder import cross_graph, read_cross_folder
 from indexer.encoders.options import EmbeddingOptions
-from indexer.encoders.rerankers import reranker_for
+from indexer.encoders.rerankers import reranker_for, spread
 from indexer.errors import BadInput
 from tests.helpers import ARCHITECTURES, heavy_imports, random_bert, random_cross_encoder
 
@@ -133,14 +133,44 @@ def test_a_pair_is_truncated_on_the_tokenizers_side(folder, tmp_path):
     assert not np.allclose(scored(str(path), "torch", pairs), right, atol=1e-3)  # the side matters
 
 
-def test_scores_do_not_depend_on_the_batch(folder):
-    """Passes planned from token counts (one pair alone, or many at once) score each pair alike."""
+@pytest.mark.parametrize("runtime", ["torch", "onnx"])
+def test_scores_do_not_depend_on_the_batch(folder, runtime):
+    """Passes planned from token counts (one pair alone, or many at once, run side by side on
+    ONNX Runtime) score each pair alike."""
     path = folder("bert", "identity")
     texts = [text for _, text in PAIRS] + [LONG[: 40 * i] for i in range(1, 12)]
-    together = reranker_for(path, EmbeddingOptions(device="cpu", batch_size=32), runtime="torch")
-    alone = reranker_for(path, EmbeddingOptions(device="cpu", batch_size=1), runtime="torch")
+    together = reranker_for(path, EmbeddingOptions(device="cpu", batch_size=32), runtime=runtime)
+    alone = reranker_for(path, EmbeddingOptions(device="cpu", batch_size=1), runtime=runtime)
     expected = np.array([alone.score("a question", [text])[0] for text in texts])
     np.testing.assert_allclose(together.score("a question", texts), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [[20], [3, 9, 8], [1, 1], [5], []])
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_passes_are_cut_for_every_worker_keeping_each_pair_once(rows, workers):
+    """One search's pairs reach every core: its passes cut (the largest halved) until each
+    worker has one where a pass has rows to spare, each pair in exactly one pass."""
+    starts = np.cumsum([0, *rows])
+    planned = [np.arange(a, b) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    passes = spread(planned, workers)
+    assert sorted(np.concatenate([*passes, np.array([], dtype=int)]).tolist()) == list(range(sum(rows)))
+    assert all(len(p) for p in passes)
+    assert len(passes) == max(len(rows), min(workers, sum(rows)))
+
+
+def test_calls_from_several_threads_at_once_score_as_one_call_alone(folder):
+    """ONNX Runtime's passes run side by side on one session: calls made at once from several
+    threads (in-process searches, each with its own passes) give each pair its score alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    reranker = reranker_for(folder("bert", "identity"), EmbeddingOptions(device="cpu"), runtime="onnx")
+    texts = [text for _, text in PAIRS] + [LONG[: 30 * i] for i in range(1, 9)]
+    asked = [(question, texts[i:] + texts[:i]) for i, (question, _) in enumerate(PAIRS * 2)]
+    alone = [reranker.score(question, found) for question, found in asked]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda one: reranker.score(*one), asked))
+    for mine, expected in zip(together, alone, strict=True):
+        np.testing.assert_allclose(mine, expected, atol=1e-6)
 
 
 def test_a_batcher_scores_token_lists_as_score_does(folder):
@@ -170,7 +200,7 @@ def test_the_graph_is_exported_once_and_then_runs_without_torch(folder, tmp_path
     assert cross_graph(read_cross_folder(path)).exported
     script = (
         "import sys, json\n"
-        "from indexer.encoders.rerankers import reranker_for\n"
+        "from indexer.encoders.rerankers import reranker_for, spread\n"
         f"r = reranker_for({path!r})\n"
         "print(json.dumps([r.runtime, r.why, 'torch' in sys.modules, r.score('q', ['a', 'b c']).tolist()]))\n"
     )

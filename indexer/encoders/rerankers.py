@@ -21,7 +21,8 @@ to float error. The folder is read by ``indexer.embedding.cross_folder``; this m
 Pairs are tokenised as ``CrossEncoder`` does, by the model's own ``tokenizer.json``: the folder's
 prompt before the question, truncated to ``max_length`` longest text first (on the tokenizer's
 truncation side), type ids where the network reads them; and scored in the passes
-``indexer.embedding.batching.Batching.plan`` cuts from the pairs' token counts.
+``indexer.embedding.batching.Batching.plan`` cuts from the pairs' token counts (on ONNX Runtime on
+the CPU, side by side, one core each: ``runs``).
 
 What a micro-batcher needs (the server batches pairs by token budget as it batches texts):
 ``pair_tokens(question, texts)`` tokenises a request as it arrives (a list of ``PairTokens``, whose
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -169,28 +171,43 @@ class PairTokenizer:
 
 
 class _Scoring:
-    """Pairs -> tokens -> planned passes -> logits -> the activation: what both runtimes share."""
+    """Pairs -> tokens -> planned passes -> logits -> the activation: what both runtimes share.
+    ``workers``: passes run at once (``_OnnxClassifier.workers``; 1: one after the other)."""
 
-    def __init__(self, folder: CrossFolder, runtime: str, why: str, batching: Batching, logits: Logits):
+    def __init__(
+        self,
+        folder: CrossFolder,
+        runtime: str,
+        why: str,
+        batching: Batching,
+        logits: Logits,
+        workers: int = 1,
+    ):
         self.folder, self.runtime, self.why, self.batching = folder, runtime, why, batching
         self.tokenizer = PairTokenizer(folder)
-        self.logits = logits
+        self.logits, self.workers = logits, workers
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="semsearch-pass") if workers > 1 else None
 
     def pair_tokens(self, question: str, texts: Sequence[str]) -> list[PairTokens]:
         return self.tokenizer.pairs([(question, text) for text in texts])
 
     def score_tokens(self, tokens: Sequence[PairTokens]) -> np.ndarray:
         out = np.zeros(len(tokens), dtype=np.float32)
-        for rows in self.batching.plan([len(t) for t in tokens]):
-            chosen = [tokens[i] for i in rows.tolist()]
-            ids, mask = pad_batch([t.ids for t in chosen], self.tokenizer.pad)
-            types, _ = pad_batch([t.types for t in chosen], 0)
-            out[rows] = self.logits(ids, mask, types)
+        planned = spread(self.batching.plan([len(t) for t in tokens]), self.workers)
+        padded = [self._padded([tokens[i] for i in rows.tolist()]) for rows in planned]
+        run = self.pool.map if self.pool is not None and len(padded) > 1 else map
+        for rows, logits in zip(planned, run(lambda batch: self.logits(*batch), padded), strict=True):
+            out[rows] = logits
         if not np.isfinite(out).all():
             raise ModelFailed(
                 f"the reranker {self.folder.path} gave non-finite scores: its weights are damaged"
             )
         return activated(out, self.folder.activation)
+
+    def _padded(self, chosen: list[PairTokens]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ids, mask = pad_batch([t.ids for t in chosen], self.tokenizer.pad)
+        types, _ = pad_batch([t.types for t in chosen], 0)
+        return ids, mask, types
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         return self.score_tokens(self.tokenizer.pairs(pairs))
@@ -200,6 +217,20 @@ class _Scoring:
 
     def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
         return self.score_tokens(self.pair_tokens(question, texts))
+
+
+def spread(passes: list[np.ndarray], workers: int) -> list[np.ndarray]:
+    """``passes`` cut until there are ``workers`` of them where they can be (the largest halved,
+    rows in its order): each worker gets a pass, so one search's pairs use every core. A pair's
+    score does not depend on its pass."""
+    passes = list(passes)
+    while len(passes) < workers:
+        largest = max(range(len(passes)), key=lambda i: len(passes[i]), default=None)
+        if largest is None or len(passes[largest]) < 2:
+            break
+        rows = passes.pop(largest)
+        passes[largest:largest] = [rows[: len(rows) // 2], rows[len(rows) // 2 :]]
+    return passes
 
 
 def activated(logits: np.ndarray, activation: str) -> np.ndarray:
@@ -246,16 +277,31 @@ def load_classifier(folder: CrossFolder) -> tuple[Any, bool]:
 
 
 class _OnnxClassifier:
-    """The exported classifier on ONNX Runtime (no torch): it is fed the inputs it names."""
+    """The exported classifier on ONNX Runtime (no torch): it is fed the inputs it names.
+
+    On the CPU its passes run side by side, each on ``threads`` cores (``runs``): on 2 cores two
+    one-thread runs at once score about 1.5x the pairs/s of one two-thread run at a time when the
+    cores are shared (a server's event loop, its clients, other processes), since a run's
+    operators wait on the slowest of its threads at every step (docs/rerank.md). One session:
+    ONNX Runtime runs it from several threads at once, its weights held once."""
 
     def __init__(self, spec: GraphSpec, provider: str = CPU, spin: bool = False):
-        self.session = session(spec.path, provider=provider, spin=spin, threads=usable_cores())
+        self.workers, threads = runs() if provider == CPU else (1, usable_cores())
+        self.session = session(spec.path, provider=provider, spin=spin and threads > 1, threads=threads)
         self.inputs = {i.name for i in self.session.get_inputs()}
 
     def __call__(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         (logits,) = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})
         return logits[:, 0].astype(np.float32)
+
+
+def runs(cores: int | None = None) -> tuple[int, int]:
+    """How many passes a reranker runs at once on the CPU and the threads of each: one thread a
+    pass on up to 7 cores (measured on 2), then four passes of a quarter of the cores each (as
+    ``onnx_graph.bulk_sessions`` shares a many-core machine)."""
+    cores = cores or usable_cores()
+    return (cores, 1) if cores < 8 else (4, cores // 4)
 
 
 def reranker_for(
@@ -289,7 +335,8 @@ def reranker_for(
     classifier = _OnnxClassifier(spec, options.provider or CPU, not options.serving)
     why = CACHED if step == "cached" else EXPORTED
     batching = Batching.on(True, options.batch_size)
-    return _Scoring(folder, "onnx-int8" if int8 else "onnx", why, batching, classifier)
+    runtime = "onnx-int8" if int8 else "onnx"
+    return _Scoring(folder, runtime, why, batching, classifier, classifier.workers)
 
 
 def _torch(folder: CrossFolder, options: EmbeddingOptions, why: str) -> _Scoring:
