@@ -15,7 +15,7 @@ Indexes: the FAQ default (demo: ``--text-field question --also question,answer``
 search hands it the entry's embedded text.
 
     .venv/bin/python bench/rerank.py --reranker DIR [--data demo,stackfaq] [--depths 10,20,50,100]
-        [--seconds 8] [--queries 0] [--peer-queries 50] [--clients 8]
+        [--seconds 8] [--queries 0] [--peer-queries 50] [--clients 8] [--backend onnx-int8]
 
 ``--queries N`` measures N questions of each set spread over it (0: all); ``--peer-queries`` how
 many of those the pairs/s comparison scores. Run it on a quiet machine: every number is a time.
@@ -83,13 +83,17 @@ def build(name: str, directory: Path) -> Path:
     return target
 
 
-def one_process(index: Path, reranker: str, questions: list[Any], qrels: dict, depths: list[int]) -> dict:
+def one_process(
+    index: Path, reranker: str, questions: list[Any], qrels: dict, depths: list[int], backend: str | None
+) -> dict:
     """Per depth: MRR@10, Success@1 and per-query latency, searched one question at a time."""
     from search.read.engine import SearchEngine, configure_threads
     from search.studies.evaluate import retrieval_metrics
 
     configure_threads()
-    engine = SearchEngine(index, rerank=reranker)
+    from search.read.reranked import RerankOptions
+
+    engine = SearchEngine(index, rerank=RerankOptions(reranker, backend=backend))
     engine.search_many([questions[0].text], K)  # warm: graphs loaded, sessions made
     rows = {}
     for depth in depths:
@@ -119,7 +123,9 @@ def candidates(index: Path, questions: list[Any], depth: int) -> list[list[str]]
     return [[hit.text for hit in hits] for hits in found]
 
 
-def pairs_per_second(reranker: str, questions: list[Any], texts: list[list[str]], depths: list[int]) -> dict:
+def pairs_per_second(
+    reranker: str, questions: list[Any], texts: list[list[str]], depths: list[int], backend: str | None
+) -> dict:
     """Per depth: pairs/s of semsearch's reranker and of ``CrossEncoder.predict``, one call per
     question each, on the same pairs, interleaved question by question (which goes first
     alternates), so that a busy machine slows both alike."""
@@ -127,7 +133,7 @@ def pairs_per_second(reranker: str, questions: list[Any], texts: list[list[str]]
 
     from indexer.encoders.rerankers import reranker_for
 
-    ours = reranker_for(reranker)
+    ours = reranker_for(reranker, runtime=backend)
     peer = CrossEncoder(reranker, device="cpu")
     ours.score(questions[0].text, texts[0][:K])  # warm both
     peer.predict([(questions[0].text, t) for t in texts[0][:K]], show_progress_bar=False)
@@ -156,11 +162,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(index: Path, reranker: str) -> tuple[subprocess.Popen, int]:
+def serve(index: Path, reranker: str, backend: str | None) -> tuple[subprocess.Popen, int]:
     import httpx
 
     port = free_port()
     command = [sys.executable, "-m", "search.cli", "serve", str(index), "--rerank", reranker]
+    command += ["--rerank-backend", backend] if backend else []
     process = subprocess.Popen(
         [*command, "--port", str(port), "--quiet"],
         stdout=subprocess.DEVNULL,
@@ -229,7 +236,7 @@ async def drive(
 def over_http(
     index: Path, reranker: str, questions: list[str], depths: list[int], args: argparse.Namespace
 ) -> dict:
-    process, port = serve(index, reranker)
+    process, port = serve(index, reranker, args.backend)
     try:
         asyncio.run(drive(port, args.clients, 1.0, questions, depths[-1]))  # warm
         return {
@@ -252,6 +259,11 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=0, help="Questions measured per set, spread (0: all).")
     parser.add_argument("--peer-queries", type=int, default=50, help="Questions of the pairs/s comparison.")
     parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument(
+        "--backend",
+        choices=("onnx", "onnx-int8", "torch"),
+        help="What runs semsearch's reranker (default: its own choice).",
+    )
     args = parser.parse_args()
     from search.read.queries import read_queries
     from search.studies.evaluate import read_qrels
@@ -259,7 +271,7 @@ def main() -> None:
     depths = [0, *[int(d) for d in args.depths.split(",")]]
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; cores: {os.cpu_count()}")
-    print(f"reranker: {args.reranker}")
+    print(f"reranker: {args.reranker} ({args.backend or 'default'} backend)")
     with tempfile.TemporaryDirectory(prefix="bench-rerank-") as tmp:
         for name in args.data.split(","):
             spec = SETS[name]
@@ -270,10 +282,10 @@ def main() -> None:
             index = build(name, Path(tmp))
             built = time.perf_counter() - started
             print(f"\n== {name}: {len(questions)} questions, index built in {built:.0f} s")
-            local = one_process(index, args.reranker, questions, qrels, depths)
+            local = one_process(index, args.reranker, questions, qrels, depths, args.backend)
             peers = spread(questions, args.peer_queries)
             texts = candidates(index, peers, max(depths))
-            pairs = pairs_per_second(args.reranker, peers, texts, depths)
+            pairs = pairs_per_second(args.reranker, peers, texts, depths, args.backend)
             http = (
                 {}
                 if args.skip_http

@@ -139,6 +139,6 @@ def test_rerank_on_onnx_int8_from_the_cli_scores_as_the_library_does(folder, tmp
     result = CliRunner().invoke(cli, [*args, "--device", "cpu"])
     assert result.exit_code == 0, result.output
     expected = int8(folder)(QUESTION, TEXTS)
-    hits = json.loads(result.output)["hits"]
+    hits = json.loads(result.stdout)["hits"]
     assert [int(h["id"]) - 1 for h in hits] == np.argsort(-expected, kind="stable").tolist()
     np.testing.assert_allclose([h["score"] for h in hits], np.sort(expected)[::-1], atol=1e-6)

@@ -356,7 +356,7 @@ def test_rerank_ranks_the_lines_of_a_file_best_first_by_the_rerankers_score(fold
     args = ["rerank", question, str(lines), "--model", path, "--backend", "torch", "--device", "cpu"]
     result = CliRunner().invoke(cli, [*args, "--json", "-k", "2"])
     assert result.exit_code == 0, result.output
-    hits = json.loads(result.output)["hits"]
+    hits = json.loads(result.stdout)["hits"]
     kept = {1: LINES[0], 3: LINES[2], 4: LINES[3]}
     expected = dict(zip(kept, predicted(path, [(question, t) for t in kept.values()]).tolist(), strict=True))
     best = sorted(expected, key=expected.__getitem__, reverse=True)[:2]
