@@ -46,7 +46,7 @@ from indexer.encoders import factory, onnx_graph, tokens
 from indexer.store import integrity, versions, writer
 from indexer.writing import build
 try:
-    from indexer.writing import stages
+    from indexer import stages
 except ImportError:  # a checkout whose build does not stream
     stages = None
 import indexer.catalog, indexer.store, indexer.vectors.factory

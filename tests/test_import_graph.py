@@ -120,7 +120,7 @@ def test_the_read_path_writes_nothing():
 
 
 FLOORS: list[dict[str, tuple[str, ...]]] = [
-    {"base": ("indexer.errors", "indexer.progress", "indexer.lazy", "indexer.columns")},
+    {"base": ("indexer.errors", "indexer.progress", "indexer.lazy", "indexer.columns", "indexer.stages")},
     {"reading": ("indexer.reading",)},
     {"catalog": ("indexer.catalog",), "vectors": ("indexer.vectors",)},
     {"embedding": ("indexer.embedding",), "files": ("indexer.files",)},

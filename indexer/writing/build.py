@@ -1,7 +1,7 @@
 """corpus -> texts -> vectors -> index: the one function the ``index`` command is a shell over.
 
 A build is a pipeline of four stages with bounded queues between them, so the slowest sets the
-pace (``indexer.writing.stages``): the corpus is read and every row checked and typed on one
+pace (``indexer.stages``): the corpus is read and every row checked and typed on one
 thread, in parts of ``PART_ENTRIES``, while the model loads; each part is tokenised on a second
 thread (one batch call of the Rust tokenizer, which releases the GIL) while the network embeds the
 part before (its kernels release the GIL too); each embedded part is written on a fourth thread
@@ -36,8 +36,8 @@ from indexer.progress import Progress
 from indexer.reading.corpus import CorpusOptions, CorpusReader, Entry, Rejection, rejection_summary
 from indexer.reading.field_types import TypeCounter
 from indexer.reading.rows import CorpusSource, source_name
+from indexer.stages import Ahead, Behind
 from indexer.vectors.factory import KIND, STORAGE
-from indexer.writing.stages import Ahead, Behind
 
 if TYPE_CHECKING:
     from indexer.embedding.head import Tokenized

@@ -33,7 +33,7 @@ from indexer.files import staged_file
 from indexer.progress import Progress, Share
 from indexer.reading.corpus import CorpusOptions, CorpusReader, Entry, blank
 from indexer.reading.decoding import line_text, read_lines
-from indexer.writing.stages import Ahead
+from indexer.stages import Ahead
 from search.read.queries import check_text
 
 if TYPE_CHECKING:  # an index's encoder runs its exported graph: no torch
