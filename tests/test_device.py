@@ -127,7 +127,7 @@ def test_info_says_where_the_vectors_were_made(tmp_path, tiny_model):
     result = run("index", corpus, "-o", tmp_path / "idx", "--model", tiny_model, "--device", "cpu")
     assert result.returncode == 0, result.stderr
     info = run("info", tmp_path / "idx")
-    assert "embedded:    onnx, cpu, fp32, passes of at most 32 texts and 32768 tokens" in info.stdout
+    assert "embedded:    onnx, cpu, fp32, passes of at most 512 texts and 8192 tokens" in info.stdout
     facts = json.loads(run("info", tmp_path / "idx", "--json").stdout)
     assert facts["embedded"].pop("why").startswith("its graph")  # exported now, or cached already
     assert facts["embedded"] == {
