@@ -134,7 +134,7 @@ def test_info_says_where_the_vectors_were_made(tmp_path, tiny_model):
         "runtime": "onnx",
         "device": "cpu",
         "precision": "fp32",
-        "batching": {"rows": 32, "tokens": 32768, "call_tokens": 8},
+        "batching": {"rows": 512, "tokens": 8192, "call_tokens": 8},
         "ray": None,
         "workers": None,
     }
