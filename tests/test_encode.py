@@ -13,7 +13,7 @@ import pytest
 
 from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
-from search.read.encoding import AHEAD, PART_TEXTS, Encoding, check_texts, encode
+from search.read.encoding import PART_TEXTS, Encoding, check_texts, encode
 from search.read.engine import SearchEngine
 from tests.helpers import ROWS, assert_clean_failure, build_faq, run, write_csv
 
@@ -45,7 +45,8 @@ def test_encode_with_a_strategy_gives_the_query_vectors_of_an_index_of_it(tmp_pa
 
 
 def test_parts_read_only_what_they_encode(tiny_model):
-    """An endless iterator of texts: the first part comes without reading past it."""
+    """An endless iterator of texts: the first part comes after reading one part past it (the
+    next part is tokenised while this one embeds), no more."""
     read = []
 
     def endless():
@@ -55,9 +56,9 @@ def test_parts_read_only_what_they_encode(tiny_model):
 
     parts = Encoding.load(Strategy(model=tiny_model)).parts(endless())
     first = next(parts)
-    parts.close()  # the reading stage stops with the parts it was reading ahead for
+    parts.close()
     assert len(first) == PART_TEXTS
-    assert len(read) <= (AHEAD + 2) * PART_TEXTS + 1
+    assert len(read) <= 2 * PART_TEXTS + 1
 
 
 @pytest.mark.parametrize(
@@ -200,7 +201,7 @@ def test_an_output_in_a_folder_that_makes_no_files_says_so(whitened, tmp_path):
 
 
 def test_a_bad_text_in_a_later_part_is_told_by_its_number(tiny_model):
-    """Texts are checked on the reading stage, ahead of the model: a bad one in the second part
+    """Texts are checked a part ahead of the model: a bad one in the second part
     still stops the encoding with its own number, and no vectors of the parts after it."""
     texts = [f"text {n}" for n in range(PART_TEXTS + 5)]
     texts[PART_TEXTS + 2] = "   "

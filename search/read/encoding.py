@@ -18,6 +18,7 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
@@ -33,7 +34,6 @@ from indexer.files import staged_file
 from indexer.progress import Progress, Share
 from indexer.reading.corpus import CorpusOptions, CorpusReader, Entry, blank
 from indexer.reading.decoding import line_text, read_lines
-from indexer.stages import Ahead
 from search.read.queries import check_text
 
 if TYPE_CHECKING:  # an index's encoder runs its exported graph: no torch
@@ -43,8 +43,6 @@ Roles = str | Sequence[str]
 """Which prefix texts are read with: ``query`` or ``passage``, for all of them or one per text."""
 PART_TEXTS = 256
 """Texts embedded at a time when streaming: memory holds one part and its vectors."""
-AHEAD = 2
-"""Parts read and tokenised ahead of the one being embedded."""
 OUTPUTS = ("npy", "jsonl")
 """What ``encode_file`` writes: a float32 ``.npy`` matrix, or one ``{"id", "vector"}`` per line."""
 
@@ -207,24 +205,32 @@ class Encoding:
         as_: str = "query",
     ) -> Iterator[tuple[list[str], np.ndarray]]:
         """``(ids, vectors)`` of ``(id, text)`` rows as ``as_`` texts, ``size`` rows at a time, in
-        order. Rows are read, checked and (for a network in this process) tokenised on a stage
-        of their own, ``AHEAD`` parts ahead: the Rust tokenizer's batch call releases the GIL, so
-        the next part is ready while the network embeds this one."""
+        order. For a network in this process, each part is tokenised on a thread of its own while
+        the network embeds the part before it (the Rust tokenizer's batch call releases the GIL).
+        The rows are read here, one part ahead, not on that thread: a source that waits for its
+        writer (stdin, a pipe) then waits where a stop (Ctrl-C, SIGTERM) reaches it."""
         check_role(as_)
         tokenising = self.embeds and hasattr(self.embedder, "embed_ids")
-
-        def read() -> Iterator[tuple[list[str], list[str], list[list[int]] | None]]:
-            source, done = iter(rows), 0
-            while part := list(islice(source, size)):
-                texts = check_texts([text for _, text in part], done + 1)
-                yield [i for i, _ in part], texts, self.tokenize(texts, as_) if tokenising else None
-                done += len(part)
-
-        with Progress(None, "encoding", enabled=progress) as bar, Ahead(read(), AHEAD, "read texts") as ahead:
-            for ids, texts, tokens in ahead:
-                vectors = self.embed(texts, role=as_) if tokens is None else self.embed_tokens(tokens)
-                yield ids, vectors.astype(np.float32, copy=False)
-                bar.advance(len(ids))
+        source, done = iter(rows), 0
+        waiting: tuple[list[str], list[str], Future[list[list[int]]] | None] | None = None
+        with Progress(None, "encoding", enabled=progress) as bar, ThreadPoolExecutor(1, "tokenise") as pool:
+            while True:
+                part = list(islice(source, size))
+                if part:
+                    texts = check_texts([text for _, text in part], done + 1)
+                    tokens = pool.submit(self.tokenize, texts, as_) if tokenising else None
+                    done += len(part)
+                if waiting is not None:
+                    ids, before, tokenised = waiting
+                    if tokenised is None:
+                        vectors = self.embed(before, role=as_)
+                    else:
+                        vectors = self.embed_tokens(tokenised.result())
+                    yield ids, vectors.astype(np.float32, copy=False)
+                    bar.advance(len(ids))
+                if not part:
+                    return
+                waiting = [i for i, _ in part], texts, tokens
 
     def info(self) -> dict[str, Any]:
         """What the encode-only server's ``/info`` shows."""
