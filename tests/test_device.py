@@ -164,12 +164,17 @@ SIDE_BY_SIDE = {  # task -> cores -> (runs at once, threads each), as measured a
 
 @pytest.mark.parametrize("task", sorted(SIDE_BY_SIDE))
 def test_onnx_runs_side_by_side_as_each_task_chose_for_its_cores(task):
-    from indexer.encoders.onnx_graph import bulk_sessions, usable_cores
-    from indexer.encoders.rerankers import runs
+    from indexer.encoders.onnx_graph import side_by_side, usable_cores
 
-    rule = {"encode": bulk_sessions, "rerank": runs}[task]
-    assert {cores: rule(cores) for cores in SIDE_BY_SIDE[task]} == SIDE_BY_SIDE[task]
-    assert rule() == rule(usable_cores())  # none given: the cores this process may run on
+    assert {cores: side_by_side(task, cores) for cores in SIDE_BY_SIDE[task]} == SIDE_BY_SIDE[task]
+    assert side_by_side(task) == side_by_side(task, usable_cores())  # the cores this process may use
+
+
+def test_onnx_side_by_side_refuses_a_task_it_has_no_rule_for():
+    from indexer.encoders.onnx_graph import side_by_side
+
+    with pytest.raises(ValueError, match="'embed'"):
+        side_by_side("embed", 4)
 
 
 @pytest.mark.slow
