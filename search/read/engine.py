@@ -81,23 +81,25 @@ class SearchEngine:
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
         said = rerank if isinstance(rerank, RerankOptions) else None
-        self.reranking = RerankOptions() if said is None else replace(said, model=None, off=False)
-        self.rerank = self._default_reranker(index, rerank if said is None else said.engine)
-        self.reranking = replace(self.reranking, model=self.rerank)  # what a search takes where it says none
+        how = RerankOptions() if said is None else replace(said, model=None, off=False)
+        self.rerank = self._default_reranker(index, rerank if said is None else said.engine, how)
+        self.reranking = replace(how, model=self.rerank)  # what a search takes where it says none
         self.snapshot = Snapshot(index, Encoding(self._encoder(index), index.transform))
 
-    def _default_reranker(self, index: StoredIndex, rerank: str | Path | bool | Reranker) -> str | None:
-        """The folder of the reranker every search reranks with (loaded now, so a bad one fails
-        before any search): ``rerank``'s, or the index's stored one (True), whose files must
-        still be those it was stored with; one taken by Hub name whose folder is gone here is
-        fetched again by its name at its commit (``indexer.embedding.hub``: the cache first)."""
+    def _default_reranker(
+        self, index: StoredIndex, rerank: str | Path | bool | Reranker, how: RerankOptions
+    ) -> str | None:
+        """The folder of the reranker every search reranks with (loaded now as ``how`` says, so a
+        bad one fails before any search): ``rerank``'s, or the index's stored one (True), whose
+        files must still be those it was stored with; one taken by Hub name whose folder is gone
+        here is fetched again by its name at its commit (``indexer.embedding.hub``: the cache first)."""
         if rerank is False:
             return None
         if not isinstance(rerank, str | Path | bool):  # loaded already: kept as its folder's
-            self.rerankers[self._key(rerank.folder.path)] = rerank
+            self.rerankers[self._key(rerank.folder.path, how)] = rerank
             return rerank.folder.path
         if rerank is not True:
-            self.reranker(str(rerank))
+            self.reranker(str(rerank), how)
             return str(rerank)
         stored = index.meta.get(RERANKER_KEY)
         if not stored:
@@ -113,9 +115,9 @@ class SearchEngine:
                     f"this index reranks with {folder}, which is not on this machine: give --rerank MODEL "
                     "or --no-rerank"
                 )
-            folder = self.reranker(stored["name"]).folder.path  # fetched again, kept by its folder
-            self.rerankers[self._key(folder)] = self.rerankers.pop(self._key(stored["name"]))
-        loaded = self.reranker(folder)
+            folder = self.reranker(stored["name"], how).folder.path  # fetched again, kept by its folder
+            self.rerankers[self._key(folder, how)] = self.rerankers.pop(self._key(stored["name"], how))
+        loaded = self.reranker(folder, how)
         if loaded.folder.fingerprint != stored.get("fingerprint"):
             raise BadInput(
                 f"the reranker at {folder} is not the one this index stored (its files changed): give "
