@@ -113,6 +113,10 @@ class Reranker(Protocol):
         """Each text cut after its first ``count`` tokens (``PairTokenizer.first_tokens``)."""
         ...
 
+    def close(self) -> None:
+        """End the threads its passes run on: whoever loaded it closes it (``SearchEngine.close``)."""
+        ...
+
 
 class PairTokenizer:
     """The folder's ``tokenizer.json`` set up as ``CrossEncoder`` calls it for pairs (no
@@ -197,7 +201,8 @@ class _Scoring:
         out = np.zeros(len(tokens), dtype=np.float32)
         planned = spread(self.batching.plan([len(t) for t in tokens]), self.workers)
         padded = [self._padded([tokens[i] for i in rows.tolist()]) for rows in planned]
-        run = self.pool.map if self.pool is not None and len(padded) > 1 else map
+        pool = self.pool  # read once: ``close`` may end it meanwhile
+        run = pool.map if pool is not None and len(padded) > 1 else map
         for rows, logits in zip(planned, run(lambda batch: self.logits(*batch), padded), strict=True):
             out[rows] = logits
         if not np.isfinite(out).all():
@@ -219,6 +224,13 @@ class _Scoring:
 
     def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
         return self.score_tokens(self.pair_tokens(question, texts))
+
+    def close(self) -> None:
+        """End the pass threads, which otherwise live as long as the process; a later call runs its
+        passes one after another on the calling thread (its scores the same)."""
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.shutdown()
 
 
 def spread(passes: list[np.ndarray], workers: int) -> list[np.ndarray]:

@@ -52,7 +52,8 @@ class SearchEngine:
     ``snapshot`` is the current version; ``reload_if_changed`` publishes a new one when
     ``add``/``delete``/``index`` wrote a new version (the model is reloaded only if the strategy
     changed); ``reloads`` counts them. Take ``snapshot`` once per request: it stays whole whatever
-    reloads happen after.
+    reloads happen after. ``close`` (or ``with``) ends the threads of the rerankers it loaded and
+    closes the index's catalog.
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class SearchEngine:
         self.reloads = 0
         self.reloading = threading.Lock()  # the server reloads from its request threads too
         self.rerankers: dict[tuple[str, tuple[object, ...]], Reranker] = {}
+        self.loaded: list[Reranker] = []  # the rerankers it loaded itself: closed with it
         self.loading_rerankers = threading.Lock()
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
@@ -134,8 +136,24 @@ class SearchEngine:
         with self.loading_rerankers:
             if key not in self.rerankers:
                 loaded = self.rerankers[key] = how.load(self.options)
+                self.loaded.append(loaded)
                 self.rerankers.setdefault(self._key(folder, how.loaded_as(loaded)), loaded)
             return self.rerankers[key]
+
+    def close(self) -> None:
+        """End the pass threads of every reranker the engine loaded (one handed to it is the
+        caller's to close) and close the current snapshot's catalog: the engine answers no more."""
+        with self.loading_rerankers:
+            loaded, self.loaded = self.loaded, []
+        for reranker in loaded:
+            reranker.close()
+        self.snapshot.close()
+
+    def __enter__(self) -> SearchEngine:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def _key(self, folder: str | Path, asked: RerankOptions | None = None) -> tuple[str, tuple[object, ...]]:
         """What the engine keeps a reranker by: its folder, resolved where it is on this machine,
