@@ -154,13 +154,27 @@ def _encoded(tmp_path, name, model):
     return out
 
 
-def test_a_many_core_machine_runs_several_sessions_of_a_few_cores():
-    from indexer.encoders.onnx_graph import bulk_sessions
+SIDE_BY_SIDE = {  # task -> cores -> (runs at once, threads each), as measured and chosen (docs/rerank.md)
+    # a bulk encode: one session on every core it was given up to 7, then one per 4 cores
+    "encode": {1: (1, 1), 2: (1, 2), 4: (1, 4), 7: (1, 7), 8: (2, 4), 16: (4, 4), 64: (16, 4)},
+    # a reranker's passes: one one-thread pass per core up to 7, then four of a quarter each
+    "rerank": {1: (1, 1), 2: (2, 1), 4: (4, 1), 7: (7, 1), 8: (4, 2), 16: (4, 4), 64: (4, 16)},
+}
 
-    assert bulk_sessions(2) == (1, 2)  # a laptop: one session on every core it was given
-    assert bulk_sessions(7) == (1, 7)
-    assert bulk_sessions(16) == (4, 4)
-    assert bulk_sessions(64) == (16, 4)
+
+@pytest.mark.parametrize("task", sorted(SIDE_BY_SIDE))
+def test_onnx_runs_side_by_side_as_each_task_chose_for_its_cores(task):
+    from indexer.encoders.onnx_graph import side_by_side, usable_cores
+
+    assert {cores: side_by_side(task, cores) for cores in SIDE_BY_SIDE[task]} == SIDE_BY_SIDE[task]
+    assert side_by_side(task) == side_by_side(task, usable_cores())  # the cores this process may use
+
+
+def test_onnx_side_by_side_refuses_a_task_it_has_no_rule_for():
+    from indexer.encoders.onnx_graph import side_by_side
+
+    with pytest.raises(ValueError, match="'embed'"):
+        side_by_side("embed", 4)
 
 
 @pytest.mark.slow

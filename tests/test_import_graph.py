@@ -210,3 +210,45 @@ def test_a_new_module_must_be_placed_on_a_floor(module):
     until it is placed, never on one by a catch-all."""
     with pytest.raises(AssertionError, match="on no floor"):
         floor_of(module)
+
+
+PRODUCT = ("indexer", "search", "semsearch")
+
+
+def private_imports(source: str) -> list[str]:
+    """Each import of a product module's name in ``source`` that is private or made private (``_x``,
+    wherever the import stands): a private name is its own module's, and a shared one goes by its
+    public name, so that a reader sees where it comes from."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            product = node.level or (node.module or "").split(".")[0] in PRODUCT
+            names = node.names if product else []
+        elif isinstance(node, ast.Import):
+            names = [alias for alias in node.names if alias.name.split(".")[0] in PRODUCT]
+        else:
+            continue
+        for alias in names:
+            said = [alias.name.rpartition(".")[2], alias.asname or ""]
+            if any(name.startswith("_") and not name.startswith("__") for name in said):
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_no_private_name_is_imported_across_modules():
+    known = module_names()
+    found = {name: private_imports(path.read_text(encoding="utf-8")) for name, path in known.items()}
+    assert {name: said for name, said in found.items() if said} == {}
+
+
+def test_the_private_import_check_sees_every_form():
+    forms = [
+        "from indexer.encoders.tokens import _cut",
+        "from .tokens import cut, _cut",
+        "from search.studies.labels import as_number as _float",
+        "import indexer.encoders.tokens as _tokens",
+        "def f():\n    from indexer.x import _y",
+    ]
+    assert [bool(private_imports(form)) for form in forms] == [True] * len(forms)
+    fine = "from __future__ import annotations\nfrom os import _exit\nfrom indexer.x import y as z"
+    assert private_imports(fine) == []

@@ -4,6 +4,7 @@ entries, in the query, Python and HTTP surfaces, and serves ``/v1/rerank`` and `
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -393,3 +394,45 @@ def test_the_servers_searches_score_their_pairs_on_the_model_thread(client, monk
         h["first_score"] is not None for r in answer.json()["results"] for h in r["hits"]
     )
     assert threads and all(name.startswith("semsearch-model") for name in threads)
+
+
+def pass_threads() -> set[threading.Thread]:
+    """The threads ONNX rerankers score their passes on (side by side, one per core)."""
+    return {t for t in threading.enumerate() if t.name.startswith("semsearch-pass")}
+
+
+@pytest.fixture
+def two_cores(monkeypatch, tmp_path):
+    """An ONNX reranker runs two passes at once whatever this machine's cores (its graph exported
+    into a cache of the test's own)."""
+    monkeypatch.setenv("SEMSEARCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("indexer.encoders.onnx_graph.usable_cores", lambda: 2)
+
+
+def test_closing_the_engine_ends_its_rerankers_pass_threads(index, cross, two_cores):
+    """The ONNX reranker an engine loads scores a search's passes on threads of its own; closing
+    the engine ends them, so a process that opens and closes engines keeps no thread of theirs."""
+    before = pass_threads()
+    with SearchEngine(index, rerank=RerankOptions(cross, backend="onnx")) as engine:
+        hits = engine.search(QUERY, k=4, mode="dense")
+        assert hits[0].first_score is not None  # reranked, its passes side by side
+        started = pass_threads() - before
+        assert started
+    assert not [t for t in started if t.is_alive()]
+
+
+def test_a_reranker_handed_to_the_engine_outlives_it(index, cross, two_cores):
+    """A reranker the caller loaded is the caller's to close: its pass threads outlive the engine
+    that searched with it, and closing it ends them (it scores on after, alike, on one thread)."""
+    from indexer.encoders.rerankers import reranker_for
+
+    reranker = reranker_for(cross, runtime="onnx")
+    before = pass_threads()
+    with SearchEngine(index, rerank=reranker) as engine:
+        assert engine.search(QUERY, k=4, mode="dense")[0].first_score is not None
+    started = pass_threads() - before
+    assert started
+    scores = reranker.score(QUERY, QUESTIONS)
+    reranker.close()
+    assert not [t for t in started if t.is_alive()]
+    np.testing.assert_array_equal(reranker.score(QUERY, QUESTIONS), scores)

@@ -13,7 +13,7 @@ from indexer.embedding.head import Head
 from indexer.embedding.models import config_shape, model_file, read_json
 from indexer.embedding.strategy import Strategy
 from indexer.encoders.base import Decision, NetworkEncoder
-from indexer.encoders.onnx_graph import CPU, OnnxGraph, bulk_sessions, usable_cores
+from indexer.encoders.onnx_graph import CPU, ENCODE, OnnxGraph, side_by_side, usable_cores
 from indexer.encoders.tokens import TextTokenizer
 from indexer.errors import BadInput
 
@@ -22,7 +22,7 @@ class OnnxEncoder(NetworkEncoder):
     """The strategy's exported graph on ONNX Runtime (``onnx`` or ``onnx-int8``), tokenised by
     ``tokenizers``. ``strategy`` must be resolved (a stored one is). ``spin``: let idle threads
     spin between operators (indexing throughput; a server wants them asleep), and on a many-core
-    machine run several sessions side by side (``bulk_sessions``). ``decision``: the factory's
+    machine run several sessions side by side (``side_by_side``). ``decision``: the factory's
     (its execution provider, its batching): ``indexer.encoders.factory`` alone builds one."""
 
     def __init__(
@@ -44,7 +44,8 @@ class OnnxEncoder(NetworkEncoder):
         shape = config_shape(read_json(model_file(spec.location, "config.json")) or {})
         if shape is None:
             raise BadInput(f"{spec.location} has no config.json saying its layers and width")
-        count, threads = sessions or (bulk_sessions() if spin and provider == CPU else (1, usable_cores()))
+        bulk = spin and provider == CPU
+        count, threads = sessions or (side_by_side(ENCODE) if bulk else (1, usable_cores()))
         graphs = [OnnxGraph(spec, spin=spin, provider=provider, threads=threads) for _ in range(count)]
         super().__init__(
             strategy,

@@ -89,7 +89,7 @@ def session(path: Path, *, provider: str = CPU, spin: bool = False, threads: int
 
 class OnnxGraph:
     """A ``Network`` on ONNX Runtime: ``hidden_states[i]`` for the exported layers and the pooler
-    output, on ``threads`` threads (``usable_cores``, or ``bulk_sessions``' share; 0 leaves it to
+    output, on ``threads`` threads (``usable_cores``, or ``side_by_side``'s share; 0 leaves it to
     ONNX Runtime, which pins one to every core of the machine). ``spin`` keeps idle threads spinning
     between operators, which a batch job wants and a server does not. ``provider``: the execution
     provider (ONNX Runtime's name, e.g. ``CUDAExecutionProvider``), with the CPU one for what it
@@ -133,17 +133,27 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def bulk_sessions(cores: int | None = None) -> tuple[int, int]:
-    """How many sessions a bulk job runs side by side and the threads of each: one session on up to
-    7 cores (two one-thread sessions are no faster on 2), then one per 4 cores. ONNX Runtime
-    parallelises inside each operator, and a batch of 32 short texts is too small to spread over
-    16 cores; four sessions of 4 cores each run four batches at once. The thread count is always
-    given: left to itself ONNX Runtime pins a thread to every core of the machine, whatever cores
-    the process was given."""
+ENCODE, RERANK = "encode", "rerank"
+"""What a CPU job runs graphs side by side for (``side_by_side``): a bulk encode's batches of
+texts, or one reranker call's passes of pairs."""
+
+
+def side_by_side(task: str, cores: int | None = None) -> tuple[int, int]:
+    """How many runs of a graph a CPU job of ``task`` keeps going at once and the threads of each,
+    on ``cores`` (None: ``usable_cores``). One rule, read two ways: one run on every core up to 7
+    cores, then one run of 4 threads per 4 cores (ONNX Runtime parallelises inside each operator,
+    and a batch of 32 short texts is too small to spread over 16 cores). A bulk encode (``ENCODE``)
+    runs it as it reads (two one-thread sessions are no faster on 2 cores); a reranker's passes
+    (``RERANK``) run its transpose: a one-thread pass per core up to 7, then four passes of a
+    quarter of the cores each, since on shared cores a run's operators wait on the slowest of its
+    threads at every step (measured on 2 cores: docs/rerank.md). The thread count is always given:
+    left to itself ONNX Runtime pins a thread to every core of the machine, whatever cores the
+    process was given."""
+    if task not in (ENCODE, RERANK):
+        raise ValueError(f"side_by_side runs {ENCODE!r} or {RERANK!r}, not {task!r}")
     cores = cores or usable_cores()
-    if cores < 8:
-        return 1, cores
-    return cores // 4, 4
+    runs, threads = (1, cores) if cores < 8 else (cores // 4, 4)
+    return (threads, runs) if task == RERANK else (runs, threads)
 
 
 def _stack(rows: Sequence[np.ndarray], width: int) -> np.ndarray:

@@ -22,7 +22,7 @@ Pairs are tokenised as ``CrossEncoder`` does, by the model's own ``tokenizer.jso
 prompt before the question, truncated to ``max_length`` longest text first (on the tokenizer's
 truncation side), type ids where the network reads them; and scored in the passes
 ``indexer.embedding.batching.Batching.plan`` cuts from the pairs' token counts (on ONNX Runtime on
-the CPU, side by side, one core each: ``runs``).
+the CPU, side by side: ``onnx_graph.side_by_side``).
 
 What a micro-batcher needs (the server batches pairs by token budget as it batches texts):
 ``pair_tokens(question, texts)`` tokenises a request as it arrives (a list of ``PairTokens``, whose
@@ -53,9 +53,11 @@ from indexer.encoders.onnx_graph import (
     CACHED,
     CPU,
     EXPORTED,
+    RERANK,
     cannot_export,
     graph_step,
     session,
+    side_by_side,
     usable_cores,
 )
 from indexer.encoders.options import EmbeddingOptions, given
@@ -109,6 +111,10 @@ class Reranker(Protocol):
 
     def first_tokens(self, texts: Sequence[str], count: int) -> list[str]:
         """Each text cut after its first ``count`` tokens (``PairTokenizer.first_tokens``)."""
+        ...
+
+    def close(self) -> None:
+        """End the threads its passes run on: whoever loaded it closes it (``SearchEngine.close``)."""
         ...
 
 
@@ -195,7 +201,8 @@ class _Scoring:
         out = np.zeros(len(tokens), dtype=np.float32)
         planned = spread(self.batching.plan([len(t) for t in tokens]), self.workers)
         padded = [self._padded([tokens[i] for i in rows.tolist()]) for rows in planned]
-        run = self.pool.map if self.pool is not None and len(padded) > 1 else map
+        pool = self.pool  # read once: ``close`` may end it meanwhile
+        run = pool.map if pool is not None and len(padded) > 1 else map
         for rows, logits in zip(planned, run(lambda batch: self.logits(*batch), padded), strict=True):
             out[rows] = logits
         if not np.isfinite(out).all():
@@ -217,6 +224,13 @@ class _Scoring:
 
     def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
         return self.score_tokens(self.pair_tokens(question, texts))
+
+    def close(self) -> None:
+        """End the pass threads, which otherwise live as long as the process; a later call runs its
+        passes one after another on the calling thread (its scores the same)."""
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.shutdown()
 
 
 def spread(passes: list[np.ndarray], workers: int) -> list[np.ndarray]:
@@ -279,14 +293,14 @@ def load_classifier(folder: CrossFolder) -> tuple[Any, bool]:
 class _OnnxClassifier:
     """The exported classifier on ONNX Runtime (no torch): it is fed the inputs it names.
 
-    On the CPU its passes run side by side, each on ``threads`` cores (``runs``): on 2 cores two
+    On the CPU its passes run side by side, each on ``threads`` cores (``side_by_side``): on 2 cores two
     one-thread runs at once score about 1.5x the pairs/s of one two-thread run at a time when the
     cores are shared (a server's event loop, its clients, other processes), since a run's
     operators wait on the slowest of its threads at every step (docs/rerank.md). One session:
     ONNX Runtime runs it from several threads at once, its weights held once."""
 
     def __init__(self, spec: GraphSpec, provider: str = CPU, spin: bool = False):
-        self.workers, threads = runs() if provider == CPU else (1, usable_cores())
+        self.workers, threads = side_by_side(RERANK) if provider == CPU else (1, usable_cores())
         self.session = session(spec.path, provider=provider, spin=spin and threads > 1, threads=threads)
         self.inputs = {i.name for i in self.session.get_inputs()}
 
@@ -294,14 +308,6 @@ class _OnnxClassifier:
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         (logits,) = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})
         return logits[:, 0].astype(np.float32)
-
-
-def runs(cores: int | None = None) -> tuple[int, int]:
-    """How many passes a reranker runs at once on the CPU and the threads of each: one thread a
-    pass on up to 7 cores (measured on 2), then four passes of a quarter of the cores each (as
-    ``onnx_graph.bulk_sessions`` shares a many-core machine)."""
-    cores = cores or usable_cores()
-    return (cores, 1) if cores < 8 else (4, cores // 4)
 
 
 def reranker_for(

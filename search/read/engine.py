@@ -52,7 +52,8 @@ class SearchEngine:
     ``snapshot`` is the current version; ``reload_if_changed`` publishes a new one when
     ``add``/``delete``/``index`` wrote a new version (the model is reloaded only if the strategy
     changed); ``reloads`` counts them. Take ``snapshot`` once per request: it stays whole whatever
-    reloads happen after.
+    reloads happen after. ``close`` (or ``with``) ends the threads of the rerankers it loaded and
+    closes the index's catalog.
     """
 
     def __init__(
@@ -77,27 +78,30 @@ class SearchEngine:
         self.reloads = 0
         self.reloading = threading.Lock()  # the server reloads from its request threads too
         self.rerankers: dict[tuple[str, tuple[object, ...]], Reranker] = {}
+        self.loaded: list[Reranker] = []  # the rerankers it loaded itself: closed with it
         self.loading_rerankers = threading.Lock()
         index = open_index(self.path)
         check_strategy(index.strategy, strategy or {})
         said = rerank if isinstance(rerank, RerankOptions) else None
-        self.reranking = RerankOptions() if said is None else replace(said, model=None, off=False)
-        self.rerank = self._default_reranker(index, rerank if said is None else said.engine)
-        self.reranking = replace(self.reranking, model=self.rerank)  # what a search takes where it says none
+        how = RerankOptions() if said is None else replace(said, model=None, off=False)
+        self.rerank = self._default_reranker(index, rerank if said is None else said.engine, how)
+        self.reranking = replace(how, model=self.rerank)  # what a search takes where it says none
         self.snapshot = Snapshot(index, Encoding(self._encoder(index), index.transform))
 
-    def _default_reranker(self, index: StoredIndex, rerank: str | Path | bool | Reranker) -> str | None:
-        """The folder of the reranker every search reranks with (loaded now, so a bad one fails
-        before any search): ``rerank``'s, or the index's stored one (True), whose files must
-        still be those it was stored with; one taken by Hub name whose folder is gone here is
-        fetched again by its name at its commit (``indexer.embedding.hub``: the cache first)."""
+    def _default_reranker(
+        self, index: StoredIndex, rerank: str | Path | bool | Reranker, how: RerankOptions
+    ) -> str | None:
+        """The folder of the reranker every search reranks with (loaded now as ``how`` says, so a
+        bad one fails before any search): ``rerank``'s, or the index's stored one (True), whose
+        files must still be those it was stored with; one taken by Hub name whose folder is gone
+        here is fetched again by its name at its commit (``indexer.embedding.hub``: the cache first)."""
         if rerank is False:
             return None
         if not isinstance(rerank, str | Path | bool):  # loaded already: kept as its folder's
-            self.rerankers[self._key(rerank.folder.path)] = rerank
+            self.rerankers[self._key(rerank.folder.path, how)] = rerank
             return rerank.folder.path
         if rerank is not True:
-            self.reranker(str(rerank))
+            self.reranker(str(rerank), how)
             return str(rerank)
         stored = index.meta.get(RERANKER_KEY)
         if not stored:
@@ -113,9 +117,9 @@ class SearchEngine:
                     f"this index reranks with {folder}, which is not on this machine: give --rerank MODEL "
                     "or --no-rerank"
                 )
-            folder = self.reranker(stored["name"]).folder.path  # fetched again, kept by its folder
-            self.rerankers[self._key(folder)] = self.rerankers.pop(self._key(stored["name"]))
-        loaded = self.reranker(folder)
+            folder = self.reranker(stored["name"], how).folder.path  # fetched again, kept by its folder
+            self.rerankers[self._key(folder, how)] = self.rerankers.pop(self._key(stored["name"], how))
+        loaded = self.reranker(folder, how)
         if loaded.folder.fingerprint != stored.get("fingerprint"):
             raise BadInput(
                 f"the reranker at {folder} is not the one this index stored (its files changed): give "
@@ -132,8 +136,24 @@ class SearchEngine:
         with self.loading_rerankers:
             if key not in self.rerankers:
                 loaded = self.rerankers[key] = how.load(self.options)
+                self.loaded.append(loaded)
                 self.rerankers.setdefault(self._key(folder, how.loaded_as(loaded)), loaded)
             return self.rerankers[key]
+
+    def close(self) -> None:
+        """End the pass threads of every reranker the engine loaded (one handed to it is the
+        caller's to close) and close the current snapshot's catalog: the engine answers no more."""
+        with self.loading_rerankers:
+            loaded, self.loaded = self.loaded, []
+        for reranker in loaded:
+            reranker.close()
+        self.snapshot.close()
+
+    def __enter__(self) -> SearchEngine:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def _key(self, folder: str | Path, asked: RerankOptions | None = None) -> tuple[str, tuple[object, ...]]:
         """What the engine keeps a reranker by: its folder, resolved where it is on this machine,

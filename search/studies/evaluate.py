@@ -29,8 +29,7 @@ from indexer.progress import Progress, note
 from indexer.reading.corpus import Rejection, rejection_summary
 from indexer.reading.decoding import GZIP_SUFFIX, lines_of
 from search.read.hybrid import MODES
-from search.studies.labels import RetrievalSet, held, judged_ids
-from search.studies.labels import as_number as _float
+from search.studies.labels import RetrievalSet, as_number, held, judged_ids
 from search.studies.labels import read_judgements as read_judgements  # where studies read them
 from search.studies.labels import read_qrels as read_qrels
 from search.studies.labels import read_retrieval_set as read_retrieval_set
@@ -90,9 +89,9 @@ def read_pairs(
         header = [h.strip() for h in table[0]]
         if {s1, s2, score} <= set(header) or (not need_score and {s1, s2} <= set(header)):
             rows = [dict(zip(header, row, strict=False)) for row in table[1:]]
-        elif len(header) >= 7 and _float(header[4]) is not None:  # STS Benchmark as distributed
+        elif len(header) >= 7 and as_number(header[4]) is not None:  # STS Benchmark as distributed
             rows = [{score: r[4], s1: r[5], s2: r[6]} for r in table if len(r) >= 7]
-        elif len(header) == 3 and _float(header[2]) is not None:  # text, text, score; no header
+        elif len(header) == 3 and as_number(header[2]) is not None:  # text, text, score; no header
             rows = [{s1: r[0], s2: r[1], score: r[2]} for r in table if len(r) == 3]
         elif not need_score and len(header) == 2:  # two text columns, named anything
             rows = [dict(zip((s1, s2), row, strict=False)) for row in table[1:]]
@@ -110,7 +109,7 @@ def read_pairs(
         if reason:
             rejected.append(Rejection(number, reason))
         else:
-            usable.append((str(row[s1]), str(row[s2]), _float(row[score]) if scored else 1.0))
+            usable.append((str(row[s1]), str(row[s2]), as_number(row[score]) if scored else 1.0))
     if len(usable) < 3:
         dropped = f" ({len(rejected)} rows rejected: {rejection_summary(rejected)})" if rejected else ""
         raise BadInput(f"{path}: fewer than 3 usable sentence pairs{dropped}")
@@ -136,7 +135,7 @@ def _unusable(row: object, texts: tuple[str, str], score: str | None) -> str | N
     value = row.get(score)
     if value in (None, ""):
         return f"no {score}"
-    read = _float(value)
+    read = as_number(value)
     finite = read is not None and math.isfinite(read)
     return None if finite else f"{score} is not a finite number: {value!r}"
 
