@@ -59,7 +59,8 @@ class WordPieceMemo:
         """A memo for ``tokenizer`` where it is a BERT one (``BertNormalizer``,
         ``BertPreTokenizer``, ``WordPiece``, truncating on the right), else None."""
         normalizer = tokenizer.normalizer
-        kinds = (type(normalizer).__name__, type(tokenizer.pre_tokenizer).__name__, type(tokenizer.model).__name__)
+        parts = (normalizer, tokenizer.pre_tokenizer, tokenizer.model)
+        kinds = tuple(type(part).__name__ for part in parts)
         if kinds != ("BertNormalizer", "BertPreTokenizer", "WordPiece"):
             return None
         if (tokenizer.truncation or {}).get("direction", "right").lower() != "right":
