@@ -148,6 +148,7 @@ class _Job:
     waits: bool = False  # ``after`` may wait on the batcher itself (a search's rerank pairs)
     texts: Sequence[str] = ()  # ``few`` texts, tokenised as ``role`` on the model thread
     role: Roles = "query"
+    counted: bool = False  # its future gets (vectors, the tokens the model read)
     rows: int = field(init=False)
     tokens: int = field(init=False)  # what it takes of a batch's budget
 
@@ -268,12 +269,11 @@ class MicroBatcher:
         check_budget(ids)
         return ids
 
-    async def embed_few(self, encoding: Encoding, texts: Sequence[str], role: Roles = "query") -> tuple:
-        """The vectors of ``few`` texts and the tokens the model read: tokenised on the model
-        thread with the rest of their batch (``_tokenized``), not on the event loop."""
-        job = self._queue(encoding, None, None, texts=texts, role=role)
-        vectors = await job.future
-        return vectors, sum(map(len, job.ids or ()))
+    def embed_few(self, encoding: Encoding, texts: Sequence[str], role: Roles = "query") -> asyncio.Future:
+        """The vectors of ``few`` texts and the tokens the model read, (vectors, tokens), once
+        their batch is embedded: tokenised on the model thread with the rest of their batch
+        (``_tokenized``), not on the event loop. A future, not a coroutine: no task of its own."""
+        return self._queue(encoding, None, None, texts=texts, role=role, counted=True).future
 
     async def run(
         self,
@@ -286,7 +286,9 @@ class MicroBatcher:
         """``after(encoding.embed(texts, role=role))`` computed off the event loop (the vectors if
         ``after`` is None): ``tokenize``, then ``run_tokens``. ``waits``: ``after`` may wait on
         this batcher (``_Job.waits``). An encoding that embeds nothing (``Encoding.vectorless``)
-        runs no model."""
+        runs no model. A few texts (``few``) are tokenised on the model thread with their batch."""
+        if few(encoding, texts):
+            return await self._queue(encoding, None, after, waits, texts=texts, role=role).future
         if encoding.embeds:
             ids = await self.tokenize(encoding, texts, role)
             return await self.run_tokens(encoding, ids, after, waits)
@@ -376,7 +378,7 @@ class MicroBatcher:
         mine = [vectors[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
         for job, found in zip(live, mine, strict=True):  # nothing to run after: answered here
             if job.after is None and not job.future.done():
-                job.future.set_result(found)
+                job.future.set_result((found, sum(map(len, job.ids or ()))) if job.counted else found)
         after = [i for i, job in enumerate(live) if job.after is not None]
         if not after:
             return
