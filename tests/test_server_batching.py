@@ -128,7 +128,8 @@ def test_a_request_an_update_commits_under_is_answered_on_the_new_generation(
 
 def stub_embedder(batching: Batching) -> SimpleNamespace:
     """What the batcher reads of an encoder: its batching rule and its tokenizer's max_length."""
-    return SimpleNamespace(decision=SimpleNamespace(batching=batching), tokens=SimpleNamespace(max_length=128))
+    tokens = SimpleNamespace(max_length=128)
+    return SimpleNamespace(decision=SimpleNamespace(batching=batching), tokens=tokens)
 
 
 class Recorder:
