@@ -2,8 +2,8 @@
 with one text per request at 1, 8 and 32 clients, and reranked ``POST /search`` at 8 clients, on
 servers of each checkout given (this one first), row by row in turn so the same load lies on all.
 
-    .venv/bin/python bench/serve_http.py [--peer OLD_CHECKOUT] [--plain] [--seconds 8] [--repeats 1]
-        [--model tiny|bundled|DIR] [--rows embeddings,rerank] [--depth 20]
+    .venv/bin/python bench/serve_http.py [--peer OLD_CHECKOUT ...] [--plain] [--seconds 8] [--repeats 1]
+        [--model tiny|bundled|DIR] [--rows embeddings,rerank] [--depth 20] [--clients 1,8,32]
 
 ``--model tiny``: a random 1-layer, 32-wide BERT (the model nearly free, so what is timed is the
 server: HTTP, validation, JSON, the batcher's hops); ``bundled``: all-MiniLM-L6-v2, beside its own
@@ -220,7 +220,9 @@ def compare(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--peer", type=Path, help="another checkout (the old code) served beside this one")
+    parser.add_argument(
+        "--peer", type=Path, action="append", default=[], help="another checkout served beside this one"
+    )
     parser.add_argument("--plain", action="store_true", help="this checkout also without httptools/uvloop")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--repeats", type=int, default=1, help="runs of each row (the median shown)")
@@ -228,10 +230,13 @@ def main() -> None:
     parser.add_argument("--reranker", help="a cross-encoder folder (default: a random tiny one)")
     parser.add_argument("--rows", default="embeddings,rerank")
     parser.add_argument("--depth", type=int, default=20)
+    parser.add_argument("--clients", default="1,8,32", help="the embeddings rows' client counts")
     args = parser.parse_args()
     from tests.helpers import random_bert, random_cross_encoder
 
-    codes = {"this": (ROOT, False), **({"peer": (args.peer.resolve(), False)} if args.peer else {})}
+    named = ["peer"] if len(args.peer) == 1 else [f"peer {i}" for i in range(1, len(args.peer) + 1)]
+    peers = {name: path.resolve() for name, path in zip(named, args.peer, strict=True)}
+    codes = {"this": (ROOT, False), **{name: (path, False) for name, path in peers.items()}}
     if args.plain:
         codes["plain"] = (ROOT, True)
     texts = sentences()
@@ -242,7 +247,7 @@ def main() -> None:
         load = f"load average {os.getloadavg()[0]:.2f} at the start, {os.cpu_count()} cores"
         if "embeddings" in args.rows:
             bodies = [json.dumps({"input": text}).encode() for text in texts]
-            loads = [(n, "/v1/embeddings", bodies) for n in (1, 8, 32)]
+            loads = [(int(n), "/v1/embeddings", bodies) for n in args.clients.split(",")]
             beside = None if args.model == "tiny" else InProcess(served, texts)
             rows = compare(codes, ["--model", served], loads, args, beside)
             title = (

@@ -126,12 +126,18 @@ def test_a_request_an_update_commits_under_is_answered_on_the_new_generation(
     assert status == 200 and ids[0] == "a5" and reloads == 1
 
 
+def stub_embedder(batching: Batching) -> SimpleNamespace:
+    """What the batcher reads of an encoder: its batching rule and its tokenizer's max_length."""
+    tokens = SimpleNamespace(max_length=128)
+    return SimpleNamespace(decision=SimpleNamespace(batching=batching), tokens=tokens)
+
+
 class Recorder:
     """A stand-in encoding that records each pass; a pass that starts with "hold" waits for
     ``gate``. A text's tokens are its characters (so a pass's texts can be read back)."""
 
     strategy = Strategy(max_length=128)
-    embedder = SimpleNamespace(decision=SimpleNamespace(batching=Batching(32, 32 * 1024)))
+    embedder = stub_embedder(Batching(32, 32 * 1024))
     embeds = True  # ``Encoding.embeds``: it runs its model
 
     def __init__(self, name: str, calls: list, gate: threading.Event):
@@ -266,7 +272,7 @@ def test_a_batch_takes_what_waits_up_to_the_encoders_token_budget():
     calls: list = []
     gate = threading.Event()
     embedder = Recorder("a", calls, gate)
-    embedder.embedder = SimpleNamespace(decision=SimpleNamespace(batching=Batching(32, 100)))
+    embedder.embedder = stub_embedder(Batching(32, 100))
     batcher = MicroBatcher(64)
     texts = ["x" * 40, "y" * 40, "z" * 40, "w" * 10]
 

@@ -28,7 +28,7 @@ from search.server.live import LiveEngine
 from search.server.names import ServedNames, list_models, naming
 from search.server.page import add_page
 from search.server.rerank import NO_RERANKER, Served, cohere_rerank, cohere_v2_rerank, tei_rerank
-from search.server.routes import new_app, post, seal
+from search.server.routes import new_app, post
 from search.server.scans import MAX_DUPLICATE_PAIRS, Scans
 from search.server.schema import (
     MAX_BATCH,
@@ -257,7 +257,7 @@ def create_app(
         if reranking is not None:
             reranking.result()  # a reranker that cannot load fails here, before the server binds
         install_openapi(app)
-        return seal(encode_only(app, encoding))
+        return encode_only(app, encoding)
     app.state.live = live = LiveEngine(loading, index_dir, reload_every)
     app.state.scans = Scans()
 
@@ -272,4 +272,4 @@ def create_app(
     add_index_routes(app)
     install_openapi(app)
     loading.result()  # a bad index fails here, before the server binds
-    return seal(app)
+    return app

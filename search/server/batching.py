@@ -6,7 +6,10 @@ A request's texts are tokenised as it arrives (``tokenize``), so every bound is 
 tokens the model will read, as text-embeddings-inference counts them: the model work one request
 may cause (``MAX_REQUEST_TOKENS``), the parts a long request is queued in (``PART_TOKENS``), and
 what one batch takes from the queue (up to ``max_batch`` texts and the encoder's token budget per
-batch, ``indexer.embedding.batching``, whose one rule then cuts the batch into passes)."""
+batch, ``indexer.embedding.batching``, whose one rule then cuts the batch into passes). A request
+of a few texts that no bound can refuse (``few``) is tokenised instead on the model thread with
+the rest of its batch, in one call of the tokenizer that leaves the event loop (and the GIL) to
+the HTTP work of the others (``embed_few``)."""
 
 from __future__ import annotations
 
@@ -39,6 +42,10 @@ INLINE_CHARACTERS = 20_000
 """Up to this many characters a request is tokenised on the event loop (well under a millisecond
 for a few queries); a larger one on a worker thread, so it never stalls the other requests."""
 
+FEW_TOKENS = 512
+"""A request whose texts cannot read more than this many tokens (its texts times the model's
+max_length) is ``few``: it fits one part and any request budget, whatever its texts tokenise to."""
+
 MAX_WAITING = 64
 """Lookups that may wait on the batcher at once (reranked searches, each on a thread of its own
 until its pairs are scored); a thread is started only when none is idle."""
@@ -56,6 +63,14 @@ def check_budget(ids: Tokens) -> None:
             f"too much text for one request: {cost} tokens to embed, at most {MAX_REQUEST_TOKENS} "
             "(each text cut at the model's max_length): split it"
         )
+
+
+def few(encoding: Encoding, texts: Sequence[str]) -> bool:
+    """Whether ``texts`` may be tokenised on the model thread with their batch (``embed_few``):
+    whatever they tokenise to, no bound refuses or splits them (``FEW_TOKENS``)."""
+    if not encoding.embeds or sum(map(len, texts)) > INLINE_CHARACTERS:
+        return False
+    return len(texts) * cast("NetworkEncoder", encoding.embedder).tokens.max_length <= FEW_TOKENS
 
 
 def split(ids: Tokens, budget: int = PART_TOKENS) -> list[Tokens]:
@@ -124,21 +139,58 @@ def batch_tokens(encoding: Encoding | Pairs) -> int:
     return cast("NetworkEncoder", encoding.embedder).decision.batching.tokens
 
 
-def _embed(encoding: Encoding | Pairs, ids: Tokens) -> np.ndarray:
-    return encoding.embed_tokens(ids)
-
-
 @dataclass
 class _Job:
     encoding: Encoding | Pairs
-    ids: Tokens  # each text's token ids, its role's prefix included
+    ids: Tokens | None  # each text's token ids, its role's prefix included; None: ``texts``
     future: asyncio.Future
     after: Callable[[np.ndarray], Any] | None = None  # run on the lookup thread with the vectors
     waits: bool = False  # ``after`` may wait on the batcher itself (a search's rerank pairs)
-    tokens: int = field(init=False)
+    texts: Sequence[str] = ()  # ``few`` texts, tokenised as ``role`` on the model thread
+    role: Roles = "query"
+    counted: bool = False  # its future gets (vectors, the tokens the model read)
+    rows: int = field(init=False)
+    tokens: int = field(init=False)  # what it takes of a batch's budget
 
     def __post_init__(self) -> None:
-        self.tokens = sum(map(len, self.ids))
+        if self.ids is None:  # counted at a token a character (most tokens cover several)
+            self.rows, self.tokens = len(self.texts), sum(len(text) + 2 for text in self.texts)
+        else:
+            self.rows, self.tokens = len(self.ids), sum(map(len, self.ids))
+
+
+def _tokenized(encoding: Encoding, jobs: list[_Job]) -> list[Exception | None]:
+    """Token ids for each job that came as text (``job.ids``), all in one call of the tokenizer;
+    each job's failure: a text with no tokens the model reads fails its own request alone."""
+    raw = [job for job in jobs if job.ids is None]
+    texts = [text for job in raw for text in job.texts]
+    roles = [role for job in raw for role in _roles(job)]
+    try:
+        ids = encoding.tokenize(texts, roles) if raw else []
+    except BadInput:  # one request's text: each tokenised alone, to tell whose
+        failed: dict[int, Exception] = {}
+        for job in raw:
+            try:
+                job.ids = encoding.tokenize(job.texts, job.role)
+            except BadInput as exc:
+                failed[id(job)] = exc
+        return [failed.get(id(job)) for job in jobs]
+    start = 0
+    for job in raw:
+        job.ids, start = ids[start : start + job.rows], start + job.rows
+    return [None] * len(jobs)
+
+
+def _roles(job: _Job) -> list[str]:
+    return [job.role] * job.rows if isinstance(job.role, str) else list(job.role)
+
+
+def _embed(encoding: Encoding | Pairs, jobs: list[_Job]) -> tuple[np.ndarray | None, list[Exception | None]]:
+    """On the model thread: the vectors of the jobs' texts (tokenising those that came as text,
+    ``_tokenized``), None if every job failed, and each job's failure."""
+    failures = [None] * len(jobs) if isinstance(encoding, Pairs) else _tokenized(encoding, jobs)
+    ids = [text for job, failed in zip(jobs, failures, strict=True) if failed is None for text in job.ids]
+    return (encoding.embed_tokens(ids) if ids else None), failures
 
 
 def _outcomes(jobs: list[_Job], vectors: list[np.ndarray]) -> list[tuple[bool, Any]]:
@@ -217,6 +269,12 @@ class MicroBatcher:
         check_budget(ids)
         return ids
 
+    def embed_few(self, encoding: Encoding, texts: Sequence[str], role: Roles = "query") -> asyncio.Future:
+        """The vectors of ``few`` texts and the tokens the model read, (vectors, tokens), once
+        their batch is embedded: tokenised on the model thread with the rest of their batch
+        (``_tokenized``), not on the event loop. A future, not a coroutine: no task of its own."""
+        return self._queue(encoding, None, None, texts=texts, role=role, counted=True).future
+
     async def run(
         self,
         encoding: Encoding,
@@ -228,7 +286,9 @@ class MicroBatcher:
         """``after(encoding.embed(texts, role=role))`` computed off the event loop (the vectors if
         ``after`` is None): ``tokenize``, then ``run_tokens``. ``waits``: ``after`` may wait on
         this batcher (``_Job.waits``). An encoding that embeds nothing (``Encoding.vectorless``)
-        runs no model."""
+        runs no model. A few texts (``few``) are tokenised on the model thread with their batch."""
+        if few(encoding, texts):
+            return await self._queue(encoding, None, after, waits, texts=texts, role=role).future
         if encoding.embeds:
             ids = await self.tokenize(encoding, texts, role)
             return await self.run_tokens(encoding, ids, after, waits)
@@ -263,14 +323,18 @@ class MicroBatcher:
         after: Callable[[np.ndarray], Any] | None,
         waits: bool = False,
     ) -> Any:
+        return await self._queue(encoding, ids, after, waits).future
+
+    def _queue(self, encoding: Encoding | Pairs, ids: Tokens | None, *job: Any, **given: Any) -> _Job:
+        """A job (``_Job``'s fields after ``ids``) queued for the worker, started if need be."""
         loop = asyncio.get_running_loop()
         if self.task is None or self.task.get_loop() is not loop:
             self.queue, self.carried = asyncio.Queue(), None
         if self.task is None or self.task.done() or self.task.get_loop() is not loop:
             self.task = loop.create_task(self._work())
-        future = loop.create_future()
-        self.queue.put_nowait(_Job(encoding, ids, future, after, waits))
-        return await future
+        queued = _Job(encoding, ids, loop.create_future(), *job, **given)
+        self.queue.put_nowait(queued)
+        return queued
 
     async def _work(self) -> None:
         """Greedy batching: while one batch is embedded, new requests queue up; the next batch takes
@@ -278,15 +342,15 @@ class MicroBatcher:
         No timer, so a lone request waits for nothing."""
         while True:
             first, self.carried = self.carried or await self.queue.get(), None
-            jobs, rows, tokens = [first], len(first.ids), first.tokens
+            jobs, rows, tokens = [first], first.rows, first.tokens
             budget = batch_tokens(first.encoding)
             while not self.queue.empty():
                 waiting = self.queue.get_nowait()
-                if rows + len(waiting.ids) > self.max_batch or tokens + waiting.tokens > budget:
+                if rows + waiting.rows > self.max_batch or tokens + waiting.tokens > budget:
                     self.carried = waiting  # the next batch starts with it
                     break
                 jobs.append(waiting)
-                rows, tokens = rows + len(waiting.ids), tokens + waiting.tokens
+                rows, tokens = rows + waiting.rows, tokens + waiting.tokens
             groups: dict[int, list[_Job]] = {}
             for job in jobs:
                 groups.setdefault(id(job.encoding), []).append(job)
@@ -298,21 +362,23 @@ class MicroBatcher:
         self.dropped += len(jobs) - len(live)
         if not live:
             return
-        ids = [text for job in live for text in job.ids]
-        self.largest = max(self.largest, len(ids))
+        self.largest = max(self.largest, sum(job.rows for job in live))
         loop = asyncio.get_running_loop()
         try:
-            vectors = await loop.run_in_executor(self.model_thread, _embed, live[0].encoding, ids)
+            vectors, failures = await loop.run_in_executor(self.model_thread, _embed, live[0].encoding, live)
         except Exception as exc:  # hand the failure to every request still waiting
-            for job in live:
-                if not job.future.done():
-                    job.future.set_exception(exc)
+            failures = [exc] * len(live)
+        for job, failed in zip(live, failures, strict=True):
+            if failed is not None and not job.future.done():
+                job.future.set_exception(failed)
+        live = [job for job, failed in zip(live, failures, strict=True) if failed is None]
+        if not live:
             return
-        bounds = np.cumsum([0] + [len(job.ids) for job in live])
+        bounds = np.cumsum([0] + [job.rows for job in live])
         mine = [vectors[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
         for job, found in zip(live, mine, strict=True):  # nothing to run after: answered here
             if job.after is None and not job.future.done():
-                job.future.set_result(found)
+                job.future.set_result((found, sum(map(len, job.ids or ()))) if job.counted else found)
         after = [i for i, job in enumerate(live) if job.after is not None]
         if not after:
             return

@@ -21,6 +21,7 @@ from indexer.embedding.strategy import Strategy
 from indexer.errors import BadInput
 from search.read.encoding import Encoding, check_texts
 from search.read.loading import load_encoding
+from search.server.batching import few
 from search.server.connections import while_connected
 from search.server.names import check_model, model_name, naming
 from search.server.routes import post
@@ -84,10 +85,13 @@ async def encoded(
 ) -> Response:
     """``answer(encoding, vectors, tokens the model read)`` of ``texts`` as ``role`` texts, its
     JSON written here when small (``INLINE_TOKENS``), else on the lookup thread with the rest of
-    its batch."""
+    its batch. A few texts (``few``) are tokenised on the model thread with their batch."""
     texts = check_texts(texts)
     state = request.app.state
     encoding = await state.encoding()
+    if few(encoding, texts):  # at most FEW_TOKENS <= INLINE_TOKENS: written here
+        vectors, tokens = await while_connected(request, state.batcher.embed_few(encoding, texts, role))
+        return _json(answer(encoding, vectors, tokens))
     ids = await state.batcher.tokenize(encoding, texts, role)
     tokens = sum(map(len, ids))
 
