@@ -19,32 +19,8 @@ from indexer.encoders.options import EmbeddingOptions  # noqa: E402
 from search.read.encoding import Encoding  # noqa: E402
 from search.server import create_app  # noqa: E402
 from search.server.batching import MicroBatcher  # noqa: E402
+from tests.batcher_helpers import Gate, client_for  # noqa: E402
 from tests.helpers import ROWS, build_faq  # noqa: E402
-
-
-class Gate:
-    """Holds the first embedding pass in the worker thread until ``release`` is set (the model
-    thread embeds a batch's token ids: ``Encoding.embed_tokens``)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch):
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        original = Encoding.embed_tokens
-
-        def gated(encoding: Encoding, ids):
-            if not self.release.is_set():
-                self.entered.set()
-                self.release.wait(60)
-            return original(encoding, ids)
-
-        monkeypatch.setattr(Encoding, "embed_tokens", gated)
-
-    async def wait_entered(self) -> None:
-        assert await asyncio.to_thread(self.entered.wait, 60)
-
-
-def client_for(app) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
 
 
 def test_batcher_survives_a_cancelled_request(tmp_path, tiny_model, monkeypatch):

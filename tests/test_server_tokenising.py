@@ -17,8 +17,8 @@ pytest.importorskip("fastapi")
 from search.read.encoding import Encoding  # noqa: E402
 from search.read.engine import SearchEngine  # noqa: E402
 from search.server import create_app  # noqa: E402
+from tests.batcher_helpers import Gate, client_for  # noqa: E402
 from tests.helpers import build_faq  # noqa: E402
-from tests.test_server_batching import Gate, client_for  # noqa: E402
 
 TEXTS = ["a red bike", "where is my order", "how do refunds work", "the shop opens at nine", "tea"]
 
