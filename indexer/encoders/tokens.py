@@ -22,7 +22,6 @@ import numpy as np
 from indexer.embedding.head import Tokenized
 from indexer.embedding.models import model_file, read_json
 from indexer.embedding.strategy import ROLES, Strategy
-from indexer.encoders.wordpiece import WordPieceMemo
 from indexer.errors import BadInput
 
 if TYPE_CHECKING:
@@ -64,7 +63,6 @@ class TextTokenizer:
         self.truncating = tokenizer
         self.truncating.no_padding()
         self.truncating.enable_truncation(max_length=max_length)
-        self.memo = WordPieceMemo.of(self.truncating, max_length)
         self.windows: Tokenizer | None = None
         if strategy.chunk_overlap is not None:
             self.windows = tokenizer.__class__.from_str(self.truncating.to_str())
@@ -156,19 +154,15 @@ class TextTokenizer:
         prefix = self.prefixes[role]
         texts = [prefix + text for text in given] if prefix else given
         bound = self.max_length * CHARS_PER_TOKEN
-        cut = [cut_text(text, bound) for text in texts]
-        found = self.memo.ids(cut, self._encoded) if self.memo else self._encoded(cut)
+        # ``encode_batch_fast`` (tokenizers >= 0.20) gives the same ids without tracking every
+        # token's character offsets, which nothing here reads
+        encode_batch = getattr(self.truncating, "encode_batch_fast", self.truncating.encode_batch)
+        found = [e.ids for e in encode_batch([cut_text(text, bound) for text in texts])]
         for i, text in enumerate(texts):
             if len(text) > bound and len(found[i]) < self.max_length:
                 found[i] = self.truncating.encode(text).ids
         self._check(given, found, self.alone[role])
         return found
-
-    def _encoded(self, texts: list[str]) -> list[list[int]]:
-        """The library's ids of ``texts``: ``encode_batch_fast`` (tokenizers >= 0.20) gives the
-        same ids without tracking every token's character offsets, which nothing here reads."""
-        encode_batch = getattr(self.truncating, "encode_batch_fast", self.truncating.encode_batch)
-        return [e.ids for e in encode_batch(texts)]
 
     def _check(self, texts: Sequence[str], ids: Sequence[Sequence[int]], alone: Sequence[int] = ()) -> None:
         """A text that tokenises to the special tokens alone (or to its prefix ``alone``) is empty:

@@ -3,10 +3,9 @@
 A build is a pipeline of four stages with bounded queues between them, so the slowest sets the
 pace (``indexer.stages``): the corpus is read and every row checked and typed on one
 thread, in parts of ``PART_ENTRIES``, while the model loads; each part is tokenised on a second
-thread (plain-ASCII texts word by word, ``indexer.encoders.wordpiece``; the rest in one batch
-call of the Rust tokenizer, which releases the GIL) while the network embeds the part before (its
-kernels release the GIL); each embedded part is written on a fourth thread (its vectors to the
-version's spool, its rows to SQLite). Peak memory is the model, a few parts
+thread (one batch call of the Rust tokenizer, which releases the GIL) while the network embeds the
+part before (its kernels release the GIL too); each embedded part is written on a fourth thread
+(its vectors to the version's spool, its rows to SQLite). Peak memory is the model, a few parts
 and the vector index, however large the corpus.
 
 The corpus is read once. SQLite's columns are typed by the whole corpus, which only its end
@@ -210,8 +209,8 @@ def stream(
 
 
 def tokenised(parts: Iterable[Part], encoder: NetworkEncoder, also: FieldScoring | None) -> Ahead:
-    """Each part with its texts' tokens, made on a stage of their own, so the next part is
-    tokenised while the network embeds this one (whose kernels release the GIL)."""
+    """Each part with its texts' tokens, made on a stage of their own: the Rust tokenizer's batch
+    call releases the GIL, so the next part is tokenised while the network embeds this one."""
 
     def tokenise() -> Iterator[tuple[Part, Tokenized]]:
         for part in parts:

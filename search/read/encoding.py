@@ -206,7 +206,7 @@ class Encoding:
     ) -> Iterator[tuple[list[str], np.ndarray]]:
         """``(ids, vectors)`` of ``(id, text)`` rows as ``as_`` texts, ``size`` rows at a time, in
         order. For a network in this process, each part is tokenised on a thread of its own while
-        the network embeds the part before it (whose kernels release the GIL).
+        the network embeds the part before it (the Rust tokenizer's batch call releases the GIL).
         The rows are read here, one part ahead, not on that thread: a source that waits for its
         writer (stdin, a pipe) then waits where a stop (Ctrl-C, SIGTERM) reaches it."""
         check_role(as_)

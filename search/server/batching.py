@@ -8,8 +8,8 @@ may cause (``MAX_REQUEST_TOKENS``), the parts a long request is queued in (``PAR
 what one batch takes from the queue (up to ``max_batch`` texts and the encoder's token budget per
 batch, ``indexer.embedding.batching``, whose one rule then cuts the batch into passes). A request
 of a few texts that no bound can refuse (``few``) is tokenised instead on the model thread with
-the rest of its batch, in one call of the tokenizer that leaves the event loop to the HTTP work
-of the others (``embed_few``)."""
+the rest of its batch, in one call of the tokenizer that leaves the event loop (and the GIL) to
+the HTTP work of the others (``embed_few``)."""
 
 from __future__ import annotations
 
