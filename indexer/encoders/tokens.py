@@ -22,6 +22,7 @@ import numpy as np
 from indexer.embedding.head import Tokenized
 from indexer.embedding.models import model_file, read_json
 from indexer.embedding.strategy import ROLES, Strategy
+from indexer.encoders.plain_text import batch_ids, plain_path
 from indexer.errors import BadInput
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class TextTokenizer:
         self.truncating = tokenizer
         self.truncating.no_padding()
         self.truncating.enable_truncation(max_length=max_length)
+        self.plain_path = plain_path(self.truncating)
         self.windows: Tokenizer | None = None
         if strategy.chunk_overlap is not None:
             self.windows = tokenizer.__class__.from_str(self.truncating.to_str())
@@ -154,10 +156,8 @@ class TextTokenizer:
         prefix = self.prefixes[role]
         texts = [prefix + text for text in given] if prefix else given
         bound = self.max_length * CHARS_PER_TOKEN
-        # ``encode_batch_fast`` (tokenizers >= 0.20) gives the same ids without tracking every
-        # token's character offsets, which nothing here reads
-        encode_batch = getattr(self.truncating, "encode_batch_fast", self.truncating.encode_batch)
-        found = [e.ids for e in encode_batch([cut_text(text, bound) for text in texts])]
+        cut = [cut_text(text, bound) for text in texts]
+        found = self.plain_path.ids(cut) if self.plain_path else batch_ids(self.truncating, cut)
         for i, text in enumerate(texts):
             if len(text) > bound and len(found[i]) < self.max_length:
                 found[i] = self.truncating.encode(text).ids
