@@ -196,6 +196,12 @@ def test_sessions_side_by_side_give_the_vectors_of_one(tiny_model):
     sessions = (*served.sessions, *three.sessions)
     threads = [s.session.get_session_options().intra_op_num_threads for s in sessions]
     assert threads == [usable_cores(), 1, 1, 1]
+    # a batch job's threads spin within a run, never after it (the build's other stages need the cores)
+    spin = [s.session.get_session_options().get_session_config_entry for s in sessions]
+    assert [(c("session.intra_op.allow_spinning"), c("session.force_spinning_stop")) for c in spin] == [
+        ("0", "1"),
+        *[("1", "1")] * 3,
+    ]
     shares: list[float] = []
     np.testing.assert_allclose(three.embed(texts, progress=shares.append), one.embed(texts), atol=1e-6)
     assert sum(shares) == pytest.approx(1.0)

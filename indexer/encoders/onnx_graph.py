@@ -81,6 +81,10 @@ def session(path: Path, *, provider: str = CPU, spin: bool = False, threads: int
     # no spin-wait after a run when serving: idle threads spinning steal the cores the next
     # request needs (the server's event loop and FAISS; the same lesson as FAISS's OpenMP threads)
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    # a batch job's threads spin between a run's operators, but not once the run returns: the
+    # Python between passes and the build's other stages (reading, tokenising, writing) need the
+    # cores then (a nearly free model's build of 100,000 texts: 1.3 CPU s less, docs/performance.md)
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     options.intra_op_num_threads = threads
     providers = [provider] if provider == CPU else [provider, CPU]
     unfused = list(UNFUSED) if provider == CPU else []  # a GPU's fused kernel is its fast one
