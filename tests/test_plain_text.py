@@ -11,14 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, normalizers
 
-from indexer.encoders.plain_text import PLAIN, batch_ids, plain_path
+from indexer.encoders.plain_text import FEW, PLAIN, batch_ids, plain_path
 
 PIECES = st.sampled_from(
     ["Hello", "WORLD", "don't", "e-mail", "3.14", "[SEP]", "[MASK]", "[cls]", "FooBar", "foobar",
      "unaffable", "  ", "\t", "\n", "\r", "\x0b", "\x0c", "\x00", "\x7f", "\x12", "é", "É", "中文",
      "\u200b", "\ufffd", "naïve", "İ", "ß", "?!", "~`", "a" * 40]
 )  # fmt: skip
-TEXTS = st.lists(st.lists(PIECES, max_size=12).map("".join), min_size=1, max_size=12)
+TEXTS = st.lists(st.lists(PIECES, max_size=12).map("".join), min_size=1, max_size=12).map(
+    lambda texts: texts * -(-FEW // len(texts))  # a batch of FEW or more, as a build's
+)
 
 
 def bundled(cased: bool = False, added: dict | None = None, max_length: int = 16) -> Tokenizer:
@@ -55,7 +57,7 @@ def test_plain_texts_take_the_twin_and_the_rest_the_tokenizer() -> None:
     assert path is not None
     texts = ["A plain Question?", "Naïve CAFÉ", "tab\there", "[SEP] inside"]
     assert [bool(PLAIN.fullmatch(t)) for t in texts] == [True, False, False, True]
-    assert path.ids(texts) == batch_ids(UNCASED, texts)
+    assert path.ids(texts * FEW) == batch_ids(UNCASED, texts * FEW)
     assert batch_ids(path.twin, ["Naïve CAFÉ"]) != batch_ids(UNCASED, ["Naïve CAFÉ"])
 
 

@@ -15,10 +15,9 @@ that is matched on normalised text would read differently after it (``plain_path
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -34,16 +33,34 @@ def batch_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [e.ids for e in encode(texts)]
 
 
+FEW = 64
+"""Batches of fewer texts go through the tokenizer as it is: its twin (a copy, some 30 ms) pays
+off over the batches of a build or an ``encode``, not over one query's text."""
+
+
 class PlainPath:
     """``tokenizer``'s ids, plain texts read by its twin whose normaliser at most lowercases
-    (module docstring)."""
+    (module docstring); the twin is made at the first batch of ``FEW`` texts or more."""
 
-    def __init__(self, tokenizer: Tokenizer, twin: Tokenizer):
-        self.tokenizer, self.twin = tokenizer, twin
+    def __init__(self, tokenizer: Tokenizer, lowercase: bool):
+        self.tokenizer, self.lowercase = tokenizer, lowercase
+        self._twin: Tokenizer | None = None
+
+    @property
+    def twin(self) -> Tokenizer:
+        if self._twin is None:
+            from tokenizers import Tokenizer, normalizers
+
+            twin = Tokenizer.from_str(self.tokenizer.to_str())
+            twin.normalizer = normalizers.Lowercase() if self.lowercase else None
+            self._twin = twin
+        return self._twin
 
     def ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's ids, as ``tokenizer`` gives them: one batch call where every text is
         plain (the common case) or none is, else one for each kind, put back in order."""
+        if len(texts) < FEW:
+            return batch_ids(self.tokenizer, texts)
         plain = PLAIN.fullmatch
         easy = [i for i, text in enumerate(texts) if plain(text)]
         if len(easy) == len(texts):
@@ -64,15 +81,12 @@ def plain_path(tokenizer: Tokenizer) -> PlainPath | None:
     """``tokenizer`` with its plain path, or None where its normaliser could change a plain text
     beyond lowercasing it (any but ``BertNormalizer``) or an added token matched on normalised
     text is not itself plain."""
-    from tokenizers import Tokenizer, normalizers
+    from tokenizers import normalizers
 
-    config: dict[str, Any] = json.loads(tokenizer.to_str())
-    normalizer = config.get("normalizer") or {}
-    if normalizer.get("type") != "BertNormalizer":
+    normalizer = tokenizer.normalizer
+    if not isinstance(normalizer, normalizers.BertNormalizer):
         return None
-    for added in config.get("added_tokens") or ():
-        if added.get("normalized") and not PLAIN.fullmatch(str(added.get("content", ""))):
+    for added in tokenizer.get_added_tokens_decoder().values():
+        if added.normalized and not PLAIN.fullmatch(added.content):
             return None
-    twin = Tokenizer.from_str(tokenizer.to_str())
-    twin.normalizer = normalizers.Lowercase() if normalizer.get("lowercase", True) else None
-    return PlainPath(tokenizer, twin)
+    return PlainPath(tokenizer, bool(normalizer.lowercase))
