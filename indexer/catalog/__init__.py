@@ -112,7 +112,6 @@ class Catalog(KeywordTable, FieldFacets):
         self._read_at: int | None = None  # the generation the read in progress is checked at
         self._kept = Postings()
         self._apart: set[str] = set()  # the tables of values kept apart known to exist (``_decode``)
-        self._unfilled: Sequence[str] | None = None  # ``create(bulk=True)``: keyword fields not yet read
         mode = "rw" if readonly else "rwc"
         self.db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, check_same_thread=False)
         if not synced:
@@ -162,9 +161,9 @@ class Catalog(KeywordTable, FieldFacets):
     ) -> Catalog:
         """A new catalog whose keyword table reads ``_text`` and the columns ``keyword_fields``
         names (``keyword_fields()``: the also fields). ``bulk``: a new version's, written whole
-        before anyone reads it: SQLite does not sync it (``synced``), and its keyword table is
-        filled once from the rows at the first ``commit`` (FTS5's ``rebuild``, a fifth of the cost
-        of the triggers' row by row; they are made then, for the changes after it), so it answers
+        before anyone reads it: SQLite does not sync it (``synced``), and its keyword table reads
+        each part's rows as they are put and gets its triggers at the first ``commit``
+        (``keep_up_keywords``: a fifth of the cost of the triggers' row by row), so it answers
         no keyword search before that commit."""
         catalog = cls(path, readonly=False, synced=not bulk)
         columns = ", ".join(f"{quote(n)} {SQL_TYPES[t]}" for n, t in field_types.items())
@@ -184,9 +183,7 @@ class Catalog(KeywordTable, FieldFacets):
             shutil.rmtree(self._copy, ignore_errors=True)
 
     def commit(self) -> None:
-        if self._unfilled is not None:
-            self.fill_keywords(self._unfilled)
-            self._unfilled = None
+        self.fill_keywords()
         self.db.commit()
 
     def vacuum(self) -> None:
@@ -279,6 +276,7 @@ class Catalog(KeywordTable, FieldFacets):
             self.db.executemany(f"insert or replace into entries ({columns}) values ({marks})", rows)
         structured.mark(self.db, nested)
         exact.keep(self.db, exact_numbers)
+        self.keep_up_keywords(rowids)
 
     def matching(self, condition: str, params: Sequence[Any]) -> list[tuple[int, int]]:
         """(row id, vectors held) of each entry a filter admits. ``condition`` is SQL that
@@ -435,6 +433,7 @@ class Catalog(KeywordTable, FieldFacets):
 
     def delete(self, rowids: Sequence[int]) -> None:
         self._keep_keywords()
+        self._refill = self._refill or self._unfilled is not None  # a bulk table reads all at commit
         self.db.execute(
             "delete from entries where _rowid in (select value from json_each(?))",
             (json.dumps([int(r) for r in rowids]),),

@@ -87,13 +87,44 @@ class KeywordTable:
             if triggers or name not in _TRIGGERS:
                 self.db.execute(statement)
 
-    def fill_keywords(self, fields: Sequence[str]) -> None:
-        """Fill the keyword table ``create_keywords`` made without its triggers from the rows, in
-        one pass, and make the triggers that keep it exact from then on."""
-        self.db.execute("insert into keywords(keywords) values ('rebuild')")
-        for name, statement in _keyword_schema(fields).items():
+    _unfilled: Sequence[str] | None = None
+    """A bulk catalog's keyword fields until its first commit (``Catalog.create``)."""
+    _read_to = 0
+    """The last row id a bulk catalog's keyword table has read (``keep_up_keywords``)."""
+    _refill = False
+    """Whether a bulk catalog's keyword table must read every row again at the commit."""
+
+    def keep_up_keywords(self, rowids: Sequence[int]) -> None:
+        """A bulk catalog's keyword table reads each part's rows as they are put: SQLite's work
+        beside the rest of a build rather than one pass after it (the same cost). Rows that are
+        not one run of new row ids (a row put again) leave it to the commit to read them all."""
+        if self._unfilled is None or self._refill or not len(rowids):
+            return
+        low, high = int(min(rowids)), int(max(rowids))
+        if low <= self._read_to or high - low + 1 != len(rowids):
+            self._refill = True
+            return
+        names = ", ".join(["_text", *(f"_also{i}" for i in range(1, len(self._unfilled) + 1))])
+        content = _KEYWORD_TEXTS if self._unfilled else "entries"
+        self.db.execute(
+            f"insert into keywords(rowid, {names}) select _rowid, {names} from {content}"
+            " where _rowid between ? and ?",
+            (low, high),
+        )
+        self._read_to = high
+
+    def fill_keywords(self) -> None:
+        """At a bulk catalog's first commit: its keyword table made whole (FTS5's ``rebuild``,
+        where ``keep_up_keywords`` could not keep up) and the triggers that keep it exact from
+        then on."""
+        if self._unfilled is None:
+            return
+        if self._refill:
+            self.db.execute("insert into keywords(keywords) values ('rebuild')")
+        for name, statement in _keyword_schema(self._unfilled).items():
             if name in _TRIGGERS:
                 self.db.execute(statement)
+        self._unfilled = None
 
     def has_keywords(self) -> bool:
         """Whether this version keeps the keyword table (one written before it does not)."""
