@@ -436,3 +436,19 @@ def test_a_reranker_handed_to_the_engine_outlives_it(index, cross, two_cores):
     reranker.close()
     assert not [t for t in started if t.is_alive()]
     np.testing.assert_array_equal(reranker.score(QUERY, QUESTIONS), scores)
+
+
+def test_a_servers_shutdown_ends_its_engines_rerankers_pass_threads(index, cross, two_cores):
+    """The engine a server loads (with its reranker) is closed when the server shuts down: the
+    reranker's pass threads end with it."""
+    from search.read.loading import load_engine
+    from search.server.app import create_app
+
+    before = pass_threads()
+    loading = load_engine(index, rerank=RerankOptions(cross, backend="onnx"))
+    with TestClient(create_app(index, loading=loading)) as client:
+        found = client.post("/search", json={"query": QUERY, "k": 4, "mode": "dense"})
+        assert found.status_code == 200 and found.json()["hits"][0]["first_score"] is not None
+        started = pass_threads() - before
+        assert started
+    assert not [t for t in started if t.is_alive()]

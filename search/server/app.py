@@ -1,13 +1,15 @@
 """The ASGI app: its route table over top-level handlers (``search.server.routes``), over a
 ``LiveEngine`` and one ``MicroBatcher``. A new endpoint is a handler here and a row of ``ROUTES``
 (its request model in ``schema``); each handler finds what it serves on ``request.app.state``
-(``live``, ``batcher``, ``scans``, ``reranking``, ``encoding``, ``names``)."""
+(``live``, ``batcher``, ``scans``, ``reranking``, ``encoding``, ``names``; ``closing``: what
+shutdown closes)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -223,6 +225,16 @@ def add_index_routes(app: FastAPI) -> None:
     app.add_api_route("/reload", force_reload, methods=["POST"], responses=answers(503))
 
 
+@asynccontextmanager
+async def closing_at_shutdown(app: FastAPI) -> AsyncIterator[None]:
+    """What the app was given to load ends with it: at shutdown the engine (its rerankers' pass
+    threads, its catalog) or the reranker served alone is closed."""
+    yield
+    for loaded in app.state.closing:
+        if loaded.done() and loaded.exception() is None:
+            await asyncio.to_thread(loaded.result().close)
+
+
 def create_app(
     index_dir: str | Path | None,
     *,
@@ -243,7 +255,13 @@ def create_app(
     configure_threads()
     if loading is None and index_dir is not None:
         loading = load_engine(index_dir)
-    app = new_app(title="semsearch", description="Semantic search over a semsearch index.", version="0.1.0")
+    app = new_app(
+        title="semsearch",
+        description="Semantic search over a semsearch index.",
+        version="0.1.0",
+        lifespan=closing_at_shutdown,
+    )
+    app.state.closing = [f for f in (loading, reranking) if f is not None]
     app.add_middleware(BodyLimit)  # FastAPI's routes; the table reads its bodies within the same bound
     app.state.batcher = batcher = MicroBatcher(max_batch)
     app.state.names = names or ServedNames()
