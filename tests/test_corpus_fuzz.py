@@ -22,7 +22,7 @@ from indexer import Strategy, build_index
 from indexer.catalog import SQL_TYPES, Catalog
 from indexer.errors import SemsearchError
 from indexer.reading.corpus import Corpus, read_corpus
-from indexer.reading.field_types import SQLITE_NUMBER, as_number, detect_types
+from indexer.reading.field_types import SQLITE_NUMBER, as_number, detect_types, value_kind
 from indexer.store import open_index
 from indexer.writing.update import add_to_index
 
@@ -139,6 +139,23 @@ def check_stored(corpus: Corpus, directory: Path) -> None:
             if isinstance(value, str) and value.strip():
                 assert row[name] == value or row[name] == as_number(value), (name, value, row[name])
     catalog.close()
+
+
+@FUZZ
+@given(st.text(st.sampled_from("0123456789 \t+-.e\u0663\u00b2\uff11"), min_size=1, max_size=24))
+def test_a_digit_text_counts_as_its_number_reads(value):
+    """Texts of digits (an id column's) take a short way to their kind: it is the kind their
+    number gives them, past 64 bits, with a leading zero, in other scripts' digits too."""
+    number = as_number(value)
+    if not value.strip():
+        expected = None
+    elif number is not None:
+        expected = "integer" if isinstance(number, int) else "float"
+    elif value.strip()[0] not in "0123456789+-.":
+        expected = "text"
+    else:
+        expected = "code" if SQLITE_NUMBER.fullmatch(value) else "text"
+    assert value_kind(value) == expected
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "tsv", "text"])

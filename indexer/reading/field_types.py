@@ -84,6 +84,8 @@ def value_kind(value: Any) -> str | None:
             return None
         if text[0] not in _NUMERIC_START:  # the common text: neither a number nor a code
             return "text"
+        if text.isdigit() and text.isascii() and len(text) < 19 and (text[0] != "0" or len(text) == 1):
+            return "integer"  # the common number, a row's id: ``NUMBER_TEXT`` without a sign, within 64 bits
     elif value is None:
         return None
     if isinstance(value, (dict, list)):
