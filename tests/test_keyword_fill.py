@@ -66,3 +66,36 @@ def test_a_bulk_table_with_rows_deleted_before_the_commit_reads_them_all(tmp_pat
     catalog.db.execute("insert into keywords(keywords) values ('integrity-check')")
     assert 2 not in hits(catalog.db, WORDS[2]) and 8 in hits(catalog.db, WORDS[2])
     catalog.close()
+
+
+@pytest.mark.parametrize("also", [(), ("note",)], ids=["text", "text+also"])
+def test_a_large_put_keeps_the_keyword_table_exact_without_its_triggers(tmp_path: Path, also) -> None:
+    """A put of many rows into a live catalog (an ``add``): the rows it replaces leave the
+    keyword table and its rows enter it by two statements; the triggers are back after it."""
+    from indexer.catalog.keywords import MANY_ROWS
+
+    catalog = Catalog.create(tmp_path / "c.db", {"note": "text"}, list(also))  # kept by its triggers
+    catalog.put(entries(1, 300), list(range(1, 301)), [1] * 300)
+    catalog.commit()
+    triggers = catalog.db.execute("select name, sql from sqlite_master where type = 'trigger' order by name")
+    kept = triggers.fetchall()
+    many = MANY_ROWS + 50  # rows 201..300 replaced with other texts, the rest new
+    catalog.put(entries(201, many, shift=1), list(range(201, 201 + many)), [1] * many)
+    catalog.commit()
+    db = catalog.db
+    db.execute("insert into keywords(keywords) values ('integrity-check')")
+    assert (
+        db.execute("select name, sql from sqlite_master where type = 'trigger' order by name").fetchall()
+        == kept
+    )
+    rows = db.execute("select _rowid, _text, note from entries order by _rowid").fetchall()
+    for word in WORDS:
+        assert hits(db, word) == [r for r, t, n in rows if word in t.split() or (also and n == word)], word
+    catalog.put(entries(250, 3, shift=2), [250, 251, 252], [1] * 3)  # a small put: the triggers
+    catalog.delete([1, 260])
+    catalog.commit()
+    db.execute("insert into keywords(keywords) values ('integrity-check')")
+    rows = db.execute("select _rowid, _text, note from entries order by _rowid").fetchall()
+    for word in WORDS:
+        assert hits(db, word) == [r for r, t, n in rows if word in t.split() or (also and n == word)], word
+    catalog.close()

@@ -270,10 +270,11 @@ class Catalog(KeywordTable, FieldFacets):
             marked = [name for name in names if structured.is_structured(fields[name])]
             if marked:
                 nested[int(rowid)] = marked
-        for names, rows in by_columns.items():
-            columns = ", ".join(map(quote, [*RESERVED, *names]))  # _rowid, _id, _text, _hash, _chunks
-            marks = ", ".join("?" * (len(RESERVED) + len(names)))
-            self.db.executemany(f"insert or replace into entries ({columns}) values ({marks})", rows)
+        with self.keywords_aside(rowids):
+            for names, rows in by_columns.items():
+                columns = ", ".join(map(quote, [*RESERVED, *names]))  # _rowid, _id, _text, _hash, _chunks
+                marks = ", ".join("?" * (len(RESERVED) + len(names)))
+                self.db.executemany(f"insert or replace into entries ({columns}) values ({marks})", rows)
         structured.mark(self.db, nested)
         exact.keep(self.db, exact_numbers)
         self.keep_up_keywords(rowids)
