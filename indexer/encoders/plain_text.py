@@ -2,15 +2,17 @@
 
 A BERT tokenizer's normaliser (``BertNormalizer``) removes control characters, reads tabs and line
 ends as spaces, spaces out CJK characters, strips accents and lowercases, keeping every character's
-alignment to the original as it goes: a third of the Rust tokenizer's time on short English texts
-(``docs/performance.md``). On a text of printable ASCII alone (``PLAIN``) every step but the
-lowercasing leaves the text as it is, and lowercasing is ASCII's. ``PlainPath`` lowercases such
-texts with ``str.lower`` and hands them to a twin of the tokenizer without a normaliser: the
-tokenizer reads the same normalised text, so it gives the same ids (only the character offsets,
-which nothing here reads, could differ). Every other text goes through the tokenizer as it is.
+alignment to the original as it goes: a quarter to a third of the Rust tokenizer's time on short
+English texts (``docs/performance.md``). On a text of printable ASCII alone (``PLAIN``) every step
+but the lowercasing leaves the text as it is. ``PlainPath`` hands such texts to a twin of the
+tokenizer whose normaliser only lowercases (where the model's does): the twin reads the same
+normalised text, so it gives the same ids (only the character offsets, which nothing here reads,
+could differ). Every other text goes through the tokenizer as it is. The lowercasing stays in the
+normaliser, not in Python: added tokens such as ``[SEP]`` are matched on the text before it
+(``tests/test_plain_text.py``).
 
-The twin is made only where that holds: the normaliser is a ``BertNormalizer`` and no added token
-that is matched on normalised text would read differently after it (``plain_path``).
+The twin is made only where that holds: the normaliser is a ``BertNormalizer`` and every added
+token matched on normalised text is itself plain (``plain_path``).
 """
 
 from __future__ import annotations
