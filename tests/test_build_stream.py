@@ -323,3 +323,36 @@ def test_an_error_in_the_reading_stage_is_a_one_line_error(tmp_path, tiny_model)
     result = run("index", path, "-o", tmp_path / "idx", "--model", tiny_model)
     assert_clean_failure(result, "has field 'text'")
     assert not (tmp_path / "idx").exists()
+
+
+@pytest.mark.parametrize("also", [None, ("note",)], ids=["text", "also"])
+def test_an_add_embeds_part_by_part_as_one_call_would(tmp_path, tiny_model, small_parts, also):
+    """An add's texts are embedded in parts, each tokenised beside the one before: the same
+    vectors, owners and also-flags as one call over them all."""
+    from indexer.embedding.fields import FieldScoring, embed_entries
+    from indexer.progress import Progress
+    from indexer.reading.corpus import Entry
+    from indexer.writing.build import embed_parts
+
+    scoring = FieldScoring.given(list(also)) if also else None
+    entries = [
+        Entry(f"e{i}", f"text number {i} " + "word " * (i % 5), {"note": f"note {i % 4}"}) for i in range(9)
+    ]
+    encoder = encoder_for(Strategy(model=tiny_model))
+    with Progress(len(entries), "embedding", enabled=False) as bar:
+        parted = embed_parts(encoder, entries, scoring, bar)
+    whole = embed_entries(encoder, entries, scoring)
+    order, again = np.lexsort((parted[2], parted[1])), np.lexsort((whole[2], whole[1]))
+    np.testing.assert_array_equal(parted[1][order], whole[1][again])
+    np.testing.assert_array_equal(parted[2][order], whole[2][again])
+    np.testing.assert_allclose(parted[0][order], whole[0][again], atol=1e-6)
+
+
+def test_an_add_in_parts_finds_each_added_text_first(tmp_path, tiny_model, small_parts):
+    """The vectors of an add embedded part by part are stored under their own entries."""
+    build_index(corpus(tmp_path), tmp_path / "idx", Strategy(model=tiny_model))
+    added = [(f"n{i}", f"an added text number {i} " + "word " * (i % 4), str(i)) for i in range(9)]
+    add_to_index(tmp_path / "idx", write_csv(tmp_path / "u.csv", added, ("id", "text", "stock")))
+    with SearchEngine(tmp_path / "idx") as engine:
+        for key, text, _ in added:
+            assert engine.search(text, k=1, mode="dense")[0].id == key

@@ -13,8 +13,9 @@ knows: the version's catalog is made with the types its first part shows and, wh
 retypes a column (a field empty in the first part, a number column with a word further on),
 made again at the end from a second read of the file (``VersionWriter.settle``). What stays
 sequential, and why: rows are written in file order (row ids follow it, and the vectors' spool
-is appended in the same order), and the vector index and the keyword table are built once every
-row is in (an IVF index is trained on a sample of all the vectors; FTS5 fills fastest at once).
+is appended in the same order), and the vector index is built once every row is in (an IVF
+index is trained on a sample of all the vectors); the keyword table reads each part's rows as the
+writer puts them (``KeywordTable.keep_up_keywords``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from indexer.catalog import keyword_fields
 from indexer.embedding.fields import FieldScoring, embed_entries, entry_texts
@@ -206,6 +209,30 @@ def stream(
             writes.finish()
             bar.total_is(parts.entries)
     return Streamed(encoder, parts, embed_seconds)
+
+
+def embed_parts(
+    encoder: Any, entries: Sequence[Entry], also: FieldScoring | None, bar: Progress
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``embed_entries`` of many entries (an ``add``'s), ``PART_ENTRIES`` at a time, each part
+    tokenised beside the network embedding the one before, as a build's stream does; the same
+    vectors, owners and also-flags as one call (a Ray encoder, which tokenises on its workers,
+    takes them in one)."""
+    from indexer.encoders.on_ray import RayEncoder
+
+    if isinstance(encoder, RayEncoder) or len(entries) <= PART_ENTRIES:
+        return embed_entries(encoder, entries, also, progress=bar.step(len(entries)))
+    cut = range(0, len(entries), PART_ENTRIES)
+    parts = (Part(tuple(entries[start : start + PART_ENTRIES]), {}) for start in cut)
+    vectors, owners, flags = [], [], []
+    with tokenised(parts, encoder, also) as ready:
+        for start, (part, tokens) in zip(cut, ready, strict=True):
+            step = bar.step(len(part.entries))
+            done = embed_entries(encoder, part.entries, also, progress=step, tokens=tokens)
+            vectors.append(done[0])
+            owners.append(done[1] + start)
+            flags.append(done[2])
+    return np.concatenate(vectors), np.concatenate(owners), np.concatenate(flags)
 
 
 def tokenised(parts: Iterable[Part], encoder: NetworkEncoder, also: FieldScoring | None) -> Ahead:

@@ -13,7 +13,9 @@ An add does not stream as a build does (``indexer.writing.build``), and why: its
 with the stored ones before anything is embedded (only new and changed texts are), the model is
 loaded only when some are, and the whole change is one transaction of the live version, committed
 at once. So the added corpus is read whole first (an add is held in memory; a corpus too large for
-that is a build).
+that is a build). Its new and changed texts are then embedded a part at a time, each part tokenised
+beside the network embedding the one before (``build.embed_parts``), and a put of many rows keeps
+the keyword table by two statements rather than row by row (``KeywordTable.keywords_aside``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.catalog import Catalog, content_hash
-from indexer.embedding.fields import FieldScoring, embed_entries
+from indexer.embedding.fields import FieldScoring
 from indexer.encoders.options import EmbeddingOptions
 from indexer.encoders.options import given as given_options
 from indexer.errors import BadInput
@@ -45,6 +47,7 @@ from indexer.reading.decoding import lines_of
 from indexer.reading.field_types import comparable, misfit
 from indexer.reading.rows import ROWS_NAME, CorpusSource, is_path
 from indexer.store import Change, apply_change, commit_change, live_meta, open_index, writer_lock
+from indexer.writing.build import embed_parts
 
 _ROW_ID = re.compile(r"[1-9][0-9]*")
 """An id a row number could be."""
@@ -117,9 +120,7 @@ def add_to_index(
         if to_embed:
             encoder = encoder_for(live.strategy, embedding, held=live.graph)
             with Progress(len(to_embed), "embedding", enabled=progress) as bar:
-                vectors, owners, also_vectors = embed_entries(
-                    encoder, to_embed, also, progress=bar.step(len(to_embed))
-                )
+                vectors, owners, also_vectors = embed_parts(encoder, to_embed, also, bar)
             if live.transform is not None:
                 vectors = live.transform.apply(vectors)
         if to_embed or metadata_only:
