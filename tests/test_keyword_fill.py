@@ -99,3 +99,26 @@ def test_a_large_put_keeps_the_keyword_table_exact_without_its_triggers(tmp_path
     for word in WORDS:
         assert hits(db, word) == [r for r, t, n in rows if word in t.split() or (also and n == word)], word
     catalog.close()
+
+
+def test_a_large_put_never_committed_leaves_the_triggers_and_the_table(tmp_path: Path) -> None:
+    """A writer killed after a large put, before its commit: the catalog reads as before it, its
+    triggers in place (dropping them is part of the put's transaction)."""
+    from indexer.catalog.keywords import MANY_ROWS
+
+    catalog = Catalog.create(tmp_path / "c.db", {"note": "text"}, [])
+    catalog.put(entries(1, 10), list(range(1, 11)), [1] * 10)
+    catalog.commit()
+    catalog.put(entries(5, MANY_ROWS, shift=1), list(range(5, 5 + MANY_ROWS)), [1] * MANY_ROWS)
+    catalog.close()  # no commit: rolled back
+    again = Catalog(tmp_path / "c.db", readonly=False)
+    triggers = again.db.execute(
+        "select name from sqlite_master where type = 'trigger' and name like 'keywords%'"
+    )
+    assert len(triggers.fetchall()) == 3
+    assert again.db.execute("select count(*) from entries").fetchone() == (10,)
+    again.db.execute("insert into keywords(keywords) values ('integrity-check')")
+    again.put(entries(11, 1), [11], [1])  # kept by the triggers still
+    again.commit()
+    assert 11 in hits(again.db, WORDS[11 % 6])
+    again.close()

@@ -152,6 +152,8 @@ class KeywordTable:
         content = _KEYWORD_TEXTS if self.db.execute(view, (_KEYWORD_TEXTS,)).fetchone() else "entries"
         chosen = f"select _rowid, {names} from {content} where _rowid in (select value from json_each(?))"
         given = (json.dumps([int(r) for r in rowids]),)
+        if not self.db.in_transaction:  # the triggers come back, or stay, with the rows
+            self.db.execute("begin")
         for name, _ in triggers:
             self.db.execute(f"drop trigger {name}")
         self.db.execute(
