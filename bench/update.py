@@ -15,7 +15,8 @@ Each command runs in a fresh process (``python -m search.cli``, ``PYTHONPATH`` =
 test); its bytes written are read from its own ``/proc/self/io`` at exit: ``wchar`` (bytes passed
 to write calls, page cache or not) and ``write_bytes`` (bytes sent towards the disk). The model's
 share of an ``add`` is timed inside that process: the time spent in ``encoder_for`` (importing
-torch, loading the model) and ``embed_entries`` (embedding the 100 rows), wrapped by the bench;
+torch, loading the model) and ``embed_parts`` (``embed_entries`` in older code: embedding the 100
+rows), wrapped by the bench;
 "model aside" = whole process - that; "in process" leaves out the interpreter's start and
 teardown too (from the first line of the process to its exit handler). Each code runs
 ``--repeats`` adds (different rows) and deletes (different ids); the table shows medians.
@@ -57,7 +58,8 @@ def timed(function):
             model[0] += time.perf_counter() - started
     return run
 setattr(loads, load, timed(getattr(loads, load)))  # the model load
-indexer.writing.update.embed_entries = timed(indexer.writing.update.embed_entries)  # the embedding
+embeds = "embed_parts" if hasattr(indexer.writing.update, "embed_parts") else "embed_entries"  # old code
+setattr(indexer.writing.update, embeds, timed(getattr(indexer.writing.update, embeds)))  # the embedding
 def report():
     io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
     with open({out!r}, "w") as f:
