@@ -45,17 +45,21 @@ def keyword_fields(text_fields: Sequence[str], also: Sequence[str], columns: Seq
     return [spelled[name] for name in wanted if name in spelled]
 
 
+def _keyword_columns(fields: int) -> tuple[list[str], str]:
+    """The keyword table's column names over ``_text`` and ``fields`` also fields, and what it
+    reads them from: ``entries`` itself, or with also fields the view that names them."""
+    return ["_text", *(f"_also{i}" for i in range(1, fields + 1))], _KEYWORD_TEXTS if fields else "entries"
+
+
 def _keyword_schema(fields: Sequence[str]) -> dict[str, str]:
     """Name -> statement, in order, of the keyword table over ``_text`` and ``fields`` and of the
     triggers that keep it exact in every transaction that changes ``entries`` (a replaced row fires
     the delete trigger: writable connections set ``recursive_triggers``). With no fields it reads
     ``entries`` itself, as tables written before the also fields did."""
-    names = ["_text", *(f"_also{i}" for i in range(1, len(fields) + 1))]
+    names, content = _keyword_columns(len(fields))
     values = ["_text", *map(quote, fields)]
     schema: dict[str, str] = {}
-    content = "entries"
     if fields:
-        content = _KEYWORD_TEXTS
         columns = ", ".join(f"{value} as {name}" for value, name in zip(values, names, strict=True))
         schema[_KEYWORD_TEXTS] = f"create view {_KEYWORD_TEXTS} as select _rowid, {columns} from entries"
     listed = ", ".join(names)
@@ -108,8 +112,8 @@ class KeywordTable:
         if low <= self._read_to or high - low + 1 != len(rowids):
             self._refill = True
             return
-        names = ", ".join(["_text", *(f"_also{i}" for i in range(1, len(self._unfilled) + 1))])
-        content = _KEYWORD_TEXTS if self._unfilled else "entries"
+        columns, content = _keyword_columns(len(self._unfilled))
+        names = ", ".join(columns)
         self.db.execute(
             f"insert into keywords(rowid, {names}) select _rowid, {names} from {content}"
             " where _rowid between ? and ?",
@@ -147,9 +151,9 @@ class KeywordTable:
         if len(triggers) != len(_TRIGGERS):  # few rows, a bulk catalog (no triggers yet), no table
             yield
             return
-        names = ", ".join(row[1] for row in self.db.execute(f"pragma table_info({KEYWORDS})"))
-        view = "select 1 from sqlite_master where type = 'view' and name = ?"
-        content = _KEYWORD_TEXTS if self.db.execute(view, (_KEYWORD_TEXTS,)).fetchone() else "entries"
+        also = len(self.db.execute(f"pragma table_info({KEYWORDS})").fetchall()) - 1  # besides _text
+        columns, content = _keyword_columns(also)
+        names = ", ".join(columns)
         chosen = f"select _rowid, {names} from {content} where _rowid in (select value from json_each(?))"
         given = (json.dumps([int(r) for r in rowids]),)
         if not self.db.in_transaction:  # the triggers come back, or stay, with the rows
