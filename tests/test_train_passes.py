@@ -5,6 +5,8 @@ and torch's reference AdamW, for less of the CPU."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -17,13 +19,17 @@ SHORT = "a cat"
 LONG = " ".join(sentence(i) for i in range(6))
 
 
-def counted(network: torch.nn.Module) -> list[int]:
-    """The rows of each forward pass ``network`` runs from now on."""
+@contextmanager
+def counted(network: torch.nn.Module) -> Iterator[list[int]]:
+    """The rows of each forward pass ``network`` runs inside the block."""
     seen: list[int] = []
-    network.register_forward_hook(
+    hook = network.register_forward_hook(
         lambda module, args, kwargs, out: seen.append(len(kwargs["input_ids"])), with_kwargs=True
     )
-    return seen
+    try:
+        yield seen
+    finally:
+        hook.remove()
 
 
 def test_a_cross_encoder_step_runs_like_lengths_together_with_the_one_pass_logits_and_gradients(tiny_model):
@@ -34,12 +40,11 @@ def test_a_cross_encoder_step_runs_like_lengths_together_with_the_one_pass_logit
     grads = []
     for way in (cross.logits, cross.train_logits):
         cross.network.zero_grad()
-        seen = counted(cross.network)
-        logits = way(first, second)
+        with counted(cross.network) as seen:
+            logits = way(first, second)
         ranking_loss(logits, [4, 4], [True, False]).backward()
         gradient = [p.grad.clone() for p in cross.network.parameters() if p.grad is not None]
-        grads.append((logits.detach(), gradient, list(seen)))
-        cross.network._forward_hooks.clear()
+        grads.append((logits.detach(), gradient, seen))
     (one, one_grad, one_passes), (split, split_grad, split_passes) = grads
     assert one_passes == [8] and len(split_passes) >= 2 and sum(split_passes) == 8
     torch.testing.assert_close(split, one, atol=1e-5, rtol=1e-5)
@@ -53,8 +58,8 @@ def test_a_bi_encoder_step_runs_like_lengths_together_with_the_one_pass_vectors(
     encoder = trainable(Strategy(model=tiny_model, backend="torch"))
     encoder.model.eval()
     texts = [SHORT, LONG, "a dog", LONG + " and more", "hi"]
-    seen = counted(encoder.model)
-    vectors = training._vectors(encoder, texts)
+    with counted(encoder.model) as seen:
+        vectors = training._vectors(encoder, texts)
     assert len(seen) >= 2 and sum(seen) == len(texts)
     for i, text in enumerate(texts):  # each alone: nothing padded, nothing beside it
         alone = training._vectors(encoder, [text])

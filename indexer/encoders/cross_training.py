@@ -99,30 +99,29 @@ class CrossModel:
     def logits(self, first: Sequence[str], second: Sequence[str]) -> torch.Tensor:
         """One logit per pair, tokenised as CrossEncoder does (the pair together, truncated
         ``longest_first`` to ``max_length``)."""
-        batch = self.tokenizer(
-            list(first),
-            list(second),
-            padding=True,
-            truncation="longest_first",
-            max_length=self.max_length,
-            return_tensors="pt",
-        )
-        batch = {key: value.to(self.device) for key, value in batch.items()}
-        half = self.mixed in ("bf16", "fp16") and self.device.type == "cuda"
-        with torch.autocast("cuda", dtype=DTYPES.get(self.mixed, torch.float32), enabled=half):
-            return self.network(**batch, return_dict=True).logits.view(-1).float()
+        return self._forward(self._pairs(first, second, padding=True, return_tensors="pt"))
 
     def train_logits(self, first: Sequence[str], second: Sequence[str]) -> torch.Tensor:
         """``logits`` of a training step's pairs, those of like length in one pass (``in_passes``):
         the same logits, far fewer padded tokens when a step mixes short and long pairs."""
-        lengths = self.tokenizer(
-            list(first), list(second), truncation="longest_first", max_length=self.max_length
-        )["input_ids"]
-        return in_passes(
-            [len(ids) for ids in lengths],
-            self.device,
-            lambda rows: self.logits([first[i] for i in rows], [second[i] for i in rows]),
+        tokens = self._pairs(first, second)
+
+        def run(rows: list[int]) -> torch.Tensor:
+            chosen = {key: [values[i] for i in rows] for key, values in tokens.items()}
+            return self._forward(self.tokenizer.pad(chosen, return_tensors="pt"))
+
+        return in_passes([len(ids) for ids in tokens["input_ids"]], self.device, run)
+
+    def _pairs(self, first: Sequence[str], second: Sequence[str], **how: Any) -> Any:
+        return self.tokenizer(
+            list(first), list(second), truncation="longest_first", max_length=self.max_length, **how
         )
+
+    def _forward(self, batch: Any) -> torch.Tensor:
+        batch = {key: value.to(self.device) for key, value in batch.items()}
+        half = self.mixed in ("bf16", "fp16") and self.device.type == "cuda"
+        with torch.autocast("cuda", dtype=DTYPES.get(self.mixed, torch.float32), enabled=half):
+            return self.network(**batch, return_dict=True).logits.view(-1).float()
 
     def scores(self, pairs: Sequence[tuple[str, str]], progress: Share | None = None) -> np.ndarray:
         """Sigmoid of each pair's logit (``CrossEncoder.predict``'s default), in eval mode, without

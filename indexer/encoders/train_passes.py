@@ -3,8 +3,8 @@ its padded tokens, and one padded pass reads a short pair at the length of the s
 (WikiQA's 2 lists of 9 pairs: 43% of a step's tokens were padding). The passes are cut by the one
 batching rule (``indexer.embedding.batching``) the encoders' own passes use, at a training pass's
 fixed cost; the rows come back in their order, so a loss reads them as from one pass (padding
-never leaks: the same outputs, float error aside). On a GPU a step stays one pass, whose launch
-costs more than its padding."""
+never leaks: the same outputs, float error aside). On a GPU a pass is worth a torch launch
+(``TORCH_CALL_TOKENS``), so a step is cut only where its padding would cost more than that."""
 
 from __future__ import annotations
 
