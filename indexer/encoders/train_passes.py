@@ -17,9 +17,8 @@ from indexer.embedding.batching import TORCH_CALL_TOKENS, Batching
 
 TRAIN_CPU_CALL_TOKENS = 32
 """A training pass's (forward and backward) fixed cost on the CPU, in padded tokens it is worth:
-on 2 cores, steps of 2 WikiQA lists of 9 pairs (all-MiniLM-L6-v2 with a one-label head, 30 steps
-of each setting interleaved) took a median 828 ms in one pass, 760 / 717 / 675 / 753 ms at 8 / 16 /
-32 / 64 tokens a pass (docs/tuning.md)."""
+on 2 cores a reranker's step of 2 WikiQA lists of 9 pairs took a median 652 / 599 / 585 / 652 ms
+cut at 8 / 16 / 32 / 64 tokens (``bench/train_step.py --calls``, docs/tuning.md)."""
 
 
 def in_passes(
