@@ -3,11 +3,14 @@
 
     PYTHONPATH=. .venv/bin/python bench/cross_recipe.py [--steps 150] NAME:LOSS:RATE ...
 
-Each ``NAME:LOSS:RATE`` (LOSS ``rank``: the tune's lists, listwise + binary cross-entropy;
-``bce``: pairs drawn at random, binary cross-entropy with positives weighted to balance) trains a
-new head on all-MiniLM-L6-v2 for the same steps of 2 lists (or as many pairs), AdamW with 10 %
-warm-up then linear decay, from the same seed; then the reranker alone and fused at its best
-weight are measured on the held-back questions (5 % of WikiQA train, the first stage's best 20
+Each ``NAME:LOSS:RATE`` trains a new head on all-MiniLM-L6-v2 for the same steps of 2 lists (or
+as many pairs), AdamW with 10 % warm-up then linear decay, from the same seed. LOSS: ``rank``, the
+tune's lists, listwise + binary cross-entropy on the labels alone; ``teachS``, share S of each
+list's listwise target the first stage's order (the softmax of its cosines x 20), so that a list
+with no answer is ranked too (``taught_loss``); ``bce``, pairs drawn at random, binary
+cross-entropy with positives weighted to balance. RATE: the peak rate, ``6e-5x30`` the head's own
+30 times the rest's. Then the reranker alone and fused at its best weight are measured on the
+held-back questions (5 % of WikiQA train, the first stage's best 20
 each), beside the first stage. The mined pool is embedded once and kept in ``--cache``.
 """
 
@@ -31,6 +34,9 @@ from search.studies.tuning import hold_back, read_labels
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikiqa" / "WikiQASent-train.txt"
 LISTS = 2
+TEMPERATURE = 0.05
+"""The first stage's cosines are divided by this before their softmax (a scale of 20, as
+sentence-transformers' ``MultipleNegativesRankingLoss``)."""
 
 
 def main() -> None:
@@ -51,6 +57,7 @@ def main() -> None:
     rows = training_rows(labels, held, mined, 0)
     print(f"held back {held.size} questions ({held.answered} answerable); {len(rows)} lists", flush=True)
     print("first stage", held.first_stage().line(held.metric), flush=True)
+    teacher = first_stage_cosines(mined, rows) if any(":teach" in r for r in args.recipes) else []
     pairs = [
         (q, t, float(right and j == 0))
         for q, texts, right in zip(rows.questions, rows.texts, rows.answered, strict=True)
@@ -58,12 +65,46 @@ def main() -> None:
     ]
     for recipe in args.recipes:
         name, loss, rate = recipe.split(":")
-        run(name, loss, float(rate), args.steps, rows, pairs, held)
+        rate, _, times = rate.partition("x")
+        run(name, loss, float(rate), float(times or 1), args.steps, rows, pairs, held, teacher)
 
 
-def run(name: str, loss: str, rate: float, steps: int, rows, pairs, held) -> None:  # noqa: ANN001
+def first_stage_cosines(mined: Mined, rows) -> list[list[float]]:  # noqa: ANN001
+    """The first stage's cosine of each list's question and each of its texts."""
+    where = {text: i for i, text in enumerate(mined.texts)}
+    asked = list(dict.fromkeys(rows.questions))
+    vectors = dict(zip(asked, mined.embed(asked), strict=True))
+    return [
+        (mined.vectors[[where[t] for t in texts]] @ vectors[question]).tolist()
+        for question, texts in zip(rows.questions, rows.texts, strict=True)
+    ]
+
+
+def taught_loss(
+    logits: torch.Tensor, sizes: list[int], answered: list[bool], teacher: torch.Tensor, share: float
+) -> torch.Tensor:
+    """``ranking_loss`` with ``share`` of each list's listwise target the first stage's order."""
+    targets = torch.zeros_like(logits)
+    listwise, start = [], 0
+    for size, right in zip(sizes, answered, strict=True):
+        span = slice(start, start + size)
+        goal = torch.zeros(size)
+        if right:
+            targets[start] = goal[0] = 1.0
+        goal = (1 - share) * goal + share * torch.softmax(teacher[span] / TEMPERATURE, 0)
+        if size > 1:
+            listwise.append(-(goal * torch.log_softmax(logits[span], 0)).sum())
+        start += size
+    pointwise = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets)
+    return (torch.stack(listwise).mean() if listwise else logits.sum() * 0) + pointwise
+
+
+def run(name, loss, rate, head_times, steps, rows, pairs, held, teacher) -> None:  # noqa: ANN001
     cross = load_cross(None, None, "cpu", "fp32", 0)
-    optimizer = torch.optim.AdamW(cross.network.parameters(), lr=rate, weight_decay=0.01)
+    head = list(cross.network.classifier.parameters())
+    body = [p for p in cross.network.parameters() if all(p is not h for h in head)]
+    groups = [{"params": body}, {"params": head, "lr": rate * head_times}]
+    optimizer = torch.optim.AdamW(groups, lr=rate, weight_decay=0.01)
     warm = max(1, steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: s / warm if s < warm else max(0.0, (steps - s) / (steps - warm))
@@ -85,7 +126,12 @@ def run(name: str, loss: str, rate: float, steps: int, rows, pairs, held) -> Non
             sizes = [len(rows.texts[i]) for i in chosen]
             questions = [rows.questions[i] for i, n in zip(chosen, sizes, strict=True) for _ in range(n)]
             logits = cross.logits(questions, [t for i in chosen for t in rows.texts[i]])
-            value = ranking_loss(logits, sizes, [rows.answered[i] for i in chosen])
+            answered = [rows.answered[i] for i in chosen]
+            if loss.startswith("teach"):
+                known = logits.new_tensor([c for i in chosen for c in teacher[i]])
+                value = taught_loss(logits, sizes, answered, known, float(loss.removeprefix("teach")))
+            else:
+                value = ranking_loss(logits, sizes, answered)
         optimizer.zero_grad()
         value.backward()
         torch.nn.utils.clip_grad_norm_(cross.network.parameters(), 1.0)
