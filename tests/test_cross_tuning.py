@@ -94,6 +94,11 @@ def test_questions_train_with_mined_hard_negatives_and_never_see_the_held_back_s
     for question, texts in zip(rows.questions, rows.texts, strict=True):
         relevant = {labels.candidates[c] for c in labels.relevant[question]}
         assert texts[0] in relevant and not set(texts[1:]) & relevant  # a negative is never right
+    # each list carries the first stage's cosine of its question and every text, in order
+    assert rows.teacher is not None and list(map(len, rows.teacher)) == list(map(len, rows.texts))
+    for question, texts, cosines in zip(rows.questions, rows.texts, rows.teacher, strict=True):
+        expected = embed(texts, role="passage") @ embed([question])[0]
+        assert np.allclose(cosines, expected, atol=1e-5)
     # the held-back measure reorders the first stage's best candidates, no others: a scorer that
     # knows the answers reaches MRR 100 over the whole corpus, and changes nothing over one
 
@@ -352,6 +357,33 @@ def test_the_ranking_loss_ranks_each_right_text_above_its_negatives():
     assert ranking_loss(low, [2], [False]) < ranking_loss(high, [2], [False])
     shifted = ranking_loss(right_first + 5, sizes, answered)  # the score is absolute, not only relative
     assert shifted > ranking_loss(right_first, sizes, answered)
+
+
+def test_the_ranking_loss_keeps_a_share_of_the_first_stages_order():
+    import torch
+
+    from indexer.encoders.cross_training import ranking_loss
+
+    teacher = torch.tensor([0.2, 0.25, 0.1])  # cosines: the first stage puts the second text first
+    agrees, disagrees = torch.tensor([1.0, 2.0, 0.0]), torch.tensor([0.0, 1.0, 2.0])
+    # a list with no answer is ranked as the first stage ranks it
+    assert ranking_loss(agrees, [3], [False], teacher) < ranking_loss(disagrees, [3], [False], teacher)
+    assert ranking_loss(agrees, [3], [False]) == ranking_loss(disagrees, [3], [False])  # labels alone: no order
+    # an answered list still ranks its right text (the first) highest
+    right_first, right_second = torch.tensor([3.0, 2.0, 1.0]), torch.tensor([2.0, 3.0, 1.0])
+    assert ranking_loss(right_first, [3], [True], teacher) < ranking_loss(right_second, [3], [True], teacher)
+
+
+def test_a_new_heads_weights_train_at_a_rate_of_their_own(tiny_model, tmp_path):
+    from indexer.encoders.cross_training import NEW_HEAD_TIMES, head_groups, load_cross
+
+    cross = load_cross(tiny_model, None, "cpu", "fp32", 0)
+    body, head = head_groups(cross.network, 1e-4)
+    assert "lr" not in body and head["lr"] == pytest.approx(1e-4 * NEW_HEAD_TIMES) and NEW_HEAD_TIMES > 1
+    named = dict(cross.network.named_parameters())
+    ids = {id(p) for p in head["params"]}
+    assert {name for name, p in named.items() if id(p) in ids} == {n for n in named if n.startswith("classifier.")}
+    assert len(body["params"]) + len(head["params"]) == len(named)
 
 
 def test_a_run_to_a_log_gets_progress_lines_while_mining_and_measuring(

@@ -64,6 +64,9 @@ class RankingRows:
     questions: list[str]
     texts: list[list[str]]
     answered: list[bool]
+    teacher: list[list[float]] | None = None
+    """The first stage's cosine of each question and text, where known: the list's order it
+    already knows, which the listwise loss keeps a share of (``ranking_loss``)."""
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -201,18 +204,42 @@ def bce_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.binary_cross_entropy_with_logits(logits, targets)
 
 
-def ranking_loss(logits: torch.Tensor, sizes: Sequence[int], answered: Sequence[bool]) -> torch.Tensor:
-    """Listwise softmax cross-entropy of each answered list's right text (its first) against the
-    list's negatives, plus the mean binary cross-entropy of every logit against 1 (the right text)
-    or 0: the softmax term ranks (what a reranker is for), the pointwise term keeps the logit an
-    absolute score (a question with no answer scores low everywhere)."""
+TEACHER_SHARE = 0.8
+"""The share of a list's listwise target that is the first stage's order (its cosines' softmax
+at ``TEACHER_TEMPERATURE``), the rest the labels' right text: a new head learns from a few
+hundred questions what the first stage already knows as well as what it gets wrong."""
+NEW_HEAD_TIMES = 30.0
+"""A new head's rate over the encoder's: a random linear layer on trained features moves 30 times
+as fast as the features, which change slowly so as not to forget what they were trained for."""
+TEACHER_TEMPERATURE = 0.05
+"""The first stage's cosines are divided by this before their softmax (a scale of 20, as
+sentence-transformers' ``MultipleNegativesRankingLoss``)."""
+
+
+def ranking_loss(
+    logits: torch.Tensor,
+    sizes: Sequence[int],
+    answered: Sequence[bool],
+    teacher: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Listwise softmax cross-entropy of each list against its target, plus the mean binary
+    cross-entropy of every logit against 1 (the right text) or 0: the softmax term ranks (what a
+    reranker is for), the pointwise term keeps the logit an absolute score (a question with no
+    answer scores low everywhere). A list's target is its right text (its first, where answered);
+    with ``teacher`` (the first stage's cosine of each pair) ``TEACHER_SHARE`` of it is the first
+    stage's order instead, so a list with no answer is ranked too."""
     targets = torch.zeros_like(logits)
     listwise, start = [], 0
     for size, right in zip(sizes, answered, strict=True):
+        span = slice(start, start + size)
+        goal = torch.zeros(size, device=logits.device)
         if right:
-            targets[start] = 1.0
-            if size > 1:
-                listwise.append(torch.logsumexp(logits[start : start + size], 0) - logits[start])
+            targets[start] = goal[0] = 1.0
+        if teacher is not None:
+            known = torch.softmax(teacher[span].float() / TEACHER_TEMPERATURE, 0)
+            goal = (1 - TEACHER_SHARE) * goal + TEACHER_SHARE * known
+        if size > 1 and goal.sum() > 0:
+            listwise.append(-(goal * torch.log_softmax(logits[span], 0)).sum())
         start += size
     pointwise = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets)
     return (torch.stack(listwise).mean() if listwise else logits.sum() * 0) + pointwise
@@ -236,7 +263,9 @@ def fine_tune_cross(
             sizes = [len(rows.texts[i]) for i in batch]
             first = [rows.questions[i] for i, size in zip(batch, sizes, strict=True) for _ in range(size)]
             logits = cross.train_logits(first, [t for i in batch for t in rows.texts[i]])
-            return ranking_loss(logits, sizes, [rows.answered[i] for i in batch])
+            known = rows.teacher
+            teacher = None if known is None else logits.new_tensor([c for i in batch for c in known[i]])
+            return ranking_loss(logits, sizes, [rows.answered[i] for i in batch], teacher)
         logits = cross.train_logits([rows.first[i] for i in batch], [rows.second[i] for i in batch])
         targets = torch.tensor([rows.targets[i] for i in batch], device=logits.device)
         return bce_loss(logits, targets)
@@ -248,9 +277,18 @@ def fine_tune_cross(
         lambda: measure(cross.scores),
         budget,
         scaled=cross.mixed == "fp16" and cross.device.type == "cuda",
+        groups=None if cross.continued else head_groups(cross.network, budget.learning_rate),
         progress=progress,
         report=report,
     )
+
+
+def head_groups(network: torch.nn.Module, rate: float) -> list[dict[str, Any]]:
+    """AdamW's groups for a new head: the encoder's weights at ``rate``, the head's (every
+    weight outside the base model) at ``NEW_HEAD_TIMES`` that."""
+    body = {id(p) for p in network.base_model.parameters()}
+    head = [p for p in network.parameters() if id(p) not in body]
+    return [{"params": list(network.base_model.parameters())}, {"params": head, "lr": rate * NEW_HEAD_TIMES}]
 
 
 def save_cross(cross: CrossModel, staging: Path, facts: dict[str, Any]) -> None:

@@ -342,6 +342,7 @@ def train_loop(
     budget: Budget,
     *,
     scaled: bool = False,
+    groups: list[dict[str, Any]] | None = None,
     progress: bool = False,
     report: Callable[[str], object] = lambda line: None,
 ) -> Outcome:
@@ -354,7 +355,8 @@ def train_loop(
     run, its measurements included: a step starts only when it and one more measurement fit in
     what is left, each reckoned at ``MARGIN`` times the longest yet. Memory stays bounded: one
     batch's activations and one copy of the best weights.
-    ``scaled``: fp16 on a GPU, with a loss scaler."""
+    ``scaled``: fp16 on a GPU, with a loss scaler. ``groups``: AdamW's parameter groups where
+    some train at a rate of their own (every parameter of ``model`` in one of them)."""
     from indexer.progress import Progress
 
     torch.manual_seed(budget.seed)
@@ -366,7 +368,7 @@ def train_loop(
     total = per_epoch * budget.epochs
     every = max(1, math.ceil(per_epoch / budget.evaluations))
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=budget.learning_rate, weight_decay=0.01, fused=_fusable(model)
+        groups or model.parameters(), lr=budget.learning_rate, weight_decay=0.01, fused=_fusable(model)
     )
     plan = Schedule(total)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, plan.rate)

@@ -147,6 +147,24 @@ class Mined:
             cosines.append(np.take_along_axis(scores, top, axis=1))
         return np.concatenate(tops), np.concatenate(cosines)
 
+    def cosines(self, questions: Sequence[str], lists: Sequence[Sequence[str]]) -> list[list[float]]:
+        """The first stage's cosine of each question and each text of its list (a text outside
+        the pool embedded as a passage)."""
+        asked = list(dict.fromkeys(questions))
+        where = {text: i for i, text in enumerate(self.texts)}
+        extra = list(dict.fromkeys(t for texts in lists for t in texts if t not in where))
+        vectors = self.vectors
+        if extra:
+            where.update((text, len(vectors) + i) for i, text in enumerate(extra))
+            vectors = np.concatenate([vectors, self.embed(extra, role="passage")])
+        blocks = range(0, len(asked), RANKED_AT_ONCE)
+        asked_vectors = np.concatenate([self.embed(asked[at : at + RANKED_AT_ONCE]) for at in blocks])
+        row = {question: i for i, question in enumerate(asked)}
+        return [
+            (vectors[[where[t] for t in texts]] @ asked_vectors[row[question]]).tolist()
+            for question, texts in zip(questions, lists, strict=True)
+        ]
+
 
 @dataclass(frozen=True)
 class HeldBack:

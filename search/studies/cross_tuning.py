@@ -141,9 +141,9 @@ def training_rows(labels: Labels, held: HeldBack, mined: Mined | None, seed: int
         negatives[anchor] = list(dict.fromkeys(chosen))
     lists = [[text, *negatives[anchor]] for anchor, text in zip(first, second, strict=True)]
     quiet = [a for a in anchors if a not in labels.relevant and negatives[a]]
-    return RankingRows(
-        first + quiet, lists + [negatives[a] for a in quiet], [True] * len(first) + [False] * len(quiet)
-    )
+    questions, lists = first + quiet, lists + [negatives[a] for a in quiet]
+    answered = [True] * len(first) + [False] * len(quiet)
+    return RankingRows(questions, lists, answered, mined.cosines(questions, lists))
 
 
 def _pairs_per_second(cross: CrossModel, labels: Labels) -> float:
