@@ -7,9 +7,10 @@ Each ``NAME:LOSS:RATE`` trains a new head on all-MiniLM-L6-v2 for the same steps
 as many pairs), AdamW with 10 % warm-up then linear decay, from the same seed. LOSS: ``rank``, the
 tune's lists, listwise + binary cross-entropy on the labels alone; ``teachS``, share S of each
 list's listwise target the first stage's order (the softmax of its cosines x 20), so that a list
-with no answer is ranked too (``taught_loss``); ``bce``, pairs drawn at random, binary
-cross-entropy with positives weighted to balance. RATE: the peak rate, ``6e-5x30`` the head's own
-30 times the rest's. Then the reranker alone and fused at its best weight are measured on the
+with no answer is ranked too (``TEACHER_SHARE``: ``tune`` trains with 0.8); ``bce``, pairs drawn
+at random, binary cross-entropy with positives weighted to balance. RATE: the peak rate,
+``6e-5x30`` the head's own 30 times the rest's (``NEW_HEAD_TIMES``: ``tune``'s; none, the same).
+Then the reranker alone and fused at its best weight are measured on the
 held-back questions (5 % of WikiQA train, the first stage's best 20
 each), beside the first stage. The mined pool is embedded once and kept in ``--cache``.
 """
@@ -26,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from indexer.encoders.cross_training import load_cross, ranking_loss
+from indexer.encoders import cross_training
+from indexer.encoders.cross_training import head_groups, load_cross, ranking_loss
 from indexer.encoders.factory import encoder_for
 from search.studies.cross_held import Mined, held_back_set
 from search.studies.cross_tuning import DEPTH, grouped, training_rows
@@ -34,9 +36,6 @@ from search.studies.tuning import hold_back, read_labels
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikiqa" / "WikiQASent-train.txt"
 LISTS = 2
-TEMPERATURE = 0.05
-"""The first stage's cosines are divided by this before their softmax (a scale of 20, as
-sentence-transformers' ``MultipleNegativesRankingLoss``)."""
 
 
 def main() -> None:
@@ -57,7 +56,6 @@ def main() -> None:
     rows = training_rows(labels, held, mined, 0)
     print(f"held back {held.size} questions ({held.answered} answerable); {len(rows)} lists", flush=True)
     print("first stage", held.first_stage().line(held.metric), flush=True)
-    teacher = first_stage_cosines(mined, rows) if any(":teach" in r for r in args.recipes) else []
     pairs = [
         (q, t, float(right and j == 0))
         for q, texts, right in zip(rows.questions, rows.texts, rows.answered, strict=True)
@@ -66,45 +64,13 @@ def main() -> None:
     for recipe in args.recipes:
         name, loss, rate = recipe.split(":")
         rate, _, times = rate.partition("x")
-        run(name, loss, float(rate), float(times or 1), args.steps, rows, pairs, held, teacher)
+        run(name, loss, float(rate), float(times or 1), args.steps, rows, pairs, held)
 
 
-def first_stage_cosines(mined: Mined, rows) -> list[list[float]]:  # noqa: ANN001
-    """The first stage's cosine of each list's question and each of its texts."""
-    where = {text: i for i, text in enumerate(mined.texts)}
-    asked = list(dict.fromkeys(rows.questions))
-    vectors = dict(zip(asked, mined.embed(asked), strict=True))
-    return [
-        (mined.vectors[[where[t] for t in texts]] @ vectors[question]).tolist()
-        for question, texts in zip(rows.questions, rows.texts, strict=True)
-    ]
-
-
-def taught_loss(
-    logits: torch.Tensor, sizes: list[int], answered: list[bool], teacher: torch.Tensor, share: float
-) -> torch.Tensor:
-    """``ranking_loss`` with ``share`` of each list's listwise target the first stage's order."""
-    targets = torch.zeros_like(logits)
-    listwise, start = [], 0
-    for size, right in zip(sizes, answered, strict=True):
-        span = slice(start, start + size)
-        goal = torch.zeros(size)
-        if right:
-            targets[start] = goal[0] = 1.0
-        goal = (1 - share) * goal + share * torch.softmax(teacher[span] / TEMPERATURE, 0)
-        if size > 1:
-            listwise.append(-(goal * torch.log_softmax(logits[span], 0)).sum())
-        start += size
-    pointwise = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets)
-    return (torch.stack(listwise).mean() if listwise else logits.sum() * 0) + pointwise
-
-
-def run(name, loss, rate, head_times, steps, rows, pairs, held, teacher) -> None:  # noqa: ANN001
+def run(name, loss, rate, head_times, steps, rows, pairs, held) -> None:  # noqa: ANN001
     cross = load_cross(None, None, "cpu", "fp32", 0)
-    head = list(cross.network.classifier.parameters())
-    body = [p for p in cross.network.parameters() if all(p is not h for h in head)]
-    groups = [{"params": body}, {"params": head, "lr": rate * head_times}]
-    optimizer = torch.optim.AdamW(groups, lr=rate, weight_decay=0.01)
+    cross_training.NEW_HEAD_TIMES = head_times
+    optimizer = torch.optim.AdamW(head_groups(cross.network, rate), lr=rate, weight_decay=0.01)
     warm = max(1, steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: s / warm if s < warm else max(0.0, (steps - s) / (steps - warm))
@@ -127,11 +93,11 @@ def run(name, loss, rate, head_times, steps, rows, pairs, held, teacher) -> None
             questions = [rows.questions[i] for i, n in zip(chosen, sizes, strict=True) for _ in range(n)]
             logits = cross.logits(questions, [t for i in chosen for t in rows.texts[i]])
             answered = [rows.answered[i] for i in chosen]
+            teacher = None
             if loss.startswith("teach"):
-                known = logits.new_tensor([c for i in chosen for c in teacher[i]])
-                value = taught_loss(logits, sizes, answered, known, float(loss.removeprefix("teach")))
-            else:
-                value = ranking_loss(logits, sizes, answered)
+                cross_training.TEACHER_SHARE = float(loss.removeprefix("teach"))
+                teacher = logits.new_tensor([c for i in chosen for c in rows.teacher[i]])
+            value = ranking_loss(logits, sizes, answered, teacher)
         optimizer.zero_grad()
         value.backward()
         torch.nn.utils.clip_grad_norm_(cross.network.parameters(), 1.0)

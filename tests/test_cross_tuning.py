@@ -368,7 +368,8 @@ def test_the_ranking_loss_keeps_a_share_of_the_first_stages_order():
     agrees, disagrees = torch.tensor([1.0, 2.0, 0.0]), torch.tensor([0.0, 1.0, 2.0])
     # a list with no answer is ranked as the first stage ranks it
     assert ranking_loss(agrees, [3], [False], teacher) < ranking_loss(disagrees, [3], [False], teacher)
-    assert ranking_loss(agrees, [3], [False]) == ranking_loss(disagrees, [3], [False])  # labels alone: no order
+    # the labels alone give such a list no order
+    assert ranking_loss(agrees, [3], [False]) == ranking_loss(disagrees, [3], [False])
     # an answered list still ranks its right text (the first) highest
     right_first, right_second = torch.tensor([3.0, 2.0, 1.0]), torch.tensor([2.0, 3.0, 1.0])
     assert ranking_loss(right_first, [3], [True], teacher) < ranking_loss(right_second, [3], [True], teacher)
@@ -382,7 +383,8 @@ def test_a_new_heads_weights_train_at_a_rate_of_their_own(tiny_model, tmp_path):
     assert "lr" not in body and head["lr"] == pytest.approx(1e-4 * NEW_HEAD_TIMES) and NEW_HEAD_TIMES > 1
     named = dict(cross.network.named_parameters())
     ids = {id(p) for p in head["params"]}
-    assert {name for name, p in named.items() if id(p) in ids} == {n for n in named if n.startswith("classifier.")}
+    faster = {name for name, p in named.items() if id(p) in ids}
+    assert faster == {name for name in named if name.startswith("classifier.")}
     assert len(body["params"]) + len(head["params"]) == len(named)
 
 

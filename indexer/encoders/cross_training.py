@@ -7,7 +7,8 @@ continues), scoring pairs, the loss sentence-transformers' ``CrossEncoderTrainer
 label for scored pairs (``BinaryCrossEntropyLoss``: soft targets), and for a question, its right
 entry and its negatives a listwise loss (``ranking_loss``: softmax cross-entropy of the right
 entry against its negatives, as ``MultipleNegativesRankingLoss`` for cross-encoders, plus binary
-cross-entropy of each logit so that the score stays an absolute one a no-answer rule can read),
+cross-entropy of each logit so that the score stays an absolute one a no-answer rule can read;
+``TEACHER_SHARE`` of a list's target is the first stage's order, and a new head trains faster),
 the loop with early stopping on a held-back metric (``training.Budget`` / ``Schedule`` /
 ``Outcome``, as the bi-encoder's), and the saved folder in sentence-transformers' current
 CrossEncoder layout, written here so that sentence-transformers stays a development dependency.
@@ -258,6 +259,8 @@ def fine_tune_cross(
     scored pairs by binary cross-entropy of each pair's logit against its target, lists by
     ``ranking_loss``; the best weights left loaded."""
 
+    new_lists = isinstance(rows, RankingRows) and not cross.continued  # a new head's own rate
+
     def loss_of(batch: Sequence[int]) -> torch.Tensor:
         if isinstance(rows, RankingRows):
             sizes = [len(rows.texts[i]) for i in batch]
@@ -277,7 +280,7 @@ def fine_tune_cross(
         lambda: measure(cross.scores),
         budget,
         scaled=cross.mixed == "fp16" and cross.device.type == "cuda",
-        groups=None if cross.continued else head_groups(cross.network, budget.learning_rate),
+        groups=head_groups(cross.network, budget.learning_rate) if new_lists else None,
         progress=progress,
         report=report,
     )

@@ -355,8 +355,7 @@ def train_loop(
     run, its measurements included: a step starts only when it and one more measurement fit in
     what is left, each reckoned at ``MARGIN`` times the longest yet. Memory stays bounded: one
     batch's activations and one copy of the best weights.
-    ``scaled``: fp16 on a GPU, with a loss scaler. ``groups``: AdamW's parameter groups where
-    some train at a rate of their own (every parameter of ``model`` in one of them)."""
+    ``scaled``: fp16 on a GPU, with a loss scaler; ``groups``: AdamW's, rates of their own."""
     from indexer.progress import Progress
 
     torch.manual_seed(budget.seed)
@@ -367,9 +366,8 @@ def train_loop(
     per_epoch = max(1, len(_batches(count, budget.batch_size, random.Random(0))))
     total = per_epoch * budget.epochs
     every = max(1, math.ceil(per_epoch / budget.evaluations))
-    optimizer = torch.optim.AdamW(
-        groups or model.parameters(), lr=budget.learning_rate, weight_decay=0.01, fused=_fusable(model)
-    )
+    weights = groups or model.parameters()
+    optimizer = torch.optim.AdamW(weights, lr=budget.learning_rate, weight_decay=0.01, fused=_fusable(model))
     plan = Schedule(total)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, plan.rate)
     scaler = torch.amp.GradScaler("cuda", enabled=scaled)
