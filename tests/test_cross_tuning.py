@@ -7,6 +7,7 @@ refused in one line."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +95,16 @@ def test_questions_train_with_mined_hard_negatives_and_never_see_the_held_back_s
     for question, texts in zip(rows.questions, rows.texts, strict=True):
         relevant = {labels.candidates[c] for c in labels.relevant[question]}
         assert texts[0] in relevant and not set(texts[1:]) & relevant  # a negative is never right
-    # each list carries the first stage's cosine of its question and every text, in order
+    # each list carries the first stage's cosine of its question and every text, in order, each
+    # question embedded once for mining and the cosines together
+    asked: list[str] = []
+
+    def counting(texts, role="query", **how):
+        asked.extend(texts if role == "query" else [])
+        return embed(texts, role=role, **how)
+
+    counted = training_rows(labels, held, replace(mined, embed=counting), 0)
+    assert counted.teacher == rows.teacher and len(asked) == len(set(asked)) == len(set(rows.questions))
     assert rows.teacher is not None and list(map(len, rows.teacher)) == list(map(len, rows.texts))
     for question, texts, cosines in zip(rows.questions, rows.texts, rows.teacher, strict=True):
         expected = embed(texts, role="passage") @ embed([question])[0]

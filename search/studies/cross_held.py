@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -123,6 +123,8 @@ class Mined:
     texts: list[str]
     vectors: np.ndarray
     embed: Callable[..., np.ndarray]
+    asked: dict[str, np.ndarray] = field(default_factory=dict, init=False, compare=False, repr=False)
+    """Each question's vector, embedded once (``questions``)."""
 
     @classmethod
     def of(cls, labels: Labels, embed: Callable[..., np.ndarray], progress: bool = False) -> Mined:
@@ -141,29 +143,29 @@ class Mined:
         depth = min(depth, len(self.texts))
         tops, cosines = [np.zeros((0, depth), dtype=np.int64)], [np.zeros((0, depth))]
         for start in range(0, len(questions), RANKED_AT_ONCE):  # memory: a block's row of cosines each
-            scores = self.embed(list(questions[start : start + RANKED_AT_ONCE])) @ self.vectors.T
+            scores = self.questions(questions[start : start + RANKED_AT_ONCE]) @ self.vectors.T
             top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
             tops.append(top)
             cosines.append(np.take_along_axis(scores, top, axis=1))
         return np.concatenate(tops), np.concatenate(cosines)
 
     def cosines(self, questions: Sequence[str], lists: Sequence[Sequence[str]]) -> list[list[float]]:
-        """The first stage's cosine of each question and each text of its list (a text outside
-        the pool embedded as a passage)."""
-        asked = list(dict.fromkeys(questions))
+        """The first stage's cosine of each question and each text of its list (a list is drawn
+        from the candidates, so every text is one of the pool's)."""
         where = {text: i for i, text in enumerate(self.texts)}
-        extra = list(dict.fromkeys(t for texts in lists for t in texts if t not in where))
-        vectors = self.vectors
-        if extra:
-            where.update((text, len(vectors) + i) for i, text in enumerate(extra))
-            vectors = np.concatenate([vectors, self.embed(extra, role="passage")])
-        blocks = range(0, len(asked), RANKED_AT_ONCE)
-        asked_vectors = np.concatenate([self.embed(asked[at : at + RANKED_AT_ONCE]) for at in blocks])
-        row = {question: i for i, question in enumerate(asked)}
         return [
-            (vectors[[where[t] for t in texts]] @ asked_vectors[row[question]]).tolist()
-            for question, texts in zip(questions, lists, strict=True)
+            (self.vectors[[where[t] for t in texts]] @ asked).tolist()
+            for asked, texts in zip(self.questions(questions), lists, strict=True)
         ]
+
+    def questions(self, texts: Sequence[str]) -> np.ndarray:
+        """``texts`` embedded as questions, each once a pool (mining and the cosines read the same
+        questions), ``RANKED_AT_ONCE`` at a time."""
+        new = [text for text in dict.fromkeys(texts) if text not in self.asked]
+        for start in range(0, len(new), RANKED_AT_ONCE):
+            block = new[start : start + RANKED_AT_ONCE]
+            self.asked.update(zip(block, self.embed(block), strict=True))
+        return np.array([self.asked[text] for text in texts]).reshape(len(texts), self.vectors.shape[1])
 
 
 @dataclass(frozen=True)
