@@ -289,9 +289,10 @@ def fine_tune_cross(
 def head_groups(network: torch.nn.Module, rate: float) -> list[dict[str, Any]]:
     """AdamW's groups for a new head: the encoder's weights at ``rate``, the head's (every
     weight outside the base model) at ``NEW_HEAD_TIMES`` that."""
-    body = {id(p) for p in network.base_model.parameters()}
-    head = [p for p in network.parameters() if id(p) not in body]
-    return [{"params": list(network.base_model.parameters())}, {"params": head, "lr": rate * NEW_HEAD_TIMES}]
+    body = list(network.base_model.parameters())
+    encoder = {id(p) for p in body}
+    head = [p for p in network.parameters() if id(p) not in encoder]
+    return [{"params": body}, {"params": head, "lr": rate * NEW_HEAD_TIMES}]
 
 
 def save_cross(cross: CrossModel, staging: Path, facts: dict[str, Any]) -> None:
