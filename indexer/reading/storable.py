@@ -44,8 +44,8 @@ def unstorable(row: dict[str, Any]) -> str | None:
         flat = "".join(row) + "".join(row.values())
     except TypeError:  # a number, a null, a list or an object: every level, below
         pass
-    else:
-        if not UNSTORABLE.search(flat):
+    else:  # ASCII holds no surrogate: only a NUL is left to look for, without the regex
+        if "\x00" not in flat if flat.isascii() else not UNSTORABLE.search(flat):
             return None
     pending: list[tuple[Any, int]] = [(row, 0)]
     while pending:
