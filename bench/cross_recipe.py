@@ -7,12 +7,13 @@ Each ``NAME:LOSS:RATE`` trains a new head on all-MiniLM-L6-v2 for the same steps
 as many pairs), AdamW with 10 % warm-up then linear decay, from the same seed. LOSS: ``rank``, the
 tune's lists, listwise + binary cross-entropy on the labels alone; ``teachS``, share S of each
 list's listwise target the first stage's order (the softmax of its cosines x 20), so that a list
-with no answer is ranked too (``TEACHER_SHARE``: ``tune`` trains with 0.8); ``bce``, pairs drawn
-at random, binary cross-entropy with positives weighted to balance. RATE: the peak rate,
-``6e-5x30`` the head's own 30 times the rest's (``NEW_HEAD_TIMES``: ``tune``'s; none, the same).
-Then the reranker alone and fused at its best weight are measured on the
-held-back questions (5 % of WikiQA train, the first stage's best 20
-each), beside the first stage. The mined pool is embedded once and kept in ``--cache``.
+with no answer is ranked too (``TEACHER_SHARE``: ``tune`` trains with 0.8); either with ``+listW``
+adds W times ``answerable_loss`` (each list's soft top score against whether it holds an
+answer); ``bce``, pairs drawn at random, binary cross-entropy with positives weighted to
+balance. RATE: the peak rate, ``6e-5x30`` the head's own 30 times the rest's (``NEW_HEAD_TIMES``:
+``tune``'s; none, the same). Then the reranker alone and fused at its best weight are measured on
+the held-back questions (5 % of WikiQA train, the first stage's best 20 each), beside the first
+stage. The mined pool is embedded once and kept in ``--cache``.
 """
 
 from __future__ import annotations
@@ -67,6 +68,15 @@ def main() -> None:
         run(name, loss, float(rate), float(times or 1), args.steps, rows, pairs, held)
 
 
+def answerable_loss(logits: torch.Tensor, sizes: list[int], answered: list[bool]) -> torch.Tensor:
+    """Binary cross-entropy of each list's log-sum-exp of logits (a soft top score) against
+    whether the list holds an answer: a term that trains the top score to tell them apart."""
+    edges = np.cumsum([0, *sizes])
+    lists = [torch.logsumexp(logits[a:b], 0) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    truth = logits.new_tensor([float(a) for a in answered])
+    return torch.nn.functional.binary_cross_entropy_with_logits(torch.stack(lists), truth)
+
+
 def run(name, loss, rate, head_times, steps, rows, pairs, held) -> None:  # noqa: ANN001
     cross = load_cross(None, None, "cpu", "fp32", 0)
     cross_training.NEW_HEAD_TIMES = head_times
@@ -94,10 +104,13 @@ def run(name, loss, rate, head_times, steps, rows, pairs, held) -> None:  # noqa
             logits = cross.logits(questions, [t for i in chosen for t in rows.texts[i]])
             answered = [rows.answered[i] for i in chosen]
             teacher = None
-            if loss.startswith("teach"):
-                cross_training.TEACHER_SHARE = float(loss.removeprefix("teach"))
+            share, _, weight = loss.partition("+list")
+            if share.startswith("teach"):
+                cross_training.TEACHER_SHARE = float(share.removeprefix("teach"))
                 teacher = logits.new_tensor([c for i in chosen for c in rows.teacher[i]])
             value = ranking_loss(logits, sizes, answered, teacher)
+            if weight:
+                value = value + float(weight) * answerable_loss(logits, sizes, answered)
         optimizer.zero_grad()
         value.backward()
         torch.nn.utils.clip_grad_norm_(cross.network.parameters(), 1.0)
