@@ -308,7 +308,8 @@ def judged_options(*, required: bool) -> Decorator:
             "queries_file",
             required=required,
             type=click.Path(dir_okay=False, path_type=Path),
-            help="Questions: JSONL, each with id and text.",
+            help="Questions, each with an id and a text: JSONL, or CSV/TSV (by extension) with columns "
+            "id and text.",
         ),
         click.option(
             "--qrels",

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.argument("question", required=False)
 @click.option(
-    "--queries", "queries_file", help="File of queries: JSONL with id and text, or plain lines ('-' = stdin)."
+    "--queries",
+    "queries_file",
+    help="File of queries: CSV/TSV (by extension) or JSONL with id and text, or plain lines ('-' = stdin).",
 )
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Hits per query.")
 @click.option("--where", help="Filter on stored fields before the search: \"category = 'billing'\".")
