@@ -150,3 +150,31 @@ def test_bytes_that_are_not_utf8_are_bad_input(index):
         err = result.stderr.decode("utf-8", "replace")
         assert result.returncode == 1 and "not valid UTF-8" in err, err
         assert "unexpected" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("chained", ["cause", "context"])
+def test_an_interrupt_that_a_library_raises_as_another_error_is_an_interrupt(tmp_path, monkeypatch, chained):
+    """Ctrl-C during ``import onnxruntime`` comes out as ``ImportError: initialization failed``
+    with the KeyboardInterrupt as its cause: it is still the user's interrupt (exit 130)."""
+    import builtins
+
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    real = builtins.__import__
+
+    def interrupted(name: str, *args: object, **kwargs: object) -> object:
+        if name == "search.read.info":
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as stop:
+                if chained == "cause":
+                    raise ImportError("initialization failed") from stop
+                raise ImportError("initialization failed")  # noqa: B904 (what the extension does)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    result = CliRunner().invoke(cli, ["info", str(tmp_path)])
+    assert result.exit_code == 130, result.output
+    assert "Interrupted: nothing was changed." in result.output and "unexpected" not in result.output
