@@ -96,6 +96,8 @@ def test_writer_waits_for_the_lock_when_asked(tmp_path, tiny_model):
 def test_writing_to_a_missing_index_is_one_clear_error(tmp_path):
     with pytest.raises(BadInput, match="no index at"):
         delete_from_index(tmp_path / "nowhere", ["a"])
+    with pytest.raises(BadInput, match=f"^no index at {re.escape(str(tmp_path / 'nowhere'))}$"):
+        add_to_index(tmp_path / "nowhere", faq(tmp_path))  # as delete, query and info say it
     assert not (tmp_path / "nowhere").exists()
 
 

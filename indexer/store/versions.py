@@ -354,6 +354,8 @@ def _let_go(index_dir: Path, version: Path, fd: int) -> None:
 def live_meta(index_dir: str | Path) -> IndexMeta:
     """The live version's meta table alone: cheap, no vectors loaded."""
     index_dir = Path(index_dir)
+    if not index_dir.is_dir():
+        raise BadInput(f"no index at {index_dir}")  # as ``open_index`` says it
     for _attempt in range(3):  # a writer may swap versions between reading CURRENT and holding it
         name = live_version(index_dir)
         if name is None:
