@@ -150,3 +150,66 @@ def test_bytes_that_are_not_utf8_are_bad_input(index):
         err = result.stderr.decode("utf-8", "replace")
         assert result.returncode == 1 and "not valid UTF-8" in err, err
         assert "unexpected" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("chained", ["cause", "context"])
+def test_an_interrupt_that_a_library_raises_as_another_error_is_an_interrupt(tmp_path, monkeypatch, chained):
+    """Ctrl-C during ``import onnxruntime`` comes out as ``ImportError: initialization failed``
+    with the KeyboardInterrupt as its cause: it is still the user's interrupt (exit 130)."""
+    import builtins
+
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    real = builtins.__import__
+
+    def interrupted(name: str, *args: object, **kwargs: object) -> object:
+        if name == "search.read.info":
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as stop:
+                if chained == "cause":
+                    raise ImportError("initialization failed") from stop
+                raise ImportError("initialization failed")  # noqa: B904 (what the extension does)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    result = CliRunner().invoke(cli, ["info", str(tmp_path)])
+    assert result.exit_code == 130, result.output
+    assert "Interrupted: nothing was changed." in result.output and "unexpected" not in result.output
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--text-field", ""],
+        ["--text-field", ",,"],
+        ["-k", "99999999999999999999"],
+        ["--min-score", "nan"],
+        ["--min-score", "inf"],
+    ],
+)
+def test_an_option_value_out_of_its_range_is_a_usage_error(tmp_path, option):
+    """Exit 2 and the option named, as for ``-k 0``, before any file is read or written (an empty
+    --text-field is not the default 'text')."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    corpus = tmp_path / "faq.csv"
+    corpus.write_text("id,text\n1,hello\n", encoding="utf-8")
+    if option[0] == "--text-field":
+        args = ["index", str(corpus), "-o", str(tmp_path / "idx"), *option]
+    else:
+        args = ["query", str(tmp_path / "idx"), "hello", *option]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert option[0] in result.output and not (tmp_path / "idx").exists()
+
+
+def test_the_cli_bounds_k_as_a_search_does():
+    from search.cli.options import HITS
+    from search.read.requests import MOST_HITS
+
+    assert HITS.max == MOST_HITS

@@ -477,6 +477,26 @@ def test_csv_delimiter_can_be_given(tmp_path):
         read_corpus(path, delimiter=";;")
 
 
+@pytest.mark.parametrize(
+    "name,content,given,fix",
+    [
+        ("faq.csv", "id,text,answer\n1,how,now\n2,why,so\n", ";", "--delimiter ','"),
+        ("faq.csv", "id\ttext\n1\thow\n", "|", "--delimiter tab"),
+        ("faq.tsv", "id;text\n1;how\n", None, "--format csv --delimiter ';'"),
+    ],
+)
+def test_a_header_of_one_field_holding_a_separator_names_the_delimiter(tmp_path, name, content, given, fix):
+    """Split at the wrong character, the header is one field and every row lacks 'text': the
+    error says the delimiter is likely wrong and how to give it, not to choose another field."""
+    path = write(tmp_path / name, content)
+    with pytest.raises(SemsearchError, match="delimiter is likely wrong") as caught:
+        read_corpus(path, delimiter=given)
+    assert fix in str(caught.value) and "--text-field" not in str(caught.value)
+    write(tmp_path / "plain.csv", "question\nhow\n")
+    with pytest.raises(SemsearchError, match="choose with --text-field"):  # one field, no separator in it
+        read_corpus(tmp_path / "plain.csv", delimiter=given if name.endswith("csv") else None)
+
+
 def test_field_names_match_whatever_their_case(tmp_path):
     csv_path = write(tmp_path / "faq.csv", "ID,question\n1,how?\n")
     corpus = read_corpus(csv_path, text_fields=["Question"], id_field="id")

@@ -248,6 +248,7 @@ def test_info_says_what_the_keyword_table_reads_until_its_next_write(tmp_path, t
     assert (read["keyword_fields"], read["keyword_fields_pending"]) == (["answer", "rank"], [])
     shown = CliRunner().invoke(cli, ["info", str(index)]).output
     assert "keywords:    FTS5 (BM25) over the text and answer, rank" in shown
+    assert "keyword_fields: answer,rank\n" in shown and "[" not in shown  # a list as the others are
     keep_text_only_keywords(index)
     read = open_index(index, vectors=False).info()
     assert (read["keyword_fields"], read["keyword_fields_pending"]) == ([], ["answer", "rank"])

@@ -101,3 +101,61 @@ def test_missing_and_non_utf8_files(tmp_path):
     binary.write_bytes(b"caf\xe9\n")
     with pytest.raises(BadInput, match="UTF-8"):
         read_queries(str(binary))
+
+
+@pytest.mark.parametrize(
+    "name,content",
+    [
+        ("q.csv", 'id,text\nq1,facebook\nq2,"gmail, mail"\n'),
+        ("q.tsv", "id\ttext\nq1\tfacebook\nq2\tgmail, mail\n"),
+        ("q.csv.gz", None),
+    ],
+)
+def test_csv_and_tsv_queries_are_read_by_their_columns(tmp_path, name, content):
+    """A header is not a query and an id is not text: CSV and TSV are told apart by extension as a
+    corpus's are, and read by its reader (quotes, delimiters, gzip)."""
+    path = tmp_path / name
+    if content is None:
+        import gzip
+
+        path.write_bytes(gzip.compress(b"id;text\nq1;facebook\nq2;gmail, mail\n"))
+    else:
+        path.write_text(content, encoding="utf-8")
+    assert read_queries(str(path)) == [Query("q1", "facebook"), Query("q2", "gmail, mail")]
+
+
+def test_csv_queries_without_ids_are_numbered_and_a_missing_text_column_is_named(tmp_path):
+    plain = tmp_path / "q.csv"
+    plain.write_text("text\nfacebook\ngmail\n", encoding="utf-8")
+    assert read_queries(str(plain)) == [Query("1", "facebook"), Query("2", "gmail")]
+    other = tmp_path / "o.csv"
+    other.write_text("id,question\nq1,facebook\n", encoding="utf-8")
+    with pytest.raises(BadInput, match=r"o\.csv.*'text'.*id, question") as caught:
+        read_queries(str(other))
+    assert "--text-field" not in str(caught.value)  # no command that reads queries has it
+    broken = tmp_path / "b.csv"
+    broken.write_text("id,text\nq1,facebook\nq2\n", encoding="utf-8")
+    named = tmp_path / "n.tsv"
+    named.write_text("query\nfacebook\n", encoding="utf-8")
+    assert read_queries(str(named)) == [Query("1", "facebook")]
+    with pytest.raises(BadInput, match=r"b\.csv line 3 \(row 2\): wrong field count"):
+        read_queries(str(broken))
+
+
+@pytest.mark.parametrize(
+    "name,content",
+    [
+        ("q.jsonl", '{"id": "a", "text": "facebook"}\n{"id": "a", "text": "gmail"}\n'),
+        ("q.csv", "id,text\na,facebook\na,gmail\n"),
+    ],
+)
+def test_a_duplicate_query_id_is_an_error_naming_both_rows(tmp_path, name, content):
+    """Otherwise the evaluation keeps one of the two texts against the id's judgements, and
+    ``query --queries`` prints two results under one id."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(
+        BadInput, match=r"(line|row) 2\)?: duplicate id: 'a' \(first at (line|row) 1\)"
+    ) as caught:
+        read_queries(str(path))
+    assert "\n" not in str(caught.value)

@@ -4,6 +4,7 @@ wait for the lock, a failed first build leaves nothing behind, and info() descri
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import os
 import re
@@ -17,6 +18,7 @@ from indexer import Strategy, build_index
 from indexer.errors import BadInput, IndexDamaged, IndexLocked
 from indexer.reading.corpus import Entry
 from indexer.store import CURRENT, DATABASE, live_meta, new_version, open_index, writer_lock
+from indexer.store.versions import building, prepare_target
 from indexer.writing.update import add_to_index, compact_index, delete_from_index, read_ids
 from tests.helpers import leave_hot_journal, unwritable
 
@@ -94,6 +96,8 @@ def test_writer_waits_for_the_lock_when_asked(tmp_path, tiny_model):
 def test_writing_to_a_missing_index_is_one_clear_error(tmp_path):
     with pytest.raises(BadInput, match="no index at"):
         delete_from_index(tmp_path / "nowhere", ["a"])
+    with pytest.raises(BadInput, match=f"^no index at {re.escape(str(tmp_path / 'nowhere'))}$"):
+        add_to_index(tmp_path / "nowhere", faq(tmp_path))  # as delete, query and info say it
     assert not (tmp_path / "nowhere").exists()
 
 
@@ -265,3 +269,42 @@ def test_a_second_build_into_a_new_folder_waits_for_the_first(tmp_path, tiny_mod
         holder.join()
     assert report.entries == 6 and open_index(target).meta["count"] == 6
     assert [p.name for p in target.iterdir() if p.name.startswith("v-")] == [open_index(target).version.name]
+
+
+def test_a_first_build_interrupted_as_it_takes_its_lock_leaves_no_directory(tmp_path, monkeypatch):
+    """Ctrl-C between making the folder and holding its lock (here: as the lock is taken) undoes
+    the folder as a failure inside the build does."""
+
+    def interrupted(*_args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("indexer.store.versions._remove_leftovers", interrupted)
+    with pytest.raises(KeyboardInterrupt), building(tmp_path / "new" / "idx"):
+        pass
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_interrupted_wait_leaves_the_folder_to_the_writer_holding_it(tmp_path, monkeypatch):
+    """A build that made the folder but lost the lock to another writer, then is stopped while it
+    waits, must not remove the folder under that writer."""
+    target = tmp_path / "new" / "idx"
+    made = prepare_target
+    other: list = []
+
+    def raced(index_dir: Path) -> Path | None:
+        top = made(index_dir)
+        other.append((index_dir / ".lock").open("a+"))  # another writer takes the lock first
+        fcntl.flock(other[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return top
+
+    def stopped(_seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("indexer.store.versions.prepare_target", raced)
+    monkeypatch.setattr("indexer.store.versions.time.sleep", stopped)
+    try:
+        with pytest.raises(KeyboardInterrupt), building(target, wait=30):
+            pass
+        assert (target / ".lock").exists()
+    finally:
+        other[0].close()

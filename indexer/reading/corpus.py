@@ -41,7 +41,7 @@ from indexer.reading.formats import (
     parse_rows,
     record_lines,
 )
-from indexer.reading.mismatch import check_mismatch
+from indexer.reading.mismatch import check_mismatch, check_split_header
 from indexer.reading.names import check_field_count, check_field_names, check_header, nearest, spelled
 from indexer.reading.rows import ROWS_NAME, CorpusSource, Spool, is_path
 from indexer.reading.storable import (
@@ -322,6 +322,7 @@ class CorpusReader:
             check_field_count(len(names) - ("_id" in names), f"the rows of {shown} have {len(names)} fields")
         missing = [f for f in [*wanted, *([id_field] if id_field else [])] if names and f not in names]
         if missing:
+            check_split_header(self.name or path.name, list(names), self.fmt, self.delimiter)
             raise BadInput(
                 f"no row of {self.name or path.name} has field {', '.join(map(repr, missing))}"
                 f"{nearest(missing[0], names)}; fields are: {', '.join(sorted(names))} "

@@ -55,8 +55,7 @@ def detect_format(path: Path, fmt: str | None, encoding: str = "utf-8") -> str:
     JSON Lines (many ``.json`` exports are)."""
     if fmt and fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
-    named = Path(path.stem) if path.suffix.lower() == GZIP_SUFFIX else path
-    found = fmt or _SUFFIXES.get(named.suffix.lower())
+    found = fmt or named_format(path)
     if found is None:
         raise BadInput(
             f"cannot tell the format of {path.name!r} from its extension: use --format {'|'.join(FORMATS)}"
@@ -64,6 +63,12 @@ def detect_format(path: Path, fmt: str | None, encoding: str = "utf-8") -> str:
     if found == "json" and _first_character(path, encoding) == "{":
         return "jsonl"
     return found
+
+
+def named_format(path: Path) -> str | None:
+    """The format ``path``'s extension names (``corpus.tsv.gz``: the one before ``.gz``), or None."""
+    named = Path(path.stem) if path.suffix.lower() == GZIP_SUFFIX else path
+    return _SUFFIXES.get(named.suffix.lower())
 
 
 def _first_character(path: Path, encoding: str) -> str:

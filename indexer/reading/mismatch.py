@@ -84,3 +84,23 @@ def check_mismatch(
     for kind, count in kinds.most_common():
         if kind in causes and count > rows * MISMATCH_SHARE:
             raise BadInput(f"{path}: {count} of {rows} rows {causes[kind]}")
+
+
+def check_split_header(name: Path | str, header: list[str], fmt: str, delimiter: str | None) -> None:
+    """Refuse a CSV or TSV file whose header is one field holding a separator (``DELIMITERS``)
+    other than the one it was split at, naming the option that reads it: called when a field
+    asked for is missing, which such a header makes for every field."""
+    if fmt not in ("csv", "tsv") or len(header) != 1:
+        return
+    split_at = (delimiter or ",") if fmt == "csv" else "\t"
+    held = [char for char in DELIMITERS if char != split_at and char in header[0]]
+    if not held:
+        return
+    likely = max(held, key=header[0].count)
+    given = "tab" if likely == "\t" else repr(likely)
+    split = f"{DELIMITERS.get(split_at, repr(split_at))}s"
+    fix = f"--delimiter {given}" if fmt == "csv" else f"--format csv --delimiter {given}"
+    raise BadInput(
+        f"{name}: its header is one field, {header[0][:80]!r}, when split at {split}: the "
+        f"delimiter is likely wrong (the header holds {DELIMITERS[likely]}s; read it with {fix})"
+    )

@@ -120,8 +120,8 @@ def _remove_leftovers(index_dir: Path) -> None:
     _remove_stale(index_dir, keep={live}, version=leftover)
 
 
-def prepare_target(index_dir: Path) -> Path | None:
-    """Make sure ``index_dir`` can take an index; returns the topmost directory this created.
+def prepare_target(index_dir: Path) -> None:
+    """Make sure ``index_dir`` can take an index, making it (and its missing parents) if need be.
     A folder that holds only what builds write (their lock, versions, pointer files) can: another
     build is writing its first version there (``building`` waits for its lock), or one was killed."""
     if index_dir.exists() and not index_dir.is_dir():
@@ -131,13 +131,18 @@ def prepare_target(index_dir: Path) -> Path | None:
         raise BadInput(
             f"{index_dir} exists, is not empty and is not a semsearch index: refusing to overwrite it"
         )
-    top, missing = None, index_dir.absolute()
-    while not missing.exists():
-        top, missing = missing, missing.parent
     try:
         index_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BadInput(f"cannot create {index_dir}: {exc.strerror}") from None
+
+
+def missing_top(index_dir: Path) -> Path | None:
+    """The topmost directory of ``index_dir``'s path that does not exist yet (what making it
+    creates); None when it exists."""
+    top, missing = None, index_dir.absolute()
+    while not missing.exists():
+        top, missing = missing, missing.parent
     return top
 
 
@@ -150,16 +155,22 @@ def _written_by_a_build(path: Path) -> bool:
 @contextlib.contextmanager
 def building(index_dir: Path, wait: float = 0) -> Iterator[None]:
     """Prepare ``index_dir`` and hold its writer lock for a build. A build that fails before
-    any index exists there removes the directories it created: nothing is left behind. One that
-    waited for a first build that failed so makes them again."""
+    any index exists there removes the directories it created: nothing is left behind, also when
+    it is stopped (Ctrl-C) before it holds the lock, unless another writer holds it by then. One
+    that waited for a first build that failed so makes them again."""
     deadline = time.monotonic() + wait
     while True:
-        made = prepare_target(index_dir)
+        made = missing_top(index_dir)  # known before it is made: a stop just after leaves nothing
         lock = contextlib.ExitStack()
         try:
+            prepare_target(index_dir)
             lock.enter_context(writer_lock(index_dir, max(deadline - time.monotonic(), 0)))
         except _NoFolder:
             continue
+        except BaseException:
+            if made is not None and live_or_none(index_dir) is None:
+                _remove_unlocked(made, index_dir)
+            raise
         with lock:
             try:
                 yield
@@ -168,6 +179,23 @@ def building(index_dir: Path, wait: float = 0) -> Iterator[None]:
                     shutil.rmtree(made, ignore_errors=True)
                 raise
         return
+
+
+def _remove_unlocked(made: Path, index_dir: Path) -> None:
+    """Remove ``made`` (the folders a first build made) unless a writer holds ``index_dir``'s
+    lock; removed holding it, so a writer that takes it next sees its lock file gone and starts
+    anew (``writer_lock``)."""
+    try:
+        handle = (index_dir / LOCK).open("r")
+    except OSError:  # no lock file: no writer came
+        shutil.rmtree(made, ignore_errors=True)
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -326,6 +354,8 @@ def _let_go(index_dir: Path, version: Path, fd: int) -> None:
 def live_meta(index_dir: str | Path) -> IndexMeta:
     """The live version's meta table alone: cheap, no vectors loaded."""
     index_dir = Path(index_dir)
+    if not index_dir.is_dir():
+        raise BadInput(f"no index at {index_dir}")  # as ``open_index`` says it
     for _attempt in range(3):  # a writer may swap versions between reading CURRENT and holding it
         name = live_version(index_dir)
         if name is None:

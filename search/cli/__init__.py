@@ -7,7 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -21,28 +21,48 @@ class _UserError(click.ClickException):
         self.exit_code = error.exit_code
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` stems from a KeyboardInterrupt (its cause or context, at any depth): an
+    extension stopped by Ctrl-C may raise another error from it (``import onnxruntime`` raises
+    ``ImportError: initialization failed``), which is still the user's interrupt."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen:
+        if isinstance(found, KeyboardInterrupt):
+            return True
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    return False
+
+
 class _Group(click.Group):
     """Turns library errors into click's one-line errors; never shows a traceback by default."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except SemsearchError as exc:
-            raise _UserError(exc) from None
-        except KeyboardInterrupt:
-            click.echo("Interrupted: nothing was changed.", err=True)
-            ctx.exit(130)
-        except BrokenPipeError:
-            sys.stderr.close()  # a reader like `head` went away: not an error worth a message
-            ctx.exit(0)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except KeyboardInterrupt:
+            _stopped(ctx)
         except Exception as exc:
+            if _interrupted(exc):
+                _stopped(ctx)
+            if isinstance(exc, SemsearchError):
+                raise _UserError(exc) from None
+            if isinstance(exc, BrokenPipeError):
+                sys.stderr.close()  # a reader like `head` went away: not an error worth a message
+                ctx.exit(0)
             if os.environ.get("SEMSEARCH_DEBUG"):
                 raise
             raise click.ClickException(
                 f"unexpected {type(exc).__name__}: {exc} (SEMSEARCH_DEBUG=1 shows a traceback)"
             ) from None
+
+
+def _stopped(ctx: click.Context) -> NoReturn:
+    click.echo("Interrupted: nothing was changed.", err=True)
+    ctx.exit(130)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

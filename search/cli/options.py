@@ -4,6 +4,7 @@ never a ``click.option`` of its own for a flag another command has."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,31 @@ def stacked(*options: Decorator) -> Decorator:
 def split(text: str) -> list[str]:
     """A comma-separated option as a list: "question, answer" -> ["question", "answer"]."""
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _check_fields(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A comma-separated list of field names given with none in it is a mistake, not the default."""
+    if value is not None and not split(value):
+        raise click.BadParameter("name at least one field: text, or question,answer")
+    return value
+
+
+class _Finite(click.types.FloatParamType):
+    """A float that is a number: ``nan`` and ``inf`` are no score or threshold."""
+
+    name = "finite number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+FINITE = _Finite()
+HITS = click.IntRange(min=1, max=2**63 - 1)
+"""``-k``: at least one hit, at most what a search can return (``search.read.requests.MOST_HITS``,
+not imported here: it loads NumPy, which ``--help`` need not; a test holds the two equal)."""
 
 
 def _parse_layers(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -248,6 +274,7 @@ def text_field_option(default: str | None = "text") -> Decorator:
     return click.option(
         "--text-field",
         default=default,
+        callback=_check_fields,
         show_default=default is not None,
         help="Field(s) of a row to embed, comma-separated and joined: question,answer"
         + ("" if default is not None else " (default: the ones the index was built with)"),
@@ -308,7 +335,8 @@ def judged_options(*, required: bool) -> Decorator:
             "queries_file",
             required=required,
             type=click.Path(dir_okay=False, path_type=Path),
-            help="Questions: JSONL, each with id and text.",
+            help="Questions, each with an id and a text: JSONL, or CSV/TSV (by extension) with columns "
+            "id and text.",
         ),
         click.option(
             "--qrels",
@@ -340,7 +368,7 @@ retrieval_options = stacked(
     corpus_option(required=False),
     judged_options(required=True),
     text_field_option(),
-    click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Metric cutoff."),
+    click.option("-k", default=10, show_default=True, type=HITS, help="Metric cutoff."),
     encoding_option,
 )
 """A retrieval set to score on: the corpus, the judged queries, the fields embedded, the cutoff."""

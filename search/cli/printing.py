@@ -229,6 +229,8 @@ def print_info(info: dict[str, Any], rules: dict[str, Any]) -> None:
         "index_kind": f"{info['index_kind']}, {info['storage']}"
         + (f", nprobe {info['nprobe']}" if "nprobe" in info else ""),
         "text_fields": ",".join(info["text_fields"]),
+        "keyword_fields": ",".join(info["keyword_fields"]) or "none",
+        "keyword_fields_pending": ",".join(info["keyword_fields_pending"]) or "none",
         "fields": ", ".join(f"{name} ({kind})" for name, kind in info["fields"].items()),
         "also": info["also"] and f"{','.join(info['also']['fields'])} (weight {info['also']['weight']:g})",
     }

@@ -12,6 +12,8 @@ import click
 from indexer.embedding.strategy import BACKENDS, ROLES
 from search.cli.embedding import embedding_options
 from search.cli.options import (
+    FINITE,
+    HITS,
     PREFIXES,
     SCORES,
     corpus_options,
@@ -36,14 +38,16 @@ if TYPE_CHECKING:
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.argument("question", required=False)
 @click.option(
-    "--queries", "queries_file", help="File of queries: JSONL with id and text, or plain lines ('-' = stdin)."
+    "--queries",
+    "queries_file",
+    help="File of queries: CSV/TSV (by extension) or JSONL with id and text, or plain lines ('-' = stdin).",
 )
-@click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Hits per query.")
+@click.option("-k", default=10, show_default=True, type=HITS, help="Hits per query.")
 @click.option("--where", help="Filter on stored fields before the search: \"category = 'billing'\".")
 @json_option("one line per query, with its hits")
 @click.option(
     "--min-score",
-    type=float,
+    type=FINITE,
     help="Mark hits scoring below this not answered, in any mode (over a calibration). " + SCORES,
 )
 @embedding_options("provider", "code", serving=True)
@@ -181,7 +185,7 @@ def duplicates_command(
 @click.command("similar")
 @click.argument("sentence")
 @click.argument("file", default="-")
-@click.option("-k", type=click.IntRange(min=1), help="Show the top K (default: all).")
+@click.option("-k", type=HITS, help="Show the top K (default: all).")
 @json_option("one line with the ranked sentences")
 @encoding_option
 @click.option(
@@ -242,7 +246,7 @@ def similar_command(
     help="The reranker: a cross-encoder folder as sentence-transformers saves one, or a Hugging "
     "Face name (docs/rerank.md).",
 )
-@click.option("-k", type=click.IntRange(min=1), help="Show the top K (default: all).")
+@click.option("-k", type=HITS, help="Show the top K (default: all).")
 @click.option(
     "--backend",
     type=click.Choice(BACKENDS),
