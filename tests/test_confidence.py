@@ -306,7 +306,7 @@ def test_cli_calibrate_then_query(faq):
         run("calibrate", index, "--queries", queries, "--qrels", qrels, "--guarantee", "1"), "guarantee"
     )
     info = run("info", index).stdout
-    promise = "plain cosine threshold; precision >= 0.95 with 90% confidence"
+    promise = "a threshold on the cosine of the entry's own text alone; precision >= 0.95 with 90% confidence"
     assert f"calibration: labels, hybrid search: {promise}" in info
     dense = run("calibrate", index, "--queries", queries, "--qrels", qrels, "--mode", "dense", "--json")
     assert json.loads(dense.stdout)["mode"] == "dense", dense.stderr
@@ -660,7 +660,7 @@ def test_info_states_the_calibration(faq):
     index, _, queries, qrels = faq
     rule = calibrate(index, queries, qrels)
     line = Rule.from_dict(open_index(index, vectors=False).info()["calibration"]["hybrid"]).describe()
-    promise = "plain cosine threshold; precision >= 0.95 with 90% confidence"
+    promise = "a threshold on the cosine of the entry's own text alone; precision >= 0.95 with 90% confidence"
     assert line.startswith(f"labels, hybrid search: {promise}")
     assert f"coverage {rule.coverage:.2f} on 20 labelled questions on 20 threads" in line
     assert rule.created[:4] in line
@@ -1075,3 +1075,21 @@ def test_unanswerable_ids_name_the_questions_without_an_answer_and_leave_the_oth
         with pytest.raises(BadInput, match=message):
             data = read_retrieval_set(queries, qrels)
             calibrate_index(index, data.queries, data.qrels, no_answer=data.without_answer([wrong.strip()]))
+
+
+@pytest.mark.parametrize(
+    ("feature", "mode", "score", "said"),
+    [
+        ("score", "dense", "", "a threshold on the cosine alone"),
+        ("score", "hybrid", "", "a threshold on the hybrid score alone"),
+        ("score", "keyword", "", "a threshold on the keyword score alone"),
+        ("text", "hybrid", "", "a threshold on the cosine of the entry's own text alone"),
+        ("keyword", "hybrid", "", "a threshold on the keyword evidence alone"),
+        ("score", "dense", "rerank:abc", "a threshold on the reranked score alone"),
+        ("text", "hybrid", "rerank:abc", "a threshold on the reranked score alone"),
+    ],
+)
+def test_info_names_the_score_a_one_feature_rule_thresholds(feature, mode, score, said):
+    rule = Rule((feature,), (0.0,), (1.0,), (1.0,), 0.0, 0.5, 0.9, 0.95, 0.5, 40, mode=mode, score=score)
+    searched = f"search reranked ({score})" if score else "search"
+    assert f"{mode} {searched}: {said}; precision 0.9" in rule.describe()

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from indexer.errors import BadInput
-from search.read.hybrid import DENSE, KEYWORD
+from search.read.hybrid import DENSE, HYBRID, KEYWORD
 
 FEATURES = ("score", "margin", "zscore", "gap", "text", "keyword", "agree")
 COSINES = frozenset({"score", "text", "keyword"})
@@ -241,10 +241,20 @@ class Rule:
         """Whether a hit's confidence needs the query's neighbourhood (any feature but a cosine)."""
         return not COSINES.issuperset(self.features)
 
+    @property
+    def thresholded(self) -> str:
+        """What a one-feature rule's threshold reads, named: ``score`` is the mode's own score."""
+        feature = self.features[0]
+        if self.score:  # a reranked neighbourhood: score and text are the reranked score
+            return "keyword evidence" if feature == "keyword" else "reranked score"
+        own = {DENSE: "cosine", HYBRID: "hybrid score", KEYWORD: "keyword score"}.get(self.mode, "score")
+        names = {"score": own, "text": "cosine of the entry's own text", "keyword": "keyword evidence"}
+        return names[feature]
+
     def describe(self) -> str:
         """One line for ``info``: what the rule promises, what it costs, what it was measured on."""
         plain = len(self.features) == 1 and self.features[0] in COSINES
-        rule = "plain cosine threshold" if plain else "rule " + ",".join(self.features)
+        rule = f"a threshold on the {self.thresholded} alone" if plain else "rule " + ",".join(self.features)
         promise = (
             f"precision >= {self.target:g} with {self.guarantee:.0%} confidence "
             f"(up to {self.unanswerable:.0%} of questions without an answer)"
