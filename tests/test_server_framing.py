@@ -6,6 +6,7 @@ it, escaped."""
 
 from __future__ import annotations
 
+import json
 import re
 import select
 import socket
@@ -57,9 +58,9 @@ def served(tmp_path_factory, tiny_model) -> Iterator[tuple[int, Path]]:
             process.wait(timeout=30)
 
 
-def flood(port: int, start: bytes, filler: bytes) -> tuple[int, int]:
+def flood(port: int, start: bytes, filler: bytes) -> tuple[int, int, str]:
     """Send ``start``, then ``filler`` again and again (up to ``FLOOD`` bytes) until the server
-    answers; its status code and how many bytes were sent before it did."""
+    answers; its status code, how many bytes were sent before it did, and its error."""
     sent = 0
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.sendall(start)
@@ -69,14 +70,20 @@ def flood(port: int, start: bytes, filler: bytes) -> tuple[int, int]:
                 sent += len(filler)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        status = s.makefile("rb").readline()
-    return int(status.split()[1]), sent
+        reader = s.makefile("rb")
+        status, length = reader.readline(), 0
+        while (line := reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            length = int(value) if name.lower() == b"content-length" else length
+        error = json.loads(reader.read(length))["error"]  # not to its end: a reset may come after
+    return int(status.split()[1]), sent, error
 
 
 def test_trailers_without_end_are_refused_past_a_bound(served):
     port, _ = served
-    status, sent = flood(port, HEAD + b'd\r\n{"query":"x"}\r\n0\r\n', b"X-T: " + b"a" * 1000 + b"\r\n")
+    status, sent, error = flood(port, HEAD + b'd\r\n{"query":"x"}\r\n0\r\n', b"X-T: " + b"a" * 1000 + b"\r\n")
     assert status in (413, 431) and sent < SOON, (status, sent)
+    assert "trailers over 16384 bytes" in error, error
     assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
 
 
@@ -86,8 +93,9 @@ ENDLESS_LINES = {"extension": (b"d;", b"a" * 4096), "zeros": (b"", b"0" * 4096)}
 @pytest.mark.parametrize("start, filler", ENDLESS_LINES.values(), ids=ENDLESS_LINES.keys())
 def test_a_chunk_size_line_without_end_is_refused_past_a_small_bound(served, start, filler):
     port, _ = served
-    status, sent = flood(port, HEAD + start, filler)
+    status, sent, error = flood(port, HEAD + start, filler)
     assert status in (400, 413) and sent < SOON, (status, sent)
+    assert "chunk-size line or trailers over 16384 bytes" in error, error  # not the whole body's bound
 
 
 def answer_of(port: int, request: bytes) -> bytes:
