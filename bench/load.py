@@ -48,7 +48,7 @@ async def quit_early(url: str, stop: float, questions: list[str]) -> None:
         body = json.dumps({"query": rng.choice(questions), "k": 5}).encode()
         _, writer = await asyncio.open_connection(host, int(port))
         writer.write(
-            b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /search HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
         )
         await writer.drain()
@@ -64,7 +64,7 @@ async def ask(
     answer's status."""
     body = json.dumps({"query": question, "k": 5, **({"mode": mode} if mode else {})}).encode()
     writer.write(
-        b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /search HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     )
     head = await reader.readuntil(b"\r\n\r\n")

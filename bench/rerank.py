@@ -188,7 +188,7 @@ def serve(index: Path, reranker: str, backend: str | None) -> tuple[subprocess.P
 async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> int:
     """One POST /search on a kept-alive connection; the answer's status."""
     writer.write(
-        b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /search HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     )
     head = await reader.readuntil(b"\r\n\r\n")

@@ -69,7 +69,7 @@ def start(code: Path, arguments: list[str], plain: bool = False) -> tuple[subpro
     while time.time() < deadline and server.poll() is None:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 if b" 200 " in s.recv(100):
                     return server, port
         except OSError:
@@ -81,7 +81,7 @@ def start(code: Path, arguments: list[str], plain: bool = False) -> tuple[subpro
 async def post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: bytes, body: bytes) -> int:
     """One POST on a kept-alive connection; the answer's status (its body read and dropped)."""
     writer.write(
-        b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        b"POST %s HTTP/1.1\r\nHost: [::1]\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
         % (path, len(body), body)
     )
     head = await reader.readuntil(b"\r\n\r\n")

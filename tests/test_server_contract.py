@@ -112,6 +112,7 @@ def test_a_damaged_or_removed_index_is_a_503(index):
         kept = database.read_bytes()
         database.write_bytes(b"not a database" * 1000)
         for response in (
+            client.get("/health"),  # it answers ok only while the index can serve
             client.get("/info"),
             client.get("/fields"),
             client.post("/search", json={"query": "bike", "where": "category = 'billing'"}),
@@ -120,6 +121,7 @@ def test_a_damaged_or_removed_index_is_a_503(index):
             assert_error(response, 503)
         database.write_bytes(kept)
         assert client.get("/info").status_code == 200
+        assert client.get("/health").json() == {"status": "ok"}
         shutil.rmtree(index)
         for response in (
             client.get("/info"),
@@ -129,9 +131,10 @@ def test_a_damaged_or_removed_index_is_a_503(index):
             client.post("/reload"),
             client.post("/v1/embeddings", json=GOOD["/v1/embeddings"]),
             client.post("/encode", json=GOOD["/encode"]),
+            client.get("/health"),
         ):
             assert_error(response, 503)
-        assert client.get("/health").status_code == 200
+        assert client.head("/health").status_code == 503
 
 
 def test_a_server_fault_is_a_500_in_each_route_s_shape(index, monkeypatch):

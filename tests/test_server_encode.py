@@ -66,13 +66,14 @@ def whitened_model(index) -> str:
 
 def test_embeddings_answer_the_served_model_by_name_path_or_alias_and_404_any_other(whitened):
     model = whitened_model(whitened)
-    names = [model, str(Path(model).resolve()), Path(model).name, ""]
+    names = [{"model": model}, {"model": str(Path(model).resolve())}, {"model": Path(model).name}, {}]
     with TestClient(create_app(whitened)) as client:
         for name in names:
-            answer = client.post("/v1/embeddings", json={"input": "a bike", "model": name})
+            answer = client.post("/v1/embeddings", json={"input": "a bike", **name})
             assert answer.status_code == 200, (name, answer.text[:200])
             assert answer.json()["model"] == model
-        for other in ("text-embedding-3-small", "m", f"{model}x", "sentence-transformers/all-MiniLM-L6-v2"):
+        others = ("text-embedding-3-small", "m", f"{model}x", "sentence-transformers/all-MiniLM-L6-v2", "")
+        for other in others:
             answer = client.post("/v1/embeddings", json={"input": "a bike", "model": other})
             assert answer.status_code == 404, (other, answer.text[:200])
             error = answer.json()["error"]  # OpenAI's shape and code

@@ -74,7 +74,7 @@ def hold(port: int, count: int, first: bytes = b"") -> list[socket.socket]:
 def answered(port: int, source: str = "127.0.0.1") -> socket.socket:
     """A connection the server has taken and answered once (kept open, as HTTP/1.1 keeps it)."""
     connection = socket.create_connection(("127.0.0.1", port), source_address=(source, 0))
-    connection.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    connection.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     answer = b""
     while not (b"\r\n\r\n" in answer and answer.endswith(b"}")):
         data = connection.recv(4096)
@@ -92,7 +92,7 @@ def test_idle_slow_head_and_slow_body_connections_are_closed(port):
             hold(
                 port,
                 6,
-                b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 b"Content-Length: 1000\r\n\r\n{",
             ),
             b" " * 100,
@@ -125,7 +125,7 @@ def test_a_body_answered_before_it_ends_is_not_read_as_the_next_request(port):
     client sends of it after that is neither a second request nor a head past the limit (431):
     the one answer stands, and a client that stalls is closed at its deadline."""
     with socket.create_connection(("127.0.0.1", port)) as connection:
-        head = b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        head = b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         connection.sendall(head + b"Content-Length: %d\r\n\r\n" % (4 << 20))
         answer = b""
         while not (b"\r\n\r\n" in answer and answer.endswith(b"}")):
@@ -177,9 +177,9 @@ def test_one_client_holding_slow_connections_does_not_keep_another_out(index):
     other = second_client()
     total = 80  # over the default share of one client (64), the whole --max-connections here
     with serving(index, "--max-connections", str(total), "--request-timeout", "60") as port:
-        held = hold(port, total, b"POST /search HTTP/1.1\r\nHost: x\r\n")
+        held = hold(port, total, b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         try:
-            extra = hold(port, 5, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # it reconnects
+            extra = hold(port, 5, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # it reconnects
             for connection in extra:
                 closed, answer = closed_by_server(connection, 5)
                 assert closed and answer.startswith(b"HTTP/1.1 503"), answer

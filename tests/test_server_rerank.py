@@ -126,6 +126,51 @@ def test_bad_v2_rerank_input_is_a_400_in_one_line(client, body):
     assert isinstance(message, str) and "\n" not in message and "internal" not in message
 
 
+RERANKED = {
+    "/v1/rerank": ("query", "documents"),
+    "/v2/rerank": ("query", "documents"),
+    "/rerank": ("query", "texts"),
+}
+
+
+@pytest.mark.parametrize("path", RERANKED)
+def test_blank_text_to_rerank_is_a_400_as_it_is_to_search(client, path):
+    """A blank query or document (spaces, zero-width characters alone) is refused as /search and
+    /v1/embeddings refuse one, by the same check."""
+    query, documents = RERANKED[path]
+    bodies = [
+        body
+        for blank in ("   ", "\u200b")
+        for body in ({query: blank, documents: DOCS}, {query: QUERY, documents: [DOCS[0], blank]})
+    ]
+    if path == "/v1/rerank":
+        bodies.append({query: QUERY, documents: [DOCS[0], {"text": " \t"}]})
+    for body in bodies:
+        answer = client.post(path, json=body)
+        assert answer.status_code == 400 and "empty" in answer.json()["error"], (body, answer.text)
+
+
+def test_an_empty_model_name_is_not_the_served_one(client):
+    """A request may leave ``model`` out; ``"model": ""`` names no model served here: a 404."""
+    for path in ("/v1/rerank", "/v2/rerank"):
+        answer = client.post(path, json={"model": "", "query": QUERY, "documents": DOCS})
+        assert answer.status_code == 404 and "is not served here" in answer.json()["error"], answer.text
+        assert client.post(path, json={"query": QUERY, "documents": DOCS}).status_code == 200
+    answer = client.post("/v1/embeddings", json={"model": "", "input": ["a"]})
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "model_not_found", answer.text
+
+
+@pytest.mark.parametrize("document", ["", 7, {"text": ""}, {"words": "a"}, {"text": 5}])
+def test_a_bad_v1_document_is_one_plain_line(client, document):
+    """A document that is neither a string nor ``{"text": ...}`` of text is a 400 naming its place
+    in plain words, not the validator's internals."""
+    answer = client.post("/v1/rerank", json={"query": QUERY, "documents": ["a", document]})
+    assert answer.status_code == 400, answer.text
+    message = answer.json()["error"]
+    assert message.startswith("documents.1") and ";" not in message, message
+    assert not any(leak in message for leak in ("function", "constrained", "RerankDocument", "[")), message
+
+
 def test_v2_rerank_of_a_model_not_served_or_on_a_server_without_a_reranker_is_a_404(client, tiny_model):
     other = client.post("/v2/rerank", json={"model": "rerank-v3.5", "query": QUERY, "documents": ["a"]})
     assert other.status_code == 404 and "'rerank-v3.5' is not served here" in other.json()["error"]
@@ -163,10 +208,10 @@ def test_served_names_are_what_the_server_answers_to_and_answers_with(tiny_model
             ("my-embedder", "model"),
             ("my-reranker", "model"),
         ]
-        for asked in ("my-embedder", ""):
-            answer = named.post("/v1/embeddings", json={"input": "a bike", "model": asked})
+        for asked in ({"model": "my-embedder"}, {}):
+            answer = named.post("/v1/embeddings", json={"input": "a bike", **asked})
             assert answer.status_code == 200 and answer.json()["model"] == "my-embedder", answer.text
-        for other in (tiny_model, Path(tiny_model).name, "text-embedding-3-small"):
+        for other in (tiny_model, Path(tiny_model).name, "text-embedding-3-small", ""):
             answer = named.post("/v1/embeddings", json={"input": "a bike", "model": other})
             assert answer.status_code == 404, answer.text
             error = answer.json()["error"]

@@ -36,7 +36,7 @@ def chunked_post(port: int, path: str, body: bytes, piece: int = 1 << 16) -> int
     sending as soon as the server answers (it may answer early and close)."""
     with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
         s.sendall(
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             "Transfer-Encoding: chunked\r\n\r\n".encode()
         )
         try:
@@ -65,7 +65,7 @@ def abandon(port: int, body: bytes) -> None:
     """Send a whole request, then hang up after 50 ms without reading the answer."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(
-            b"POST /similar HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /similar HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
         )
         time.sleep(0.05)
@@ -159,7 +159,7 @@ def forwarded(client: bytes) -> Callable[[str], None]:
 
     def requests(url: str) -> None:
         with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=30) as s:
-            head = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Forwarded-For: %s\r\n\r\n"
+            head = b"GET /health HTTP/1.1\r\nHost: [::1]\r\nConnection: close\r\nX-Forwarded-For: %s\r\n\r\n"
             s.sendall(head % client)
             assert s.makefile("rb").readline().split()[1] == b"200"
 

@@ -181,7 +181,12 @@ async def force_reload(request: Request) -> dict[str, Any]:
     return {"version": snapshot.index.version.name, "reloads": live.reloads}
 
 
-async def health() -> dict[str, str]:
+async def health(request: Request) -> dict[str, str]:
+    """ok while the server can serve: a server over an index whose files cannot be read is a 503
+    (``LiveEngine.check``: at most one cheap look a reload interval)."""
+    live = getattr(request.app.state, "live", None)
+    if live is not None:
+        await live.check()
     return {"status": "ok"}
 
 
@@ -207,7 +212,7 @@ GETS = (
 def add_shared_routes(app: FastAPI) -> None:
     """The routes of every server, with an index or without: health, the models it runs, and the
     rerank APIs."""
-    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/health", health, methods=["GET"], responses=answers(503))
     app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
     app.add_api_route("/v1/models", list_models, methods=["GET"], responses=answers(503, shape=OpenAIError))
     for path, handler, model, responses in RERANK_ROUTES:

@@ -28,6 +28,9 @@ KEEP_ALIVE = 5.0
 MAX_CONNECTIONS = 256
 MAX_CLIENT_CONNECTIONS = 64
 MAX_HEAD = 16 * 1024  # bytes of a request's line and headers (h11's own limit; httptools has none)
+# The status a connection answered a request with itself (past its deadline, unreadable HTTP, a
+# chunked body's framing past its bound), set in the request's scope for the access log.
+ANSWERED = "semsearch.answered"
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -187,7 +190,15 @@ class Guarded:
 
     def send_400_response(self, msg: str) -> None:
         """HTTP that cannot be read: the one error shape too."""
-        self.transport.write(raw_error(400, msg))
+        self.answer(400, msg)
+
+    def answer(self, status: int, message: str) -> None:
+        """Answer the request being received with an error and close the connection; its status
+        goes in the request's scope (``ANSWERED``) once its head was read, for the access log."""
+        path = self.begun()[1]
+        if path is not None:
+            self.scope[ANSWERED] = status
+        self.transport.write(raw_error(status, message, path or ""))
         self.transport.close()
 
     def receiving(self) -> bool:
@@ -218,10 +229,8 @@ class Guarded:
         self.deadline = None
         if self.transport.is_closing():
             return
-        begun, path = self.begun()
-        if begun and not (self.cycle is not None and self.cycle.response_started):
-            message = f"request not received within {self.request_timeout:g} s"
-            self.transport.write(raw_error(408, message, path or ""))
+        if self.begun()[0] and not (self.cycle is not None and self.cycle.response_started):
+            self.answer(408, f"request not received within {self.request_timeout:g} s")
         self.transport.close()
 
 
@@ -240,8 +249,8 @@ def raw_error(status: int, message: str, path: str = "") -> bytes:
     """A whole HTTP/1.1 error answer in the one shape (``path``'s, when its head was read), for a
     connection about to be closed."""
     body = json.dumps(error_body(path, status, message)).encode()
-    reasons = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large"}
-    reason = {**reasons, 503: "Service Unavailable"}[status]
+    reasons = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large"}
+    reason = {**reasons, 431: "Request Header Fields Too Large", 503: "Service Unavailable"}[status]
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"

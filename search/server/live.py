@@ -27,6 +27,7 @@ class LiveEngine:
         self.reload_every = reload_every
         self.checked = time.monotonic()
         self.reloading = asyncio.Lock()
+        self.fault: IndexDamaged | None = None  # what the last check found, until one passes
 
     @property
     def reloads(self) -> int:
@@ -41,8 +42,17 @@ class LiveEngine:
                 try:
                     await asyncio.to_thread(self.loading.result().reload_if_changed)
                 except (SemsearchError, OSError, DatabaseError) as exc:
-                    raise IndexDamaged(f"the index at {self.index_dir} cannot be read: {exc}") from None
+                    self.fault = IndexDamaged(f"the index at {self.index_dir} cannot be read: {exc}")
+                    raise self.fault from None
+                self.fault = None
         return self.loading.result()
+
+    async def check(self) -> None:
+        """IndexDamaged while the index cannot serve: the reload check when one is due (a look
+        at its version and segments, no search), else what the last check found (``/health``)."""
+        await self.engine()
+        if self.fault is not None:
+            raise self.fault
 
     async def current(self, force: bool = False) -> Snapshot:
         """The snapshot a request works on (``engine``'s)."""

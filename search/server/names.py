@@ -51,10 +51,10 @@ def served_names(model: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def check_model(asked: str, given: str | None, stored: str, doing: str) -> None:
-    """Refuse a request whose ``model`` (``asked``; empty: whatever is served) is not the served
-    one: its ``given`` name alone, else any of ``served_names(stored)``."""
-    if not asked or asked in ({given} if given else served_names(stored)):
+def check_model(asked: str | None, given: str | None, stored: str, doing: str) -> None:
+    """Refuse a request whose ``model`` (``asked``; None, left out: whatever is served) is not the
+    served one: its ``given`` name alone, else any of ``served_names(stored)``."""
+    if asked is None or asked in ({given} if given else served_names(stored)):
         return
     name = given or Path(stored).name
     raise ModelNotServed(f"model {asked!r} is not served here: this server {doing} {name!r}")

@@ -20,6 +20,8 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from indexer.errors import SemsearchError
+from search.read.encoding import check_texts
+from search.read.requests import check_queries
 from search.server.batching import Batched, MicroBatcher, Pairs
 from search.server.connections import while_connected
 from search.server.names import check_model, reranker_name
@@ -64,7 +66,10 @@ class Served:
     async def scores(
         self, request: Request, question: str, texts: Sequence[str]
     ) -> tuple[Pairs, np.ndarray, int]:
-        """The reranker, its score of each of ``texts`` for ``question`` and the tokens it read."""
+        """The reranker, its score of each of ``texts`` for ``question`` and the tokens it read;
+        a blank question or text is refused as a search's or an embedding's is."""
+        check_queries([question])
+        check_texts(texts)
         pairs = await self.reranker()
         scores, tokens = await while_connected(request, self.batcher.score(pairs, question, texts))
         return pairs, scores, tokens
@@ -84,7 +89,7 @@ def _best_first(scores: np.ndarray, top: int | None = None) -> list[int]:
 
 
 async def _ranked(
-    request: Request, model: str, query: str, texts: Sequence[str], top: int | None
+    request: Request, model: str | None, query: str, texts: Sequence[str], top: int | None
 ) -> tuple[list[tuple[int, float]], str, int]:
     """The first ``top`` of ``texts`` best first, as (position, the reranker's score), the name
     of the reranker that scored them and the tokens it read; a ``model`` not served is a 404."""
@@ -100,7 +105,7 @@ async def cohere_rerank(body: RerankRequest, request: Request) -> Response:
     Infinity's shape: ``{"results": [{"index", "relevance_score", "document"?}], "model", "usage"}``,
     best first, the first ``top_n``; ``relevance_score`` is the reranker's score (as
     CrossEncoder.predict gives it), ``document`` (``return_documents``) ``{"text": ...}``."""
-    texts = [d if isinstance(d, str) else d.text for d in body.documents]
+    texts = body.documents
     ranked, name, tokens = await _ranked(request, body.model, body.query, texts, body.top_n)
     results = [
         {

@@ -18,6 +18,7 @@ from pydantic import (
     StrictBool,
     StrictFloat,
     StrictStr,
+    WithJsonSchema,
     create_model,
 )
 from pydantic_core import PydanticCustomError
@@ -214,7 +215,7 @@ class EmbeddingsRequest(BaseModel):
     (its name, folder or path) or be left out; the answer's ``model`` names what this server runs."""
 
     input: Annotated[list[EncodeText], BeforeValidator(_inputs), Field(min_length=1, max_length=MAX_INPUTS)]
-    model: str = ""
+    model: ModelName = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Count | None = Field(None, ge=1)
     user: str | None = None
@@ -256,15 +257,33 @@ class RerankDocument(BaseModel):
     text: EncodeText
 
 
+def _document_text(value: object) -> object:
+    """A v1 document given as ``{"text": ...}``, read as its text: one check for both forms, so a
+    bad one is one line naming its place (a union of the two would name pydantic's validators)."""
+    if isinstance(value, dict) and "text" in value:
+        return value["text"]
+    if not isinstance(value, str):
+        raise PydanticCustomError("document_type", 'a document is a string or {"text": "..."}')
+    return value
+
+
+DOCUMENT_FORMS = {"anyOf": [{"type": "string"}, {"$ref": "#/components/schemas/RerankDocument"}]}
+ModelName = Annotated[
+    str | None, Field(description="The served model's name, or left out (any other, even empty: 404).")
+]
+
+
 class RerankRequest(BaseModel):
     """Cohere's, Jina's and Infinity's rerank request: ``documents`` strings or ``{"text": ...}``;
     ``model`` names the served reranker (its folder's name or path) or is left out."""
 
     query: Query
-    documents: list[EncodeText | RerankDocument] = Field(min_length=1, max_length=MAX_CANDIDATES)
+    documents: list[
+        Annotated[EncodeText, BeforeValidator(_document_text), WithJsonSchema(DOCUMENT_FORMS)]
+    ] = Field(min_length=1, max_length=MAX_CANDIDATES)
     top_n: Count | None = Field(None, ge=1)
     return_documents: StrictBool = False
-    model: str = ""
+    model: ModelName = None
 
 
 class RerankResult(BaseModel):
@@ -291,7 +310,7 @@ class RerankV2Request(BaseModel):
     reranker's tokenizer, as Cohere cuts it; each pair is then cut at the reranker's max_length,
     as CrossEncoder cuts it."""
 
-    model: str = ""
+    model: ModelName = None
     query: Query
     documents: list[EncodeText] = Field(min_length=1, max_length=MAX_CANDIDATES)
     top_n: Count | None = Field(None, ge=1)

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
-from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+from uvicorn.protocols.utils import get_client_addr
 
 from indexer.errors import BadInput
 from search.server.connections import (
+    ANSWERED,
     KEEP_ALIVE,
     MAX_CLIENT_CONNECTIONS,
     MAX_CONNECTIONS,
@@ -24,6 +25,7 @@ from search.server.connections import (
     GuardedH11,
     proxy_networks,
 )
+from search.server.origins import BrowserGuard, bound_to_loopback
 
 ACCESS = logging.getLogger("semsearch.access")
 
@@ -67,11 +69,20 @@ def _escape(char: str) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
+def target(scope: dict) -> str:
+    """The request's path and query as the client sent them (``%2f`` stays ``%2f``)."""
+    raw = scope.get("raw_path")
+    path = scope["root_path"] + scope["path"] if raw is None else raw.decode("latin-1")
+    query = scope.get("query_string", b"").decode("latin-1")
+    return f"{path}?{query}" if query else path
+
+
 class AccessLog:
     """ASGI middleware: one line on ``ACCESS`` a request once it is answered, uvicorn's access
     format and the time from its arrival to its last byte sent:
-    ``127.0.0.1:50312 - "POST /search HTTP/1.1" 200 4.2 ms`` (499: the client left unanswered).
-    The client (a forwarding header's, when trusted), method, path and version are ``escaped``."""
+    ``127.0.0.1:50312 - "POST /search HTTP/1.1" 200 4.2 ms`` (the status the connection sent when
+    it answered itself, ``ANSWERED``; 499: the client left unanswered). The client (a forwarding
+    header's, when trusted), method, target as sent and version are ``escaped``."""
 
     def __init__(self, app: Any):
         self.app = app
@@ -91,11 +102,13 @@ class AccessLog:
         try:
             await self.app(scope, receive, sending)
         finally:
+            if status == 499:
+                status = scope.get(ANSWERED, status)
             ACCESS.info(
                 '%s - "%s %s HTTP/%s" %d %.1f ms',
                 escaped(get_client_addr(scope)),
                 escaped(scope["method"]),
-                escaped(get_path_with_query_string(scope)),
+                escaped(target(scope)),
                 escaped(scope["http_version"]),
                 status,
                 (time.perf_counter() - start) * 1000,
@@ -126,7 +139,8 @@ def serve(
     ``Guarded`` and uvicorn's keep-alive timeout; ``access_log``: a line a request on stderr.
     ``forwarded_allow_ips``: the proxies (uvicorn's list: addresses, networks, ``*``) whose
     ``X-Forwarded-For``/``-Proto`` are believed; None: no one's (uvicorn would believe 127.0.0.1's).
-    A proxy's connections count toward ``max_connections`` alone, not as one client's."""
+    A proxy's connections count toward ``max_connections`` alone, not as one client's. What a
+    page elsewhere could send through a browser is refused (``BrowserGuard``)."""
     import uvicorn
 
     if access_log:
@@ -137,8 +151,9 @@ def serve(
         "max_client_connections": max_client_connections,
         "proxies": proxy_networks(forwarded_allow_ips),
     }
+    guarded = BrowserGuard(app, loopback=bound_to_loopback(listening))
     config = uvicorn.Config(
-        AccessLog(app) if access_log else app,
+        AccessLog(guarded) if access_log else guarded,
         http=type("Guarded", (protocol(),), bounds),
         loop="auto",  # uvloop where installed
         timeout_keep_alive=keep_alive,
