@@ -129,12 +129,13 @@ FLOORS: list[dict[str, tuple[str, ...]]] = [
     {"writing": ("indexer.writing",), "read": ("search.read",)},
     {"studies": ("search.studies",), "server": ("search.server",)},
     {"cli": ("search.cli",), "facade": ("indexer", "search")},
+    {"launch": ("search.launch",)},
 ]
 """The house's floors, lowest first: a module imports its own part and the floors below it, never
 one above nor a neighbour on its floor. The store sits under the encoders and the writers, the
 corpus reader under the catalog, the read path (``search/read``) beside the writers (never
 importing them), the studies (``search/studies``, which build indexes to measure them) and the
-server above both, the CLI on top. A dotted name covers its
+server above both, the CLI, and on top the command's entry point that imports it. A dotted name covers its
 submodules; a top package's name (``indexer``, ``search``) its ``__init__`` alone, so a new module
 is on no floor until it is placed."""
 
