@@ -216,7 +216,7 @@ def test_serve_imports_no_torch_up_to_its_first_answer(small_index):
         "import sys, uvicorn\nfrom fastapi.testclient import TestClient\n"
         "def answer_once(server, sockets):\n"
         "    assert [s.getsockname()[0] for s in sockets] == ['127.0.0.1']\n"
-        "    with TestClient(server.config.app) as client:\n"
+        "    with TestClient(server.config.app, base_url='http://127.0.0.1') as client:\n"
         "        found = client.post('/search', json={'query': 'a man plays guitar', 'k': 2})\n"
         "        assert found.status_code == 200 and len(found.json()['hits']) == 2, found.text\n"
         "uvicorn.Server.run = answer_once\nfrom search.cli import main\n"
