@@ -14,8 +14,8 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from search.server import create_app  # noqa: E402
-from search.server.batching import MAX_REQUEST_TOKENS  # noqa: E402
-from tests.helpers import ROWS, build_faq, long_sentences  # noqa: E402
+from search.server.batching import MAX_REQUEST_TOKENS, Batched, MicroBatcher  # noqa: E402
+from tests.helpers import ROWS, build_faq, long_sentences, random_cross_encoder  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +130,59 @@ def test_work_per_request_is_bounded(client):
     response = client.post("/similar", json={"sentence": "lock", "candidates": candidates})
     assert response.status_code == 400
     assert str(MAX_REQUEST_TOKENS) in response.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def reranking(tmp_path_factory, tiny_model):
+    """A server over the FAQ whose searches rerank with a tiny random cross-encoder."""
+    from indexer.encoders.rerankers import reranker_for
+    from search.read.loading import load_engine
+
+    index = build_faq(tmp_path_factory.mktemp("faq"), tiny_model)
+    cross = reranker_for(random_cross_encoder(tmp_path_factory.mktemp("cross"), seed=3), runtime="torch")
+    with TestClient(create_app(index, loading=load_engine(index, None, cross))) as client:
+        yield client
+
+
+def test_reranking_past_the_pairs_bound_is_refused_before_any_model_work(reranking, monkeypatch):
+    """64 queries at depth 1000 were 64,000 cross-encoder pairs for one request: queries x depth
+    past ``MAX_REQUEST_PAIRS`` is a 400 in one line naming the count and the bound, and neither
+    the queries are embedded nor any pair scored."""
+    from search.server.schema import MAX_BATCH, MAX_K, MAX_REQUEST_PAIRS
+
+    worked: list[str] = []
+    monkeypatch.setattr(MicroBatcher, "run", lambda *a, **k: worked.append("embedded"))
+    monkeypatch.setattr(Batched, "score_pairs", lambda *a, **k: worked.append("scored"))
+    queries = [f"bike {i}" for i in range(MAX_BATCH)]
+    for deep, depth in [
+        ({"rerank_depth": 1000}, 1000),
+        ({"rerank_depth": MAX_REQUEST_PAIRS // MAX_BATCH + 1}, MAX_REQUEST_PAIRS // MAX_BATCH + 1),
+        ({"k": MAX_K}, MAX_K),  # the default depth is k past RERANK_DEPTH
+    ]:
+        response = reranking.post("/search/batch", json={"queries": queries, **deep})
+        assert response.status_code == 400, response.text
+        message = response.json()["error"]
+        assert "\n" not in message and f"{MAX_BATCH * depth} pairs" in message, message
+        assert f"at most {MAX_REQUEST_PAIRS}" in message, message
+    assert worked == []
+
+
+def test_reranking_at_the_pairs_bound_is_answered(reranking):
+    """A full batch at the default depth (``RERANK_DEPTH``) is just at the bound, and one search
+    at the deepest depth is under it: both are answered, as is a full batch not reranked."""
+    from search.read.hybrid import MAX_RERANK_DEPTH, RERANK_DEPTH
+    from search.server.schema import MAX_BATCH, MAX_CANDIDATES, MAX_K, MAX_REQUEST_PAIRS
+
+    assert MAX_BATCH * RERANK_DEPTH == MAX_REQUEST_PAIRS
+    assert MAX_CANDIDATES <= MAX_REQUEST_PAIRS  # the rerank routes' documents: one pair each
+    queries = [ROWS[i % len(ROWS)][1] for i in range(MAX_BATCH)]
+    batch = reranking.post("/search/batch", json={"queries": queries, "k": 2})
+    assert batch.status_code == 200, batch.text
+    assert all(r["hits"][0]["first_score"] is not None for r in batch.json()["results"])
+    deep = reranking.post("/search", json={"query": "bike", "rerank_depth": MAX_RERANK_DEPTH})
+    assert deep.status_code == 200, deep.text
+    plain = {"queries": queries, "k": MAX_K, "rerank": False}
+    assert reranking.post("/search/batch", json=plain).status_code == 200
 
 
 def test_docs_load_nothing_from_outside(client):

@@ -46,6 +46,7 @@ from search.server.schema import (
     TeiRerankRequest,
     answered,
     answers,
+    check_pairs,
     install_openapi,
 )
 
@@ -62,12 +63,13 @@ def noted(*notes: str | None) -> dict[str, str]:
 
 
 def asked(engine: SearchEngine, queries: list[str], body: SearchRequest | BatchRequest) -> Asked:
-    """The search a body asks of ``engine``: reranked by the engine's reranker unless it says
-    ``rerank: false``, with its rerank options (``Searching.reranking``); ``rerank: true`` where
-    the engine has none is one line."""
+    """The search a body asks of ``engine``, checked: reranked by the engine's reranker unless it
+    says ``rerank: false``, with its rerank options (``Searching.reranking``); ``rerank: true``
+    where the engine has none, or more pairs to rerank than one request may cause
+    (``check_pairs``), is one line, before any model work."""
     if body.rerank and engine.rerank is None:
         raise BadInput(f"rerank: {NO_RERANKER}")
-    return engine.request(
+    search = engine.request(
         queries,
         k=body.k,
         where=body.where,
@@ -75,7 +77,10 @@ def asked(engine: SearchEngine, queries: list[str], body: SearchRequest | BatchR
         group_by=body.group_by,
         mode=body.mode,
         rerank=body.reranking(),
-    )
+    ).checked()
+    if search.reranked_by is not None:
+        check_pairs(len(queries), search.depth)
+    return search
 
 
 def reranker_of(engine: SearchEngine) -> Reranker | None:

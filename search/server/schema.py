@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from indexer.errors import BadInput
 from search.read.filters import MAX_FILTER_LENGTH
-from search.read.hybrid import MODES
+from search.read.hybrid import MODES, RERANK_DEPTH
 from search.read.queries import check_text
 from search.read.reranked import TUNING, RerankOptions, Tuning
 from search.server.connections import MAX_BODY
@@ -34,7 +34,27 @@ MAX_QUERY = 2000  # characters in one query or sentence
 MAX_K = 100
 MAX_BATCH = 64  # queries in one /search/batch, and default texts per forward pass
 MAX_CANDIDATES = 1000
+MAX_REQUEST_PAIRS = MAX_BATCH * RERANK_DEPTH
+"""Cross-encoder pairs one search request may cause (its queries times its rerank depth), refused
+past it before any model work: the least that takes a full batch at the default depth (64 x 50 =
+3,200; past k 50 the default depth is k, so a full batch at k 100 must be split in two), and three
+searches at the deepest (``MAX_RERANK_DEPTH``). At 200 to 25 pairs/s on 2 cores (short entries on
+quiet cores to long ones under load, docs/rerank.md) that is 16 s to 2 min at the worst; 64
+queries at depth 1000 would be 64,000 pairs, 5 to 40 min. ``group_by`` may add each query's k
+group heads past the depth (so at most twice this). The rerank routes are held to
+``MAX_CANDIDATES`` documents, under it, and to ``MAX_REQUEST_TOKENS`` of pairs."""
 MAX_FIELD_NAME = 200  # characters in a group_by field name
+
+
+def check_pairs(queries: int, depth: int) -> None:
+    """Refuse a search whose ``queries`` reranked ``depth`` deep pass ``MAX_REQUEST_PAIRS``."""
+    pairs = queries * depth
+    if pairs > MAX_REQUEST_PAIRS:
+        raise BadInput(
+            f"too much reranking for one request: {queries} queries at rerank_depth {depth} are "
+            f"{pairs} pairs to score, at most {MAX_REQUEST_PAIRS}: split the batch, or lower "
+            "rerank_depth (or k, the least depth)"
+        )
 
 
 def _unicode(text: str) -> str:
@@ -96,7 +116,8 @@ def answers(*codes: int, shape: type[BaseModel] = Error) -> dict[int | str, dict
 
 
 ERRORS = {
-    400: "Bad input: unreadable JSON or text, a missing or out-of-range field, a bad filter, too much text.",
+    400: "Bad input: unreadable JSON or text, a missing or out-of-range field, a bad filter, too much "
+    "text or reranking.",
     404: "No such route or file, or (/v1/embeddings) a model this server does not run.",
     405: "The route does not take this method.",
     409: "A conflict with the index's state.",
