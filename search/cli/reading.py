@@ -288,10 +288,13 @@ def rerank_command(
 @click.option(
     "-o",
     "--output",
-    help="File to write: FILE.npy (float32, row i = text i) or FILE.jsonl; default: JSON lines on stdout.",
+    help="File to write: FILE.npy (float32, row i = text i) or FILE.jsonl (or .ndjson); another "
+    "extension needs --to; default ('-'): JSON lines on stdout.",
 )
 @click.option(
-    "--to", type=click.Choice(("npy", "jsonl")), help="Output format (default: from the -o extension)."
+    "--to",
+    type=click.Choice(("npy", "jsonl")),
+    help="Output format (default: the one the -o extension names; one it contradicts is refused).",
 )
 @corpus_options(id_help="Field giving each row's id in JSON lines output (default: id, else row number).")
 @click.option(
@@ -329,10 +332,13 @@ def encode_command(
     Example:
         semsearch encode questions.csv --text-field question -o vectors.npy
     """
-    from search.read.encoding import Encoding, encode_file, output_format
+    from search.read.encoding import Encoding, encode_file, format_refusal, output_format
 
     if index_dir is not None and asked:
         raise click.UsageError("--index encodes with its stored strategy: drop the strategy options")
+    refusal = format_refusal(output, to, cli=True)
+    if refusal is not None:
+        raise click.UsageError(refusal)
     output_format(output, to)  # a bad output is told before the model loads
     strategy = None if index_dir is not None else strategy_from(asked)
     model = Encoding.load(strategy, index=index_dir, options=options)
