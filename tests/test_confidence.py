@@ -328,7 +328,9 @@ def test_cli_calibrate_then_query(faq):
     assert hit["answered"] is False and 0 <= hit["confidence"] <= 1
     table = run("query", index, OTHERS[2], "-k", "1")
     assert "no answer" in table.stdout and "answered: no" in table.stdout
-    assert_clean_failure(run("query", index, "x", "--min-score", "3"), "min score must be in [-1, 1]")
+    out_of_range = run("query", index, "x", "--min-score", "3")
+    assert_clean_failure(out_of_range, "--min-score must be in [-1, 1]")
+    assert out_of_range.returncode == 2
     assert_clean_failure(
         run("calibrate", index, "--queries", queries, "--qrels", qrels, "--min-precision", "0"), "precision"
     )

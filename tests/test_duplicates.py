@@ -113,7 +113,9 @@ def test_cli_duplicates(index):
     assert json.loads(result.stdout)["groups"] == [["a", "b", "c"], ["d", "e"]]
     table = run("duplicates", index, "--min-score", "0.999", "--limit", "1")
     assert "4 pairs in 2 groups" in table.stdout and "3 more pairs" in table.stdout
-    assert_clean_failure(run("duplicates", index, "--min-score", "2"), "min score")
+    out_of_range = run("duplicates", index, "--min-score", "2")
+    assert_clean_failure(out_of_range, "--min-score must be a cosine in (0, 1]")
+    assert out_of_range.returncode == 2
 
 
 def test_http_duplicates(index):

@@ -231,6 +231,16 @@ def test_a_min_score_outside_the_range_of_the_score_in_use_is_refused_naming_it(
         assert all(hit["answered"] for hit in json.loads(said.output)["hits"])
 
 
+def test_a_reranker_with_no_activation_takes_any_min_score(index, tmp_path):
+    """An identity reranker's score is its raw logit: any number is a threshold on it."""
+    raw = random_cross_encoder(tmp_path / "raw", activation="identity", seed=3)
+    asked = ["query", str(index), QUERY, "--json", "--rerank", raw, "--rerank-backend", "torch"]
+    for score in ("1e6", "-1e6"):
+        said = CliRunner().invoke(cli, [*asked, "--min-score", score])
+        assert said.exit_code == 0, said.output
+        assert {hit["answered"] for hit in json.loads(said.output)["hits"]} == {score == "-1e6"}
+
+
 def test_grouping_picks_each_groups_best_by_the_reranker(index, reranker, cross):
     engine = SearchEngine(index, rerank=reranker)
     pool = engine.answer(SearchRequest(QUERY, k=12, mode="dense", rerank=RerankOptions(cross, 12)))[0]

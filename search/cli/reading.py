@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 @click.option(
     "--min-score",
     type=FINITE,
-    help="Mark hits scoring below this not answered, in any mode (over a calibration). " + SCORES,
+    help="Mark hits scoring below this not answered, in any mode (over a calibration): in [-1, 1], "
+    "reranked in the range of the reranker's score (docs/rerank.md). " + SCORES,
 )
 @embedding_options("provider", "code", serving=True)
 @encoding_option
@@ -99,6 +100,9 @@ def query_command(
     request = engine.request(
         texts, k=k, where=where, min_score=min_score, group_by=group_by, mode=mode, rerank=asked
     )
+    refusal = None if min_score is None else engine.scale(request).refusal(min_score)
+    if refusal is not None:  # the score's range is known once its reranker is
+        raise click.UsageError(f"--min-score {refusal}")
     results = engine.answer(request)
     keyword_notes = engine.keyword_notes(texts, mode)
     note = engine.note(request)
@@ -150,7 +154,9 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
 
 @click.command("duplicates")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--min-score", default=0.9, show_default=True, type=float, help="Cosine of a duplicate pair.")
+@click.option(
+    "--min-score", default=0.9, show_default=True, type=FINITE, help="Cosine of a duplicate pair, in (0, 1]."
+)
 @click.option("--limit", type=click.IntRange(min=0), help="List at most this many pairs (best first).")
 @click.option("--exact", is_flag=True, help="Compare every pair, also past 30k vectors (slower).")
 @json_option("the pairs and the groups they form")
@@ -165,8 +171,11 @@ def duplicates_command(
         semsearch duplicates faq-index --min-score 0.95 --limit 20
     """
     from indexer.store import open_index
-    from search.read.duplicates import find_duplicates
+    from search.read.duplicates import find_duplicates, min_score_refusal
 
+    refusal = min_score_refusal(min_score)  # a cosine's range, known before the index opens
+    if refusal is not None:
+        raise click.UsageError(f"--min-score {refusal}")
     found = find_duplicates(open_index(index_dir), min_score, limit, exact=exact or None, progress=progress)
     if as_json:
         click.echo(json.dumps(found.to_dict(), ensure_ascii=False))
