@@ -168,6 +168,36 @@ def test_min_score_must_be_a_cosine(faq, score):
         SearchEngine(faq[0]).search(TOPICS[0], min_score=score)
 
 
+@pytest.mark.parametrize(
+    ("activation", "weight", "low", "high"),
+    [
+        (None, 1.0, -1, 1),
+        ("sigmoid", 1.0, 0, 1),
+        ("sigmoid", 0.7, -0.3, 1),
+        ("sigmoid", 0.0, -1, 1),
+        ("tanh", 0.4, -1, 1),
+        ("identity", 0.0, -1, 1),
+        ("identity", 0.5, None, None),
+        ("identity", 1.0, None, None),
+    ],
+)
+def test_a_min_score_is_checked_against_the_range_of_the_score_it_thresholds(activation, weight, low, high):
+    """The first stage's score is in [-1, 1]; a reranker's is its activation's range (a sigmoid's
+    [0, 1], tanh's [-1, 1], none for a raw logit) fused with the first stage's at its weight."""
+    from search.read.confidence import score_scale
+
+    scale = score_scale(activation, weight)
+    assert (scale.low, scale.high) == (low, high)
+    if low is None:
+        assert scale.refusal(-1e9) is None and scale.refusal(1e9) is None
+        return
+    assert all(scale.refusal(inside) is None for inside in (low, high, (low + high) / 2))
+    for outside in (low - 0.01, high + 0.01):
+        said = scale.refusal(outside)
+        assert said is not None and said.startswith(f"must be in [{low:g}, {high:g}] (")
+        assert said.endswith(f"not {outside}") and "\n" not in said
+
+
 def test_no_answerable_question(faq, tmp_path):
     index, _, queries, _ = faq
     qrels = tmp_path / "gone.tsv"  # judged against ids of which one exists but no question has it
@@ -298,7 +328,9 @@ def test_cli_calibrate_then_query(faq):
     assert hit["answered"] is False and 0 <= hit["confidence"] <= 1
     table = run("query", index, OTHERS[2], "-k", "1")
     assert "no answer" in table.stdout and "answered: no" in table.stdout
-    assert_clean_failure(run("query", index, "x", "--min-score", "3"), "min score must be in [-1, 1]")
+    out_of_range = run("query", index, "x", "--min-score", "3")
+    assert_clean_failure(out_of_range, "--min-score must be in [-1, 1]")
+    assert out_of_range.returncode == 2
     assert_clean_failure(
         run("calibrate", index, "--queries", queries, "--qrels", qrels, "--min-precision", "0"), "precision"
     )

@@ -93,6 +93,19 @@ def test_min_score_must_be_a_positive_cosine(index, score):
         find_duplicates(open_index(index), score)
 
 
+@pytest.mark.parametrize("score", ["0", "-0.5", "2"])
+def test_a_min_score_that_is_no_positive_cosine_is_a_usage_error(index, score):
+    """The CLI knows its score is a cosine: exit 2, one line naming its range, before the index opens."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    said = CliRunner().invoke(cli, ["duplicates", str(index / "missing"), "--min-score", score])
+    assert said.exit_code == 2, said.output
+    errors = [line for line in said.output.splitlines() if line.startswith("Error: ")]
+    assert errors == [f"Error: --min-score must be a cosine in (0, 1], not {float(score)}"], said.output
+
+
 @pytest.mark.slow
 def test_cli_duplicates(index):
     result = run("duplicates", index, "--min-score", "0.999", "--json")
@@ -100,7 +113,9 @@ def test_cli_duplicates(index):
     assert json.loads(result.stdout)["groups"] == [["a", "b", "c"], ["d", "e"]]
     table = run("duplicates", index, "--min-score", "0.999", "--limit", "1")
     assert "4 pairs in 2 groups" in table.stdout and "3 more pairs" in table.stdout
-    assert_clean_failure(run("duplicates", index, "--min-score", "2"), "min score")
+    out_of_range = run("duplicates", index, "--min-score", "2")
+    assert_clean_failure(out_of_range, "--min-score must be a cosine in (0, 1]")
+    assert out_of_range.returncode == 2
 
 
 def test_http_duplicates(index):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -208,3 +209,76 @@ def test_a_bad_text_in_a_later_part_is_told_by_its_number(tiny_model):
     parts = Encoding.load(Strategy(model=tiny_model)).parts(iter(texts))
     with pytest.raises(BadInput, match=f"text {PART_TEXTS + 3} is empty"):
         list(parts)
+
+
+def _encode_cli(*args: object, stdin: str = "a text\nanother text\n"):
+    """``semsearch encode ARGS`` in this process (a usage error is told before any model loads)."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    return CliRunner().invoke(cli, ["encode", *map(str, args)], input=stdin)
+
+
+def _usage_error(result) -> str:
+    """The one ``Error:`` line of a usage error (exit 2)."""
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("vectors.txt", "'.txt'"),
+        ("vectors.csv", "'.csv'"),
+        ("vectors.jsonl.gz", "'.gz'"),
+        ("vectors", "no extension"),
+    ],
+)
+def test_an_output_whose_extension_names_no_format_is_a_usage_error(tmp_path, name, said):
+    """``-o vectors.txt`` is not JSON lines written under another name: exit 2, one line naming the
+    extension and the ones taken, and nothing written."""
+    error = _usage_error(_encode_cli("-o", tmp_path / name))
+    assert said in error and ".npy" in error and ".jsonl" in error and "--to" in error, error
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "to"), [("vectors.jsonl", "npy"), ("vectors.NPY", "jsonl"), ("v.ndjson", "npy")]
+)
+def test_an_explicit_format_the_extension_contradicts_is_a_usage_error(tmp_path, name, to):
+    error = _usage_error(_encode_cli("-o", tmp_path / name, "--to", to))
+    assert f"--to {to}" in error and repr(Path(name).suffix) in error, error
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_format_follows_a_known_extension_and_an_explicit_one_wins_over_an_unknown(tmp_path, tiny_model):
+    model = ("--model", tiny_model)
+    for name, to in [("v.npy", None), ("v.NPY", None), ("v.dat", "npy")]:
+        result = _encode_cli("-o", tmp_path / name, *model, *(("--to", to) if to else ()))
+        assert result.exit_code == 0, result.output
+        assert np.load(tmp_path / name).shape[0] == 2
+    for name, to in [("v.jsonl", None), ("v.ndjson", None), ("v.txt", "jsonl"), ("v.jsonl", "jsonl")]:
+        result = _encode_cli("-o", tmp_path / name, *model, *(("--to", to) if to else ()))
+        assert result.exit_code == 0, result.output
+        lines = (tmp_path / name).read_text(encoding="utf-8").splitlines()
+        assert [json.loads(line)["id"] for line in lines] == ["1", "2"]
+    for output in ((), ("-o", "-")):  # stdout: JSON lines
+        result = _encode_cli(*output, *model)
+        assert result.exit_code == 0, result.output
+        assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == ["1", "2"]
+
+
+def test_the_library_refuses_an_output_it_cannot_name_a_format_for(whitened, tmp_path):
+    from search.read.encoding import encode_file
+
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    with pytest.raises(BadInput, match=r"'\.txt'"):
+        encode_file(str(source), tmp_path / "out.txt", Encoding.load(index=whitened))
+    with pytest.raises(BadInput, match="to='npy'"):
+        encode_file(str(source), tmp_path / "out.jsonl", Encoding.load(index=whitened), to="npy")
+    report = encode_file(str(source), tmp_path / "out.vec", Encoding.load(index=whitened), to="npy")
+    assert report.texts == 3 and np.load(tmp_path / "out.vec").shape == (3, 3)

@@ -191,6 +191,56 @@ def test_min_score_applies_to_the_rerankers_score(index, reranker, cross):
     assert any(h.answered for h in marked) and not all(h.answered for h in marked)
 
 
+def test_a_min_score_outside_the_range_of_the_score_in_use_is_refused_naming_it(index, cross, client):
+    """Plain, a hit's score is in [-1, 1]; reranked by a sigmoid, it is the reranker's in [0, 1],
+    fused at weight w with the first stage's: in [w - 1, 1]. A min score outside the range of the
+    score a search shows is refused naming that range: one line in Python and HTTP (400), a usage
+    error in the CLI (exit 2), which knows the score once it knows the reranker."""
+    engine = SearchEngine(index, rerank=False)
+    with pytest.raises(BadInput, match=r"min score must be in \[0, 1\] \(the reranker's score"):
+        engine.search_many([QUERY], rerank=cross, rerank_backend="torch", min_score=2)
+    with pytest.raises(BadInput, match=r"min score must be in \[-0\.5, 1\]"):
+        engine.search_many([QUERY], rerank=cross, rerank_backend="torch", rerank_weight=0.5, min_score=-0.75)
+    engine.search_many([QUERY], rerank=cross, rerank_backend="torch", rerank_weight=0.5, min_score=-0.5)
+    with pytest.raises(BadInput, match=r"min score must be in \[-1, 1\]"):
+        engine.search(QUERY, min_score=2)
+    for body, scale in [
+        ({"min_score": -0.1}, "[0, 1]"),
+        ({"min_score": 2, "rerank": False}, "[-1, 1]"),
+        ({"min_score": -0.75, "rerank_weight": 0.5}, "[-0.5, 1]"),
+    ]:
+        bad = client.post("/search", json={"query": QUERY, **body})
+        assert bad.status_code == 400 and f"min score must be in {scale}" in bad.json()["error"]
+    plain = ["query", str(index), QUERY, "--json"]
+    reranked = [*plain, "--rerank", cross, "--rerank-backend", "torch"]
+    for asked, score, scale in [
+        (plain, "2", "[-1, 1]"),
+        (reranked, "2", "[0, 1]"),
+        (reranked, "-0.1", "[0, 1]"),
+        ([*reranked, "--rerank-weight", "0.5"], "-0.75", "[-0.5, 1]"),
+    ]:
+        said = CliRunner().invoke(cli, [*asked, "--min-score", score])
+        assert said.exit_code == 2, said.output
+        errors = [line for line in said.output.splitlines() if line.startswith("Error: ")]
+        assert len(errors) == 1, said.output
+        assert errors[0].startswith(f"Error: --min-score must be in {scale} ("), errors
+        assert errors[0].endswith(f"not {float(score)}") and "Traceback" not in said.output
+    for asked, score in [(plain, "-1"), (reranked, "0"), ([*reranked, "--rerank-weight", "0.5"], "-0.5")]:
+        said = CliRunner().invoke(cli, [*asked, "--min-score", score])
+        assert said.exit_code == 0, said.output
+        assert all(hit["answered"] for hit in json.loads(said.output)["hits"])
+
+
+def test_a_reranker_with_no_activation_takes_any_min_score(index, tmp_path):
+    """An identity reranker's score is its raw logit: any number is a threshold on it."""
+    raw = random_cross_encoder(tmp_path / "raw", activation="identity", seed=3)
+    asked = ["query", str(index), QUERY, "--json", "--rerank", raw, "--rerank-backend", "torch"]
+    for score in ("1e6", "-1e6"):
+        said = CliRunner().invoke(cli, [*asked, "--min-score", score])
+        assert said.exit_code == 0, said.output
+        assert {hit["answered"] for hit in json.loads(said.output)["hits"]} == {score == "-1e6"}
+
+
 def test_grouping_picks_each_groups_best_by_the_reranker(index, reranker, cross):
     engine = SearchEngine(index, rerank=reranker)
     pool = engine.answer(SearchRequest(QUERY, k=12, mode="dense", rerank=RerankOptions(cross, 12)))[0]

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 @click.option(
     "--min-score",
     type=FINITE,
-    help="Mark hits scoring below this not answered, in any mode (over a calibration). " + SCORES,
+    help="Mark hits scoring below this not answered, in any mode (over a calibration): in [-1, 1], "
+    "reranked in the range of the reranker's score (docs/rerank.md). " + SCORES,
 )
 @embedding_options("provider", "code", serving=True)
 @encoding_option
@@ -99,6 +100,9 @@ def query_command(
     request = engine.request(
         texts, k=k, where=where, min_score=min_score, group_by=group_by, mode=mode, rerank=asked
     )
+    refusal = None if min_score is None else engine.scale(request).refusal(min_score)
+    if refusal is not None:  # the score's range is known once its reranker is
+        raise click.UsageError(f"--min-score {refusal}")
     results = engine.answer(request)
     keyword_notes = engine.keyword_notes(texts, mode)
     note = engine.note(request)
@@ -150,7 +154,9 @@ def info_command(index_dir: Path, as_json: bool, check: bool) -> None:
 
 @click.command("duplicates")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--min-score", default=0.9, show_default=True, type=float, help="Cosine of a duplicate pair.")
+@click.option(
+    "--min-score", default=0.9, show_default=True, type=FINITE, help="Cosine of a duplicate pair, in (0, 1]."
+)
 @click.option("--limit", type=click.IntRange(min=0), help="List at most this many pairs (best first).")
 @click.option("--exact", is_flag=True, help="Compare every pair, also past 30k vectors (slower).")
 @json_option("the pairs and the groups they form")
@@ -165,8 +171,11 @@ def duplicates_command(
         semsearch duplicates faq-index --min-score 0.95 --limit 20
     """
     from indexer.store import open_index
-    from search.read.duplicates import find_duplicates
+    from search.read.duplicates import find_duplicates, min_score_refusal
 
+    refusal = min_score_refusal(min_score)  # a cosine's range, known before the index opens
+    if refusal is not None:
+        raise click.UsageError(f"--min-score {refusal}")
     found = find_duplicates(open_index(index_dir), min_score, limit, exact=exact or None, progress=progress)
     if as_json:
         click.echo(json.dumps(found.to_dict(), ensure_ascii=False))
@@ -288,10 +297,13 @@ def rerank_command(
 @click.option(
     "-o",
     "--output",
-    help="File to write: FILE.npy (float32, row i = text i) or FILE.jsonl; default: JSON lines on stdout.",
+    help="File to write: FILE.npy (float32, row i = text i) or FILE.jsonl (or .ndjson); another "
+    "extension needs --to; default ('-'): JSON lines on stdout.",
 )
 @click.option(
-    "--to", type=click.Choice(("npy", "jsonl")), help="Output format (default: from the -o extension)."
+    "--to",
+    type=click.Choice(("npy", "jsonl")),
+    help="Output format (default: the one the -o extension names; one it contradicts is refused).",
 )
 @corpus_options(id_help="Field giving each row's id in JSON lines output (default: id, else row number).")
 @click.option(
@@ -329,10 +341,13 @@ def encode_command(
     Example:
         semsearch encode questions.csv --text-field question -o vectors.npy
     """
-    from search.read.encoding import Encoding, encode_file, output_format
+    from search.read.encoding import Encoding, encode_file, format_refusal, output_format
 
     if index_dir is not None and asked:
         raise click.UsageError("--index encodes with its stored strategy: drop the strategy options")
+    refusal = format_refusal(output, to, cli=True)
+    if refusal is not None:
+        raise click.UsageError(refusal)
     output_format(output, to)  # a bad output is told before the model loads
     strategy = None if index_dir is not None else strategy_from(asked)
     model = Encoding.load(strategy, index=index_dir, options=options)

@@ -178,12 +178,54 @@ def unruled(rules: Mapping[str, Rule], mode: str, stale: Collection[str] = (), s
     )
 
 
-def check_min_score(min_score: float | None, reranked: bool = False) -> None:
-    """A plain threshold is on the score's scale in every mode (``search.read.hybrid``): in [-1, 1];
-    a reranked search's on the reranker's own (any finite number: a logit where it applies no
-    activation)."""
-    if min_score is not None and not reranked and not -1 <= min_score <= 1:
-        raise BadInput(f"min score must be in [-1, 1] (the scale of every mode's score), not {min_score}")
+FIRST_STAGE = (-1.0, 1.0)
+"""The range of the first stage's score in every mode (``search.read.hybrid``): a cosine, a keyword
+share in [0, 1], or the two fused."""
+ACTIVATED: dict[str, tuple[float, float]] = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0)}
+"""The range of a reranker's score after its activation (``CrossFolder.activation``); one not here
+(``identity``: the raw logit) has none."""
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The range of the scores a search shows and what they are: what a min score is checked
+    against (``score_scale``). ``low`` and ``high`` None: any number (a reranker's raw logit)."""
+
+    low: float | None
+    high: float | None
+    what: str
+
+    def refusal(self, min_score: float) -> str | None:
+        """Why ``min_score`` is no threshold on these scores ("must be in ..."), None where it is one."""
+        if self.low is None or self.high is None or self.low <= min_score <= self.high:
+            return None
+        return f"must be in [{self.low:g}, {self.high:g}] ({self.what}), not {min_score}"
+
+
+def score_scale(activation: str | None = None, weight: float = 1.0) -> Scale:
+    """The scale of a search's scores: the first stage's (``activation`` None), else a reranker's
+    after its ``activation`` fused with the first stage's at ``weight``
+    (``search.read.reranked.fused``): a sigmoid's [0, 1] alone at weight 1, [w - 1, 1] at weight w."""
+    if activation is None:
+        return Scale(*FIRST_STAGE, "the scale of every mode's score")
+    if weight == 0:
+        return Scale(*FIRST_STAGE, "the first stage's score: the reranker is fused at weight 0")
+    own = ACTIVATED.get(activation)
+    if own is None:
+        return Scale(None, None, f"the reranker's {activation} score")
+    if weight == 1:
+        return Scale(*own, f"the reranker's score, after its {activation}")
+    low, high = (round(weight * a + (1 - weight) * b, 12) for a, b in zip(own, FIRST_STAGE, strict=True))
+    fused = f"the reranker's {activation} score fused at weight {weight:g} with the first stage's"
+    return Scale(low, high, fused)
+
+
+def check_min_score(min_score: float | None, scale: Scale | None = None) -> None:
+    """A threshold within the range of the score it thresholds (``scale``; None: the first
+    stage's, in [-1, 1] in every mode), else one line naming that range."""
+    refusal = None if min_score is None else (scale or score_scale()).refusal(min_score)
+    if refusal is not None:
+        raise BadInput(f"min score {refusal}")
 
 
 @dataclass(frozen=True)

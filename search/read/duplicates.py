@@ -174,9 +174,16 @@ def components(pairs: np.ndarray) -> list[list[int]]:
     return sorted(groups(pairs[:, 0], pairs[:, 1]), key=lambda g: (-len(g), g))
 
 
+def min_score_refusal(min_score: float) -> str | None:
+    """Why ``min_score`` is no threshold on a duplicate pair's cosine ("must be ..."), None where
+    it is one: pairs at cosine 0 or less are no duplicates."""
+    return None if 0 < min_score <= 1 else f"must be a cosine in (0, 1], not {min_score}"
+
+
 def check_min_score(min_score: float) -> float:
-    if not 0 < min_score <= 1:
-        raise BadInput(f"min score for duplicates must be a cosine in (0, 1], not {min_score}")
+    refusal = min_score_refusal(min_score)
+    if refusal is not None:
+        raise BadInput(f"min score for duplicates {refusal}")
     return float(min_score)
 
 

@@ -45,6 +45,8 @@ PART_TEXTS = 256
 """Texts embedded at a time when streaming: memory holds one part and its vectors."""
 OUTPUTS = ("npy", "jsonl")
 """What ``encode_file`` writes: a float32 ``.npy`` matrix, or one ``{"id", "vector"}`` per line."""
+EXTENSIONS = {".npy": "npy", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+"""The output's extension (whatever its case) -> the format it names; any other names none."""
 
 
 def check_texts(texts: Iterable[object], first: int = 1) -> list[str]:
@@ -349,15 +351,44 @@ class _JsonLinesWriter:
         self.handle.flush()
 
 
+def format_refusal(output: str | Path | None, to: str | None, *, cli: bool = False) -> str | None:
+    """Why the file ``output`` and the format ``to`` (None: not given) name no one format, None
+    where they do: the extension names it (``EXTENSIONS``), or ``to`` does where the extension
+    names none; a ``to`` the extension contradicts, or neither, is refused. stdout (``output``
+    None or ``-``) has no extension. ``cli``: the options are spelt ``-o`` and ``--to``."""
+    if output in (None, "-"):
+        return None
+    path = Path(output)
+    named = EXTENSIONS.get(path.suffix.lower())
+    given = f"-o {output}" if cli else f"output {str(output)!r}"
+    if to is not None:
+        if named is None or named == to:
+            return None
+        asked = f"--to {to}" if cli else f"to={to!r}"
+        return f"{asked} contradicts {given}, whose extension {path.suffix!r} names {named}"
+    if named is not None:
+        return None
+    option = "--to npy|jsonl" if cli else "to='npy' or 'jsonl'"
+    said = "no extension names its format"
+    if path.suffix:
+        said = f"its extension {path.suffix!r} names no output format"
+    return f"{given}: {said}; use .npy (a float32 matrix) or .jsonl/.ndjson (JSON lines), or give {option}"
+
+
 def output_format(output: str | Path | None, to: str | None) -> str:
-    """What ``encode_file`` writes: ``to`` if given, else by the output's extension (``.npy``,
-    else JSON lines); to stdout (``None`` or ``-``) only JSON lines (a ``.npy`` needs a file)."""
-    fmt = to or ("npy" if output not in (None, "-") and Path(output).suffix.lower() == ".npy" else "jsonl")
-    if fmt not in OUTPUTS:
-        raise BadInput(f"unknown output format {fmt!r}: use one of {', '.join(OUTPUTS)}")
-    if fmt == "npy" and output in (None, "-"):
+    """What ``encode_file`` writes: ``to`` if given, else what the output's extension names
+    (``format_refusal``: an extension naming none, or another than ``to``, is refused); to
+    stdout (``None`` or ``-``) only JSON lines (a ``.npy`` needs a file)."""
+    if to is not None and to not in OUTPUTS:
+        raise BadInput(f"unknown output format {to!r}: use one of {', '.join(OUTPUTS)}")
+    refusal = format_refusal(output, to)
+    if refusal is not None:
+        raise BadInput(refusal)
+    stdout = output in (None, "-")
+    fmt = to or ("jsonl" if stdout else EXTENSIONS[Path(cast("str | Path", output)).suffix.lower()])
+    if fmt == "npy" and stdout:
         raise BadInput("a .npy matrix needs a file: give -o FILE.npy (stdout takes JSON lines)")
-    if output in (None, "-") and sys.stdout is None:
+    if stdout and sys.stdout is None:
         raise BadInput("stdout is closed: give -o FILE for the vectors")
     return fmt
 

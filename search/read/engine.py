@@ -17,7 +17,7 @@ from indexer.encoders.options import EmbeddingOptions, given
 from indexer.errors import BadInput, IndexMoved
 from indexer.store import StoredIndex, live_version, open_index
 from indexer.vectors import single_threaded
-from search.read.confidence import score_kind, unruled
+from search.read.confidence import Scale, score_kind, unruled
 from search.read.encoding import Encoding
 from search.read.requests import Embedding, Hit, SearchRequest, check_strategy, here
 from search.read.reranked import RERANKER_KEY, RerankOptions
@@ -273,6 +273,11 @@ class SearchEngine:
             if reranker is None or self.rerankers.get(self._key(reranker.folder.path)) is not asked:
                 reranker = asked
         return self.retrying(lambda snapshot: (snapshot, snapshot.plan(request, reranker=reranker)))
+
+    def scale(self, request: SearchRequest) -> Scale:
+        """The range of the scores ``request`` shows, which its min score must be in
+        (``Plan.scale``): the first stage's, or its reranker's (loaded as it asks) fused."""
+        return self.plan(replace(request, min_score=None))[1].scale
 
     def answer(
         self,

@@ -24,10 +24,12 @@ from indexer.store import StoredIndex
 from search.read.confidence import (
     Neighbourhood,
     Rule,
+    Scale,
     check_min_score,
     in_force,
     rule_key,
     score_kind,
+    score_scale,
     stored_form,
     stored_rules,
 )
@@ -96,6 +98,19 @@ class Plan:
     def key(self) -> str:
         """The key of the no-answer rule that marks its hits (``search.read.confidence.rule_key``)."""
         return rule_key(self.mode, self.score)
+
+    @property
+    def scale(self) -> Scale:
+        """The range of the scores its hits show, which a min score must be in (``scale_of``)."""
+        return scale_of(self.reranking)
+
+
+def scale_of(reranking: Reranking | None) -> Scale:
+    """The range of the scores a search reranked by ``reranking`` shows (None: not reranked)
+    (``search.read.confidence.score_scale``): the first stage's, or its reranker's fused."""
+    if reranking is None:
+        return score_scale()
+    return score_scale(reranking.reranker.folder.activation, reranking.fused_at)
 
 
 @dataclass(frozen=True)
@@ -184,7 +199,7 @@ class Snapshot:
         request.checked()
         rerank = request.rerank
         reranking = None if rerank is None else rerank.stage(request.k, reranker=reranker, meta=self.meta)
-        check_min_score(request.min_score, reranked=reranking is not None)
+        check_min_score(request.min_score, scale_of(reranking))
         score = score_kind(None if reranking is None else reranking.reranker.folder.fingerprint)
         return Plan(request, self.mode(request.mode, fitting=fitting, score=score), reranking)
 
