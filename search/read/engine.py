@@ -221,7 +221,7 @@ class SearchEngine:
         where they give none."""
         named = [name for name in fields if name == "rerank" or name.startswith("rerank_")]
         rerank = RerankOptions.asked(**{name: fields.pop(name) for name in named})
-        return SearchRequest(tuple(queries), rerank=rerank.given(self.reranking), **fields)
+        return SearchRequest(queries, rerank=rerank.given(self.reranking), **fields)  # one string: one query
 
     def search_many(
         self,
