@@ -195,3 +195,21 @@ def test_importing_semsearch_costs_nothing_and_searching_needs_no_torch():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["[]", "[]"]
+
+
+@pytest.mark.parametrize(
+    ("candidates", "k", "message"),
+    [
+        # before: a string was ranked character by character, None ended in a TypeError, and
+        # k=-1 dropped the last hit (a slice from the end) while k=0 returned them all
+        ("A dog runs.", None, "candidates: give a list of strings, not one string (wrap it: [text])"),
+        (["A dog runs.", None], None, "sentence 2 is not text but NoneType"),
+        (["A dog runs.", "A cat."], -1, "k must be at least 1, not -1"),
+        (["A dog runs.", "A cat."], 0, "k must be at least 1, not 0"),
+        (["A dog runs.", "A cat."], "1", "k must be a whole number, not '1'"),
+    ],
+)
+def test_ranking_what_is_not_a_list_of_sentences_or_a_k_is_one_line(candidates, k, message, tiny_model):
+    with pytest.raises(BadInput) as caught:
+        semsearch.rank_similar("A man plays guitar.", candidates, semsearch.Strategy(model=tiny_model), k=k)
+    assert message in str(caught.value)
