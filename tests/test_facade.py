@@ -93,6 +93,9 @@ def test_a_dataframe_gives_plain_values_and_missing_cells_are_missing():
         ([{"question": "q", "when": object()}], "row 1: field 'when' holds a object"),
         ([{"question": "q"}, 42], "row 2 is a int: give dicts (field -> value) or strings"),
         ([], "empty corpus: no usable rows in the rows given"),
+        # before: UnicodeEncodeError from writing the spool
+        ([{"question": "q"}, {"question": "bad \ud800"}], "row 2: field 'question' is not valid UTF-8 text"),
+        ([{"question": "q", "f\udcff": 1}], "row 1: field 'f\\udcff' is not valid UTF-8 text"),
         ([{"answer": "a"}], "no row of the rows given has field 'question'"),
     ],
 )
