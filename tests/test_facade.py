@@ -216,3 +216,17 @@ def test_ranking_what_is_not_a_list_of_sentences_or_a_k_is_one_line(candidates, 
     with pytest.raises(BadInput) as caught:
         semsearch.rank_similar("A man plays guitar.", candidates, semsearch.Strategy(model=tiny_model), k=k)
     assert message in str(caught.value)
+
+
+def test_text_fields_as_one_string_are_names_as_on_the_command_line_and_a_stray_keyword_says_so():
+    from indexer.reading.corpus import CorpusOptions
+
+    # before: "question" was read as the fields 'q', 'u', 'e'..., 5 and model= were TypeErrors
+    # (model= naming CorpusOptions.__init__, which the caller never called)
+    assert CorpusOptions.of(text_fields="question").text_fields == ("question",)
+    assert CorpusOptions.of(text_fields="question, answer").text_fields == ("question", "answer")
+    with pytest.raises(BadInput, match="text fields: give field names, not int"):
+        CorpusOptions.of(text_fields=5)
+    with pytest.raises(BadInput, match=r"unknown option 'model': .*Strategy\(model=...\)"):
+        CorpusOptions.of(model="x")
+    assert read([{"question": "q"}]) == list(CorpusReader([{"question": "q"}], text_fields="question"))
