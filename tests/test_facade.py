@@ -97,6 +97,9 @@ def test_a_dataframe_gives_plain_values_and_missing_cells_are_missing():
         ([{"question": "q"}, {"question": "bad \ud800"}], "row 2: field 'question' is not valid UTF-8 text"),
         ([{"question": "q", "f\udcff": 1}], "row 1: field 'f\\udcff' is not valid UTF-8 text"),
         ([{"answer": "a"}], "no row of the rows given has field 'question'"),
+        # before: a TypeError, and bytes read as rows of ints
+        (None, "corpus: give a file's path or rows (dicts, strings, a DataFrame), not NoneType"),
+        (b"faq.csv", "corpus: give a file's path or rows (dicts, strings, a DataFrame), not bytes"),
     ],
 )
 def test_rows_that_cannot_be_used_are_one_clear_error(rows, message):

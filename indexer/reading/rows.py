@@ -58,6 +58,9 @@ class Spool:
 
 
 def _rows(corpus: Iterable[Any]) -> Iterable[Any]:
+    if isinstance(corpus, bytes | bytearray) or not isinstance(corpus, Iterable):
+        given = type(corpus).__name__
+        raise BadInput(f"corpus: give a file's path or rows (dicts, strings, a DataFrame), not {given}")
     if type(corpus).__module__.split(".")[0] == "pandas" and hasattr(corpus, "to_dict"):
         return corpus.to_dict("records")
     return corpus
