@@ -441,3 +441,11 @@ def test_a_tight_budget_still_holds_back_enough_answered_questions_to_judge_by()
     share = sized_share(labels, 0.2, max_minutes=1, pairs_per_second=1.0)  # fits almost nothing
     assert share * answered >= MIN_MEASURED
     assert share <= 0.2
+
+
+@pytest.mark.parametrize("minutes", [float("nan"), float("inf")])
+def test_a_time_budget_that_is_no_number_of_minutes_is_refused_before_anything(minutes, tiny_model, tmp_path):
+    labels = read_labels(pairs=learnable_pairs(tmp_path))
+    with pytest.raises(BadInput, match=f"max minutes must be a positive number, not {minutes}"):
+        cross_tune(labels, tmp_path / "out", tiny_model, tiny_stage(tiny_model), max_minutes=minutes)
+    assert not (tmp_path / "out").exists()

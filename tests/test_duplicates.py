@@ -87,7 +87,7 @@ def test_find_duplicates_lists_pairs_and_groups(index):
     assert len(capped.pairs) == 1 and capped.truncated and capped.groups == found.groups
 
 
-@pytest.mark.parametrize("score", [0, -0.5, 1.5, math.nan])
+@pytest.mark.parametrize("score", [0, -0.5, 1.5, math.nan, "0.9", None])  # the last two: a TypeError before
 def test_min_score_must_be_a_positive_cosine(index, score):
     with pytest.raises(BadInput, match="min score"):
         find_duplicates(open_index(index), score)
@@ -104,6 +104,12 @@ def test_a_min_score_that_is_no_positive_cosine_is_a_usage_error(index, score):
     assert said.exit_code == 2, said.output
     errors = [line for line in said.output.splitlines() if line.startswith("Error: ")]
     assert errors == [f"Error: --min-score must be a cosine in (0, 1], not {float(score)}"], said.output
+
+
+@pytest.mark.parametrize("limit", [-1, "3", 2.5])  # the last two: a TypeError before
+def test_limit_must_be_a_whole_number_from_0(index, limit):
+    with pytest.raises(BadInput, match=f"limit must be a whole number, 0 or more, not {limit!r}"):
+        find_duplicates(open_index(index), 0.9, limit=limit)
 
 
 @pytest.mark.slow

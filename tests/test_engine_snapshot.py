@@ -34,6 +34,19 @@ def test_snapshot_stays_whole_across_a_reload(tmp_path, tiny_model):
     assert engine.search(ROWS[1][1], k=1)[0].id == "a2"
 
 
+def test_a_closed_engine_says_so_when_asked_again(tmp_path, tiny_model):
+    # before: sqlite3.ProgrammingError: Cannot operate on a closed database.
+    with SearchEngine(build_faq(tmp_path, tiny_model)) as engine:
+        assert engine.search(ROWS[1][1], k=1)[0].id == "a2"
+    for ask in (
+        lambda: engine.search(ROWS[1][1], k=1),
+        lambda: engine.search_many([ROWS[1][1]], mode="keyword"),
+    ):
+        with pytest.raises(BadInput, match="this SearchEngine is closed: open a new one"):
+            ask()
+    engine.close()  # closing twice is harmless
+
+
 def test_filters_too_deep_or_too_large_are_filter_errors(tmp_path, tiny_model):
     engine = SearchEngine(build_faq(tmp_path, tiny_model, field="c"))
     for where in (

@@ -93,7 +93,13 @@ def test_a_dataframe_gives_plain_values_and_missing_cells_are_missing():
         ([{"question": "q", "when": object()}], "row 1: field 'when' holds a object"),
         ([{"question": "q"}, 42], "row 2 is a int: give dicts (field -> value) or strings"),
         ([], "empty corpus: no usable rows in the rows given"),
+        # before: UnicodeEncodeError from writing the spool
+        ([{"question": "q"}, {"question": "bad \ud800"}], "row 2: field 'question' is not valid UTF-8 text"),
+        ([{"question": "q", "f\udcff": 1}], "row 1: field 'f\\udcff' is not valid UTF-8 text"),
         ([{"answer": "a"}], "no row of the rows given has field 'question'"),
+        # before: a TypeError, and bytes read as rows of ints
+        (None, "corpus: give a file's path or rows (dicts, strings, a DataFrame), not NoneType"),
+        (b"faq.csv", "corpus: give a file's path or rows (dicts, strings, a DataFrame), not bytes"),
     ],
 )
 def test_rows_that_cannot_be_used_are_one_clear_error(rows, message):
@@ -195,3 +201,35 @@ def test_importing_semsearch_costs_nothing_and_searching_needs_no_torch():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["[]", "[]"]
+
+
+@pytest.mark.parametrize(
+    ("candidates", "k", "message"),
+    [
+        # before: a string was ranked character by character, None ended in a TypeError, and
+        # k=-1 dropped the last hit (a slice from the end) while k=0 returned them all
+        ("A dog runs.", None, "candidates: give a list of strings, not one string (wrap it: [text])"),
+        (["A dog runs.", None], None, "sentence 2 is not text but NoneType"),
+        (["A dog runs.", "A cat."], -1, "k must be at least 1, not -1"),
+        (["A dog runs.", "A cat."], 0, "k must be at least 1, not 0"),
+        (["A dog runs.", "A cat."], "1", "k must be a whole number, not '1'"),
+    ],
+)
+def test_ranking_what_is_not_a_list_of_sentences_or_a_k_is_one_line(candidates, k, message, tiny_model):
+    with pytest.raises(BadInput) as caught:
+        semsearch.rank_similar("A man plays guitar.", candidates, semsearch.Strategy(model=tiny_model), k=k)
+    assert message in str(caught.value)
+
+
+def test_text_fields_as_one_string_are_names_as_on_the_command_line_and_a_stray_keyword_says_so():
+    from indexer.reading.corpus import CorpusOptions
+
+    # before: "question" was read as the fields 'q', 'u', 'e'..., 5 and model= were TypeErrors
+    # (model= naming CorpusOptions.__init__, which the caller never called)
+    assert CorpusOptions.of(text_fields="question").text_fields == ("question",)
+    assert CorpusOptions.of(text_fields="question, answer").text_fields == ("question", "answer")
+    with pytest.raises(BadInput, match="text fields: give field names, not int"):
+        CorpusOptions.of(text_fields=5)
+    with pytest.raises(BadInput, match=r"unknown option 'model': .*Strategy\(model=...\)"):
+        CorpusOptions.of(model="x")
+    assert read([{"question": "q"}]) == list(CorpusReader([{"question": "q"}], text_fields="question"))

@@ -32,6 +32,15 @@ def test_filter_errors_are_bad_input():
 
 
 @pytest.mark.parametrize(
+    ("where", "said"), [(5, "a condition is text, not int"), (["a"], "a condition is text, not list")]
+)
+def test_a_filter_that_is_not_text_says_so(where, said):
+    # before: "filter: empty condition", for a condition that was there but not a string
+    with pytest.raises(FilterError, match=f"filter: {said}"):
+        parse_filter(where, FIELDS)
+
+
+@pytest.mark.parametrize(
     "where",
     [
         "(" * 490 + "year = 1" + ")" * 490,  # RecursionError before

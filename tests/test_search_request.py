@@ -24,11 +24,24 @@ from tests.helpers import ROWS, build_faq
         (SearchRequest("bike", k=0), "k must be at least 1"),
         (SearchRequest(" ", k=3), "empty query"),
         (SearchRequest("bike", min_score=float("nan")), "finite"),
+        # before: a TypeError from inside ('<' not supported, slice indices) or "empty query"
+        (SearchRequest("bike", k="3"), "k must be a whole number, not '3'"),
+        (SearchRequest("bike", k=2.5), "k must be a whole number, not 2.5"),
+        (SearchRequest("bike", k=None), "k must be a whole number, not None"),
+        (SearchRequest(123), "a query is text, not int"),
+        (SearchRequest([b"bike"]), "a query is text, not bytes"),
+        (SearchRequest(["bike", None]), "a query is text, not NoneType"),
+        (SearchRequest("bike", min_score="0.5"), "min score must be a number, not '0.5'"),
     ],
 )
 def test_a_request_that_cannot_be_searched_is_one_line(request_, said):
     with pytest.raises(BadInput, match=said):
         request_.checked()
+
+
+def test_a_whole_number_of_any_integer_type_is_a_k():
+    numpy = pytest.importorskip("numpy")
+    assert SearchRequest("bike", k=numpy.int64(3)).checked().k == 3
 
 
 def test_the_default_depth_is_at_least_k():
@@ -46,6 +59,8 @@ def test_the_public_search_and_the_request_give_the_same_hits(tmp_path, tiny_mod
         engine.search(ROWS[0][1], 2, "category = 'billing'", 0.1, None, "dense")
         == engine.search_many([ROWS[0][1]], **asked)[0]
     )
+    # one string is one query, as a request reads it (before: its characters, "empty query")
+    assert engine.search_many(ROWS[0][1], **asked) == [engine.search(ROWS[0][1], **asked)]
 
 
 def test_a_search_whose_snapshot_moved_is_embedded_again_with_the_new_encoding(

@@ -181,3 +181,16 @@ def test_the_advice_names_the_index_it_holds_for_and_keyword_alone_winning_is_sa
     assert "keyword wins by mrr@10: keyword 0.755 beats dense in every cell (best 0.600)" in said
     assert "query with --mode keyword" in said and "semsearch calibrate INDEX --mode keyword" in said
     assert "--hybrid-weight" not in said and "dense wins" not in said
+
+
+def test_a_negative_top_is_a_usage_error_before_any_model_loads(no_model_loads, tmp_path):
+    # before: `--top -1` printed the table without its last row (a slice from the end), exit 0
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("sentence1\tsentence2\tscore\na cat\tone cat\t5\na dog\tone dog\t4\na car\tone bus\t3\n")
+    result = CliRunner().invoke(cli, ["sweep", "sts", str(pairs), "--top", "-1"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--top': -1 is not in the range x>=0" in result.output

@@ -557,3 +557,11 @@ def test_a_tuned_folder_of_any_pooling_is_written_as_sentence_transformers_reads
     save_model(encoder, out, out, {}, "torch")
     peer = SentenceTransformer(str(out), device="cpu").encode(texts, normalize_embeddings=True)
     np.testing.assert_allclose(peer, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("minutes", [float("nan"), float("inf")])
+def test_a_time_budget_that_is_no_number_of_minutes_is_refused_before_anything(minutes, tiny_model, tmp_path):
+    labels = read_labels(pairs=positive_pairs(tmp_path))
+    with pytest.raises(BadInput, match=f"max minutes must be a positive number, not {minutes}"):
+        tune(labels, tmp_path / "out", Strategy(model=tiny_model), max_minutes=minutes)
+    assert not (tmp_path / "out").exists()

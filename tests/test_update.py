@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -78,6 +79,15 @@ def test_delete_removes_rows_and_vectors_and_ids_are_not_reused(index, tmp_path)
     assert size > 0 and open_index(index).meta["count"] == len(BASE) - 1
     with pytest.raises(SemsearchError, match="no ids"):
         delete_from_index(index, [])
+
+
+@pytest.mark.parametrize(("ids", "said"), [("e3", "not one string (wrap it: [id])"), (None, "not NoneType")])
+def test_delete_of_one_string_or_no_list_is_refused_and_deletes_nothing(index, ids, said):
+    # before: "e3" deleted the ids "e" and "3" (a string is a sequence of characters), None a TypeError
+    before = rowids(index)
+    with pytest.raises(SemsearchError, match=rf"ids: give a list of ids, {re.escape(said)}"):
+        delete_from_index(index, ids)
+    assert rowids(index) == before
 
 
 def test_filter_runs_before_the_search(index):

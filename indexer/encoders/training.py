@@ -91,8 +91,8 @@ class Budget:
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 2 or self.evaluations < 1 or self.patience < 1:
             raise BadInput("epochs, evaluations and patience must be at least 1, batch size at least 2")
-        if self.max_minutes is not None and self.max_minutes <= 0:
-            raise BadInput(f"max minutes must be positive, not {self.max_minutes}")
+        if self.max_minutes is not None and not 0 < self.max_minutes < math.inf:  # NaN, inf too
+            raise BadInput(f"max minutes must be a positive number, not {self.max_minutes}")
         if not 0 < self.learning_rate < 1:
             raise BadInput(f"learning rate must be in (0, 1), not {self.learning_rate}")
 

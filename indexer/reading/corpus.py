@@ -175,13 +175,25 @@ class CorpusOptions:
     writer quoted, ``csv`` always, ``none`` never (quotes are text)."""
 
     def __post_init__(self) -> None:
-        if self.text_fields is not None:
-            object.__setattr__(self, "text_fields", tuple(self.text_fields))
+        fields = self.text_fields
+        if isinstance(fields, str):  # comma-separated, as on the command line
+            fields = [name.strip() for name in fields.split(",") if name.strip()]
+        elif fields is not None and not isinstance(fields, Iterable):
+            raise BadInput(f"text fields: give field names, not {type(fields).__name__}")
+        if fields is not None:
+            object.__setattr__(self, "text_fields", tuple(fields))
 
     @classmethod
     def of(cls, options: CorpusOptions | None = None, **given: Any) -> CorpusOptions:
         """``options`` (default: every field's default) with the fields ``given`` as keywords set:
         how the functions that take options also take their fields as keywords."""
+        known = [f.name for f in dataclasses.fields(cls)]
+        for name in given:
+            if name not in known:
+                raise BadInput(
+                    f"unknown option {name!r}: a corpus is read with {', '.join(known)}; how it "
+                    "embeds is a Strategy(model=...) and EmbeddingOptions"
+                )
         return dataclasses.replace(options or cls(), **given)
 
 

@@ -58,6 +58,9 @@ class Spool:
 
 
 def _rows(corpus: Iterable[Any]) -> Iterable[Any]:
+    if isinstance(corpus, bytes | bytearray) or not isinstance(corpus, Iterable):
+        given = type(corpus).__name__
+        raise BadInput(f"corpus: give a file's path or rows (dicts, strings, a DataFrame), not {given}")
     if type(corpus).__module__.split(".")[0] == "pandas" and hasattr(corpus, "to_dict"):
         return corpus.to_dict("records")
     return corpus
@@ -71,7 +74,12 @@ def _line(number: int, row: Any) -> str:
         raise BadInput(f"row {number} is a {type(row).__name__}: give dicts (field -> value) or strings")
     plain = {str(name): _plain(value) for name, value in row.items()}
     try:
-        return json.dumps(plain, ensure_ascii=False, allow_nan=False, default=_nested) + "\n"
+        line = json.dumps(plain, ensure_ascii=False, allow_nan=False, default=_nested) + "\n"
+        line.encode("utf-8")  # a lone surrogate is no text a file or the index can hold
+        return line
+    except UnicodeEncodeError:
+        name = next(n for n, v in plain.items() if not _encodes(n) or not _encodes(v))
+        raise BadInput(f"row {number}: field {name!r} is not valid UTF-8 text (a lone surrogate)") from None
     except (TypeError, ValueError):
         for name, value in plain.items():
             try:
@@ -82,6 +90,15 @@ def _line(number: int, row: Any) -> str:
                     "cannot store: give text, a number, a boolean, None, a list or a dict"
                 ) from None
         raise
+
+
+def _encodes(value: Any) -> bool:
+    """Whether ``value`` (a name, or a field's value as JSON) is text UTF-8 can write."""
+    try:
+        json.dumps(value, ensure_ascii=False, default=_nested).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _plain(value: Any) -> Any:

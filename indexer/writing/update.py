@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,11 @@ def delete_from_index(index_dir: str | Path, ids: Sequence[str], *, wait: float 
     ``corpus.entry_id`` reads it); unknown ids are reported."""
     started = time.perf_counter()
     index_dir = Path(index_dir)
+    if isinstance(ids, str | bytes):  # not its characters
+        raise BadInput("ids: give a list of ids, not one string (wrap it: [id])")
+    if not isinstance(ids, Iterable):
+        raise BadInput(f"ids: give a list of ids, not {type(ids).__name__}")
+    ids = list(ids)
     given = [entry_id(i) for i in ids]
     if None in given:
         bad = ids[given.index(None)]

@@ -251,7 +251,9 @@ sweep_options = stacked(
         type=click.Path(dir_okay=False, path_type=Path),
         help="Write a PNG heatmap (needs matplotlib: pip install 'semsearch[plot]').",
     ),
-    click.option("--top", default=15, show_default=True, help="Rows of the printed table."),
+    click.option(
+        "--top", default=15, show_default=True, type=click.IntRange(min=0), help="Rows of the printed table."
+    ),
 )
 """The grid a sweep scores (the strategy it varies from, the poolings and post-processings) and
 what it writes."""

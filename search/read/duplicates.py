@@ -4,6 +4,7 @@ chunk), and their groups (connected components)."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -181,6 +182,8 @@ def min_score_refusal(min_score: float) -> str | None:
 
 
 def check_min_score(min_score: float) -> float:
+    if isinstance(min_score, bool) or not isinstance(min_score, numbers.Real):
+        raise BadInput(f"min score for duplicates must be a cosine in (0, 1], not {min_score!r}")
     refusal = min_score_refusal(min_score)
     if refusal is not None:
         raise BadInput(f"min score for duplicates {refusal}")
@@ -201,8 +204,9 @@ def find_duplicates(
     its own handle, so a server's shared index is untouched; ``lock`` is held while the catalog is
     read (a server's ``Snapshot.db_lock``)."""
     min_score = check_min_score(min_score)
-    if limit is not None and limit < 0:
-        raise BadInput(f"limit must be 0 or more, not {limit}")
+    whole = isinstance(limit, numbers.Integral) and not isinstance(limit, bool)
+    if limit is not None and not (whole and limit >= 0):
+        raise BadInput(f"limit must be a whole number, 0 or more, not {limit!r}")
     vectors, owners = entry_texts(index.read_vectors())  # entries say the same thing when their texts do
     with Progress(len(vectors), "comparing", enabled=progress, unit="vector") as bar:
         pairs, scores = range_pairs(

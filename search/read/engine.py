@@ -76,6 +76,7 @@ class SearchEngine:
         self.path = Path(index_dir)
         self.options = given(options).for_serving().checked()
         self.reloads = 0
+        self.closed = False
         self.reloading = threading.Lock()  # the server reloads from its request threads too
         self.rerankers: dict[tuple[str, tuple[object, ...]], Reranker] = {}
         self.loaded: list[Reranker] = []  # the rerankers it loaded itself: closed with it
@@ -147,6 +148,7 @@ class SearchEngine:
             loaded, self.loaded = self.loaded, []
         for reranker in loaded:
             reranker.close()
+        self.closed = True
         self.snapshot.close()
 
     def __enter__(self) -> SearchEngine:
@@ -221,7 +223,7 @@ class SearchEngine:
         where they give none."""
         named = [name for name in fields if name == "rerank" or name.startswith("rerank_")]
         rerank = RerankOptions.asked(**{name: fields.pop(name) for name in named})
-        return SearchRequest(tuple(queries), rerank=rerank.given(self.reranking), **fields)
+        return SearchRequest(queries, rerank=rerank.given(self.reranking), **fields)  # one string: one query
 
     def search_many(
         self,
@@ -265,6 +267,8 @@ class SearchEngine:
         reranker the engine's of its folder loaded as it asks, scored through ``reranker`` where
         that is this one as the caller runs it), on a snapshot that may reopen (a killed writer's
         journal); a request that cannot be searched is refused before any reranker loads."""
+        if self.closed:
+            raise BadInput("this SearchEngine is closed: open a new one")
         folder = request.checked().reranked_by
         if folder is None:
             reranker = None

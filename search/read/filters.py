@@ -227,7 +227,9 @@ class _Parser:
 
 def parse_filter(text: str, fields: Collection[str]) -> Filter:
     """Parse ``text`` into parameterised SQL over ``fields``; anything else is a clear error."""
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise FilterError(f"filter: a condition is text, not {type(text).__name__}")
+    if not text.strip():
         raise FilterError("filter: empty condition")
     if len(text) > MAX_FILTER_LENGTH:
         raise FilterError(f"filter: longer than {MAX_FILTER_LENGTH} characters")

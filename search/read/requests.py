@@ -6,7 +6,8 @@ step it is given, the entries its filter admits and a ``Hit``. Shared by the eng
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
@@ -57,7 +58,11 @@ MOST_HITS = 2**63 - 1
 
 
 def check_k(k: int) -> int:
-    """``k`` if a search can return that many hits (at least 1, at most ``MOST_HITS``); else one line."""
+    """``k`` if a search can return that many hits (a whole number, at least 1, at most
+    ``MOST_HITS``); else one line."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise BadInput(f"k must be a whole number, not {k!r}")
+    k = int(k)
     if k < 1:
         raise BadInput(f"k must be at least 1, not {k}")
     if k > MOST_HITS:
@@ -85,7 +90,7 @@ class SearchRequest:
     rerank: RerankOptions | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.queries, str):  # one query given as itself
+        if isinstance(self.queries, str) or not isinstance(self.queries, Iterable):  # one query as itself
             object.__setattr__(self, "queries", (self.queries,))
         elif not isinstance(self.queries, tuple):
             object.__setattr__(self, "queries", tuple(self.queries))
@@ -110,8 +115,11 @@ class SearchRequest:
         check_k(self.k)
         if self.rerank is not None:
             self.rerank.checked(self.k)
-        if self.min_score is not None and not math.isfinite(self.min_score):
-            raise BadInput(f"min score must be a finite number, not {self.min_score}")
+        if self.min_score is not None:
+            if isinstance(self.min_score, bool) or not isinstance(self.min_score, numbers.Real):
+                raise BadInput(f"min score must be a number, not {self.min_score!r}")
+            if not math.isfinite(self.min_score):
+                raise BadInput(f"min score must be a finite number, not {self.min_score}")
         return self
 
 
@@ -119,7 +127,9 @@ def check_queries(queries: Sequence[str]) -> None:
     """An empty query has no meaning to embed: refuse it rather than return arbitrary hits; nor
     has text that is not valid UTF-8."""
     for query in queries:
-        if not isinstance(query, str) or blank(query):
+        if not isinstance(query, str):
+            raise BadInput(f"a query is text, not {type(query).__name__}")
+        if blank(query):
             raise BadInput("empty query: give some text to search for")
         check_text(query, "the query")
 

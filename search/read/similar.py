@@ -20,7 +20,7 @@ from indexer.errors import BadInput
 from indexer.reading.corpus import blank
 from search.read.encoding import Encoding
 from search.read.queries import check_text
-from search.read.requests import Embedding, Hit, check_queries, here
+from search.read.requests import Embedding, Hit, check_k, check_queries, here
 
 R = TypeVar("R")
 
@@ -62,6 +62,8 @@ def rank_similar(
     where and how the network runs (``--device``...) when no ``encoding`` is given.
     """
     kept = rankable(sentence, candidates)
+    if k is not None:
+        k = check_k(k)
     if encoding is not None:
         check_transform(encoding.strategy, encoding.transform)
     else:  # as an index of this strategy would embed (no torch once exported)
@@ -74,8 +76,16 @@ def rank_similar(
 
 
 def rankable(sentence: str, candidates: Sequence[str]) -> list[tuple[int, str]]:
-    """The non-empty candidates with their 1-based positions; refuses an empty sentence or none."""
+    """The non-empty candidates with their 1-based positions; refuses an empty sentence or none,
+    one string given as the candidates (not ranked character by character) and a candidate
+    that is not text."""
     check_queries([sentence])
+    if isinstance(candidates, str):
+        raise BadInput("candidates: give a list of strings, not one string (wrap it: [text])")
+    candidates = list(candidates)
+    for i, candidate in enumerate(candidates, 1):
+        if not isinstance(candidate, str):
+            raise BadInput(f"sentence {i} is not text but {type(candidate).__name__}")
     kept = [(i, check_text(c, f"sentence {i}")) for i, c in enumerate(candidates, 1) if not blank(c)]
     if not kept:
         raise BadInput("no sentences to rank: the input has no non-empty lines")

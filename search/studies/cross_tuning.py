@@ -201,6 +201,7 @@ def cross_tune(
     from indexer.encoders.training import Budget
 
     started = time.monotonic()
+    Budget(epochs, max_minutes)  # its limits checked before the model loads and labels are mined
     output = Path(output)
     options, mixed = training_precision(options)
     labels = grouped(labels)
