@@ -1,6 +1,7 @@
 """What semsearch writes for the user outside an index (``encode``'s vectors, ``export-encoder``'s
 directory, ``tune``'s model): the one place such a file or directory is made, so each is whole or
-absent, and its mode is what a plain ``open()`` or ``mkdir`` would give.
+absent, and its mode is what a plain ``open()`` or ``mkdir`` would give. Its missing folders are
+made first (``make_parents``), as ``index -o`` makes an index's, and removed again if the run fails.
 
 An output is made beside its place under a staging name (``.NAME.semsearch-XXXXXXXX``) and renamed
 into it whole. The run holds an flock on its staging while it writes; the kernel drops it when the
@@ -70,7 +71,7 @@ def staged_file(output: str | Path) -> Iterator[IO[bytes]]:
         raise BadInput(f"{output} is a directory: give a file name")
     if target.exists() and not target.is_file():
         raise BadInput(f"{output} is not a regular file: give a file name")
-    with _writing(target), _claim(target, directory=False) as (staging, fd):
+    with _writing(target), _parents(target), _claim(target, directory=False) as (staging, fd):
         if target.is_file():
             os.fchmod(fd, stat.S_IMODE(target.stat().st_mode))
         with os.fdopen(fd, "wb", closefd=False) as handle:
@@ -85,7 +86,7 @@ def staged_dir(output: str | Path, check: Callable[[Path], None] = lambda target
     is claimed from the start: a second run to it is refused before it does its work."""
     target = _resolved(output)
     check(target)
-    with _writing(target), _claim(target, directory=True) as (staging, _):
+    with _writing(target), _parents(target), _claim(target, directory=True) as (staging, _):
         yield staging
         made = stat.S_IMODE(staging.stat().st_mode)  # 0777 less the umask
         for root, directories, files in os.walk(staging):  # as if each were made by plain open()
@@ -107,6 +108,47 @@ def _resolved(output: str | Path) -> Path:
     """Where ``output`` is written: through a symlink, to its target."""
     path = Path(output)
     return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def make_parents(target: str | Path) -> Path | None:
+    """Make the missing folders above ``target``; the topmost one made (None: none were missing).
+    A folder of the path that is a file, or one that cannot be made, is one clear error."""
+    parent = Path(target).parent
+    top, missing = None, parent.absolute()
+    while not missing.exists() and not missing.is_symlink():
+        top, missing = missing, missing.parent
+    if top is None and parent.is_dir():
+        return None
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_make(Path(target), exc) from None
+    return top
+
+
+@contextlib.contextmanager
+def _parents(target: Path) -> Iterator[None]:
+    """``target``'s missing folders made for the block; those still empty removed when it fails
+    (a failed run leaves nothing it made, and never what another run put there)."""
+    top = make_parents(target)
+    try:
+        yield
+    except BaseException:
+        if top is not None:
+            _remove_empty(target.absolute().parent, top)
+        raise
+
+
+def _remove_empty(folder: Path, top: Path) -> None:
+    """``folder`` and its parents up to ``top``, each while it is empty."""
+    while True:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == top:
+            return
+        folder = folder.parent
 
 
 def _staging(target: Path) -> Path:
@@ -147,6 +189,12 @@ def _claim(target: Path, *, directory: bool) -> Iterator[tuple[Path, int]]:
                     fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
                 staging = None  # another's: not ours to remove
+                continue
+            except FileNotFoundError as exc:
+                staging = None
+                if target.parent.is_dir():  # /proc, /sys: a folder that makes no new files
+                    raise _cannot_write(target, exc) from None
+                make_parents(target)  # a failed run to a sibling removed the folder just made
                 continue
             except OSError as exc:
                 if not (directory and staging.is_dir()):
@@ -207,6 +255,23 @@ def remove_unheld(path: Path) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def cannot_make(target: Path, exc: OSError) -> SemsearchError:
+    """Why ``target``'s folders cannot be made (``exc``: what making them raised), naming the
+    folder of its path that stops it."""
+    standing = target.parent
+    while not standing.exists() and not standing.is_symlink() and standing != standing.parent:
+        standing = standing.parent
+    if standing.is_file():
+        return BadInput(f"cannot write {target}: {standing} is a file, not a folder")
+    if standing.exists() and not standing.is_dir():
+        return BadInput(f"cannot write {target}: {standing} is not a folder")
+    if out_of_space(exc):
+        return DiskFull(f"disk full: cannot write {target} (free some space and retry)")
+    if exc.errno == errno.ENOENT:  # /proc, /sys: a folder that makes no new folders
+        return BadInput(f"cannot write {target}: {standing} takes no new files")
+    return BadInput(f"cannot write to {standing}: {exc.strerror}")
 
 
 def _cannot_write(target: Path, exc: OSError) -> SemsearchError:

@@ -1,8 +1,8 @@
 """What a command writes for the user (``encode``'s vectors, ``export-encoder``'s directory, ``tune``'s
 model): made whole beside its place, never left half-written by a stopped run (SIGTERM cleans up,
-the next run removes what a SIGKILL left), one clear line when its place cannot take it, and the
-modes a plain ``open()`` would give (the umask; a replaced file keeps its mode; a symlink is
-written through)."""
+the next run removes what a SIGKILL left), its missing folders made (and removed when it fails), one
+clear line when its place cannot take it, and the modes a plain ``open()`` would give (the umask; a
+replaced file keeps its mode; a symlink is written through)."""
 
 from __future__ import annotations
 
@@ -132,16 +132,16 @@ def refusing(monkeypatch, where: Path, code: int) -> None:
     monkeypatch.setattr(os, "mkdir", lambda path, *a, **k: check(path) or real_mkdir(path, *a, **k))
 
 
-def test_an_output_folder_that_is_missing_or_read_only_is_one_line(tmp_path, texts, encoding, monkeypatch):
-    with pytest.raises(BadInput, match="no such folder") as missing:
-        encode_file(texts, tmp_path / "missing" / "out.npy", encoding)
-    assert ".out.npy" not in str(missing.value)
+def test_an_output_folder_that_is_read_only_is_one_line(tmp_path, texts, encoding, monkeypatch):
+    """Read-only: the output's folder, or the one its missing folders would be made in."""
     readonly = tmp_path / "ro"
     readonly.mkdir()
     refusing(monkeypatch, readonly, errno.EROFS)
-    with pytest.raises(BadInput, match="Read-only file system") as refused:
-        encode_file(texts, readonly / "out.npy", encoding)
-    assert ".out.npy" not in str(refused.value) and str(readonly) in str(refused.value)
+    for output in (readonly / "out.npy", readonly / "missing" / "out.npy"):
+        with pytest.raises(BadInput, match="Read-only file system") as refused:
+            encode_file(texts, output, encoding)
+        assert ".out.npy" not in str(refused.value) and str(readonly) in str(refused.value)
+    assert list(readonly.iterdir()) == []
 
 
 def test_a_full_disk_during_encode_is_disk_full_and_leaves_nothing(tmp_path, texts, encoding, monkeypatch):
@@ -294,3 +294,81 @@ def test_a_stop_the_moment_the_staging_exists_leaves_nothing(tmp_path, monkeypat
         done.set()
         other.join()
     assert list(tmp_path.iterdir()) == []
+
+
+def cli_run(*args: object) -> object:
+    """``semsearch ARGS`` in this process (``CliRunner``): its exit code and stderr."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def each_output(tmp_path: Path, tiny_model: str, texts: str) -> dict[str, Callable[[Path], list[object]]]:
+    """Each command that writes an output path, as the arguments that write ``place`` quickly
+    (the tiny model, one epoch)."""
+    from tests.helpers import positive_pairs, sentence
+
+    pairs = positive_pairs(tmp_path)
+    scored = tmp_path / "scored.tsv"
+    rows = [f"{sentence(i)}\t{sentence(i, 1)}\t{5 * (i % 2)}" for i in range(40)]
+    scored.write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    index = build_faq(tmp_path, tiny_model)
+    fast = ["--model", tiny_model, "--epochs", "1", "--pairs-per-step", "16"]
+    cross = ["tune", "--cross-encoder", "--pairs", scored, "--index", index, *fast]
+    return {
+        "tune": lambda place: ["tune", "--pairs", pairs, *fast, "-o", place],
+        "tune --cross-encoder": lambda place: [*cross, "-o", place],
+        "encode": lambda place: ["encode", texts, "--model", tiny_model, "-o", place / "v.npy"],
+        "export-encoder": lambda place: ["export-encoder", index, "-o", place],
+        "index": lambda place: ["index", texts, "-o", place, "--model", tiny_model],
+    }
+
+
+def test_every_output_in_missing_folders_makes_them(tmp_path, tiny_model, texts):
+    """As ``index -o a/b/idx`` does, every command that writes a path makes its missing folders."""
+    for name, command in each_output(tmp_path, tiny_model, texts).items():
+        place = tmp_path / name.replace(" ", "") / "new" / "out"
+        result = cli_run(*command(place))
+        assert result.exit_code == 0, (name, result.output)
+        assert place.exists(), name
+        assert hidden(place.parent, "out") == [], name
+
+
+def test_an_output_under_a_file_is_one_line_and_makes_nothing(tmp_path, tiny_model, texts):
+    """A folder of the output's path that is a file: one line naming it, exit 1, nothing made."""
+    in_the_way = tmp_path / "taken"
+    in_the_way.write_text("a file\n", encoding="utf-8")
+    for name, command in each_output(tmp_path, tiny_model, texts).items():
+        for place in (in_the_way / "out", in_the_way / "deeper" / "out"):
+            result = cli_run(*command(place))
+            errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+            assert result.exit_code == 1 and len(errors) == 1, (name, result.output)
+            assert f"{in_the_way} is a file, not a folder" in errors[0], (name, errors[0])
+            assert "Traceback" not in result.output and in_the_way.is_file(), name
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_failed_run_removes_the_folders_it_made(tmp_path, tiny_model, texts, monkeypatch, encoding):
+    """A run that fails after making an output's folders leaves neither a half output nor them."""
+    from indexer.embedding.strategy import Strategy
+    from indexer.encoders import training
+    from search.studies.tuning import read_labels, tune
+    from tests.helpers import positive_pairs
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    with pytest.raises(BadInput):
+        encode_file(str(empty), tmp_path / "made" / "deeper" / "v.npy", encoding)
+    assert not (tmp_path / "made").exists()
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise BadInput("stopped while training")
+
+    monkeypatch.setattr(training, "fine_tune", failing)
+    labels = read_labels(pairs=positive_pairs(tmp_path))
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(BadInput, match="stopped while training"):
+        tune(labels, tmp_path / "kept" / "new" / "tuned", Strategy(model=tiny_model))
+    assert list((tmp_path / "kept").iterdir()) == []

@@ -75,8 +75,10 @@ def test_sweep_outputs_go_into_a_directory_that_does_not_exist_yet(tmp_path):
     write_csv(cells, tmp_path / "out" / "sweep.csv")
     assert (tmp_path / "out" / "sweep.csv").read_text().startswith("row,layers")
     (tmp_path / "file").write_text("")
-    with pytest.raises(BadInput, match="cannot write"):
-        write_csv(cells, tmp_path / "file" / "sweep.csv")
+    for place in (tmp_path / "file" / "sweep.csv", tmp_path / "file" / "deeper" / "sweep.csv"):
+        said = f"^cannot write {place}: {tmp_path / 'file'} is a file, not a folder$"
+        with pytest.raises(BadInput, match=said):
+            write_csv(cells, place)
 
 
 def modes_measured(dense: float, hybrid: dict[float, float]) -> Modes:

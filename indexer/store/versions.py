@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING
 
 from indexer.catalog import Catalog, DatabaseError
 from indexer.errors import BadInput, DiskFull, IndexDamaged, IndexLocked, SemsearchError
-from indexer.files import out_of_space, remove_unheld
+from indexer.files import cannot_make, out_of_space, remove_unheld
 from indexer.store.integrity import records
 from indexer.store.layout import CURRENT, DATABASE, LOCK, MAX_POINTER, VERSION_NAME
 from indexer.store.meta import IndexMeta
@@ -134,7 +134,7 @@ def prepare_target(index_dir: Path) -> None:
     try:
         index_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BadInput(f"cannot create {index_dir}: {exc.strerror}") from None
+        raise cannot_make(index_dir, exc) from None
 
 
 def missing_top(index_dir: Path) -> Path | None:

@@ -59,10 +59,6 @@ def export_encoder(index_dir: str | Path, target: str | Path) -> EncoderExport:
         special_ids=tokens.special_ids,
         transform=index.transform,
     )
-    try:
-        target.absolute().parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(f"cannot write to {target.absolute().parent}: {exc.strerror}") from None
     with staged_dir(target, _check_target) as made:
         files = save(model, made / "model.onnx")
         (made / "tokenizer.json").write_text(tokens.truncating.to_str(), encoding="utf-8")

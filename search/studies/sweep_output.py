@@ -10,16 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from indexer.embedding.strategy import POOLINGS
-from indexer.errors import BadInput
+from indexer.files import make_parents
 from search.studies.sweep import Cell, best_first, reproduce
 
 
 def output_file(path: Path) -> Path:
     """An output path whose directory exists (made if missing), or one clear error."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(f"cannot write {path}: {exc.strerror}") from None
+    make_parents(path)
     return path
 
 

@@ -419,8 +419,6 @@ def _facts(source: str, labels: Labels, held: np.ndarray, outcome: Any) -> dict[
 def new_or_empty(output: Path) -> None:
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise BadInput(f"{output} exists and is not an empty directory: choose a new one")
-    if not output.parent.is_dir():
-        raise BadInput(f"no such directory: {output.parent}")
 
 
 def options_for(stored: Strategy) -> str:
