@@ -213,3 +213,40 @@ def test_the_cli_bounds_k_as_a_search_does():
     from search.read.requests import MOST_HITS
 
     assert HITS.max == MOST_HITS
+
+
+ABSTENTION = ["evaluate", "abstention", "--corpus", "C", "--queries", "Q", "--qrels", "R"]
+FIXED_RANGES = [
+    (["calibrate", "IDX"], "--min-precision", "2", "0<x<=1"),
+    (["calibrate", "IDX"], "--min-precision", "0", "0<x<=1"),
+    (["calibrate", "IDX"], "--min-precision", "nan", "not a finite number"),
+    (["calibrate", "IDX"], "--precision", "1.5", "0<x<=1"),
+    (["calibrate", "IDX"], "--guarantee", "1", "0<x<1"),
+    (["calibrate", "IDX"], "--unanswerable", "0", "0<x<1"),
+    (["calibrate", "IDX"], "--hybrid-weight", "1.5", "0<=x<=1"),
+    (ABSTENTION, "--holdout", "1", "0<x<1"),
+    (ABSTENTION, "--guarantee", "-1", "0<x<1"),
+    (["tune", "-o", "OUT", "--pairs", "P"], "--held-back", "0", "0<x<1"),
+    (["tune", "-o", "OUT", "--pairs", "P"], "--held-back", "1.5", "0<x<1"),
+    (["tune", "-o", "OUT", "--pairs", "P"], "--held-back", "nan", "not a finite number"),
+    (["tune", "-o", "OUT", "--pairs", "P"], "--learning-rate", "-1", "0<x<1"),
+    (["tune", "-o", "OUT", "--pairs", "P"], "--max-minutes", "inf", "not a finite number"),
+    (["index", "C", "-o", "OUT", "--also", "answer"], "--also-weight", "2", "0<=x<=1"),
+]
+
+
+@pytest.mark.parametrize(("command", "option", "value", "said"), FIXED_RANGES)
+def test_an_option_outside_its_fixed_range_is_a_usage_error_naming_the_range(
+    tmp_path, command, option, value, said
+):
+    """An option whose range does not depend on the data is checked by the parser: exit 2, the
+    option and its range named, before any file is read or model loaded (the paths here are absent)."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    args = [str(tmp_path / a) if a.isupper() else a for a in command]
+    result = CliRunner().invoke(cli, [*args, option, value])
+    assert result.exit_code == 2, result.output
+    assert option in result.output and said in result.output, result.output
+    assert list(tmp_path.iterdir()) == []

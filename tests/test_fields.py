@@ -211,7 +211,8 @@ def test_the_cli_builds_and_queries_a_combined_index_and_refuses_misuse(tmp_path
     assert_clean_failure(missing, "no entry has field 'nope'")
     assert_clean_failure(run("index", corpus, "-o", tmp_path / "y", "--also-weight", "0.5"), "needs --also")
     assert_clean_failure(
-        run("index", corpus, "-o", index_dir, "--also", "answer", "--also-weight", "2"), "must be in [0, 1]"
+        run("index", corpus, "-o", index_dir, "--also", "answer", "--also-weight", "2"),
+        "is not in the range 0<=x<=1",
     )
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
     assert open_index(index_dir).meta["source"]["also"]["weight"] == WEIGHT  # the failed run kept it

@@ -63,7 +63,20 @@ class _Finite(click.types.FloatParamType):
         return number
 
 
+class FiniteRange(click.FloatRange):
+    """A ``FloatRange`` whose value is a number: ``nan`` passes no bound's check, ``inf`` an open end."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 FINITE = _Finite()
+SHARE = FiniteRange(0, 1, min_open=True, max_open=True)
+"""A share, a probability or a learning rate: strictly between 0 and 1."""
+WEIGHT = FiniteRange(0, 1)
 HITS = click.IntRange(min=1, max=2**63 - 1)
 """``-k``: at least one hit, at most what a search can return (``search.read.requests.MOST_HITS``,
 not imported here: it loads NumPy, which ``--help`` need not; a test holds the two equal)."""
@@ -399,7 +412,7 @@ def also_options(*, weighted: bool = True) -> Decorator:
 
         weight = click.option(
             "--also-weight",
-            type=float,
+            type=WEIGHT,
             help=f"Share of the --also text's cosine in an entry's score. Default: {ALSO_WEIGHT}.",
         )
         also = click.option(

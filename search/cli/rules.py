@@ -7,7 +7,10 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
-from search.cli.options import stacked
+from search.cli.options import SHARE, FiniteRange, stacked
+
+PRECISION = FiniteRange(0, 1, min_open=True)
+"""A promised precision: a share of right hits, above 0, at most 1."""
 
 
 def _old_precision(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
@@ -38,25 +41,25 @@ rule_options = stacked(
         "precision",
         default=0.95,
         show_default=True,
-        type=float,
+        type=PRECISION,
         callback=_min_precision,
         help="Promised precision of answered hits: the share of them that are right.",
     ),
     click.option(
         "--precision",
         "old_precision",
-        type=float,
+        type=PRECISION,
         hidden=True,
         expose_value=False,
         callback=_old_precision,
         help="The former name of --min-precision.",
     ),
     click.option(
-        "--guarantee", type=float, help="Probability that the precision promise holds (default 0.9)."
+        "--guarantee", type=SHARE, help="Probability that the precision promise holds (default 0.9)."
     ),
     click.option(
         "--unanswerable",
-        type=float,
+        type=SHARE,
         help="Share of asked questions the index has no answer for, assumed by the promise (default 1/3).",
     ),
     click.option(

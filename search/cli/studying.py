@@ -13,6 +13,7 @@ from indexer.embedding.strategy import SWEPT
 from search.cli.embedding import embedding_options
 from search.cli.options import (
     PREFIXES,
+    SHARE,
     also_options,
     corpus_option,
     encoding_option,
@@ -153,7 +154,7 @@ def evaluate_retrieval_command(
 @judged_options(required=True)
 @text_field_option()
 @click.option(
-    "--holdout", default=0.33, show_default=True, type=float, help="Share of the test threads removed."
+    "--holdout", default=0.33, show_default=True, type=SHARE, help="Share of the test threads removed."
 )
 @click.option(
     "--seeds", default=20, show_default=True, type=click.IntRange(min=1), help="Splits tried, one per seed."

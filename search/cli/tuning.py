@@ -10,6 +10,8 @@ import click
 
 from search.cli.embedding import embedding_options
 from search.cli.options import (
+    SHARE,
+    FiniteRange,
     also_options,
     corpus_option,
     encoding_option,
@@ -66,15 +68,13 @@ CROSS_OPTIONS = {"model", "max_length"}
     "--held-back",
     default=0.1,
     show_default=True,
-    type=float,
+    type=SHARE,
     help="Share of the labels measured, never trained.",
 )
 @click.option(
     "--epochs", default=4, show_default=True, type=click.IntRange(min=1), help="Passes over the labels."
 )
-@click.option(
-    "--max-minutes", type=click.FloatRange(min=0, min_open=True), help="Stop training after this long."
-)
+@click.option("--max-minutes", type=FiniteRange(min=0, min_open=True), help="Stop training after this long.")
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of the held-back share and the batches."
 )
@@ -94,7 +94,7 @@ CROSS_OPTIONS = {"model", "max_length"}
 )
 @click.option(
     "--learning-rate",
-    type=float,
+    type=SHARE,
     help="Peak learning rate (AdamW). Default: 2e-5; 6e-5 for a reranker given a new head.",
 )
 @json_option("the report (the metric before and after, the steps, the saved model)")

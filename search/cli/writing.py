@@ -12,6 +12,7 @@ import click
 from indexer.embedding.strategy import DEFAULT_CHUNK_OVERLAP
 from search.cli.embedding import embedding_options
 from search.cli.options import (
+    WEIGHT,
     also_options,
     corpus_options,
     encoding_option,
@@ -304,7 +305,7 @@ def _labels_share(rule: Any) -> str | None:
 )
 @click.option(
     "--hybrid-weight",
-    type=float,
+    type=WEIGHT,
     help="Store this keyword share (0..1) for hybrid search instead: the best weight `sweep retrieval` "
     "measures on your labels.",
 )
