@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from indexer.embedding.strategy import Strategy
-from indexer.errors import SemsearchError
+from indexer.errors import BadInput, SemsearchError
 from search.studies.evaluate import (
     evaluate_retrieval,
     evaluate_sts,
@@ -69,6 +69,20 @@ def test_retrieval_metrics_by_hand():
     assert m["recall@1"] == pytest.approx((0 + 1 + 0) / 3)
     assert m["recall@10"] == pytest.approx((1 + 1 + 0) / 3)
     assert m["success@1"] == pytest.approx(1 / 3) and m["success@3"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(
+    ("k", "message"), [(True, "not True"), (2.5, "not 2.5"), ("5", "not '5'"), (0, "at least 1")]
+)
+def test_a_metric_cutoff_is_a_whole_number_as_a_search_takes(k, message):
+    """``k=True`` is no cutoff of 1 (nor metrics named ``mrr@True``): refused as a search refuses it."""
+    from search.studies.evaluate import evaluate_retrieval
+    from search.studies.labels import RetrievalSet
+
+    with pytest.raises(BadInput, match=message):
+        retrieval_metrics({"q1": ["d1"]}, {"q1": {"d1": 1}}, k=k)
+    with pytest.raises(BadInput, match=message):  # before any index is opened or built
+        evaluate_retrieval(RetrievalSet([], {}), index_dir="no-such-index", k=k)
 
 
 @pytest.mark.slow

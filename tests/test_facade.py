@@ -233,3 +233,23 @@ def test_text_fields_as_one_string_are_names_as_on_the_command_line_and_a_stray_
     with pytest.raises(BadInput, match=r"unknown option 'model': .*Strategy\(model=...\)"):
         CorpusOptions.of(model="x")
     assert read([{"question": "q"}]) == list(CorpusReader([{"question": "q"}], text_fields="question"))
+
+
+@pytest.mark.parametrize("where", [None, 5, ["idx"]])
+def test_an_engine_of_no_folder_is_one_line_naming_what_it_takes(where):
+    said = r"^index_dir: give the path of an index folder \(a str or Path\), not "
+    with pytest.raises(BadInput, match=said + type(where).__name__):
+        semsearch.SearchEngine(where)
+
+
+@pytest.mark.parametrize("ids", [[], ["", "  "]])
+def test_a_delete_of_no_ids_says_so_in_python_terms_and_the_cli_in_its_own(tmp_path, ids):
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    with pytest.raises(BadInput, match=r"^no ids given to delete$"):
+        semsearch.delete(tmp_path / "idx", ids)
+    said = CliRunner().invoke(cli, ["delete", str(tmp_path / "idx"), *(f"--id={i}" for i in ids)])
+    assert said.exit_code == 1, said.output
+    assert "no ids to delete: give --id ID or --ids-file FILE" in said.output, said.output

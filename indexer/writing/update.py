@@ -181,7 +181,7 @@ def delete_from_index(index_dir: str | Path, ids: Sequence[str], *, wait: float 
         raise BadInput(f"an id is a string or an integer, not {bad!r}")
     ids = list(dict.fromkeys(i for i in given if i))
     if not ids:
-        raise BadInput("no ids to delete: give --id ID or --ids-file FILE")
+        raise BadInput("no ids given to delete")
     with writer_lock(index_dir, wait):
         live = open_index(index_dir, vectors=False)
         found = set(live.catalog.rowids(ids))

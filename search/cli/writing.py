@@ -169,10 +169,13 @@ def delete_command(
     Example:
         semsearch delete faq-index --id q17 --id q18
     """
+    from indexer.errors import BadInput
     from indexer.writing.update import delete_from_index, read_ids
 
-    listed = read_ids(ids_file, encoding) if ids_file else []
-    report = delete_from_index(index_dir, [*ids, *listed], wait=wait)
+    asked = [i for i in (*ids, *(read_ids(ids_file, encoding) if ids_file else [])) if i.strip()]
+    if not asked:
+        raise BadInput("no ids to delete: give --id ID or --ids-file FILE")
+    report = delete_from_index(index_dir, asked, wait=wait)
     click.echo(f"deleted {report.deleted}: {report.count} entries left in {index_dir}", err=True)
     if report.not_found:
         shown = ", ".join(report.not_found[:10]) + (" ..." if len(report.not_found) > 10 else "")

@@ -3,6 +3,7 @@ indexer's network exported to ONNX and its NumPy head: no torch, see ``indexer.e
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -73,6 +74,9 @@ class SearchEngine:
         loaded (``reranker_for``); True: the index's default reranker if it stores one
         (``semsearch index --rerank``); False: none; or ``RerankOptions`` saying which, and the
         options every search takes where it gives none (``backend``: what runs the reranker)."""
+        if not isinstance(index_dir, str | os.PathLike):
+            kind = type(index_dir).__name__
+            raise BadInput(f"index_dir: give the path of an index folder (a str or Path), not {kind}")
         self.path = Path(index_dir)
         self.options = given(options).for_serving().checked()
         self.reloads = 0

@@ -226,9 +226,11 @@ def metric_names(k: int = 10) -> list[str]:
 def retrieval_metrics(
     ranked: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]], k: int = 10
 ) -> dict[str, float]:
-    """MRR@k, nDCG@k (linear gain), Recall@1/@k and Success@1/@3 averaged over judged queries."""
-    if k < 1:
-        raise BadInput(f"k must be at least 1, not {k}")
+    """MRR@k, nDCG@k (linear gain), Recall@1/@k and Success@1/@3 averaged over judged queries;
+    ``k`` a whole number as a search takes it (``check_k``: no bool, no float)."""
+    from search.read.requests import check_k
+
+    k = check_k(k)
     mrr, ndcg, recall1, recall, success1, success3 = metric_names(k)
     totals = dict.fromkeys(metric_names(k), 0.0)
     judged = [q for q in ranked if q in qrels]
@@ -269,8 +271,10 @@ def evaluate_retrieval(
     every mode the index serves. ``rerank``: a cross-encoder re-ordering the default mode's best
     (``search.read.reranked.RerankOptions``) through the search's own rerank stage, a batch of
     questions at a time: its metrics first, each mode's first stage beside them."""
+    from search.read.requests import check_k
     from search.studies.calibration import RERANKED_AT_ONCE, embedded
 
+    k = check_k(k)  # before an index is opened or built
     built = {"text_fields": text_fields, "also": also, "options": options}
     with opened(index_dir, corpus, strategy, progress=progress, encoding=encoding, **built) as snapshot:
         judged = judged_ids(data)
