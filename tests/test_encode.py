@@ -254,6 +254,14 @@ def test_an_explicit_format_the_extension_contradicts_is_a_usage_error(tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("output", [(), ("-o", "-")])
+def test_npy_to_stdout_is_a_usage_error(tmp_path, output):
+    """``--to npy`` with no file (stdout takes JSON lines) is refused as the other contradictions of
+    ``-o`` and ``--to`` are: exit 2 and one line, before the model loads."""
+    error = _usage_error(_encode_cli(*output, "--to", "npy"))
+    assert "needs a file" in error and "-o FILE.npy" in error, error
+
+
 def test_the_format_follows_a_known_extension_and_an_explicit_one_wins_over_an_unknown(tmp_path, tiny_model):
     model = ("--model", tiny_model)
     for name, to in [("v.npy", None), ("v.NPY", None), ("v.dat", "npy")]:

@@ -355,8 +355,12 @@ def format_refusal(output: str | Path | None, to: str | None, *, cli: bool = Fal
     """Why the file ``output`` and the format ``to`` (None: not given) name no one format, None
     where they do: the extension names it (``EXTENSIONS``), or ``to`` does where the extension
     names none; a ``to`` the extension contradicts, or neither, is refused. stdout (``output``
-    None or ``-``) has no extension. ``cli``: the options are spelt ``-o`` and ``--to``."""
+    None or ``-``) has no extension and takes JSON lines only (``to="npy"`` is refused).
+    ``cli``: the options are spelt ``-o`` and ``--to``."""
     if output in (None, "-"):
+        if to == "npy":  # stdout takes JSON lines only
+            give = "-o FILE.npy" if cli else "an output file (FILE.npy)"
+            return f"a .npy matrix needs a file: give {give} (stdout takes JSON lines)"
         return None
     path = Path(output)
     named = EXTENSIONS.get(path.suffix.lower())
@@ -386,8 +390,6 @@ def output_format(output: str | Path | None, to: str | None) -> str:
         raise BadInput(refusal)
     stdout = output in (None, "-")
     fmt = to or ("jsonl" if stdout else EXTENSIONS[Path(cast("str | Path", output)).suffix.lower()])
-    if fmt == "npy" and stdout:
-        raise BadInput("a .npy matrix needs a file: give -o FILE.npy (stdout takes JSON lines)")
     if stdout and sys.stdout is None:
         raise BadInput("stdout is closed: give -o FILE for the vectors")
     return fmt
