@@ -37,7 +37,8 @@ Search:
     word_vectors    contextual vectors of each word of a text
 
 Errors (each carries ``exit_code`` and ``http_status``): SemsearchError and its kinds BadInput,
-FilterError, StrategyConflict, IndexLocked, IndexMoved, IndexDamaged, DiskFull.
+FilterError, StrategyConflict, IndexLocked, IndexMoved, IndexDamaged, DiskFull, ModelFailed,
+WorkerFailed.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ _SOURCES = {
     "IndexMoved": "indexer.errors:IndexMoved",
     "IndexDamaged": "indexer.errors:IndexDamaged",
     "DiskFull": "indexer.errors:DiskFull",
+    "ModelFailed": "indexer.errors:ModelFailed",
+    "WorkerFailed": "indexer.errors:WorkerFailed",
 }
 """Each public name -> ``module:attribute`` it is handed on from."""
 

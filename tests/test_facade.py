@@ -44,6 +44,27 @@ def test_every_name_is_the_library_object_and_says_what_it_is_for():
         semsearch.nothing  # noqa: B018
 
 
+def test_every_error_kind_the_errors_page_names_is_a_name_of_semsearch():
+    """docs/errors.md names the kinds a caller catches as ``semsearch.<Kind>``: each one is there,
+    the class the library raises."""
+    from indexer import errors
+
+    for kind in (
+        "SemsearchError",
+        "BadInput",
+        "FilterError",
+        "StrategyConflict",
+        "IndexLocked",
+        "IndexMoved",
+        "IndexDamaged",
+        "DiskFull",
+        "ModelFailed",
+        "WorkerFailed",
+    ):
+        assert getattr(semsearch, kind) is getattr(errors, kind), kind
+        assert issubclass(getattr(semsearch, kind), errors.SemsearchError), kind
+
+
 def test_rows_are_read_as_the_same_rows_of_a_file_are():
     from_rows = read(FAQ)
     reader = CorpusReader(FAQ)
