@@ -192,6 +192,35 @@ def test_an_index_on_disk_is_its_live_version_once_no_reader_holds_an_older_one(
     assert versions(index) == [(index / CURRENT).read_text().strip()]
 
 
+@pytest.mark.parametrize("how", ["reload", "close"])
+def test_a_reader_lets_go_of_a_version_when_it_reloads_or_closes_not_when_python_collects(
+    tmp_path, tiny_model, how
+):
+    """A reader that moves to a new version (``reload_if_changed``, as a server does after each
+    write) or is closed lets go of the old one at once: no old version waits on disk for the
+    garbage collector (a running server kept one whole copy of the index per reload)."""
+    import gc
+
+    from search.read.engine import SearchEngine
+
+    index = tmp_path / "idx"
+    build_index(faq(tmp_path), index, Strategy(model=tiny_model))
+    gc.collect()
+    gc.disable()  # what a collection now and then would hide
+    try:
+        with SearchEngine(index) as engine:
+            for mode in ("dense", "keyword", "hybrid"):
+                assert [hit.id for hit in engine.search("question number 3", k=1, mode=mode)] == ["k3"]
+            compact_index(index)
+            if how == "reload":
+                assert engine.reload_if_changed()
+                assert [hit.id for hit in engine.search("question number 3", k=1)] == ["k3"]
+                assert versions(index) == [(index / CURRENT).read_text().strip()]
+        assert versions(index) == [(index / CURRENT).read_text().strip()]
+    finally:
+        gc.enable()
+
+
 def test_a_new_version_is_live_only_after_a_clean_exit_of_its_block(tmp_path, tiny_model):
     """``new_version``: an exception in the block removes the partial version and keeps the live
     one; a clean exit commits it, its meta recording its files and the version before it."""

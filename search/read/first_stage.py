@@ -47,9 +47,12 @@ class Features:
         return Features(keywords=self.keywords, read=self.read)
 
 
-Ranker = Callable[[np.ndarray, int, "Allowed | None", "Features | None", "Words | None"], Ranking]
-"""A mode's ranker: (query vector, k, allowed, the features it notes (None: none), the query's
-words) -> the k best. Private to ``FirstStage``, which hands each call its own ``Features``."""
+Ranker = Callable[
+    ["FirstStage", np.ndarray, int, "Allowed | None", "Features | None", "Words | None"], Ranking
+]
+"""A mode's ranker: (the first stage, query vector, k, allowed, the features it notes (None:
+none), the query's words) -> the k best. Private to ``FirstStage``, which hands each call its
+own ``Features``."""
 
 
 class FirstStage:
@@ -64,11 +67,6 @@ class FirstStage:
     ) -> None:
         self.index, self.reading, self.scoring = index, reading, scoring
         self.entries = EntryVectors(index.vectors, also=scoring is not None)
-        self.rankers: Mapping[str, Ranker] = {
-            DENSE: self._dense,
-            KEYWORD: self._keyword,
-            HYBRID: self._hybrid,
-        }
 
     def rank(
         self, vector: np.ndarray, k: int, allowed: Allowed | None, words: Words | None, features: bool
@@ -76,7 +74,8 @@ class FirstStage:
         """Row id -> score of the k best entries, best first, by the ranker of the mode of
         ``words`` (None: dense), and (``features``) what a rule reads of each beside its score."""
         noted = Features() if features else None
-        found = self.rankers[DENSE if words is None else words.mode](vector, k, allowed, noted, words)
+        ranker = RANKERS[DENSE if words is None else words.mode]  # functions, not bound methods:
+        found = ranker(self, vector, k, allowed, noted, words)  # no cycle keeps a snapshot alive
         return found, noted
 
     def keyword_ranking(self, words: Words, k: int, allowed: Allowed | None) -> tuple[Ranking, Ranking]:
@@ -206,6 +205,14 @@ class FirstStage:
             texts.update(zip(rowids, text.tolist(), strict=True))
         order = np.lexsort((rows, -combined))  # equal scores in row id (file) order
         return {int(rows[i]): float(combined[i]) for i in order}
+
+
+RANKERS: Mapping[str, Ranker] = {
+    DENSE: FirstStage._dense,
+    KEYWORD: FirstStage._keyword,
+    HYBRID: FirstStage._hybrid,
+}
+"""The ranker of each mode (``FirstStage.rank``)."""
 
 
 def _best_per_entry(rowids: np.ndarray, scores: np.ndarray) -> dict[int, float]:

@@ -361,6 +361,10 @@ class Snapshot:
             return catalog.texts_by_hash()
 
     def close(self) -> None:
-        """Close the catalog's connection (before a writer publishes the next version)."""
+        """Close the catalog's connection (before a writer publishes the next version) and let go
+        of the version (``VersionHold``): one no longer live is removed now, not when Python
+        collects this snapshot."""
         with self.db_lock:
             self.index.catalog.close()
+        if self.index.hold is not None:
+            self.index.hold.release()
