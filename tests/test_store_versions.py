@@ -101,6 +101,19 @@ def test_writing_to_a_missing_index_is_one_clear_error(tmp_path):
     assert not (tmp_path / "nowhere").exists()
 
 
+def test_a_lock_that_is_not_a_file_is_named_in_the_error(tmp_path, tiny_model):
+    """A ``.lock`` that something else made a folder stops every writer with one line naming it,
+    not "cannot write to INDEX: Is a directory" of a folder that is one; the index is unchanged."""
+    index = tmp_path / "idx"
+    build_index(faq(tmp_path), index, Strategy(model=tiny_model))
+    (index / ".lock").unlink()
+    (index / ".lock").mkdir()
+    said = f"cannot write to {index}: its lock file {index / '.lock'} is a folder"
+    with pytest.raises(BadInput, match=f"^{re.escape(said)}"):
+        delete_from_index(index, ["k1"])
+    assert len(open_index(index).catalog.rowids(["k1"])) == 1
+
+
 def test_read_ids_from_stdin(monkeypatch):
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a\n\n b \nc\n"), encoding="utf-8"))
     assert read_ids("-") == ["a", "b", "c"]

@@ -48,7 +48,7 @@ def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
         try:
             handle = (Path(index_dir) / LOCK).open("a+")
         except OSError as exc:
-            raise BadInput(f"cannot write to {index_dir}: {exc.strerror}") from None
+            raise _cannot_lock(Path(index_dir), exc) from None
         with handle:
             while True:
                 try:
@@ -70,6 +70,15 @@ def writer_lock(index_dir: Path, wait: float = 0) -> Iterator[None]:
             finally:
                 _note_holder(handle, "")
             return
+
+
+def _cannot_lock(index_dir: Path, exc: OSError) -> BadInput:
+    """Why the lock file cannot be opened: the folder refuses writes, or the lock is not a file."""
+    lock = index_dir / LOCK
+    if lock.is_dir() or (lock.exists() and not lock.is_file()):
+        what = "a folder" if lock.is_dir() else "not a file"
+        return BadInput(f"cannot write to {index_dir}: its lock file {lock} is {what} (remove it)")
+    return BadInput(f"cannot write to {index_dir}: {exc.strerror}")
 
 
 class _NoFolder(BadInput):
