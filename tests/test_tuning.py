@@ -382,13 +382,14 @@ def test_a_time_budget_lays_the_learning_rate_decay_out_over_the_steps_it_leaves
     assert plan.planned == 1000 and plan.rate(100) == 1
 
 
-@pytest.mark.parametrize(("minutes", "steps"), [(0.5, 2), (0.25, 0)])
+@pytest.mark.parametrize(("minutes", "after", "steps"), [(0.5, 0.0, 2), (0.25, 0.0, 0), (0.5, 15.0, 0)])
 def test_a_time_budget_is_kept_with_the_last_evaluation_in_it(
-    minutes, steps, tiny_model, tmp_path, monkeypatch
+    minutes, after, steps, tiny_model, tmp_path, monkeypatch
 ):
     """A busy machine: measuring the held-back share takes 10 s, a step 5 s. A step starts only
     when it and the evaluation after it fit in what is left, so the run ends within its budget;
-    a budget that the first measurement leaves no room in trains nothing."""
+    a budget that the first measurement leaves no room in trains nothing, and so does one whose
+    room is kept for the command's work after the loop (``after`` seconds)."""
     from types import SimpleNamespace
 
     import indexer.encoders.training as training
@@ -411,9 +412,9 @@ def test_a_time_budget_is_kept_with_the_last_evaluation_in_it(
     held = hold_back(labels, 0.2, seed=0)
     encoder = training.trainable(Strategy(model=tiny_model))
     examples = training_examples(labels, held, encoder.embed)
-    budget = training.Budget(epochs=20, batch_size=8, max_minutes=minutes)
+    budget = training.Budget(epochs=20, batch_size=8, max_minutes=minutes, after=after)
     outcome = training.fine_tune(encoder, examples, slow_measure, budget)
-    assert outcome.minutes <= minutes and outcome.stopped == "time budget spent"
+    assert outcome.minutes <= minutes - after / 60 and outcome.stopped == "time budget spent"
     assert outcome.steps == steps and outcome.best_step == steps  # the last steps were measured too
 
 

@@ -87,6 +87,8 @@ class Budget:
     started: float | None = None
     """When the budget began (``time.monotonic``; None: when the loop starts): a command that reads,
     mines and measures before training counts that against ``max_minutes`` too."""
+    after: float = 0.0
+    """Seconds of ``max_minutes`` kept for the command's work after the loop."""
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 2 or self.evaluations < 1 or self.patience < 1:
@@ -362,7 +364,7 @@ def train_loop(
     rng = random.Random(budget.seed)
     started = time.monotonic()
     begun = started if budget.started is None else budget.started
-    deadline = None if budget.max_minutes is None else begun + budget.max_minutes * 60
+    deadline = None if budget.max_minutes is None else begun + budget.max_minutes * 60 - budget.after
     per_epoch = max(1, len(_batches(count, budget.batch_size, random.Random(0))))
     total = per_epoch * budget.epochs
     every = max(1, math.ceil(per_epoch / budget.evaluations))

@@ -9,7 +9,6 @@ equals; one that gains nothing over the first stage is 0.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,10 @@ import numpy as np
 from search.studies.tuning import K, Labels, metric_of
 
 SURE = 0.05
-"""A fused gain counts where a sign test over the questions it changes gives chance at most this."""
+"""A fused gain counts where chance gives one as large at most this often (``chance_of_gain``)."""
+FLIPS = 20_000
+"""Random sign flips of the questions' gains ``chance_of_gain`` draws (a fixed seed: one verdict
+for one set of scores)."""
 WEIGHTS = tuple(round(w, 2) for w in np.linspace(0.0, 1.0, 21).tolist())
 """The fused weights tried on the held-back questions."""
 RANKED_AT_ONCE = 256
@@ -52,15 +54,22 @@ class Scores:
         return {"headline": self.headline, "ndcg": self.ndcg, "auroc": self.auroc}
 
 
-def sure_gain(first: Scores, fused: Scores) -> bool:
-    """Whether ``fused`` ranks more held-back questions' right text higher than ``first`` than it
-    ranks lower, beyond chance: a one-sided sign test at ``SURE`` over the questions it changes. A
-    weight fitted on few questions finds a gain in noise (an untrained head's, on 21 questions)."""
-    better = sum(f > b for f, b in zip(fused.ranks, first.ranks, strict=True))
-    worse = sum(f < b for f, b in zip(fused.ranks, first.ranks, strict=True))
-    changed = better + worse
-    tail = sum(math.comb(changed, n) for n in range(better, changed + 1)) / 2**changed if changed else 1.0
-    return fused.headline > first.headline and tail <= SURE
+def chance_of_gain(first: np.ndarray, fused: np.ndarray) -> float:
+    """How often chance alone gives a fused score as large a gain over the first stage as the best
+    weight gained: a paired randomization test (the IR field's, Smucker et al. 2007) of each
+    answered question's gain in reciprocal rank (``fused``: one row a weight), each question's
+    gains flipped in sign together at every weight, the best weight's mean read each time, so that
+    the weight chosen on these same questions is counted. Counting the questions a weight changes
+    (a sign test) ignored how far each moved and that the weight was the best of many."""
+    gains = fused - first[None, :]
+    observed = float(gains.mean(axis=1).max())
+    if gains.shape[1] == 0 or observed <= 0:
+        return 1.0
+    rng, reached = np.random.default_rng(0), 0
+    for start in range(0, FLIPS, 1_000):  # memory: a thousand flips of every question at a time
+        flips = rng.choice((-1.0, 1.0), size=(min(1_000, FLIPS - start), gains.shape[1]))
+        reached += int(((flips @ gains.T).max(axis=1) / gains.shape[1] >= observed - 1e-12).sum())
+    return (1 + reached) / (1 + FLIPS)
 
 
 @dataclass(frozen=True)
@@ -72,22 +81,27 @@ class Measured:
     weight: float
     reranked: Scores
     fused: Scores
+    chance: float = 1.0
+    """``chance_of_gain`` of the fused gain over the first stage (ranking labels)."""
 
     @property
     def value(self) -> float:
         return self.fused.headline
 
     def helps(self, first: Scores) -> bool:
-        """Fused above the first stage, surely (``sure_gain``; scored pairs: Spearman above)."""
+        """Fused above the first stage, surely (``chance`` at most ``SURE``; scored pairs:
+        Spearman above). A weight fitted on few questions finds a gain in noise (an untrained
+        head's, on 21 questions)."""
         if not first.ranks:
             return self.fused.headline > first.headline
-        return self.weight > 0 and sure_gain(first, self.fused)
+        return self.weight > 0 and self.fused.headline > first.headline and self.chance <= SURE
 
     def lines(self, first: Scores) -> list[str]:
         said = [
             f"held-back {self.metric}: first stage alone {first.line(self.metric)}",
             f"  reranker alone {self.reranked.line(self.metric)}",
-            f"  fused at weight {self.weight:.2f} {self.fused.line(self.metric)}",
+            f"  fused at weight {self.weight:.2f} {self.fused.line(self.metric)}"
+            + (f" (chance of a gain this large: {self.chance:.3f})" if first.ranks else ""),
         ]
         if self.helps(first):
             said.append(
@@ -112,6 +126,7 @@ class Measured:
             "first_stage": first.to_dict(),
             "reranked": self.reranked.to_dict(),
             "fused": self.fused.to_dict(),
+            "chance": self.chance if first.ranks else None,
         }
 
 
@@ -193,11 +208,15 @@ class HeldBack:
     def size(self) -> int:
         return len(self.anchors)
 
-    def pairs(self) -> list[tuple[str, str]]:
-        """Every (question, candidate) pair measured, each once."""
+    def pairs(self, answered_only: bool = False) -> list[tuple[str, str]]:
+        """Every (question, candidate) pair measured, each once; ``answered_only``: the answered
+        questions' alone (all that ranking, the weight and its chance read)."""
+        rows = self.answered if answered_only and self.gold is None else self.size
         return list(
             dict.fromkeys(
-                (a, self.candidates[c]) for a, row in zip(self.anchors, self.top, strict=True) for c in row
+                (a, self.candidates[c])
+                for a, row in zip(self.anchors[:rows], self.top[:rows], strict=True)
+                for c in row
             )
         )
 
@@ -207,25 +226,34 @@ class HeldBack:
     def at_ceiling(self, first: Scores) -> bool:
         return self.gold is None and self.answered > 0 and first.headline >= 100.0 - 1e-9
 
-    def measure(self, score: PairScorer) -> Measured:
-        """The reranker's pair scores, alone and fused at each of ``WEIGHTS``, the best kept."""
-        pairs = self.pairs()
-        scored = dict(zip(pairs, np.asarray(score(pairs), dtype=np.float64).tolist(), strict=True))
+    def measure(self, score: PairScorer, answered_only: bool = False) -> Measured:
+        """The reranker's pair scores, alone and fused at each of ``WEIGHTS``, the best kept;
+        ``answered_only``: the answered questions' alone (no top score AUROC)."""
+        pairs = self.pairs(answered_only)
+        return self.judged(dict(zip(pairs, np.asarray(score(pairs), dtype=np.float64).tolist(), strict=True)))
+
+    def judged(self, scored: dict[tuple[str, str], float]) -> Measured:
+        """A measurement from the pairs' scores: of every question where ``scored`` holds all
+        their pairs, else of the answered ones."""
+        rows = self.size if len(scored) >= len(self.pairs()) else self.answered
         matrix = np.array(
             [
                 [scored[(a, self.candidates[c])] for c in row]
-                for a, row in zip(self.anchors, self.top, strict=True)
+                for a, row in zip(self.anchors[:rows], self.top[:rows], strict=True)
             ]
-        ).reshape(self.top.shape)
+        ).reshape(rows, self.top.shape[1])
         alone = self._scores(matrix)
         if self.gold is not None:  # scored pairs: a pair scorer, nothing to fuse
             return Measured(self.metric, 1.0, alone, alone)
-        best, weight = self.first_stage(), 0.0
-        for w in WEIGHTS[1:]:
-            fused = self._scores(w * matrix + (1 - w) * self.first)
+        first = self.first[:rows]
+        baseline = self._scores(first)
+        tried = [self._scores(w * matrix + (1 - w) * first) for w in WEIGHTS[1:]]
+        best, weight = baseline, 0.0
+        for w, fused in zip(WEIGHTS[1:], tried, strict=True):
             if fused.headline > best.headline + 1e-9:
                 best, weight = fused, w
-        return Measured(self.metric, weight, alone, best)
+        chance = chance_of_gain(np.array(baseline.ranks), np.array([t.ranks for t in tried]))
+        return Measured(self.metric, weight, alone, best, chance)
 
     def _scores(self, matrix: np.ndarray) -> Scores:
         if self.gold is not None:
@@ -239,7 +267,7 @@ class HeldBack:
         mrr = np.where(first > 0, 1 / np.maximum(first, 1), 0.0)
         dcg = (found / np.log2(ranks + 1)).sum(axis=1)
         ideal = np.array([(1 / np.log2(np.arange(2, min(n, K) + 2))).sum() for n in self.rights])
-        auroc = _auroc(matrix.max(axis=1), self.answered) if self.size > self.answered > 0 else None
+        auroc = _auroc(matrix.max(axis=1), self.answered) if len(matrix) > self.answered > 0 else None
         return Scores(float(mrr.mean() * 100), float((dcg / ideal).mean() * 100), auroc, tuple(mrr.tolist()))
 
 

@@ -57,9 +57,13 @@ MINED_FROM = 20
 very top holds the texts most like a right one, and the labels may miss a right one there."""
 GIVEN = 4
 """The labels' own negatives kept per training question (drawn at random, the rest left)."""
-MEASURING = 0.2
-"""The share of ``--max-minutes`` the held-back measurements may take together (about four:
-before, two during, after); a larger held-back share is cut to fit."""
+MEASURING = 0.3
+"""The share of ``--max-minutes`` the held-back measurements may take together; a larger
+held-back share is cut to fit."""
+MEASUREMENTS = 5
+"""The measurements of the answered held-back questions a run is reckoned to make (before, then
+twice an epoch until the held-back metric stops rising or the time is spent); the unanswered
+ones are measured once, for the kept checkpoint."""
 MIN_MEASURED = 20
 """Below this many held-back questions the verdict is said to rest on few."""
 NEW_HEAD_RATE = 6e-5
@@ -156,17 +160,29 @@ def _pairs_per_second(cross: CrossModel, labels: Labels) -> float:
 
 
 def sized_share(labels: Labels, share: float, max_minutes: float | None, pairs_per_second: float) -> float:
-    """The held-back share, cut so that about four measurements of its questions at ``DEPTH``
-    take at most ``MEASURING`` of ``max_minutes`` (scored pairs: one pair per label), but never
-    below ``MIN_MEASURED`` answered questions: only they judge whether the reranker ranks right
-    texts higher (unanswered ones judge the top score's separation alone)."""
+    """The held-back share, cut so that ``MEASUREMENTS`` measurements of its answered questions and
+    one of its unanswered ones at ``DEPTH`` take at most ``MEASURING`` of ``max_minutes`` (scored
+    pairs: one pair per label), but never below ``MIN_MEASURED`` answered questions: only they
+    judge whether the reranker ranks right texts higher (unanswered ones judge the top score's
+    separation alone)."""
     if max_minutes is None:
         return share
-    per_question = 1 if labels.scores is not None else DEPTH
-    answered = len(labels.first) if labels.scores is not None else len(set(labels.first))
-    questions = answered + len(labels.unanswered or {})
-    fits = MEASURING * max_minutes * 60 / 4 * pairs_per_second / per_question
-    return max(min(share, fits / max(questions, 1)), min(share, MIN_MEASURED / max(answered, 1)))
+    if labels.scores is not None:
+        answered, pairs = len(labels.first), MEASUREMENTS * len(labels.first)
+    else:
+        answered = len(set(labels.first))
+        pairs = DEPTH * (MEASUREMENTS * answered + len(labels.unanswered or {}))
+    fits = MEASURING * max_minutes * 60 * pairs_per_second / max(pairs, 1)
+    return max(min(share, fits), min(share, MIN_MEASURED / max(answered, 1)))
+
+
+def kept_for_last(held: HeldBack, pairs_per_second: float) -> float:
+    """Seconds kept at the end of ``--max-minutes`` for the unanswered held-back questions' pairs
+    (scored once, after training), with ``MARGIN`` to spare."""
+    from indexer.encoders.training import MARGIN
+
+    left = len(held.pairs()) - len(held.pairs(answered_only=True))
+    return MARGIN * left / max(pairs_per_second, 1e-6)
 
 
 def cross_tune(
@@ -208,7 +224,8 @@ def cross_tune(
     with staged_dir(output, new_or_empty) as staging:  # claimed now: a second tune to it stops here
         # a model that cannot load stops here, before any training row is made
         cross = load_cross(model, max_length, options.placement.device, mixed, seed)
-        share = sized_share(labels, held_back, max_minutes, _pairs_per_second(cross, labels))
+        speed = _pairs_per_second(cross, labels)
+        share = sized_share(labels, held_back, max_minutes, speed)
         if share < held_back:
             report(f"held-back share cut to {share:.3f} so that its measurements fit --max-minutes")
         embed = encoder_for(first_stage, options).embed
@@ -226,10 +243,11 @@ def cross_tune(
         _check_worth(held, first, started, max_minutes)
         per_step = max(2, round(batch_size * len(rows) / pairs))
         rate = learning_rate or (CONTINUED_RATE if cross.continued else NEW_HEAD_RATE)
-        budget = Budget(epochs, max_minutes, per_step, rate, seed, started=started)
+        last = kept_for_last(held, speed)
+        budget = Budget(epochs, max_minutes, per_step, rate, seed, started=started, after=last)
         judge = Judged(held, progress)
         outcome = fine_tune_cross(cross, rows, judge, budget, progress=progress, report=report)
-        verdict = judge.kept(outcome.best)
+        verdict = judge.kept(outcome.best, cross.scores)
         facts = {
             "tuned_from": cross.source,
             "labels": labels.kind,
@@ -249,26 +267,40 @@ def cross_tune(
     return replace(done, verdict=verdict.lines(first), helps=verdict.helps(first), weight=verdict.weight)
 
 
+Pair = tuple[str, str]
+
+
 class Judged:
-    """The held-back measure training reads: the reranker alone's headline (early stopping keeps
-    the checkpoint the reranker ranks best by), each measurement kept so that the kept
-    checkpoint's verdict (alone and fused) needs no measurement more after training."""
+    """The held-back measure training reads: the reranker alone's headline on the answered
+    questions (early stopping keeps the checkpoint the reranker ranks best by; unanswered
+    questions judge only the top score's separation), each measurement's pair scores kept so that
+    the kept checkpoint's verdict scores only the unanswered questions' pairs, once, after training."""
 
     def __init__(self, held: HeldBack, progress: bool):
-        self.held, self.progress, self.seen = held, progress, []
-        self.pairs = len(held.pairs())
+        self.held, self.progress = held, progress
+        self.seen: list[tuple[Measured, dict[Pair, float]]] = []
 
     def __call__(self, score: Callable[..., np.ndarray]) -> float:
-        from indexer.progress import Progress
-
-        with Progress(self.pairs, "measuring held-back", enabled=self.progress, unit="pair") as bar:
-            measured = self.held.measure(lambda pairs: score(pairs, progress=bar.step(len(pairs))))
-        self.seen.append(measured)
+        scored = self._scored(score, self.held.pairs(answered_only=True), {})
+        measured = self.held.judged(scored)
+        self.seen.append((measured, scored))
         return measured.reranked.headline
 
-    def kept(self, best: float) -> Measured:
-        """The first measurement of the kept checkpoint (the loop keeps the first of equals)."""
-        return next(m for m in self.seen if m.reranked.headline == best)
+    def kept(self, best: float, score: Callable[..., np.ndarray]) -> Measured:
+        """The verdict of the kept checkpoint (the loop keeps the first of equals), whose weights
+        ``score`` runs: its measurement completed with the pairs not yet scored."""
+        scored = next(pairs for measured, pairs in self.seen if measured.reranked.headline == best)
+        left = [pair for pair in self.held.pairs() if pair not in scored]
+        return self.held.judged(self._scored(score, left, scored) if left else scored)
+
+    def _scored(
+        self, score: Callable[..., np.ndarray], pairs: list[Pair], known: dict[Pair, float]
+    ) -> dict[Pair, float]:
+        from indexer.progress import Progress
+
+        with Progress(len(pairs), "measuring held-back", enabled=self.progress, unit="pair") as bar:
+            values = np.asarray(score(pairs, progress=bar.step(len(pairs))), dtype=np.float64).tolist()
+        return {**known, **dict(zip(pairs, values, strict=True))}
 
 
 def _check_worth(held: HeldBack, first: Scores, started: float, max_minutes: float | None) -> None:

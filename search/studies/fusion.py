@@ -1,8 +1,9 @@
 """The fused weight of an index's reranker, fitted on its labelled questions (``calibrate
 --rerank``): each question's first stage at the rerank depth, the reranker's score of every
 (question, candidate) pair (each scored once, all in the reranker's batches), then the weight of
-``search.studies.cross_held.WEIGHTS`` with the best MRR@10, kept only where a sign test says it
-surely beats the first stage alone (``cross_held.sure_gain``); else 0, the first stage's order.
+``search.studies.cross_held.WEIGHTS`` with the best MRR@10, kept only where a randomization test
+says it surely beats the first stage alone (``cross_held.chance_of_gain``); else 0, the first
+stage's order.
 
 The reranker's scores are kept (``Remembered``), so the rule fitted next on the reranked
 neighbourhoods scores no pair twice."""
