@@ -77,6 +77,7 @@ FINITE = _Finite()
 SHARE = FiniteRange(0, 1, min_open=True, max_open=True)
 """A share, a probability or a learning rate: strictly between 0 and 1."""
 WEIGHT = FiniteRange(0, 1)
+"""A fused or hybrid weight: 0 and 1 included (one side alone)."""
 HITS = click.IntRange(min=1, max=2**63 - 1)
 """``-k``: at least one hit, at most what a search can return (``search.read.requests.MOST_HITS``,
 not imported here: it loads NumPy, which ``--help`` need not; a test holds the two equal)."""
