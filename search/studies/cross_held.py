@@ -54,21 +54,25 @@ class Scores:
         return {"headline": self.headline, "ndcg": self.ndcg, "auroc": self.auroc}
 
 
-def chance_of_gain(first: np.ndarray, fused: np.ndarray) -> float:
-    """How often chance alone gives a fused score as large a gain over the first stage as the best
-    weight gained: a paired randomization test (the IR field's, Smucker et al. 2007) of each
-    answered question's gain in reciprocal rank (``fused``: one row a weight), each question's
-    gains flipped in sign together at every weight, the best weight's mean read each time, so that
-    the weight chosen on these same questions is counted. Counting the questions a weight changes
-    (a sign test) ignored how far each moved and that the weight was the best of many."""
+def chance_of_gain(first: np.ndarray, fused: np.ndarray, chosen: int) -> float:
+    """How often chance alone gives some weight as sure a gain over the first stage as the chosen
+    one (row ``chosen`` of ``fused``, one row a weight) shows: a paired randomization test (the IR
+    field's, Smucker et al. 2007) of each answered question's gain in reciprocal rank, each
+    question's gains flipped in sign together at every weight, 20,000 times. Each weight's summed
+    gain is read in units of its own spread under the flips (which flipping leaves unchanged), and
+    the best of them taken each time, so that choosing the weight on these same questions is
+    counted without letting the weights that move many questions speak loudest. Counting the
+    questions a weight changes (a sign test) ignored how far each moved and the choice."""
     gains = fused - first[None, :]
-    observed = float(gains.mean(axis=1).max())
-    if gains.shape[1] == 0 or observed <= 0:
+    if not gains.size or gains[chosen].sum() <= 0:
         return 1.0
+    spread = np.sqrt((gains**2).sum(axis=1))
+    spread[spread == 0] = np.inf  # a weight that changes nothing: 0 under every flip
+    observed = gains[chosen].sum() / spread[chosen]
     rng, reached = np.random.default_rng(0), 0
     for start in range(0, FLIPS, 1_000):  # memory: a thousand flips of every question at a time
         flips = rng.choice((-1.0, 1.0), size=(min(1_000, FLIPS - start), gains.shape[1]))
-        reached += int(((flips @ gains.T).max(axis=1) / gains.shape[1] >= observed - 1e-12).sum())
+        reached += int(((flips @ gains.T) / spread >= observed - 1e-12).any(axis=1).sum())
     return (1 + reached) / (1 + FLIPS)
 
 
@@ -226,10 +230,9 @@ class HeldBack:
     def at_ceiling(self, first: Scores) -> bool:
         return self.gold is None and self.answered > 0 and first.headline >= 100.0 - 1e-9
 
-    def measure(self, score: PairScorer, answered_only: bool = False) -> Measured:
-        """The reranker's pair scores, alone and fused at each of ``WEIGHTS``, the best kept;
-        ``answered_only``: the answered questions' alone (no top score AUROC)."""
-        pairs = self.pairs(answered_only)
+    def measure(self, score: PairScorer) -> Measured:
+        """The reranker's pair scores, alone and fused at each of ``WEIGHTS``, the best kept."""
+        pairs = self.pairs()
         return self.judged(dict(zip(pairs, np.asarray(score(pairs), dtype=np.float64).tolist(), strict=True)))
 
     def judged(self, scored: dict[tuple[str, str], float]) -> Measured:
@@ -252,7 +255,10 @@ class HeldBack:
         for w, fused in zip(WEIGHTS[1:], tried, strict=True):
             if fused.headline > best.headline + 1e-9:
                 best, weight = fused, w
-        chance = chance_of_gain(np.array(baseline.ranks), np.array([t.ranks for t in tried]))
+        if weight == 0:
+            return Measured(self.metric, weight, alone, best)
+        tried_ranks = np.array([t.ranks for t in tried])
+        chance = chance_of_gain(np.array(baseline.ranks), tried_ranks, WEIGHTS.index(weight) - 1)
         return Measured(self.metric, weight, alone, best, chance)
 
     def _scores(self, matrix: np.ndarray) -> Scores:
