@@ -4,6 +4,7 @@ question asked, unanswerable ones included.
 
     PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py train OUT [--max-minutes 30]
     PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py measure OUT [--depth 20 --depth 50] [--weight 0.1]
+    PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py held OUT [--share 0.2 --seed 0]
 
 - ``train``: runs the command a user runs (``semsearch tune --cross-encoder --pairs
   WikiQASent-train.txt -o OUT --max-minutes N``) and prints its report and wall time.
@@ -14,7 +15,10 @@ question asked, unanswerable ones included.
   sentence first (share of answerable questions), MRR@10 (answerable questions), the top score's
   AUROC (answerable vs unanswerable) and the promise's reach: the most answerable questions a
   threshold on the top score answers while 90% of what it answers is right (the best rule on dev, so
-  an upper bound of what a rule calibrated elsewhere reaches).
+  an upper bound of what a rule calibrated elsewhere reaches); each ranking's chance of its gain
+  over the first stage (``search.studies.cross_held.chance_of_gain`` at that one weight).
+- ``held``: rebuilds the held-back questions ``tune`` measured OUT on (its share and seed) and
+  judges OUT on them again with the verdict ``tune`` gives (the reranker's ONNX scores).
 """
 
 from __future__ import annotations
@@ -64,6 +68,14 @@ def dev_set() -> tuple[list[tuple[str, str]], dict[str, str], dict[str, set[str]
     return list(sentences.items()), questions, right
 
 
+def reciprocal_ranks(orders: list[list[tuple[str, float]]], right: list[set[str]]) -> np.ndarray:
+    """Each answerable question's reciprocal rank of its first right sentence in the top 10 (0: none)."""
+    first = [
+        next((n for n, (h, _) in enumerate(o[:10], 1) if h in right[i]), 0) for i, o in enumerate(orders)
+    ]
+    return np.array([1 / first[i] if first[i] else 0.0 for i, r in enumerate(right) if r])
+
+
 def judged(orders: list[list[tuple[str, float]]], right: list[set[str]]) -> dict[str, float]:
     """Right-first share and MRR@10 of the answerable questions, the top score's AUROC and the
     promise's reach at precision 0.9 (see the module doc)."""
@@ -71,7 +83,7 @@ def judged(orders: list[list[tuple[str, float]]], right: list[set[str]]) -> dict
     first = [
         next((n for n, (h, _) in enumerate(o[:10], 1) if h in right[i]), 0) for i, o in enumerate(orders)
     ]
-    mrr = np.mean([1 / first[i] if first[i] else 0.0 for i in answerable])
+    mrr = np.mean(reciprocal_ranks(orders, right))
     top = np.array([o[0][1] if o else -np.inf for o in orders])
     yes, no = top[answerable], np.delete(top, answerable)
     auroc = ((yes[:, None] > no[None, :]).sum() + 0.5 * (yes[:, None] == no[None, :]).sum()) / (
@@ -96,6 +108,7 @@ def measure(reranker_dir: str, depths: list[int], weights: list[float]) -> None:
     from search import SearchEngine
     from search.read.requests import SearchRequest
     from search.read.reranked import RerankOptions
+    from search.studies.cross_held import chance_of_gain
 
     corpus, questions, right = dev_set()
     ids = list(questions)
@@ -132,24 +145,57 @@ def measure(reranker_dir: str, depths: list[int], weights: list[float]) -> None:
             for w in weights:  # a weight the folder does not keep, e.g. the held-back's best
                 ways[f"fused at weight {w:g}"] = lambda h, w=w: w * h.rerank_score + (1 - w) * h.first_score
             print(f"depth {depth} ({took:.0f} s for {len(ids)} questions, load average {load:.1f}):")
+            baseline = None
             for name, key in ways.items():
                 orders = [sorted(((h.id, key(h)) for h in hits), key=lambda p: -p[1]) for hits in answers]
                 found = judged(orders, gold)
-                print(f"  {name:<24} " + ", ".join(f"{k} {v:.3f}" for k, v in found.items()))
+                ranks = reciprocal_ranks(orders, gold)
+                baseline = ranks if baseline is None else baseline
+                chance = chance_of_gain(baseline, ranks[None, :], 0) if name != "first stage" else None
+                said = "" if chance is None else f", chance of its gain over the first stage {chance:.3f}"
+                print(f"  {name:<24} " + ", ".join(f"{k} {v:.3f}" for k, v in found.items()) + said)
+
+
+def held(reranker_dir: str, share: float, seed: int) -> None:
+    """The held-back questions ``tune`` measured OUT on (the same share and seed rebuild the same
+    set), judged again by today's verdict, with the reranker's ONNX scores."""
+    from indexer.encoders.factory import encoder_for
+    from indexer.encoders.rerankers import reranker_for
+    from search.studies.cross_held import Mined, held_back_set
+    from search.studies.cross_tuning import DEPTH, grouped
+    from search.studies.tuning import hold_back, read_labels
+
+    labels = grouped(read_labels(pairs=DATA / "WikiQASent-train.txt"))
+    embed = encoder_for(None).embed
+    mined = Mined.of(labels, embed)
+    kept = held_back_set(labels, hold_back(labels, share, seed), mined, embed, DEPTH, seed)
+    reranker = reranker_for(reranker_dir)
+    scored: dict[tuple[str, str], float] = {}
+    for question, row in zip(kept.anchors, kept.top, strict=True):
+        texts = [kept.candidates[c] for c in row]
+        scores = reranker.score(question, texts).tolist()
+        scored.update(zip(((question, t) for t in texts), scores, strict=True))
+    measured = kept.judged(scored)
+    print(f"held back: {kept.size} questions, {kept.answered} answered (share {share:g}, seed {seed})")
+    print("\n".join(measured.lines(kept.first_stage())))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("run", choices=("train", "measure"))
+    parser.add_argument("run", choices=("train", "measure", "held"))
     parser.add_argument("reranker")
     parser.add_argument("--max-minutes", type=float, default=30.0)
     parser.add_argument("--depth", type=int, action="append")
     parser.add_argument("--weight", type=float, action="append", help="also a fused score at this weight")
+    parser.add_argument("--share", type=float, default=0.2, help="held: tune's --held-back")
+    parser.add_argument("--seed", type=int, default=0, help="held: tune's --seed")
     args = parser.parse_args()
     if args.run == "train":
         train(args.reranker, args.max_minutes)
+    elif args.run == "held":
+        held(args.reranker, args.share, args.seed)
     else:
         measure(args.reranker, args.depth or [20, 50], args.weight or [])
 
