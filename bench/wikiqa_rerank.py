@@ -145,14 +145,17 @@ def measure(reranker_dir: str, depths: list[int], weights: list[float]) -> None:
             for w in weights:  # a weight the folder does not keep, e.g. the held-back's best
                 ways[f"fused at weight {w:g}"] = lambda h, w=w: w * h.rerank_score + (1 - w) * h.first_score
             print(f"depth {depth} ({took:.0f} s for {len(ids)} questions, load average {load:.1f}):")
-            baseline = None
+            baseline: np.ndarray | None = None  # the first stage's ranks: the first way's
             for name, key in ways.items():
                 orders = [sorted(((h.id, key(h)) for h in hits), key=lambda p: -p[1]) for hits in answers]
                 found = judged(orders, gold)
                 ranks = reciprocal_ranks(orders, gold)
-                baseline = ranks if baseline is None else baseline
-                chance = chance_of_gain(baseline, ranks[None, :], 0) if name != "first stage" else None
-                said = "" if chance is None else f", chance of its gain over the first stage {chance:.3f}"
+                said = ""
+                if baseline is None:
+                    baseline = ranks
+                else:
+                    chance = chance_of_gain(baseline, ranks[None, :], 0)
+                    said = f", chance of its gain over the first stage {chance:.3f}"
                 print(f"  {name:<24} " + ", ".join(f"{k} {v:.3f}" for k, v in found.items()) + said)
 
 

@@ -61,8 +61,8 @@ def chance_of_gain(first: np.ndarray, fused: np.ndarray, chosen: int) -> float:
     question's gains flipped in sign together at every weight, 20,000 times. Each weight's summed
     gain is read in units of its own spread under the flips (which flipping leaves unchanged), and
     the best of them taken each time, so that choosing the weight on these same questions is
-    counted without letting the weights that move many questions speak loudest. Counting the
-    questions a weight changes (a sign test) ignored how far each moved and the choice."""
+    counted without letting the weights that move many questions speak loudest. A sign test
+    (counting the questions a weight changes) reads neither how far each moved nor the choice."""
     gains = fused - first[None, :]
     if not gains.size or gains[chosen].sum() <= 0:
         return 1.0
@@ -235,10 +235,10 @@ class HeldBack:
         pairs = self.pairs()
         return self.judged(dict(zip(pairs, np.asarray(score(pairs), dtype=np.float64).tolist(), strict=True)))
 
-    def judged(self, scored: dict[tuple[str, str], float]) -> Measured:
-        """A measurement from the pairs' scores: of every question where ``scored`` holds all
-        their pairs, else of the answered ones."""
-        rows = self.size if len(scored) >= len(self.pairs()) else self.answered
+    def judged(self, scored: dict[tuple[str, str], float], whole: bool = True) -> Measured:
+        """A measurement from the pairs' scores (``pairs``): of every question, or (not ``whole``)
+        of the answered ones alone (no top score AUROC)."""
+        rows = self.size if whole or self.gold is not None else self.answered
         matrix = np.array(
             [
                 [scored[(a, self.candidates[c])] for c in row]

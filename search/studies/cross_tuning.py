@@ -286,7 +286,7 @@ class Judged:
 
     def __call__(self, score: Callable[..., np.ndarray]) -> float:
         scored = self._scored(score, self.held.pairs(answered_only=True), {})
-        measured = self.held.judged(scored)
+        measured = self.held.judged(scored, whole=False)
         self.seen.append((measured, scored))
         return measured.reranked.headline
 
