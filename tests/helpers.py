@@ -779,3 +779,34 @@ def remote_code_folder(target: Path) -> str:
         json.dumps({"max_seq_length": 64, "do_lower_case": False})
     )
     return str(target)
+
+
+def learnable_pairs(directory: Path, count: int = 60) -> Path:
+    """Scored pairs a tiny model can learn in a few steps: a pair scores 5 when its second
+    sentence says "yes", 0 when it says "no" (every sentence distinct: many groups)."""
+    path = directory / "scored.tsv"
+    rows = [
+        f"{sentence(i)}\t{sentence(i, 1)} {'yes' if i % 2 else 'no'}\t{5 * (i % 2)}" for i in range(count)
+    ]
+    path.write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def unit_vectors(texts, role=None):
+    """A stand-in first stage: a text's vector from its characters (equal texts, equal vectors)."""
+    vectors = np.array([[sum(map(ord, t)) % 7 + 1, len(t) % 5 + 1, t.count("e") + 1] for t in texts], float)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def wikiqa_like(directory: Path, questions: int = 24) -> Path:
+    """0/1 pairs grouped by question, as WikiQA's: each question with its paragraph's sentences,
+    one right (a question whose number is a multiple of 3 has none), no header."""
+    rows = []
+    for q in range(questions):
+        for s in range(4):
+            right = s == 0 and q % 3
+            text = f"{sentence(q, 1)} answer" if right else sentence(q * 4 + s + 100)
+            rows.append(f"{sentence(q)} ?\t{text}\t{int(bool(right))}")
+    path = directory / "grouped.txt"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,18 +17,7 @@ from indexer.errors import BadInput
 from search.studies.cross_held import Mined, held_back_set
 from search.studies.cross_tuning import DEPTH, cross_tune, grouped, training_rows
 from search.studies.tuning import hold_back, read_labels
-from tests.helpers import DATA, run, sentence
-
-
-def learnable_pairs(directory: Path, count: int = 60) -> Path:
-    """Scored pairs a tiny model can learn in a few steps: a pair scores 5 when its second
-    sentence says "yes", 0 when it says "no" (every sentence distinct: many groups)."""
-    path = directory / "scored.tsv"
-    rows = [
-        f"{sentence(i)}\t{sentence(i, 1)} {'yes' if i % 2 else 'no'}\t{5 * (i % 2)}" for i in range(count)
-    ]
-    path.write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
-    return path
+from tests.helpers import DATA, learnable_pairs, run, unit_vectors, wikiqa_like
 
 
 def tiny_stage(tiny_model: str) -> Strategy:
@@ -71,12 +59,6 @@ def test_scored_pairs_are_scaled_to_targets_between_0_and_1(tmp_path):
     held = held_back_set(labels, hold_back(labels, 0.3, seed=0), None, unit_vectors, DEPTH, 0)
     rows = training_rows(labels, held, None, 0)
     assert len(rows) == int((~held.mask).sum()) and set(rows.targets) == {0.0, 1.0}
-
-
-def unit_vectors(texts, role=None):
-    """A stand-in first stage: a text's vector from its characters (equal texts, equal vectors)."""
-    vectors = np.array([[sum(map(ord, t)) % 7 + 1, len(t) % 5 + 1, t.count("e") + 1] for t in texts], float)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
 def test_questions_train_with_mined_hard_negatives_and_never_see_the_held_back_share(tiny_model, tmp_path):
@@ -150,20 +132,6 @@ def test_a_reranker_that_does_not_help_gets_weight_0_and_the_first_stages_order(
     noise = np.random.default_rng(0)
     guessed = held.measure(lambda pairs: noise.random(len(pairs)))  # a weight fitted to noise...
     assert not guessed.helps(first) and guessed.stored(first)["weight"] == 0.0  # ...is no gain
-
-
-def wikiqa_like(directory: Path, questions: int = 24) -> Path:
-    """0/1 pairs grouped by question, as WikiQA's: each question with its paragraph's sentences,
-    one right (a question whose number is a multiple of 3 has none), no header."""
-    rows = []
-    for q in range(questions):
-        for s in range(4):
-            right = s == 0 and q % 3
-            text = f"{sentence(q, 1)} answer" if right else sentence(q * 4 + s + 100)
-            rows.append(f"{sentence(q)} ?\t{text}\t{int(bool(right))}")
-    path = directory / "grouped.txt"
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return path
 
 
 def test_0_1_pairs_grouped_by_question_are_ranking_labels_with_given_negatives(tmp_path):

@@ -11,7 +11,7 @@ from indexer.errors import BadInput
 from search.studies.cross_held import Mined, held_back_set
 from search.studies.cross_tuning import DEPTH, grouped
 from search.studies.tuning import hold_back, read_labels
-from tests.test_cross_tuning import learnable_pairs, unit_vectors, wikiqa_like
+from tests.helpers import learnable_pairs, unit_vectors, wikiqa_like
 
 
 def test_training_measures_answered_questions_and_the_kept_checkpoint_once_whole(tmp_path):
