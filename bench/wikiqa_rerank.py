@@ -5,6 +5,7 @@ question asked, unanswerable ones included.
     PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py train OUT [--max-minutes 30]
     PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py measure OUT [--depth 20 --depth 50] [--weight 0.1]
     PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py held OUT [--share 0.2 --seed 0]
+    PYTHONPATH=. .venv/bin/python bench/wikiqa_rerank.py faq OUT [--weight 0.1 --weight 0.3]
 
 - ``train``: runs the command a user runs (``semsearch tune --cross-encoder --pairs
   WikiQASent-train.txt -o OUT --max-minutes N``) and prints its report and wall time.
@@ -19,6 +20,11 @@ question asked, unanswerable ones included.
   over the first stage (``search.studies.cross_held.chance_of_gain`` at that one weight).
 - ``held``: rebuilds the held-back questions ``tune`` measured OUT on (its share and seed) and
   judges OUT on them again with the verdict ``tune`` gives (the reranker's ONNX scores).
+- ``faq``: the same reranker on other data, the FAQ sets of ``bench/rerank.py`` (the demo FAQ at
+  depth 50, StackFAQ dev at depth 20, each its FAQ default index): MRR@10 of the first stage, the
+  reranker alone, the folder's fused score and a fused score at each ``--weight``, each ranking's
+  chance of its gain over the first stage (a weight fitted on answer sentences, read on an index
+  whose entries are questions).
 """
 
 from __future__ import annotations
@@ -183,11 +189,56 @@ def held(reranker_dir: str, share: float, seed: int) -> None:
     print("\n".join(measured.lines(kept.first_stage())))
 
 
+def faq(reranker_dir: str, weights: list[float]) -> None:
+    from rerank import SETS, build
+
+    from indexer.encoders.rerankers import reranker_for
+    from search import SearchEngine
+    from search.read.reranked import RerankOptions
+    from search.studies.cross_held import chance_of_gain
+    from search.studies.labels import read_retrieval_set
+
+    reranker = reranker_for(reranker_dir)
+    print(f"reranker: {reranker.folder.describe()}")
+    for name, depth in (("demo", 50), ("stackfaq", 20)):
+        spec = SETS[name]
+        data = read_retrieval_set(spec["queries"], spec["qrels"])
+        judged = [q for q in data.queries if data.qrels.get(q.id)]
+        with tempfile.TemporaryDirectory(prefix="semsearch-faq-") as tmp:
+            engine = SearchEngine(build(name, Path(tmp)), rerank=reranker)
+            asked = RerankOptions(reranker.folder.path, depth)
+            answers = engine.search_many([q.text for q in judged], depth, rerank=asked)
+        ways = {
+            "first stage": lambda h: h.first_score,
+            "reranker alone": lambda h: h.rerank_score,
+            f"fused (weight {reranker.folder.weight:g})": lambda h: h.score,
+        }
+        for w in weights:
+            ways[f"fused at weight {w:g}"] = lambda h, w=w: w * h.rerank_score + (1 - w) * h.first_score
+        print(f"{name} ({len(judged)} judged questions, depth {depth}):")
+        baseline: np.ndarray | None = None
+        for label, key in ways.items():
+            orders = [sorted(hits, key=lambda h: -key(h)) for hits in answers]
+            ranks = np.array(
+                [
+                    next((1 / n for n, h in enumerate(o[:10], 1) if data.qrels[q.id].get(h.id, 0) > 0), 0.0)
+                    for q, o in zip(judged, orders, strict=True)
+                ]
+            )
+            said = ""
+            if baseline is None:
+                baseline = ranks
+            else:
+                chance = chance_of_gain(baseline, ranks[None, :], 0)
+                said = f", chance of its gain over the first stage {chance:.3f}"
+            print(f"  {label:<24} mrr@10 {100 * ranks.mean():.2f}{said}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("run", choices=("train", "measure", "held"))
+    parser.add_argument("run", choices=("train", "measure", "held", "faq"))
     parser.add_argument("reranker")
     parser.add_argument("--max-minutes", type=float, default=30.0)
     parser.add_argument("--depth", type=int, action="append")
@@ -199,6 +250,8 @@ def main() -> None:
         train(args.reranker, args.max_minutes)
     elif args.run == "held":
         held(args.reranker, args.share, args.seed)
+    elif args.run == "faq":
+        faq(args.reranker, args.weight or [])
     else:
         measure(args.reranker, args.depth or [20, 50], args.weight or [])
 
