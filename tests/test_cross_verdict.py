@@ -163,3 +163,40 @@ def test_a_reranker_holds_back_a_larger_share_by_default(cross, expected, monkey
     share = seen.get("held_back", seen["default"])
     assert share == getattr(cross_tuning if cross else tuning, expected)
     assert cross_tuning.CROSS_HELD_BACK == 2 * tuning.HELD_BACK
+
+
+def test_an_advised_reranker_says_its_weight_is_its_training_datas_and_how_an_index_fits_its_own():
+    """The folder's weight applies to every index it reranks without one of its own, and a
+    weight fitted on answer sentences costs an index of questions (docs/rerank.md: the WikiQA
+    reranker on the FAQ sets): the advice names the command that fits an index's own weight."""
+    from search.studies.cross_tuning import report_of
+    from search.studies.tuning import TuneReport
+
+    def report(helps: bool) -> list[str]:
+        done = TuneReport(
+            "out/rr",
+            "cross",
+            "mrr@10",
+            100,
+            20,
+            4.0,
+            66.0,
+            10,
+            12,
+            2.0,
+            30.0,
+            "epochs done",
+            [],
+            "BertForSequenceClassification",
+            "",
+            reranker=True,
+            verdict=["held back ..."],
+            helps=helps,
+            weight=0.3 if helps else 0.0,
+        )
+        return report_of(done)
+
+    advised = " ".join(report(True))
+    assert "--rerank out/rr" in advised
+    assert "semsearch calibrate INDEX --rerank out/rr" in advised
+    assert "calibrate" not in " ".join(report(False))

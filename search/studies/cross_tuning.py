@@ -331,6 +331,11 @@ def report_of(done: TuneReport) -> list[str]:
             f"saved {done.output}: a reranker ({done.strategy}), its score fused with the first stage's "
             f"at weight {done.weight:.2f}: semsearch query INDEX QUESTION --rerank {done.output}"
         )
+        lines.append(
+            "that weight was fitted on texts like these; an index of other texts (questions matched "
+            "to questions, say) fits its own on its labelled questions: "
+            f"semsearch calibrate INDEX --rerank {done.output} --queries Q --qrels QRELS"
+        )
     else:
         lines.append(
             f"saved {done.output} for study only: it does not beat the first stage it re-orders, so a "
