@@ -150,9 +150,52 @@ def test_0_1_pairs_grouped_by_question_are_ranking_labels_with_given_negatives(t
     given = {(a, t) for a, listed in labels.negatives.items() for t in listed}
     pairs = {(q, t) for q, listed in zip(rows.questions, rows.texts, strict=True) for t in listed}
     assert pairs & given and pairs - given - set(zip(labels.first, labels.second, strict=True))  # both kinds
-    quiet = {q for q, right in zip(rows.questions, rows.answered, strict=True) if not right}
+    quiet = {
+        q
+        for q, listed, right in zip(rows.questions, rows.texts, rows.answered, strict=True)
+        if not right and not set(listed) <= trained  # a list of other questions: the test below
+    }
     assert quiet and quiet <= set(labels.unanswered or {})  # a question with no answer: negatives alone
     assert held.first_stage().auroc is not None
+
+
+def test_answers_grouped_by_question_also_train_on_the_questions_nearest_each_other(tmp_path, monkeypatch):
+    """Questions and their answer sentences show a reranker no text that asks; an index of
+    questions (an FAQ) hands it nothing else, and it scored them at random (docs/rerank.md: the
+    WikiQA reranker on the FAQ sets). Each training question also ranks the ``KIN`` other training
+    questions the first stage puts nearest it: none right (each scored towards 0), their order
+    the first stage's (the listwise target's share), never a held-back one."""
+    from search.studies.cross_tuning import KIN
+
+    labels = grouped(read_labels(pairs=wikiqa_like(tmp_path)))
+    mined = Mined.of(labels, unit_vectors)
+    held = held_back_set(labels, hold_back(labels, 0.25, seed=0), mined, unit_vectors, DEPTH, 0)
+    rows = training_rows(labels, held, mined, 0)
+    assert rows.teacher is not None
+    trained = set(rows.questions)
+    kin = [
+        (q, listed, cosines, right)
+        for q, listed, cosines, right in zip(
+            rows.questions, rows.texts, rows.teacher, rows.answered, strict=True
+        )
+        if set(listed) <= trained
+    ]
+    assert {q for q, *_ in kin} == trained  # every training question, answered or not, once
+    assert len(kin) == len(trained) and not any(right for *_, right in kin)
+    others = sorted(trained)
+    for question, listed, cosines, _ in kin:
+        assert len(listed) == KIN and question not in listed and not set(listed) & held.questions
+        expected = unit_vectors(listed, role="passage") @ unit_vectors([question])[0]
+        assert np.allclose(cosines, expected, atol=1e-6)
+        nearest = (
+            unit_vectors([o for o in others if o != question], role="passage") @ unit_vectors([question])[0]
+        )
+        assert np.allclose(sorted(cosines, reverse=True), np.sort(nearest)[::-1][:KIN], atol=1e-6)
+    # a large file's questions are ranked a block at a time (memory), to the same lists
+    monkeypatch.setattr("search.studies.cross_tuning.RANKED_AT_ONCE", 5)
+    blocked = training_rows(labels, held, mined, 0)
+    assert blocked.texts == rows.texts and blocked.teacher is not None
+    assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(blocked.teacher, rows.teacher, strict=True))
 
 
 def test_a_reranker_of_questions_trains_through_the_first_stage(tiny_model, tmp_path):

@@ -5,7 +5,9 @@ Ranking labels (questions with qrels, an FAQ, and 0/1 pairs grouped by question 
 train on each question's right entries and on negatives of two kinds: the ones the labels give
 (a question's own wrong sentences) and the ones the first stage puts near the top of the whole
 candidate pool (``mine``), as sentence-transformers' ``mine_hard_negatives`` does: a reranker
-trained on given negatives alone has never seen an off-topic text, and ranks one first.
+trained on given negatives alone has never seen an off-topic text, and ranks one first. Questions
+grouped with their answers also train on lists of each other (``question_lists``): none answers
+another, and an index of questions would otherwise be read as if any might.
 
 The held-back questions are measured at the depth a search reranks (``DEPTH``): the first stage
 alone, the reranker alone, and the two scores fused with one weight (``Fusion``), fitted on those
@@ -34,7 +36,7 @@ from indexer.encoders.options import EmbeddingOptions
 from indexer.errors import BadInput
 from indexer.files import staged_dir
 from search.read.hybrid import RERANK_DEPTH
-from search.studies.cross_held import HeldBack, Measured, Mined, Scores, held_back_set
+from search.studies.cross_held import RANKED_AT_ONCE, HeldBack, Measured, Mined, Scores, held_back_set
 from search.studies.tuning import (
     K,
     Labels,
@@ -151,7 +153,37 @@ def training_rows(labels: Labels, held: HeldBack, mined: Mined | None, seed: int
     quiet = [a for a in anchors if a not in labels.relevant and negatives[a]]
     questions, lists = first + quiet, lists + [negatives[a] for a in quiet]
     answered = [True] * len(first) + [False] * len(quiet)
-    return RankingRows(questions, lists, answered, mined.cosines(questions, lists))
+    teacher = mined.cosines(questions, lists)
+    if labels.negatives is not None:  # answers grouped by question: the questions are texts too
+        asking, near, cosines = question_lists(anchors, mined)
+        questions, lists, teacher = questions + asking, lists + near, teacher + cosines
+        answered += [False] * len(asking)
+    return RankingRows(questions, lists, answered, teacher)
+
+
+KIN = 2
+"""Other questions in a training question's list of questions (``question_lists``)."""
+
+
+def question_lists(anchors: list[str], mined: Mined) -> tuple[list[str], list[list[str]], list[list[float]]]:
+    """For each training question, a list of the ``KIN`` other training questions the first stage
+    puts nearest it, with their cosines: none answers it (a list with no right text, trained to
+    score low and, by the listwise target's share, to keep the first stage's order). Labels of
+    questions and their answers show a reranker no text that asks rather than answers; an index
+    of questions (an FAQ) then hands it nothing but those, and it scores them at random."""
+    unique = list(dict.fromkeys(anchors))
+    if len(unique) <= KIN:
+        return [], [], []
+    asked, texts = mined.questions(unique), np.asarray(mined.embed(unique, role="passage"))
+    near: list[list[str]] = []
+    cosines: list[list[float]] = []
+    for start in range(0, len(unique), RANKED_AT_ONCE):  # memory: a block's row of cosines each
+        block = asked[start : start + RANKED_AT_ONCE] @ texts.T
+        block[np.arange(len(block)), np.arange(start, start + len(block))] = -np.inf  # not itself
+        top = np.argsort(-block, axis=1, kind="stable")[:, :KIN]
+        near += [[unique[j] for j in row] for row in top]
+        cosines += np.take_along_axis(block, top, axis=1).tolist()
+    return unique, near, cosines
 
 
 def _pairs_per_second(cross: CrossModel, labels: Labels) -> float:
