@@ -196,6 +196,17 @@ def test_answers_grouped_by_question_also_train_on_the_questions_nearest_each_ot
     blocked = training_rows(labels, held, mined, 0)
     assert blocked.texts == rows.texts and blocked.teacher is not None
     assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(blocked.teacher, rows.teacher, strict=True))
+    # questions matched to questions (a question of the labels is one of their texts): a question
+    # near another may be its right text there, so none is added
+    path = wikiqa_like(tmp_path)
+    asked = sorted({line.split("\t")[0] for line in path.read_text(encoding="utf-8").splitlines()})
+    with path.open("a", encoding="utf-8") as f:
+        f.write(f"{asked[0]}\t{asked[1]}\t0\n")
+    labels = grouped(read_labels(pairs=path))
+    mined = Mined.of(labels, unit_vectors)
+    held = held_back_set(labels, hold_back(labels, 0.25, seed=0), mined, unit_vectors, DEPTH, 0)
+    rows = training_rows(labels, held, mined, 0)
+    assert not any(set(listed) <= set(rows.questions) for listed in rows.texts)
 
 
 def test_a_reranker_of_questions_trains_through_the_first_stage(tiny_model, tmp_path):

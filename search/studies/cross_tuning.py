@@ -154,7 +154,9 @@ def training_rows(labels: Labels, held: HeldBack, mined: Mined | None, seed: int
     questions, lists = first + quiet, lists + [negatives[a] for a in quiet]
     answered = [True] * len(first) + [False] * len(quiet)
     teacher = mined.cosines(questions, lists)
-    if labels.negatives is not None:  # answers grouped by question: the questions are texts too
+    asked = set(labels.relevant) | set(labels.unanswered or {})
+    if labels.negatives is not None and not asked & set(labels.candidates):
+        # answers grouped by question, no question one of the texts: the questions are texts too
         asking, near, cosines = question_lists(anchors, mined)
         questions, lists, teacher = questions + asking, lists + near, teacher + cosines
         answered += [False] * len(asking)
@@ -170,7 +172,9 @@ def question_lists(anchors: list[str], mined: Mined) -> tuple[list[str], list[li
     puts nearest it, with their cosines: none answers it (a list with no right text, trained to
     score low and, by the listwise target's share, to keep the first stage's order). Labels of
     questions and their answers show a reranker no text that asks rather than answers; an index
-    of questions (an FAQ) then hands it nothing but those, and it scores them at random."""
+    of questions (an FAQ) then hands it nothing but those, and it scores them at random. Where a
+    question of the labels is also one of their texts (questions matched to questions, duplicates
+    among them), none is added: a question near another may be its right text there."""
     unique = list(dict.fromkeys(anchors))
     if len(unique) <= KIN:
         return [], [], []
