@@ -154,29 +154,29 @@ def training_rows(labels: Labels, held: HeldBack, mined: Mined | None, seed: int
     questions, lists = first + quiet, lists + [negatives[a] for a in quiet]
     answered = [True] * len(first) + [False] * len(quiet)
     teacher = mined.cosines(questions, lists)
-    asked = set(labels.relevant) | set(labels.unanswered or {})
-    if labels.negatives is not None and not asked & set(labels.candidates):
-        # answers grouped by question, no question one of the texts: the questions are texts too
-        asking, near, cosines = question_lists(anchors, mined)
-        questions, lists, teacher = questions + asking, lists + near, teacher + cosines
-        answered += [False] * len(asking)
-    return RankingRows(questions, lists, answered, teacher)
+    asking, near, cosines = question_lists(labels, anchors, mined)
+    answered += [False] * len(asking)
+    return RankingRows(questions + asking, lists + near, answered, teacher + cosines)
 
 
 KIN = 2
 """Other questions in a training question's list of questions (``question_lists``)."""
 
 
-def question_lists(anchors: list[str], mined: Mined) -> tuple[list[str], list[list[str]], list[list[float]]]:
-    """For each training question, a list of the ``KIN`` other training questions the first stage
-    puts nearest it, with their cosines: none answers it (a list with no right text, trained to
-    score low and, by the listwise target's share, to keep the first stage's order). Labels of
-    questions and their answers show a reranker no text that asks rather than answers; an index
-    of questions (an FAQ) then hands it nothing but those, and it scores them at random. Where a
-    question of the labels is also one of their texts (questions matched to questions, duplicates
-    among them), none is added: a question near another may be its right text there."""
+def question_lists(
+    labels: Labels, anchors: list[str], mined: Mined
+) -> tuple[list[str], list[list[str]], list[list[float]]]:
+    """For each training question (``anchors``) of answers grouped by question, a list of the
+    ``KIN`` other training questions the first stage puts nearest it, with their cosines: none
+    answers it (a list with no right text, trained to score low and, by the listwise target's
+    share, to keep the first stage's order). Labels of questions and their answers show a reranker
+    no text that asks rather than answers; an index of questions (an FAQ) then hands it nothing
+    but those, and it scores them at random. None for other labels, nor where a question of the
+    labels is also one of their texts (questions matched to questions, duplicates among them): a
+    question near another may be its right text there."""
+    asked = set(labels.relevant or {}) | set(labels.unanswered or {})
     unique = list(dict.fromkeys(anchors))
-    if len(unique) <= KIN:
+    if labels.negatives is None or asked & set(labels.candidates or ()) or len(unique) <= KIN:
         return [], [], []
     asked, texts = mined.questions(unique), np.asarray(mined.embed(unique, role="passage"))
     near: list[list[str]] = []
@@ -368,8 +368,8 @@ def report_of(done: TuneReport) -> list[str]:
             f"at weight {done.weight:.2f}: semsearch query INDEX QUESTION --rerank {done.output}"
         )
         lines.append(
-            "that weight was fitted on texts like these; an index of other texts (questions matched "
-            "to questions, say) fits its own on its labelled questions: "
+            "that weight was fitted on held-back questions of these labels; an index of other texts "
+            "(questions matched to questions, say) fits its own on its labelled questions: "
             f"semsearch calibrate INDEX --rerank {done.output} --queries Q --qrels QRELS"
         )
     else:
