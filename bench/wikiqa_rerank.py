@@ -24,7 +24,8 @@ question asked, unanswerable ones included.
   depth 50, StackFAQ dev at depth 20, each its FAQ default index): MRR@10 of the first stage, the
   reranker alone, the folder's fused score and a fused score at each ``--weight``, each ranking's
   chance of its gain over the first stage (a weight fitted on answer sentences, read on an index
-  whose entries are questions).
+  whose entries are questions), and how far the reranker's scores of a question's candidates
+  spread (max - min, the median over the questions).
 """
 
 from __future__ import annotations
@@ -215,7 +216,13 @@ def faq(reranker_dir: str, weights: list[float]) -> None:
         }
         for w in weights:
             ways[f"fused at weight {w:g}"] = lambda h, w=w: w * h.rerank_score + (1 - w) * h.first_score
-        print(f"{name} ({len(judged)} judged questions, depth {depth}):")
+        spread = np.median(
+            [max(h.rerank_score for h in hits) - min(h.rerank_score for h in hits) for hits in answers]
+        )
+        print(
+            f"{name} ({len(judged)} judged questions, depth {depth}; the reranker's scores of a question's "
+            f"candidates spread over {spread:.3f}, median):"
+        )
         baseline: np.ndarray | None = None
         for label, key in ways.items():
             orders = [sorted(hits, key=lambda h: -key(h)) for hits in answers]
