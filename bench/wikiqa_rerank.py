@@ -37,7 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -115,7 +117,6 @@ def measure(reranker_dir: str, depths: list[int], weights: list[float]) -> None:
     from search import SearchEngine
     from search.read.requests import SearchRequest
     from search.read.reranked import RerankOptions
-    from search.studies.cross_held import chance_of_gain
 
     corpus, questions, right = dev_set()
     ids = list(questions)
@@ -144,26 +145,39 @@ def measure(reranker_dir: str, depths: list[int], weights: list[float]) -> None:
             ]
             took = time.monotonic() - began
             load = os.getloadavg()[0]
-            ways = {
-                "first stage": lambda h: h.first_score,
-                "reranker alone": lambda h: h.rerank_score,
-                f"fused (weight {reranker.folder.weight:g})": lambda h: h.score,
-            }
-            for w in weights:  # a weight the folder does not keep, e.g. the held-back's best
-                ways[f"fused at weight {w:g}"] = lambda h, w=w: w * h.rerank_score + (1 - w) * h.first_score
             print(f"depth {depth} ({took:.0f} s for {len(ids)} questions, load average {load:.1f}):")
             baseline: np.ndarray | None = None  # the first stage's ranks: the first way's
-            for name, key in ways.items():
+            for name, key in rankings(reranker.folder.weight, weights).items():
                 orders = [sorted(((h.id, key(h)) for h in hits), key=lambda p: -p[1]) for hits in answers]
                 found = judged(orders, gold)
                 ranks = reciprocal_ranks(orders, gold)
-                said = ""
-                if baseline is None:
-                    baseline = ranks
-                else:
-                    chance = chance_of_gain(baseline, ranks[None, :], 0)
-                    said = f", chance of its gain over the first stage {chance:.3f}"
+                baseline = ranks if baseline is None else baseline
+                said = gain_said(baseline, ranks)
                 print(f"  {name:<24} " + ", ".join(f"{k} {v:.3f}" for k, v in found.items()) + said)
+
+
+def rankings(kept: float, weights: list[float]) -> dict[str, Callable[[Any], float]]:
+    """Each way a reranked hit is ordered by: the first stage alone (first), the reranker alone,
+    the folder's fused score (its weight ``kept``), and fused at each of ``weights`` (weights the
+    folder does not keep, e.g. the held-back's best)."""
+    ways: dict[str, Callable[[Any], float]] = {
+        "first stage": lambda h: h.first_score,
+        "reranker alone": lambda h: h.rerank_score,
+        f"fused (weight {kept:g})": lambda h: h.score,
+    }
+    for w in weights:
+        ways[f"fused at weight {w:g}"] = lambda h, w=w: w * h.rerank_score + (1 - w) * h.first_score
+    return ways
+
+
+def gain_said(first: np.ndarray, ranks: np.ndarray) -> str:
+    """How often chance gives a gain this large over the first stage's reciprocal ranks
+    (``chance_of_gain`` at one weight); nothing for the first stage itself."""
+    from search.studies.cross_held import chance_of_gain
+
+    if ranks is first:
+        return ""
+    return f", chance of its gain over the first stage {chance_of_gain(first, ranks[None, :], 0):.3f}"
 
 
 def held(reranker_dir: str, share: float, seed: int) -> None:
@@ -196,7 +210,6 @@ def faq(reranker_dir: str, weights: list[float]) -> None:
     from indexer.encoders.rerankers import reranker_for
     from search import SearchEngine
     from search.read.reranked import RerankOptions
-    from search.studies.cross_held import chance_of_gain
     from search.studies.labels import read_retrieval_set
 
     reranker = reranker_for(reranker_dir)
@@ -209,13 +222,6 @@ def faq(reranker_dir: str, weights: list[float]) -> None:
             engine = SearchEngine(build(name, Path(tmp)), rerank=reranker)
             asked = RerankOptions(reranker.folder.path, depth)
             answers = engine.search_many([q.text for q in judged], depth, rerank=asked)
-        ways = {
-            "first stage": lambda h: h.first_score,
-            "reranker alone": lambda h: h.rerank_score,
-            f"fused (weight {reranker.folder.weight:g})": lambda h: h.score,
-        }
-        for w in weights:
-            ways[f"fused at weight {w:g}"] = lambda h, w=w: w * h.rerank_score + (1 - w) * h.first_score
         spread = np.median(
             [max(h.rerank_score for h in hits) - min(h.rerank_score for h in hits) for hits in answers]
         )
@@ -224,7 +230,7 @@ def faq(reranker_dir: str, weights: list[float]) -> None:
             f"candidates spread over {spread:.3f}, median):"
         )
         baseline: np.ndarray | None = None
-        for label, key in ways.items():
+        for label, key in rankings(reranker.folder.weight, weights).items():
             orders = [sorted(hits, key=lambda h: -key(h)) for hits in answers]
             ranks = np.array(
                 [
@@ -232,13 +238,8 @@ def faq(reranker_dir: str, weights: list[float]) -> None:
                     for q, o in zip(judged, orders, strict=True)
                 ]
             )
-            said = ""
-            if baseline is None:
-                baseline = ranks
-            else:
-                chance = chance_of_gain(baseline, ranks[None, :], 0)
-                said = f", chance of its gain over the first stage {chance:.3f}"
-            print(f"  {label:<24} mrr@10 {100 * ranks.mean():.2f}{said}")
+            baseline = ranks if baseline is None else baseline
+            print(f"  {label:<24} mrr@10 {100 * ranks.mean():.2f}{gain_said(baseline, ranks)}")
 
 
 def main() -> None:
